@@ -1,0 +1,24 @@
+"""tdsl: a Python-embedded tensor compiler.
+
+Define computations with `compute`/`placeholder`, schedule them with `create_schedule`,
+inspect them with `lower`, and compile them with `build`.
+"""
+from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError,
+                     GraphError, InternalError)
+from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
+                 sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
+                 ceil, round, sin, cos, exp2, log2, trunc, abs, power, if_then_else, select, const,
+                 cast, Tensor, IterVar)
+from .schedule.schedule import Schedule, create_schedule
+from .schedule.stage import Stage
+from .lower import lower
+from .build import build
+
+
+def load_module(path):
+    """Loads a shared object written by Module.export_library."""
+    from .runtime.aot import load_module as _load
+    return _load(path)
+
+
+__version__ = "0.1.0"

@@ -1,0 +1,29 @@
+"""The error hierarchy. Every error a user can cause derives from TdslError."""
+
+
+class TdslError(Exception):
+    """Base of all tdsl errors."""
+
+
+class ScheduleError(TdslError):
+    """A schedule primitive was applied where it cannot hold."""
+
+
+class LoweringError(TdslError):
+    """The schedule could not be lowered to loop IR."""
+
+
+class BuildError(TdslError):
+    """Code generation or compilation failed."""
+
+
+class ArgumentError(TdslError, ValueError):
+    """A compiled module was called with arguments that do not fit its signature."""
+
+
+class GraphError(TdslError):
+    """A graph could not be imported, typed or built."""
+
+
+class InternalError(TdslError):
+    """A bug in tdsl itself: please report it with the code that triggered it."""

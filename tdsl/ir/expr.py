@@ -1,0 +1,410 @@
+"""Value expressions: one grammar shared by tensor expressions (L0) and the loop IR (L2).
+
+Nodes are small frozen dataclasses. Equality (`==`) builds a comparison node, as users
+write `A[i] == 0` inside lambdas; hashing is by identity, and `bool()` of a comparison
+answers whether both sides are the same object, so nodes still work as dict keys.
+Structural questions about integer expressions go through `tdsl.arith` (sympy), never
+through these classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+from .. import dtype as dt
+from ..errors import TdslError
+
+
+class Expr:
+    """Base of all value expressions; gives them Python's operators."""
+
+    __hash__ = object.__hash__
+    dtype: str
+
+    # arithmetic -----------------------------------------------------------------
+    def __add__(self, o): return _binary(Add, self, o)
+    def __radd__(self, o): return _binary(Add, o, self)
+    def __sub__(self, o): return _binary(Sub, self, o)
+    def __rsub__(self, o): return _binary(Sub, o, self)
+    def __mul__(self, o): return _binary(Mul, self, o)
+    def __rmul__(self, o): return _binary(Mul, o, self)
+    def __truediv__(self, o): return true_div(self, o)
+    def __rtruediv__(self, o): return true_div(o, self)
+    def __floordiv__(self, o): return _binary(FloorDiv, self, o)
+    def __rfloordiv__(self, o): return _binary(FloorDiv, o, self)
+    def __mod__(self, o): return _binary(FloorMod, self, o)
+    def __rmod__(self, o): return _binary(FloorMod, o, self)
+    def __pow__(self, o): return call("power", self, o)
+    def __rpow__(self, o): return call("power", o, self)
+    def __neg__(self): return _binary(Sub, const(0, self.dtype), self)
+    def __pos__(self): return self
+
+    # comparisons and logic --------------------------------------------------------
+    def __lt__(self, o): return _binary(LT, self, o)
+    def __le__(self, o): return _binary(LE, self, o)
+    def __gt__(self, o): return _binary(GT, self, o)
+    def __ge__(self, o): return _binary(GE, self, o)
+    def __eq__(self, o): return _binary(EQ, self, o)
+    def __ne__(self, o): return _binary(NE, self, o)
+    def __and__(self, o): return logical_and(self, o)
+    def __rand__(self, o): return logical_and(o, self)
+    def __or__(self, o): return logical_or(self, o)
+    def __ror__(self, o): return logical_or(o, self)
+    def __invert__(self): return logical_not(self)
+
+    def __bool__(self):
+        raise TdslError(
+            f"cannot use the symbolic expression {self} as a Python bool; "
+            "use tdsl.if_then_else / tdsl.select, or & | ~ for logic")
+
+    def astype(self, dtype):
+        return cast(self, dtype)
+
+    def __str__(self):
+        from .printer import expr_str
+        return expr_str(self)
+
+    __repr__ = __str__
+
+
+def _node(cls):
+    return dataclass(frozen=True, eq=False, repr=False)(cls)
+
+
+@_node
+class IntImm(Expr):
+    value: int
+    dtype: str = "int32"
+
+
+@_node
+class FloatImm(Expr):
+    value: float
+    dtype: str = "float32"
+
+
+@_node
+class Var(Expr):
+    """A scalar variable: a loop variable, a symbolic size or a scalar argument.
+
+    `nonneg` and `multiple_of` are facts the simplifier may use to prove guards away.
+    """
+    name: str
+    dtype: str = "int32"
+    nonneg: bool = False
+    multiple_of: int = 1
+
+
+@_node
+class BinaryOp(Expr):
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+class Add(BinaryOp): pass
+class Sub(BinaryOp): pass
+class Mul(BinaryOp): pass
+class Div(BinaryOp):
+    """True division of floats (integers use FloorDiv)."""
+class FloorDiv(BinaryOp): pass
+class FloorMod(BinaryOp): pass
+class Min(BinaryOp): pass
+class Max(BinaryOp): pass
+
+
+class CmpOp(BinaryOp):
+    dtype = "bool"
+
+    def __bool__(self):
+        # Only reached from dict/list membership tests on EQ/NE; identity is the answer.
+        if isinstance(self, EQ):
+            return self.a is self.b
+        if isinstance(self, NE):
+            return self.a is not self.b
+        return Expr.__bool__(self)
+
+
+class EQ(CmpOp): pass
+class NE(CmpOp): pass
+class LT(CmpOp): pass
+class LE(CmpOp): pass
+class GT(CmpOp): pass
+class GE(CmpOp): pass
+
+
+class And(BinaryOp):
+    dtype = "bool"
+
+
+class Or(BinaryOp):
+    dtype = "bool"
+
+
+@_node
+class Not(Expr):
+    a: Expr
+    dtype = "bool"
+
+
+@_node
+class Select(Expr):
+    """`cond ? t : f`. Code generators evaluate only the chosen side when a side reads
+    memory, so `if_then_else(i > 0, A[i - 1], 0)` never reads out of bounds."""
+    cond: Expr
+    t: Expr
+    f: Expr
+
+    @property
+    def dtype(self):
+        return self.t.dtype
+
+
+@_node
+class Cast(Expr):
+    dtype: str
+    value: Expr
+
+
+@_node
+class Call(Expr):
+    """A math intrinsic (`exp`, `sqrt`, ...) or a hint such as `likely`."""
+    name: str
+    args: Tuple[Expr, ...]
+    dtype: str
+
+
+@_node
+class ProducerLoad(Expr):
+    """`T[i, j]` in a tensor expression: a read of another tensor's element."""
+    tensor: Any  # te.Tensor
+    indices: Tuple[Expr, ...]
+
+    @property
+    def dtype(self):
+        return self.tensor.dtype
+
+
+@_node
+class BufferLoad(Expr):
+    """A read of a buffer element in the loop IR (indices as in the buffer's shape)."""
+    buffer: Any  # ir.Buffer
+    indices: Tuple[Expr, ...]
+
+    @property
+    def dtype(self):
+        return self.buffer.dtype
+
+
+@_node
+class CommReducer:
+    """A commutative reduction: `combine(lhs, rhs)` with `identity(dtype)`."""
+    name: str
+    combine: Any
+    identity: Any
+
+    __hash__ = object.__hash__
+
+
+@_node
+class Reduce(Expr):
+    combiner: CommReducer
+    source: Expr
+    axis: Tuple[Any, ...]  # IterVars
+    condition: Expr
+    init: Any  # Expr or None
+
+    @property
+    def dtype(self):
+        return self.source.dtype
+
+
+# --------------------------------------------------------------------------------------
+# construction helpers: conversion, promotion, light constant folding
+
+
+def const(value, dtype=None) -> Expr:
+    if isinstance(value, Expr):
+        return value if dtype is None else cast(value, dtype)
+    if dtype is None:
+        if isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int):
+            dtype = "int32" if -2**31 <= value < 2**31 else "int64"
+        else:
+            dtype = "float32"
+    dtype = dt.check(dtype)
+    if dt.is_float(dtype):
+        return FloatImm(float(value), dtype)
+    return IntImm(int(bool(value)) if dtype == "bool" else int(value), dtype)
+
+
+def convert(value) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    var = getattr(value, "var", None)  # an IterVar
+    if isinstance(var, Var):
+        return var
+    if isinstance(value, (bool, int, float)):
+        return const(value)
+    try:
+        import numpy as np
+        if isinstance(value, np.generic):
+            return const(value.item(), value.dtype.name)
+    except ImportError:  # pragma: no cover
+        pass
+    raise TdslError(f"cannot use {value!r} (a {type(value).__name__}) in a tensor expression")
+
+
+def _is_python_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _match(a, b):
+    """Convert both operands; Python numbers take the dtype of the other side."""
+    if _is_python_number(a) and not _is_python_number(b):
+        b = convert(b)
+        if isinstance(a, float) and not dt.is_float(b.dtype):
+            return const(a), b
+        return const(a, b.dtype if b.dtype != "bool" else None), b
+    if _is_python_number(b) and not _is_python_number(a):
+        a = convert(a)
+        if isinstance(b, float) and not dt.is_float(a.dtype):
+            return a, const(b)
+        return a, const(b, a.dtype if a.dtype != "bool" else None)
+    a, b = convert(a), convert(b)
+    if a.dtype != b.dtype:
+        t = dt.promote(a.dtype, b.dtype)
+        a, b = cast(a, t), cast(b, t)
+    return a, b
+
+
+_FOLD = {
+    "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y,
+    "FloorDiv": lambda x, y: x // y if y else None, "FloorMod": lambda x, y: x % y if y else None,
+    "Min": min, "Max": max,
+}
+
+
+def _binary(cls, a, b):
+    a, b = _match(a, b)
+    if cls in (FloorDiv, FloorMod) and dt.is_float(a.dtype):
+        if cls is FloorDiv:
+            return call("floor", Div(a, b))
+        return Sub(a, Mul(b, call("floor", Div(a, b))))
+    fold = _FOLD.get(cls.__name__)
+    if fold and isinstance(a, IntImm) and isinstance(b, IntImm):
+        v = fold(a.value, b.value)
+        if v is not None:
+            return IntImm(v, a.dtype)
+    if isinstance(b, IntImm) and dt.is_int(a.dtype):
+        if (cls in (Add, Sub) and b.value == 0) or (cls in (Mul, FloorDiv) and b.value == 1):
+            return a
+        if cls is FloorMod and b.value == 1:
+            return IntImm(0, a.dtype)
+    if isinstance(a, IntImm) and dt.is_int(b.dtype):
+        if (cls is Add and a.value == 0) or (cls is Mul and a.value == 1):
+            return b
+    return cls(a, b)
+
+
+def true_div(a, b):
+    a, b = _match(a, b)
+    if not dt.is_float(a.dtype):
+        raise TdslError(
+            f"'/' on integers ({a} / {b}) is ambiguous; use '//' for floor division "
+            "or cast to a float type first")
+    return Div(a, b)
+
+
+def cast(value, dtype) -> Expr:
+    value = convert(value)
+    dtype = dt.check(dtype)
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, (IntImm, FloatImm)):
+        return const(value.value, dtype)
+    return Cast(dtype, value)
+
+
+def _as_bool(x):
+    x = convert(x)
+    if x.dtype != "bool":
+        raise TdslError(f"logical operators need boolean operands, got {x} of type {x.dtype}")
+    return x
+
+
+def logical_and(a, b):
+    return And(_as_bool(a), _as_bool(b))
+
+
+def logical_or(a, b):
+    return Or(_as_bool(a), _as_bool(b))
+
+
+def logical_not(a):
+    return Not(_as_bool(a))
+
+
+def minimum(a, b):
+    return _binary(Min, a, b)
+
+
+def maximum(a, b):
+    return _binary(Max, a, b)
+
+
+def select(cond, t, f) -> Expr:
+    cond = _as_bool(cond)
+    t, f = _match(t, f)
+    return Select(cond, t, f)
+
+
+FLOAT_INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor",
+                    "ceil", "round", "power", "sin", "cos", "exp2", "log2", "trunc")
+
+
+def call(name, *args) -> Expr:
+    if name == "power":
+        a, b = _match(*args)
+        args = (a, b)
+    else:
+        args = tuple(convert(a) for a in args)
+    dtype = args[0].dtype
+    if name in FLOAT_INTRINSICS and not dt.is_float(dtype):
+        raise TdslError(f"{name}() needs a floating-point argument, got {args[0]} of type {dtype}")
+    return Call(name, args, dtype)
+
+
+def likely(cond) -> Expr:
+    """Marks a guard that is almost always true; loop partitioning peels on it."""
+    return Call("likely", (cond,), "bool")
+
+
+def is_const_int(e, value=None) -> bool:
+    return isinstance(e, IntImm) and (value is None or e.value == value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Range:
+    """The half-open interval [min, min + extent)."""
+    min: Expr
+    extent: Expr
+
+    @staticmethod
+    def from_min_extent(lo, extent):
+        return Range(convert(lo), convert(extent))
+
+    @staticmethod
+    def from_bounds(lo, hi):
+        """[lo, hi) from Python numbers or expressions."""
+        lo, hi = convert(lo), convert(hi)
+        return Range(lo, hi - lo)
+
+    def __str__(self):
+        return f"range(min={self.min}, ext={self.extent})"
+
+    __repr__ = __str__

@@ -1,0 +1,145 @@
+"""Statements of the loop IR (L2), a Buffer and the PrimFunc that holds them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional, Tuple
+
+from .expr import Expr, Var, _node
+
+
+class ForKind(Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+    THREAD_BINDING = "thread_binding"
+
+
+@_node
+class Buffer:
+    """A named, typed n-d array. `scope` is global, local or shared; identity is the name
+    object, so two buffers with the same name stay distinct."""
+    name: str
+    shape: Tuple[Expr, ...]
+    dtype: str
+    scope: str = "global"
+    align: Tuple[Tuple[int, int, int], ...] = ()  # storage_align: (axis, factor, offset)
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    def __str__(self):
+        return self.name
+
+    __repr__ = __str__
+
+
+class Stmt:
+    __hash__ = object.__hash__
+
+    def __str__(self):
+        from .printer import stmt_str
+        return stmt_str(self)
+
+    __repr__ = __str__
+
+
+@_node
+class For(Stmt):
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    thread_tag: str = ""
+    pragmas: Tuple[Tuple[str, Any], ...] = ()
+
+
+@_node
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@_node
+class IfThenElse(Stmt):
+    cond: Expr
+    then_case: Stmt
+    else_case: Optional[Stmt] = None
+
+
+@_node
+class BufferStore(Stmt):
+    buffer: Buffer
+    value: Expr
+    indices: Tuple[Expr, ...]
+
+
+@_node
+class Allocate(Stmt):
+    """Storage for `buffer` over `body`; freed when the body ends."""
+    buffer: Buffer
+    body: Stmt
+
+
+@_node
+class SeqStmt(Stmt):
+    stmts: Tuple[Stmt, ...]
+
+
+@_node
+class Evaluate(Stmt):
+    value: Expr
+
+
+@_node
+class Barrier(Stmt):
+    """Synchronise the threads of a GPU block over `scope` memory."""
+    scope: str = "shared"
+
+
+def seq(*stmts) -> Stmt:
+    """A sequence without nesting or empty parts."""
+    flat: List[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, SeqStmt):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    if len(flat) == 1:
+        return flat[0]
+    return SeqStmt(tuple(flat))
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A lowered kernel: parameters (buffers and scalar vars) and a body."""
+    name: str
+    params: List[Any]  # Buffer | Var
+    body: Stmt
+    attrs: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def buffers(self):
+        return [p for p in self.params if isinstance(p, Buffer)]
+
+    def with_body(self, body):
+        return PrimFunc(self.name, self.params, body, dict(self.attrs))
+
+    def script(self):
+        from .printer import func_str
+        return func_str(self)
+
+    def __str__(self):
+        return self.script()
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self):
+        return "```python\n" + self.script() + "\n```"

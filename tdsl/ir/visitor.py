@@ -1,0 +1,102 @@
+"""Generic traversal of expressions and statements.
+
+`Mutator` rebuilds a node only when a child changed; subclasses override `visit_<Class>`
+for the nodes they care about. `walk` calls a function on every node, children first.
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+from .expr import Expr, Var
+from .stmt import Stmt, Buffer
+
+
+@lru_cache(maxsize=None)
+def _child_fields(cls):
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.name not in ("dtype", "name", "kind", "thread_tag", "pragmas", "scope",
+                                   "combiner", "buffer", "tensor", "var"))
+
+
+def _is_node(x):
+    return isinstance(x, (Expr, Stmt))
+
+
+class Mutator:
+    """Rebuilds the tree bottom-up; override visit_<ClassName>(node) to change nodes."""
+
+    def visit(self, node):
+        if node is None:
+            return None
+        meth = getattr(self, "visit_" + type(node).__name__, None)
+        if meth is not None:
+            return meth(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node):
+        if not dataclasses.is_dataclass(node) or isinstance(node, (Var, Buffer)):
+            return node
+        changes = {}
+        for name in _child_fields(type(node)):
+            old = getattr(node, name)
+            if _is_node(old):
+                new = self.visit(old)
+            elif isinstance(old, tuple) and old and any(_is_node(x) for x in old):
+                new = tuple(self.visit(x) if _is_node(x) else x for x in old)
+                if all(a is b for a, b in zip(new, old)):
+                    new = old
+            else:
+                continue
+            if new is not old:
+                changes[name] = new
+        if not changes:
+            return node
+        return dataclasses.replace(node, **changes)
+
+
+def walk(node, fn):
+    """Calls fn on every Expr/Stmt node under `node` (children before parents)."""
+    if node is None:
+        return
+    if dataclasses.is_dataclass(node) and not isinstance(node, (Var, Buffer)):
+        for name in _child_fields(type(node)):
+            v = getattr(node, name)
+            if _is_node(v):
+                walk(v, fn)
+            elif isinstance(v, tuple):
+                for x in v:
+                    if _is_node(x):
+                        walk(x, fn)
+    fn(node)
+
+
+class _Substituter(Mutator):
+    def __init__(self, vmap):
+        self.vmap = vmap
+
+    def visit_Var(self, v):
+        return self.vmap.get(v, v)
+
+
+def substitute(node, vmap):
+    """Replaces variables by expressions (keys are Var objects)."""
+    if not vmap:
+        return node
+    return _Substituter(vmap).visit(node)
+
+
+def free_vars(node):
+    """The set of Vars read in `node` (loop and let variables included)."""
+    out = set()
+
+    def f(n):
+        if isinstance(n, Var):
+            out.add(n)
+    walk(node, f)
+    # walk skips Var nodes reached as fields named "var"; those are definitions.
+    return out
+
+
+def uses_var(node, var) -> bool:
+    return var in free_vars(node)

@@ -1,0 +1,75 @@
+"""The lowering script: schedule -> loop IR, one pass after another.
+
+Set TDSL_DEBUG=2 to print the IR after every pass.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import LoweringError, TdslError, InternalError
+from .ir import expr as E
+from .ir import stmt as S
+from .ir.expr import Range
+from .passes.loop_partition import loop_partition
+from .passes.simplify import simplify_func
+from .passes.storage_flatten import storage_flatten
+from .schedule.schedule import Schedule
+from .schedule.schedule_ops import schedule_to_func
+from .te.tensor import PlaceholderOp, Tensor
+
+PASSES = [
+    ("simplify", simplify_func),
+    ("loop_partition", loop_partition),
+    ("storage_flatten", storage_flatten),
+    ("simplify", simplify_func),
+]
+
+
+def default_args(sched: Schedule):
+    """The placeholders read by the schedule, then its outputs."""
+    ins = [st.op.output for st in sched.stages if isinstance(st.op, PlaceholderOp)
+           and any(st in sched.producers(c) for c in sched.stages)]
+    outs = [sched.stage_map[op].origin_op.output for op in sched.outputs]
+    return ins + outs
+
+
+def _size_ranges(func):
+    """Sizes of argument buffers are non-negative: a fact the passes may use."""
+    out = {}
+    for p in func.params:
+        if isinstance(p, S.Buffer):
+            for d in p.shape:
+                if isinstance(d, E.Var):
+                    out[d] = Range(E.const(0), E.const(2**31 - 1))
+    return out
+
+
+def lower(s, args=None, name="main") -> S.PrimFunc:
+    """The loop IR of schedule `s` as a PrimFunc; `str()` prints it."""
+    if not isinstance(s, Schedule):
+        raise LoweringError(f"lower: expected a schedule from tdsl.create_schedule, got {s!r}")
+    if args is None:
+        args = default_args(s)
+    if not isinstance(args, (list, tuple)):
+        raise LoweringError(f"lower: args must be a list of tensors and vars, got {args!r}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise LoweringError(f"lower: the name must be an identifier, got {name!r}")
+    debug = int(os.environ.get("TDSL_DEBUG", "0") or 0)
+    try:
+        func = schedule_to_func(s, list(args), name)
+        func.attrs["size_ranges"] = _size_ranges(func)
+        if debug >= 2:
+            print(f"# after schedule_ops\n{func}\n", file=sys.stderr)
+        for pass_name, fn in PASSES:
+            func = fn(func)
+            if debug >= 2:
+                print(f"# after {pass_name}\n{func}\n", file=sys.stderr)
+    except TdslError:
+        raise
+    except RecursionError as e:
+        raise LoweringError(f"lower: expression too deep to lower ({e})") from None
+    except Exception as e:  # our bug, not the user's
+        raise InternalError(f"lowering failed unexpectedly: {type(e).__name__}: {e}. "
+                            "Please report this with the code that defines the schedule.") from e
+    return func

@@ -1,0 +1,120 @@
+"""loop_partition: peel `likely` guards out of serial and parallel loops.
+
+For a loop over v containing a guard `likely(lhs < rhs)` with lhs - rhs = c*v + rest (c > 0),
+the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c + 1. The loop
+becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
+keeps it. When `rest` does not depend on inner loops, the guard is false throughout the tail
+and the tail is dropped. Vectorized and unrolled loops are left alone: their extents must
+stay constant, and the loops around them are partitioned instead.
+"""
+from __future__ import annotations
+
+from .. import arith
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.expr import Range
+from ..ir.visitor import Mutator, free_vars
+
+
+def _conjuncts(c):
+    if isinstance(c, E.And):
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _collect(body, inner, out):
+    """likely-guards in `body`, each with the ranges of the loops between here and it."""
+    if isinstance(body, S.SeqStmt):
+        for s in body.stmts:
+            _collect(s, inner, out)
+    elif isinstance(body, S.For):
+        _collect(body.body, {**inner, body.var: Range(body.min, body.extent)}, out)
+    elif isinstance(body, (S.LetStmt, S.Allocate)):
+        _collect(body.body, inner, out)
+    elif isinstance(body, S.IfThenElse):
+        for c in _conjuncts(body.cond):
+            if isinstance(c, E.Call) and c.name == "likely":
+                out.append((c, inner))
+        _collect(body.then_case, inner, out)
+        if body.else_case is not None:
+            _collect(body.else_case, inner, out)
+
+
+class _Drop(Mutator):
+    """Replaces the chosen guard nodes by True."""
+
+    def __init__(self, nodes):
+        self.ids = {id(n) for n in nodes}
+
+    def visit_IfThenElse(self, s):
+        parts = [E.const(True) if id(c) in self.ids else c for c in _conjuncts(s.cond)]
+        parts = [c for c in parts if not E.is_const_int(c, 1)]
+        then = self.visit(s.then_case)
+        other = self.visit(s.else_case)
+        if not parts:
+            return then
+        cond = parts[0]
+        for c in parts[1:]:
+            cond = E.And(cond, c)
+        return S.IfThenElse(cond, then, other)
+
+
+class _Partition(Mutator):
+    def __init__(self, facts):
+        self.ranges = dict(facts)
+
+    def visit_For(self, f):
+        outer = dict(self.ranges)
+        self.ranges[f.var] = Range(f.min, f.extent)
+        try:
+            if f.kind in (S.ForKind.SERIAL, S.ForKind.PARALLEL):
+                parts = self._split(f)
+                if parts is not None:
+                    return parts
+            return S.For(f.var, f.min, f.extent, f.kind, self.visit(f.body), f.thread_tag, f.pragmas)
+        finally:
+            self.ranges = outer
+
+    def _split(self, f):
+        found = []
+        _collect(f.body, {}, found)
+        chosen, ends, exact = [], [], []
+        for guard, inner in found:
+            cond = guard.args[0]
+            if not isinstance(cond, E.LT):
+                continue
+            lin = arith.linear_coeff(cond.a - cond.b, f.var, {**self.ranges, **inner})
+            if lin is None or lin[0] <= 0:
+                continue
+            c, rest = lin
+            if free_vars(rest) & set(inner):
+                hi = arith.bound(rest, inner)[1]
+                exact.append(False)
+            else:
+                hi = rest
+                exact.append(True)
+            chosen.append(guard)
+            ends.append((-hi - 1) // c + 1)
+        if not chosen:
+            return None
+        end = ends[0]
+        for e in ends[1:]:
+            end = E.minimum(end, e)
+        ext = arith.simplify(E.minimum(E.maximum(end - f.min, 0), f.extent), self.ranges)
+        if isinstance(ext, E.IntImm) and isinstance(f.extent, E.IntImm) and ext.value >= f.extent.value:
+            main_body = _Drop(chosen).visit(f.body)
+            return S.For(f.var, f.min, f.extent, f.kind, self.visit(main_body), f.thread_tag, f.pragmas)
+        self.ranges[f.var] = Range(f.min, ext)
+        main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
+        if len(chosen) == 1 and exact[0]:
+            return main
+        tail_min = arith.simplify(f.min + ext, self.ranges)
+        tail_ext = arith.simplify(f.extent - ext, self.ranges)
+        self.ranges[f.var] = Range(tail_min, tail_ext)
+        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, f.pragmas)
+        return S.seq(main, tail)
+
+
+def loop_partition(func: S.PrimFunc) -> S.PrimFunc:
+    facts = func.attrs.get("size_ranges", {})
+    return func.with_body(_Partition(facts).visit(func.body))

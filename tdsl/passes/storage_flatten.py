@@ -1,0 +1,72 @@
+"""storage_flatten: n-d buffer accesses become one flat element index.
+
+Row-major strides; `storage_align(axis, factor, offset)` pads the stride of dimension
+`axis` up to the next value with stride % factor == offset. Argument buffers keep their
+n-d Buffer object (the runtime checks shapes against it); allocated buffers are replaced by
+flat ones whose shape is their padded size.
+"""
+from __future__ import annotations
+
+from .. import arith
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.visitor import Mutator
+
+
+def strides(buf):
+    shape = list(buf.shape)
+    aligns = {axis: (factor, offset) for axis, factor, offset in buf.align}
+    out = [None] * len(shape)
+    stride = E.const(1)
+    for d in reversed(range(len(shape))):
+        if d in aligns and isinstance(stride, E.IntImm):
+            f, o = aligns[d]
+            v = stride.value
+            v += (o - v % f) % f
+            stride = E.const(v)
+        out[d] = stride
+        stride = arith.simplify(stride * shape[d])
+    return out, stride
+
+
+class _Flatten(Mutator):
+    def __init__(self, params):
+        self.params = set(params)
+        self.flat = {}   # buffer -> (flat buffer, strides)
+
+    def _info(self, buf):
+        info = self.flat.get(buf)
+        if info is None:
+            st, size = strides(buf)
+            new = buf if buf in self.params else S.Buffer(buf.name, (size,), buf.dtype, buf.scope)
+            info = self.flat[buf] = (new, st)
+        return info
+
+    def _index(self, buf, indices):
+        new, st = self._info(buf)
+        idx = [self.visit(i) for i in indices]
+        if len(idx) == 1 and E.is_const_int(st[0], 1):
+            flat = idx[0]
+        else:
+            flat = None
+            for i, s in zip(idx, st):
+                term = i if E.is_const_int(s, 1) else i * s
+                flat = term if flat is None else flat + term
+            flat = flat if flat is not None else E.const(0)
+        return new, (flat,)
+
+    def visit_BufferLoad(self, e):
+        new, idx = self._index(e.buffer, e.indices)
+        return E.BufferLoad(new, idx)
+
+    def visit_BufferStore(self, s):
+        new, idx = self._index(s.buffer, s.indices)
+        return S.BufferStore(new, self.visit(s.value), idx)
+
+    def visit_Allocate(self, s):
+        new, _ = self._info(s.buffer)
+        return S.Allocate(new, self.visit(s.body))
+
+
+def storage_flatten(func: S.PrimFunc) -> S.PrimFunc:
+    return func.with_body(_Flatten(func.buffers).visit(func.body))

@@ -1,0 +1,223 @@
+"""Bound inference as message passing over a stage's split/fuse relations.
+
+- `pass_down(stage, root_ranges)`: ranges of every IterVar from the ranges of the roots.
+- `pass_up_index(stage, ranges, leaf_values)`: the value of every IterVar (roots included)
+  from the values of the leaf loops.
+- `pass_up_conditions(stage, ranges, values)`: guards that keep a non-divisible split inside
+  its parent's range.
+- `infer_bounds(schedule)`: the ranges of every stage, consumers first; a stage attached
+  with compute_at gets the region its consumer reads inside the attach loop.
+
+Leaf loops of derived IterVars start at 0; a root IterVar that is never split keeps its own
+minimum, so `for i in range(io*8, io*8 + 8)` reads naturally in an attached stage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from .. import arith
+from ..errors import LoweringError
+from ..ir import expr as E
+from ..ir.expr import Range
+from ..ir.visitor import Mutator, substitute, walk
+from ..te.tensor import ComputeOp, IterVar, PlaceholderOp
+from .relations import Fuse, Split
+
+
+def _const(e):
+    return e.value if isinstance(e, E.IntImm) else None
+
+
+def pass_down(stage, root_ranges: Dict[IterVar, Range]) -> Dict[IterVar, Range]:
+    rng = dict(root_ranges)
+    zero = E.const(0)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            ext = rng[rel.parent].extent
+            if rel.factor is not None:
+                inner = rel.factor
+                c = _const(ext)
+                if c is not None and c < inner:
+                    inner = max(c, 1)
+                inner = E.const(inner)
+                outer = arith.ceil_div(ext, inner)
+            else:
+                outer = E.const(rel.nparts)
+                inner = arith.ceil_div(ext, outer)
+            rng[rel.outer] = Range(zero, arith.simplify(outer))
+            rng[rel.inner] = Range(zero, arith.simplify(inner))
+        elif isinstance(rel, Fuse):
+            rng[rel.fused] = Range(zero, arith.simplify(rng[rel.outer].extent * rng[rel.inner].extent))
+    return rng
+
+
+def pass_up_index(stage, ranges, leaf_values) -> Dict[IterVar, E.Expr]:
+    vals = dict(leaf_values)
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            vals[rel.parent] = ranges[rel.parent].min + vals[rel.outer] * ranges[rel.inner].extent + vals[rel.inner]
+        elif isinstance(rel, Fuse):
+            ext = ranges[rel.inner].extent
+            vals[rel.outer] = ranges[rel.outer].min + vals[rel.fused] // ext
+            vals[rel.inner] = ranges[rel.inner].min + vals[rel.fused] % ext
+    return vals
+
+
+def pass_up_conditions(stage, ranges, vals) -> List[Tuple[E.Expr, bool]]:
+    """(condition, is_reduction) for every split that may overshoot its parent."""
+    conds = []
+    for rel in stage.relations:
+        if not isinstance(rel, Split):
+            continue
+        p = ranges[rel.parent]
+        covered = ranges[rel.outer].extent * ranges[rel.inner].extent
+        if arith.can_prove(E.EQ(covered, p.extent)) or arith.is_divisible(p.extent, ranges[rel.inner].extent) \
+                and rel.factor is not None:
+            continue
+        conds.append((E.likely(vals[rel.parent] < p.min + p.extent), rel.parent.kind == "reduce"))
+    return conds
+
+
+def loop_ranges(stage, ranges) -> Dict[E.Var, Range]:
+    """Ranges of the leaf loop variables, for the simplifier."""
+    return {iv.var: ranges[iv] for iv in stage.leaf_iter_vars}
+
+
+# --------------------------------------------------------------------------------------
+# the effective body of a stage (inlined producers expanded)
+
+
+class InlineExpander(Mutator):
+    def __init__(self, sched):
+        self.sched = sched
+
+    def visit_ProducerLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        st = self.sched.stage_map[e.tensor.op]
+        if st.attach_type == "inline":
+            op = st.op
+            body = substitute(op.body, {iv.var: i for iv, i in zip(op.axis, idx)})
+            return self.visit(body)
+        return E.ProducerLoad(e.tensor, idx)
+
+
+def effective_body(sched, stage, cache):
+    body = cache.get(stage)
+    if body is None:
+        body = cache[stage] = InlineExpander(sched).visit(stage.op.body)
+    return body
+
+
+def reads_of(body, sched, target) -> List[Tuple[E.Expr, ...]]:
+    out = []
+
+    def f(n):
+        if isinstance(n, E.ProducerLoad) and sched.stage_map[n.tensor.op] is target:
+            out.append(n.indices)
+    walk(body, f)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageBound:
+    ranges: Dict[IterVar, Range]     # every IterVar of the stage
+    region_min: Tuple[E.Expr, ...]   # offset of the stage's buffer (0 at root)
+    alloc_shape: Tuple[E.Expr, ...]  # shape of the stage's buffer
+
+
+def descendants(stage, iv):
+    """IterVars derived from `iv` through splits and fuses (itself included)."""
+    out = [iv]
+    for rel in stage.relations:
+        srcs = [rel.parent] if isinstance(rel, Split) else [rel.outer, rel.inner]
+        if any(x in out for x in srcs):
+            out += [rel.outer, rel.inner] if isinstance(rel, Split) else [rel.fused]
+    return out
+
+
+def attach_leaf(stage) -> IterVar:
+    """The loop of the attach stage where `stage` goes. An attach axis split or fused after
+    compute_at means "for each value of it": the innermost leaf derived from it."""
+    parent, iv = stage.attach_stage, stage.attach_ivar
+    leaves = parent.leaf_iter_vars
+    if iv in leaves:
+        return iv
+    derived = [x for x in descendants(parent, iv) if x in leaves]
+    if not derived:
+        raise LoweringError(f"compute_at: stage '{stage.name}': the loop '{iv.var.name}' of "
+                            f"'{parent.name}' no longer exists")
+    return max(derived, key=leaves.index)
+
+
+def _full_ranges(op):
+    return {iv: iv.dom for iv in list(op.axis) + list(op.reduce_axis)}
+
+
+def infer_bounds(sched) -> Dict[object, StageBound]:
+    result: Dict[object, StageBound] = {}
+    bodies = {}
+    for stage in reversed(sched.stages):
+        op = stage.op
+        if isinstance(op, PlaceholderOp) or stage.attach_type == "inline":
+            continue
+        if stage.attach_type == "root":
+            root = _full_ranges(op)
+            result[stage] = StageBound(pass_down(stage, root), tuple(E.const(0) for _ in op.shape), op.shape)
+            continue
+        parent = stage.attach_stage
+        if parent.attach_type == "inline":
+            raise LoweringError(f"compute_at: stage '{stage.name}' is attached to stage "
+                                f"'{parent.name}', which is inlined")
+        readers = [s for s in sched.stages if s is not stage and not isinstance(s.op, PlaceholderOp)
+                   and s.attach_type != "inline" and reads_of(effective_body(sched, s, bodies), sched, stage)]
+        others = [s.name for s in readers if s is not parent]
+        if others:
+            raise LoweringError(
+                f"compute_at: stage '{stage.name}' is attached inside '{parent.name}' but is also "
+                f"read by {', '.join(repr(o) for o in others)}; compute it at root or attach it "
+                "to a loop of its only reader")
+        if parent not in readers:
+            raise LoweringError(f"compute_at: stage '{parent.name}' does not read stage '{stage.name}'")
+        pb = result[parent]
+        leaves = parent.leaf_iter_vars
+        a = leaves.index(attach_leaf(stage))
+        vals = pass_up_index(parent, pb.ranges, {iv: iv.var for iv in leaves})
+        root_map = {iv.var: vals[iv] for iv in list(parent.op.axis) + list(parent.op.reduce_axis)}
+        inner = {iv.var: pb.ranges[iv] for iv in leaves[a + 1:]}
+        outer = {iv.var: pb.ranges[iv] for iv in leaves[:a + 1]}
+        outer.update(_enclosing_ranges(sched, parent, result))
+        los, his = None, None
+        for idx in reads_of(effective_body(sched, parent, bodies), sched, stage):
+            bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
+            if los is None:
+                los, his = [b[0] for b in bs], [b[1] for b in bs]
+            else:
+                los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
+                his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
+        exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
+        alloc = []
+        for ext in exts:
+            if not isinstance(ext, E.IntImm):
+                ext = arith.bound(ext, outer)[1]
+            alloc.append(ext)
+        root = {iv: Range(l, x) for iv, l, x in zip(op.axis, los, exts)}
+        root.update({iv: iv.dom for iv in op.reduce_axis})
+        result[stage] = StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
+    return result
+
+
+def _enclosing_ranges(sched, stage, result):
+    """Ranges of all loop variables around an attached stage (through its attach chain)."""
+    out = {}
+    while stage.attach_type == "scope":
+        parent = stage.attach_stage
+        leaves = parent.leaf_iter_vars
+        a = leaves.index(attach_leaf(stage))
+        for iv in leaves[:a + 1]:
+            out[iv.var] = result[parent].ranges[iv]
+        stage = parent
+    return out

@@ -1,0 +1,100 @@
+"""rfactor: turn one leaf of a reduction into a spatial axis of a new partial-result stage.
+
+Given C[i] = sum(A[i, k], k) with k split into (ko, ki), `rfactor(C, ki)` makes
+C.rf[ki, i] = sum(A[i, ko*f + ki], ko) and C[i] = sum(C.rf[v, i], v). Leaves derived from
+the same reduction roots as the factored axis become the new stage's reduction axes (with
+guards for non-divisible splits); other reduction roots are kept whole. The original stage is
+reset, as its loops changed meaning.
+"""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..ir import expr as E
+from ..ir.expr import Range, Var
+from ..ir.visitor import free_vars, substitute
+from ..te.tensor import ComputeOp, IterVar, Tensor
+from .bound import pass_down, pass_up_conditions, pass_up_index
+from .relations import Fuse, Split
+
+
+def _roots_of(stage, iv):
+    """The root IterVars that `iv` is derived from."""
+    parents = {}
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            parents[rel.outer] = [rel.parent]
+            parents[rel.inner] = [rel.parent]
+        else:
+            parents[rel.fused] = [rel.outer, rel.inner]
+    todo, roots = [iv], []
+    while todo:
+        x = todo.pop()
+        if x in parents:
+            todo += parents[x]
+        elif x not in roots:
+            roots.append(x)
+    return roots
+
+
+def rfactor(sched, tensor, axis, factor_axis=0):
+    if not isinstance(tensor, Tensor):
+        raise ScheduleError(f"rfactor: expected a tensor, got {tensor!r}")
+    st = sched[tensor]
+    op = st.op
+    if not isinstance(op, ComputeOp) or not isinstance(op.body, E.Reduce):
+        raise ScheduleError(f"rfactor: stage '{op.name}' is not a reduction")
+    st._check_leaf("rfactor", axis)
+    if axis.kind != "reduce":
+        raise ScheduleError(f"rfactor: stage '{op.name}': axis '{axis.var.name}' is not a reduction axis")
+    if not 0 <= factor_axis <= len(op.axis):
+        raise ScheduleError(f"rfactor: factor_axis must be in [0, {len(op.axis)}], got {factor_axis}")
+    red = op.body
+    roots = _roots_of(st, axis)
+    ranges = pass_down(st, {iv: iv.dom for iv in list(op.axis) + list(op.reduce_axis)})
+    if not isinstance(ranges[axis].extent, E.IntImm):
+        raise ScheduleError(f"rfactor: stage '{op.name}': axis '{axis.var.name}' needs a constant "
+                            f"extent (got {ranges[axis].extent}); split the reduction by a constant first")
+    derived = [iv for iv in st.leaf_iter_vars if iv.kind == "reduce" and iv is not axis
+               and set(_roots_of(st, iv)) <= set(roots)]
+    kept = [iv for iv in op.reduce_axis if iv not in roots]
+
+    # the new stage's axes
+    fv = IterVar(Range(E.const(0), ranges[axis].extent), Var(axis.var.name + ".v"), "data_par")
+    spatial = [IterVar(iv.dom, Var(iv.var.name, iv.var.dtype), "data_par") for iv in op.axis]
+    new_red = [IterVar(Range(E.const(0), ranges[iv].extent), Var(iv.var.name), "reduce") for iv in derived]
+    new_red += kept
+    leaf_vals = {axis: fv.var}
+    leaf_vals.update({iv: n.var for iv, n in zip(derived, new_red)})
+    for iv in st.leaf_iter_vars:
+        leaf_vals.setdefault(iv, iv.var)
+    vals = pass_up_index(st, ranges, leaf_vals)
+    vmap = {r.var: vals[r] for r in roots}
+    vmap.update({o.var: n.var for o, n in zip(op.axis, spatial)})
+    mine = {fv.var} | {n.var for n in new_red}
+    conds = [c for c, is_red in pass_up_conditions(st, ranges, vals)
+             if is_red and free_vars(c) <= mine]
+    cond = substitute(red.condition, vmap)
+    for c in conds:
+        cond = E.And(cond, c.args[0] if isinstance(c, E.Call) else c)
+    src = substitute(red.source, vmap)
+    rf_axes = list(spatial)
+    rf_axes.insert(factor_axis, fv)
+    rf_body = E.Reduce(red.combiner, src, tuple(new_red), cond, None)
+    rf_shape = list(op.shape)
+    rf_shape.insert(factor_axis, fv.dom.extent)
+    rf_op = ComputeOp(op.name + ".rf", op.tag, op.attrs, rf_axes, rf_body, rf_shape)
+
+    # the original stage now reduces the factored dimension
+    rv = IterVar(Range(E.const(0), fv.dom.extent), Var(axis.var.name + ".v"), "reduce")
+    idx = [iv.var for iv in op.axis]
+    idx.insert(factor_axis, rv.var)
+    body = E.Reduce(red.combiner, E.ProducerLoad(rf_op.output, tuple(idx)), (rv,), E.const(True), red.init)
+    new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, body, op.shape)
+    sched._insert_stage(rf_op, st)
+    sched._replace_op(st, new_op)
+    st.all_iter_vars = list(op.axis) + [rv]
+    st.leaf_iter_vars = list(st.all_iter_vars)
+    st.relations = []
+    st.iter_var_attrs = {}
+    sched.trace.append(f"rfactor({op.name}, {axis.var.name}, factor_axis={factor_axis})")
+    return rf_op.output

@@ -1,0 +1,212 @@
+"""The Schedule: stages in dataflow order, and the primitives that rewrite the dataflow
+(cache_read, cache_write, rfactor). Everything else is recorded on the stages."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..errors import ScheduleError
+from ..ir import expr as E
+from ..ir.expr import Range, Var
+from ..ir.visitor import Mutator, substitute
+from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from .stage import Stage
+
+
+def _as_op(x, what):
+    if isinstance(x, Tensor):
+        return x.op
+    if isinstance(x, Operation):
+        return x
+    if isinstance(x, Stage):
+        return x.op
+    raise ScheduleError(f"{what}: expected a tensor, an operation or a stage, got {x!r}")
+
+
+class Schedule:
+    def __init__(self, outputs):
+        if not isinstance(outputs, (list, tuple)):
+            outputs = [outputs]
+        if not outputs:
+            raise ScheduleError("create_schedule: needs at least one output tensor")
+        self.outputs = [_as_op(o, "create_schedule") for o in outputs]
+        self.stages: List[Stage] = []
+        self.stage_map: Dict[Operation, Stage] = {}
+        self.trace: List[str] = []
+        seen = set()
+
+        def visit(op):
+            if op in seen:
+                return
+            seen.add(op)
+            for t in op.input_tensors():
+                visit(t.op)
+            st = Stage(op, self)
+            self.stages.append(st)
+            self.stage_map[op] = st
+        for op in self.outputs:
+            visit(op)
+        for op in self.outputs:
+            self.stage_map[op].is_output = True
+
+    # ------------------------------------------------------------------ access
+    def __getitem__(self, t) -> Stage:
+        if isinstance(t, Stage):
+            return t
+        op = _as_op(t, "schedule[...]")
+        st = self.stage_map.get(op)
+        if st is None:
+            raise ScheduleError(f"tensor '{op.name}' is not part of this schedule (create_schedule "
+                                "was given outputs that do not depend on it)")
+        return st
+
+    def stage_of(self, tensor) -> Stage:
+        return self.stage_map[tensor.op]
+
+    def producers(self, stage) -> List[Stage]:
+        out = []
+        for t in stage.op.input_tensors():
+            p = self.stage_map[t.op]
+            if p not in out:
+                out.append(p)
+        return out
+
+    def consumers(self, stage) -> List[Stage]:
+        return [s for s in self.stages if stage in self.producers(s)]
+
+    def _depends_on(self, a: Stage, b: Stage) -> bool:
+        """Whether stage a reads stage b, directly or through other stages."""
+        todo, seen = [a], set()
+        while todo:
+            s = todo.pop()
+            for p in self.producers(s):
+                if p is b:
+                    return True
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return False
+
+    _reads = _depends_on
+
+    def __str__(self):
+        lines = ["Schedule("]
+        for st in self.stages:
+            if isinstance(st.op, PlaceholderOp):
+                continue
+            where = {"root": "root", "inline": "inline"}.get(st.attach_type)
+            if where is None:
+                where = f"at {st.attach_stage.op.name}.{st.attach_ivar.var.name}"
+            loops = []
+            for iv in st.leaf_iter_vars:
+                a = st.iter_var_attrs.get(iv)
+                tag = ""
+                if a is not None and a.kind.value != "serial":
+                    tag = f"({a.thread.thread_tag})" if a.thread is not None else f"({a.kind.value})"
+                loops.append(iv.var.name + tag)
+            scope = f" scope={st.scope}" if st.scope != "global" else ""
+            lines.append(f"  {st.op.name}: [{', '.join(loops)}] {where}{scope}")
+        lines.append(")")
+        if self.trace:
+            lines.append("trace:")
+            lines += [f"  {t}" for t in self.trace]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    # ------------------------------------------------------------------ dataflow rewrites
+    def _insert_stage(self, op, before: Stage) -> Stage:
+        st = Stage(op, self)
+        self.stages.insert(self.stages.index(before), st)
+        self.stage_map[op] = st
+        return st
+
+    def _replace_op(self, stage: Stage, new_op: Operation):
+        stage.op = new_op
+        self.stage_map[new_op] = stage
+
+    def cache_read(self, tensor, scope, readers):
+        """A copy of `tensor` in `scope` that `readers` read instead of the original."""
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_read: expected a tensor, got {tensor!r}")
+        _check_scope("cache_read", scope)
+        src = self[tensor]
+        if not isinstance(readers, (list, tuple)):
+            readers = [readers]
+        if not readers:
+            raise ScheduleError(f"cache_read: tensor '{tensor.name}': give at least one reader")
+        reader_stages = []
+        for r in readers:
+            st = self[r]
+            if src not in self.producers(st):
+                raise ScheduleError(f"cache_read: stage '{st.op.name}' does not read tensor '{tensor.name}'")
+            reader_stages.append(st)
+        names = [f"ax{d}" for d in range(len(tensor.shape))]
+        axis = [IterVar(Range(E.const(0), n), Var(name), "data_par") for name, n in zip(names, tensor.shape)]
+        cache = ComputeOp(f"{tensor.name}.{scope}", "", None, axis,
+                          E.ProducerLoad(tensor, tuple(iv.var for iv in axis)), tensor.shape).output
+        first = min(reader_stages, key=self.stages.index)
+        cst = self._insert_stage(cache.op, first)
+        cst.scope = scope
+        for st in reader_stages:
+            body = _ReplaceTensor({src: cache}, self).visit(st.op.body)
+            self._replace_op(st, _recompute(st.op, body))
+        self.trace.append(f"cache_read({tensor.name}, {scope!r}, [{', '.join(s.op.name for s in reader_stages)}])")
+        return cache
+
+    def cache_write(self, tensor, scope):
+        """Computes `tensor` into a `scope` buffer that is then copied to the tensor."""
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_write: expected a tensor, got {tensor!r}")
+        _check_scope("cache_write", scope)
+        st = self[tensor]
+        op = st.op
+        if not isinstance(op, ComputeOp):
+            raise ScheduleError(f"cache_write: tensor '{tensor.name}' is not a compute")
+        if st.relations or st.attach_type == "inline":
+            raise ScheduleError(f"cache_write: stage '{op.name}' was already scheduled "
+                                "(split/fuse/inline); call cache_write before other primitives")
+        new_axis = [IterVar(iv.dom, Var(iv.var.name + ".c", iv.var.dtype), "data_par") for iv in op.axis]
+        vmap = {o.var: n.var for o, n in zip(op.axis, new_axis)}
+        cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, op.attrs, new_axis, substitute(op.body, vmap), op.shape)
+        cst = self._insert_stage(cache_op, st)
+        cst.scope = scope
+        copy = ComputeOp(op.name, op.tag, op.attrs, op.axis,
+                         E.ProducerLoad(cache_op.output, tuple(iv.var for iv in op.axis)), op.shape)
+        self._replace_op(st, copy)
+        st.all_iter_vars = list(op.axis)
+        st.leaf_iter_vars = list(op.axis)
+        st.iter_var_attrs = {}
+        self.trace.append(f"cache_write({tensor.name}, {scope!r})")
+        return cache_op.output
+
+    def rfactor(self, tensor, axis, factor_axis=0):
+        """Factors the reduction of `tensor` over leaf `axis` into a new stage that keeps
+        `axis` as a spatial (parallelisable) dimension; the original stage then reduces it."""
+        from .rfactor import rfactor
+        return rfactor(self, tensor, axis, factor_axis)
+
+
+def _check_scope(prim, scope):
+    if scope not in ("global", "shared", "local"):
+        raise ScheduleError(f"{prim}: unknown scope {scope!r}; use 'global', 'shared' or 'local'")
+
+
+class _ReplaceTensor(Mutator):
+    def __init__(self, stage_to_tensor, sched):
+        self.m = stage_to_tensor
+        self.sched = sched
+
+    def visit_ProducerLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        st = self.sched.stage_map.get(e.tensor.op)
+        t = self.m.get(st, e.tensor)
+        return E.ProducerLoad(t, idx)
+
+
+def _recompute(op: ComputeOp, body) -> ComputeOp:
+    return ComputeOp(op.name, op.tag, op.attrs, op.axis, body, op.shape)
+
+
+def create_schedule(outputs) -> Schedule:
+    """A default schedule (row-major loops, everything at root) for `outputs`."""
+    return Schedule(outputs)

@@ -1,0 +1,258 @@
+"""A Stage: how one operation is computed. Primitives check, record and log; they never
+rewrite loops (lowering builds the loop IR from this record every time)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import ScheduleError
+from ..ir.expr import Var
+from ..ir.stmt import ForKind
+from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from .relations import Fuse, Split
+
+
+@dataclass
+class IterAttr:
+    kind: ForKind = ForKind.SERIAL
+    thread: Optional[IterVar] = None
+    pragmas: List[Tuple[str, Any]] = field(default_factory=list)
+
+
+def _fmt_axis(iv):
+    return iv.var.name if isinstance(iv, IterVar) else repr(iv)
+
+
+class Stage:
+    def __init__(self, op: Operation, schedule):
+        self.op = op
+        self.origin_op = op
+        self.schedule = schedule
+        self.all_iter_vars: List[IterVar] = list(getattr(op, "axis", [])) + list(getattr(op, "reduce_axis", []))
+        self.leaf_iter_vars: List[IterVar] = list(self.all_iter_vars)
+        self.relations: List[Any] = []
+        self.iter_var_attrs: Dict[IterVar, IterAttr] = {}
+        self.attach_type = "root"          # root | inline | scope
+        self.attach_stage: Optional["Stage"] = None
+        self.attach_ivar: Optional[IterVar] = None
+        self.scope = "global"
+        self.storage_aligns: List[Tuple[int, int, int]] = []
+        self.is_output = False
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def name(self):
+        return self.op.name
+
+    def __repr__(self):
+        return f"Stage({self.op.name})"
+
+    def _error(self, prim, msg):
+        return ScheduleError(f"{prim}: stage '{self.op.name}': {msg}")
+
+    def _check_compute(self, prim):
+        if isinstance(self.op, PlaceholderOp):
+            raise self._error(prim, "is a placeholder (an input); it has no loops to schedule")
+
+    def _check_leaf(self, prim, iv):
+        self._check_compute(prim)
+        if not isinstance(iv, IterVar):
+            raise self._error(prim, f"expected an axis (IterVar), got {iv!r}")
+        if iv in self.leaf_iter_vars:
+            return
+        if iv in self.all_iter_vars:
+            raise self._error(prim, f"axis '{iv.var.name}' was already split or fused; use the "
+                              "axes that split/fuse returned")
+        leaves = ", ".join(_fmt_axis(v) for v in self.leaf_iter_vars)
+        raise self._error(prim, f"axis '{iv.var.name}' is not a loop of this stage (its loops are: "
+                          f"{leaves}); did you pass an axis of another stage?")
+
+    def _log(self, text):
+        self.schedule.trace.append(f"s[{self.op.name}].{text}")
+
+    def _attr(self, iv) -> IterAttr:
+        a = self.iter_var_attrs.get(iv)
+        if a is None:
+            a = self.iter_var_attrs[iv] = IterAttr()
+        return a
+
+    def _new_iv(self, parent, suffix, kind=None):
+        return IterVar(None, Var(f"{parent.var.name}.{suffix}", parent.var.dtype), kind or parent.kind)
+
+    # ------------------------------------------------------------------ loop structure
+    def split(self, parent, factor=None, nparts=None):
+        """Splits `parent` into (outer, inner); the inner loop has `factor` iterations
+        (or the outer loop has `nparts`). Non-divisible extents are guarded."""
+        self._check_leaf("split", parent)
+        if (factor is None) == (nparts is None):
+            raise self._error("split", f"axis '{parent.var.name}': give exactly one of factor= or nparts=")
+        val = factor if factor is not None else nparts
+        what = "factor" if factor is not None else "nparts"
+        if isinstance(val, bool) or not isinstance(val, int):
+            if hasattr(val, "value") and isinstance(getattr(val, "value"), int):
+                val = val.value
+            else:
+                raise self._error("split", f"axis '{parent.var.name}': {what} must be a positive integer, got {val!r}")
+        if val <= 0:
+            raise self._error("split", f"axis '{parent.var.name}': {what} must be a positive integer, got {val}")
+        outer = self._new_iv(parent, "outer")
+        inner = self._new_iv(parent, "inner")
+        self.relations.append(Split(parent, outer, inner, val if factor is not None else None,
+                                    val if nparts is not None else None))
+        k = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self.all_iter_vars += [outer, inner]
+        self._log(f"split({parent.var.name}, {what}={val})")
+        return outer, inner
+
+    def fuse(self, *axes):
+        """Fuses adjacent loops (outermost first) into one."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        if not axes:
+            raise self._error("fuse", "needs at least one axis")
+        for iv in axes:
+            self._check_leaf("fuse", iv)
+        if len(axes) == 1:
+            return axes[0]
+        pos = [self.leaf_iter_vars.index(iv) for iv in axes]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            names = ", ".join(iv.var.name for iv in axes)
+            raise self._error("fuse", f"axes {names} must be adjacent loops, outermost first "
+                              "(reorder them first)")
+        kinds = {iv.kind for iv in axes}
+        if len(kinds) > 1:
+            raise self._error("fuse", "cannot fuse a reduction axis with a spatial axis")
+        fused = axes[0]
+        for iv in axes[1:]:
+            new = IterVar(None, Var(f"{fused.var.name}.{iv.var.name}.fused", iv.var.dtype), iv.kind)
+            self.relations.append(Fuse(fused, iv, new))
+            self.all_iter_vars.append(new)
+            fused = new
+        self.leaf_iter_vars[pos[0]:pos[-1] + 1] = [fused]
+        self._log(f"fuse({', '.join(iv.var.name for iv in axes)})")
+        return fused
+
+    def reorder(self, *axes):
+        """Puts the given loops in this order, in the positions they occupied."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        for iv in axes:
+            self._check_leaf("reorder", iv)
+        if len(set(map(id, axes))) != len(axes):
+            raise self._error("reorder", "an axis appears twice")
+        pos = sorted(self.leaf_iter_vars.index(iv) for iv in axes)
+        for p, iv in zip(pos, axes):
+            self.leaf_iter_vars[p] = iv
+        self._log(f"reorder({', '.join(iv.var.name for iv in axes)})")
+
+    def tile(self, x_parent, y_parent, x_factor, y_factor):
+        """Splits two axes and orders the loops (x.outer, y.outer, x.inner, y.inner)."""
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    # ------------------------------------------------------------------ annotations
+    def _annotate(self, prim, iv, kind):
+        self._check_leaf(prim, iv)
+        if kind in (ForKind.VECTORIZED, ForKind.PARALLEL) and iv.kind == "reduce":
+            what = "vectorize" if kind is ForKind.VECTORIZED else "parallelize"
+            raise self._error(prim, f"cannot {what} the reduction axis '{iv.var.name}': its iterations "
+                              "update the same output element; use a spatial axis, or rfactor the "
+                              "reduction first")
+        attr = self._attr(iv)
+        if attr.thread is not None:
+            raise self._error(prim, f"axis '{iv.var.name}' is bound to {attr.thread.thread_tag}")
+        if attr.kind is not ForKind.SERIAL and attr.kind is not kind:
+            raise self._error(prim, f"axis '{iv.var.name}' is already marked {attr.kind.value}")
+        attr.kind = kind
+        self._log(f"{prim}({iv.var.name})")
+
+    def vectorize(self, iv):
+        """Emits the loop as one vector operation per statement (innermost loops)."""
+        self._annotate("vectorize", iv, ForKind.VECTORIZED)
+
+    def unroll(self, iv):
+        """Unrolls the loop completely (its extent must be a constant)."""
+        self._annotate("unroll", iv, ForKind.UNROLLED)
+
+    def parallel(self, iv):
+        """Runs the iterations on native threads."""
+        self._annotate("parallel", iv, ForKind.PARALLEL)
+
+    def bind(self, iv, thread_iv):
+        """Maps the loop onto a GPU grid dimension (blockIdx.* / threadIdx.*)."""
+        self._check_leaf("bind", iv)
+        if not isinstance(thread_iv, IterVar) or thread_iv.kind != "thread":
+            raise self._error("bind", f"expected tdsl.thread_axis(...), got {thread_iv!r}")
+        attr = self._attr(iv)
+        if attr.kind is not ForKind.SERIAL:
+            raise self._error("bind", f"axis '{iv.var.name}' is already marked {attr.kind.value}")
+        for other, a in self.iter_var_attrs.items():
+            if a.thread is not None and a.thread.thread_tag == thread_iv.thread_tag and other is not iv:
+                raise self._error("bind", f"{thread_iv.thread_tag} is already bound to axis '{other.var.name}'")
+        attr.kind = ForKind.THREAD_BINDING
+        attr.thread = thread_iv
+        self._log(f"bind({iv.var.name}, {thread_iv.thread_tag})")
+
+    def pragma(self, iv, key, value=True):
+        """Attaches a hint to a loop; it is printed with the loop in the IR."""
+        self._check_leaf("pragma", iv)
+        if not isinstance(key, str) or not key:
+            raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")
+        self._attr(iv).pragmas.append((key, value))
+        self._log(f"pragma({iv.var.name}, {key!r}, {value!r})")
+
+    def storage_align(self, iv, factor, offset):
+        """Pads the row stride of this stage's buffer at dimension `iv` so that
+        stride % factor == offset (to avoid cache or bank conflicts)."""
+        self._check_compute("storage_align")
+        axis = list(getattr(self.op, "axis", []))
+        if iv not in axis:
+            raise self._error("storage_align", f"'{_fmt_axis(iv)}' is not a root spatial axis of this stage")
+        if not isinstance(factor, int) or factor <= 0 or not isinstance(offset, int) or not 0 <= offset < factor:
+            raise self._error("storage_align", f"need factor > 0 and 0 <= offset < factor, got {factor}, {offset}")
+        self.storage_aligns.append((axis.index(iv), factor, offset))
+        self._log(f"storage_align({iv.var.name}, {factor}, {offset})")
+
+    # ------------------------------------------------------------------ placement
+    def compute_at(self, parent, iv):
+        """Computes this stage inside loop `iv` of stage `parent`, only the region it needs."""
+        self._check_compute("compute_at")
+        if isinstance(parent, Tensor):
+            parent = self.schedule[parent]
+        if not isinstance(parent, Stage):
+            raise self._error("compute_at", f"expected a stage (s[T]) to attach to, got {parent!r}")
+        if parent is self:
+            raise self._error("compute_at", "cannot attach a stage to itself")
+        if iv not in parent.leaf_iter_vars:
+            name = _fmt_axis(iv)
+            where = "an axis of this stage, not of" if iv in self.all_iter_vars else "not a loop of"
+            leaves = ", ".join(_fmt_axis(v) for v in parent.leaf_iter_vars)
+            raise self._error("compute_at", f"'{name}' is {where} stage '{parent.op.name}' "
+                              f"(its loops are: {leaves})")
+        if self.schedule._depends_on(self, parent):
+            raise self._error("compute_at", f"stage '{parent.op.name}' is a producer of this stage; "
+                              "a stage can only be computed inside one of its consumers")
+        if not self.schedule._reads(parent, self):
+            raise self._error("compute_at", f"stage '{parent.op.name}' does not read this stage; "
+                              "attach it to a consumer")
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
+        self._log(f"compute_at(s[{parent.op.name}], {iv.var.name})")
+
+    def compute_inline(self):
+        """Substitutes this stage's expression into its consumers."""
+        self._check_compute("compute_inline")
+        if self.op.reduce_axis:
+            raise self._error("compute_inline", "a reduction cannot be inlined; compute_at it instead")
+        if self.is_output:
+            raise self._error("compute_inline", "an output of the schedule cannot be inlined")
+        self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
+        self._log("compute_inline()")
+
+    def compute_root(self):
+        """Computes this stage at the top level, over its whole domain."""
+        self._check_compute("compute_root")
+        self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
+        self._log("compute_root()")

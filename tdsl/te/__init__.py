@@ -1,0 +1,7 @@
+"""The tensor-expression layer (L0): what users define computations with."""
+from .tensor import IterVar, Operation, PlaceholderOp, ComputeOp, Tensor
+from .compute import *  # noqa: F401,F403
+from .compute import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
+                      sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf,
+                      floor, ceil, round, sin, cos, exp2, log2, trunc, abs, power, if_then_else,
+                      select, const, cast)

@@ -1,0 +1,239 @@
+"""User-facing constructors: var, placeholder, compute, reduce_axis, thread_axis."""
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+
+from .. import dtype as dt
+from ..errors import TdslError
+from ..ir import expr as E
+from ..ir.expr import Range, Var
+from ..ir.visitor import walk
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
+
+_INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def var(name="v", dtype="int32", multiple_of=1):
+    """A symbolic scalar: a size bound at call time, or a scalar argument."""
+    dtype = dt.check(dtype)
+    return Var(name, dtype, False, int(multiple_of))
+
+
+def size_var(name="n", dtype="int32", multiple_of=1):
+    """A symbolic size known to be non-negative."""
+    return Var(name, dt.check(dtype), True, int(multiple_of))
+
+
+def _shape(shape, what):
+    if isinstance(shape, (int, E.Expr)):
+        shape = (shape,)
+    out = []
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, (int, E.Expr)) and not hasattr(s, "item"):
+            raise TdslError(f"{what}: shape entries must be integers or tdsl.var sizes, got {s!r}")
+        s = E.convert(s)
+        if s.dtype not in _INT_DTYPES:
+            raise TdslError(f"{what}: shape entry {s} has type {s.dtype}; sizes must be integers")
+        if isinstance(s, E.IntImm) and s.value < 0:
+            raise TdslError(f"{what}: negative size {s.value} in shape")
+        out.append(s)
+    return tuple(out)
+
+
+def placeholder(shape, dtype="float32", name="placeholder"):
+    """An input tensor."""
+    return PlaceholderOp(name, _shape(shape, f"placeholder '{name}'"), dt.check(dtype)).output
+
+
+def _range(dom, what):
+    if isinstance(dom, Range):
+        return dom
+    if isinstance(dom, (int, E.Expr)):
+        return Range.from_bounds(0, dom)
+    if isinstance(dom, (tuple, list)) and len(dom) == 2:
+        return Range.from_bounds(*dom)
+    raise TdslError(f"{what}: a domain is (lo, hi), got {dom!r}")
+
+
+def reduce_axis(dom, name="rv"):
+    """A reduction iteration variable over [lo, hi)."""
+    return IterVar(_range(dom, f"reduce_axis '{name}'"), Var(name), "reduce")
+
+
+def thread_axis(tag="", name=None):
+    """A GPU grid dimension: "blockIdx.x", "threadIdx.y", ..."""
+    valid = [f"{a}.{d}" for a in ("blockIdx", "threadIdx") for d in "xyz"] + ["vthread"]
+    if tag not in valid:
+        raise TdslError(f"thread_axis: unknown tag {tag!r}; use one of {', '.join(valid)}")
+    return IterVar(None, Var(name or tag), "thread", tag)
+
+
+def _param_names(fcompute, ndim):
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if builtins.any(p.kind is p.VAR_POSITIONAL for p in params):
+        return [f"i{d}" for d in range(ndim)]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) != ndim:
+        raise TdslError(f"compute: the lambda takes {len(names)} indices ({', '.join(names)}) "
+                        f"but the shape has {ndim} dimensions")
+    return names
+
+
+def compute(shape, fcompute, name="compute", tag="", attrs=None):
+    """A tensor defined element-wise by `fcompute(*indices)`."""
+    shape = _shape(shape, f"compute '{name}'")
+    names = _param_names(fcompute, len(shape))
+    axis = [IterVar(Range(E.IntImm(0), s), Var(n), "data_par") for n, s in zip(names, shape)]
+    body = fcompute(*[iv.var for iv in axis])
+    if isinstance(body, (list, tuple)):
+        raise TdslError(f"compute '{name}': multiple outputs are not supported; define one compute per output")
+    body = E.convert(body)
+    _check_body(body, name)
+    return ComputeOp(name, tag, attrs, axis, body, shape).output
+
+
+def _check_body(body, name):
+    def f(n):
+        if isinstance(n, E.Reduce) and n is not body:
+            raise TdslError(
+                f"compute '{name}': a reduction must be the whole body of a compute "
+                "(e.g. compute(..., lambda i: sum(A[i, k], axis=k))); put surrounding math in "
+                "a second compute")
+    walk(body, f)
+
+
+# --------------------------------------------------------------------------------------
+# reductions
+
+
+def _axes(axis, what):
+    axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
+    for a in axes:
+        if not isinstance(a, IterVar) or a.kind != "reduce":
+            raise TdslError(f"{what}: axis must be reduce_axis iteration variables, got {a!r}")
+    if not axes:
+        raise TdslError(f"{what}: at least one reduction axis is needed")
+    return tuple(axes)
+
+
+def comm_reducer(combine, identity, name="reduce"):
+    """A commutative reducer from `combine(x, y)` and `identity(dtype)`."""
+
+    def reducer(expr, axis, where=None, init=None):
+        expr = E.convert(expr)
+        axes = _axes(axis, name)
+        cond = E.const(True) if where is None else E.convert(where)
+        if cond.dtype != "bool":
+            raise TdslError(f"{name}: where= must be a condition, got {cond}")
+        if init is not None:
+            init = E.cast(init, expr.dtype)
+        return E.Reduce(E.CommReducer(name, combine, identity), expr, axes, cond, init)
+
+    reducer.__name__ = name
+    reducer.__doc__ = f"The {name} reduction of `expr` over `axis`."
+    return reducer
+
+
+def _lowest(dtype):
+    if dt.is_float(dtype):
+        return E.const(float("-inf"), dtype)
+    if dtype == "bool":
+        return E.const(0, dtype)
+    import numpy as np
+    return E.const(int(np.iinfo(dtype).min), dtype)
+
+
+def _highest(dtype):
+    if dt.is_float(dtype):
+        return E.const(float("inf"), dtype)
+    if dtype == "bool":
+        return E.const(1, dtype)
+    import numpy as np
+    return E.const(int(np.iinfo(dtype).max), dtype)
+
+
+sum = comm_reducer(lambda x, y: x + y, lambda t: E.const(0, t), "sum")  # noqa: A001
+prod = comm_reducer(lambda x, y: x * y, lambda t: E.const(1, t), "prod")
+_max = comm_reducer(E.maximum, _lowest, "max")
+_min = comm_reducer(E.minimum, _highest, "min")
+
+
+def _is_axis_arg(x):
+    return isinstance(x, IterVar) or (isinstance(x, (list, tuple)) and len(x) > 0 and builtins.all(isinstance(a, IterVar) for a in x))
+
+
+def max(expr, axis=None, where=None, init=None):  # noqa: A001
+    """`max(expr, axis=k)` reduces; `max(a, b)` is the element-wise maximum."""
+    if axis is not None and not _is_axis_arg(axis):
+        return E.maximum(expr, axis)
+    if axis is None:
+        raise TdslError("max: give a reduction axis (max(expr, axis=k)) or two values (max(a, b))")
+    return _max(expr, axis, where, init)
+
+
+def min(expr, axis=None, where=None, init=None):  # noqa: A001
+    """`min(expr, axis=k)` reduces; `min(a, b)` is the element-wise minimum."""
+    if axis is not None and not _is_axis_arg(axis):
+        return E.minimum(expr, axis)
+    if axis is None:
+        raise TdslError("min: give a reduction axis (min(expr, axis=k)) or two values (min(a, b))")
+    return _min(expr, axis, where, init)
+
+
+def all(*conds):  # noqa: A001
+    conds = [E.convert(c) for c in (conds[0] if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else conds)]
+    if not conds:
+        return E.const(True)
+    return functools.reduce(E.logical_and, conds)
+
+
+def any(*conds):  # noqa: A001
+    conds = [E.convert(c) for c in (conds[0] if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else conds)]
+    if not conds:
+        return E.const(False)
+    return functools.reduce(E.logical_or, conds)
+
+
+# --------------------------------------------------------------------------------------
+# math intrinsics
+
+
+def _unary(name):
+    def f(x):
+        return E.call(name, x)
+    f.__name__ = name
+    f.__doc__ = f"Element-wise {name}."
+    return f
+
+
+exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor, ceil, round, sin, cos, exp2, log2, trunc = (  # noqa: A001
+    _unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil",
+                        "round", "sin", "cos", "exp2", "log2", "trunc"))
+
+
+def abs(x):  # noqa: A001
+    """Element-wise absolute value (integers and floats)."""
+    x = E.convert(x)
+    if x.dtype.startswith("uint") or x.dtype == "bool":
+        return x
+    return E.Call("abs", (x,), x.dtype)
+
+
+def power(x, y):
+    """x ** y for floating-point values."""
+    return E.call("power", x, y)
+
+
+def if_then_else(cond, t, f):
+    """`t` where `cond` holds, else `f`; only the chosen side is evaluated."""
+    return E.select(cond, t, f)
+
+
+select = if_then_else
+const = E.const
+cast = E.cast
