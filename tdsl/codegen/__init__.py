@@ -1,0 +1,1 @@
+"""Code generators: LLVM (CPU) and the C-family source printers."""

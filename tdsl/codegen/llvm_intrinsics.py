@@ -1,0 +1,226 @@
+"""Math intrinsics for the LLVM backend, scalar and vector.
+
+`emit_call(em, call)` emits one `Call` node through the function emitter `em` (see
+`llvm.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
+scalars and vectors alike: LLVM either has a vector instruction for it or splits it into
+per-lane libm calls. The exceptions are made for speed in vectorized loops: float32 `exp`,
+`exp2`, `tanh` and `sigmoid` of a vector are an inline range reduction plus a polynomial
+(about 1 ulp), so softmax-like kernels stay in vector registers. `float16` math is done in
+float32 and rounded back, as numpy does.
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from .. import dtype as dt
+from ..errors import BuildError
+
+F32 = ir.FloatType()
+I32 = ir.IntType(32)
+
+# e^r on [-ln2/2, ln2/2]: degree-6 near-minimax polynomial (max rel. error 1.9e-9).
+_EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.04166815057396889,
+             0.008374840021133423, 0.0013840957544744015)
+# tanh(x) = x + x^3 * P(x^2) for |x| < 0.625 (max rel. error 1.8e-8).
+_TANH_SMALL = 0.625
+_TANH_POLY = (-0.333333283662796, 0.13332802057266235, -0.053854942321777344,
+              0.0210136529058218, -0.0061177643947303295)
+_LN2_HI = 0.693145751953125          # exact in float32, low bits zero
+_LN2_LO = 1.428606765330187e-06
+_LOG2E = 1.4426950408889634
+
+# name -> LLVM intrinsic stem for float arguments
+_LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
+               "round": "roundeven", "sin": "sin", "cos": "cos", "log": "log",
+               "log2": "log2", "exp2": "exp2", "exp": "exp", "log10": "log10",
+               "fabs": "fabs"}
+# name -> libm stem (float32 variant gets an 'f' suffix)
+_LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "asin": "asin",
+               "acos": "acos", "sinh": "sinh", "cosh": "cosh", "log1p": "log1p",
+               "expm1": "expm1"}
+_LIBM_BINARY = {"atan2": "atan2", "fmod": "fmod"}
+
+SUPPORTED = (set(_LLVM_UNARY) | set(_LIBM_UNARY) | set(_LIBM_BINARY)
+             | {"rsqrt", "sigmoid", "abs", "power", "likely", "pow"})
+
+
+def _suffix(t):
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    raise BuildError(f"no intrinsic suffix for type {t}")  # pragma: no cover
+
+
+def _lanes(v):
+    return v.type.count if isinstance(v.type, ir.VectorType) else 1
+
+
+def _elem(t):
+    return t.element if isinstance(t, ir.VectorType) else t
+
+
+def _with_elem(t, e):
+    return ir.VectorType(e, t.count) if isinstance(t, ir.VectorType) else e
+
+
+class _Math:
+    """Float helpers over one builder; all values share one (possibly vector) type."""
+
+    def __init__(self, em, typ):
+        self.em = em
+        self.b = em.builder
+        self.t = typ
+
+    def c(self, x, typ=None):
+        typ = typ or self.t
+        if isinstance(typ, ir.VectorType):
+            return ir.Constant(typ, [x] * typ.count)
+        return ir.Constant(typ, x)
+
+    def intr(self, stem, *args, typ=None):
+        typ = typ or self.t
+        fn = self.em.mb.intrinsic(f"llvm.{stem}.{_suffix(typ)}", typ, [a.type for a in args])
+        return self.b.call(fn, list(args))
+
+    def fma(self, a, b, c):
+        return self.intr("fma", a, b, c)
+
+    def horner(self, x, coeffs):
+        acc = self.c(coeffs[-1])
+        for k in reversed(coeffs[:-1]):
+            acc = self.fma(acc, x, self.c(k))
+        return acc
+
+
+def _exp_f32(em, x, base2=False):
+    """exp(x) (or 2**x) of float32 values by range reduction and a polynomial."""
+    m = _Math(em, x.type)
+    b = m.b
+    ityp = _with_elem(x.type, I32)
+    lo, hi = (-150.0, 128.5) if base2 else (-104.0, 89.0)
+    xc = m.intr("maxnum", x, m.c(lo))
+    xc = m.intr("minnum", xc, m.c(hi))
+    if base2:
+        n = m.intr("roundeven", xc)
+        r = b.fmul(b.fsub(xc, n), m.c(math.log(2.0)))
+    else:
+        n = m.intr("roundeven", b.fmul(xc, m.c(_LOG2E)))
+        r = m.fma(n, m.c(-_LN2_HI), xc)
+        r = m.fma(n, m.c(-_LN2_LO), r)
+    p = m.horner(r, _EXP_POLY)
+    ni = b.fptosi(n, ityp)
+    n1 = b.ashr(ni, m.c(1, ityp))
+    n2 = b.sub(ni, n1)
+    s1 = b.bitcast(b.shl(b.add(n1, m.c(127, ityp)), m.c(23, ityp)), x.type)
+    s2 = b.bitcast(b.shl(b.add(n2, m.c(127, ityp)), m.c(23, ityp)), x.type)
+    res = b.fmul(b.fmul(p, s1), s2)
+    isnan = b.fcmp_unordered("uno", x, x)
+    return b.select(isnan, x, res)
+
+
+def _tanh_f32(em, x):
+    m = _Math(em, x.type)
+    b = m.b
+    ax = m.intr("fabs", x)
+    # large |x|: 1 - 2 / (exp(2|x|) + 1)
+    e = _exp_f32(em, b.fadd(ax, ax))
+    large = b.fsub(m.c(1.0), b.fdiv(m.c(2.0), b.fadd(e, m.c(1.0))))
+    x2 = b.fmul(ax, ax)
+    small = m.fma(b.fmul(ax, x2), m.horner(x2, _TANH_POLY), ax)
+    r = b.select(b.fcmp_ordered("<", ax, m.c(_TANH_SMALL)), small, large)
+    return m.intr("copysign", r, x)
+
+
+def _sigmoid(em, x, vector_exp):
+    m = _Math(em, x.type)
+    b = m.b
+    nx = b.fneg(x)
+    e = _exp_f32(em, nx) if vector_exp else m.intr("exp", nx)
+    return b.fdiv(m.c(1.0), b.fadd(m.c(1.0), e))
+
+
+def _libm_call(em, stem, args):
+    """A libm call per lane (`tanhf`, `erf`, ...) for float32/float64 values."""
+    t = args[0].type
+    et = _elem(t)
+    name = stem + ("f" if isinstance(et, ir.FloatType) else "")
+    fn = em.mb.declare(name, et, [et] * len(args))
+    b = em.builder
+    if not isinstance(t, ir.VectorType):
+        return b.call(fn, list(args))
+    out = ir.Constant(t, ir.Undefined)
+    for i in range(t.count):
+        idx = ir.Constant(I32, i)
+        lane_args = [b.extract_element(a, idx) for a in args]
+        out = b.insert_element(out, b.call(fn, lane_args), idx)
+    return out
+
+
+def _float_math(em, name, args, dtype):
+    """`name` on float values `args` of tdsl dtype `dtype` (float32 or float64)."""
+    x = args[0]
+    vec = isinstance(x.type, ir.VectorType)
+    f32 = dtype == "float32"
+    m = _Math(em, x.type)
+    b = em.builder
+    if name == "exp" and vec and f32:
+        return _exp_f32(em, x)
+    if name == "exp2" and vec and f32:
+        return _exp_f32(em, x, base2=True)
+    if name == "tanh" and vec and f32:
+        return _tanh_f32(em, x)
+    if name == "sigmoid":
+        return _sigmoid(em, x, vec and f32)
+    if name == "rsqrt":
+        return b.fdiv(m.c(1.0), m.intr("sqrt", x))
+    if name in ("power", "pow"):
+        return m.intr("pow", x, args[1])
+    if name == "abs":
+        return m.intr("fabs", x)
+    if name in _LLVM_UNARY:
+        return m.intr(_LLVM_UNARY[name], x)
+    if name in _LIBM_UNARY:
+        return _libm_call(em, _LIBM_UNARY[name], [x])
+    if name in _LIBM_BINARY:
+        return _libm_call(em, _LIBM_BINARY[name], args)
+    raise BuildError(f"the LLVM backend has no intrinsic {name!r}")  # pragma: no cover
+
+
+def emit_call(em, e):
+    """Emits the intrinsic call `e` (a tdsl `Call`) through emitter `em`."""
+    name = e.name
+    if name not in SUPPORTED:
+        raise BuildError(f"the LLVM backend does not know the intrinsic {name!r} in {e}; "
+                         f"known: {', '.join(sorted(SUPPORTED))}")
+    if name == "likely":
+        return em.expr(e.args[0])
+    dtype = e.dtype
+    args = [em.expr(a) for a in e.args]
+    # operands may mix scalars and vectors inside a vectorized loop
+    lanes = max(_lanes(a) for a in args)
+    args = [em.cast(a, a_e.dtype, dtype) for a, a_e in zip(args, e.args)]
+    args = [em.splat(a, lanes) if lanes > 1 else a for a in args]
+    if not dt.is_float(dtype):
+        if name == "abs":
+            x = args[0]
+            if dtype == "bool" or not dt.is_signed(dtype):
+                return x
+            b = em.builder
+            zero = em.const(dtype, 0, lanes)
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        raise BuildError(f"{name}() needs a floating-point argument, got {dtype} in {e}")
+    if dtype == "float16":
+        b = em.builder
+        wide = [b.fpext(a, _with_elem(a.type, F32)) for a in args]
+        r = _float_math(em, name, wide, "float32")
+        return b.fptrunc(r, args[0].type)
+    return _float_math(em, name, args, dtype)

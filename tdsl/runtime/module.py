@@ -1,0 +1,390 @@
+"""`Module`: a compiled kernel that checks its arguments, then calls native code.
+
+A module has a *signature* (a JSON-able dict made by the code generator and embedded in
+exported libraries) and a *backend* that owns the native function (`cpu.JITBackend` for
+the JIT, `aot.SharedLibBackend` for a loaded `.so`).
+
+Signature format (`abi` 1)::
+
+    {"abi": 1, "name": "main", "symbol": "tdsl_main", "num_user_args": 3,
+     "params": [{"kind": "buffer", "name": "A", "dtype": "float32",
+                 "shape": [["p", 3], 128], "shape_text": ["n", "128"], "written": false},
+                ...,
+                {"kind": "scalar", "name": "n", "dtype": "int32"}]}
+
+A dimension is an int, `["p", i]` (the value of scalar parameter i) or `[op, a, b]` with op
+in `+ - * // % min max`. The user passes the first `num_user_args` params; the remaining
+(size variables) are bound from the arrays' shapes: a size takes its value from the first
+array that carries it as a plain dimension, every other use must agree.
+
+Checks made in `__call__` before any pointer reaches native code, each raising
+`ArgumentError` naming the argument: count, type (array or scalar), dtype, rank, shape,
+C-contiguity, alignment, writeability of written buffers, overlap of a written buffer with
+another argument, scalar type and range.
+"""
+from __future__ import annotations
+
+import operator
+import time
+from typing import Any, List
+
+import numpy as np
+
+from ..errors import ArgumentError, BuildError, TdslError
+
+_INT_RANGES = {
+    "int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "int32": (-2**31, 2**31 - 1),
+    "int64": (-2**63, 2**63 - 1), "uint8": (0, 2**8 - 1), "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1), "bool": (0, 1),
+}
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+        "%": operator.mod, "min": min, "max": max}
+
+
+def _eval_dim(code, values):
+    if isinstance(code, int):
+        return code
+    if code[0] == "p":
+        return values[code[1]]
+    a = _eval_dim(code[1], values)
+    b = _eval_dim(code[2], values)
+    if a is None or b is None:
+        return None
+    if code[0] in ("//", "%") and b == 0:
+        return None
+    return _OPS[code[0]](a, b)
+
+
+def _dim_params(code, out):
+    if isinstance(code, list):
+        if code[0] == "p":
+            out.add(code[1])
+        else:
+            _dim_params(code[1], out)
+            _dim_params(code[2], out)
+    return out
+
+
+def _solve_affine(code, target_value, values, unknown):
+    """Solve dim(code) == target_value for the single unknown param if dim is affine in it."""
+    def ev(x):
+        vals = list(values)
+        vals[unknown] = x
+        return _eval_dim(code, vals)
+    try:
+        f0, f1 = ev(0), ev(1)
+    except Exception:
+        return None
+    if f0 is None or f1 is None or f1 == f0:
+        return None
+    slope = f1 - f0
+    if (target_value - f0) % slope:
+        return None
+    x = (target_value - f0) // slope
+    return x if ev(x) == target_value and ev(2) == f0 + 2 * slope else None
+
+
+class ProfileResult:
+    """Timing of a kernel: `mean` seconds per run over all repeats, `results` the mean of
+    each repeat."""
+
+    def __init__(self, results):
+        self.results = tuple(results)
+        self.mean = sum(self.results) / len(self.results)
+        self.min = min(self.results)
+        self.max = max(self.results)
+        srt = sorted(self.results)
+        self.median = srt[len(srt) // 2]
+        self.std = float(np.std(self.results))
+
+    def __repr__(self):
+        return (f"ProfileResult(mean={self.mean:.6g}s, min={self.min:.6g}s, "
+                f"repeats={len(self.results)})")
+
+
+class Signature:
+    """Parsed signature with a fast argument checker."""
+
+    def __init__(self, sig: dict):
+        if sig.get("abi") != 1:
+            raise BuildError(f"unsupported module ABI {sig.get('abi')!r} (expected 1)")
+        self.raw = sig
+        self.name = sig["name"]
+        self.symbol = sig["symbol"]
+        self.params = sig["params"]
+        self.num_user_args = sig["num_user_args"]
+        self.np_dtypes = [np.dtype(p["dtype"]) if p["kind"] == "buffer" else None
+                          for p in self.params]
+        self.float_scalar = [p["kind"] == "scalar" and p["dtype"].startswith("float")
+                             for p in self.params]
+        self.user_names = [p["name"] for p in self.params[:self.num_user_args]]
+
+    def describe_shape(self, p, values):
+        parts = []
+        for code, text in zip(p["shape"], p.get("shape_text") or [None] * len(p["shape"])):
+            v = _eval_dim(code, values)
+            parts.append(str(v) if v is not None else (text or "?"))
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def _err(self, i, msg):
+        name = self.params[i]["name"]
+        return ArgumentError(f"argument {i} '{name}': {msg}")
+
+    def prepare(self, args):
+        """Checks `args`; returns (C argument list, arrays, writebacks)."""
+        params = self.params
+        nua = self.num_user_args
+        if len(args) != nua:
+            names = ", ".join(self.user_names)
+            raise ArgumentError(f"{self.name}() takes {nua} argument{'s' * (nua != 1)} "
+                                f"({names}), got {len(args)}")
+        values: List[Any] = [None] * len(params)
+        arrays: List[Any] = [None] * len(params)
+        writebacks = []
+        bound_from = {}
+        # 1. types of user arguments, scalars
+        for i, (p, a) in enumerate(zip(params, args)):
+            if p["kind"] == "buffer":
+                arr, wb = _host_array(a, p, i, self)
+                arrays[i] = arr
+                if wb is not None:
+                    writebacks.append(wb)
+            else:
+                values[i] = self._scalar(i, p, a)
+                bound_from[i] = f"argument {i} '{p['name']}'"
+        # 2. bind sizes from plain dimensions
+        for i in range(len(params)):
+            arr = arrays[i]
+            if arr is None:
+                continue
+            shape = params[i]["shape"]
+            if arr.ndim != len(shape):
+                raise self._err(i, f"expected a {len(shape)}-d array of shape "
+                                   f"{self.describe_shape(params[i], values)}, "
+                                   f"got {arr.ndim}-d shape {tuple(arr.shape)}")
+            for code, actual in zip(shape, arr.shape):
+                if isinstance(code, list) and code[0] == "p" and values[code[1]] is None:
+                    j = code[1]
+                    self._check_size_value(j, actual, i)
+                    values[j] = actual
+                    bound_from[j] = f"argument {i} '{params[i]['name']}'"
+        # 2b. sizes only reachable through expressions: solve affine dims
+        missing = [j for j in range(len(params)) if params[j]["kind"] == "scalar"
+                   and values[j] is None]
+        if missing:
+            for i in range(len(params)):
+                arr = arrays[i]
+                if arr is None:
+                    continue
+                for code, actual in zip(params[i]["shape"], arr.shape):
+                    ps = [j for j in _dim_params(code, set()) if values[j] is None]
+                    if len(ps) == 1:
+                        x = _solve_affine(code, actual, values, ps[0])
+                        if x is not None:
+                            self._check_size_value(ps[0], x, i)
+                            values[ps[0]] = x
+                            bound_from[ps[0]] = f"argument {i} '{params[i]['name']}'"
+            for j in range(len(params)):
+                if params[j]["kind"] == "scalar" and values[j] is None:
+                    raise ArgumentError(f"cannot determine the size '{params[j]['name']}' "
+                                        "from the shapes of the arguments")
+        # 3. check all shapes against the bound sizes
+        for i in range(len(params)):
+            arr = arrays[i]
+            if arr is None:
+                continue
+            p = params[i]
+            for code, actual in zip(p["shape"], arr.shape):
+                want = _eval_dim(code, values)
+                if want != actual:
+                    msg = (f"expected shape {self.describe_shape(p, values)}, "
+                           f"got {tuple(arr.shape)}")
+                    syms = sorted(_dim_params(code, set()))
+                    notes = [f"{params[j]['name']}={values[j]} from {bound_from[j]}"
+                             for j in syms if j in bound_from]
+                    if notes:
+                        msg += " (" + "; ".join(notes) + ")"
+                    raise self._err(i, msg)
+        # 4. written buffers must not overlap other arguments
+        spans = []
+        for i, arr in enumerate(arrays):
+            if arr is not None and arr.size:
+                start = arr.ctypes.data
+                spans.append((start, start + arr.nbytes, i))
+        if len(spans) > 1:
+            for x in range(len(spans)):
+                s0, e0, i0 = spans[x]
+                for y in range(x + 1, len(spans)):
+                    s1, e1, i1 = spans[y]
+                    if s0 < e1 and s1 < e0 and (params[i0]["written"] or params[i1]["written"]):
+                        w, o = (i0, i1) if params[i0]["written"] else (i1, i0)
+                        raise self._err(w, f"is written by the kernel and overlaps argument "
+                                           f"{o} '{params[o]['name']}' in memory; pass "
+                                           "separate arrays")
+        cargs = []
+        for i, p in enumerate(params):
+            if arrays[i] is not None:
+                cargs.append(arrays[i].ctypes.data)
+            else:
+                v = values[i]
+                cargs.append(float(v) if self.float_scalar[i] else int(v))
+        return cargs, arrays, writebacks
+
+    def _check_size_value(self, j, value, from_arg):
+        p = self.params[j]
+        lo, hi = _INT_RANGES.get(p["dtype"], (None, None))
+        if lo is not None and not lo <= value <= hi:
+            raise self._err(from_arg, f"dimension {value} does not fit the size variable "
+                                      f"'{p['name']}' of type {p['dtype']}")
+
+    def _scalar(self, i, p, a):
+        dtype = p["dtype"]
+        if isinstance(a, np.ndarray) and a.ndim == 0:
+            a = a.item()
+        elif isinstance(a, np.generic):
+            a = a.item()
+        if dtype.startswith("float"):
+            if isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise self._err(i, f"expected a {dtype} scalar (a Python float or int), "
+                                   f"got {type(a).__name__}")
+            return float(a)
+        if dtype == "bool":
+            if isinstance(a, bool) or (isinstance(a, int) and a in (0, 1)):
+                return int(a)
+            raise self._err(i, f"expected a bool, got {a!r}")
+        if isinstance(a, bool) or not isinstance(a, int):
+            raise self._err(i, f"expected an {dtype} scalar (a Python int), "
+                               f"got {type(a).__name__} {a!r}")
+        lo, hi = _INT_RANGES[dtype]
+        if not lo <= a <= hi:
+            raise self._err(i, f"value {a} does not fit {dtype}")
+        if dtype == "uint64" and a >= 2**63:
+            a -= 2**64
+        return a
+
+
+def _host_array(a, p, i, sig):
+    """A numpy view of argument `a` for buffer param `p` and an optional writeback."""
+    writeback = None
+    if not isinstance(a, np.ndarray):
+        # seam for device/NDArray-like objects: a host view or a .numpy() copy
+        host = getattr(a, "_tdsl_host_array", None)
+        if callable(host):
+            a = host()
+        elif callable(getattr(a, "numpy", None)):
+            obj = a
+            a = np.ascontiguousarray(obj.numpy())
+            if p["written"]:
+                if callable(getattr(obj, "copyfrom", None)):
+                    arr = a
+                    writeback = lambda: obj.copyfrom(arr)  # noqa: E731
+                else:
+                    raise sig._err(i, f"{type(obj).__name__} is written by the kernel but "
+                                      "has no copyfrom(); pass a numpy array")
+        else:
+            raise sig._err(i, f"expected a numpy array of {p['dtype']}, "
+                              f"got {type(a).__name__}")
+        if not isinstance(a, np.ndarray):
+            raise sig._err(i, f"expected a numpy array, got {type(a).__name__}")
+    want = sig.np_dtypes[i]
+    if a.dtype != want:
+        raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
+    if not a.dtype.isnative:
+        raise sig._err(i, f"expected native byte order, got {a.dtype.str}")
+    if not a.flags.c_contiguous:
+        raise sig._err(i, "the array is not C-contiguous (use np.ascontiguousarray)")
+    if not a.flags.aligned:
+        raise sig._err(i, "the array is not aligned to its element size")
+    if p["written"] and not a.flags.writeable:
+        raise sig._err(i, "the kernel writes this argument but the array is read-only")
+    return a, writeback
+
+
+class Module:
+    """A built kernel. Call it with numpy arrays (and Python scalars for scalar params)."""
+
+    def __init__(self, signature, backend):
+        self.signature = signature if isinstance(signature, Signature) else Signature(signature)
+        self._backend = backend
+        self._cfunc = backend.cfunc
+        self.notes: List[str] = []
+
+    # properties ---------------------------------------------------------------------
+    @property
+    def name(self):
+        return self.signature.name
+
+    @property
+    def entry_name(self):
+        return self.signature.symbol
+
+    @property
+    def type_key(self):
+        return self._backend.kind
+
+    def __repr__(self):
+        params = ", ".join(f"{p['name']}: {p['dtype']}" + (
+            f"[{', '.join(p.get('shape_text') or map(str, p['shape']))}]"
+            if p["kind"] == "buffer" else "")
+            for p in self.signature.params[:self.signature.num_user_args])
+        return f"<tdsl.Module {self.name}({params}) [{self._backend.kind}]>"
+
+    # calling ------------------------------------------------------------------------
+    def __call__(self, *args):
+        cargs, arrays, writebacks = self.signature.prepare(args)
+        rc = self._cfunc(*cargs)
+        if rc:
+            raise TdslError(f"kernel {self.name} failed (code {rc}): a heap allocation "
+                            "inside the kernel failed")
+        for wb in writebacks:
+            wb()
+        del arrays
+
+    def set_num_threads(self, n: int):
+        """Threads used by parallel loops of this module (default: TDSL_NUM_THREADS or
+        os.cpu_count())."""
+        if int(n) < 1:
+            raise ValueError("the number of threads must be at least 1")
+        self._backend.set_num_threads(int(n))
+
+    def get_num_threads(self) -> int:
+        return self._backend.get_num_threads()
+
+    def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
+        """Returns f(*args) -> ProfileResult: `repeat` times, the mean over `number` runs."""
+        if number < 1 or repeat < 1:
+            raise ValueError("number and repeat must be at least 1")
+
+        def evaluate(*args):
+            cargs, arrays, writebacks = self.signature.prepare(args)
+            fn = self._cfunc
+            rc = fn(*cargs)  # warm-up
+            if rc:
+                raise TdslError(f"kernel {self.name} failed (code {rc})")
+            results = []
+            for _ in range(repeat):
+                n = number
+                while True:
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        fn(*cargs)
+                    el = time.perf_counter() - t0
+                    if el * 1000 >= min_repeat_ms or n >= 1 << 30:
+                        break
+                    n *= 2
+                results.append(el / n)
+            for wb in writebacks:
+                wb()
+            del arrays
+            return ProfileResult(results)
+        return evaluate
+
+    # source and export ------------------------------------------------------------------
+    def get_source(self, fmt: str = ""):
+        """The generated code: optimised LLVM IR ('' or 'll') or assembly ('asm')."""
+        return self._backend.source(fmt)
+
+    def export_library(self, path: str):
+        """Writes a self-describing shared library loadable by `tdsl.load_module`."""
+        self._backend.export(str(path), self.signature.raw)
+        return str(path)
