@@ -1,0 +1,176 @@
+"""simplify: simplify every integer expression of a statement under the loop ranges.
+
+A pure function from IR to IR (`simplify_stmt`, `simplify_func`). It walks statements
+keeping the range [min, min + extent) of each enclosing For variable and the value of each
+integer LetStmt variable (as the one-point range [value, value], so bounds see through
+names without substituting them), and
+
+* simplifies loop bounds, buffer indices, stored values (their integer parts), let values,
+  conditions and select conditions with `tdsl.arith.simplify`;
+* removes an IfThenElse whose condition is proven true or false (a `likely(c)` hint is
+  looked through; a condition that does not fold as written is tried once more with let
+  variables replaced by their values);
+* drops For loops whose extent is provably <= 0, and replaces a loop of extent 1 (other
+  than a thread binding) by its body with the variable replaced by the loop min;
+* drops LetStmts whose variable is unused, Evaluate of constants, and empty bodies, and
+  flattens nested SeqStmts.
+
+An entirely removed body comes back as an empty `SeqStmt(())`.
+"""
+from __future__ import annotations
+
+from .. import arith
+from .. import dtype as dt
+from ..arith import core as _arith
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.expr import Range
+from ..ir.visitor import Mutator, substitute, free_vars
+
+
+def _is_const(e, v=None):
+    return type(e) is E.IntImm and (v is None or e.value == v)
+
+
+class _Simplify(Mutator):
+    def __init__(self, ranges):
+        self.ranges = dict(ranges or {})
+        self.lets = {}
+        self.scope = _arith.RangeScope(self.ranges)
+
+    # scope handling ----------------------------------------------------------------
+    def _push(self, var, rng):
+        old = (self.ranges, self.scope)
+        self.ranges = dict(self.ranges)
+        self.ranges[var] = rng
+        self.scope = _arith.RangeScope(self.ranges)
+        return old
+
+    def _pop(self, old):
+        self.ranges, self.scope = old
+
+    def expr(self, e):
+        return _arith.simplify_in(e, self.scope)
+
+    def visit(self, node):
+        if node is None:
+            return None
+        if isinstance(node, E.Expr):
+            return self.expr(node)
+        return super().visit(node)
+
+    # statements --------------------------------------------------------------------
+    def visit_For(self, f):
+        lo = self.expr(f.min)
+        ext = self.expr(f.extent)
+        if (_is_const(ext) and ext.value <= 0) or (
+                not _is_const(ext) and arith.can_prove(E.LE(ext, E.IntImm(0, ext.dtype)),
+                                                       self.scope)):
+            return None
+        if _is_const(ext, 1) and f.kind is not S.ForKind.THREAD_BINDING:
+            return self.visit(substitute(f.body, {f.var: lo}))
+        old = self._push(f.var, Range(lo, ext))
+        try:
+            body = self.visit(f.body)
+        finally:
+            self._pop(old)
+        if body is None:
+            return None
+        if lo is f.min and ext is f.extent and body is f.body:
+            return f
+        return S.For(f.var, lo, ext, f.kind, body, f.thread_tag, f.pragmas)
+
+    def visit_LetStmt(self, s):
+        value = self.expr(s.value)
+        old = None
+        old_lets = self.lets
+        if dt.is_int(s.var.dtype) and dt.is_int(value.dtype):
+            try:
+                _arith.C.nid_of(value)
+                old = self._push(s.var, Range(value, E.IntImm(1, value.dtype)))
+                self.lets = dict(self.lets)
+                self.lets[s.var] = substitute(value, self.lets)
+            except arith.NotIndexExpr:
+                pass
+        try:
+            body = self.visit(s.body)
+        finally:
+            if old is not None:
+                self._pop(old)
+            self.lets = old_lets
+        if body is None:
+            return None
+        if s.var not in free_vars(body):
+            return body
+        if value is s.value and body is s.body:
+            return s
+        return S.LetStmt(s.var, value, body)
+
+    def _cond(self, c):
+        c2 = self.expr(c)
+        if not _is_const(c2) and self.lets:
+            c3 = self.expr(substitute(c, self.lets))
+            if _is_const(c3):
+                return c3
+        return c2
+
+    def visit_IfThenElse(self, s):
+        cond = self._cond(s.cond)
+        if _is_const(cond):
+            return self.visit(s.then_case if cond.value else s.else_case)
+        then = self.visit(s.then_case)
+        other = self.visit(s.else_case)
+        if then is None and other is None:
+            return None
+        if then is None:
+            return S.IfThenElse(self.expr(E.Not(cond)), other, None)
+        if cond is s.cond and then is s.then_case and other is s.else_case:
+            return s
+        return S.IfThenElse(cond, then, other)
+
+    def visit_SeqStmt(self, s):
+        out = []
+        changed = False
+        for x in s.stmts:
+            y = self.visit(x)
+            if y is not x:
+                changed = True
+            if y is None:
+                continue
+            if isinstance(y, S.SeqStmt):
+                changed = True
+                out.extend(y.stmts)
+            else:
+                out.append(y)
+        if not out:
+            return None
+        if len(out) == 1:
+            return out[0]
+        if not changed:
+            return s
+        return S.SeqStmt(tuple(out))
+
+    def visit_Allocate(self, s):
+        body = self.visit(s.body)
+        if body is None:
+            return None
+        return s if body is s.body else S.Allocate(s.buffer, body)
+
+    def visit_Evaluate(self, s):
+        v = self.expr(s.value)
+        if isinstance(v, (E.IntImm, E.FloatImm, E.Var)):
+            return None
+        return s if v is s.value else S.Evaluate(v)
+
+
+def simplify_stmt(stmt, ranges=None):
+    """`stmt` with its integer expressions simplified under `ranges` ({Var: Range}) and
+    the loop ranges it declares; see the module docstring."""
+    out = _Simplify(ranges).visit(stmt)
+    return S.SeqStmt(()) if out is None else out
+
+
+def simplify_func(func):
+    """simplify_stmt over a PrimFunc body, using the facts in func.attrs['size_ranges']."""
+    facts = func.attrs.get("size_ranges", {}) if func.attrs else {}
+    return func.with_body(simplify_stmt(func.body, facts))
