@@ -106,8 +106,8 @@ class _Partition(Mutator):
             return S.For(f.var, f.min, f.extent, f.kind, self.visit(main_body), f.thread_tag, f.pragmas)
         self.ranges[f.var] = Range(f.min, ext)
         main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
-        if len(chosen) == 1 and exact[0]:
-            return main
+        if all(exact) and len({str(e) for e in ends}) == 1:
+            return main  # the guards are all `v < end`: false throughout the tail
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)

@@ -79,9 +79,15 @@ def pass_up_conditions(stage, ranges, vals) -> List[Tuple[E.Expr, bool]]:
     return conds
 
 
-def loop_ranges(stage, ranges) -> Dict[E.Var, Range]:
-    """Ranges of the leaf loop variables, for the simplifier."""
-    return {iv.var: ranges[iv] for iv in stage.leaf_iter_vars}
+def leaf_values(stage, ranges) -> Dict[IterVar, E.Expr]:
+    """Leaf loops run from 0; a root axis with a non-zero minimum is offset."""
+    return {iv: iv.var if E.is_const_int(ranges[iv].min, 0) else ranges[iv].min + iv.var
+            for iv in stage.leaf_iter_vars}
+
+
+def loop_range(ranges, iv) -> Range:
+    """The range of leaf iv's loop variable (its loop starts at 0)."""
+    return Range(E.const(0), ranges[iv].extent)
 
 
 # --------------------------------------------------------------------------------------
@@ -185,10 +191,10 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
         pb = result[parent]
         leaves = parent.leaf_iter_vars
         a = leaves.index(attach_leaf(stage))
-        vals = pass_up_index(parent, pb.ranges, {iv: iv.var for iv in leaves})
+        vals = pass_up_index(parent, pb.ranges, leaf_values(parent, pb.ranges))
         root_map = {iv.var: vals[iv] for iv in list(parent.op.axis) + list(parent.op.reduce_axis)}
-        inner = {iv.var: pb.ranges[iv] for iv in leaves[a + 1:]}
-        outer = {iv.var: pb.ranges[iv] for iv in leaves[:a + 1]}
+        inner = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[a + 1:]}
+        outer = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[:a + 1]}
         outer.update(_enclosing_ranges(sched, parent, result))
         los, his = None, None
         for idx in reads_of(effective_body(sched, parent, bodies), sched, stage):
@@ -218,6 +224,6 @@ def _enclosing_ranges(sched, stage, result):
         leaves = parent.leaf_iter_vars
         a = leaves.index(attach_leaf(stage))
         for iv in leaves[:a + 1]:
-            out[iv.var] = result[parent].ranges[iv]
+            out[iv.var] = loop_range(result[parent].ranges, iv)
         stage = parent
     return out

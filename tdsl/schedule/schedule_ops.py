@@ -12,7 +12,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, substitute, free_vars
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from .bound import (StageBound, attach_leaf, _enclosing_ranges, effective_body, infer_bounds, pass_up_conditions,
+from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_body, infer_bounds, pass_up_conditions,
                     pass_up_index)
 
 
@@ -122,7 +122,7 @@ class ScheduleLowering:
                                 f"extent {ext}; split it by a constant factor and {what} the inner axis")
         tag = attr.thread.thread_tag if attr is not None and attr.thread is not None else ""
         pragmas = tuple(attr.pragmas) if attr is not None else ()
-        return S.For(iv.var, rng.min, ext, kind, body, tag, pragmas)
+        return S.For(iv.var, E.const(0), ext, kind, body, tag, pragmas)
 
     def _wrap(self, st, leaves, body, with_attached=True):
         for iv in reversed(leaves):
@@ -142,7 +142,7 @@ class ScheduleLowering:
             raise LoweringError(f"stage '{st.name}' cannot be computed")
         b = self.bounds[st]
         leaves = st.leaf_iter_vars
-        vals = pass_up_index(st, b.ranges, {iv: iv.var for iv in leaves})
+        vals = pass_up_index(st, b.ranges, leaf_values(st, b.ranges))
         roots = list(op.axis) + list(op.reduce_axis)
         vmap = {iv.var: vals[iv] for iv in roots}
         conds = pass_up_conditions(st, b.ranges, vals)

@@ -1,0 +1,131 @@
+"""CPU schedules for common kernels: a fused bias+relu, a row softmax and a 3x3 conv2d.
+Each `*_schedule` returns (schedule, args); each `*_reference` is the numpy meaning."""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+
+# ------------------------------------------------------------------ relu(x + b)
+
+def bias_relu(M, N):
+    X = tdsl.placeholder((M, N), name="X")
+    b = tdsl.placeholder((N,), name="b")
+    Y = tdsl.compute((M, N), lambda i, j: tdsl.max(X[i, j] + b[j], tdsl.const(0, "float32")), name="Y")
+    return X, b, Y
+
+
+def bias_relu_schedule(M, N, lanes=16, unroll=4):
+    X, b, Y = bias_relu(M, N)
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    jo, ji = s[Y].split(j, factor=lanes)
+    jo, ju = s[Y].split(jo, factor=unroll)
+    s[Y].unroll(ju)
+    s[Y].vectorize(ji)
+    s[Y].parallel(i)
+    return s, [X, b, Y]
+
+
+def bias_relu_reference(x, b):
+    return np.maximum(x + b, 0)
+
+
+# ------------------------------------------------------------------ softmax over rows
+
+def softmax(M, N):
+    X = tdsl.placeholder((M, N), name="X")
+    k1 = tdsl.reduce_axis((0, N), name="k1")
+    k2 = tdsl.reduce_axis((0, N), name="k2")
+    mx = tdsl.compute((M,), lambda i: tdsl.max(X[i, k1], axis=k1), name="rowmax")
+    ex = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j] - mx[i]), name="exp")
+    sm = tdsl.compute((M,), lambda i: tdsl.sum(ex[i, k2], axis=k2), name="rowsum")
+    Y = tdsl.compute((M, N), lambda i, j: ex[i, j] / sm[i], name="Y")
+    return X, mx, ex, sm, Y
+
+
+def softmax_schedule(M, N, lanes=16):
+    """One row per task: max and sum are vectorised through rfactor over the lanes."""
+    X, mx, ex, sm, Y = softmax(M, N)
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    s[Y].parallel(i)
+    jo, ji = s[Y].split(j, factor=lanes)
+    s[Y].vectorize(ji)
+    for red in (mx, sm):
+        (k,) = s[red].op.reduce_axis
+        ko, ki = s[red].split(k, factor=lanes)
+        rf = s.rfactor(red, ki)
+        s[rf].compute_at(s[Y], i)
+        s[rf].vectorize(s[rf].op.axis[0])
+        s[rf].reorder(*s[rf].op.reduce_axis, s[rf].op.axis[0])
+        s[red].compute_at(s[Y], i)
+    s[ex].compute_at(s[Y], i)
+    eo, ei = s[ex].split(ex.op.axis[1], factor=lanes)
+    s[ex].vectorize(ei)
+    return s, [X, Y]
+
+
+def softmax_reference(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# ------------------------------------------------------------------ conv2d 3x3, NCHW[16]c
+
+def conv2d_nchwc(C, H, W, CO, bn=16):
+    """3x3, stride 1, pad 1. Input (C, H, W); weights pre-packed as (CO/bn, C, 3, 3, bn)
+    (layout transformation done once, as graph compilers do at compile time); output
+    (CO/bn, H, W, bn)."""
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wp = tdsl.placeholder((CO // bn, C, 3, 3, bn), name="weight")
+    pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
+        tdsl.all(y >= 1, y < H + 1, x >= 1, x < W + 1), D[c, y - 1, x - 1], tdsl.const(0, "float32")),
+        name="pad")
+    ci = tdsl.reduce_axis((0, C), name="ci")
+    ky = tdsl.reduce_axis((0, 3), name="ky")
+    kx = tdsl.reduce_axis((0, 3), name="kx")
+    O = tdsl.compute((CO // bn, H, W, bn), lambda cb, y, x, c: tdsl.sum(
+        pad[ci, y + ky, x + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]), name="conv")
+    return D, Wp, pad, O
+
+
+def conv2d_schedule(C, H, W, CO, bn=16, xb=14):
+    D, Wp, pad, O = conv2d_nchwc(C, H, W, CO, bn)
+    s = tdsl.create_schedule(O)
+    OL = s.cache_write(O, "local")
+    cb, y, x, c = O.op.axis
+    xo, xi = s[O].split(x, factor=xb)
+    s[O].vectorize(c)
+    par = s[O].fuse(cb, y)
+    s[O].parallel(par)
+    s[OL].compute_at(s[O], xo)
+    _, _, xl, cl = s[OL].op.axis
+    ci, ky, kx = s[OL].op.reduce_axis
+    s[OL].reorder(ci, ky, kx, xl, cl)
+    s[OL].unroll(xl)
+    s[OL].vectorize(cl)
+    s[pad].parallel(pad.op.axis[0])
+    return s, [D, Wp, O]
+
+
+def pack_weight(w, bn=16):
+    co, c, kh, kw = w.shape
+    return np.ascontiguousarray(w.reshape(co // bn, bn, c, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def conv2d_reference(d, w):
+    """Direct 3x3 conv, pad 1, via im2col and numpy's matmul; output (CO, H, W)."""
+    C, H, W = d.shape
+    p = np.pad(d, ((0, 0), (1, 1), (1, 1)))
+    cols = np.empty((C, 3, 3, H, W), dtype=d.dtype)
+    for ky in range(3):
+        for kx in range(3):
+            cols[:, ky, kx] = p[:, ky:ky + H, kx:kx + W]
+    return (w.reshape(w.shape[0], -1) @ cols.reshape(C * 9, H * W)).reshape(-1, H, W)
+
+
+def unpack_output(o):
+    cb, H, W, bn = o.shape
+    return o.transpose(0, 3, 1, 2).reshape(cb * bn, H, W)
