@@ -54,6 +54,12 @@ class LLVMTarget:
             self.vector_bits = 128
         self.has_avx512 = "avx512f" in feats
 
+    def new_jit_tm(self):
+        """A fresh JIT target machine: an MCJIT engine takes ownership of (and deletes)
+        the machine it is created with, so engines never share `self.tm`."""
+        return self._target.create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
+
     @property
     def tm_pic(self):
         """A target machine for position-independent object files (shared libraries)."""

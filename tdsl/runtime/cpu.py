@@ -89,6 +89,44 @@ class JITArtifact:
 
 
 _pto_cache = {}
+_libs_loaded = False
+_resolved = {}
+
+
+def _load_support_libraries(llvm):
+    """Makes libm, libgcc_s (half-precision and other compiler libcalls) and pthreads
+    visible to the JIT: MCJIT binds an unknown symbol to address 0 without complaint."""
+    global _libs_loaded
+    if _libs_loaded:
+        return
+    import ctypes.util
+    for name in ("m", "gcc_s", "pthread"):
+        path = ctypes.util.find_library(name)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:
+                pass
+    _libs_loaded = True
+
+
+def _check_externals(llvm, opt_ir):
+    """Every function the module declares must resolve in this process."""
+    for line in opt_ir.splitlines():
+        if not line.startswith("declare "):
+            continue
+        at = line.find("@")
+        if at < 0:
+            continue
+        name = line[at + 1:line.index("(", at)].strip('"')
+        if name.startswith("llvm."):
+            continue
+        ok = _resolved.get(name)
+        if ok is None:
+            ok = _resolved[name] = bool(llvm.address_of_symbol(name))
+        if not ok:
+            raise BuildError(f"the generated code calls {name}, which is not available in "
+                             "this process (a C library function is missing)")
 
 
 def _optimize(llvm, mod, target: LLVMTarget):
@@ -122,9 +160,11 @@ def compile_ir(ir_text: str, target: LLVMTarget, symbol: str) -> JITArtifact:
             raise BuildError(f"internal error: generated LLVM IR does not verify: {e}\n"
                              "please report this with the kernel that triggered it") from None
         mod.triple = target.triple
+        _load_support_libraries(llvm)
         _optimize(llvm, mod, target)
         opt_ir = str(mod)
-        engine = llvm.create_mcjit_compiler(mod, target.tm)
+        _check_externals(llvm, opt_ir)
+        engine = llvm.create_mcjit_compiler(mod, target.new_jit_tm())
         engine.finalize_object()
         addr = engine.get_function_address(symbol)
         if not addr:

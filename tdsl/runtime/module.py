@@ -186,6 +186,15 @@ class Signature:
                             bound_from[ps[0]] = f"argument {i} '{params[i]['name']}'"
             for j in range(len(params)):
                 if params[j]["kind"] == "scalar" and values[j] is None:
+                    for i in range(len(params)):
+                        if arrays[i] is None:
+                            continue
+                        for k, code in enumerate(params[i]["shape"]):
+                            if j in _dim_params(code, set()):
+                                raise self._err(i, f"got shape {tuple(arrays[i].shape)}, which "
+                                                   f"fits no value of '{params[j]['name']}' in "
+                                                   f"expected shape "
+                                                   f"{self.describe_shape(params[i], values)}")
                     raise ArgumentError(f"cannot determine the size '{params[j]['name']}' "
                                         "from the shapes of the arguments")
         # 3. check all shapes against the bound sizes
