@@ -71,8 +71,9 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     vmap = {r.var: vals[r] for r in roots}
     vmap.update({o.var: n.var for o, n in zip(op.axis, spatial)})
     mine = {fv.var} | {n.var for n in new_red}
+    loop_vars = {iv.var for iv in st.all_iter_vars}
     conds = [c for c, is_red in pass_up_conditions(st, ranges, vals)
-             if is_red and free_vars(c) <= mine]
+             if is_red and free_vars(c) & loop_vars <= mine]
     cond = substitute(red.condition, vmap)
     for c in conds:
         cond = E.And(cond, c.args[0] if isinstance(c, E.Call) else c)
