@@ -361,20 +361,25 @@ def test_vector_scatter_store_and_uniform_store():
     n = 64
     A, B = buf("A", (n,), "float32"), buf("B", (2 * n,), "float32")
     S_ = buf("S", (4,), "float32")
+    LAST = buf("LAST", (4,), "float32")
     io, iv = E.Var("io"), E.Var("iv")
     idx = io * LANES + iv
     body = For(io, I(0), I(n // LANES), K.SERIAL,
                For(iv, I(0), I(LANES), K.VECTORIZED, seq(
                    St(B, Ld(A, (idx,)), (idx * 2 + 1,)),
-                   St(S_, E.cast(io, "float32"), (io,)))))
-    m = L.build(PrimFunc("sc", [A, B, S_], body, {"num_user_args": 3}))
+                   St(S_, E.cast(io, "float32"), (io,)),
+                   St(LAST, Ld(A, (idx,)), (io,)))))  # serial semantics: the last lane wins
+    m = L.build(PrimFunc("sc", [A, B, S_, LAST], body, {"num_user_args": 4}))
+    assert not m.notes
     a = np.arange(n, dtype="float32")
     b = np.zeros(2 * n, "float32")
     s = np.full(4, -1, "float32")
-    m(a, b, s)
+    last = np.zeros(4, "float32")
+    m(a, b, s, last)
     np.testing.assert_array_equal(b[1::2], a)
     np.testing.assert_array_equal(b[0::2], 0)
     np.testing.assert_array_equal(s, [0, 1, 2, 3])
+    np.testing.assert_array_equal(last, a[LANES - 1::LANES])
 
 
 def test_vector_let_and_uniform_if_and_select():
@@ -669,3 +674,42 @@ def test_target_with_mcpu():
     b = np.zeros(32, "float32")
     m(a, b)
     np.testing.assert_array_equal(b, a + 1)
+
+
+def test_vector_fused_index_is_contiguous_via_arith_and_coeff0_is_uniform():
+    """f = io*16 + iv over a (rows, 64) buffer: (f // 64) * 128 + f % 64 is contiguous in iv
+    (tdsl.arith proves it); iv - iv + io is lane-invariant."""
+    rows = 4
+    A, B = buf("A", (rows, 128)), buf("B", (rows * 64,))
+    U = buf("U", (rows * 4,))
+    io, iv = E.Var("io"), E.Var("iv")
+    f_ = io * 16 + iv
+    src = E.FloorDiv(f_, I(64)) * 128 + E.FloorMod(f_, I(64))
+    body = For(io, I(0), I(rows * 4), K.SERIAL, For(iv, I(0), I(16), K.VECTORIZED, seq(
+        St(B, Ld(A, (src,)), (f_,)),
+        St(U, Ld(A, (iv - iv + io,)), (io + iv * 0,)))))
+    fn = PrimFunc("fused", [A, B, U], body, {"num_user_args": 3})
+    ir_text, _, notes = L.codegen(fn)
+    assert not notes
+    assert "masked.gather" not in ir_text and "load <16 x float>" in ir_text
+    m = L.build(fn)
+    a = np.arange(rows * 128, dtype="float32").reshape(rows, 128)
+    b = np.zeros(rows * 64, "float32")
+    u = np.zeros(rows * 4, "float32")
+    m(a, b, u)
+    np.testing.assert_array_equal(b, a[:, :64].reshape(-1))
+    np.testing.assert_array_equal(u, a.reshape(-1)[:rows * 4])
+
+
+@pytest.mark.parametrize("lanes,dtype", [(7, "float32"), (8, "float64"), (32, "int16"),
+                                         (4, "uint8")])
+def test_vector_odd_lane_counts_and_types(lanes, dtype):
+    n = lanes * 5
+    A, B = buf("A", (n,), dtype), buf("B", (n,), dtype)
+    one = E.const(1, dtype)
+    f = elementwise("odd", [A], [B], lambda i: [Ld(A, (i,)) * Ld(A, (i,)) + one], n, True, lanes)
+    m = L.build(f)
+    a = (np.arange(n) % 10).astype(dtype)
+    b = np.zeros(n, dtype)
+    m(a, b)
+    np.testing.assert_array_equal(b, a * a + np.array(1, dtype))

@@ -315,6 +315,10 @@ class _Lanes:
     def add_let(self, var, value):
         self.lets[var] = self.inline(value)
 
+    def index_varies(self, e) -> bool:
+        """Whether inlined index `e` differs between lanes (coefficient 0 does not)."""
+        return self.is_varying(e) and self.coeff(e) != 0
+
     def coeff(self, e):
         """Coefficient of the lane var in an inlined index `e`, None if not affine."""
         key = id(e)
@@ -348,7 +352,7 @@ def vector_legality(loop: S.For) -> Optional[str]:
                     problems.append(f"the load {x} is not flattened")
                     continue
                 idx = lanes.inline(x.indices[0])
-                accesses.append((x.buffer, False, _structural_key(idx), lanes.is_varying(idx),
+                accesses.append((x.buffer, False, _structural_key(idx), lanes.index_varies(idx),
                                  False, masked, idx))
             stack.extend(_iter_children(x))
 
@@ -376,7 +380,7 @@ def vector_legality(loop: S.For) -> Optional[str]:
             loads(s.value, masked)
             loads(s.indices[0], masked)
             idx = lanes.inline(s.indices[0])
-            accesses.append((s.buffer, True, _structural_key(idx), lanes.is_varying(idx),
+            accesses.append((s.buffer, True, _structural_key(idx), lanes.index_varies(idx),
                              lanes.is_varying(s.value), masked, idx))
         elif isinstance(s, S.Evaluate):
             loads(s.value, masked)
@@ -407,8 +411,10 @@ def vector_legality(loop: S.For) -> Optional[str]:
         if not varying:
             if any(not a[1] for a in acc):
                 return f"{buf.name} is read and written at a lane-invariant index"
-            if any(a[4] or a[5] for a in stores):
-                return f"a lane-varying value is stored to {buf.name} at a lane-invariant index"
+            if any(a[5] for a in stores):
+                return (f"{buf.name} is written at a lane-invariant index under a lane-varying "
+                        "condition")
+            # otherwise the last lane's value is stored, as the serial loop would leave it
             continue
         if lanes.coeff(idx) != 1 and any(not a[1] for a in acc):
             return f"{buf.name} is read and scattered to in the body"
@@ -975,14 +981,10 @@ class FunctionEmitter:
         mt = scalar_type(buf.dtype, True)
         align = ir.Constant(I32, dt.itemsize(buf.dtype))
         vt = ir.VectorType(mt, n)
-        if not ctx.info.is_varying(idx):
+        if not ctx.info.index_varies(idx):
             if ctx.mask is None:
-                saved, self.vec = self.vec, None
-                try:
-                    iv = self.index(idx)
-                    v = bl.load(self.elem_ptr(buf, iv), typ=mt, align=dt.itemsize(buf.dtype))
-                finally:
-                    self.vec = saved
+                v = bl.load(self.elem_ptr(buf, self._at_lane0(idx)), typ=mt,
+                            align=dt.itemsize(buf.dtype))
                 return self._from_mem(v, buf.dtype)
             # a uniform read under a mask: read only if some lane is active
             anyl = self._any_lane(ctx.mask)
@@ -990,12 +992,8 @@ class FunctionEmitter:
             pre = bl.block
             bl.cbranch(anyl, rb, jb)
             bl.position_at_end(rb)
-            saved, self.vec = self.vec, None
-            try:
-                iv = self.index(idx)
-                v = bl.load(self.elem_ptr(buf, iv), typ=mt, align=dt.itemsize(buf.dtype))
-            finally:
-                self.vec = saved
+            v = bl.load(self.elem_ptr(buf, self._at_lane0(idx)), typ=mt,
+                        align=dt.itemsize(buf.dtype))
             r_end = bl.block
             bl.branch(jb)
             bl.position_at_end(jb)
@@ -1122,15 +1120,11 @@ class FunctionEmitter:
         idx = ctx.info.inline(idx)
         mt = scalar_type(buf.dtype, True)
         align = dt.itemsize(buf.dtype)
-        if not ctx.info.is_varying(idx):
-            if lanes_of(val) > 1:  # legality excludes this; keep serial semantics anyway
+        if not ctx.info.index_varies(idx):
+            if lanes_of(val) > 1:  # the serial loop's last iteration wins
                 val = bl.extract_element(val, ir.Constant(I32, n - 1))
-            saved, self.vec = self.vec, None
-            try:
-                iv = self.index(idx)
-                bl.store(self._to_mem(val, buf.dtype), self.elem_ptr(buf, iv), align=align)
-            finally:
-                self.vec = saved
+            bl.store(self._to_mem(val, buf.dtype), self.elem_ptr(buf, self._at_lane0(idx)),
+                     align=align)
             return
         val = self._to_mem(self.splat(val, n), buf.dtype)
         vt = ir.VectorType(mt, n)
