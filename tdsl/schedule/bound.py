@@ -180,30 +180,38 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
                                 f"'{parent.name}', which is inlined")
         readers = [s for s in sched.stages if s is not stage and not isinstance(s.op, PlaceholderOp)
                    and s.attach_type != "inline" and reads_of(effective_body(sched, s, bodies), sched, stage)]
-        others = [s.name for s in readers if s is not parent]
-        if others:
-            raise LoweringError(
-                f"compute_at: stage '{stage.name}' is attached inside '{parent.name}' but is also "
-                f"read by {', '.join(repr(o) for o in others)}; compute it at root or attach it "
-                "to a loop of its only reader")
-        if parent not in readers:
+        if not readers:
             raise LoweringError(f"compute_at: stage '{parent.name}' does not read stage '{stage.name}'")
         pb = result[parent]
         leaves = parent.leaf_iter_vars
         a = leaves.index(attach_leaf(stage))
-        vals = pass_up_index(parent, pb.ranges, leaf_values(parent, pb.ranges))
-        root_map = {iv.var: vals[iv] for iv in list(parent.op.axis) + list(parent.op.reduce_axis)}
+        # Everything inside the attach loop varies; the loops around it are fixed.
         inner = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[a + 1:]}
+        for r in readers:
+            if r is not parent and not _inside(r, parent, a, result, inner):
+                raise LoweringError(
+                    f"compute_at: stage '{stage.name}' is attached inside '{parent.name}' but is "
+                    f"also read by '{r.name}', which runs outside that loop; compute it at root "
+                    "or attach it to a loop that encloses all its readers")
+            if r is not parent:
+                _add_reader_loops(r, result, inner)
         outer = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[:a + 1]}
         outer.update(_enclosing_ranges(sched, parent, result))
         los, his = None, None
-        for idx in reads_of(effective_body(sched, parent, bodies), sched, stage):
-            bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
-            if los is None:
-                los, his = [b[0] for b in bs], [b[1] for b in bs]
-            else:
-                los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
-                his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
+        for r in readers:
+            rb = result[r]
+            vals = pass_up_index(r, rb.ranges, leaf_values(r, rb.ranges))
+            root_map = {iv.var: vals[iv] for iv in list(r.op.axis) + list(r.op.reduce_axis)}
+            for idx in reads_of(effective_body(sched, r, bodies), sched, stage):
+                bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
+                if any(lo is None or hi is None for lo, hi in bs):
+                    raise LoweringError(f"compute_at: cannot bound the region of '{stage.name}' "
+                                        f"read by '{r.name}' at {list(idx)}")
+                if los is None:
+                    los, his = [b[0] for b in bs], [b[1] for b in bs]
+                else:
+                    los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
+                    his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
         exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
         alloc = []
         for ext in exts:
@@ -214,6 +222,28 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
         root.update({iv: iv.dom for iv in op.reduce_axis})
         result[stage] = StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
     return result
+
+
+def _inside(reader, parent, a, result, scope):
+    """Whether `reader` runs inside loop `a` of `parent`; adds the loops between them to
+    `scope` (they vary across the region)."""
+    s = reader
+    found = {}
+    while s.attach_type == "scope":
+        p = s.attach_stage
+        k = p.leaf_iter_vars.index(attach_leaf(s))
+        if p is parent:
+            if k < a:
+                return False
+            scope.update(found)
+            return True
+        found.update({iv.var: loop_range(result[p].ranges, iv) for iv in p.leaf_iter_vars[:k + 1]})
+        s = p
+    return False
+
+
+def _add_reader_loops(reader, result, scope):
+    scope.update({iv.var: loop_range(result[reader].ranges, iv) for iv in reader.leaf_iter_vars})
 
 
 def _enclosing_ranges(sched, stage, result):
