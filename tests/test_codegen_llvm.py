@@ -161,7 +161,8 @@ UNARY = {
     "sin": (np.sin, (-10, 10)), "cos": (np.cos, (-10, 10)), "exp2": (np.exp2, (-140, 120)),
     "log2": (np.log2, (1e-3, 1e3)), "trunc": (np.trunc, (-5, 5)),
 }
-ULPS = {"exp": 2, "exp2": 2, "tanh": 3, "sigmoid": 4, "rsqrt": 2, "erf": 2}
+ULPS = {"exp": 2, "exp2": 2, "tanh": 3, "sigmoid": 3, "rsqrt": 2, "erf": 2, "log": 2,
+        "log2": 2}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -183,8 +184,11 @@ def test_unary_intrinsics_match_numpy(dtype, vector):
     # special values: halves for round, edge values for exp
     r_round = names.index("round")
     a[r_round, :8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, 4.5]
-    for k in ("exp", "tanh", "sigmoid", "exp2", "abs", "floor"):
+    for k in ("exp", "tanh", "sigmoid", "exp2", "abs", "floor", "erf", "sin"):
         a[names.index(k), 8:13] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    for k in ("log", "log2", "sqrt", "rsqrt"):
+        a[names.index(k), 8:14] = [np.nan, np.inf, -1.0, 0.0, 1e-40 if dtype == "float32"
+                                   else 1e-310, 1.0]
     res = [np.zeros(n, dtype) for _ in names]
     with np.errstate(all="ignore"):
         m(a, *res)

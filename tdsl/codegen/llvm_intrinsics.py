@@ -4,8 +4,8 @@
 `llvm.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
 scalars and vectors alike: LLVM either has a vector instruction for it or splits it into
 per-lane libm calls. The exceptions are made for speed in vectorized loops: float32 `exp`,
-`exp2`, `tanh` and `sigmoid` of a vector are an inline range reduction plus a polynomial
-(about 1 ulp), so softmax-like kernels stay in vector registers. `float16` math is done in
+`exp2`, `log`, `log2`, `erf`, `tanh` and `sigmoid` of a vector are inline range reductions
+plus polynomials (1-3 ulp), so softmax-like kernels stay in vector registers. `float16` math is done in
 float32 and rounded back, as numpy does.
 """
 from __future__ import annotations
@@ -27,9 +27,19 @@ _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.0416681505739
 _TANH_SMALL = 0.625
 _TANH_POLY = (-0.333333283662796, 0.13332802057266235, -0.053854942321777344,
               0.0210136529058218, -0.0061177643947303295)
+# erf(x) = x * P(x^2) on [0, 1] (rel. error 1.7e-9)
+_ERF_SMALL = (1.1283791065216064, -0.376126229763031, 0.11283566802740097,
+              -0.026853136718273163, 0.005187164060771465, -0.000800068024545908,
+              7.824142812751234e-05)
+# erf(x) = 1 - exp(Q(x - 2.5) - x^2) on [1, 4] (Q fits log(erfc(x)) + x^2)
+_ERF_LARGE = (-1.556815266609192, -0.35268062353134155, 0.056107938289642334,
+              -0.010854062624275684, 0.0021662877406924963, -0.00043010018998757005,
+              6.304668931988999e-05, -2.1021798602305353e-05, 1.2911671376514278e-07)
 _LN2_HI = 0.693145751953125          # exact in float32, low bits zero
 _LN2_LO = 1.428606765330187e-06
 _LOG2E = 1.4426950408889634
+_LOG2E_HI = 1.4426950216293335        # float32(log2(e))
+_LOG2E_LO = 1.92596298909109e-08      # log2(e) - _LOG2E_HI
 
 # name -> LLVM intrinsic stem for float arguments
 _LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
@@ -127,6 +137,54 @@ def _exp_f32(em, x, base2=False):
     return b.select(isnan, x, res)
 
 
+def _log_f32(em, x, base2=False):
+    """log(x) (or log2) of float32 values: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+    log(m) = 2 atanh(s), s = (m - 1) / (m + 1), as a short series in s^2."""
+    m = _Math(em, x.type)
+    b = m.b
+    ityp = _with_elem(x.type, I32)
+    isden = b.fcmp_ordered("<", x, m.c(1.17549435e-38))
+    xs = b.select(isden, b.fmul(x, m.c(8388608.0)), x)
+    bits = b.bitcast(xs, ityp)
+    e = b.sub(b.ashr(bits, m.c(23, ityp)), m.c(127, ityp))
+    mant = b.bitcast(b.or_(b.and_(bits, m.c(0x007FFFFF, ityp)), m.c(0x3F800000, ityp)), x.type)
+    big = b.fcmp_ordered(">", mant, m.c(1.4142135623730951))
+    mant = b.select(big, b.fmul(mant, m.c(0.5)), mant)
+    e = b.add(e, b.zext(big, ityp))
+    e = b.sub(e, b.select(isden, m.c(23, ityp), m.c(0, ityp)))
+    f = b.fsub(mant, m.c(1.0))          # exact
+    sv = b.fdiv(f, b.fadd(f, m.c(2.0)))
+    z = b.fmul(sv, sv)
+    r = b.fmul(z, m.horner(z, (2.0 / 3, 2.0 / 5, 2.0 / 7, 2.0 / 9)))
+    hfsq = b.fmul(m.c(0.5), b.fmul(f, f))
+    # log1p(f) = f - (hfsq - s * (hfsq + R)): the exact f dominates, corrections are small
+    logm = b.fsub(f, b.fsub(hfsq, b.fmul(sv, b.fadd(hfsq, r))))
+    ef = b.sitofp(e, x.type)
+    if base2:
+        res = m.fma(logm, m.c(_LOG2E_HI), m.fma(logm, m.c(_LOG2E_LO), ef))
+    else:
+        res = m.fma(ef, m.c(_LN2_HI), m.fma(ef, m.c(_LN2_LO), logm))
+    inf = m.c(float("inf"))
+    res = b.select(b.fcmp_ordered("==", x, inf), inf, res)
+    res = b.select(b.fcmp_ordered("==", x, m.c(0.0)), m.c(float("-inf")), res)
+    bad = b.fcmp_unordered("<", x, m.c(0.0))  # negative or NaN
+    return b.select(bad, m.c(float("nan")), res)
+
+
+def _erf_f32(em, x):
+    m = _Math(em, x.type)
+    b = m.b
+    ax = m.intr("fabs", x)
+    x2 = b.fmul(ax, ax)
+    # x + x * (P(x^2) - 1): the exact x dominates
+    small = m.fma(ax, m.horner(x2, (_ERF_SMALL[0] - 1.0,) + _ERF_SMALL[1:]), ax)
+    q = m.horner(b.fsub(ax, m.c(2.5)), _ERF_LARGE)
+    large = b.fsub(m.c(1.0), _exp_f32(em, b.fsub(q, x2)))
+    r = b.select(b.fcmp_ordered("<", ax, m.c(1.0)), small, large)
+    r = b.select(b.fcmp_ordered(">=", ax, m.c(4.0)), m.c(1.0), r)
+    return m.intr("copysign", r, x)
+
+
 def _tanh_f32(em, x):
     m = _Math(em, x.type)
     b = m.b
@@ -141,11 +199,14 @@ def _tanh_f32(em, x):
 
 
 def _sigmoid(em, x, vector_exp):
+    """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) for x < 0, e = exp(-|x|) <= 1, so
+    neither branch rounds a huge 1 + e."""
     m = _Math(em, x.type)
     b = m.b
-    nx = b.fneg(x)
-    e = _exp_f32(em, nx) if vector_exp else m.intr("exp", nx)
-    return b.fdiv(m.c(1.0), b.fadd(m.c(1.0), e))
+    nax = b.fneg(m.intr("fabs", x))
+    e = _exp_f32(em, nax) if vector_exp else m.intr("exp", nax)
+    num = b.select(b.fcmp_ordered(">=", x, m.c(0.0)), m.c(1.0), e)
+    return b.fdiv(num, b.fadd(m.c(1.0), e))
 
 
 def _libm_call(em, stem, args):
@@ -178,6 +239,10 @@ def _float_math(em, name, args, dtype):
         return _exp_f32(em, x, base2=True)
     if name == "tanh" and vec and f32:
         return _tanh_f32(em, x)
+    if name in ("log", "log2") and vec and f32:
+        return _log_f32(em, x, base2=name == "log2")
+    if name == "erf" and vec and f32:
+        return _erf_f32(em, x)
     if name == "sigmoid":
         return _sigmoid(em, x, vec and f32)
     if name == "rsqrt":
