@@ -3,9 +3,10 @@
 `emit_call(em, call)` emits one `Call` node through the function emitter `em` (see
 `llvm.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
 scalars and vectors alike: LLVM either has a vector instruction for it or splits it into
-per-lane libm calls. The exceptions are made for speed in vectorized loops: float32 `exp`,
-`exp2`, `log`, `log2`, `erf`, `tanh` and `sigmoid` of a vector are inline range reductions
-plus polynomials (1-3 ulp), so softmax-like kernels stay in vector registers. `float16` math is done in
+per-lane libm calls. The exceptions are made for speed: float32 `exp`, `exp2`, `log`, `log2`,
+`erf`, `tanh` and `sigmoid` are inline range reductions plus polynomials (at most 1-3 ulp,
+measured), scalar or vector, so softmax-like kernels stay in vector registers and LLVM's
+loop vectorizer can widen scalar loops that use them. `float16` math is done in
 float32 and rounded back, as numpy does.
 """
 from __future__ import annotations
@@ -233,18 +234,20 @@ def _float_math(em, name, args, dtype):
     f32 = dtype == "float32"
     m = _Math(em, x.type)
     b = em.builder
-    if name == "exp" and vec and f32:
+    # float32: inline polynomials for scalars too, so LLVM's loop vectorizer can widen
+    # scalar loops that use them (it cannot widen libm calls)
+    if name == "exp" and f32:
         return _exp_f32(em, x)
-    if name == "exp2" and vec and f32:
+    if name == "exp2" and f32:
         return _exp_f32(em, x, base2=True)
-    if name == "tanh" and vec and f32:
+    if name == "tanh" and f32:
         return _tanh_f32(em, x)
-    if name in ("log", "log2") and vec and f32:
+    if name in ("log", "log2") and f32:
         return _log_f32(em, x, base2=name == "log2")
-    if name == "erf" and vec and f32:
+    if name == "erf" and f32:
         return _erf_f32(em, x)
     if name == "sigmoid":
-        return _sigmoid(em, x, vec and f32)
+        return _sigmoid(em, x, f32)
     if name == "rsqrt":
         return b.fdiv(m.c(1.0), m.intr("sqrt", x))
     if name in ("power", "pow"):
