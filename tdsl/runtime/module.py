@@ -215,11 +215,13 @@ class Signature:
                         msg += " (" + "; ".join(notes) + ")"
                     raise self._err(i, msg)
         # 4. written buffers must not overlap other arguments
+        ptrs = [None] * len(params)
         spans = []
         for i, arr in enumerate(arrays):
-            if arr is not None and arr.size:
-                start = arr.ctypes.data
-                spans.append((start, start + arr.nbytes, i))
+            if arr is not None:
+                start = ptrs[i] = arr.__array_interface__["data"][0]
+                if arr.size:
+                    spans.append((start, start + arr.nbytes, i))
         if len(spans) > 1:
             for x in range(len(spans)):
                 s0, e0, i0 = spans[x]
@@ -233,7 +235,7 @@ class Signature:
         cargs = []
         for i, p in enumerate(params):
             if arrays[i] is not None:
-                cargs.append(arrays[i].ctypes.data)
+                cargs.append(ptrs[i])
             else:
                 v = values[i]
                 cargs.append(float(v) if self.float_scalar[i] else int(v))
