@@ -337,6 +337,13 @@ def test_export_library_and_load_module(tmp_path, mv):
     assert r.stdout.strip().splitlines()[-1] == str(3 * 64 * 3.0)
 
 
+def test_export_object_file(tmp_path, mv):
+    path = str(tmp_path / "mv.o")
+    mv.export_library(path)
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+
+
 def test_load_module_errors(tmp_path):
     with pytest.raises(TdslError, match="no such library"):
         load_module(str(tmp_path / "missing.so"))

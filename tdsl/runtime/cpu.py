@@ -214,4 +214,9 @@ class JITBackend:
 
     def export(self, path, sig):
         from .aot import link_shared
-        link_shared(self.art.object_code(), path)
+        obj = self.art.object_code()
+        if path.endswith(".o"):  # a bare object file for the user's own link
+            with open(path, "wb") as f:
+                f.write(obj)
+            return
+        link_shared(obj, path)

@@ -396,6 +396,7 @@ class Module:
         return self._backend.source(fmt)
 
     def export_library(self, path: str):
-        """Writes a self-describing shared library loadable by `tdsl.load_module`."""
+        """Writes a self-describing shared library loadable by `tdsl.load_module`
+        (a path ending in `.o` gets the bare object file instead)."""
         self._backend.export(str(path), self.signature.raw)
         return str(path)
