@@ -24,7 +24,7 @@ Code generation, briefly:
   masks, so guarded memory accesses are masked loads/stores and never touch memory a serial
   loop would not. When the body cannot be vectorized exactly (inner loops, allocations,
   a dependence between lanes through memory) the loop is emitted serially; the reason is
-  recorded in `func.attrs`-independent debug notes (`last_notes()`).
+  recorded in `Module.notes` (and `last_notes()`).
 - Parallel loops are outlined into a function that takes the captured buffers (noalias)
   and scalars as arguments; a trampoline unpacks a closure and a per-site fork-join splits
   the range into contiguous chunks over `pthread_create`d threads, the calling thread runs
@@ -131,11 +131,6 @@ def _structural_key(e):
     if isinstance(e, E.Call):
         return ("Call", e.name, e.dtype) + tuple(_structural_key(a) for a in e.args)
     return ("id", id(e))
-
-
-_EXPR_CHILDREN = {
-    E.Not: ("a",), E.Select: ("cond", "t", "f"), E.Cast: ("value",),
-}
 
 
 def _iter_children(e):

@@ -20,9 +20,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from .. import dtype as dt
-from ..ir import expr as E
 
-I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
