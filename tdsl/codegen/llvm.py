@@ -1399,7 +1399,14 @@ def codegen(func: S.PrimFunc, target="llvm"):
             elif dt.bits(p.dtype) < 64:
                 v = em.builder.trunc(a, scalar_type(p.dtype))
             em.env[p] = v
-    em.stmt(func.body)
+    try:
+        em.stmt(func.body)
+    except (TypeError, ValueError, AssertionError, AttributeError, KeyError) as e:
+        if isinstance(e, BuildError):
+            raise
+        raise InternalError(f"the LLVM backend failed on function {func.name!r}: "
+                            f"{type(e).__name__}: {e}. This is a tdsl bug; please report it "
+                            "with the code that built this function.") from e
     em.finish()
     mb.num_threads_global  # always present: the runtime sets it
     mb.add_signature(json.dumps(sig, separators=(",", ":")))

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 
-from ..errors import BuildError
+from ..errors import BuildError, InternalError
 from ..codegen.target import LLVMTarget, llvm_binding
 
 _lock = threading.RLock()
@@ -157,8 +157,8 @@ def compile_ir(ir_text: str, target: LLVMTarget, symbol: str) -> JITArtifact:
             mod = llvm.parse_assembly(ir_text)
             mod.verify()
         except RuntimeError as e:
-            raise BuildError(f"internal error: generated LLVM IR does not verify: {e}\n"
-                             "please report this with the kernel that triggered it") from None
+            raise InternalError(f"the generated LLVM IR does not verify: {e}\nThis is a tdsl "
+                                "bug; please report it with the kernel that triggered it") from None
         mod.triple = target.triple
         _load_support_libraries(llvm)
         _optimize(llvm, mod, target)
