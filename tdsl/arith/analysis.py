@@ -28,6 +28,7 @@ from math import gcd, inf
 
 import sympy
 from sympy import Add, Integer, Mul, S
+from sympy.logic.boolalg import Boolean
 
 from .symbolic import (floordiv, floormod, imin, imax, iselect, expand_mul, terms_of,
                        monomial_quotient, RELATIONALS)
@@ -198,7 +199,7 @@ def cbound(s, ctx):
             return None, None
         bl, bh = cbound(b, ctx)
         if bl is not None and bl >= 0:         # a divisor is never zero
-            dl, dh = max(bl, 1), _hi(bh)
+            dl, dh = max(bl, 1), max(_hi(bh), 1)
             cs = [_fdiv_corner(x, d) for x in (_lo(al), _hi(ah)) for d in (dl, dh)]
             return _back(min(cs)), _back(max(cs))
         return None, None
@@ -215,7 +216,7 @@ def cbound(s, ctx):
             return 0, c - 1
         bl, bh = cbound(b, ctx)
         if bl is not None and bl >= 0:
-            top = None if bh is None else bh - 1
+            top = None if bh is None else max(bh, 1) - 1
             if al is not None and al >= 0 and ah is not None:
                 top = ah if top is None else min(ah, top)
             return 0, top
@@ -437,6 +438,7 @@ def _sbound_div(s, ctx, k):
         x, y = floordiv(lo, bl), floordiv(hi, bl)
         return smin(x, y, ctx), smax(x, y, ctx)
     if _nonneg(bl, ctx) and _nonneg(lo, ctx):
+        bl = smax(bl, S.One, ctx)          # a divisor is never zero
         return floordiv(lo, bh), floordiv(hi, bl)
     return None, None
 
@@ -525,6 +527,15 @@ def simp(s, ctx):
     """Simplify an integer or boolean sympy expression under the ranges of `ctx`."""
     if s.is_Atom:
         return s
+    r = _simp(s, ctx)
+    if ctx.map and not r.is_Atom and not isinstance(r, Boolean):
+        lo, hi = cbound(r, ctx)
+        if lo is not None and lo == hi:
+            return Integer(lo)
+    return r
+
+
+def _simp(s, ctx):
     if s.is_Add:
         r = Add(*[simp(a, ctx) for a in s.args])
         if r.is_Add:
@@ -659,7 +670,7 @@ def _push_into_minmax(r, ctx):
 
 
 def _nterms(x):
-    return 0 if x.is_zero else len(Add.make_args(x))
+    return 0 if x is S.Zero else len(Add.make_args(x))
 
 
 def _recombine(r):

@@ -347,12 +347,22 @@ def _order_key(s):
     c, _ = s.as_coeff_Mul()
     k = -abs(int(c)) if c.is_Integer else 0
     idx = sorted(symbol_order(q) for q in s.free_symbols)
-    return (0, k, tuple(idx), str(s))
+    return (0, k, tuple(idx), _skey(s))
 
 
 def _factor_key(s):
     idx = sorted(symbol_order(q) for q in s.free_symbols)
-    return (tuple(idx), str(s))
+    return (tuple(idx), _skey(s))
+
+
+@lru_cache(maxsize=65536)
+def _skey(s):
+    """A cheap deterministic structural sort key (sympy's str() is slow)."""
+    if s.is_Integer:
+        return (0, int(s))
+    if s.is_Symbol:
+        return (1, symbol_order(s))
+    return (2, type(s).__name__, tuple(_skey(a) for a in s.args))
 
 
 def _from_add(s, dtype):
@@ -420,3 +430,4 @@ def _from_mul(s, dtype):
 
 def clear():
     _from.cache_clear()
+    _skey.cache_clear()

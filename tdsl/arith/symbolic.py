@@ -127,7 +127,7 @@ class floordiv(Function):
 
     @classmethod
     def eval(cls, a, b):
-        if a.is_zero:
+        if a is S.Zero:
             return S.Zero
         if b.is_Integer:
             c = int(b)
@@ -152,12 +152,6 @@ class floordiv(Function):
             return _split_sym(a, b, div=True)
         return None
 
-    def _eval_is_nonnegative(self):
-        a, b = self.args
-        if b.is_positive and a.is_nonnegative:
-            return True
-        return None
-
 
 class floormod(Function):
     """Integer remainder with the sign of the divisor (Python `%`)."""
@@ -166,7 +160,7 @@ class floormod(Function):
 
     @classmethod
     def eval(cls, a, b):
-        if a.is_zero:
+        if a is S.Zero:
             return S.Zero
         if b.is_Integer:
             c = int(b)
@@ -189,11 +183,6 @@ class floormod(Function):
             return a                                                             # M5
         if _is_monomial(b):
             return _split_sym(a, b, div=False)
-        return None
-
-    def _eval_is_nonnegative(self):
-        if self.args[1].is_positive:
-            return True
         return None
 
 
@@ -255,6 +244,14 @@ def _split_sym(a, b, div):
     return floormod(r, b)
 
 
+def _out_of_order(a, b):
+    """Canonical argument order for the commutative imin/imax: constants last, the rest
+    in sympy's own canonical order."""
+    if a.is_Number != b.is_Number:
+        return a.is_Number
+    return a.compare(b) > 0
+
+
 class imin(Function):
     """Minimum of two integers (own class: sympy's Min consults assumptions, slowly)."""
     nargs = 2
@@ -262,7 +259,10 @@ class imin(Function):
 
     @classmethod
     def eval(cls, a, b):
-        return _minmax_eval(cls, a, b, True)
+        r = _minmax_eval(cls, a, b, True)
+        if r is None and _out_of_order(a, b):
+            return cls(b, a)
+        return r
 
 
 class imax(Function):
@@ -271,7 +271,10 @@ class imax(Function):
 
     @classmethod
     def eval(cls, a, b):
-        return _minmax_eval(cls, a, b, False)
+        r = _minmax_eval(cls, a, b, False)
+        if r is None and _out_of_order(a, b):
+            return cls(b, a)
+        return r
 
 
 def _minmax_eval(cls, a, b, is_min):
