@@ -22,33 +22,30 @@ def default(M, N, K, bn=32):
     return tdsl.create_schedule(C), [A, B, C]
 
 
-def blocking(M, N, K, bn=32):
+def _tiled(M, N, K, bn, permute, vector):
     A, B, C = definition(M, N, K)
     s = tdsl.create_schedule(C)
     mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
     ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
-    s[C].reorder(mo, no, ko, ki, mi, ni)
+    if permute:   # ki outside mi: B's rows are read sequentially in the inner loops
+        s[C].reorder(mo, no, ko, mi, ki, ni)
+    else:
+        s[C].reorder(mo, no, ko, ki, mi, ni)
+    if vector:
+        s[C].vectorize(ni)
     return s, [A, B, C]
+
+
+def blocking(M, N, K, bn=32):
+    return _tiled(M, N, K, bn, permute=False, vector=False)
 
 
 def vectorize(M, N, K, bn=32):
-    A, B, C = definition(M, N, K)
-    s = tdsl.create_schedule(C)
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
-    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
-    s[C].reorder(mo, no, ko, ki, mi, ni)
-    s[C].vectorize(ni)
-    return s, [A, B, C]
+    return _tiled(M, N, K, bn, permute=False, vector=True)
 
 
 def loop_permutation(M, N, K, bn=32):
-    A, B, C = definition(M, N, K)
-    s = tdsl.create_schedule(C)
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
-    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
-    s[C].reorder(mo, no, ko, mi, ki, ni)
-    s[C].vectorize(ni)
-    return s, [A, B, C]
+    return _tiled(M, N, K, bn, permute=True, vector=True)
 
 
 def _packed(M, N, K, bn):
