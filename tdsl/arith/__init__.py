@@ -60,6 +60,9 @@ def simplify(e, ranges=None):
     return _core().simplify(e, ranges)
 
 
+simplify_index = simplify     # the name used in DESIGN.md
+
+
 def bound(e, ranges=None):
     """Inclusive (lo, hi) of an integer expression as Exprs, over all values of the
     ranged variables; free variables stay symbolic: bound(io*8 + ii, {ii: [0, 8)}) is
@@ -119,6 +122,6 @@ def clear_caches():
     _core().clear_caches()
 
 
-__all__ = ["NotIndexExpr", "simplify", "bound", "const_bound", "can_prove", "equal",
+__all__ = ["NotIndexExpr", "simplify", "simplify_index", "bound", "const_bound", "can_prove", "equal",
            "is_divisible", "linear_coeff", "ceil_div", "to_sympy", "from_sympy",
            "RangeScope", "clear_caches"]

@@ -11,8 +11,12 @@ which may be symbolic (`n - 1`). Two interval domains work together:
   bound(io*8 + ii, {ii: [0, 7]}) = (8*io, 8*io + 7). Products of symbolic intervals use the
   sign of the endpoints (decided numerically) and fall back to imin/imax of the corners.
 
-Proofs (`prove_*`) bound a difference symbolically first (so `8*io + ii - 8*q` with
-io in [0, q - 1] cancels exactly to [.., -1]) and then numerically.
+Proofs (`prove_*`, `num_bounds`) bound a difference symbolically first (so `8*io + ii - 8*q`
+with io in [0, q - 1] cancels exactly to [.., -1]) and then numerically. Symbolic
+relaxation goes in rounds (`Ctx.level`): a variable that appears in another one's range
+(a size n with its own range [0, 2**31 - 1]) is replaced only after the variables whose
+ranges mention it, so it can cancel first. Numeric bounds of a sum bound pairs
+k*(a//c) - k*(b//c) with a - b constant together ((x+15)//16 - x//16 is in [0, 1]).
 
 `simp(s, ctx)` rewrites bottom-up with the algebraic rules of `symbolic.py` plus rules
 that need ranges: a // c and a % c when a's interval stays inside one multiple of c,
@@ -143,6 +147,38 @@ def _fdiv_corner(x, d):
     return x // d
 
 
+def _pair_floordivs(args):
+    """k*(a // c) - k*(b // c) with a - b = d constant lies in k*[d // c, d // c + 1]
+    (exactly k*d/c when c divides d): bounds such pairs together, so that
+    (x + 15) // 16 - x // 16 is known to be 0 or 1. Returns the other terms and the
+    pairs' (lo, hi)."""
+    divs = []
+    for i, t in enumerate(args):
+        k, f = t.as_coeff_Mul()
+        if isinstance(f, floordiv) and f.args[1].is_Integer and k.is_Integer and int(f.args[1]) > 0:
+            divs.append((i, int(k), f))
+    if len(divs) < 2:
+        return args, 0, 0
+    used = set()
+    lo = hi = 0
+    for i, k, f in divs:
+        if i in used or k <= 0:
+            continue
+        for j, k2, g in divs:
+            if j in used or j == i or k2 != -k or g.args[1] != f.args[1]:
+                continue
+            d = f.args[0] - g.args[0]
+            if d.is_Integer:
+                q, r = divmod(int(d), int(f.args[1]))
+                lo += k * q
+                hi += k * (q + (1 if r else 0))
+                used.update((i, j))
+                break
+    if not used:
+        return args, 0, 0
+    return [a for i, a in enumerate(args) if i not in used], lo, hi
+
+
 _active = set()
 
 
@@ -166,8 +202,8 @@ def cbound(s, ctx):
             return 0, None
         return None, None
     if s.is_Add:
-        lo, hi = 0, 0
-        for a in s.args:
+        args, lo, hi = _pair_floordivs(s.args)
+        for a in args:
             l, h = cbound(a, ctx)
             lo = None if lo is None or l is None else lo + l
             hi = None if hi is None or h is None else hi + h

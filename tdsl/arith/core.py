@@ -20,6 +20,13 @@ from .symbolic import floordiv
 _simplify_cache = {}
 _bound_cache = {}
 _linear_cache = {}
+_CACHE_LIMIT = 1 << 18
+
+
+def _put(cache, key, value):
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,7 +223,7 @@ def _simplify_index(e, nid, scope):
                 r = e
         except NotIndexExpr:
             pass
-        _simplify_cache[key] = r
+        _put(_simplify_cache, key, r)
     return r
 
 
@@ -278,7 +285,7 @@ def bound(e, ranges=None):
         lo = None if lo is None else C.from_sympy(A.simp(lo, ctx), e.dtype)
         hi = None if hi is None else C.from_sympy(A.simp(hi, ctx), e.dtype)
         r = (lo, hi)
-        _bound_cache[key] = r
+        _put(_bound_cache, key, r)
     return r
 
 
@@ -345,7 +352,7 @@ def linear_coeff(e, var, ranges=None):
                 break
         if ok and coeff % m == 0:
             res = (coeff // m, C.from_sympy(Add(*base), e.dtype))
-    _linear_cache[key] = res
+    _put(_linear_cache, key, res)
     return res
 
 

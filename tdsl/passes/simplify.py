@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from .. import arith
 from .. import dtype as dt
-from ..arith import core as _arith
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
@@ -34,23 +33,25 @@ def _is_const(e, v=None):
 
 class _Simplify(Mutator):
     def __init__(self, ranges):
+        from ..arith import core               # sympy is loaded on first use only
+        self.A = core
         self.ranges = dict(ranges or {})
         self.lets = {}
-        self.scope = _arith.RangeScope(self.ranges)
+        self.scope = self.A.RangeScope(self.ranges)
 
     # scope handling ----------------------------------------------------------------
     def _push(self, var, rng):
         old = (self.ranges, self.scope)
         self.ranges = dict(self.ranges)
         self.ranges[var] = rng
-        self.scope = _arith.RangeScope(self.ranges)
+        self.scope = self.A.RangeScope(self.ranges)
         return old
 
     def _pop(self, old):
         self.ranges, self.scope = old
 
     def expr(self, e):
-        return _arith.simplify_in(e, self.scope)
+        return self.A.simplify_in(e, self.scope)
 
     def visit(self, node):
         if node is None:
@@ -86,7 +87,7 @@ class _Simplify(Mutator):
         old_lets = self.lets
         if dt.is_int(s.var.dtype) and dt.is_int(value.dtype):
             try:
-                _arith.C.nid_of(value)
+                self.A.C.nid_of(value)
                 old = self._push(s.var, Range(value, E.IntImm(1, value.dtype)))
                 self.lets = dict(self.lets)
                 self.lets[s.var] = substitute(value, self.lets)
