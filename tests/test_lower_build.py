@@ -1,0 +1,173 @@
+"""lower() and build() end to end: the API.md example, debug printing, default arguments,
+mistakes in the argument list and the target."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl import BuildError, LoweringError
+
+
+def api_example():
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 128), dtype="float32", name="A")
+    W = tdsl.placeholder((64, 128), name="W")
+    k = tdsl.reduce_axis((0, 128), name="k")
+    Y = tdsl.compute((n, 64), lambda i, j: tdsl.sum(A[i, k] * W[j, k], axis=k), name="Y")
+    R = tdsl.compute((n, 64), lambda i, j: tdsl.max(Y[i, j], tdsl.const(0, "float32")), name="R")
+    s = tdsl.create_schedule(R)
+    s[Y].compute_at(s[R], s[R].op.axis[0])
+    io, jo, ii, ji = s[R].tile(R.op.axis[0], R.op.axis[1], 8, 16)
+    ko, ki = s[Y].split(s[Y].op.reduce_axis[0], factor=4)
+    s[R].vectorize(ji)
+    s[Y].unroll(ki)
+    s[R].parallel(io)
+    return s, A, W, R
+
+
+@pytest.mark.parametrize("n", [1, 8, 37, 100])
+def test_api_md_example(n):
+    s, A, W, R = api_example()
+    text = str(tdsl.lower(s, [A, W, R]))
+    assert "parallel(" in text and "vectorized(16)" in text and "unroll(4)" in text
+    f = tdsl.build(s, [A, W, R], target="llvm", name="dense_relu")
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, 128)).astype("float32")
+    w = rng.standard_normal((64, 128)).astype("float32")
+    r = np.full((n, 64), np.nan, "float32")
+    f(a, w, r)
+    np.testing.assert_allclose(r, np.maximum(a @ w.T, 0), rtol=1e-4, atol=1e-4)
+    assert "define" in f.get_source() and "zmm" in f.get_source("asm")
+
+
+def test_guards_are_peeled_into_a_main_loop_and_a_tail():
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(ii)
+    text = str(tdsl.lower(s, [A, B]))
+    loops = [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+    # main loop without guard, then a tail loop that keeps the guard
+    assert loops[0] == "for i.outer in range(n // 16):"
+    assert text.count("if likely(") == 1
+    f = tdsl.build(s, [A, B])
+    for size in (0, 5, 16, 33):
+        a = np.arange(size, dtype="float32")
+        b = np.full(size, np.nan, "float32")
+        f(a, b)
+        np.testing.assert_array_equal(b, a + 1)
+
+
+def test_multiple_of_fact_removes_the_tail():
+    n = tdsl.var("n", multiple_of=16)
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = tdsl.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(ii)
+    text = str(tdsl.lower(s, [A, B]))
+    assert "likely" not in text and "if " not in text
+
+
+def test_debug_prints_ir_after_every_pass():
+    code = ("import tdsl\n"
+            "A = tdsl.placeholder((10,), name='A')\n"
+            "B = tdsl.compute((10,), lambda i: A[i] + 1.0, name='B')\n"
+            "s = tdsl.create_schedule(B)\n"
+            "s[B].split(B.op.axis[0], factor=4)\n"
+            "tdsl.lower(s, [A, B])\n")
+    env = {"TDSL_DEBUG": "2", "PATH": "/usr/bin:/bin"}
+    import os
+    env.update({k: v for k, v in os.environ.items() if k not in env})
+    env["TDSL_DEBUG"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    for name in ("schedule_ops", "simplify", "loop_partition", "storage_flatten"):
+        assert f"# after {name}" in out.stderr
+    assert "likely(" in out.stderr  # the guard, before partitioning removes it
+
+
+def test_default_args_are_placeholders_then_outputs():
+    A = tdsl.placeholder((4,), name="A")
+    B = tdsl.placeholder((4,), name="B")
+    C = tdsl.compute((4,), lambda i: A[i] - B[i], name="C")
+    s = tdsl.create_schedule(C)
+    f = tdsl.build(s)
+    c = np.zeros(4, "float32")
+    f(np.ones(4, "float32"), np.full(4, 3, "float32"), c)
+    np.testing.assert_array_equal(c, -2)
+
+
+def test_scalar_var_argument():
+    alpha = tdsl.var("alpha", dtype="float32")
+    A = tdsl.placeholder((6,), name="A")
+    B = tdsl.compute((6,), lambda i: A[i] * alpha, name="B")
+    s = tdsl.create_schedule(B)
+    f = tdsl.build(s, [A, alpha, B])
+    b = np.zeros(6, "float32")
+    f(np.arange(6, dtype="float32"), 2.5, b)
+    np.testing.assert_allclose(b, np.arange(6) * 2.5)
+
+
+def test_missing_input_in_args():
+    A = tdsl.placeholder((4,), name="A")
+    B = tdsl.compute((4,), lambda i: A[i] + 1, name="B")
+    s = tdsl.create_schedule(B)
+    with pytest.raises(LoweringError, match="placeholder 'A' is read but not in the argument list"):
+        tdsl.lower(s, [B])
+
+
+def test_missing_output_in_args():
+    A = tdsl.placeholder((4,), name="A")
+    B = tdsl.compute((4,), lambda i: A[i] + 1, name="B")
+    s = tdsl.create_schedule(B)
+    with pytest.raises(LoweringError, match="output 'B' is not in the argument list"):
+        tdsl.lower(s, [A])
+
+
+def test_undefined_scalar_var():
+    x = tdsl.var("x", dtype="float32")
+    A = tdsl.placeholder((4,), name="A")
+    B = tdsl.compute((4,), lambda i: A[i] + x, name="B")
+    s = tdsl.create_schedule(B)
+    with pytest.raises(LoweringError, match="variable\\(s\\) x are used but neither passed"):
+        tdsl.lower(s, [A, B])
+
+
+def test_compute_at_with_a_reader_outside_the_loop():
+    A = tdsl.placeholder((8,), name="A")
+    P = tdsl.compute((8,), lambda i: A[i] * 2, name="P")
+    X = tdsl.compute((8,), lambda i: P[i] + 1, name="X")
+    Y = tdsl.compute((8,), lambda i: P[i] + X[i], name="Y")
+    s = tdsl.create_schedule(Y)
+    s[P].compute_at(s[X], X.op.axis[0])
+    with pytest.raises(LoweringError, match="also read by 'Y', which runs outside that loop"):
+        tdsl.lower(s, [A, Y])
+
+
+def test_unknown_target():
+    A = tdsl.placeholder((4,), name="A")
+    B = tdsl.compute((4,), lambda i: A[i] + 1, name="B")
+    s = tdsl.create_schedule(B)
+    with pytest.raises(BuildError, match="target"):
+        tdsl.build(s, [A, B], target="fpga")
+    with pytest.raises(BuildError):
+        tdsl.build(s, [A, B], target="")
+
+
+def test_export_library_loads_in_a_fresh_process(tmp_path):
+    s, A, W, R = api_example()
+    f = tdsl.build(s, [A, W, R], name="dense_relu")
+    path = str(tmp_path / "dense_relu.so")
+    f.export_library(path)
+    code = ("import numpy as np, tdsl\n"
+            f"m = tdsl.load_module({path!r})\n"
+            "a = np.ones((3, 128), 'float32'); w = np.ones((64, 128), 'float32')\n"
+            "r = np.zeros((3, 64), 'float32'); m(a, w, r); print(r.sum())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == 3 * 64 * 128
