@@ -1,10 +1,16 @@
 """The statement-level simplify pass on small hand-built loop nests."""
+import os
+import sys
+
 from tdsl import arith
 from tdsl.ir import expr as E
 from tdsl.ir import stmt as S
 from tdsl.ir.expr import IntImm, Var, Range
 from tdsl.ir.stmt import Buffer, BufferStore, For, ForKind, IfThenElse, LetStmt, SeqStmt
 from tdsl.passes.simplify import simplify_stmt, simplify_func
+
+
+sys.path.insert(0, os.path.dirname(__file__))   # the evaluator of test_arith
 
 
 def c(v):
@@ -183,3 +189,113 @@ def test_vectorized_loop_with_tail_guard_is_kept():
     out = simplify_stmt(s)
     assert out.body.kind is ForKind.VECTORIZED
     assert isinstance(out.body.body, IfThenElse)
+
+
+def test_conjuncts_use_earlier_facts_and_then_branch_ranges():
+    jo, ji = Var("jo"), Var("ji")
+    # the second conjunct follows from the first: dropped
+    cond = E.And(E.likely(jo * 16 + ji < 40), E.likely(jo < 3))
+    out = simplify_stmt(loop(jo, 4, loop(ji, 16, IfThenElse(cond, store(ji)))))
+    g = out.body.body
+    assert isinstance(g, IfThenElse) and isinstance(g.cond, E.Call)
+    assert same(g.cond.args[0], jo * 16 + ji < 40)
+    # independent conjuncts both stay; contradictory ones fold the if away
+    cond = E.And(jo < 3, ji < 5)
+    g = simplify_stmt(loop(jo, 4, loop(ji, 16, IfThenElse(cond, store(ji))))).body.body
+    assert isinstance(g.cond, E.And)
+    cond = E.And(jo < 2, jo > 2)
+    out = simplify_stmt(loop(jo, 4, IfThenElse(cond, store(jo), store(jo + 1))))
+    assert isinstance(out.body, BufferStore) and same(out.body.indices[0], jo + 1)
+    # inside the branch the loop variable is known to be smaller: nested guard and min go
+    i = Var("i")
+    n = Var("n", nonneg=True)
+    inner = IfThenElse(i < n + 5, store(E.Min(i, n - 1)))
+    out = simplify_stmt(loop(i, 100, IfThenElse(i < n, inner)))
+    st = out.body.then_case
+    assert isinstance(st, BufferStore) and st.indices[0] is i
+
+
+# ---------------------------------------------------------------------------------------
+# random loop nests, run by a small interpreter before and after the pass
+
+def _run(stmt, env, out):
+    t = type(stmt)
+    if t is SeqStmt:
+        for x in stmt.stmts:
+            _run(x, env, out)
+    elif t is For:
+        lo = _ev(stmt.min, env)
+        for v in range(lo, lo + _ev(stmt.extent, env)):
+            env[stmt.var] = v
+            _run(stmt.body, env, out)
+        env.pop(stmt.var, None)
+    elif t is IfThenElse:
+        if _ev(stmt.cond, env):
+            _run(stmt.then_case, env, out)
+        elif stmt.else_case is not None:
+            _run(stmt.else_case, env, out)
+    elif t is LetStmt:
+        env[stmt.var] = _ev(stmt.value, env)
+        _run(stmt.body, env, out)
+    elif t is BufferStore:
+        out.append((tuple(_ev(i, env) for i in stmt.indices), _ev(stmt.value, env)))
+    else:
+        raise TypeError(t)
+
+
+def _ev(e, env):
+    from test_arith import ev
+    return ev(e, env)
+
+
+def _random_nest(rng, n):
+    import test_arith as TA
+    vs = [Var(f"l{k}") for k in range(3)]
+    depth = rng.randint(1, 3)
+    loops = vs[:depth]
+
+    def body(level, avail):
+        stmts = []
+        for _ in range(rng.randint(1, 2)):
+            r = rng.random()
+            pool = avail + [n]
+            if r < 0.45:
+                stmts.append(BufferStore(Buffer("I", (c(1),), "int32"), TA._index_like(rng, pool, 1),
+                                         (TA._index_like(rng, pool, 1),)))
+            elif r < 0.8:
+                cnd = TA._random_cond(rng, pool, 1)
+                if rng.random() < 0.5:
+                    cnd = E.likely(cnd)
+                stmts.append(IfThenElse(cnd, body(level, avail),
+                                        body(level, avail) if rng.random() < 0.3 else None))
+            else:
+                t = Var("t")
+                stmts.append(LetStmt(t, TA._index_like(rng, pool, 1), body(level, avail + [t])))
+        return stmts[0] if len(stmts) == 1 else SeqStmt(tuple(stmts))
+
+    def nest(k):
+        if k == len(loops):
+            return body(k, loops)
+        v = loops[k]
+        ext = rng.choice([c(1), c(3), c(4), c(0), E.Add(n, c(1)),
+                          E.FloorDiv(E.Add(n, c(3)), c(4))])
+        lo = rng.choice([c(0), c(0), c(2), loops[k - 1] if k else c(1)])
+        return For(v, lo, ext, ForKind.SERIAL, nest(k + 1))
+    return nest(0)
+
+
+def test_fuzz_pass_preserves_behaviour():
+    import random
+    rng = random.Random(11)
+    n = Var("n", nonneg=True)
+    for _ in range(70):
+        s = _random_nest(rng, n)
+        out = simplify_stmt(s)
+        for nv in (0, 1, 6):
+            want, got = [], []
+            try:
+                _run(s, {n: nv}, want)
+            except ZeroDivisionError:
+                continue
+            _run(out, {n: nv}, got)
+            assert got == want, f"n={nv}\n{s}\n--->\n{out}"

@@ -509,6 +509,9 @@ def equal(x, y, ctx):
 # ---------------------------------------------------------------------------------------
 # proofs
 
+_nb_depth = []
+
+
 @lru_cache(maxsize=_CACHE)
 def num_bounds(s, ctx):
     """Best numeric (lo, hi) of s: symbolic relaxation round by round (so that symbols
@@ -516,6 +519,17 @@ def num_bounds(s, ctx):
     lo, hi = cbound(s, ctx)
     for k in ctx.rounds:
         sl, sh = sbound(s, ctx, k)
+        # min(100, n) - n - 6 -> min(94 - n, -6): let terms cancel inside min/max
+        # (one level deep only: simp itself asks for bounds)
+        if not _nb_depth:
+            _nb_depth.append(1)
+            try:
+                if sl is not None and sl.has(imin, imax):
+                    sl = simp(sl, ctx)
+                if sh is not None and sh.has(imin, imax):
+                    sh = simp(sh, ctx)
+            finally:
+                _nb_depth.pop()
         if sl is not None:
             l = cbound(sl, ctx)[0]
             if l is not None and (lo is None or l > lo):

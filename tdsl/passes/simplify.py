@@ -10,6 +10,10 @@ names without substituting them), and
 * removes an IfThenElse whose condition is proven true or false (a `likely(c)` hint is
   looked through; a condition that does not fold as written is tried once more with let
   variables replaced by their values);
+* uses conditions as facts: each conjunct of a condition is simplified under the ones
+  before it (so `likely(jo*16 + ji < 40) and likely(jo < 3)` loses its implied second
+  part), and the then-branch sees the enclosing loop ranges narrowed by the condition
+  (from k*v + rest < 0, v <= (-rest - 1) // k);
 * drops For loops whose extent is provably <= 0, and replaces a loop of extent 1 (other
   than a thread binding) by its body with the variable replaced by the loop min;
 * drops LetStmts whose variable is unused, Evaluate of constants, and empty bodies, and
@@ -27,6 +31,17 @@ from ..ir.expr import Range
 from ..ir.visitor import Mutator, substitute, free_vars
 
 
+def _conjuncts(c):
+    if isinstance(c, E.And):
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _same_conjuncts(parts, cond):
+    old = _conjuncts(cond)
+    return len(old) == len(parts) and all(a is b for a, b in zip(old, parts))
+
+
 def _is_const(e, v=None):
     return type(e) is E.IntImm and (v is None or e.value == v)
 
@@ -36,6 +51,7 @@ class _Simplify(Mutator):
         from ..arith import core               # sympy is loaded on first use only
         self.A = core
         self.ranges = dict(ranges or {})
+        self.loop_vars = ()
         self.lets = {}
         self.scope = self.A.RangeScope(self.ranges)
 
@@ -71,10 +87,13 @@ class _Simplify(Mutator):
         if _is_const(ext, 1) and f.kind is not S.ForKind.THREAD_BINDING:
             return self.visit(substitute(f.body, {f.var: lo}))
         old = self._push(f.var, Range(lo, ext))
+        old_loops = self.loop_vars
+        self.loop_vars = old_loops + (f.var,)
         try:
             body = self.visit(f.body)
         finally:
             self._pop(old)
+            self.loop_vars = old_loops
         if body is None:
             return None
         if lo is f.min and ext is f.extent and body is f.body:
@@ -119,16 +138,74 @@ class _Simplify(Mutator):
         cond = self._cond(s.cond)
         if _is_const(cond):
             return self.visit(s.then_case if cond.value else s.else_case)
-        then = self.visit(s.then_case)
+        saved = (self.ranges, self.scope, self.loop_vars)
+        try:
+            # each conjunct is simplified under the facts of the ones before it, and the
+            # then-branch under the facts of all of them
+            parts = []
+            for i, c in enumerate(_conjuncts(cond)):
+                c2 = c if i == 0 else self.expr(c)
+                if _is_const(c2):
+                    if c2.value:
+                        continue
+                    self.ranges, self.scope, self.loop_vars = saved
+                    return self.visit(s.else_case)
+                parts.append(c2)
+                self._refine(c2)
+            if not parts:
+                self.ranges, self.scope, self.loop_vars = saved
+                return self.visit(s.then_case)
+            new_cond = parts[0]
+            for c in parts[1:]:
+                new_cond = E.And(new_cond, c)
+            if _same_conjuncts(parts, cond):
+                new_cond = cond
+            then = self.visit(s.then_case)
+        finally:
+            self.ranges, self.scope, self.loop_vars = saved
         other = self.visit(s.else_case)
         if then is None and other is None:
             return None
         if then is None:
-            return S.IfThenElse(self.expr(E.Not(cond)), other, None)
-        if cond is s.cond and then is s.then_case and other is s.else_case:
+            return S.IfThenElse(self.expr(E.Not(new_cond)), other, None)
+        if new_cond is s.cond and then is s.then_case and other is s.else_case:
             return s
-        return S.IfThenElse(cond, then, other)
+        return S.IfThenElse(new_cond, then, other)
 
+    def _refine(self, c):
+        """Narrow the ranges of enclosing loop variables to what `c` implies: from
+        k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0)."""
+        if isinstance(c, E.Call) and c.name == "likely" and len(c.args) == 1:
+            c = c.args[0]
+        if isinstance(c, E.LT):
+            d = E.Sub(c.a, c.b)
+        elif isinstance(c, E.GT):
+            d = E.Sub(c.b, c.a)
+        elif isinstance(c, E.LE):
+            d = E.Sub(E.Sub(c.a, c.b), E.IntImm(1, c.a.dtype))
+        elif isinstance(c, E.GE):
+            d = E.Sub(E.Sub(c.b, c.a), E.IntImm(1, c.a.dtype))
+        else:
+            return
+        if not dt.is_int(d.dtype):
+            return
+        vs = [v for v in self.loop_vars if v in free_vars(d)]
+        for v in vs:
+            lin = arith.linear_coeff(d, v)
+            if lin is None or lin[0] == 0:
+                continue
+            k, rest = lin
+            r = self.ranges[v]
+            one = E.IntImm(1, v.dtype)
+            if k > 0:
+                hi = E.FloorDiv(E.Sub(E.Sub(E.IntImm(0, v.dtype), rest), one), E.IntImm(k, v.dtype))
+                ext = self.expr(E.Min(r.extent, E.Add(E.Sub(hi, r.min), one)))
+                new = Range(r.min, ext)
+            else:
+                lo = E.Add(E.FloorDiv(rest, E.IntImm(-k, v.dtype)), one)
+                new_min = self.expr(E.Max(r.min, lo))
+                new = Range(new_min, self.expr(E.Sub(E.Add(r.min, r.extent), new_min)))
+            self._push(v, new)
     def visit_SeqStmt(self, s):
         out = []
         changed = False
