@@ -1,0 +1,1 @@
+"""Loop-IR passes: each a function from PrimFunc to PrimFunc."""

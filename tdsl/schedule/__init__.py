@@ -1,0 +1,1 @@
+"""Schedules: stages, relations, bound inference, schedule -> loop IR."""
