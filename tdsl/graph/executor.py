@@ -1,0 +1,188 @@
+"""`build(mod, target)` -> `Executor`: one tdsl kernel per fused group, buffers preallocated
+from the memory plan (one arena), constants re-laid out once for their kernels.
+
+Kernels are cached by (target, group text with parameter types, which parameters are
+constants): identical layers compile once per process.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List
+
+import numpy as np
+
+from ..errors import ArgumentError, GraphError
+from .ir import Call, Const, Function, Module, Var
+from .memory import plan_memory
+from .passes import fuse_ops
+from .strategy import compile_group
+from .text import print_function
+
+_KERNELS: Dict[tuple, object] = {}
+
+
+def clear_kernel_cache():
+    _KERNELS.clear()
+
+
+def _kernel(fn: Function, target, const_args: Dict[int, np.ndarray], stats):
+    text = print_function(fn).split("(", 1)[1]
+    key = (target, text, tuple(sorted(const_args)))
+    k = _KERNELS.get(key)
+    if k is None:
+        t0 = time.perf_counter()
+        k = compile_group(fn, target, const_args, fn.name)
+        stats["compile_s"] += time.perf_counter() - t0
+        stats["compiled"] += 1
+        _KERNELS[key] = k
+    else:
+        stats["cached"] += 1
+    return k
+
+
+class Executor:
+    """Runs a built graph: `exe.run(name=array, ...)` or `exe(*arrays)` -> list of arrays."""
+
+    def __init__(self, mod: Module, target="llvm"):
+        if not isinstance(mod, Module):
+            raise GraphError(f"build: expected a tdsl.graph.Module, got {type(mod).__name__}")
+        fused = fuse_ops(mod)
+        self.mod = fused
+        self.target = target
+        self.plan = plan_memory(fused)
+        self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
+        fn = fused.main
+        self.input_vars = list(fn.params)
+        self.inputs = {p.name: np.empty(p.type.shape, p.type.dtype) for p in fn.params}
+        self._arena = np.empty(self.plan.peak_bytes + 64, np.uint8)
+        base = (-self._arena.ctypes.data) % 64
+        bufs: Dict[int, np.ndarray] = {}
+        outputs = {id(o) for o in fn.outputs}
+        for n in self.plan.order:
+            t = n.type
+            if id(n) in outputs:
+                bufs[id(n)] = np.empty(t.shape, t.dtype)
+            else:
+                off = base + self.plan.offsets[id(n)]
+                bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+        for p in fn.params:
+            bufs[id(p)] = self.inputs[p.name]
+        self._bufs = bufs
+        packed_cache: Dict[tuple, np.ndarray] = {}
+        self.steps: List[tuple] = []
+        for n in self.plan.order:
+            if not isinstance(n.op, Function):
+                raise GraphError(f"build: unexpected unfused operator {n.op_name}")
+            if n.type.size == 0:
+                continue
+            consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+            k = _kernel(n.op, target, consts, self.stats)
+            args = []
+            for i in k.param_order:
+                a = n.args[i]
+                if isinstance(a, Const):
+                    tf = k.transforms.get(i)
+                    if tf is None:
+                        args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
+                    else:
+                        ck = (id(a), k.key or id(k))
+                        if ck not in packed_cache:
+                            packed_cache[ck] = tf(a.data)
+                        args.append(packed_cache[ck])
+                else:
+                    args.append(bufs[id(a)])
+            args.append(bufs[id(n)])
+            self.steps.append((k, args, n))
+        self._outputs = []
+        for o in fn.outputs:
+            if isinstance(o, Const):
+                self._outputs.append(o.data)
+            else:
+                self._outputs.append(bufs[id(o)])
+
+    # ------------------------------------------------------------------ running
+    @property
+    def input_names(self):
+        return [p.name for p in self.input_vars]
+
+    def set_input(self, name, value):
+        if name not in self.inputs:
+            raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
+        buf = self.inputs[name]
+        arr = np.asarray(value)
+        if arr.shape != buf.shape:
+            raise ArgumentError(f"input '{name}': expected shape {buf.shape}, got {arr.shape}")
+        if arr.dtype != buf.dtype:
+            if not np.can_cast(arr.dtype, buf.dtype, casting="same_kind"):
+                raise ArgumentError(f"input '{name}': expected dtype {buf.dtype}, got {arr.dtype}")
+        np.copyto(buf, arr, casting="unsafe")
+
+    def run(self, *args, **inputs):
+        """Sets the inputs (positional in parameter order, or by name), runs every kernel,
+        returns the outputs as a list of new numpy arrays."""
+        if len(args) > len(self.input_vars):
+            raise ArgumentError(f"expected {len(self.input_vars)} inputs, got {len(args)}")
+        for p, a in zip(self.input_vars, args):
+            self.set_input(p.name, a)
+        for name, v in inputs.items():
+            self.set_input(name, v)
+        given = {p.name for p in self.input_vars[:len(args)]} | set(inputs)
+        missing = [p.name for p in self.input_vars if p.name not in given]
+        if missing:
+            raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
+        self._run_kernels()
+        return [o.copy() for o in self._outputs]
+
+    __call__ = run
+
+    def _run_kernels(self):
+        for k, args, _ in self.steps:
+            k.module(*args)
+
+    def benchmark(self, number=10, repeat=3, warmup=1):
+        """Latency of one inference (inputs as last set): dict of mean/min/median seconds."""
+        for _ in range(warmup):
+            self._run_kernels()
+        res = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                self._run_kernels()
+            res.append((time.perf_counter() - t0) / number)
+        res.sort()
+        return {"mean": sum(res) / len(res), "min": res[0], "median": res[len(res) // 2], "repeats": res}
+
+    def profile(self, number=10):
+        """Per-kernel time: list of (kernel name, seconds per call, share), slowest first."""
+        self._run_kernels()
+        times = [0.0] * len(self.steps)
+        for _ in range(number):
+            for i, (k, args, _) in enumerate(self.steps):
+                t0 = time.perf_counter()
+                k.module(*args)
+                times[i] += time.perf_counter() - t0
+        total = sum(times) or 1.0
+        rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(self.steps, times))]
+        return sorted(rows, key=lambda r: -r[1])
+
+    def profile_text(self, number=10, top=20):
+        rows = self.profile(number)
+        lines = [f"{'kernel':48s} {'ms':>9s} {'share':>7s}"]
+        for name, t, sh in rows[:top]:
+            lines.append(f"{name:48s} {t * 1e3:9.3f} {sh * 100:6.1f}%")
+        lines.append(f"{'total':48s} {sum(r[1] for r in rows) * 1e3:9.3f}")
+        return "\n".join(lines)
+
+    @property
+    def peak_memory_bytes(self):
+        return self.plan.peak_bytes
+
+    def __repr__(self):
+        return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "
+                f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
+
+
+def build(mod: Module, target: str = "llvm") -> Executor:
+    """Compiles every fused group of `mod` for `target` and returns an Executor. An
+    unoptimized module is fused first (one kernel per operator chain)."""
+    return Executor(mod, target)

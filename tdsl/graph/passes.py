@@ -1,0 +1,284 @@
+"""Graph passes. Each is a function Module -> Module (new expressions; the input is left as
+it is). `optimize` runs them in order:
+
+simplify -> fold_constants -> fold_batch_norm -> simplify -> fold_constants
+-> eliminate_common_subexpr -> eliminate_dead_code -> fuse_ops
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List
+
+import numpy as np
+
+from ..errors import GraphError
+from .ir import Call, Const, Expr, Function, Module, Var
+from .ops import evaluate, get_op
+
+
+def rewrite(mod: Module, visit: Callable[[Call, List[Expr]], Expr]) -> Module:
+    """Rebuilds @main bottom-up: `visit(old_call, new_args)` returns the replacement."""
+    fn = mod.main
+    memo: Dict[int, Expr] = {}
+    for n in fn.nodes():
+        args = [memo.get(id(a), a) for a in n.args]
+        memo[id(n)] = visit(n, args)
+    outs = [memo.get(id(o), o) for o in fn.outputs]
+    return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
+
+
+def same(n: Call, args):
+    if all(a is b for a, b in zip(args, n.args)):
+        return n
+    return Call(n.op, args, n.attrs, n.span)
+
+
+def use_counts(fn: Function):
+    uses: Dict[int, int] = {}
+    for n in fn.nodes():
+        for a in n.args:
+            uses[id(a)] = uses.get(id(a), 0) + 1
+    for o in fn.outputs:
+        uses[id(o)] = uses.get(id(o), 0) + 1
+    return uses
+
+
+# ---------------------------------------------------------------------------- constant folding
+
+FOLD_LIMIT = 1 << 26   # bytes: do not materialize huge broadcasts
+
+
+def fold_constants(mod: Module) -> Module:
+    """Evaluates every operator whose inputs are all constants (numpy meaning)."""
+    def visit(n, args):
+        if not isinstance(n.op, Function) and args and all(isinstance(a, Const) for a in args) \
+                and n.type.nbytes <= FOLD_LIMIT:
+            return Const(evaluate(n.op, n.attrs, [a.data for a in args]))
+        return same(n, args)
+    return rewrite(mod, visit)
+
+
+# ---------------------------------------------------------------------------- simplification
+
+def _is_const_value(e, v):
+    return isinstance(e, Const) and e.data.size > 0 and bool(np.all(e.data == v))
+
+
+def simplify(mod: Module) -> Module:
+    """x*1, 1*x, x+0, 0+x, x-0, x/1 -> x; reshape(reshape(x)) -> reshape(x); a reshape to the
+    same shape -> x; transpose(transpose(x)) -> one transpose or x; copy(x) -> x; a cast to
+    the same dtype -> x."""
+    def keep_type(n, x):
+        return x if x.type == n.type else None
+
+    def visit(n, args):
+        op = n.op
+        if isinstance(op, Function):
+            return same(n, args)
+        if op in ("multiply", "divide") and _is_const_value(args[1], 1):
+            r = keep_type(n, args[0])
+            if r is not None:
+                return r
+        if op == "multiply" and _is_const_value(args[0], 1):
+            r = keep_type(n, args[1])
+            if r is not None:
+                return r
+        if op in ("add", "subtract") and _is_const_value(args[1], 0):
+            r = keep_type(n, args[0])
+            if r is not None:
+                return r
+        if op == "add" and _is_const_value(args[0], 0):
+            r = keep_type(n, args[1])
+            if r is not None:
+                return r
+        if op == "copy" or (op == "cast" and args[0].type.dtype == n.attrs["dtype"]):
+            return args[0]
+        if op == "reshape":
+            x = args[0]
+            while isinstance(x, Call) and x.op == "reshape":
+                x = x.args[0]
+            if x.type.shape == n.type.shape:
+                return x
+            if x is not args[0]:
+                return Call("reshape", [x], n.attrs, n.span)
+        if op == "transpose" and isinstance(args[0], Call) and args[0].op == "transpose":
+            inner = args[0]
+            perm = [inner.attrs["axes"][p] for p in n.attrs["axes"]]
+            if perm == list(range(len(perm))):
+                return inner.args[0]
+            return Call("transpose", [inner.args[0]], {"axes": perm}, n.span)
+        if op == "transpose" and n.attrs["axes"] == list(range(n.type.ndim)):
+            return args[0]
+        return same(n, args)
+    return rewrite(mod, visit)
+
+
+# ---------------------------------------------------------------------------- BN folding
+
+def fold_batch_norm(mod: Module) -> Module:
+    """batch_norm(conv(x, W) [+ b]) with constant parameters -> conv(x, W * s) + (b - m) * s + beta;
+    any other inference batch_norm -> x * s + t (broadcast constants that fuse)."""
+    uses = use_counts(mod.main)
+
+    def visit(n, args):
+        if n.op != "nn.batch_norm" or not all(isinstance(a, Const) for a in args[1:]):
+            return same(n, args)
+        x = args[0]
+        g, b, m, v = (a.data.astype(np.float64) for a in args[1:])
+        scale = g / np.sqrt(v + n.attrs["epsilon"])
+        shift = b - m * scale
+        dt = n.type.dtype
+        bias = None
+        conv = x
+        if isinstance(x, Call) and x.op == "nn.bias_add" and isinstance(x.args[1], Const) \
+                and uses.get(id(n.args[0]), 0) == 1 and isinstance(x.args[0], Call) and x.args[0].op.startswith("nn.conv") \
+                and not x.args[0].op.endswith("transpose") and uses.get(id(n.args[0].args[0]), 0) == 1:
+            bias = x.args[1].data.astype(np.float64)
+            conv = x.args[0]
+        if isinstance(conv, Call) and isinstance(conv.op, str) and conv.op.startswith("nn.conv") \
+                and not conv.op.endswith("transpose") and isinstance(conv.args[1], Const) \
+                and (bias is not None or uses.get(id(n.args[0]), 0) == 1):
+            w = conv.args[1].data
+            w2 = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+            newconv = Call(conv.op, [conv.args[0], Const(w2)], conv.attrs, conv.span)
+            b2 = shift if bias is None else bias * scale + shift
+            return Call("nn.bias_add", [newconv, Const(b2.astype(dt))], {"axis": 1}, n.span)
+        shape = (-1,) + (1,) * (x.type.ndim - 2)
+        y = Call("multiply", [x, Const(scale.astype(dt).reshape(shape))], {}, n.span)
+        return Call("add", [y, Const(shift.astype(dt).reshape(shape))], {}, n.span)
+    return rewrite(mod, visit)
+
+
+# ---------------------------------------------------------------------------- DCE / CSE
+
+def eliminate_dead_code(mod: Module) -> Module:
+    """Keeps only what the outputs use (the DAG is rebuilt from the outputs), and drops
+    unused parameters' nodes. Parameters stay: they are the model's interface."""
+    return rewrite(mod, same)
+
+
+def eliminate_common_subexpr(mod: Module) -> Module:
+    """Merges calls with the same operator, arguments and attributes, and equal small
+    constants."""
+    seen: Dict[tuple, Expr] = {}
+    consts: Dict[tuple, Const] = {}
+
+    def canon(a):
+        if isinstance(a, Const) and a.data.nbytes <= 4096:
+            key = (a.type.dtype, a.type.shape, a.data.tobytes())
+            return consts.setdefault(key, a)
+        return a
+
+    def visit(n, args):
+        args = [canon(a) for a in args]
+        key = (n.op if isinstance(n.op, str) else id(n.op), tuple(id(a) for a in args), repr(sorted(n.attrs.items())))
+        hit = seen.get(key)
+        if hit is not None:
+            return hit
+        r = same(n, args)
+        seen[key] = r
+        return r
+    return rewrite(mod, visit)
+
+
+# ---------------------------------------------------------------------------- fusion
+
+_ORDER = {"elemwise": 0, "broadcast": 1, "injective": 2, "reduce": 3, "anchor": 4, "opaque": 5}
+
+
+def _kind(n):
+    return get_op(n.op).kind
+
+
+class _Group:
+    def __init__(self, first):
+        self.nodes = [first]
+        self.master_kind = _kind(first)
+
+    @property
+    def last(self):
+        return self.nodes[-1]
+
+    def accepts(self, kind):
+        mk = self.master_kind
+        if kind in ("elemwise", "broadcast"):
+            return mk in ("elemwise", "broadcast", "injective", "anchor")
+        if kind == "injective":
+            return mk in ("elemwise", "broadcast", "injective")
+        return False
+
+
+def fuse_ops(mod: Module) -> Module:
+    """Groups operators into kernels: elementwise and broadcast operators join their
+    producer's group (conv/dense/matmul + bias + activation + residual add become one
+    kernel), injective operators chain together, reductions and opaque operators end a
+    group. Each group becomes a primitive function that @main calls."""
+    fn = mod.main
+    if any(isinstance(n.op, Function) for n in fn.nodes()):
+        return mod
+    uses = use_counts(fn)
+    group_of: Dict[int, _Group] = {}
+    groups: List[_Group] = []
+    for n in fn.nodes():
+        kind = _kind(n)
+        target = None
+        for a in n.args:
+            if isinstance(a, Call) and uses.get(id(a), 0) == 1:
+                g = group_of[id(a)]
+                if g.last is a and g.accepts(kind):
+                    target = g
+                    break
+        if target is None:
+            target = _Group(n)
+            groups.append(target)
+        else:
+            target.nodes.append(n)
+        group_of[id(n)] = target
+    # build primitive functions and the new main
+    memo: Dict[int, Expr] = {}
+    funcs: Dict[str, Function] = {}
+    by_text: Dict[str, Function] = {}
+    from .text import print_function
+    for g in groups:
+        members = {id(n) for n in g.nodes}
+        params, outer_args, pmap = [], [], {}
+        for n in g.nodes:
+            for a in n.args:
+                if id(a) in members or id(a) in pmap:
+                    continue
+                p = Var(f"p{len(params)}", a.type)
+                pmap[id(a)] = p
+                params.append(p)
+                outer_args.append(memo.get(id(a), a))
+        inner: Dict[int, Expr] = {}
+        for n in g.nodes:
+            args = [inner[id(a)] if id(a) in inner else pmap[id(a)] for a in n.args]
+            inner[id(n)] = Call(n.op, args, n.attrs, n.span)
+        base = "fused_" + "_".join(dict.fromkeys(n.op.replace("nn.", "") for n in g.nodes))
+        f = Function(base, params, [inner[id(g.last)]], {"primitive": 1})
+        text = print_function(f).split("(", 1)[1]
+        if text in by_text:
+            f = by_text[text]
+        else:
+            name, k = base, 1
+            while name in funcs:
+                name = f"{base}_{k}"
+                k += 1
+            f.name = name
+            funcs[name] = f
+            by_text[text] = f
+        call = Call(f, outer_args, {}, g.last.span)
+        memo[id(g.last)] = call
+    outs = [memo.get(id(o), o) for o in fn.outputs]
+    return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
+
+
+def optimize(mod: Module, fuse: bool = True) -> Module:
+    """The standard pipeline; `fuse=False` stops before operator fusion."""
+    if not isinstance(mod, Module):
+        raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
+    for p in (simplify, fold_constants, fold_batch_norm, simplify, fold_constants,
+              eliminate_common_subexpr, eliminate_dead_code):
+        mod = p(mod)
+    if fuse:
+        mod = fuse_ops(mod)
+    return mod

@@ -1,0 +1,337 @@
+"""Operator strategies: turn a fused group (a primitive `Function`) into one tdsl kernel.
+
+For every target the group's operators are defined with the tensor-expression API
+(`topi.TE`, or a fast definition below for conv2d/dense with constant weights, whose
+weights are re-laid out once at build time), then a schedule is chosen per target:
+
+* llvm: the output stage is parallel over its outer axes and vectorized along the last
+  one; elementwise producers are inlined into it; conv2d (NCHW[16]c inner kernel, weights
+  packed (CO/16, CI, KH, KW, 16)) and dense (register-blocked, packed weights) get the
+  schedules of `tdsl.examples`, with the group's epilogue (bias, activation, residual add)
+  computed in the same loop nest.
+* cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
+  anchors keep a plain per-thread loop (correct first, tuned later).
+* anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
+
+`register_schedule(target_kind, fn)` plugs a schedule for a new target.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import numpy as np
+
+import tdsl
+
+from ..errors import GraphError, TdslError
+from .ir import Function, Var
+from . import topi
+
+LANES = 16
+
+
+class Kernel:
+    """A compiled group: `module(*args)` with args in `param_order` then the output."""
+
+    def __init__(self, name, module, param_order, transforms, out_type, source_key):
+        self.name = name
+        self.module = module
+        self.param_order = param_order
+        self.transforms = transforms
+        self.out_type = out_type
+        self.key = source_key
+
+
+# ---------------------------------------------------------------------------- definition
+
+class GroupDef:
+    """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
+
+    def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target_kind):
+        self.fn = fn
+        self.consts = consts
+        self.kind = target_kind
+        self.pidx = {id(p): i for i, p in enumerate(fn.params)}
+        self.placeholders: Dict[int, object] = {}
+        self.transforms: Dict[int, Callable] = {}
+        self.anchor = None        # (tensor, info)
+
+    def param_tensor(self, i):
+        if i not in self.placeholders:
+            p = self.fn.params[i]
+            self.placeholders[i] = tdsl.placeholder(p.type.shape, p.type.dtype, name=f"p{i}")
+        return self.placeholders[i]
+
+    def const_param(self, e):
+        """Index of the group parameter `e` if it is bound to a constant."""
+        if isinstance(e, Var) and id(e) in self.pidx and self.pidx[id(e)] in self.consts:
+            return self.pidx[id(e)]
+        return None
+
+    def packed_param(self, i, shape, transform):
+        self.transforms[i] = transform
+        t = tdsl.placeholder(shape, self.fn.params[i].type.dtype, name=f"p{i}_packed")
+        self.placeholders[i] = t
+        return t
+
+    def build(self):
+        env = {}
+        for i, p in enumerate(self.fn.params):
+            env[id(p)] = i
+        tensors = {}
+        fast = self.kind in ("llvm", "c")
+        for n in self.fn.nodes():
+            ins = []
+            for a in n.args:
+                if id(a) in tensors:
+                    ins.append(tensors[id(a)])
+            out_t = None
+            if fast and n.op == "nn.conv2d":
+                out_t = conv2d_fast(self, n)
+            elif fast and n.op == "nn.dense":
+                out_t = dense_fast(self, n)
+            if out_t is None:
+                args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
+                try:
+                    out_t = topi.TE[n.op](args, n.attrs, n.type)
+                except KeyError:
+                    raise GraphError(f"no tensor-expression definition for operator '{n.op}'") from None
+            tensors[id(n)] = out_t
+        out = tensors[id(self.fn.outputs[0])]
+        return out
+
+
+def _ceil16(n):
+    return -(-n // LANES)
+
+
+def conv2d_fast(g: GroupDef, n):
+    x_e, w_e = n.args
+    a = n.attrs
+    wi = g.const_param(w_e)
+    xt, wt = x_e.type, w_e.type
+    N, C, H, W = xt.shape
+    CO, CI, KH, KW = wt.shape
+    if wi is None or xt.dtype != "float32" or a["groups"] != 1 or CO % LANES:
+        return None
+    x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
+    if x is None:
+        return None
+    bn = LANES
+    Wp = g.packed_param(wi, (CO // bn, CI, KH, KW, bn),
+                        lambda w: np.ascontiguousarray(w.reshape(CO // bn, bn, CI, KH, KW).transpose(0, 2, 3, 4, 1)))
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl, pb, pr = a["padding"]
+    OH, OW = n.type.shape[2:]
+    f0 = tdsl.const(0, "float32")
+    if any((pt, pl, pb, pr)):
+        pad = tdsl.compute((N, C, H + pt + pb, W + pl + pr), lambda b, ch, y, xx: tdsl.if_then_else(
+            tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl), x[b, ch, y - pt, xx - pl], f0), name=topi.uname("pad"))
+    else:
+        pad = x
+    ci = tdsl.reduce_axis((0, CI), "ci")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    Cv = tdsl.compute((N, CO // bn, OH, OW, bn), lambda b, cb, y, xx, cc: tdsl.sum(
+        pad[b, ci, y * sh + ky * dh, xx * sw + kx * dw] * Wp[cb, ci, ky, kx, cc], axis=[ci, ky, kx]),
+        name=topi.uname("conv"))
+    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
+    g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW})
+    return O
+
+
+def dense_fast(g: GroupDef, n):
+    x_e, w_e = n.args
+    wi = g.const_param(w_e)
+    if wi is None or x_e.type.dtype != "float32" or id(x_e) not in g.pidx:
+        return None
+    x = g.param_tensor(g.pidx[id(x_e)])
+    M, K = x_e.type.shape
+    N = w_e.type.shape[0]
+    nb = _ceil16(N)
+
+    def pack(w):
+        wp = np.zeros((nb * LANES, K), w.dtype)
+        wp[:N] = w
+        return np.ascontiguousarray(wp.reshape(nb, LANES, K).transpose(0, 2, 1))
+    Wp = g.packed_param(wi, (nb, K, LANES), pack)
+    k = tdsl.reduce_axis((0, K), "k")
+    D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // LANES, k, j % LANES], axis=k), name=topi.uname("dense"))
+    g.anchor = (D, {"kind": "dense_packed", "dense": D})
+    return D
+
+
+# ---------------------------------------------------------------------------- schedules
+
+def _stages(out):
+    seen, order = set(), []
+
+    def visit(t):
+        if id(t.op) in seen:
+            return
+        seen.add(id(t.op))
+        for i in t.op.input_tensors():
+            visit(i)
+        order.append(t)
+    visit(out)
+    return [t for t in order if t.op.__class__.__name__ == "ComputeOp"]
+
+
+def _ishape(t):
+    return [topi._dim(s) for s in t.shape]
+
+
+def _par_vec(s, t, vectorize=True, parallel=True, min_par=2048):
+    """Parallel over the fused outer axes, vectorized along the last spatial axis."""
+    axes = list(s[t].op.axis)
+    raxes = list(s[t].op.reduce_axis)
+    shape = _ishape(t)
+    if not axes:
+        return None
+    total = int(np.prod(shape))
+    last = axes[-1]
+    vec = vectorize and shape[-1] >= 8 and t.dtype != "bool"
+    if vec:
+        lo, li = s[t].split(last, factor=LANES if shape[-1] >= LANES else 8)
+        if raxes:
+            s[t].reorder(*axes[:-1], lo, *raxes, li)
+        s[t].vectorize(li)
+    outer = axes[:-1]
+    fused = None
+    if outer:
+        fused = s[t].fuse(*outer) if len(outer) > 1 else outer[0]
+    if parallel and total >= min_par:
+        if fused is not None and int(np.prod(shape[:-1])) >= 2:
+            s[t].parallel(fused)
+        elif fused is None and vec:
+            s[t].parallel(lo)
+    return fused
+
+
+def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
+    anchor_t, info = g.anchor if g.anchor else (None, {})
+    kind = info.get("kind")
+    keep = set()
+    if kind == "conv2d_packed" and vectorize:
+        return _schedule_conv_packed(s, out, info, parallel)
+    if kind == "dense_packed" and vectorize:
+        return _schedule_dense_packed(s, out, info, parallel)
+    for t in _stages(out):
+        if t is out or id(t) in keep:
+            continue
+        if t.op.reduce_axis:
+            _par_vec(s, t, vectorize, parallel)
+        else:
+            s[t].compute_inline()
+    _par_vec(s, out, vectorize, parallel)
+
+
+def _inline_except(s, out, keep):
+    for t in _stages(out):
+        if t is out or t in keep:
+            continue
+        if not t.op.reduce_axis:
+            s[t].compute_inline()
+
+
+def _schedule_conv_packed(s, out, info, parallel):
+    Cv, pad, OW = info["conv"], info["pad"], info["ow"]
+    keep = [Cv] + ([pad] if pad is not None else [])
+    _inline_except(s, out, keep)
+    for t in _stages(out):
+        if t.op.reduce_axis and t is not Cv and t is not out:
+            _par_vec(s, t, True, parallel)
+    b, co, y, x = out.op.axis
+    xb = next((d for d in (14, 16, 12, 10, 8, 7) if OW % d == 0), min(OW, 8))
+    cob, coi = s[out].split(co, factor=LANES)
+    xo, xi = s[out].split(x, factor=xb)
+    s[out].reorder(b, cob, y, xo, coi, xi)
+    par = s[out].fuse(b, cob, y)
+    if parallel:
+        s[out].parallel(par)
+    s[Cv].compute_at(s[out], xo)
+    _, _, _, xl, cl = s[Cv].op.axis
+    r1, r2, r3 = s[Cv].op.reduce_axis
+    s[Cv].reorder(r1, r2, r3, xl, cl)
+    s[Cv].unroll(xl)
+    s[Cv].vectorize(cl)
+    if pad is not None:
+        pa = s[pad].fuse(pad.op.axis[0], pad.op.axis[1])
+        if parallel:
+            s[pad].parallel(pa)
+
+
+def _schedule_dense_packed(s, out, info, parallel):
+    D = info["dense"]
+    _inline_except(s, out, [D])
+    M, N = _ishape(out)
+    mr = 8 if M >= 8 else (4 if M >= 4 else 1)
+    nr = 2 * LANES
+    mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
+    s[out].vectorize(ni)
+    s[D].compute_at(s[out], no)
+    mc, nc = s[D].op.axis
+    (k,) = s[D].op.reduce_axis
+    nco, nci = s[D].split(nc, factor=LANES)
+    s[D].reorder(k, mc, nco, nci)
+    s[D].unroll(mc)
+    s[D].unroll(nco)
+    s[D].vectorize(nci)
+    fused = s[out].fuse(mo, no)
+    if parallel:
+        s[out].parallel(fused)
+
+
+def schedule_gpu(s, out, g, threads=128):
+    for t in _stages(out):
+        if t is out:
+            continue
+        if t.op.reduce_axis:
+            _bind(s, t, threads)
+        else:
+            s[t].compute_inline()
+    _bind(s, out, threads)
+
+
+def _bind(s, t, threads):
+    axes = list(s[t].op.axis)
+    if not axes:
+        return
+    f = s[t].fuse(*axes) if len(axes) > 1 else axes[0]
+    bo, ti = s[t].split(f, factor=threads)
+    s[t].bind(bo, tdsl.thread_axis("blockIdx.x"))
+    s[t].bind(ti, tdsl.thread_axis("threadIdx.x"))
+
+
+SCHEDULES: Dict[str, Callable] = {
+    "llvm": schedule_llvm,
+    "c": lambda s, out, g: schedule_llvm(s, out, g, vectorize=False, parallel=False),
+    "cuda": schedule_gpu,
+    "opencl": schedule_gpu,
+}
+
+
+def register_schedule(target_kind: str, fn: Callable):
+    """fn(schedule, output_tensor, group_def) schedules a fused group for `target_kind`."""
+    SCHEDULES[target_kind] = fn
+
+
+def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str) -> Kernel:
+    kind = target.split()[0]
+    sched = SCHEDULES.get(kind)
+    if sched is None:
+        raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
+                         "(tdsl.graph.strategy.register_schedule adds one)")
+    g = GroupDef(fn, consts, kind)
+    out = g.build()
+    if isinstance(out.op, tdsl.te.PlaceholderOp):
+        out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
+    s = tdsl.create_schedule(out)
+    sched(s, out, g)
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+    try:
+        mod = tdsl.build(s, args, target=target, name=name)
+    except TdslError as e:
+        raise GraphError(f"build: kernel @{name} failed for target '{target}': {type(e).__name__}: {e}") from None
+    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None)

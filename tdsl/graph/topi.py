@@ -1,0 +1,553 @@
+"""Tensor-expression definitions of the graph operators (the L0 API a user writes).
+
+`TE[op](inputs, attrs, out_type)` returns a `tdsl.Tensor`. Anchor operators (conv, dense,
+matmul) and opaque ones with a packed or staged form live in `strategy.py`, which chooses
+between a fast definition and the generic one here.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+import tdsl
+
+_names = itertools.count()
+
+
+def uname(base):
+    return f"{base.replace('.', '_')}_{next(_names)}"
+
+
+def c(v, dtype):
+    return tdsl.const(v, dtype)
+
+
+def bidx(out_ndim, t, idx):
+    """Broadcast index of tensor `t` for output index `idx`."""
+    k = out_ndim - t.ndim
+    return tuple(0 if _dim(t.shape[d]) == 1 else idx[k + d] for d in range(t.ndim))
+
+
+def _dim(s):
+    return int(getattr(s, "value", s))
+
+
+def shape_of(t):
+    return tuple(_dim(s) for s in t.shape)
+
+
+def load(t, idx):
+    return t[tuple(idx)] if idx else t[()] if False else t[tuple(idx)]
+
+
+# ---------------------------------------------------------------------------- elementwise
+
+def _is_float(dt):
+    return dt.startswith("float")
+
+
+def _relu(x):
+    return tdsl.max(x, c(0, x.dtype))
+
+
+UNARY_EXPR = {
+    "nn.relu": lambda x, a: _relu(x),
+    "sigmoid": lambda x, a: tdsl.sigmoid(x),
+    "tanh": lambda x, a: tdsl.tanh(x),
+    "erf": lambda x, a: tdsl.erf(x),
+    "exp": lambda x, a: tdsl.exp(x),
+    "log": lambda x, a: tdsl.log(x),
+    "sqrt": lambda x, a: tdsl.sqrt(x),
+    "negative": lambda x, a: c(0, x.dtype) - x,
+    "abs": lambda x, a: tdsl.abs(x),
+    "floor": lambda x, a: tdsl.floor(x),
+    "ceil": lambda x, a: tdsl.ceil(x),
+    "reciprocal": lambda x, a: c(1, x.dtype) / x,
+    "copy": lambda x, a: x,
+    "logical_not": lambda x, a: ~x,
+    "nn.leaky_relu": lambda x, a: tdsl.if_then_else(x >= c(0, x.dtype), x, x * c(a["alpha"], x.dtype)),
+    "clip": lambda x, a: tdsl.max(tdsl.min(x, _clip_const(a["a_max"], x.dtype)), _clip_const(a["a_min"], x.dtype)),
+    "cast": lambda x, a: _cast(x, a["dtype"]),
+}
+
+
+def _clip_const(v, dt):
+    if not _is_float(dt):
+        info = np.iinfo(dt)
+        v = int(min(max(v, info.min), info.max))
+    return c(v, dt)
+
+
+def _cast(x, dt):
+    if dt == "bool":
+        return x != c(0, x.dtype)
+    return tdsl.cast(x, dt)
+
+
+def _div(a, b):
+    if _is_float(a.dtype):
+        return a / b
+    q = a // b
+    if a.dtype.startswith("uint"):
+        return q
+    return tdsl.if_then_else(tdsl.all(q * b != a, (a < c(0, a.dtype)) != (b < c(0, b.dtype))), q + c(1, a.dtype), q)
+
+
+def _pow(a, b):
+    if _is_float(a.dtype):
+        return tdsl.power(a, tdsl.cast(b, a.dtype))
+    r = tdsl.power(tdsl.cast(a, "float64"), tdsl.cast(b, "float64"))
+    return tdsl.cast(tdsl.round(r), a.dtype)
+
+
+BINARY_EXPR = {
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "divide": _div,
+    "power": _pow,
+    "maximum": lambda a, b: tdsl.max(a, b),
+    "minimum": lambda a, b: tdsl.min(a, b),
+    "equal": lambda a, b: a == b,
+    "not_equal": lambda a, b: a != b,
+    "less": lambda a, b: a < b,
+    "greater": lambda a, b: a > b,
+    "less_equal": lambda a, b: a <= b,
+    "greater_equal": lambda a, b: a >= b,
+    "logical_and": lambda a, b: a & b,
+    "logical_or": lambda a, b: a | b,
+}
+
+
+def _bool_eq_fix(op, a, b):
+    return BINARY_EXPR[op](a, b)
+
+
+def unary(op):
+    f = UNARY_EXPR[op]
+
+    def build(ins, attrs, out):
+        (x,) = ins
+        return tdsl.compute(out.shape, lambda *i: f(x[i], attrs), name=uname(op))
+    return build
+
+
+def binary(op):
+    f = BINARY_EXPR[op]
+
+    def build(ins, attrs, out):
+        a, b = ins
+        n = len(out.shape)
+        return tdsl.compute(out.shape, lambda *i: f(a[bidx(n, a, i)], b[bidx(n, b, i)]), name=uname(op))
+    return build
+
+
+def where(ins, attrs, out):
+    cnd, a, b = ins
+    n = len(out.shape)
+    return tdsl.compute(out.shape, lambda *i: tdsl.if_then_else(cnd[bidx(n, cnd, i)], a[bidx(n, a, i)], b[bidx(n, b, i)]),
+                        name=uname("where"))
+
+
+def bias_add(ins, attrs, out):
+    x, b = ins
+    ax = attrs["axis"]
+    return tdsl.compute(out.shape, lambda *i: x[i] + b[i[ax]], name=uname("bias_add"))
+
+
+def batch_norm(ins, attrs, out):
+    x, g, b, m, v = ins
+    eps = attrs["epsilon"]
+    dt = x.dtype
+
+    def f(*i):
+        ch = i[1]
+        return (x[i] - m[ch]) / tdsl.sqrt(v[ch] + c(eps, dt)) * g[ch] + b[ch]
+    return tdsl.compute(out.shape, f, name=uname("batch_norm"))
+
+
+# ---------------------------------------------------------------------------- injective
+
+def reshape(ins, attrs, out):
+    (x,) = ins
+    ishape = shape_of(x)
+    oshape = out.shape
+    ostr = [int(np.prod(oshape[d + 1:], dtype=np.int64)) for d in range(len(oshape))]
+    istr = [int(np.prod(ishape[d + 1:], dtype=np.int64)) for d in range(len(ishape))]
+
+    def f(*i):
+        flat = None
+        for d, iv in enumerate(i):
+            if oshape[d] == 1:
+                continue
+            t = iv * ostr[d] if ostr[d] != 1 else iv
+            flat = t if flat is None else flat + t
+        if flat is None:
+            flat = c(0, "int32")
+        idx = []
+        for d in range(len(ishape)):
+            if ishape[d] == 1:
+                idx.append(0)
+                continue
+            e = flat // istr[d] if istr[d] != 1 else flat
+            if d > 0 and istr[d] * ishape[d] < int(np.prod(ishape, dtype=np.int64)):
+                e = e % ishape[d]
+            idx.append(e)
+        return x[tuple(idx)]
+    return tdsl.compute(oshape, f, name=uname("reshape"))
+
+
+def transpose(ins, attrs, out):
+    (x,) = ins
+    axes = attrs["axes"]
+    inv = [axes.index(d) for d in range(len(axes))]
+    return tdsl.compute(out.shape, lambda *i: x[tuple(i[inv[d]] for d in range(len(axes)))], name=uname("transpose"))
+
+
+def concatenate(ins, attrs, out):
+    ax = attrs["axis"]
+    offs = [0]
+    for t in ins:
+        offs.append(offs[-1] + shape_of(t)[ax])
+
+    def f(*i):
+        val = None
+        for k in range(len(ins) - 1, -1, -1):
+            idx = list(i)
+            idx[ax] = i[ax] - offs[k]
+            v = ins[k][tuple(idx)]
+            val = v if val is None else tdsl.if_then_else(i[ax] < offs[k + 1], v, val)
+        return val
+    return tdsl.compute(out.shape, f, name=uname("concat"))
+
+
+def strided_slice(ins, attrs, out):
+    (x,) = ins
+    b, s = attrs["begin"], attrs["strides"]
+    return tdsl.compute(out.shape, lambda *i: x[tuple(b[d] + i[d] * s[d] if (b[d], s[d]) != (0, 1) else i[d]
+                                                      for d in range(len(i)))], name=uname("slice"))
+
+
+def take(ins, attrs, out):
+    x, idx = ins
+    ax = attrs["axis"]
+    n = shape_of(x)[ax]
+    k = len(idx.shape)
+
+    def f(*i):
+        j = tdsl.cast(idx[i[ax:ax + k]], "int32")
+        j = tdsl.if_then_else(j < 0, j + n, j)
+        return x[i[:ax] + (j,) + i[ax + k:]]
+    return tdsl.compute(out.shape, f, name=uname("take"))
+
+
+def pad(ins, attrs, out):
+    (x,) = ins
+    pw = attrs["pad_width"]
+    mode = attrs["mode"]
+    xs = shape_of(x)
+    dt = x.dtype
+
+    def f(*i):
+        src = [i[d] - pw[d][0] if pw[d][0] else i[d] for d in range(len(i))]
+        if mode == "constant":
+            conds = []
+            for d in range(len(i)):
+                if pw[d][0] > 0:
+                    conds.append(src[d] >= 0)
+                if pw[d][1] > 0:
+                    conds.append(src[d] < xs[d])
+            v = x[tuple(src)]
+            if not conds:
+                return v
+            return tdsl.if_then_else(tdsl.all(*conds), v, _clip_const(attrs["pad_value"], dt) if not _is_float(dt) else c(attrs["pad_value"], dt))
+        idx = []
+        for d in range(len(i)):
+            e = src[d]
+            n = xs[d]
+            if pw[d] == [0, 0] or tuple(pw[d]) == (0, 0):
+                idx.append(e)
+            elif mode == "edge":
+                idx.append(tdsl.min(tdsl.max(e, 0), n - 1))
+            elif mode == "reflect":
+                e = tdsl.if_then_else(e < 0, 0 - e, e)
+                idx.append(tdsl.if_then_else(e >= n, 2 * (n - 1) - e, e))
+            else:  # wrap
+                idx.append(e % n)
+        return x[tuple(idx)]
+    return tdsl.compute(out.shape, f, name=uname("pad"))
+
+
+def broadcast_to(ins, attrs, out):
+    (x,) = ins
+    n = len(out.shape)
+    return tdsl.compute(out.shape, lambda *i: x[bidx(n, x, i)], name=uname("broadcast"))
+
+
+# ---------------------------------------------------------------------------- reductions
+
+REDUCERS = {"sum": tdsl.sum, "mean": tdsl.sum, "max": tdsl.max, "min": tdsl.min, "prod": tdsl.prod}
+
+
+def reduce(op):
+    def build(ins, attrs, out):
+        (x,) = ins
+        xs = shape_of(x)
+        axes = attrs["axis"] if attrs["axis"] is not None else list(range(len(xs)))
+        keep = attrs["keepdims"]
+        red = REDUCERS[op]
+        rax = {a: tdsl.reduce_axis((0, xs[a]), name=f"k{a}") for a in axes}
+        dt = x.dtype
+
+        def f(*i):
+            idx, j = [], 0
+            for d in range(len(xs)):
+                if d in rax:
+                    idx.append(rax[d])
+                    if keep:
+                        j += 1
+                else:
+                    idx.append(i[j])
+                    j += 1
+            val = x[tuple(idx)]
+            if dt == "bool":
+                val = tdsl.cast(val, "int8")
+            return red(val, axis=[rax[a] for a in axes])
+        if not rax:
+            return tdsl.compute(out.shape, lambda *i: x[i], name=uname(op))
+        r = tdsl.compute(out.shape, f, name=uname(op))
+        if op == "mean":
+            cnt = int(np.prod([xs[a] for a in axes]))
+            return tdsl.compute(out.shape, lambda *i: r[i] / c(max(cnt, 1), dt), name=uname("mean_div"))
+        if dt == "bool":
+            return tdsl.compute(out.shape, lambda *i: r[i] != c(0, "int8"), name=uname("tobool"))
+        return r
+    return build
+
+
+def global_avg_pool(ins, attrs, out):
+    (x,) = ins
+    xs = shape_of(x)
+    rax = [tdsl.reduce_axis((0, s), name=f"k{d}") for d, s in enumerate(xs[2:])]
+    r = tdsl.compute(out.shape, lambda n, ch, *_: tdsl.sum(x[(n, ch) + tuple(rax)], axis=rax), name=uname("gap_sum"))
+    cnt = int(np.prod(xs[2:]))
+    return tdsl.compute(out.shape, lambda *i: r[i] / c(cnt, x.dtype), name=uname("gap"))
+
+
+def pool(kind):
+    def build(ins, attrs, out):
+        (x,) = ins
+        xs = shape_of(x)
+        nd = len(xs) - 2
+        k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+        rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
+        dt = x.dtype
+
+        def window(sp):
+            pos = [sp[d] * s[d] - p[d] + rax[d] * dl[d] for d in range(nd)]
+            conds = []
+            for d in range(nd):
+                conds.append(pos[d] >= 0)
+                conds.append(pos[d] < xs[2 + d])
+            return pos, tdsl.all(*conds)
+
+        if kind == "max":
+            low = c(float("-inf"), dt) if _is_float(dt) else c(int(np.iinfo(dt).min), dt)
+
+            def f(n, ch, *sp):
+                pos, inside = window(sp)
+                return tdsl.max(tdsl.if_then_else(inside, x[(n, ch) + tuple(pos)], low), axis=rax)
+            return tdsl.compute(out.shape, f, name=uname("max_pool"))
+
+        def fs(n, ch, *sp):
+            pos, inside = window(sp)
+            return tdsl.sum(tdsl.if_then_else(inside, x[(n, ch) + tuple(pos)], c(0, dt)), axis=rax)
+        total = tdsl.compute(out.shape, fs, name=uname("pool_sum"))
+        rax2 = [tdsl.reduce_axis((0, k[d]), name=f"q{d}") for d in range(nd)]
+        incl = attrs.get("count_include_pad")
+
+        def fc(*sp):
+            conds = []
+            for d in range(nd):
+                pos = sp[d] * s[d] - p[d] + rax2[d] * dl[d]
+                lo, hi = (-p[d], xs[2 + d] + p[d + nd]) if incl else (0, xs[2 + d])
+                conds += [pos >= lo, pos < hi]
+            return tdsl.sum(tdsl.if_then_else(tdsl.all(*conds), c(1, dt), c(0, dt)), axis=rax2)
+        cnt = tdsl.compute(tuple(out.shape[2:]), fc, name=uname("pool_cnt"))
+        return tdsl.compute(out.shape, lambda n, ch, *sp: total[(n, ch) + sp] / tdsl.max(cnt[sp], c(1, dt)),
+                            name=uname("avg_pool"))
+    return build
+
+
+def softmax(log=False):
+    def build(ins, attrs, out):
+        (x,) = ins
+        xs = shape_of(x)
+        ax = attrs["axis"]
+        n = xs[ax]
+        k1 = tdsl.reduce_axis((0, n), name="k1")
+        k2 = tdsl.reduce_axis((0, n), name="k2")
+        rshape = xs[:ax] + xs[ax + 1:]
+
+        def at(i, k):
+            return tuple(i[:ax]) + (k,) + tuple(i[ax:])
+        mx = tdsl.compute(rshape, lambda *i: tdsl.max(x[at(i, k1)], axis=k1), name=uname("smax"))
+
+        def drop(i):
+            return tuple(i[:ax]) + tuple(i[ax + 1:])
+        ex = tdsl.compute(xs, lambda *i: tdsl.exp(x[i] - mx[drop(i)]), name=uname("sexp"))
+        sm = tdsl.compute(rshape, lambda *i: tdsl.sum(ex[at(i, k2)], axis=k2), name=uname("ssum"))
+        if log:
+            y = tdsl.compute(xs, lambda *i: x[i] - mx[drop(i)] - tdsl.log(sm[drop(i)]), name=uname("log_softmax"))
+        else:
+            y = tdsl.compute(xs, lambda *i: ex[i] / sm[drop(i)], name=uname("softmax"))
+        y._graph_info = {"kind": "softmax", "stages": [mx, ex, sm], "axis": ax}
+        return y
+    return build
+
+
+def layer_norm(ins, attrs, out):
+    x, g, b = ins
+    xs = shape_of(x)
+    ax = attrs["axis"]
+    dt = x.dtype
+    norm = xs[ax:]
+    cnt = int(np.prod(norm))
+    k1 = [tdsl.reduce_axis((0, s), name=f"a{d}") for d, s in enumerate(norm)]
+    k2 = [tdsl.reduce_axis((0, s), name=f"b{d}") for d, s in enumerate(norm)]
+    lead = xs[:ax]
+    mu = tdsl.compute(lead or (1,), lambda *i: tdsl.sum(x[(tuple(i) if lead else ()) + tuple(k1)], axis=k1), name=uname("ln_sum"))
+
+    def m(i):
+        return mu[tuple(i) if lead else (0,)] / c(cnt, dt)
+
+    def var_f(*i):
+        d = x[(tuple(i) if lead else ()) + tuple(k2)] - mu[tuple(i) if lead else (0,)] / c(cnt, dt)
+        return tdsl.sum(d * d, axis=k2)
+    var = tdsl.compute(lead or (1,), var_f, name=uname("ln_var"))
+    gn = len(g.shape)
+    bn = len(b.shape)
+
+    def f(*i):
+        li = tuple(i[:ax])
+        r = tdsl.rsqrt(var[li if lead else (0,)] / c(cnt, dt) + c(attrs["epsilon"], dt))
+        return (x[i] - m(li)) * r * g[bidx(len(xs), g, i)] + b[bidx(len(xs), b, i)]
+    y = tdsl.compute(xs, f, name=uname("layer_norm"))
+    y._graph_info = {"kind": "layer_norm", "stages": [mu, var], "axis": ax}
+    return y
+
+
+# ---------------------------------------------------------------------------- generic conv / matmul
+
+def conv_generic(ins, attrs, out):
+    x, w = ins
+    xs, ws = shape_of(x), shape_of(w)
+    nd = len(xs) - 2
+    s, p, dl, g = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
+    dt = x.dtype
+    cig = ws[1]
+    cog = ws[0] // g
+    if any(p):
+        def fp(n, ch, *sp):
+            conds = []
+            for d in range(nd):
+                if p[d]:
+                    conds.append(sp[d] >= p[d])
+                if p[d + nd]:
+                    conds.append(sp[d] < xs[2 + d] + p[d])
+            return tdsl.if_then_else(tdsl.all(*conds), x[(n, ch) + tuple(sp[d] - p[d] for d in range(nd))], c(0, dt))
+        xp = tdsl.compute((xs[0], xs[1]) + tuple(xs[2 + d] + p[d] + p[d + nd] for d in range(nd)), fp, name=uname("pad"))
+    else:
+        xp = x
+    rc = tdsl.reduce_axis((0, cig), name="rc")
+    rk = [tdsl.reduce_axis((0, ws[2 + d]), name=f"rk{d}") for d in range(nd)]
+
+    def f(n, co, *sp):
+        ci = (co // cog) * cig + rc if g > 1 else rc
+        return tdsl.sum(xp[(n, ci) + tuple(sp[d] * s[d] + rk[d] * dl[d] for d in range(nd))] * w[(co, rc) + tuple(rk)],
+                        axis=[rc] + rk)
+    y = tdsl.compute(out.shape, f, name=uname("conv"))
+    y._graph_info = {"kind": "conv_generic", "pad": xp if xp is not x else None}
+    return y
+
+
+def conv_transpose(ins, attrs, out):
+    """Transposed conv as a direct gather: out[o] = sum over input taps that land on o."""
+    x, w = ins
+    xs, ws = shape_of(x), shape_of(w)
+    nd = len(xs) - 2
+    s, p, dl, g = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
+    dt = x.dtype
+    cig = xs[1] // g
+    cog = ws[1]
+    rc = tdsl.reduce_axis((0, cig), name="rc")
+    rk = [tdsl.reduce_axis((0, ws[2 + d]), name=f"rk{d}") for d in range(nd)]
+
+    def f(n, co, *sp):
+        conds, pos = [], []
+        for d in range(nd):
+            t = sp[d] + p[d] - rk[d] * dl[d]
+            if s[d] > 1:
+                conds.append(t % s[d] == 0)
+                q = t // s[d]
+            else:
+                q = t
+            conds += [t >= 0, q < xs[2 + d]]
+            pos.append(q)
+        ci = (co // cog) * cig + rc if g > 1 else rc
+        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+        v = x[(n, ci) + safe] * w[(ci, co % cog if g > 1 else co) + tuple(rk)]
+        return tdsl.sum(tdsl.if_then_else(tdsl.all(*conds), v, c(0, dt)), axis=[rc] + rk)
+    return tdsl.compute(out.shape, f, name=uname("conv_transpose"))
+
+
+def matmul(ins, attrs, out):
+    a, b = ins
+    n = len(out.shape)
+    K = shape_of(a)[-1]
+    k = tdsl.reduce_axis((0, K), name="k")
+
+    def f(*i):
+        bi = i[:-2]
+        ai_ = bidx(n - 2, _Lead(a), bi) + (i[-2], k)
+        bi_ = bidx(n - 2, _Lead(b), bi) + (k, i[-1])
+        return tdsl.sum(a[ai_] * b[bi_], axis=k)
+    y = tdsl.compute(out.shape, f, name=uname("matmul"))
+    y._graph_info = {"kind": "matmul"}
+    return y
+
+
+class _Lead:
+    def __init__(self, t):
+        self.shape = shape_of(t)[:-2]
+        self.ndim = len(self.shape)
+
+
+def dense_generic(ins, attrs, out):
+    x, w = ins
+    k = tdsl.reduce_axis((0, shape_of(x)[1]), name="k")
+    y = tdsl.compute(out.shape, lambda i, j: tdsl.sum(x[i, k] * w[j, k], axis=k), name=uname("dense"))
+    y._graph_info = {"kind": "dense_generic"}
+    return y
+
+
+TE = {}
+for _op in UNARY_EXPR:
+    TE[_op] = unary(_op)
+for _op in BINARY_EXPR:
+    TE[_op] = binary(_op)
+TE.update({
+    "where": where, "nn.bias_add": bias_add, "nn.batch_norm": batch_norm, "reshape": reshape,
+    "transpose": transpose, "concatenate": concatenate, "strided_slice": strided_slice,
+    "take": take, "nn.pad": pad, "broadcast_to": broadcast_to, "nn.global_avg_pool": global_avg_pool,
+    "nn.softmax": softmax(), "nn.log_softmax": softmax(True), "nn.layer_norm": layer_norm,
+    "nn.matmul": matmul, "nn.dense": dense_generic,
+})
+for _op in ("sum", "mean", "max", "min", "prod"):
+    TE[_op] = reduce(_op)
+for _nd in (1, 2, 3):
+    TE[f"nn.max_pool{_nd}d"] = pool("max")
+    TE[f"nn.avg_pool{_nd}d"] = pool("avg")
+    TE[f"nn.conv{_nd}d"] = conv_generic
+    TE[f"nn.conv{_nd}d_transpose"] = conv_transpose
