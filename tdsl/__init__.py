@@ -14,12 +14,22 @@ from .schedule.stage import Stage
 from .lower import lower
 from .build import build
 from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
+from .runtime import ndarray as nd
+from .runtime.ndarray import cpu, cuda, opencl, Device
 
 
 def load_module(path):
     """Loads a shared object written by Module.export_library."""
     from .runtime.aot import load_module as _load
     return _load(path)
+
+
+def __getattr__(name):
+    # sub-packages loaded on first use: `tdsl.autotune` (pulls in numpy-heavy tuners)
+    if name == "autotune":
+        import importlib
+        return importlib.import_module(".autotune", __name__)
+    raise AttributeError(f"module 'tdsl' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"

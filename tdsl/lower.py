@@ -25,6 +25,29 @@ PASSES = [
     ("simplify", simplify_func),
 ]
 
+GPU_TARGETS = ("cuda", "opencl")
+
+
+def _gpu_passes():
+    from .passes.gpu import gpu_storage_scope, split_kernels
+    from .passes.thread_sync import thread_sync
+    return [("gpu_storage_scope", gpu_storage_scope), ("thread_sync", thread_sync),
+            ("split_kernels", split_kernels)]
+
+
+def binds_threads(sched) -> bool:
+    """Whether any loop of the schedule is bound to blockIdx/threadIdx."""
+    return any(a.thread is not None for st in sched.stages for a in st.iter_var_attrs.values())
+
+
+def target_kind(target) -> str:
+    """'llvm', 'c', 'cuda' or 'opencl' from a target string (None means 'llvm')."""
+    if target is None:
+        return "llvm"
+    if not isinstance(target, str) or not target.strip():
+        raise LoweringError(f"target must be a string such as 'llvm' or 'cuda', got {target!r}")
+    return target.split()[0]
+
 
 def default_args(sched: Schedule):
     """The placeholders read by the schedule, then its outputs."""
@@ -45,8 +68,11 @@ def _size_ranges(func):
     return out
 
 
-def lower(s, args=None, name="main") -> S.PrimFunc:
-    """The loop IR of schedule `s` as a PrimFunc; `str()` prints it."""
+def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
+    """The loop IR of schedule `s` as a PrimFunc; `str()` prints it.
+
+    With a GPU `target` ("cuda", "opencl") the schedule is checked for the grid, barriers
+    are inserted and the kernels are recorded in `func.attrs["kernels"]`."""
     if not isinstance(s, Schedule):
         raise LoweringError(f"lower: expected a schedule from tdsl.create_schedule, got {s!r}")
     if args is None:
@@ -56,12 +82,18 @@ def lower(s, args=None, name="main") -> S.PrimFunc:
     if not isinstance(name, str) or not name.isidentifier():
         raise LoweringError(f"lower: the name must be an identifier, got {name!r}")
     debug = int(os.environ.get("TDSL_DEBUG", "0") or 0)
+    kind = target_kind(target)
+    passes = list(PASSES)
+    if kind in GPU_TARGETS or (kind == "c" and binds_threads(s)):
+        from .passes.gpu import check_gpu_schedule
+        check_gpu_schedule(s, kind)
+        passes += _gpu_passes()
     try:
         func = schedule_to_func(s, list(args), name)
         func.attrs["size_ranges"] = _size_ranges(func)
         if debug >= 2:
             print(f"# after schedule_ops\n{func}\n", file=sys.stderr)
-        for pass_name, fn in PASSES:
+        for pass_name, fn in passes:
             func = fn(func)
             if debug >= 2:
                 print(f"# after {pass_name}\n{func}\n", file=sys.stderr)
@@ -72,4 +104,5 @@ def lower(s, args=None, name="main") -> S.PrimFunc:
     except Exception as e:  # our bug, not the user's
         raise InternalError(f"lowering failed unexpectedly: {type(e).__name__}: {e}. "
                             "Please report this with the code that defines the schedule.") from e
+    func.attrs["target"] = kind
     return func

@@ -130,8 +130,16 @@ class Signature:
         name = self.params[i]["name"]
         return ArgumentError(f"argument {i} '{name}': {msg}")
 
-    def prepare(self, args):
-        """Checks `args`; returns (C argument list, arrays, writebacks)."""
+    def bind(self, args, convert=None):
+        """Checks `args` against the signature: count, types, dtypes, ranks, shapes and the
+        agreement of symbolic sizes. Returns (values, arrays, writebacks): the value of
+        every scalar parameter (sizes included), the array-like object of every buffer
+        parameter (None for scalars) and callbacks to run after the kernel.
+
+        `convert(a, p, i, sig) -> (array, writeback)` turns a user argument for buffer
+        parameter `p` into an object with `ndim` and `shape` (numpy arrays on the CPU,
+        device arrays for GPU modules); it checks dtype and layout."""
+        convert = convert or _host_array
         params = self.params
         nua = self.num_user_args
         if len(args) != nua:
@@ -145,7 +153,7 @@ class Signature:
         # 1. types of user arguments, scalars
         for i, (p, a) in enumerate(zip(params, args)):
             if p["kind"] == "buffer":
-                arr, wb = _host_array(a, p, i, self)
+                arr, wb = convert(a, p, i, self)
                 arrays[i] = arr
                 if wb is not None:
                     writebacks.append(wb)
@@ -214,24 +222,42 @@ class Signature:
                     if notes:
                         msg += " (" + "; ".join(notes) + ")"
                     raise self._err(i, msg)
-        # 4. written buffers must not overlap other arguments
+        return values, arrays, writebacks
+
+    def check_overlap(self, arrays, span_of=None):
+        """Raises when a written buffer overlaps another argument in memory.
+        `span_of(array) -> (space, start, end)`; returns the start address of each array."""
+        params = self.params
         ptrs = [None] * len(params)
         spans = []
         for i, arr in enumerate(arrays):
             if arr is not None:
-                start = ptrs[i] = arr.__array_interface__["data"][0]
-                if arr.size:
-                    spans.append((start, start + arr.nbytes, i))
+                if span_of is None:
+                    start = arr.__array_interface__["data"][0]
+                    space, end = None, start + arr.nbytes
+                else:
+                    space, start, end = span_of(arr)
+                ptrs[i] = start
+                if end > start:
+                    spans.append((space, start, end, i))
         if len(spans) > 1:
             for x in range(len(spans)):
-                s0, e0, i0 = spans[x]
+                sp0, s0, e0, i0 = spans[x]
                 for y in range(x + 1, len(spans)):
-                    s1, e1, i1 = spans[y]
-                    if s0 < e1 and s1 < e0 and (params[i0]["written"] or params[i1]["written"]):
+                    sp1, s1, e1, i1 = spans[y]
+                    if sp0 == sp1 and s0 < e1 and s1 < e0 and (params[i0]["written"]
+                                                               or params[i1]["written"]):
                         w, o = (i0, i1) if params[i0]["written"] else (i1, i0)
                         raise self._err(w, f"is written by the kernel and overlaps argument "
                                            f"{o} '{params[o]['name']}' in memory; pass "
                                            "separate arrays")
+        return ptrs
+
+    def prepare(self, args):
+        """Checks `args`; returns (C argument list, arrays, writebacks)."""
+        params = self.params
+        values, arrays, writebacks = self.bind(args)
+        ptrs = self.check_overlap(arrays)
         cargs = []
         for i, p in enumerate(params):
             if arrays[i] is not None:
@@ -280,8 +306,9 @@ def _host_array(a, p, i, sig):
     if not isinstance(a, np.ndarray):
         # seam for device/NDArray-like objects: a host view or a .numpy() copy
         host = getattr(a, "_tdsl_host_array", None)
-        if callable(host):
-            a = host()
+        view = host() if callable(host) else None
+        if view is not None:
+            a = view
         elif callable(getattr(a, "numpy", None)):
             obj = a
             a = np.ascontiguousarray(obj.numpy())
@@ -339,6 +366,14 @@ class Module:
             if p["kind"] == "buffer" else "")
             for p in self.signature.params[:self.signature.num_user_args])
         return f"<tdsl.Module {self.name}({params}) [{self._backend.kind}]>"
+
+    def _repr_html_(self):
+        from .display import module_html
+        return module_html(self)
+
+    def _repr_markdown_(self):
+        from .display import module_markdown
+        return module_markdown(self)
 
     # calling ------------------------------------------------------------------------
     def __call__(self, *args):

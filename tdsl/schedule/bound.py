@@ -8,6 +8,10 @@
 - `infer_bounds(schedule)`: the ranges of every stage, consumers first; a stage attached
   with compute_at gets the region its consumer reads inside the attach loop.
 
+GPU scopes: a stage in "shared" scope is one buffer for the whole thread block, so its
+region is relaxed over the threadIdx-bound loops around its attach point (the block's
+threads fill it together); "local" and "global" stages keep the per-thread region.
+
 Leaf loops of derived IterVars start at 0; a root IterVar that is never split keeps its own
 minimum, so `for i in range(io*8, io*8 + 8)` reads naturally in an attached stage.
 """
@@ -187,6 +191,8 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
         a = leaves.index(attach_leaf(stage))
         # Everything inside the attach loop varies; the loops around it are fixed.
         inner = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[a + 1:]}
+        if stage.scope == "shared":
+            inner.update(thread_loops_around(stage, result))
         for r in readers:
             if r is not parent and not _inside(r, parent, a, result, inner):
                 raise LoweringError(
@@ -222,6 +228,28 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
         root.update({iv: iv.dom for iv in op.reduce_axis})
         result[stage] = StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
     return result
+
+
+def is_thread_bound(stage, iv, prefix="threadIdx") -> bool:
+    """Whether leaf `iv` of `stage` is bound to a GPU thread tag starting with `prefix`."""
+    attr = stage.iter_var_attrs.get(iv)
+    return (attr is not None and attr.thread is not None
+            and attr.thread.thread_tag.startswith(prefix))
+
+
+def thread_loops_around(stage, result):
+    """{var: range} of the threadIdx-bound loops that enclose `stage`'s attach point
+    (through the whole attach chain): a shared buffer covers all their iterations."""
+    out = {}
+    while stage.attach_type == "scope":
+        parent = stage.attach_stage
+        leaves = parent.leaf_iter_vars
+        a = leaves.index(attach_leaf(stage))
+        for iv in leaves[:a + 1]:
+            if is_thread_bound(parent, iv):
+                out[iv.var] = loop_range(result[parent].ranges, iv)
+        stage = parent
+    return out
 
 
 def _inside(reader, parent, a, result, scope):

@@ -1,7 +1,13 @@
 """Builds the loop IR of a schedule from scratch: one loop nest per stage, attached stages
 inserted at their attach loops, inlined stages substituted, reductions split into an init
 nest and an update nest, guards for non-divisible splits (marked `likely`, so loop
-partitioning can peel them)."""
+partitioning can peel them).
+
+GPU: a reduction whose reduction loop is bound to threadIdx.* becomes a cross-thread
+reduction (`_cross_thread_reduce`): each thread accumulates its share in a local
+register, the partial results meet in a shared buffer and are combined by a tree, and one
+thread writes the result. Loops bound to thread tags are THREAD_BINDING loops; on a GPU
+every thread runs the kernel body, so nested loops with the same tag share the index."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -175,10 +181,101 @@ class ScheduleLowering:
         update = _guard(spatial, _guard(rconds, S.BufferStore(buf, update_val, idx)))
         init_store = _guard(spatial, S.BufferStore(buf, init, idx))
         p = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+        threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and _bound_tag(st, iv)]
+        if threads:
+            return self._cross_thread_reduce(st, leaves, p, threads, body, buf, idx, spatial,
+                                             rconds, lower, src)
         init_nest = self._wrap(st, [iv for iv in leaves[p:] if iv.kind != "reduce"], init_store,
                                with_attached=False)
         update_nest = self._wrap(st, leaves[p:], update)
         return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
+
+    def _cross_thread_reduce(self, st, leaves, p, threads, body, buf, idx, spatial, rconds,
+                             lower, src):
+        """out[idx] = reduce over a threadIdx-bound reduction loop, through shared memory.
+
+        Inside the spatial loops: each thread folds its serial reduction loops into a local
+        accumulator and stores it to red[g*T + t] (g: the thread's group from the spatial
+        threadIdx loops, t: its index on the reduction tag); then a tree over red, halving
+        the active threads each step (any T: elements past T count as absent); thread 0 of
+        the group writes the result. thread_sync inserts the barriers."""
+        def err(msg):
+            return ScheduleError(f"bind: stage '{st.name}': {msg}")
+        if len(threads) > 1:
+            names = ", ".join(iv.var.name for iv in threads)
+            raise err(f"only one reduction axis may be bound to a thread index, got {names}; "
+                      "fuse them first")
+        tiv = threads[0]
+        tag = _bound_tag(st, tiv)
+        if not tag.startswith("threadIdx"):
+            raise err(f"the reduction axis '{tiv.var.name}' is bound to {tag}; blocks cannot "
+                      "combine partial results, bind it to a threadIdx tag (or rfactor the "
+                      "reduction and bind the factored stage's spatial axis)")
+        spatial_in = [iv for iv in leaves[p:] if iv.kind != "reduce"]
+        if spatial_in:
+            raise err(f"the spatial axis '{spatial_in[0].var.name}' is inside the reduction "
+                      "loops of a cross-thread reduction; reorder it outside them")
+        rng = self.bounds[st].ranges
+        T = arith.simplify(rng[tiv].extent)
+        if not isinstance(T, E.IntImm):
+            raise err(f"the thread-bound reduction axis '{tiv.var.name}' needs a constant "
+                      f"extent, got {T}")
+        T = T.value
+        group, G = E.const(0), 1
+        for iv in leaves[:p]:
+            t = _bound_tag(st, iv)
+            if t.startswith("threadIdx"):
+                ext = arith.simplify(rng[iv].extent)
+                if not isinstance(ext, E.IntImm):
+                    raise err(f"the thread-bound axis '{iv.var.name}' needs a constant extent")
+                group = group * ext.value + iv.var if G > 1 else iv.var
+                G *= ext.value
+        dtype = body.dtype
+        acc = S.Buffer(f"{st.name}.acc", (E.const(1),), dtype, "local")
+        red = S.Buffer(f"{st.name}.red", (E.const(G * T),), dtype, "shared")
+        zero = (E.const(0),)
+        identity = E.cast(E.convert(body.combiner.identity(dtype)), dtype)
+        comb = body.combiner.combine
+        update = _guard(spatial, _guard(rconds, S.BufferStore(
+            acc, E.convert(comb(E.BufferLoad(acc, zero), src)), zero)))
+        others = [iv for iv in leaves[p:] if iv is not tiv]
+        base = group * T if G > 1 else E.const(0)
+        per_thread = S.Allocate(acc, S.seq(
+            S.BufferStore(acc, identity, zero),
+            self._wrap(st, others, update),
+            S.BufferStore(red, E.BufferLoad(acc, zero), (base + tiv.var,))))
+        parts = [self._wrap(st, [tiv], per_thread)]
+        step = 1
+        while step < T:
+            step *= 2
+        step //= 2
+
+        def thread_loop(name, fn):
+            v = E.Var(f"{tiv.var.name}.{name}", tiv.var.dtype)
+            return S.For(v, E.const(0), E.const(T), S.ForKind.THREAD_BINDING, fn(v), tag)
+        while step >= 1:
+            s_ = step
+
+            def tree(v, s_=s_):
+                a = E.BufferLoad(red, (base + v,))
+                b = E.BufferLoad(red, (base + v + s_,))
+                cond = E.And(E.LT(v, E.const(s_)), E.LT(v + s_, E.const(T)))
+                return S.IfThenElse(cond, S.BufferStore(red, E.convert(comb(a, b)), (base + v,)))
+            parts.append(thread_loop(f"s{s_}", tree))
+            step //= 2
+        result = E.BufferLoad(red, (base,))
+        if body.init is not None:
+            result = E.convert(comb(E.cast(lower.visit(body.init), dtype), result))
+
+        def write(v):
+            return S.IfThenElse(E.EQ(v, E.const(0)), _guard(spatial, S.BufferStore(buf, result, idx)))
+        parts.append(thread_loop("w", write))
+        return self._wrap(st, leaves[:p], S.Allocate(red, S.seq(*parts)))
+
+
+def _bound_tag(st, iv) -> str:
+    attr = st.iter_var_attrs.get(iv)
+    return attr.thread.thread_tag if attr is not None and attr.thread is not None else ""
 
 
 def _guard(conds, stmt):
@@ -209,7 +306,7 @@ def schedule_to_func(sched, args, name) -> S.PrimFunc:
         raise LoweringError(f"variable(s) {names} are used but neither passed in args nor sizes of "
                             "an argument; add them to the argument list")
     func = S.PrimFunc(name, params + size_vars, body,
-                      {"num_user_args": len(params), "schedule": sched})
+                      {"num_user_args": len(params), "schedule": sched, "bounds": low.bounds})
     return func
 
 

@@ -1,0 +1,270 @@
+"""GPU lowering: schedule checks, storage scopes inside kernels, and the split of a lowered
+function into kernels launched in order by host code.
+
+- `check_gpu_schedule(sched, target)`: before lowering, every root stage must put its loops
+  on the grid: its outermost loop bound to blockIdx.* or threadIdx.* (a serial loop outside
+  the bound ones would run the whole grid once per iteration), reduction axes only on
+  threadIdx (blocks cannot combine partial results).
+- `gpu_storage_scope(func)`: a stage attached inside a kernel with the default "global"
+  scope gets device storage it can have there: "local" (per thread) when it is allocated
+  inside a threadIdx loop, "shared" (per block) when it is allocated outside them.
+- `split_kernels(func)`: each top-level loop nest is one kernel; root-level intermediate
+  buffers are allocated by the host. For each kernel: the launch extent of every tag (all
+  loops bound to one tag in a kernel must have the same extent), the threads per block
+  (at most 1024), the static shared memory (at most 48 KiB), and the parameters it uses.
+  The result is stored in `func.attrs["kernels"]` / `func.attrs["host_buffers"]`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from .. import arith
+from .. import dtype as dt
+from ..errors import BuildError, ScheduleError
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.visitor import Mutator, walk, free_vars
+from ..te.tensor import PlaceholderOp
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 48 * 1024
+TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def _bound(stage, iv):
+    a = stage.iter_var_attrs.get(iv)
+    return a.thread.thread_tag if a is not None and a.thread is not None else ""
+
+
+def check_gpu_schedule(sched, target):
+    """Raises ScheduleError for a schedule that cannot run as GPU kernels."""
+    for st in sched.stages:
+        if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline":
+            continue
+        for iv in st.leaf_iter_vars:
+            tag = _bound(st, iv)
+            if tag.startswith("blockIdx") and iv.kind == "reduce":
+                raise ScheduleError(
+                    f"bind: stage '{st.name}': the reduction axis '{iv.var.name}' is bound to "
+                    f"{tag}; blocks cannot combine partial results. Bind it to threadIdx.x, or "
+                    "rfactor it and bind the new stage's spatial axis to blockIdx")
+            if tag == "vthread":
+                raise ScheduleError(f"bind: stage '{st.name}': vthread is not supported by the "
+                                    f"{target} target")
+        if st.attach_type != "root":
+            continue
+        leaves = st.leaf_iter_vars
+        if not leaves:
+            raise ScheduleError(f"stage '{st.name}' has no loops to bind to the GPU grid; give it "
+                                "at least one axis")
+        bound = [iv for iv in leaves if _bound(st, iv)]
+        if not bound:
+            outer = leaves[0].var.name
+            raise ScheduleError(
+                f"stage '{st.name}' is not bound to the GPU grid on target '{target}': bind its "
+                f"outer loops, e.g. bx, tx = s[{st.name}].split({outer}, factor=64); "
+                f"s[{st.name}].bind(bx, tdsl.thread_axis('blockIdx.x')); "
+                f"s[{st.name}].bind(tx, tdsl.thread_axis('threadIdx.x')) "
+                "(or compute_inline / compute_at it into a bound stage)")
+        if not _bound(st, leaves[0]):
+            raise ScheduleError(
+                f"stage '{st.name}': the loop '{leaves[0].var.name}' is outside the loops bound to "
+                f"the GPU grid (first bound loop: '{bound[0].var.name}'); reorder so that the "
+                "bound loops are outermost, or bind it too")
+
+
+# ----------------------------------------------------------------------------------------
+# storage scopes inside kernels
+
+
+class _Rescope(Mutator):
+    def __init__(self):
+        self.map = {}
+        self.depth = 0      # threadIdx loops around the current node
+        self.in_kernel = 0
+
+    def visit_For(self, f):
+        is_thread = f.kind is S.ForKind.THREAD_BINDING
+        tdx = is_thread and f.thread_tag.startswith("threadIdx")
+        self.in_kernel += is_thread
+        self.depth += tdx
+        try:
+            body = self.visit(f.body)
+        finally:
+            self.in_kernel -= is_thread
+            self.depth -= tdx
+        return f if body is f.body else S.For(f.var, f.min, f.extent, f.kind, body,
+                                               f.thread_tag, f.pragmas)
+
+    def visit_Allocate(self, a):
+        buf = a.buffer
+        if self.in_kernel and buf.scope == "global":
+            new = S.Buffer(buf.name, buf.shape, buf.dtype, "local" if self.depth else "shared",
+                           buf.align)
+            self.map[buf] = new
+            buf = new
+        body = self.visit(a.body)
+        return S.Allocate(buf, body)
+
+    def visit_BufferLoad(self, e):
+        idx = tuple(self.visit(i) for i in e.indices)
+        return E.BufferLoad(self.map.get(e.buffer, e.buffer), idx)
+
+    def visit_BufferStore(self, s):
+        idx = tuple(self.visit(i) for i in s.indices)
+        return S.BufferStore(self.map.get(s.buffer, s.buffer), self.visit(s.value), idx)
+
+
+def gpu_storage_scope(func: S.PrimFunc) -> S.PrimFunc:
+    return func.with_body(_Rescope().visit(func.body))
+
+
+# ----------------------------------------------------------------------------------------
+# kernels
+
+
+@dataclass
+class Kernel:
+    name: str
+    body: S.Stmt
+    params: List  # Buffer | Var, in the order of the kernel's arguments
+    launch: Dict[str, E.Expr]  # tag -> extent (1 when the tag is unused)
+    shared_bytes: int = 0
+    loops: Dict[str, List[str]] = field(default_factory=dict)  # tag -> loop names
+    shared: List = field(default_factory=list)  # shared buffers, declared at kernel scope
+
+    @property
+    def grid(self):
+        return tuple(self.launch[t] for t in TAGS[:3])
+
+    @property
+    def block(self):
+        return tuple(int(self.launch[t].value) for t in TAGS[3:])
+
+
+def _var_stages(func):
+    out = {}
+    sched = func.attrs.get("schedule")
+    if sched is not None:
+        for st in sched.stages:
+            for iv in st.all_iter_vars:
+                out[iv.var] = st.name
+    return out
+
+
+def _loop_name(var, stages):
+    st = stages.get(var)
+    if st is None:  # loops made by lowering (cross-thread reduction steps) keep a stage prefix
+        for v, name in stages.items():
+            if var.name.startswith(v.name + "."):
+                st = name
+                break
+    return f"'{var.name}' of stage '{st}'" if st else f"'{var.name}'"
+
+
+def _nbytes(buf):
+    n = 1
+    for d in buf.shape:
+        d = arith.simplify(d)
+        if not isinstance(d, E.IntImm):
+            return None
+        n *= d.value
+    return n * max(1, dt.bits(buf.dtype) // 8)
+
+
+def split_kernels(func: S.PrimFunc) -> S.PrimFunc:
+    body = func.body
+    host_buffers = []
+    while isinstance(body, S.Allocate):
+        if body.buffer.scope != "global":
+            raise BuildError(f"buffer '{body.buffer.name}' in {body.buffer.scope} scope is "
+                             "allocated outside every kernel; compute_at its stage inside a "
+                             "block-bound loop")
+        host_buffers.append(body.buffer)
+        body = body.body
+    nests = list(body.stmts) if isinstance(body, S.SeqStmt) else [body]
+    stages = _var_stages(func)
+    kernels = []
+    for k, nest in enumerate(nests):
+        if not (isinstance(nest, S.For) and nest.kind is S.ForKind.THREAD_BINDING):
+            raise BuildError(f"the loop nest {k} of '{func.name}' does not start with a loop "
+                             "bound to blockIdx/threadIdx; bind the outermost loops of every "
+                             "stage computed at root")
+        kernels.append(_make_kernel(func, nest, f"{func.name}_kernel{k}" if len(nests) > 1
+                                    else f"{func.name}_kernel", host_buffers, stages))
+    out = func.with_body(func.body)
+    out.attrs["kernels"] = kernels
+    out.attrs["host_buffers"] = host_buffers
+    return out
+
+
+def _make_kernel(func, nest, name, host_buffers, stages):
+    loops: Dict[str, list] = {}
+    shared = []
+
+    def f(n):
+        if isinstance(n, S.For) and n.kind is S.ForKind.THREAD_BINDING:
+            loops.setdefault(n.thread_tag, []).append(n)
+        elif isinstance(n, S.Allocate):
+            # loop partitioning may copy an Allocate; the copies are one buffer
+            if n.buffer.scope == "shared" and n.buffer not in shared:
+                shared.append(n.buffer)
+            elif n.buffer.scope == "global":
+                raise BuildError(f"kernel {name}: buffer '{n.buffer.name}' needs global memory "
+                                 "inside a kernel")
+    walk(nest, f)
+    launch = {}
+    for tag in TAGS:
+        fs = loops.get(tag, [])
+        if not fs:
+            launch[tag] = E.const(1)
+            continue
+        ext = arith.simplify(fs[0].extent)
+        for other in fs[1:]:
+            e2 = arith.simplify(other.extent)
+            if not arith.equal(ext, e2):
+                raise ScheduleError(
+                    f"{tag} is bound to loops of different extents in kernel {name}: "
+                    f"{_loop_name(fs[0].var, stages)} has {ext} iterations and "
+                    f"{_loop_name(other.var, stages)} has {e2}; every loop bound to one thread "
+                    "tag in a kernel must have the same extent (split with nparts= to match)")
+        if tag.startswith("threadIdx") and not isinstance(ext, E.IntImm):
+            raise ScheduleError(f"{tag}: the loop {_loop_name(fs[0].var, stages)} has the "
+                                f"non-constant extent {ext}; split it by a constant factor and "
+                                "bind the inner loop to threads")
+        launch[tag] = ext
+    nthreads = 1
+    for t in TAGS[3:]:
+        nthreads *= launch[t].value
+    if nthreads > MAX_THREADS_PER_BLOCK:
+        desc = ", ".join(f"{t}={launch[t].value}" for t in TAGS[3:] if launch[t].value > 1)
+        raise BuildError(f"kernel {name}: {nthreads} threads per block ({desc}) exceeds the "
+                         f"limit of {MAX_THREADS_PER_BLOCK}; use smaller thread splits")
+    total = 0
+    parts = []
+    for b in shared:
+        nb = _nbytes(b)
+        if nb is None:
+            raise BuildError(f"kernel {name}: shared buffer '{b.name}' has the non-constant "
+                             f"size {list(b.shape)}; shared memory needs constant sizes")
+        total += nb
+        parts.append(f"'{b.name}' {nb} B")
+    if total > MAX_SHARED_BYTES:
+        raise BuildError(f"kernel {name}: shared memory of {total} bytes ({', '.join(parts)}) "
+                         f"exceeds the {MAX_SHARED_BYTES // 1024} KiB a block can have; use "
+                         "smaller tiles for the shared caches")
+    # parameters: function params and host buffers that the kernel uses, in order
+    used_bufs = set()
+
+    def g(n):
+        if isinstance(n, (E.BufferLoad, S.BufferStore)):
+            used_bufs.add(n.buffer)
+    walk(nest, g)
+    fv = free_vars(nest)
+    for e in launch.values():
+        fv |= free_vars(e)
+    params = [p for p in func.params if (p in used_bufs if isinstance(p, S.Buffer) else p in fv)]
+    params += [b for b in host_buffers if b in used_bufs]
+    return Kernel(name, nest, params, launch, total,
+                  {t: [x.var.name for x in fs] for t, fs in loops.items()}, shared)

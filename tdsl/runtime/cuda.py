@@ -1,0 +1,433 @@
+"""CUDA: compiling generated CUDA C to PTX, and running it (all imported on first use).
+
+Compiling needs no GPU and no driver: NVRTC from the `cuda-bindings` + `nvidia-cuda-nvrtc`
+wheels (`compile_ptx`), or `nvcc -ptx` when nvcc is on the PATH (`nvcc_ptx`). Headers such
+as cuda_fp16.h come from a CUDA toolkit include folder (`cuda_include_dir()`: $CUDA_HOME,
+$CUDA_PATH, nvcc's folder, /usr/local/cuda, or the nvidia-* wheels that ship headers).
+
+Running goes through pycuda when it is installed and works, otherwise through the
+`cuda-bindings` driver API. Without a driver or a GPU, `get_device` raises a TdslError that
+says so (and `tdsl.cuda(0).exist` is False).
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+
+from ..errors import BuildError, TdslError
+
+_lock = threading.Lock()
+_devices = {}
+_ptx_cache = {}
+DEFAULT_ARCH = os.environ.get("TDSL_CUDA_ARCH", "compute_80")
+
+
+# ----------------------------------------------------------------------------------------
+# compiling
+
+
+def cuda_include_dir():
+    """A folder holding cuda_fp16.h, or None."""
+    cands = []
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            cands.append(os.path.join(os.environ[env], "include"))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        real = os.path.realpath(nvcc)
+        cands.append(os.path.join(os.path.dirname(os.path.dirname(real)), "include"))
+        cands.append(os.path.join(os.path.dirname(os.path.dirname(nvcc)), "include"))
+    cands += ["/usr/local/cuda/include"] + sorted(glob.glob("/usr/local/cuda-*/include"),
+                                                  reverse=True)
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+        for root in getattr(nvidia, "__path__", []):
+            cands += glob.glob(os.path.join(root, "*", "include"))
+    except ImportError:
+        pass
+    for c in cands:
+        if os.path.exists(os.path.join(c, "cuda_fp16.h")):
+            return c
+    return None
+
+
+def have_nvrtc() -> bool:
+    try:
+        from cuda.bindings import nvrtc  # noqa: F401
+    except ImportError:
+        return False
+    try:
+        err, _, _ = nvrtc.nvrtcVersion()
+        return int(err) == 0
+    except Exception:
+        return False
+
+
+def _needs_headers(source):
+    return "#include <cuda_fp16.h>" in source
+
+
+def compile_ptx(source: str, arch: str = None) -> str:
+    """PTX for `source` through NVRTC (falls back to nvcc when NVRTC is missing)."""
+    arch = arch or _default_arch()
+    key = (source, arch)
+    ptx = _ptx_cache.get(key)
+    if ptx is not None:
+        return ptx
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        nvrtc = None
+    if nvrtc is None:
+        if shutil.which("nvcc"):
+            ptx = nvcc_ptx(source, arch.replace("compute_", "sm_"))
+            _ptx_cache[key] = ptx
+            return ptx
+        raise BuildError("compiling CUDA needs NVRTC (pip install cuda-bindings "
+                         "nvidia-cuda-nvrtc, or tdsl[cuda]) or nvcc on the PATH")
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17"]
+    if _needs_headers(source):
+        inc = cuda_include_dir()
+        if inc is None:
+            raise BuildError("the kernel uses float16 and includes cuda_fp16.h, which NVRTC "
+                             "cannot find: install a CUDA toolkit or set CUDA_HOME")
+        opts.append(f"-I{inc}".encode())
+    try:
+        err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"tdsl_kernel.cu", 0, [], [])
+        _nvrtc_check(nvrtc, err, "nvrtcCreateProgram")
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(err) != 0:
+            _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * n
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise BuildError("NVRTC rejected the generated CUDA source:\n"
+                             f"{log.decode(errors='replace').rstrip(chr(0))}\n--- source ---\n{source}")
+        err, n = nvrtc.nvrtcGetPTXSize(prog)
+        _nvrtc_check(nvrtc, err, "nvrtcGetPTXSize")
+        buf = b" " * n
+        (err,) = nvrtc.nvrtcGetPTX(prog, buf)
+        _nvrtc_check(nvrtc, err, "nvrtcGetPTX")
+        nvrtc.nvrtcDestroyProgram(prog)
+    except BuildError:
+        raise
+    except Exception as e:  # the NVRTC library itself failed to load
+        raise BuildError(f"NVRTC is not usable here ({type(e).__name__}: {e})") from None
+    ptx = buf.rstrip(b"\x00").decode()
+    _ptx_cache[key] = ptx
+    return ptx
+
+
+def _nvrtc_check(nvrtc, err, what):
+    if int(err) != 0:
+        raise BuildError(f"{what} failed: {err}")
+
+
+def nvcc_ptx(source: str, arch: str = "sm_80") -> str:
+    """PTX for `source` through `nvcc -ptx` (BuildError when nvcc is missing or fails)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        raise BuildError("nvcc is not on the PATH")
+    with tempfile.TemporaryDirectory(prefix="tdsl_nvcc_") as tmp:
+        src = os.path.join(tmp, "k.cu")
+        out = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([nvcc, "-ptx", f"-arch={arch}", "-o", out, src],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"nvcc rejected the generated CUDA source:\n{r.stderr}\n"
+                             f"--- source ---\n{source}")
+        with open(out) as f:
+            return f.read()
+
+
+def _default_arch():
+    dev = None
+    try:
+        dev = get_device(0, probe=True)
+    except TdslError:
+        dev = None
+    if dev is not None:
+        major, minor = dev.compute_capability
+        return f"compute_{major}{minor}"
+    return DEFAULT_ARCH
+
+
+# ----------------------------------------------------------------------------------------
+# devices
+
+
+def get_device(index=0, probe=False):
+    """The runtime of CUDA device `index` (None with probe=True when there is none)."""
+    with _lock:
+        dev = _devices.get(index)
+        if dev is not None:
+            return dev
+        errors = []
+        for cls in (_PyCudaDevice, _DriverDevice):
+            try:
+                dev = cls(index)
+                break
+            except _Unavailable as e:
+                errors.append(str(e))
+        if dev is None:
+            if probe:
+                return None
+            raise TdslError(f"cuda({index}) is not available: " + "; ".join(errors) +
+                            ". Building for target 'cuda' works without a GPU (get_source(), "
+                            "get_source('ptx')); running the module needs an NVIDIA GPU and "
+                            "driver")
+        _devices[index] = dev
+        return dev
+
+
+class _Unavailable(Exception):
+    pass
+
+
+class _DeviceMemory:
+    """Device memory owned by a Python object (freed when it is collected)."""
+
+    def __init__(self, dev, ptr, nbytes):
+        self.dev = dev
+        self.ptr = int(ptr)
+        self.nbytes = nbytes
+
+    def __int__(self):
+        return self.ptr
+
+    def __del__(self):
+        try:
+            self.dev._free(self.ptr)
+        except Exception:
+            pass
+
+
+class _DriverDevice:
+    """CUDA through NVIDIA's cuda-bindings driver API."""
+
+    kind = "cuda"
+
+    def __init__(self, index):
+        try:
+            from cuda.bindings import driver
+        except ImportError as e:
+            raise _Unavailable(f"cuda-bindings is not installed ({e})")
+        self.d = driver
+        try:
+            self._check(driver.cuInit(0), "cuInit")
+            (self.dev,) = self._check(driver.cuDeviceGet(index), "cuDeviceGet")
+            (self.ctx,) = self._check(driver.cuDevicePrimaryCtxRetain(self.dev),
+                                      "cuDevicePrimaryCtxRetain")
+            self._check(driver.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            (name,) = self._check(driver.cuDeviceGetName(256, self.dev), "cuDeviceGetName")
+            A = driver.CUdevice_attribute
+            (major,) = self._check(driver.cuDeviceGetAttribute(
+                A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev), "attribute")
+            (minor,) = self._check(driver.cuDeviceGetAttribute(
+                A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev), "attribute")
+        except _Unavailable:
+            raise
+        except Exception as e:  # the driver library is missing
+            raise _Unavailable(f"the CUDA driver cannot be loaded ({type(e).__name__}: {e})")
+        self.name = bytes(name).split(b"\x00")[0].decode(errors="replace")
+        self.compute_capability = (int(major), int(minor))
+        self._modules = {}
+
+    def _check(self, res, what):
+        if not isinstance(res, tuple):
+            res = (res,)
+        err = res[0]
+        if int(err) != 0:
+            raise _Unavailable(f"{what} failed: {err}")
+        return res[1:]
+
+    def _call(self, res, what):
+        try:
+            return self._check(res, what)
+        except _Unavailable as e:
+            raise TdslError(f"CUDA: {e}") from None
+
+    def _current(self):
+        self._call(self.d.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+
+    def alloc(self, nbytes):
+        self._current()
+        (ptr,) = self._call(self.d.cuMemAlloc(max(int(nbytes), 4)), "cuMemAlloc")
+        return _DeviceMemory(self, int(ptr), nbytes)
+
+    def _free(self, ptr):
+        self.d.cuMemFree(self.d.CUdeviceptr(ptr))
+
+    def copy_in(self, mem, array):
+        array = np.ascontiguousarray(array)
+        self._current()
+        self._call(self.d.cuMemcpyHtoD(self.d.CUdeviceptr(mem.ptr), array.ctypes.data,
+                                       array.nbytes), "cuMemcpyHtoD")
+
+    def copy_out(self, mem, array):
+        self._current()
+        self._call(self.d.cuMemcpyDtoH(array.ctypes.data, self.d.CUdeviceptr(mem.ptr),
+                                       array.nbytes), "cuMemcpyDtoH")
+
+    def span(self, mem, nbytes):
+        return ("cuda", mem.ptr, mem.ptr + nbytes)
+
+    def load(self, source, names):
+        mods = self._modules.get(source)
+        if mods is None:
+            major, minor = self.compute_capability
+            ptx = compile_ptx(source, f"compute_{major}{minor}")
+            self._current()
+            (module,) = self._call(self.d.cuModuleLoadData(ptx.encode() + b"\x00"),
+                                   "cuModuleLoadData")
+            mods = {}
+            for n in names:
+                (fn,) = self._call(self.d.cuModuleGetFunction(module, n.encode()),
+                                   "cuModuleGetFunction")
+                mods[n] = fn
+            self._modules[source] = mods
+        return mods
+
+    def scalar(self, value, dtype):
+        return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
+
+    def launch(self, fn, grid, block, args):
+        holders = []
+        for a in args:
+            if isinstance(a, _DeviceMemory):
+                holders.append(ctypes.c_uint64(a.ptr))
+            else:
+                holders.append(np.array(a))  # a numpy scalar: its bytes are the parameter
+        ptrs = (ctypes.c_void_p * max(len(holders), 1))()
+        for i, h in enumerate(holders):
+            ptrs[i] = ctypes.addressof(h) if isinstance(h, ctypes.c_uint64) else h.ctypes.data
+        self._current()
+        self._call(self.d.cuLaunchKernel(fn, *[int(g) for g in grid], *[int(b) for b in block],
+                                         0, 0, ctypes.addressof(ptrs), 0), "cuLaunchKernel")
+        return holders
+
+    def sync(self):
+        self._current()
+        self._call(self.d.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def time(self, run, number):
+        self._current()
+        (start,) = self._call(self.d.cuEventCreate(0), "cuEventCreate")
+        (end,) = self._call(self.d.cuEventCreate(0), "cuEventCreate")
+        self._call(self.d.cuEventRecord(start, 0), "cuEventRecord")
+        keep = [run() for _ in range(number)]
+        self._call(self.d.cuEventRecord(end, 0), "cuEventRecord")
+        self._call(self.d.cuEventSynchronize(end), "cuEventSynchronize")
+        (ms,) = self._call(self.d.cuEventElapsedTime(start, end), "cuEventElapsedTime")
+        del keep
+        self.d.cuEventDestroy(start)
+        self.d.cuEventDestroy(end)
+        return float(ms) * 1e-3 / number
+
+
+class _PyCudaDevice:
+    """CUDA through pycuda (used when it is installed and finds a driver)."""
+
+    kind = "cuda"
+
+    def __init__(self, index):
+        try:
+            import pycuda.driver as drv
+            drv.init()
+            self.device = drv.Device(index)
+            self.ctx = self.device.retain_primary_context()
+        except ImportError as e:
+            raise _Unavailable(f"pycuda is not installed ({e})")
+        except Exception as e:
+            raise _Unavailable(f"pycuda found no usable GPU ({type(e).__name__}: {e})")
+        self.drv = drv
+        self.name = self.device.name()
+        self.compute_capability = tuple(self.device.compute_capability())
+        self._modules = {}
+
+    def _push(self):
+        self.ctx.push()
+
+    def _pop(self):
+        self.drv.Context.pop()
+
+    def alloc(self, nbytes):
+        self._push()
+        try:
+            return self.drv.mem_alloc(max(int(nbytes), 4))
+        finally:
+            self._pop()
+
+    def copy_in(self, mem, array):
+        self._push()
+        try:
+            self.drv.memcpy_htod(mem, np.ascontiguousarray(array))
+        finally:
+            self._pop()
+
+    def copy_out(self, mem, array):
+        self._push()
+        try:
+            self.drv.memcpy_dtoh(array, mem)
+        finally:
+            self._pop()
+
+    def span(self, mem, nbytes):
+        return ("cuda", int(mem), int(mem) + nbytes)
+
+    def load(self, source, names):
+        mods = self._modules.get(source)
+        if mods is None:
+            major, minor = self.compute_capability
+            ptx = compile_ptx(source, f"compute_{major}{minor}")
+            self._push()
+            try:
+                module = self.drv.module_from_buffer(ptx.encode())
+                mods = {n: module.get_function(n) for n in names}
+            finally:
+                self._pop()
+            mods["__module__"] = module
+            self._modules[source] = mods
+        return mods
+
+    def scalar(self, value, dtype):
+        return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
+
+    def launch(self, fn, grid, block, args):
+        self._push()
+        try:
+            fn(*args, grid=tuple(int(g) for g in grid), block=tuple(int(b) for b in block))
+        finally:
+            self._pop()
+
+    def sync(self):
+        self._push()
+        try:
+            self.drv.Context.synchronize()
+        finally:
+            self._pop()
+
+    def time(self, run, number):
+        self._push()
+        try:
+            start, end = self.drv.Event(), self.drv.Event()
+            start.record()
+        finally:
+            self._pop()
+        for _ in range(number):
+            run()
+        self._push()
+        try:
+            end.record()
+            end.synchronize()
+            return start.time_till(end) * 1e-3 / number
+        finally:
+            self._pop()

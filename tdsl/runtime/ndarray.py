@@ -1,0 +1,167 @@
+"""Devices and device arrays: `tdsl.cpu(0)`, `tdsl.cuda(0)`, `tdsl.opencl(0)`,
+`tdsl.nd.array(x, device)`, `tdsl.nd.empty(shape, dtype, device)`, `.numpy()`.
+
+GPU runtimes are imported on first use only (pyopencl, pycuda or cuda-bindings), so this
+module and `import tdsl` need nothing but numpy. `Device.exist` answers without raising.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TdslError
+
+_KINDS = ("cpu", "cuda", "opencl")
+
+
+class Device:
+    """A device: `kind` is "cpu", "cuda" or "opencl", `index` its number."""
+
+    def __init__(self, kind, index=0):
+        if kind not in _KINDS:
+            raise TdslError(f"unknown device kind {kind!r}; use one of {', '.join(_KINDS)}")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise TdslError(f"device index must be a non-negative int, got {index!r}")
+        self.kind = kind
+        self.index = index
+
+    device_type = property(lambda self: self.kind)
+    device_id = property(lambda self: self.index)
+
+    @property
+    def exist(self) -> bool:
+        """Whether the device is there (False, never an error, when its runtime or driver
+        is missing)."""
+        if self.kind == "cpu":
+            return self.index == 0
+        try:
+            return self._api(probe=True) is not None
+        except TdslError:
+            return False
+
+    def _api(self, probe=False):
+        """The runtime object of this device (raises TdslError when it is not available)."""
+        if self.kind == "cuda":
+            from . import cuda
+            return cuda.get_device(self.index, probe=probe)
+        if self.kind == "opencl":
+            from . import opencl
+            return opencl.get_device(self.index, probe=probe)
+        return None
+
+    @property
+    def name(self) -> str:
+        if self.kind == "cpu":
+            return "cpu"
+        return self._api().name
+
+    def sync(self):
+        api = self._api()
+        if api is not None:
+            api.sync()
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
+
+    def __hash__(self):
+        return hash((self.kind, self.index))
+
+    def __repr__(self):
+        return f"{self.kind}({self.index})"
+
+
+def cpu(index=0) -> Device:
+    return Device("cpu", index)
+
+
+def cuda(index=0) -> Device:
+    return Device("cuda", index)
+
+
+def opencl(index=0) -> Device:
+    return Device("opencl", index)
+
+
+gpu = cuda
+cl = opencl
+
+
+class NDArray:
+    """An n-d array on a device. On the CPU it wraps a numpy array; on a GPU it owns
+    device memory (freed with the object)."""
+
+    def __init__(self, shape, dtype, device, handle=None, host=None):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+        self._host = host          # the numpy array of a CPU NDArray
+        self._handle = handle      # runtime memory object of a GPU NDArray
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A numpy copy of the contents."""
+        if self._host is not None:
+            return self._host.copy()
+        out = np.empty(self.shape, self.dtype)
+        if out.nbytes:
+            self.device._api().copy_out(self._handle, out)
+        return out
+
+    def copyfrom(self, source):
+        """Copies a numpy array (or another NDArray) of the same shape and dtype in."""
+        if isinstance(source, NDArray):
+            source = source.numpy()
+        source = np.ascontiguousarray(source)
+        if source.shape != self.shape or source.dtype != self.dtype:
+            raise TdslError(f"copyfrom: expected shape {self.shape} and dtype {self.dtype}, got "
+                            f"{source.shape} {source.dtype}")
+        if self._host is not None:
+            self._host[...] = source
+        elif source.nbytes:
+            self.device._api().copy_in(self._handle, source)
+        return self
+
+    def _tdsl_host_array(self):
+        """The CPU module's seam: a CPU NDArray hands over its numpy array."""
+        if self._host is not None:
+            return self._host
+        return None
+
+    def __repr__(self):
+        return f"<tdsl.nd.NDArray shape={self.shape} dtype={self.dtype} device={self.device}>"
+
+
+def empty(shape, dtype="float32", device=None) -> NDArray:
+    device = device or cpu(0)
+    if isinstance(shape, int):
+        shape = (shape,)
+    dtype = np.dtype(dtype)
+    if device.kind == "cpu":
+        return NDArray(shape, dtype, device, host=np.empty(shape, dtype))
+    api = device._api()
+    arr = NDArray(shape, dtype, device)
+    arr._handle = api.alloc(arr.nbytes)
+    return arr
+
+
+def array(source, device=None) -> NDArray:
+    """A device array holding a copy of `source` (a numpy array or anything np.asarray
+    takes)."""
+    if isinstance(source, NDArray):
+        source = source.numpy()
+    src = np.ascontiguousarray(np.asarray(source))
+    arr = empty(src.shape, src.dtype, device)
+    return arr.copyfrom(src)

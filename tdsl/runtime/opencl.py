@@ -1,0 +1,119 @@
+"""OpenCL runtime through pyopencl (imported on first use).
+
+`get_device(i)` is the i-th OpenCL device over all platforms (GPU devices first, then the
+rest; with the `pocl-binary-distribution` wheel a fresh machine has its CPU as a device).
+Each device keeps one context and an in-order queue with profiling on; programs are built
+once per source text.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import BuildError, TdslError
+
+_lock = threading.Lock()
+_devices = {}
+_all = None
+
+
+def _cl():
+    try:
+        import pyopencl as cl
+    except ImportError as e:
+        raise TdslError("the OpenCL runtime needs pyopencl: pip install pyopencl "
+                        f"pocl-binary-distribution (or tdsl[opencl]) ({e})") from None
+    return cl
+
+
+def _list_devices():
+    global _all
+    if _all is None:
+        cl = _cl()
+        try:
+            platforms = cl.get_platforms()
+        except Exception as e:  # no ICD loader / no platform
+            raise TdslError(f"no OpenCL platform is available ({e}); install "
+                            "pocl-binary-distribution for an OpenCL device on the CPU") from None
+        devs = [d for p in platforms for d in p.get_devices()]
+        gpu = [d for d in devs if d.type & cl.device_type.GPU]
+        _all = gpu + [d for d in devs if d not in gpu]
+    return _all
+
+
+def get_device(index=0, probe=False):
+    with _lock:
+        dev = _devices.get(index)
+        if dev is None:
+            devs = _list_devices()
+            if index >= len(devs):
+                if probe:
+                    return None
+                raise TdslError(f"opencl({index}) does not exist: {len(devs)} OpenCL device(s) "
+                                "found")
+            dev = _devices[index] = OpenCLDevice(devs[index])
+        return dev
+
+
+class OpenCLDevice:
+    kind = "opencl"
+
+    def __init__(self, device):
+        cl = _cl()
+        self.cl = cl
+        self.device = device
+        self.name = device.name.strip()
+        self.ctx = cl.Context([device])
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.max_group = device.max_work_group_size
+        self._programs = {}
+
+    # memory ------------------------------------------------------------------------------
+    def alloc(self, nbytes):
+        return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
+
+    def copy_in(self, buf, array):
+        self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array), is_blocking=True)
+
+    def copy_out(self, buf, array):
+        self.cl.enqueue_copy(self.queue, array, buf, is_blocking=True)
+
+    def span(self, buf, nbytes):
+        return (id(buf), 0, nbytes)
+
+    # programs ----------------------------------------------------------------------------
+    def load(self, source, names):
+        prog = self._programs.get(source)
+        if prog is None:
+            try:
+                prog = self.cl.Program(self.ctx, source).build()
+            except Exception as e:
+                raise BuildError(f"the OpenCL compiler rejected the generated kernel source: "
+                                 f"{e}\n--- source ---\n{source}") from None
+            self._programs[source] = prog
+        return {n: getattr(prog, n) for n in names}
+
+    def launch(self, kernel, grid, block, args):
+        for i, a in enumerate(args):
+            kernel.set_arg(i, a)
+        gsize = tuple(g * b for g, b in zip(grid, block))
+        return self.cl.enqueue_nd_range_kernel(self.queue, kernel, gsize, tuple(block))
+
+    def scalar(self, value, dtype):
+        return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
+
+    def sync(self):
+        self.queue.finish()
+
+    def time(self, run, number):
+        """Device seconds per run of `run()` (which returns its kernel events)."""
+        events = []
+        for _ in range(number):
+            events.extend(e for e in run() if e is not None)
+        self.queue.finish()
+        if not events:
+            return 0.0
+        start = min(e.profile.start for e in events)
+        end = max(e.profile.end for e in events)
+        return (end - start) * 1e-9 / number
