@@ -1,7 +1,7 @@
 """The CPU benchmark table: `python bench/run.py` (add --quick for smaller sizes).
 
 Each row: the kernel, GFLOP/s or GB/s for tdsl and for numpy in the same run, the ratio,
-and the compile time (definition to callable). Timings take the best of several repeats.
+and the compile time (definition to callable). Timings are the median of several repeats.
 """
 from __future__ import annotations
 
@@ -18,15 +18,17 @@ import tdsl  # noqa: E402
 from tdsl.examples import gemm, kernels  # noqa: E402
 
 
-def best_time(fn, number=3, repeat=5):
+def median_time(fn, number=3, repeat=7):
+    """The median over `repeat` timings of `number` calls: robust to a stray slow (or, on
+    a virtual machine, a glitched fast) repeat."""
     fn()
-    best = float("inf")
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best
+        times.append((time.perf_counter() - t0) / number)
+    return sorted(times)[len(times) // 2]
 
 
 def build(make, *args, **kw):
@@ -57,7 +59,7 @@ def main():
     b = rng.standard_normal((n, n), dtype=np.float32)
     c = np.zeros((n, n), dtype=np.float32)
     ref = a @ b
-    t_np = best_time(lambda: np.matmul(a, b, out=c))
+    t_np = median_time(lambda: np.matmul(a, b, out=c))
     flops = 2.0 * n ** 3
     for name, make in gemm.STEPS:
         f, cs = build(make, n, n, n)
@@ -65,7 +67,7 @@ def main():
         f(a, b, c)
         ok = np.allclose(c, ref, rtol=1e-3, atol=1e-2)
         slow = name in ("default", "blocking")
-        t = best_time(lambda: f(a, b, c), number=1, repeat=1 if slow else 5)
+        t = median_time(lambda: f(a, b, c), number=1, repeat=1 if slow else 5)
         row(f"matmul {n} {name}", "GFLOP/s", flops, t, t_np, cs, ok)
 
     # conv2d 3x3, 64 -> 64 channels, 56x56
@@ -77,8 +79,8 @@ def main():
     f, cs = build(kernels.conv2d_schedule, C, H, W, CO)
     f(d, wp, o)
     ok = np.allclose(kernels.unpack_output(o), kernels.conv2d_reference(d, w), rtol=1e-3, atol=1e-2)
-    t = best_time(lambda: f(d, wp, o))
-    t_np = best_time(lambda: kernels.conv2d_reference(d, w))
+    t = median_time(lambda: f(d, wp, o))
+    t_np = median_time(lambda: kernels.conv2d_reference(d, w))
     row("conv2d 3x3 64->64 56x56", "GFLOP/s", 2.0 * CO * C * 9 * H * W, t, t_np, cs, ok)
 
     # relu(x + b), 4096 x 4096
@@ -89,12 +91,12 @@ def main():
     f, cs = build(kernels.bias_relu_schedule, m, m)
     f(x, bias, y)
     ok = np.array_equal(y, kernels.bias_relu_reference(x, bias))
-    t = best_time(lambda: f(x, bias, y))
+    t = median_time(lambda: f(x, bias, y))
 
     def np_bias_relu():
         np.add(x, bias, out=y)
         np.maximum(y, 0, out=y)
-    t_np = best_time(np_bias_relu)
+    t_np = median_time(np_bias_relu)
     row(f"relu(x + b) {m}x{m}", "GB/s", 2.0 * x.nbytes, t, t_np, cs, ok)
 
     # softmax over rows, 4096 x 1024
@@ -104,8 +106,8 @@ def main():
     f, cs = build(kernels.softmax_schedule, rows, 1024)
     f(x, y)
     ok = np.allclose(y, kernels.softmax_reference(x), rtol=1e-5, atol=1e-7)
-    t = best_time(lambda: f(x, y))
-    t_np = best_time(lambda: kernels.softmax_reference(x))
+    t = median_time(lambda: f(x, y))
+    t_np = median_time(lambda: kernels.softmax_reference(x))
     row(f"softmax rows {rows}x1024", "GB/s", 2.0 * x.nbytes, t, t_np, cs, ok)
 
 

@@ -143,3 +143,7 @@ class PrimFunc:
 
     def _repr_markdown_(self):
         return "```python\n" + self.script() + "\n```"
+
+    def _repr_html_(self):
+        from .html import func_html
+        return func_html(self)

@@ -113,6 +113,45 @@ class Schedule:
 
     __repr__ = __str__
 
+    def _rows(self):
+        for st in self.stages:
+            if isinstance(st.op, PlaceholderOp):
+                continue
+            where = {"root": "root", "inline": "inline"}.get(st.attach_type)
+            if where is None:
+                where = f"{st.attach_stage.op.name}.{st.attach_ivar.var.name}"
+            loops = []
+            for iv in st.leaf_iter_vars:
+                a = st.iter_var_attrs.get(iv)
+                kind = ""
+                if a is not None and a.kind.value != "serial":
+                    kind = a.thread.thread_tag if a.thread is not None else a.kind.value
+                loops.append((iv.var.name, kind, iv.kind == "reduce"))
+            yield st.op.name, loops, where, st.scope
+
+    def _repr_html_(self):
+        import html
+        from ..ir.html import wrap
+        rows = []
+        for name, loops, where, scope in self._rows():
+            cells = ", ".join(
+                (f"<i>{html.escape(n)}</i>" if red else html.escape(n)) +
+                (f' <span class="kind">{k}</span>' if k else "") for n, k, red in loops)
+            rows.append(f"<tr><td><b>{html.escape(name)}</b></td><td>{cells}</td>"
+                        f"<td>{html.escape(where)}</td><td>{scope}</td></tr>")
+        trace = "".join(f"<li><code>{html.escape(t)}</code></li>" for t in self.trace)
+        return wrap("<b>Schedule</b><table><tr><th>stage</th><th>loops (outer to inner; "
+                    "<i>reduction</i>)</th><th>computed at</th><th>scope</th></tr>" + "".join(rows) +
+                    "</table>" + (f"<details open><summary>trace</summary><ol>{trace}</ol></details>"
+                                  if trace else ""))
+
+    def _repr_markdown_(self):
+        lines = ["| stage | loops | computed at | scope |", "| --- | --- | --- | --- |"]
+        for name, loops, where, scope in self._rows():
+            text = ", ".join(n + (f" ({k})" if k else "") for n, k, _ in loops)
+            lines.append(f"| {name} | {text} | {where} | {scope} |")
+        return "\n".join(lines)
+
     # ------------------------------------------------------------------ dataflow rewrites
     def _insert_stage(self, op, before: Stage) -> Stage:
         st = Stage(op, self)

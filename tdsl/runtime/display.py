@@ -1,0 +1,58 @@
+"""Rich display of a built Module in notebooks: target, arguments, a one-line summary of
+what the generated code does (vector width, parallel loops) and the highlighted source."""
+from __future__ import annotations
+
+import html
+import re
+
+from ..ir.html import highlight, wrap
+
+
+def code_summary(mod) -> dict:
+    """Facts read off the generated code: the widest vector type, parallel loops."""
+    try:
+        src = mod.get_source()
+    except Exception:  # a backend without source text
+        return {}
+    widths = [int(n) for n in re.findall(r"<(\d+) x (?:float|double|half|i\d+)>", src)]
+    parallel = len(set(re.findall(r"define [^@]*@([\w.]+_par\d+)_task", src)))
+    return {"vector_width": max(widths, default=1), "parallel_loops": parallel}
+
+
+def summary_line(mod) -> str:
+    s = code_summary(mod)
+    if not s:
+        return ""
+    vec = f"vectors of {s['vector_width']} lanes" if s["vector_width"] > 1 else "scalar code only"
+    par = {0: "no parallel loops", 1: "1 parallel loop"}.get(s["parallel_loops"], f"{s['parallel_loops']} parallel loops")
+    return f"{vec}, {par}"
+
+
+def _args_rows(mod):
+    sig = mod.signature
+    rows = []
+    for p in sig.params[:sig.num_user_args]:
+        shape = ", ".join(p.get("shape_text") or map(str, p.get("shape", [])))
+        kind = f"({shape})" if p["kind"] == "buffer" else "scalar"
+        rows.append((p["name"], p["dtype"], kind))
+    return rows
+
+
+def module_html(mod) -> str:
+    rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{d}</td><td>{html.escape(k)}</td></tr>"
+                   for n, d, k in _args_rows(mod))
+    src = mod.get_source()
+    lang = "llvm" if mod.type_key.startswith("llvm") else "c"
+    body = (f"<b>tdsl.Module</b> <code>{html.escape(mod.name)}</code> &middot; target "
+            f"<code>{html.escape(mod.type_key)}</code> &middot; {html.escape(summary_line(mod))}"
+            f"<table><tr><th>argument</th><th>dtype</th><th>shape</th></tr>{rows}</table>"
+            f"<details><summary>generated code ({len(src.splitlines())} lines)</summary>"
+            f"{highlight(src, lang)}</details>")
+    return wrap(body)
+
+
+def module_markdown(mod) -> str:
+    lines = [f"**tdsl.Module** `{mod.name}` (target `{mod.type_key}`): {summary_line(mod)}", "",
+             "| argument | dtype | shape |", "| --- | --- | --- |"]
+    lines += [f"| {n} | {d} | {k} |" for n, d, k in _args_rows(mod)]
+    return "\n".join(lines)
