@@ -118,9 +118,11 @@ def _load(model):
     return m
 
 
-def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1) -> Module:
+def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1, bind: Dict[str, np.ndarray] = None) -> Module:
     """Imports an ONNX model (a path, bytes or an `onnx.ModelProto`) as a graph Module.
-    `shape` maps input names to static shapes where the model has symbolic dimensions."""
+    `shape` maps input names to static shapes where the model has symbolic dimensions;
+    `bind` maps input names to arrays that become constants (shape or axes inputs that a
+    static-shape compiler needs at compile time)."""
     m = _load(model)
     g = m.graph
     opset = 13
@@ -142,8 +144,12 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1) -> Mo
         env[init.name] = Const(_to_array(init))
     params = []
     shape = dict(shape or {})
+    bind = dict(bind or {})
     for inp in g.input:
         if inp.name in env:
+            continue
+        if inp.name in bind:
+            env[inp.name] = Const(np.asarray(bind.pop(inp.name)))
             continue
         tt = inp.type.tensor_type
         if not inp.type.HasField("tensor_type"):
@@ -156,16 +162,16 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1) -> Mo
         v = Var(_legal_name(inp.name), TensorType(dims, _np_dtype(tt.elem_type)))
         params.append(v)
         env[inp.name] = v
-    if shape:
-        raise GraphError(f"from_onnx: shape= names unknown inputs {sorted(shape)}")
+    if shape or bind:
+        raise GraphError(f"from_onnx: shape=/bind= name unknown inputs {sorted(shape) + sorted(bind)}")
     ctx = Ctx(opset)
     for node in g.node:
         ctx.node = node
-        ins = [env[i] if i else None for i in node.input]
         for i in node.input:
             if i and i not in env:
                 raise GraphError(f"from_onnx: node '{node.name}' ({node.op_type}) reads '{i}', "
                                  "which no earlier node or input defines")
+        ins = [env[i] if i else None for i in node.input]
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         try:
             outs = _CONVERTERS[node.op_type](ctx, node, ins, attrs)
@@ -293,12 +299,21 @@ def _clip(ctx, node, ins, attrs):
     if ctx.opset < 11:
         lo, hi = attrs.get("min", lo_default), attrs.get("max", hi_default)
     else:
-        lo = ctx.static(ins[1], "Clip min").item() if len(ins) > 1 and ins[1] is not None else lo_default
-        hi = ctx.static(ins[2], "Clip max").item() if len(ins) > 2 and ins[2] is not None else hi_default
-    if dt.kind == "f":
-        lo, hi = float(lo), float(hi)
-    else:
-        lo, hi = int(lo), int(hi)
+        bounds = []
+        for k, default, op in ((1, lo_default, "maximum"), (2, hi_default, "minimum")):
+            e = ins[k] if len(ins) > k else None
+            if e is None:
+                bounds.append(default)
+                continue
+            v = fold_value(e, ctx._fold_memo)
+            if v is None:      # a bound computed at run time
+                x = ctx.call(op, [x, e])
+                bounds.append(default)
+            else:
+                bounds.append(v.item())
+        lo, hi = bounds
+        if lo == lo_default and hi == hi_default and x is not ins[0]:
+            return x
     return ctx.call("clip", [x], a_min=lo, a_max=hi)
 
 
@@ -312,10 +327,10 @@ def _dropout(ctx, node, ins, attrs):
     x = ins[0]
     training = False
     if len(ins) > 2 and ins[2] is not None:
-        training = bool(ctx.static(ins[2], "Dropout training_mode"))
+        training = bool(np.asarray(ctx.static(ins[2], "Dropout training_mode")).reshape(-1)[0])
     ratio = 0.5
     if len(ins) > 1 and ins[1] is not None:
-        ratio = float(ctx.static(ins[1], "Dropout ratio"))
+        ratio = float(np.asarray(ctx.static(ins[1], "Dropout ratio")).reshape(-1)[0])
     if training and ratio != 0:
         raise GraphError("Dropout in training mode (random masks) is not supported; export the model in eval mode")
     outs = [x]
@@ -502,13 +517,19 @@ def _softmax(ctx, node, ins, attrs):
 @converter("LayerNormalization")
 def _layer_norm(ctx, node, ins, attrs):
     x, g = ins[0], ins[1]
-    if len(node.output) > 1 and any(node.output[1:]):
-        raise GraphError("LayerNormalization: the Mean and InvStdDev outputs are not supported")
     b = ins[2] if len(ins) > 2 and ins[2] is not None else Const(np.zeros(g.type.shape, g.type.dtype))
-    if attrs.get("stash_type", 1) != 1:
-        raise GraphError("LayerNormalization: only stash_type=1 (float32 statistics) is supported")
-    return ctx.call("nn.layer_norm", [x, g, b], axis=_axis(attrs.get("axis", -1), x.type.ndim),
-                    epsilon=float(attrs.get("epsilon", 1e-5)))
+    ax = _axis(attrs.get("axis", -1), x.type.ndim)
+    eps = float(attrs.get("epsilon", 1e-5))
+    y = ctx.call("nn.layer_norm", [x, g, b], axis=ax, epsilon=eps)
+    if len(node.output) == 1 or not any(node.output[1:]):
+        return y
+    axes = list(range(ax, x.type.ndim))
+    dt = x.type.dtype
+    mean = ctx.call("mean", [x], axis=axes, keepdims=True)
+    d = ctx.call("subtract", [x, mean])
+    var = ctx.call("mean", [ctx.call("multiply", [d, d])], axis=axes, keepdims=True)
+    inv = ctx.call("reciprocal", [ctx.call("sqrt", [ctx.call("add", [var, _const_like(eps, dt)])])])
+    return [y, mean, inv]
 
 
 @converter("BatchNormalization")
@@ -617,7 +638,8 @@ def _reshape_conv(ctx, node, ins, attrs):
 @converter("Flatten")
 def _flatten(ctx, node, ins, attrs):
     x = ins[0]
-    ax = _axis(attrs.get("axis", 1), x.type.ndim + 1) if x.type.ndim else 0
+    ax = int(attrs.get("axis", 1))
+    ax = ax + x.type.ndim if ax < 0 else ax
     shp = x.type.shape
     return _reshape(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
 

@@ -238,6 +238,8 @@ def fuse_ops(mod: Module) -> Module:
     funcs: Dict[str, Function] = {}
     by_text: Dict[str, Function] = {}
     from .text import print_function
+    pos = {id(n): i for i, n in enumerate(fn.nodes())}
+    groups.sort(key=lambda g: pos[id(g.last)])   # a group runs after every group it reads
     for g in groups:
         members = {id(n) for n in g.nodes}
         params, outer_args, pmap = [], [], {}

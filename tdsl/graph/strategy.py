@@ -264,6 +264,8 @@ def _schedule_conv_packed(s, out, info, parallel):
 def _schedule_dense_packed(s, out, info, parallel):
     D = info["dense"]
     _inline_except(s, out, [D])
+    if D is out:
+        D = s.cache_write(out, "local")
     M, N = _ishape(out)
     mr = 8 if M >= 8 else (4 if M >= 4 else 1)
     nr = 2 * LANES

@@ -1,0 +1,173 @@
+"""Test and benchmark networks built with `onnx.helper` (random weights, no torch needed):
+a ResNet-18-shaped CNN, a MobileNetV2 block stack, an MLP and a transformer encoder layer,
+written the way exporters write them (Conv + BatchNormalization, Clip as ReLU6, MatMul +
+Add, Reshape/Transpose for attention heads, Erf GELU, LayerNormalization)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+OPSET = 17
+
+
+class _B:
+    def __init__(self, seed=0):
+        import onnx  # noqa: F401
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits = [], []
+        self.k = 0
+
+    def name(self, base):
+        self.k += 1
+        return f"{base}_{self.k}"
+
+    def const(self, arr, base="w"):
+        from onnx import numpy_helper
+        n = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), n))
+        return n
+
+    def weight(self, shape, fan_in, base="w"):
+        return self.const((self.rng.standard_normal(shape) * math.sqrt(2.0 / fan_in)).astype(np.float32), base)
+
+    def node(self, op, ins, n_out=1, **attrs):
+        from onnx import helper
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op, ins, outs, name=self.name(op), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def conv_bn(self, x, cin, cout, k, stride=1, groups=1, act="relu"):
+        w = self.weight((cout, cin // groups, k, k), cin // groups * k * k)
+        y = self.node("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride],
+                      pads=[k // 2] * 4, group=groups)
+        r = self.rng
+        bn = [self.const((1 + 0.1 * r.standard_normal(cout)).astype(np.float32), "gamma"),
+              self.const((0.1 * r.standard_normal(cout)).astype(np.float32), "beta"),
+              self.const((0.1 * r.standard_normal(cout)).astype(np.float32), "mean"),
+              self.const((1 + 0.1 * r.random(cout)).astype(np.float32), "var")]
+        y = self.node("BatchNormalization", [y] + bn, epsilon=1e-5)
+        if act == "relu":
+            y = self.node("Relu", [y])
+        elif act == "relu6":
+            y = self.node("Clip", [y, self.const(np.float32(0), "zero"), self.const(np.float32(6), "six")])
+        return y
+
+    def linear(self, x, k, n, gemm=False):
+        w = self.weight((n, k) if gemm else (k, n), k)
+        b = self.const((0.01 * self.rng.standard_normal(n)).astype(np.float32), "b")
+        if gemm:
+            return self.node("Gemm", [x, w, b], transB=1)
+        return self.node("Add", [self.node("MatMul", [x, w]), b])
+
+    def model(self, inputs, outputs, name):
+        from onnx import helper, TensorProto
+        g = helper.make_graph(
+            self.nodes, name,
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+            self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+        m.ir_version = 8
+        return m
+
+
+def resnet18(batch=1, size=224, num_classes=1000, width=64, seed=0):
+    """ResNet-18: 7x7/2 stem, max pool, 4 stages of 2 basic blocks, global pool, fc."""
+    b = _B(seed)
+    x = b.conv_bn("input", 3, width, 7, stride=2)
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = width
+    for stage, cout in enumerate([width, width * 2, width * 4, width * 8]):
+        for blk in range(2):
+            stride = 2 if stage > 0 and blk == 0 else 1
+            y = b.conv_bn(x, cin, cout, 3, stride)
+            y = b.conv_bn(y, cout, cout, 3, 1, act=None)
+            if stride != 1 or cin != cout:
+                sc = b.conv_bn(x, cin, cout, 1, stride, act=None)
+            else:
+                sc = x
+            x = b.node("Relu", [b.node("Add", [y, sc])])
+            cin = cout
+    x = b.node("GlobalAveragePool", [x])
+    x = b.node("Flatten", [x], axis=1)
+    y = b.linear(x, cin, num_classes, gemm=True)
+    return b.model([("input", [batch, 3, size, size])], [y], "resnet18")
+
+
+def mobilenetv2_blocks(batch=1, size=56, seed=0):
+    """A stem and MobileNetV2 inverted-residual blocks (expand 1x1, depthwise 3x3, project
+    1x1, residual add where shapes allow), ReLU6 as Clip."""
+    b = _B(seed)
+    x = b.conv_bn("input", 3, 32, 3, stride=2, act="relu6")
+    cin = 32
+    for t, cout, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 2, 2)]:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hid = cin * t
+            y = x
+            if t != 1:
+                y = b.conv_bn(y, cin, hid, 1, act="relu6")
+            y = b.conv_bn(y, hid, hid, 3, stride, groups=hid, act="relu6")
+            y = b.conv_bn(y, hid, cout, 1, act=None)
+            if stride == 1 and cin == cout:
+                y = b.node("Add", [x, y])
+            x, cin = y, cout
+    x = b.node("GlobalAveragePool", [x])
+    x = b.node("Flatten", [x])
+    y = b.linear(x, cin, 10, gemm=True)
+    return b.model([("input", [batch, 3, size, size])], [y], "mobilenetv2_blocks")
+
+
+def mlp(batch=8, sizes=(784, 512, 256, 10), seed=0):
+    b = _B(seed)
+    x = "input"
+    for i, (k, n) in enumerate(zip(sizes, sizes[1:])):
+        x = b.linear(x, k, n, gemm=(i % 2 == 0))
+        if i < len(sizes) - 2:
+            x = b.node("Relu", [x])
+    y = b.node("Softmax", [x], axis=-1)
+    return b.model([("input", [batch, sizes[0]])], [y], "mlp")
+
+
+def transformer_encoder(batch=1, seq=64, d_model=256, heads=4, ff=1024, seed=0):
+    """One post-norm encoder layer: multi-head self-attention and a GELU feed-forward."""
+    b = _B(seed)
+    dh = d_model // heads
+    x = "input"
+
+    def heads_of(t):
+        t = b.node("Reshape", [t, b.const(np.array([batch, seq, heads, dh], np.int64), "shape")])
+        return b.node("Transpose", [t], perm=[0, 2, 1, 3])
+    q = heads_of(b.linear(x, d_model, d_model))
+    k = heads_of(b.linear(x, d_model, d_model))
+    v = heads_of(b.linear(x, d_model, d_model))
+    kt = b.node("Transpose", [k], perm=[0, 1, 3, 2])
+    s = b.node("Div", [b.node("MatMul", [q, kt]), b.const(np.float32(math.sqrt(dh)), "scale")])
+    p = b.node("Softmax", [s], axis=-1)
+    o = b.node("MatMul", [p, v])
+    o = b.node("Transpose", [o], perm=[0, 2, 1, 3])
+    o = b.node("Reshape", [o, b.const(np.array([batch, seq, d_model], np.int64), "shape")])
+    o = b.linear(o, d_model, d_model)
+    h = b.node("Add", [x, o])
+    g1 = b.const(np.ones(d_model, np.float32), "ln_g")
+    b1 = b.const(np.zeros(d_model, np.float32), "ln_b")
+    h = b.node("LayerNormalization", [h, g1, b1], axis=-1, epsilon=1e-5)
+    f = b.linear(h, d_model, ff)
+    e = b.node("Erf", [b.node("Div", [f, b.const(np.float32(math.sqrt(2)), "sqrt2")])])
+    f = b.node("Mul", [b.node("Mul", [f, b.node("Add", [e, b.const(np.float32(1), "one")])]),
+                       b.const(np.float32(0.5), "half")])
+    f = b.linear(f, ff, d_model)
+    y = b.node("Add", [h, f])
+    g2 = b.const(np.ones(d_model, np.float32), "ln_g")
+    b2 = b.const(np.zeros(d_model, np.float32), "ln_b")
+    y = b.node("LayerNormalization", [y, g2, b2], axis=-1, epsilon=1e-5)
+    return b.model([("input", [batch, seq, d_model])], [y], "transformer_encoder")
+
+
+def onnxruntime_run(model, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)

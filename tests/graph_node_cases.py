@@ -1,0 +1,61 @@
+"""ONNX backend node test cases for the operators tdsl.graph supports (non-expanded):
+`onnx.backend.test.case.node.collect_testcases()` builds them in memory."""
+from __future__ import annotations
+
+import numpy as np
+
+SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu Sigmoid Tanh Erf "
+             "Exp Log Sqrt Clip Softmax LayerNormalization BatchNormalization MaxPool AveragePool "
+             "GlobalAveragePool ReduceMean ReduceSum ReduceMax Reshape Flatten Transpose Concat Split "
+             "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape").split()
+
+
+def cases():
+    import warnings
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        allc = collect_testcases()
+    out = []
+    for c in allc:
+        if "expanded" in c.name:
+            continue
+        ops = {n.op_type for n in c.model.graph.node}
+        if len(ops) == 1 and ops <= set(SUPPORTED):
+            out.append(c)
+    return out
+
+
+def run_case(case, optimize=True, rtol=1e-3, atol=1e-7):
+    """rtol/atol: the defaults of onnx.backend.test."""
+    # imports, optimizes, builds and runs one case; raises AssertionError on a mismatch
+    import tdsl.graph as G
+    from tdsl.errors import GraphError
+    inputs0 = case.data_sets[0][0]
+    names0 = [i.name for i in case.model.graph.input][:len(inputs0)]
+    bind = {}
+    try:
+        mod = G.from_onnx(case.model)
+    except GraphError as e:
+        if "known at compile time" not in str(e):
+            raise
+        # shape/axes/pads inputs: bind the integer inputs of the case as constants
+        bind = {n: v for n, v in zip(names0, inputs0) if np.asarray(v).dtype.kind in "iub" or np.asarray(v).ndim == 0}
+        mod = G.from_onnx(case.model, bind=bind)
+    if optimize:
+        mod = G.optimize(mod)
+    exe = G.build(mod)
+    for inputs, expected in case.data_sets:
+        names = [i.name for i in case.model.graph.input][:len(inputs)]
+        feed = dict(zip(names, inputs))
+        names = [n for n in names if n not in bind]
+        got = exe.run(*[feed[n] for n in names])
+        assert len(got) >= len(expected), f"{len(got)} outputs, expected {len(expected)}"
+        for g, e in zip(got, expected):
+            e = np.asarray(e)
+            assert g.shape == e.shape, f"shape {g.shape} != {e.shape}"
+            assert g.dtype == e.dtype, f"dtype {g.dtype} != {e.dtype}"
+            if e.dtype.kind == "f":
+                np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+            else:
+                np.testing.assert_array_equal(g, e)
