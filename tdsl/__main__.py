@@ -52,14 +52,77 @@ def _time(fn, number=5):
     return (time.perf_counter() - t0) / number
 
 
+def compile_model(path, target="llvm", number=10):
+    """`tdsl compile MODEL.onnx`: the graph before and after optimization, a run on random
+    input, a comparison with onnxruntime when it is installed, and both latencies."""
+    import numpy as np
+
+    import tdsl.graph as G
+    from tdsl.errors import TdslError
+
+    try:
+        mod = G.from_onnx(path)
+        print("== imported ==")
+        print(mod)
+        opt = G.optimize(mod)
+        print("\n== optimized ==")
+        print(opt)
+        t0 = time.perf_counter()
+        exe = G.build(opt, target=target)
+        build_s = time.perf_counter() - t0
+    except TdslError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for p in opt.main.params:
+        t = p.type
+        feeds[p.name] = (rng.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float")
+                         else rng.integers(0, 2, t.shape).astype(t.dtype))
+    outs = exe.run(**feeds)
+    t_tdsl = exe.benchmark(number=number, repeat=3)["median"]
+    print(f"\nbuild: {build_s:.2f} s, {len(exe.steps)} kernels ({exe.stats['compiled']} compiled), "
+          f"peak intermediate memory {exe.peak_memory_bytes / 2**20:.2f} MiB")
+    print(f"tdsl latency:        {t_tdsl * 1e3:9.3f} ms")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("onnxruntime is not installed: no comparison")
+        return 0
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = mod.info.get("input_names", {})
+    ort_feeds = {names.get(k, k): v for k, v in feeds.items()}
+    refs = sess.run(None, ort_feeds)
+    ok = True
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        err = float(np.abs(o - r).max() / max(float(np.abs(r).max()), 1e-30)) if o.size else 0.0
+        good = o.shape == r.shape and np.allclose(o, r, rtol=1e-4, atol=1e-4 * max(float(np.abs(r).max()), 1e-30))
+        ok &= good
+        print(f"output {i}: max relative difference {err:.2e} ({'ok' if good else 'MISMATCH'})")
+    sess.run(None, ort_feeds)
+    t0 = time.perf_counter()
+    for _ in range(number):
+        sess.run(None, ort_feeds)
+    t_ort = (time.perf_counter() - t0) / number
+    print(f"onnxruntime latency: {t_ort * 1e3:9.3f} ms (tdsl/onnxruntime {t_tdsl / t_ort:.2f}x)")
+    return 0 if ok else 1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tdsl", description="tdsl: a Python-embedded tensor compiler")
     sub = p.add_subparsers(dest="cmd")
     d = sub.add_parser("demo", help="build a scheduled matmul, check it against numpy, time it")
     d.add_argument("--size", type=int, default=1024)
+    c = sub.add_parser("compile", help="import an ONNX model, optimize, build, run and compare with onnxruntime")
+    c.add_argument("model")
+    c.add_argument("--target", default="llvm")
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return demo(args.size)
+    if args.cmd == "compile":
+        return compile_model(args.model, args.target)
     p.print_help()
     return 2
 

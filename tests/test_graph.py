@@ -245,3 +245,17 @@ def test_visualize_dot_text():
     v = mod.visualize()
     text = v if isinstance(v, str) else v.dot
     assert "digraph" in text and "cluster_" in text and "dense" in text
+
+
+def test_cli_compile(tmp_path, capsys):
+    from tdsl.__main__ import main
+    from tdsl.graph import models
+    path = tmp_path / "mlp.onnx"
+    onnx.save(models.mlp(batch=2, sizes=(16, 32, 8)), str(path))
+    assert main(["compile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "== optimized ==" in out and "@fused_dense_bias_add_relu" in out
+    assert "tdsl latency" in out and "onnxruntime latency" in out and "MISMATCH" not in out
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"nonsense")
+    assert main(["compile", str(bad)]) == 1

@@ -1,0 +1,85 @@
+"""Network latency, tdsl.graph vs onnxruntime, in one run on this CPU.
+
+    python bench/graph.py            # ResNet-18 224x224, MobileNetV2 blocks, MLP, transformer layer
+    python bench/graph.py --quick    # smaller inputs
+    python bench/graph.py --profile  # per-kernel times of each network
+
+Prints build time, tdsl and onnxruntime latency (median of repeats), their ratio, the
+largest relative difference of the outputs, and the peak intermediate memory of the plan.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import tdsl.graph as G  # noqa: E402
+from tdsl.graph import models  # noqa: E402
+
+
+def _ort_session(model):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _median_time(fn, number, repeat):
+    fn()
+    res = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        res.append((time.perf_counter() - t0) / number)
+    return sorted(res)[len(res) // 2]
+
+
+def bench(name, model, shape, number, repeat, profile=False):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    t0 = time.perf_counter()
+    mod = G.optimize(G.from_onnx(model))
+    exe = G.build(mod)
+    build_s = time.perf_counter() - t0
+    out = exe.run(x)[0]
+    sess = _ort_session(model)
+    feed = {model.graph.input[0].name: x}
+    ref = sess.run(None, feed)[0]
+    err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
+    t_tdsl = exe.benchmark(number=number, repeat=repeat)["median"]
+    t_ort = _median_time(lambda: sess.run(None, feed), number, repeat)
+    print(f"{name:28s} {build_s:8.1f} {len(exe.steps):8d} {t_tdsl * 1e3:10.2f} {t_ort * 1e3:10.2f} "
+          f"{t_tdsl / t_ort:7.2f}x {err:10.1e} {exe.peak_memory_bytes / 2**20:9.2f}", flush=True)
+    if profile:
+        print(exe.profile_text(number=max(1, number // 2), top=12))
+    return t_tdsl, t_ort
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--only", default="")
+    a = p.parse_args(argv)
+    size = 112 if a.quick else 224
+    nets = [
+        (f"resnet18 b1 {size}x{size}", models.resnet18(1, size), (1, 3, size, size), 5, 3),
+        ("mobilenetv2 blocks b1 112", models.mobilenetv2_blocks(1, 112), (1, 3, 112, 112), 10, 3),
+        ("mlp b8 784-512-256-10", models.mlp(8), (8, 784), 50, 3),
+        ("transformer layer s128 d256", models.transformer_encoder(1, 128, 256, 4, 1024), (1, 128, 256), 10, 3),
+    ]
+    print(f"{'network':28s} {'build s':>8s} {'kernels':>8s} {'tdsl ms':>10s} {'ort ms':>10s} {'ratio':>8s} "
+          f"{'max rel':>10s} {'peak MiB':>9s}")
+    for name, model, shape, number, repeat in nets:
+        if a.only and a.only not in name:
+            continue
+        bench(name, model, shape, number, repeat, a.profile)
+
+
+if __name__ == "__main__":
+    main()
