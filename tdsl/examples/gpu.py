@@ -37,7 +37,8 @@ def elementwise_reference(a):
 
 # ------------------------------------------------------------------ matmul through shared memory
 
-def matmul_schedule(M, N, K, block=(8, 8), thread_tile=(2, 2), k_tile=8, dtype="float32"):
+def matmul_schedule(M, N, K, block=(8, 8), thread_tile=(2, 2), k_tile=8, dtype="float32",
+                    vector_copy=False, unroll=False):
     """C = A @ B: each block computes a (by*ty) x (bx*tx) tile of C; per k step the block
     copies a tile of A and of B into shared memory (all threads help), each thread keeps
     its A/B values in local registers and accumulates a thread_tile of C in registers."""
@@ -72,6 +73,12 @@ def matmul_schedule(M, N, K, block=(8, 8), thread_tile=(2, 2), k_tile=8, dtype="
     s[BB].compute_at(s[CL], ko)
     s[AL].compute_at(s[CL], ki)
     s[BL].compute_at(s[CL], ki)
+    if unroll:   # keep the per-thread tile in registers
+        for iv in (ki, yc, xc):
+            s[CL].unroll(iv)
+        for T in (AL, BL):
+            for iv in s[T].op.axis:
+                s[T].unroll(iv)
     for T in (AA, BB):       # cooperative copy: the block's threads share the tile
         a0, a1 = s[T].op.axis
         f = s[T].fuse(a0, a1)
@@ -79,13 +86,16 @@ def matmul_schedule(M, N, K, block=(8, 8), thread_tile=(2, 2), k_tile=8, dtype="
         t_x, f = s[T].split(f, nparts=tx_n)
         s[T].bind(t_y, _tx("threadIdx.y"))
         s[T].bind(t_x, _tx("threadIdx.x"))
+        if vector_copy:
+            s[T].vectorize(f)
     return s, [A, B, C]
 
 
 def matmul_fast_schedule(M, N, K):
     """The SGEMM schedule of bench/gpu.py: 128x128 block tiles, 16x16 threads, 8x8 per
     thread, k steps of 8, 4-wide vector copies into shared memory."""
-    return matmul_schedule(M, N, K, block=(16, 16), thread_tile=(8, 8), k_tile=8)
+    return matmul_schedule(M, N, K, block=(16, 16), thread_tile=(8, 8), k_tile=8,
+                           vector_copy=True, unroll=True)
 
 
 def matmul_reference(a, b):

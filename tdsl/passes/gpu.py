@@ -199,6 +199,20 @@ def split_kernels(func: S.PrimFunc) -> S.PrimFunc:
     return out
 
 
+def _preorder(s, fn):
+    """Calls fn on every statement under `s`, parents before children, in program order."""
+    fn(s)
+    if isinstance(s, S.SeqStmt):
+        for x in s.stmts:
+            _preorder(x, fn)
+    elif isinstance(s, (S.For, S.LetStmt, S.Allocate)):
+        _preorder(s.body, fn)
+    elif isinstance(s, S.IfThenElse):
+        _preorder(s.then_case, fn)
+        if s.else_case is not None:
+            _preorder(s.else_case, fn)
+
+
 def _make_kernel(func, nest, name, host_buffers, stages):
     loops: Dict[str, list] = {}
     shared = []
@@ -213,7 +227,7 @@ def _make_kernel(func, nest, name, host_buffers, stages):
             elif n.buffer.scope == "global":
                 raise BuildError(f"kernel {name}: buffer '{n.buffer.name}' needs global memory "
                                  "inside a kernel")
-    walk(nest, f)
+    _preorder(nest, f)
     launch = {}
     for tag in TAGS:
         fs = loops.get(tag, [])

@@ -117,3 +117,25 @@ class OpenCLDevice:
         start = min(e.profile.start for e in events)
         end = max(e.profile.end for e in events)
         return (end - start) * 1e-9 / number
+
+
+_probe = {}
+
+
+def unusable_reason(index=0):
+    """None when opencl(index) builds and runs a trivial kernel, else why not (cached).
+    PoCL 3.0 (the pocl-binary-distribution wheel) cannot build for CPUs its LLVM 14 does
+    not know (it asks for target CPU 'generic', e.g. on AMD Zen 5)."""
+    if index not in _probe:
+        try:
+            dev = get_device(index)
+            k = dev.load("__kernel void tdsl_probe(__global int *a) "
+                         "{ a[get_global_id(0)] = 7; }", ["tdsl_probe"])["tdsl_probe"]
+            buf = dev.alloc(16)
+            dev.launch(k, (1, 1, 1), (4, 1, 1), [buf])
+            out = np.zeros(4, np.int32)
+            dev.copy_out(buf, out)
+            _probe[index] = None if (out == 7).all() else "the probe kernel gave wrong results"
+        except TdslError as e:
+            _probe[index] = str(e).split("--- source ---")[0].strip()
+    return _probe[index]

@@ -1,0 +1,201 @@
+"""GPU schedules without a GPU: for each kernel the CUDA source compiles through NVRTC (and
+`nvcc -ptx` when nvcc is on the PATH), the kernels run on the CPU and match numpy through
+the emulated GPU of target "c" and through OpenCL (PoCL) where an OpenCL device works, and
+through CUDA where a GPU is present."""
+import shutil
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.examples import gpu as G
+from tdsl.runtime import cuda as rcuda
+from tdsl.runtime import opencl as rocl
+
+rng = np.random.default_rng(7)
+
+
+def _opencl_or_skip():
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError:
+        pytest.skip("pyopencl is not installed (pip install tdsl[opencl])")
+    reason = rocl.unusable_reason()
+    if reason is not None:
+        pytest.skip("no working OpenCL device: " + reason.splitlines()[0] + " " +
+                    " ".join(line for line in reason.splitlines() if "error" in line))
+
+
+def _nvrtc_or_skip():
+    if not rcuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)")
+
+
+CASES = {
+    "elementwise": (lambda: G.elementwise_schedule(1000),
+                    lambda: [rng.random(1000, dtype=np.float32)],
+                    G.elementwise_reference, [(1000,)]),
+    "matmul": (lambda: G.matmul_schedule(100, 70, 37),
+               lambda: [rng.random((100, 37), dtype=np.float32),
+                        rng.random((37, 70), dtype=np.float32)],
+               G.matmul_reference, [(100, 70)]),
+    "conv2d": (lambda: G.conv2d_schedule(2, 3, 12, 21, 4),
+               lambda: [rng.random((2, 3, 12, 21), dtype=np.float32),
+                        rng.random((4, 3, 3, 3), dtype=np.float32)],
+               G.conv2d_reference, [(2, 4, 10, 19)]),
+    "softmax": (lambda: G.softmax_schedule(5, 100),
+                lambda: [rng.standard_normal((5, 100), dtype=np.float32)],
+                G.softmax_reference, [(5, 100)]),
+    "sum_rfactor": (lambda: G.sum_schedule(6, 100),
+                    lambda: [rng.random((6, 100), dtype=np.float32)],
+                    G.sum_reference, [(6,)]),
+    "sum_threads": (lambda: G.sum_schedule(6, 100, threads=24, rfactor=False),
+                    lambda: [rng.random((6, 100), dtype=np.float32)],
+                    G.sum_reference, [(6,)]),
+}
+
+
+def _run(name, target):
+    make, inputs, ref, out_shapes = CASES[name]
+    s, args = make()
+    f = tdsl.build(s, args, target=target, name=name)
+    xs = inputs()
+    ys = [np.zeros(shape, np.float32) for shape in out_shapes]
+    f(*xs, *ys)
+    np.testing.assert_allclose(ys[0], ref(*xs), rtol=1e-4, atol=1e-5)
+    return f
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cuda_source_compiles_with_nvrtc_and_nvcc(name):
+    _nvrtc_or_skip()
+    make = CASES[name][0]
+    s, args = make()
+    f = tdsl.build(s, args, target="cuda", name=name)
+    src = f.get_source()
+    assert 'extern "C" __global__' in src and "__launch_bounds__" in src
+    ptx = f.get_source("ptx")
+    assert ".entry" in ptx
+    if shutil.which("nvcc"):
+        assert ".entry" in rcuda.nvcc_ptx(src)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_emulated_gpu_matches_numpy(name):
+    _run(name, "c")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_opencl_matches_numpy(name):
+    _opencl_or_skip()
+    f = _run(name, "opencl")
+    assert "__kernel" in f.get_source()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cuda_matches_numpy_on_a_gpu(name):
+    if not tdsl.cuda(0).exist:
+        pytest.skip("no CUDA GPU")
+    _run(name, "cuda")
+
+
+def test_cuda_source_features():
+    s, args = G.elementwise_schedule(1024)
+    src = tdsl.build(s, args, target="cuda").get_source()
+    assert "float4" in src and "make_float4" in src        # vectorized inner loop
+    s, args = G.matmul_schedule(64, 64, 64)
+    src = tdsl.build(s, args, target="cuda", name="mm").get_source()
+    assert "__shared__" in src and "__syncthreads();" in src
+    assert "blockIdx.y" in src and "threadIdx.x" in src and "__launch_bounds__(64)" in src
+    s, args = G.softmax_schedule(4, 64)
+    f = tdsl.build(s, args, target="cuda", name="sm")
+    assert [k.name for k in f.kernels] == ["sm_kernel0", "sm_kernel1", "sm_kernel2"]
+    assert "__expf" in f.get_source()                      # fast math
+
+
+def test_opencl_source_features():
+    s, args = G.matmul_schedule(64, 64, 64)
+    src = tdsl.build(s, args, target="opencl", name="mm").get_source()
+    for word in ("__kernel", "__global", "__local", "get_group_id(1)", "get_local_id(0)",
+                 "barrier(CLK_LOCAL_MEM_FENCE);"):
+        assert word in src
+    s, args = G.elementwise_schedule(1024)
+    src = tdsl.build(s, args, target="opencl").get_source()
+    assert "vload4" in src and "vstore4" in src
+
+
+def test_symbolic_size_launch():
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, tdsl.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tdsl.thread_axis("threadIdx.x"))
+    f = tdsl.build(s, [A, B], target="c")
+    for size in (1, 45, 64):
+        a = rng.random(size, dtype=np.float32)
+        b = np.zeros(size, np.float32)
+        f(a, b)
+        np.testing.assert_allclose(b, a + 1)
+    if rcuda.have_nvrtc():
+        assert ".entry" in tdsl.build(s, [A, B], target="cuda").get_source("ptx")
+
+
+def test_shared_cache_covers_the_block_and_local_stays_per_thread():
+    s, args = G.matmul_schedule(64, 64, 64, block=(8, 8), thread_tile=(2, 2), k_tile=4)
+    text = str(tdsl.lower(s, args, "mm", target="cuda"))
+    assert 'A.shared = allocate((64), float32, "shared")' in text      # 16 rows x 4 k
+    assert 'A.shared.local = allocate((2), float32, "local")' in text
+    assert 'C.local = allocate((4), float32, "local")' in text
+    assert text.count('barrier("shared")') >= 2
+
+
+def test_fp16_cuda_compiles():
+    _nvrtc_or_skip()
+    if rcuda.cuda_include_dir() is None:
+        pytest.skip("cuda_fp16.h not found: the nvidia-cuda-nvrtc wheel ships no headers and no "
+                    "CUDA toolkit include folder exists (set CUDA_HOME)")
+    A = tdsl.placeholder((256,), dtype="float16", name="A")
+    B = tdsl.compute((256,), lambda i: tdsl.exp(A[i]) * A[i] + tdsl.max(A[i], tdsl.const(0, "float16")),
+                     name="B")
+    s = tdsl.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, tdsl.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tdsl.thread_axis("threadIdx.x"))
+    f = tdsl.build(s, [A, B], target="cuda")
+    assert "#include <cuda_fp16.h>" in f.get_source() and "__half" in f.get_source()
+    assert ".entry" in f.get_source("ptx")
+
+
+def test_time_evaluator_emulated():
+    s, args = G.elementwise_schedule(256)
+    f = tdsl.build(s, args, target="c")
+    a = rng.random(256, dtype=np.float32)
+    b = np.zeros(256, np.float32)
+    r = f.time_evaluator(number=2, repeat=2)(a, b)
+    assert r.mean > 0 and len(r.results) == 2
+    np.testing.assert_allclose(b, a * 2 + 1)
+
+
+def test_time_evaluator_opencl_profiling_events():
+    _opencl_or_skip()
+    s, args = G.elementwise_schedule(4096)
+    f = tdsl.build(s, args, target="opencl")
+    a = rng.random(4096, dtype=np.float32)
+    b = np.zeros(4096, np.float32)
+    r = f.time_evaluator(number=3, repeat=2)(a, b)
+    assert r.mean > 0
+    np.testing.assert_allclose(b, a * 2 + 1)
+
+
+def test_opencl_device_arrays():
+    _opencl_or_skip()
+    dev = tdsl.opencl(0)
+    s, args = G.elementwise_schedule(512)
+    f = tdsl.build(s, args, target="opencl")
+    a = rng.random(512, dtype=np.float32)
+    A = tdsl.nd.array(a, dev)
+    B = tdsl.nd.empty((512,), "float32", dev)
+    f(A, B)
+    np.testing.assert_allclose(B.numpy(), a * 2 + 1)
