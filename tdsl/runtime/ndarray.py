@@ -34,6 +34,10 @@ class Device:
         if self.kind == "cpu":
             return self.index == 0
         try:
+            if self.kind == "opencl":   # present and able to build a kernel
+                from . import opencl
+                return opencl.get_device(self.index, probe=True) is not None and \
+                    opencl.unusable_reason(self.index) is None
             return self._api(probe=True) is not None
         except TdslError:
             return False
