@@ -229,7 +229,7 @@ def test_torch_exported_models(name):
     from tdsl.graph import models
     m = onnx.load(path)
     inp = m.graph.input[0]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]   # batch: 1
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     mod = G.from_onnx(path)
     opt = G.optimize(mod)

@@ -86,10 +86,11 @@ class Const(Expr):
 
     def __init__(self, data):
         arr = np.asarray(data)
-        if arr.dtype == np.float64 and not isinstance(data, np.ndarray) and not isinstance(data, np.generic):
-            pass
-        self.data = np.ascontiguousarray(arr)
-        self.data.setflags(write=False)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")     # (np.ascontiguousarray would make 0-d arrays 1-d)
+        self.data = arr
+        if self.data.flags.writeable and self.data.flags.owndata:
+            self.data.setflags(write=False)
         self.type = TensorType(self.data.shape, str(self.data.dtype))
 
     def __repr__(self):

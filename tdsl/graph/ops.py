@@ -688,4 +688,5 @@ def evaluate(call_op, attrs, arrays: List[np.ndarray]):
     """The numpy meaning of one operator (constant folding, tests)."""
     opdef = get_op(call_op)
     with np.errstate(all="ignore"):
-        return np.ascontiguousarray(opdef.ref(*arrays, attrs))
+        r = np.asarray(opdef.ref(*arrays, attrs))
+    return r if r.flags.c_contiguous else r.copy(order="C")
