@@ -92,7 +92,7 @@ class OpenCLDevice:
                 raise BuildError(f"the OpenCL compiler rejected the generated kernel source: "
                                  f"{e}\n--- source ---\n{source}") from None
             self._programs[source] = prog
-        return {n: getattr(prog, n) for n in names}
+        return {n: self.cl.Kernel(prog, n) for n in names}
 
     def launch(self, kernel, grid, block, args):
         for i, a in enumerate(args):
