@@ -112,14 +112,19 @@ def conv2d_fast(g: GroupDef, n):
     xt, wt = x_e.type, w_e.type
     N, C, H, W = xt.shape
     CO, CI, KH, KW = wt.shape
-    if wi is None or xt.dtype != "float32" or a["groups"] != 1 or CO % LANES:
+    if wi is None or xt.dtype != "float32" or a["groups"] != 1:
         return None
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
         return None
     bn = LANES
-    Wp = g.packed_param(wi, (CO // bn, CI, KH, KW, bn),
-                        lambda w: np.ascontiguousarray(w.reshape(CO // bn, bn, CI, KH, KW).transpose(0, 2, 3, 4, 1)))
+    cb_n = _ceil16(CO)      # output channels padded to a multiple of 16 with zero weights
+
+    def pack(w):
+        wp = np.zeros((cb_n * bn, CI, KH, KW), w.dtype)
+        wp[:CO] = w
+        return np.ascontiguousarray(wp.reshape(cb_n, bn, CI, KH, KW).transpose(0, 2, 3, 4, 1))
+    Wp = g.packed_param(wi, (cb_n, CI, KH, KW, bn), pack)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl, pb, pr = a["padding"]
     OH, OW = n.type.shape[2:]
@@ -132,7 +137,7 @@ def conv2d_fast(g: GroupDef, n):
     ci = tdsl.reduce_axis((0, CI), "ci")
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
-    Cv = tdsl.compute((N, CO // bn, OH, OW, bn), lambda b, cb, y, xx, cc: tdsl.sum(
+    Cv = tdsl.compute((N, cb_n, OH, OW, bn), lambda b, cb, y, xx, cc: tdsl.sum(
         pad[b, ci, y * sh + ky * dh, xx * sw + kx * dw] * Wp[cb, ci, ky, kx, cc], axis=[ci, ky, kx]),
         name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
@@ -216,6 +221,10 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return _schedule_conv_packed(s, out, info, parallel)
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel)
+    convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
+    if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
+            and len(out.shape) >= 3:
+        return _schedule_conv_rows(s, out, convs[0], parallel)
     for t in _stages(out):
         if t is out or id(t) in keep:
             continue
@@ -224,6 +233,38 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         else:
             s[t].compute_inline()
     _par_vec(s, out, vectorize, parallel)
+
+
+def _schedule_conv_rows(s, out, conv, parallel):
+    """Direct convolution (grouped/depthwise, other dtypes): one output row of the conv
+    is computed (reductions outside, the row vectorized) right before the epilogue writes it."""
+    info = conv._graph_info
+    pad = info["pad"] if info.get("depthwise") else None
+    _inline_except(s, out, [conv] + ([pad] if pad is not None else []))
+    shape = _ishape(out)
+    axes = list(out.op.axis)
+    n_c = s[out].fuse(axes[0], axes[1])
+    sp = axes[2:]
+    last = sp[-1]
+    vec = shape[-1] >= 8
+    if vec:
+        lo, li = s[out].split(last, factor=LANES if shape[-1] >= LANES else 8)
+        s[out].vectorize(li)
+    if parallel and int(np.prod(shape)) >= 2048:
+        s[out].parallel(n_c)
+    if pad is not None:      # depthwise: the padded plane of one channel, then its rows
+        s[pad].compute_at(s[out], n_c)
+        pl = pad.op.axis[-1]
+        if _ishape(pad)[-1] >= LANES:
+            _, pli = s[pad].split(pl, factor=LANES)
+            s[pad].vectorize(pli)
+    attach = sp[-2] if len(sp) >= 2 else n_c
+    s[conv].compute_at(s[out], attach)
+    caxes = list(s[conv].op.axis)
+    if shape[-1] >= 8:
+        xo, xi = s[conv].split(caxes[-1], factor=LANES if shape[-1] >= LANES else 8)
+        s[conv].reorder(*caxes[:-1], xo, *s[conv].op.reduce_axis, xi)
+        s[conv].vectorize(xi)
 
 
 def _inline_except(s, out, keep):
