@@ -11,15 +11,11 @@ from .lower import lower
 TARGETS = ("llvm", "c", "cuda", "opencl")
 
 
-def _target_kind(target):
-    if not isinstance(target, str) or not target.strip():
-        raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
-    return target.split()[0]
-
-
 def build(s, args=None, target="llvm", name="main"):
     """Compiles schedule `s` into a callable Module for `target`."""
-    kind = _target_kind(target)
+    if not isinstance(target, str) or not target.strip():
+        raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
+    kind = target.split()[0]
     if kind not in TARGETS:
         raise BuildError(f"build: unknown target {kind!r}; use one of {', '.join(TARGETS)}")
     if kind != "llvm" and len(target.split()) > 1:
