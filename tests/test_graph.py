@@ -156,6 +156,8 @@ def test_memory_plan_reuses_buffers():
     assert 0 < plan.peak_bytes < plan.total_bytes
     exe = G.build(mod)
     assert exe.peak_memory_bytes == plan.peak_bytes
+    assert len(plan.aliases) == 1                 # the flatten before fc is a view, no kernel
+    assert len(exe.steps) == len(mod.main.nodes()) - 1
 
 
 def test_executor_api_and_errors():

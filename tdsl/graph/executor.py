@@ -58,9 +58,13 @@ class Executor:
         base = (-self._arena.ctypes.data) % 64
         bufs: Dict[int, np.ndarray] = {}
         outputs = {id(o) for o in fn.outputs}
+        for p in fn.params:
+            bufs[id(p)] = self.inputs[p.name]
         for n in self.plan.order:
             t = n.type
-            if id(n) in outputs:
+            if id(n) in self.plan.aliases:
+                bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
+            elif id(n) in outputs:
                 bufs[id(n)] = np.empty(t.shape, t.dtype)
             else:
                 off = base + self.plan.offsets[id(n)]
@@ -73,7 +77,7 @@ class Executor:
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
-            if n.type.size == 0:
+            if n.type.size == 0 or id(n) in self.plan.aliases:
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             k = _kernel(n.op, target, consts, self.stats)

@@ -1,11 +1,13 @@
 """Static memory planning: every intermediate of @main gets an offset in one arena; values
 whose lifetimes (first definition to last use, in execution order) do not overlap share
-bytes. Greedy first fit over the values in order of definition, offsets aligned to 64."""
+bytes. Greedy first fit over the values in order of definition, offsets aligned to 64.
+A group that only reshapes an intermediate or an input is an alias: it gets no buffer and
+no kernel (the executor views its input), and its input lives as long as the alias."""
 from __future__ import annotations
 
 from typing import Dict, List
 
-from .ir import Call, Module
+from .ir import Call, Function, Module, Var
 
 ALIGN = 64
 
@@ -27,22 +29,36 @@ def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def is_alias(n, outputs=()) -> bool:
+    """A call of a group whose whole body is one reshape of an intermediate or an input."""
+    if not isinstance(n.op, Function) or id(n) in outputs:
+        return False
+    body = n.op.nodes()
+    return len(body) == 1 and body[0].op == "reshape" and isinstance(n.args[0], (Call, Var))
+
+
 def plan_memory(mod: Module) -> MemoryPlan:
     fn = mod.main
     order: List[Call] = fn.nodes()
     pos = {id(n): i for i, n in enumerate(order)}
     outputs = {id(o) for o in fn.outputs}
+    root: Dict[int, int] = {}
+    for n in order:
+        if is_alias(n, outputs):
+            a = n.args[0]
+            root[id(n)] = root.get(id(a), id(a))
     last_use: Dict[int, int] = {}
     for i, n in enumerate(order):
         for a in n.args:
             if id(a) in pos:
-                last_use[id(a)] = i
+                r = root.get(id(a), id(a))
+                last_use[r] = max(last_use.get(r, i), i)
     live = []     # (offset, end, free_at)
     offsets, sizes = {}, {}
     peak = total = 0
     for i, n in enumerate(order):
-        if id(n) in outputs:
-            continue      # outputs get their own buffers
+        if id(n) in outputs or id(n) in root:
+            continue      # outputs get their own buffers; aliases share their input's
         live = [b for b in live if b[2] >= i]
         size = _align(max(n.type.nbytes, 1))
         total += size
@@ -56,4 +72,6 @@ def plan_memory(mod: Module) -> MemoryPlan:
         offsets[id(n)] = off
         sizes[id(n)] = size
         peak = max(peak, off + size)
-    return MemoryPlan(offsets, sizes, peak, total, order)
+    plan = MemoryPlan(offsets, sizes, peak, total, order)
+    plan.aliases = root
+    return plan

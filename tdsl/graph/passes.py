@@ -90,6 +90,18 @@ def simplify(mod: Module) -> Module:
             r = keep_type(n, args[1])
             if r is not None:
                 return r
+        if op in ("add", "subtract", "multiply", "divide") and isinstance(args[0], Call) \
+                and args[0].op == "reshape" and isinstance(args[1], Const):
+            # elementwise with a per-last-dim constant commutes with a reshape that keeps the
+            # last dim: the bias of MatMul -> dense moves next to the dense and fuses into it
+            r, cst = args[0], args[1]
+            inner = r.args[0]
+            last = n.type.shape[-1] if n.type.ndim else None
+            if (n.type == r.type and last is not None and inner.type.ndim >= 1
+                    and inner.type.shape[-1] == last and cst.type.ndim >= 1
+                    and cst.type.shape[-1] in (1, last) and all(d == 1 for d in cst.type.shape[:-1])):
+                moved = Call(op, [inner, Const(cst.data.reshape(-1))], n.attrs, n.span)
+                return Call("reshape", [moved], r.attrs, r.span)
         if op == "copy" or (op == "cast" and args[0].type.dtype == n.attrs["dtype"]):
             return args[0]
         if op == "reshape":

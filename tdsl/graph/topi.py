@@ -37,10 +37,6 @@ def shape_of(t):
     return tuple(_dim(s) for s in t.shape)
 
 
-def load(t, idx):
-    return t[tuple(idx)] if idx else t[()] if False else t[tuple(idx)]
-
-
 # ---------------------------------------------------------------------------- elementwise
 
 def _is_float(dt):
@@ -118,10 +114,6 @@ BINARY_EXPR = {
     "logical_and": lambda a, b: a & b,
     "logical_or": lambda a, b: a | b,
 }
-
-
-def _bool_eq_fix(op, a, b):
-    return BINARY_EXPR[op](a, b)
 
 
 def unary(op):
