@@ -261,3 +261,17 @@ def test_cli_compile(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"nonsense")
     assert main(["compile", str(bad)]) == 1
+
+
+@pytest.mark.parametrize("target", ["c", "opencl"])
+def test_other_targets_when_available(target):
+    from tdsl.graph import models
+    m = models.mlp(batch=2, sizes=(16, 32, 8))
+    try:
+        exe = G.build(G.optimize(G.from_onnx(m)), target=target)
+        x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+        out = exe.run(x)[0]
+    except tdsl.TdslError as e:
+        pytest.skip(f"target {target} not available here: {str(e)[:120]}")
+    ref = models.onnxruntime_run(m, {"input": x})[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-6)
