@@ -186,7 +186,11 @@ def _ishape(t):
     return [topi._dim(s) for s in t.shape]
 
 
-def _par_vec(s, t, vectorize=True, parallel=True, min_par=2048):
+PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
+PAR_MIN_MACS = 1 << 21
+
+
+def _par_vec(s, t, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
     """Parallel over the fused outer axes, vectorized along the last spatial axis."""
     axes = list(s[t].op.axis)
     raxes = list(s[t].op.reduce_axis)
@@ -250,7 +254,8 @@ def _schedule_conv_rows(s, out, conv, parallel):
     if vec:
         lo, li = s[out].split(last, factor=LANES if shape[-1] >= LANES else 8)
         s[out].vectorize(li)
-    if parallel and int(np.prod(shape)) >= 2048:
+    taps = int(np.prod([topi._dim(r.dom.extent) for r in conv.op.reduce_axis]))
+    if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS // 4:
         s[out].parallel(n_c)
     if pad is not None:      # depthwise: the padded plane of one channel, then its rows
         s[pad].compute_at(s[out], n_c)
@@ -321,7 +326,8 @@ def _schedule_dense_packed(s, out, info, parallel):
     s[D].unroll(nco)
     s[D].vectorize(nci)
     fused = s[out].fuse(mo, no)
-    if parallel:
+    K = topi._dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
+    if parallel and M * N * K >= PAR_MIN_MACS:
         s[out].parallel(fused)
 
 
