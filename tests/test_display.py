@@ -57,3 +57,17 @@ def test_highlighter_escapes_and_marks_tokens():
     assert '<span class="num">8</span>' in h
     h = highlight("%1 = fadd fast <16 x float> %a, %b ; sum", "llvm")
     assert '<span class="ty">&lt;16 x float&gt;</span>' in h and '<span class="var">%a</span>' in h
+
+
+def test_graph_html_shows_the_picture_or_the_text():
+    import shutil
+    import pytest
+    pytest.importorskip("onnx")
+    from tdsl.graph import models
+    mod = tdsl.graph.optimize(tdsl.graph.from_onnx(models.mlp(batch=2, sizes=(16, 8, 4))))
+    h = mod._repr_html_()
+    assert "fused" in h and "nn.dense" in h
+    if shutil.which("dot"):
+        assert "<svg" in h
+    else:
+        assert '<span class="kw">def</span>' in h

@@ -220,8 +220,13 @@ class Module:
         return f"<tdsl.graph.Module: {len(self.main.nodes())} nodes>"
 
     def _repr_html_(self):
-        import html
-        return "<pre>" + html.escape(self.astext()) + "</pre>"
+        """The picture of visualize() (SVG where graphviz's dot exists) over the text."""
+        from ..ir.html import highlight, wrap
+        picture = self.visualize().svg()
+        text = highlight(self.astext(), "ir")
+        if picture is None:
+            return wrap(text)
+        return wrap(picture + f"<details><summary>text</summary>{text}</details>")
 
     def visualize(self, path=None):
         from .visualize import visualize
