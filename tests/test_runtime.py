@@ -333,3 +333,13 @@ def test_load_module_errors(tmp_path):
     bad.write_bytes(b"not a library")
     with pytest.raises(TdslError):
         load_module(str(bad))
+
+
+def test_prepared_call_checks_once_and_runs(mv):
+    a, x, c = _args()
+    run = mv.prepared(a, x, c, 2.0)
+    c[:] = 0
+    run()
+    np.testing.assert_allclose(c, a * x + 2.0, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ArgumentError):
+        mv.prepared(a, x, c[:3], 2.0)

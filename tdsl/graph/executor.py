@@ -107,24 +107,11 @@ class Executor:
 
     @staticmethod
     def _bind(module, args):
-        """A no-argument callable running `module` on the fixed buffers. The arguments are
-        checked once here; the per-call checks of Module.__call__ (~10 us each, a large share
-        of a small network's latency) are skipped when the runtime exposes its prepared
-        native call, and kept otherwise."""
-        sig = getattr(module, "signature", None)
-        cfunc = getattr(module, "_cfunc", None)
-        if sig is not None and cfunc is not None and hasattr(sig, "prepare"):
-            try:
-                cargs, _arrays, writebacks = sig.prepare(args)
-            except Exception:  # noqa: BLE001 - fall back to the checked call
-                writebacks = True
-            if not writebacks:
-                name = module.name
-
-                def call(cfunc=cfunc, cargs=tuple(cargs)):
-                    if cfunc(*cargs):
-                        raise GraphError(f"kernel {name} failed (a heap allocation inside it failed)")
-                return call
+        """A no-argument callable running `module` on the fixed buffers, with the arguments
+        checked once (Module.prepared) where the module offers it."""
+        prepared = getattr(module, "prepared", None)
+        if prepared is not None:
+            return prepared(*args)
         return lambda: module(*args)
 
     # ------------------------------------------------------------------ running
