@@ -104,7 +104,7 @@ def main():
     print(f"tuning GEMM {n} fp32 on {os.cpu_count()} cores with the {opts.tuner} tuner for at most "
           f"{minutes:g} min; log {log}")
     print(task.space)
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     res = autotune.tune(task, tuner=opts.tuner, n_trial=opts.trials, timeout_s=minutes * 60,
                         log_file=log, trial_timeout_s=60, number=2, repeat=3, min_repeat_ms=30,
                         progress=not opts.no_progress)
@@ -138,6 +138,10 @@ def main():
     print(f"  best config, re-measured    {g_td:8.1f} GFLOP/s  {'ok' if ok else 'WRONG'}")
     print(f"  numpy                       {g_np:8.1f} GFLOP/s")
     print(f"  ratio tdsl/numpy            {g_td / g_np:8.2f}   (target 0.90)")
+    first = next((r for r in res.new_records if r.ok and r.gflops >= 0.9 * g_np), None)
+    if first is not None:
+        print(f"  90% of numpy first reached at trial {first.trial}, "
+              f"{first.timestamp - wall0:.0f} s into tuning")
     return 0 if ok else 1
 
 
