@@ -19,9 +19,12 @@ from tdsl.examples import gemm, kernels  # noqa: E402
 
 
 def median_time(fn, number=3, repeat=7):
-    """The median over `repeat` timings of `number` calls: robust to a stray slow (or, on
-    a virtual machine, a glitched fast) repeat."""
+    """The median over `repeat` timings of `number` calls, after 0.1 s of warm-up (numpy's
+    OpenBLAS workers spin for ~0.1 s after a matmul and would slow whatever runs next)."""
+    t_end = time.perf_counter() + 0.1   # warm up; lets other thread pools go idle
     fn()
+    while time.perf_counter() < t_end:
+        fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -410,17 +410,25 @@ class Module:
     def get_num_threads(self) -> int:
         return self._backend.get_num_threads()
 
-    def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
-        """Returns f(*args) -> ProfileResult: `repeat` times, the mean over `number` runs."""
+    def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0, warmup_ms=100):
+        """Returns f(*args) -> ProfileResult: `repeat` times, the mean over `number` runs.
+
+        The kernel first runs for at least `warmup_ms` (at least once): caches and clocks
+        settle, and so do other thread pools of the process (OpenBLAS's workers spin for
+        ~0.1 s after a numpy matmul and would take a core from a parallel kernel)."""
         if number < 1 or repeat < 1:
             raise ValueError("number and repeat must be at least 1")
 
         def evaluate(*args):
             cargs, arrays, writebacks = self.signature.prepare(args)
             fn = self._cfunc
-            rc = fn(*cargs)  # warm-up
-            if rc:
-                raise TdslError(f"kernel {self.name} failed (code {rc})")
+            t_end = time.perf_counter() + warmup_ms / 1000.0
+            while True:
+                rc = fn(*cargs)
+                if rc:
+                    raise TdslError(f"kernel {self.name} failed (code {rc})")
+                if time.perf_counter() >= t_end:
+                    break
             results = []
             for _ in range(repeat):
                 n = number
