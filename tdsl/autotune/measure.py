@@ -285,9 +285,12 @@ class LocalRunner:
 
     def exit_reason(self) -> str:
         """Why the pool broke: the exit status of a dead worker, when one is known."""
+        # A crashed worker has exited already; the wait only covers its reaping, which can
+        # lag on a loaded machine (0.5 s was seen to be too short).
+        deadline = time.monotonic() + 5.0
         for p in self._procs:
             try:
-                p.join(timeout=0.5)
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:
                 pass
             code = getattr(p, "exitcode", None)
