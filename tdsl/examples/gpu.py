@@ -9,6 +9,8 @@ import numpy as np
 
 import tdsl
 
+from . import kernels
+
 
 def _tx(tag):
     return tdsl.thread_axis(tag)
@@ -147,13 +149,7 @@ def conv2d_reference(x, w):
 def softmax_schedule(M, N, threads=64):
     """Three kernels: row max (cross-thread reduction), row sum of exp (cross-thread
     reduction, exp inlined), and the normalisation (elementwise)."""
-    X = tdsl.placeholder((M, N), name="X")
-    k1 = tdsl.reduce_axis((0, N), name="k1")
-    k2 = tdsl.reduce_axis((0, N), name="k2")
-    mx = tdsl.compute((M,), lambda i: tdsl.max(X[i, k1], axis=k1), name="rowmax")
-    ex = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j] - mx[i]), name="exp")
-    sm = tdsl.compute((M,), lambda i: tdsl.sum(ex[i, k2], axis=k2), name="rowsum")
-    Y = tdsl.compute((M, N), lambda i, j: ex[i, j] / sm[i], name="Y")
+    X, mx, ex, sm, Y = kernels.softmax(M, N)
     s = tdsl.create_schedule(Y)
     s[ex].compute_inline()
     for red in (mx, sm):

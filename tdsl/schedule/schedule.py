@@ -90,21 +90,11 @@ class Schedule:
 
     def __str__(self):
         lines = ["Schedule("]
-        for st in self.stages:
-            if isinstance(st.op, PlaceholderOp):
-                continue
-            where = {"root": "root", "inline": "inline"}.get(st.attach_type)
-            if where is None:
-                where = f"at {st.attach_stage.op.name}.{st.attach_ivar.var.name}"
-            loops = []
-            for iv in st.leaf_iter_vars:
-                a = st.iter_var_attrs.get(iv)
-                tag = ""
-                if a is not None and a.kind.value != "serial":
-                    tag = f"({a.thread.thread_tag})" if a.thread is not None else f"({a.kind.value})"
-                loops.append(iv.var.name + tag)
-            scope = f" scope={st.scope}" if st.scope != "global" else ""
-            lines.append(f"  {st.op.name}: [{', '.join(loops)}] {where}{scope}")
+        for name, loops, where, scope in self._rows():
+            text = ", ".join(n + (f"({k})" if k else "") for n, k, _ in loops)
+            where = where if where in ("root", "inline") else f"at {where}"
+            scope = f" scope={scope}" if scope != "global" else ""
+            lines.append(f"  {name}: [{text}] {where}{scope}")
         lines.append(")")
         if self.trace:
             lines.append("trace:")
