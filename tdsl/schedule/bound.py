@@ -237,19 +237,24 @@ def is_thread_bound(stage, iv, prefix="threadIdx") -> bool:
             and attr.thread.thread_tag.startswith(prefix))
 
 
-def thread_loops_around(stage, result):
-    """{var: range} of the threadIdx-bound loops that enclose `stage`'s attach point
-    (through the whole attach chain): a shared buffer covers all their iterations."""
+def _loops_around(stage, result, keep):
+    """{var: range} of the loops (those `keep(stage, iv)` accepts) that enclose an attached
+    stage, through its whole attach chain."""
     out = {}
     while stage.attach_type == "scope":
         parent = stage.attach_stage
         leaves = parent.leaf_iter_vars
         a = leaves.index(attach_leaf(stage))
         for iv in leaves[:a + 1]:
-            if is_thread_bound(parent, iv):
+            if keep(parent, iv):
                 out[iv.var] = loop_range(result[parent].ranges, iv)
         stage = parent
     return out
+
+
+def thread_loops_around(stage, result):
+    """The threadIdx-bound loops around `stage`: a shared buffer covers all their iterations."""
+    return _loops_around(stage, result, is_thread_bound)
 
 
 def _inside(reader, parent, a, result, scope):
@@ -276,12 +281,4 @@ def _add_reader_loops(reader, result, scope):
 
 def _enclosing_ranges(sched, stage, result):
     """Ranges of all loop variables around an attached stage (through its attach chain)."""
-    out = {}
-    while stage.attach_type == "scope":
-        parent = stage.attach_stage
-        leaves = parent.leaf_iter_vars
-        a = leaves.index(attach_leaf(stage))
-        for iv in leaves[:a + 1]:
-            out[iv.var] = loop_range(result[parent].ranges, iv)
-        stage = parent
-    return out
+    return _loops_around(stage, result, lambda parent, iv: True)
