@@ -32,8 +32,8 @@ def demo(size=1024):
     ref = a @ b
     err = float(np.max(np.abs(c - ref)) / np.max(np.abs(ref)))
     ok = np.allclose(c, ref, rtol=1e-3, atol=1e-3)
-    t = f.time_evaluator(number=5, repeat=3)(a, b, c).mean
-    tn = min(_time(lambda: np.matmul(a, b, out=c)) for _ in range(3))
+    t = f.time_evaluator(number=5, repeat=5)(a, b, c).median
+    tn = sorted(_time(lambda: np.matmul(a, b, out=c)) for _ in range(5))[2]
     flops = 2.0 * M * N * K
     print(f"\ncorrect: {ok} (max relative error {err:.2e})")
     print(f"build (define to callable): {build_s:.3f} s")
