@@ -1,5 +1,6 @@
 """LLVM backend: hand-built PrimFuncs compiled and compared with numpy / Python."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -567,7 +568,8 @@ def test_parallel_loop_correct_for_any_thread_count(variant):
         m(a, b, 3.0)
         np.testing.assert_allclose(b, want, rtol=1e-6, atol=1e-6, err_msg=f"threads={nt}")
     src = m.get_source()
-    assert "pthread_create" in src
+    from tdsl.runtime import threadpool
+    assert ("tdsl_parallel_launch" if threadpool.load_into_jit() else "pthread_create") in src
     if variant == "nested":
         assert any("inside a parallel loop" in x for x in m.notes)
 
@@ -717,3 +719,49 @@ def test_vector_odd_lane_counts_and_types(lanes, dtype):
     b = np.zeros(n, dtype)
     m(a, b)
     np.testing.assert_array_equal(b, a * a + np.array(1, dtype))
+
+
+def test_parallel_loops_without_the_worker_pool_create_threads():
+    """Where no C compiler builds the pool, parallel loops create threads per launch."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, tdsl\n"
+        "A = tdsl.placeholder((64, 32), name='A')\n"
+        "B = tdsl.compute((64, 32), lambda i, j: A[i, j] * 2.0, name='B')\n"
+        "s = tdsl.create_schedule(B); s[B].parallel(B.op.axis[0])\n"
+        "f = tdsl.build(s, [A, B]); f.set_num_threads(3)\n"
+        "a = np.arange(64 * 32, dtype='float32').reshape(64, 32); b = np.zeros_like(a)\n"
+        "f(a, b); assert (b == a * 2).all()\n"
+        "src = f.get_source(); assert 'pthread_create' in src and 'tdsl_parallel_launch' not in src\n"
+        "print('ok')\n")
+    env = dict(os.environ, TDSL_NO_THREADPOOL="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_worker_pool_from_several_python_threads():
+    """Concurrent launches from Python threads: one uses the pool, the others run inline."""
+    import threading
+    import tdsl
+    A = tdsl.placeholder((256, 64), name="A")
+    B = tdsl.compute((256, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    s[B].parallel(B.op.axis[0])
+    f = tdsl.build(s, [A, B])
+    a = np.random.default_rng(0).standard_normal((256, 64)).astype("float32")
+    errors = []
+
+    def work():
+        b = np.zeros_like(a)
+        for _ in range(200):
+            f(a, b)
+            if not np.array_equal(b, a + 1):
+                errors.append("mismatch")
+                return
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -432,6 +432,8 @@ class _ModuleBuilder:
         self._counter = 0
         self.notes: List[str] = []
         self._threads = None
+        from ..runtime import threadpool
+        self.use_pool = threadpool.load_into_jit()
 
     def fresh(self, stem):
         self._counter += 1

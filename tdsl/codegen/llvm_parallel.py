@@ -8,8 +8,10 @@ For a `For(kind=PARALLEL)` at one site we emit three internal functions:
 - `<sym>_parN_task(ptr task) -> ptr`: the `pthread_create` entry; `task` is
   `{ptr closure, i64 begin, i64 end}`, the closure `{i32 err, captured values...}`;
 - `<sym>_parN_launch(ptr closure, i64 lo, i64 hi)`: splits [lo, hi) into
-  `min(num_threads, hi - lo)` contiguous chunks, starts threads for chunks 1.., runs chunk
-  0 itself, joins. A failed `pthread_create` runs that chunk on the calling thread.
+  `min(num_threads, hi - lo)` contiguous chunks and hands them to the runtime's persistent
+  worker pool (`tdsl_parallel_launch`, tdsl/runtime/threadpool.c). Where the pool is not
+  available (no C compiler), it starts threads for chunks 1.., runs chunk 0 itself and
+  joins; a failed `pthread_create` runs that chunk on the calling thread.
 
 The caller fills the closure (an alloca of its entry block), calls the launcher and
 returns the body's error code, if any. `num_threads` is the module global
@@ -26,6 +28,7 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 TASK = ir.LiteralStructType([PTR, I64, I64])
+TASK_BYTES = 24  # {ptr, i64, i64} on the 64-bit targets tdsl generates for
 
 
 def emit_parallel_for(em, loop):
@@ -183,6 +186,13 @@ def _emit_launcher(mb, name, task_fn, max_threads):
         b.store(te, task_field(i, 2))
 
     counted_loop(ir.Constant(I64, 0), nt, "fill", fill)
+
+    if mb.use_pool:   # the runtime's persistent workers (tdsl/runtime/threadpool.c)
+        from ..runtime import threadpool
+        launch = mb.declare(threadpool.SYMBOL, ir.VoidType(), [PTR, PTR, I64, I64])
+        b.call(launch, [task_fn, tasks, nt, ir.Constant(I64, TASK_BYTES)])
+        b.ret_void()
+        return fn
 
     def start(i):
         tp = b.gep(tasks, [ir.Constant(I32, 0), i], source_etype=tasks_t)

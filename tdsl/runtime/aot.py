@@ -41,7 +41,9 @@ def link_shared(obj: bytes, path: str):
         with open(o, "wb") as f:
             f.write(obj)
         out = os.path.join(tmp, "kernel.so")
-        cmd = [_compiler(), "-shared", "-fPIC", "-o", out, o, "-lm", "-lpthread"]
+        # the worker pool of parallel loops is compiled into every library
+        from .threadpool import SOURCE
+        cmd = [_compiler(), "-O2", "-shared", "-fPIC", "-pthread", "-o", out, o, SOURCE, "-lm"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"linking the shared library failed: {' '.join(cmd)}\n"
