@@ -71,3 +71,15 @@ def test_graph_html_shows_the_picture_or_the_text():
         assert "<svg" in h
     else:
         assert '<span class="kw">def</span>' in h
+
+
+def test_gpu_module_display_lists_kernels_and_launch_sizes():
+    from tdsl.examples import gpu
+    s, args = gpu.softmax_schedule(8, 100)
+    g = tdsl.build(s, args, target="cuda", name="sm")
+    md = g._repr_markdown_()
+    assert md.startswith("**tdsl.DeviceModule** `sm` (target `cuda`)")
+    assert "3 kernels: sm_kernel0 grid 8x1x1 block 64x1x1" in md
+    s, args = gpu.elementwise_schedule(1024)
+    h = tdsl.build(s, args, target="opencl")._repr_html_()
+    assert "vectors of 4 lanes" in h and '<span class="kw">__kernel</span>' in h

@@ -70,6 +70,14 @@ class DeviceModule:
         ks = ", ".join(k.name for k in self.kernels)
         return f"<tdsl.DeviceModule {self.name} [{self.target}] kernels: {ks}>"
 
+    def _repr_html_(self):
+        from .display import module_html
+        return module_html(self)
+
+    def _repr_markdown_(self):
+        from .display import module_markdown
+        return module_markdown(self)
+
     def get_source(self, fmt: str = ""):
         """The CUDA or OpenCL C source ('' / 'cu' / 'cl'); 'ptx' gives the PTX from NVRTC."""
         if fmt in ("", "cu", "cuda", "cl", "opencl", "c", "source"):

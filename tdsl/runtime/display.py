@@ -9,14 +9,22 @@ from ..ir.html import highlight, wrap
 
 
 def code_summary(mod) -> dict:
-    """Facts read off the generated code: the widest vector type, parallel loops."""
+    """Facts read off the generated code: the widest vector type, and parallel loops (CPU)
+    or kernels with their launch sizes (GPU)."""
     try:
         src = mod.get_source()
     except Exception:  # a backend without source text
         return {}
     widths = [int(n) for n in re.findall(r"<(\d+) x (?:float|double|half|i\d+)>", src)]
-    parallel = len(set(re.findall(r"define [^@]*@([\w.]+_par\d+)_task", src)))
-    return {"vector_width": max(widths, default=1), "parallel_loops": parallel}
+    widths += [int(n) for n in re.findall(r"\b(?:float|half|int|uint|double)(\d)\b", src)]
+    widths += [int(n) for n in re.findall(r"\bv(?:load|store)(\d+)\b", src)]
+    out = {"vector_width": max(widths, default=1)}
+    kernels = getattr(mod, "kernels", None)
+    if kernels is not None:
+        out["kernels"] = [(k.name, tuple(k.grid), tuple(k.block)) for k in kernels]
+    else:
+        out["parallel_loops"] = len(set(re.findall(r"define [^@]*@([\w.]+_par\d+)_task", src)))
+    return out
 
 
 def summary_line(mod) -> str:
@@ -24,6 +32,10 @@ def summary_line(mod) -> str:
     if not s:
         return ""
     vec = f"vectors of {s['vector_width']} lanes" if s["vector_width"] > 1 else "scalar code only"
+    if "kernels" in s:
+        ks = "; ".join(f"{n} grid {'x'.join(map(str, g))} block {'x'.join(map(str, b))}"
+                       for n, g, b in s["kernels"])
+        return f"{vec}, {len(s['kernels'])} kernel{'s' if len(s['kernels']) != 1 else ''}: {ks}"
     par = {0: "no parallel loops", 1: "1 parallel loop"}.get(s["parallel_loops"], f"{s['parallel_loops']} parallel loops")
     return f"{vec}, {par}"
 
@@ -43,7 +55,8 @@ def module_html(mod) -> str:
                    for n, d, k in _args_rows(mod))
     src = mod.get_source()
     lang = "llvm" if mod.type_key.startswith("llvm") else "c"
-    body = (f"<b>tdsl.Module</b> <code>{html.escape(mod.name)}</code> &middot; target "
+    kind = "tdsl.Module" if lang == "llvm" else "tdsl.DeviceModule"
+    body = (f"<b>{kind}</b> <code>{html.escape(mod.name)}</code> &middot; target "
             f"<code>{html.escape(mod.type_key)}</code> &middot; {html.escape(summary_line(mod))}"
             f"<table><tr><th>argument</th><th>dtype</th><th>shape</th></tr>{rows}</table>"
             f"<details><summary>generated code ({len(src.splitlines())} lines)</summary>"
@@ -52,7 +65,8 @@ def module_html(mod) -> str:
 
 
 def module_markdown(mod) -> str:
-    lines = [f"**tdsl.Module** `{mod.name}` (target `{mod.type_key}`): {summary_line(mod)}", "",
+    kind = "tdsl.Module" if mod.type_key.startswith("llvm") else "tdsl.DeviceModule"
+    lines = [f"**{kind}** `{mod.name}` (target `{mod.type_key}`): {summary_line(mod)}", "",
              "| argument | dtype | shape |", "| --- | --- | --- |"]
     lines += [f"| {n} | {d} | {k} |" for n, d, k in _args_rows(mod)]
     return "\n".join(lines)
