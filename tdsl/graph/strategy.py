@@ -8,7 +8,11 @@ weights are re-laid out once at build time), then a schedule is chosen per targe
   one; elementwise producers are inlined into it; conv2d (NCHW[16]c inner kernel, weights
   packed (CO/16, CI, KH, KW, 16)) and dense (register-blocked, packed weights) get the
   schedules of `tdsl.examples`, with the group's epilogue (bias, activation, residual add)
-  computed in the same loop nest.
+  computed in the same loop nest; the register tile (channel blocks x columns) is chosen
+  from the output width. 1x1 stride-1 convs are vectorized along the flattened image
+  instead (NCHW in and out, no transposing epilogue); depthwise convs unroll their taps
+  (strided ones read a column-phase-split padded input); 2-D max pool is two separable
+  passes without gathers per tap.
 * cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
   anchors keep a plain per-thread loop (correct first, tuned later).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
@@ -90,6 +94,10 @@ class GroupDef:
                 out_t = conv2d_fast(self, n)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
+            if out_t is None and fast and n.op == "nn.conv2d":
+                out_t = depthwise_strided_fast(self, n, tensors)
+            if out_t is None and fast and n.op == "nn.max_pool2d":
+                out_t = max_pool2d_fast(self, n, tensors)
             if out_t is None:
                 args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
                 try:
@@ -117,6 +125,10 @@ def conv2d_fast(g: GroupDef, n):
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
         return None
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % LANES == 0 \
+            and CO % 8 == 0:
+        return _conv1x1_spatial(g, n, x, wi)
     bn = LANES
     cb_n = _ceil16(CO)      # output channels padded to a multiple of 16 with zero weights
 
@@ -145,6 +157,27 @@ def conv2d_fast(g: GroupDef, n):
     return O
 
 
+def _conv1x1_spatial(g: GroupDef, n, x, wi):
+    """1x1 stride-1 conv vectorized along the flattened image (NCHW stays NCHW): a tile of
+    `cb` output channels x 16 or 32 pixels accumulates in registers, each weight broadcast,
+    and the epilogue stores whole vectors (no transpose)."""
+    N, C, H, W = n.args[0].type.shape
+    CO, CI = n.args[1].type.shape[:2]
+    hw = H * W
+    pv = 2 if hw % (2 * LANES) == 0 else 1
+    cb = 16 if pv == 1 and CO % 16 == 0 else 8
+
+    def pack(w):
+        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
+    Wp = g.packed_param(wi, (CO // cb, CI, cb), pack)
+    ci = tdsl.reduce_axis((0, CI), "ci")
+    Cv = tdsl.compute((N, CO, hw), lambda b, co, p: tdsl.sum(
+        x[b, ci, p // W, p % W] * Wp[co // cb, ci, co % cb], axis=ci), name=topi.uname("conv"))
+    O = tdsl.compute((N, CO, H, W), lambda b, co, y, xx: Cv[b, co, y * W + xx], name=topi.uname("unflat"))
+    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "cb": cb, "pv": pv})
+    return O
+
+
 def dense_fast(g: GroupDef, n):
     x_e, w_e = n.args
     wi = g.const_param(w_e)
@@ -164,6 +197,82 @@ def dense_fast(g: GroupDef, n):
     D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // LANES, k, j % LANES], axis=k), name=topi.uname("dense"))
     g.anchor = (D, {"kind": "dense_packed", "dense": D})
     return D
+
+
+def depthwise_strided_fast(g: GroupDef, n, tensors):
+    """Depthwise 2-D conv with a column stride: the padded input is stored split by column
+    phase, (N, C, Hp, sw, Wq) with [.., r, p, q] = padded[.., r, q * sw + p], so every tap
+    reads a contiguous run of the row (one strided read per input element instead of one
+    per tap)."""
+    x_e, w_e = n.args
+    a = n.attrs
+    N, C, H, W = x_e.type.shape
+    CO, CI, KH, KW = w_e.type.shape
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    if x_e.type.dtype != "float32" or a["groups"] != C or CO != C or CI != 1 or sw == 1:
+        return None
+    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
+    w = tensors[id(w_e)] if id(w_e) in tensors else g.param_tensor(g.pidx[id(w_e)])
+    pt, pl = a["padding"][0], a["padding"][1]
+    OH, OW = n.type.shape[2:]
+    hp = (OH - 1) * sh + (KH - 1) * dh + 1
+    wq = OW + ((KW - 1) * dw) // sw
+    f0 = tdsl.const(0, "float32")
+
+    def fp(b, ch, r, p, q):
+        iy, ix = r - pt, q * sw + p - pl
+        return tdsl.if_then_else(tdsl.all(iy >= 0, iy < H, ix >= 0, ix < W), x[b, ch, iy, ix], f0)
+    ph = tdsl.compute((N, C, hp, sw, wq), fp, name=topi.uname("pad_phase"))
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    y = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: tdsl.sum(
+        ph[b, ch, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw] * w[ch, 0, ky, kx], axis=[ky, kx]),
+        name=topi.uname("conv"))
+    y._graph_info = {"kind": "conv_generic", "pad": ph, "depthwise": True}
+    return y
+
+
+def max_pool2d_fast(g: GroupDef, n, tensors):
+    """2-D max pool as two separable passes without reductions: a column max over the
+    window's rows into one padded output row (contiguous loads), then a row max over the
+    window's columns. Out-of-range taps read -inf, so padding and ceil mode stay exact."""
+    (x_e,) = n.args
+    if x_e.type.dtype != "float32":
+        return None
+    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
+    a = n.attrs
+    (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
+    pt, pl = a["padding"][0], a["padding"][1]
+    N, C, H, W = x_e.type.shape
+    OH, OW = n.type.shape[2:]
+    wn = (OW - 1) * sw + (kw - 1) * dw + 1        # padded columns the windows touch
+    low = tdsl.const(float("-inf"), "float32")
+
+    def col(b, ch, oy, xp):
+        v = None
+        for r in range(kh):
+            iy = oy * sh + (r * dh - pt)
+            conds = [iy >= 0, iy < H, xp >= pl, xp < W + pl]
+            t = tdsl.if_then_else(tdsl.all(*conds), x[b, ch, iy, xp - pl], low)
+            v = t if v is None else tdsl.max(v, t)
+        return v
+    vm = tdsl.compute((N, C, OH, wn), col, name=topi.uname("pool_col"))
+
+    def row(b, ch, oy, xq):
+        v = None
+        for r in range(kw):
+            t = vm[b, ch, oy, xq + r * dw]
+            v = t if v is None else tdsl.max(v, t)
+        return v
+    if sw == 1:
+        O = tdsl.compute((N, C, OH, OW), row, name=topi.uname("max_pool"))
+        g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": None})
+        return O
+    # strided: the row max at every column (contiguous), then every sw-th column of it
+    hm = tdsl.compute((N, C, OH, (OW - 1) * sw + 1), row, name=topi.uname("pool_row"))
+    O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: hm[b, ch, oy, ox * sw], name=topi.uname("max_pool"))
+    g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": hm})
+    return O
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -225,6 +334,10 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return _schedule_conv_packed(s, out, info, parallel)
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel)
+    if kind == "conv1x1_spatial" and vectorize:
+        return _schedule_conv1x1_spatial(s, out, info, parallel)
+    if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
+        return _schedule_pool_sep(s, out, info, parallel)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
             and len(out.shape) >= 3:
@@ -252,7 +365,7 @@ def _schedule_conv_rows(s, out, conv, parallel):
     last = sp[-1]
     vec = shape[-1] >= 8
     if vec:
-        lo, li = s[out].split(last, factor=LANES if shape[-1] >= LANES else 8)
+        lo, li = s[out].split(last, factor=_row_vec(shape[-1]))
         s[out].vectorize(li)
     taps = int(np.prod([topi._dim(r.dom.extent) for r in conv.op.reduce_axis]))
     if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS // 4:
@@ -266,10 +379,22 @@ def _schedule_conv_rows(s, out, conv, parallel):
     attach = sp[-2] if len(sp) >= 2 else n_c
     s[conv].compute_at(s[out], attach)
     caxes = list(s[conv].op.axis)
+    raxes = list(s[conv].op.reduce_axis)
     if shape[-1] >= 8:
-        xo, xi = s[conv].split(caxes[-1], factor=LANES if shape[-1] >= LANES else 8)
-        s[conv].reorder(*caxes[:-1], xo, *s[conv].op.reduce_axis, xi)
+        xo, xi = s[conv].split(caxes[-1], factor=_row_vec(shape[-1]))
+        s[conv].reorder(*caxes[:-1], xo, *raxes, xi)
         s[conv].vectorize(xi)
+    # small reductions (depthwise taps) unrolled: the accumulator stays in a register
+    if int(np.prod([topi._dim(r.dom.extent) for r in raxes])) <= 64:
+        for r in raxes:
+            s[conv].unroll(r)
+
+
+def _row_vec(w):
+    """Vector width along a row of `w` elements: a divisor of w in 7..16 (no tail), else 16."""
+    if w < LANES:
+        return w if w >= 8 else 8
+    return next((d for d in (16, 14, 12) if w % d == 0), LANES)
 
 
 def _inline_except(s, out, keep):
@@ -280,6 +405,17 @@ def _inline_except(s, out, keep):
             s[t].compute_inline()
 
 
+def _conv_tile(OH, OW, CB):
+    """(channel blocks, rows, columns) of one register tile of the packed conv: about 12-16
+    accumulators of 16 lanes, columns dividing the output width where possible."""
+    if OW % 14 and OW % 7 == 0 and CB % 2 == 0:
+        return 2, 1, 7          # 7-wide rows: two channel blocks keep 14 accumulators
+    xb = next((d for d in (14, 16, 12, 10, 8, 7) if OW % d == 0), min(OW, 8))
+    return 1, 1, xb
+
+
+
+
 def _schedule_conv_packed(s, out, info, parallel):
     Cv, pad, OW = info["conv"], info["pad"], info["ow"]
     keep = [Cv] + ([pad] if pad is not None else [])
@@ -288,23 +424,80 @@ def _schedule_conv_packed(s, out, info, parallel):
         if t.op.reduce_axis and t is not Cv and t is not out:
             _par_vec(s, t, True, parallel)
     b, co, y, x = out.op.axis
-    xb = next((d for d in (14, 16, 12, 10, 8, 7) if OW % d == 0), min(OW, 8))
-    cob, coi = s[out].split(co, factor=LANES)
+    N, CB, OH, _, _ = _ishape(Cv)
+    cbb, yb, xb = _conv_tile(OH, OW, CB)
+    cob, coi = s[out].split(co, factor=LANES * cbb)
+    yo, yi = s[out].split(y, factor=yb)
     xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, y, xo, coi, xi)
-    par = s[out].fuse(b, cob, y)
+    s[out].reorder(b, cob, yo, xo, yi, coi, xi)
+    par = s[out].fuse(b, cob, yo)
     if parallel:
         s[out].parallel(par)
     s[Cv].compute_at(s[out], xo)
-    _, _, _, xl, cl = s[Cv].op.axis
+    _, cl, yl, xl, ll = s[Cv].op.axis
     r1, r2, r3 = s[Cv].op.reduce_axis
-    s[Cv].reorder(r1, r2, r3, xl, cl)
+    s[Cv].reorder(r1, r2, r3, yl, xl, cl, ll)
+    s[Cv].unroll(yl)
     s[Cv].unroll(xl)
-    s[Cv].vectorize(cl)
+    s[Cv].unroll(cl)
+    s[Cv].vectorize(ll)
     if pad is not None:
         pa = s[pad].fuse(pad.op.axis[0], pad.op.axis[1])
         if parallel:
             s[pad].parallel(pa)
+
+
+def _schedule_conv1x1_spatial(s, out, info, parallel):
+    Cv, cb, pv = info["conv"], info["cb"], info["pv"]
+    _inline_except(s, out, [Cv])
+    for t in _stages(out):
+        if t.op.reduce_axis and t is not Cv and t is not out:
+            _par_vec(s, t, True, parallel)
+    b, co, y, x = out.op.axis
+    p = s[out].fuse(y, x)
+    cob, coi = s[out].split(co, factor=cb)
+    po, pi = s[out].split(p, factor=LANES * pv)
+    pvo, pl = s[out].split(pi, factor=LANES)
+    s[out].reorder(b, cob, po, coi, pvo, pl)
+    s[out].vectorize(pl)
+    par = s[out].fuse(b, cob, po)
+    macs = int(np.prod(_ishape(Cv))) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
+    if parallel and macs >= PAR_MIN_MACS // 4:
+        s[out].parallel(par)
+    s[Cv].compute_at(s[out], par)
+    _, cl, pc = s[Cv].op.axis
+    (ci,) = s[Cv].op.reduce_axis
+    pco, pci = s[Cv].split(pc, factor=LANES)
+    s[Cv].reorder(ci, cl, pco, pci)
+    s[Cv].unroll(cl)
+    s[Cv].unroll(pco)
+    s[Cv].vectorize(pci)
+
+
+def _schedule_pool_sep(s, out, info, parallel):
+    """One output row per iteration of the parallel loop; its padded column-max row is
+    computed right before it, both vectorized along the row."""
+    vm, hm = info["col"], info["row"]
+    _inline_except(s, out, [vm] + ([hm] if hm is not None else []))
+    for t in _stages(out):
+        if t.op.reduce_axis and t is not out:
+            _par_vec(s, t, True, parallel)
+    b, ch, oy, ox = out.op.axis
+    shape = _ishape(out)
+    rows = s[out].fuse(b, ch, oy)
+    if shape[-1] >= 8:
+        _, oxi = s[out].split(ox, factor=LANES if shape[-1] >= LANES else 8)
+        s[out].vectorize(oxi)
+    if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
+        s[out].parallel(rows)
+    for t in (vm, hm):
+        if t is None:
+            continue
+        s[t].compute_at(s[out], rows)
+        w = _ishape(t)[-1]
+        if w >= 8:
+            _, ti = s[t].split(t.op.axis[-1], factor=LANES if w >= LANES else 8)
+            s[t].vectorize(ti)
 
 
 def _schedule_dense_packed(s, out, info, parallel):
