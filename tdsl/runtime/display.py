@@ -7,6 +7,9 @@ import re
 
 from ..ir.html import highlight, wrap
 
+# A notebook keeps every output it shows; a GEMM's LLVM IR alone is ~0.5 MB of HTML.
+MAX_SOURCE_LINES = 200
+
 
 def code_summary(mod) -> dict:
     """Facts read off the generated code: the widest vector type, and parallel loops (CPU)
@@ -54,13 +57,17 @@ def module_html(mod) -> str:
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{d}</td><td>{html.escape(k)}</td></tr>"
                    for n, d, k in _args_rows(mod))
     src = mod.get_source()
+    lines = src.splitlines()
+    shown = "\n".join(lines[:MAX_SOURCE_LINES])
+    if len(lines) > MAX_SOURCE_LINES:
+        shown += f"\n... {len(lines) - MAX_SOURCE_LINES} more lines: get_source() has them all"
     lang = "llvm" if mod.type_key.startswith("llvm") else "c"
     kind = "tdsl.Module" if lang == "llvm" else "tdsl.DeviceModule"
     body = (f"<b>{kind}</b> <code>{html.escape(mod.name)}</code> &middot; target "
             f"<code>{html.escape(mod.type_key)}</code> &middot; {html.escape(summary_line(mod))}"
             f"<table><tr><th>argument</th><th>dtype</th><th>shape</th></tr>{rows}</table>"
             f"<details><summary>generated code ({len(src.splitlines())} lines)</summary>"
-            f"{highlight(src, lang)}</details>")
+            f"{highlight(shown, lang)}</details>")
     return wrap(body)
 
 
