@@ -199,3 +199,27 @@ def test_opencl_device_arrays():
     B = tdsl.nd.empty((512,), "float32", dev)
     f(A, B)
     np.testing.assert_allclose(B.numpy(), a * 2 + 1)
+
+
+def test_thread_split_factor_larger_than_extent_keeps_the_block_size():
+    """A factor split bound to threadIdx keeps its factor when the axis is shorter (14 < 16):
+    the stage filled cooperatively by 16 threads (nparts=16) and its consumer agree on
+    blockDim.x; the extra threads are masked by the split's guard. Before the fix, bound
+    inference shrank the consumer's thread loop to 14 and the build failed with 'threadIdx.x
+    is bound to loops of different extents'."""
+    A = tdsl.placeholder((14,), name="A")
+    B = tdsl.compute((14,), lambda i: A[i] + 1.0, name="B")
+    C = tdsl.compute((14,), lambda i: B[i] * 2.0, name="C")
+    s = tdsl.create_schedule(C)
+    bx, tx = s[C].split(C.op.axis[0], factor=16)
+    s[C].bind(bx, tdsl.thread_axis("blockIdx.x"))
+    s[C].bind(tx, tdsl.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], bx)                      # shared: one block's copy of B
+    to, _ = s[B].split(B.op.axis[0], nparts=16)
+    s[B].bind(to, tdsl.thread_axis("threadIdx.x"))
+    f = tdsl.build(s, [A, C], target="c")
+    assert f.kernels[0].block == (16, 1, 1)
+    a = rng.random(14, dtype=np.float32)
+    c = np.zeros(14, np.float32)
+    f(a, c)
+    np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)

@@ -33,6 +33,12 @@ def _const(e):
     return e.value if isinstance(e, E.IntImm) else None
 
 
+def _thread_tag(stage, iv) -> bool:
+    attr = stage.iter_var_attrs.get(iv)
+    return attr is not None and attr.thread is not None and \
+        attr.thread.thread_tag.startswith("threadIdx")
+
+
 def pass_down(stage, root_ranges: Dict[IterVar, Range]) -> Dict[IterVar, Range]:
     rng = dict(root_ranges)
     zero = E.const(0)
@@ -42,7 +48,11 @@ def pass_down(stage, root_ranges: Dict[IterVar, Range]) -> Dict[IterVar, Range]:
             if rel.factor is not None:
                 inner = rel.factor
                 c = _const(ext)
-                if c is not None and c < inner:
+                # a factor larger than the extent shrinks to it, except on a loop bound to
+                # a GPU thread tag: there the factor is the block size the schedule asked
+                # for, which the other loops bound to that tag (cooperative fetches, other
+                # stages) match; the split's guard masks the extra threads
+                if c is not None and c < inner and not _thread_tag(stage, rel.inner):
                     inner = max(c, 1)
                 inner = E.const(inner)
                 outer = arith.ceil_div(ext, inner)
