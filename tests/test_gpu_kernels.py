@@ -223,3 +223,31 @@ def test_thread_split_factor_larger_than_extent_keeps_the_block_size():
     c = np.zeros(14, np.float32)
     f(a, c)
     np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
+
+
+def test_thread_loops_of_different_extents_share_the_largest_block():
+    """Row normalisation in one kernel on rows of 8: Y's threads come from a split by 16
+    (kept at 16 on a thread-bound loop), the rfactored sum's thread axis was fixed at the
+    row length 8 by rfactor. The kernel launches 16 threads and masks the extra ones in
+    the reduction's barrier-free loops (before the fix: 'threadIdx.x is bound to loops of
+    different extents')."""
+    A = tdsl.placeholder((3, 8), name="A")
+    k = tdsl.reduce_axis((0, 8), name="k")
+    S = tdsl.compute((3,), lambda i: tdsl.sum(A[i, k], axis=k), name="S")
+    Y = tdsl.compute((3, 8), lambda i, j: A[i, j] / S[i], name="Y")
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    _, ji = s[Y].split(j, factor=16)
+    s[Y].bind(i, tdsl.thread_axis("blockIdx.x"))
+    s[Y].bind(ji, tdsl.thread_axis("threadIdx.x"))
+    s[S].compute_at(s[Y], i)
+    _, ki = s[S].split(S.op.reduce_axis[0], factor=16)
+    SF = s.rfactor(S, ki)
+    s[S].bind(s[S].op.reduce_axis[0], tdsl.thread_axis("threadIdx.x"))
+    s[SF].compute_at(s[S], s[S].op.reduce_axis[0])
+    f = tdsl.build(s, [A, Y], target="c")
+    assert f.kernels[0].block == (16, 1, 1)
+    a = rng.random((3, 8), dtype=np.float32) + 0.5
+    y = np.zeros_like(a)
+    f(a, y)
+    np.testing.assert_allclose(y, a / a.sum(axis=1, keepdims=True), rtol=1e-5)

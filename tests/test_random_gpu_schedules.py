@@ -72,9 +72,11 @@ def _coop_fetch(rnd, s, T, ty_n, tx_n, vector_ok=True):
 
 def _elementwise(rnd):
     M, N = rnd.choice([(1, 1000), (7, 33), (16, 64), (5, 129), (64, 3)])
-    A = tdsl.placeholder((M, N), name="A")
-    b = tdsl.placeholder((N,), name="b")
-    C = tdsl.compute((M, N), lambda i, j: A[i, j] * 2.0 + b[j], name="C")
+    dtype = rnd.choice(["float32", "float32", "float64", "int32"])
+    m = tdsl.var("m") if rnd.random() < 0.25 else M      # a symbolic row count
+    A = tdsl.placeholder((m, N), dtype=dtype, name="A")
+    b = tdsl.placeholder((N,), dtype=dtype, name="b")
+    C = tdsl.compute((m, N), lambda i, j: A[i, j] * tdsl.const(2, dtype) + b[j], name="C")
     s = tdsl.create_schedule(C)
     i, j = C.op.axis
     mode = rnd.choice(["flat", "flat", "2d"])
@@ -110,8 +112,8 @@ def _elementwise(rnd):
                 _coop_fetch(rnd, s, bs, ty_n, tx_n)
             else:
                 s[bs].compute_at(s[C], tx)
-    a = np.random.rand(M, N).astype("float32")
-    bb = np.random.rand(N).astype("float32")
+    a = (np.random.rand(M, N) * 100).astype(dtype)
+    bb = (np.random.rand(N) * 100).astype(dtype)
     return s, [A, b, C], [a, bb], (M, N), lambda a, b: a * 2 + b
 
 
@@ -292,7 +294,8 @@ def _stencil(rnd):
     if rnd.random() < 0.3:
         AS = s.cache_read(A, "shared", [Bt])
         if where in ("shared", "inline"):
-            s[AS].compute_at(s[C], rnd.choice([bx, ty, tx]))
+            # Bt in shared memory runs at bx, outside the thread loops: its cache there too
+            s[AS].compute_at(s[C], bx if where == "shared" else rnd.choice([bx, ty, tx]))
             _coop_fetch(rnd, s, AS, ty_n, tx_n)
         else:
             s[AS].compute_inline()      # no shared attach point: keep the stage inlined
@@ -304,7 +307,56 @@ def _stencil(rnd):
     return s, [A, C], [a], (H - 2, W - 2), ref
 
 
-KERNELS = [_elementwise, _matmul, _reduction, _stencil]
+# ------------------------------------------------------------------ row normalisation
+
+def _normalize(rnd):
+    """Y = A / rowsum(A) (or A - rowmax(A)): the reduction either its own kernel or attached
+    at the block of Y (one kernel: the row is reduced across threads, then every thread
+    reads the result)."""
+    R, L = rnd.choice([(4, 64), (5, 37), (3, 200), (9, 8)])
+    kind = rnd.choice(["sum", "max"])
+    A = tdsl.placeholder((R, L), name="A")
+    k = tdsl.reduce_axis((0, L), name="k")
+    red = tdsl.sum if kind == "sum" else tdsl.max
+    S = tdsl.compute((R,), lambda i: red(A[i, k], axis=k), name="S")
+    if kind == "sum":
+        Y = tdsl.compute((R, L), lambda i, j: A[i, j] / S[i], name="Y")
+    else:
+        Y = tdsl.compute((R, L), lambda i, j: A[i, j] - S[i], name="Y")
+    s = tdsl.create_schedule(Y)
+    T = rnd.choice([4, 7, 16, 32, 64])
+    i, j = Y.op.axis
+    jo, ji = s[Y].split(j, factor=T)
+    s[Y].bind(i, _tx("blockIdx.x"))
+    s[Y].bind(ji, _tx("threadIdx.x"))
+    if rnd.random() < 0.5:
+        s[Y].unroll(jo)
+    (sk,) = S.op.reduce_axis
+    attached = rnd.random() < 0.6
+    if attached:
+        s[S].compute_at(s[Y], i)
+    if rnd.random() < 0.5:
+        ko, ki = s[S].split(sk, factor=T)
+        s[S].reorder(ki, ko)
+        if not attached:
+            s[S].bind(S.op.axis[0], _tx("blockIdx.x"))
+        s[S].bind(ki, _tx("threadIdx.x"))
+    else:
+        ko, ki = s[S].split(sk, factor=T)
+        SF = s.rfactor(S, ki)
+        if not attached:
+            s[S].bind(s[S].op.axis[0], _tx("blockIdx.x"))
+        s[S].bind(s[S].op.reduce_axis[0], _tx("threadIdx.x"))
+        s[SF].compute_at(s[S], s[S].op.reduce_axis[0])
+    a = (np.random.rand(R, L) + 0.5).astype("float32")
+    if kind == "sum":
+        ref = lambda a: a / a.sum(axis=1, keepdims=True)      # noqa: E731
+    else:
+        ref = lambda a: a - a.max(axis=1, keepdims=True)      # noqa: E731
+    return s, [A, Y], [a], (R, L), ref
+
+
+KERNELS = [_elementwise, _matmul, _reduction, _stencil, _normalize]
 SEEDS = 30
 
 
@@ -333,7 +385,7 @@ def test_random_gpu_schedules(seed):
                 assert ".entry" in src.get_source("ptx"), msg
         for target in targets:
             f = tdsl.build(s, args, target=target, name="k")
-            out = np.full(out_shape, np.nan, dtype="float32")
+            out = np.zeros(out_shape, dtype=expect.dtype)
             f(*inputs, out)
             np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4,
                                        err_msg=f"target {target}: {msg}")

@@ -213,6 +213,83 @@ def _preorder(s, fn):
             _preorder(s.else_case, fn)
 
 
+def _has_barrier(s):
+    found = []
+    walk(s, lambda n: found.append(1) if isinstance(n, S.Barrier) else None)
+    return bool(found)
+
+
+class _Widen(Mutator):
+    def __init__(self, widen):
+        self.widen = widen      # id(For) -> launch extent
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        ext = self.widen.get(id(f))
+        if ext is None:
+            return f if body is f.body else S.For(f.var, f.min, f.extent, f.kind, body,
+                                                   f.thread_tag, f.pragmas)
+        guard = S.IfThenElse(E.likely(E.LT(f.var, f.extent)), body)
+        return S.For(f.var, f.min, E.const(ext), f.kind, guard, f.thread_tag, f.pragmas)
+
+
+def _whole_axes(func):
+    """Variables of the leaf loops that are a whole (never split) axis of their stage."""
+    out = set()
+    sched = func.attrs.get("schedule")
+    if sched is not None:
+        for st in sched.stages:
+            if isinstance(st.op, PlaceholderOp):
+                continue
+            roots = set(st.op.axis) | set(st.op.reduce_axis)
+            out |= {iv.var for iv in st.leaf_iter_vars if iv in roots}
+    return out
+
+
+def _is_whole_axis(var, whole):
+    # loops made by a cross-thread reduction are named after its thread axis: "k.s4", "k.w"
+    if var in whole:
+        return True
+    base, _, step = var.name.rpartition(".")
+    return (step == "w" or step[:1] == "s" and step[1:].isdigit()) and \
+        any(v.name == base for v in whole)
+
+
+def _widen_thread_loops(nest, loops, whole):
+    """Loops bound to one threadIdx tag with different constant extents, where each smaller
+    loop is a whole axis of its stage bound directly to the tag (e.g. the thread axis that
+    rfactor made the length of a short row, in a block whose threads come from a split by a
+    larger factor): the block gets the largest extent and the smaller loops run on all those
+    threads with the extra ones masked, provided they hold no barrier (every thread must
+    reach a barrier). Thread counts chosen by splits must agree: the extent check reports
+    those."""
+    widen = {}
+    for tag in TAGS[3:]:
+        fs = loops.get(tag, [])
+        exts = [arith.simplify(x.extent) for x in fs]
+        if len(fs) < 2 or not all(isinstance(e, E.IntImm) for e in exts):
+            continue
+        top = max(e.value for e in exts)
+        small = [x for x, e in zip(fs, exts) if e.value < top]
+        if not small or any(_has_barrier(x.body) or not _is_whole_axis(x.var, whole)
+                            for x in small):
+            continue
+        for x in small:
+            widen[id(x)] = top
+    if not widen:
+        return nest
+    new_loops = {}
+    out = _Widen(widen).visit(nest)
+
+    def f(n):
+        if isinstance(n, S.For) and n.kind is S.ForKind.THREAD_BINDING:
+            new_loops.setdefault(n.thread_tag, []).append(n)
+    _preorder(out, f)
+    loops.clear()
+    loops.update(new_loops)
+    return out
+
+
 def _make_kernel(func, nest, name, host_buffers, stages):
     loops: Dict[str, list] = {}
     shared = []
@@ -228,6 +305,7 @@ def _make_kernel(func, nest, name, host_buffers, stages):
                 raise BuildError(f"kernel {name}: buffer '{n.buffer.name}' needs global memory "
                                  "inside a kernel")
     _preorder(nest, f)
+    nest = _widen_thread_loops(nest, loops, _whole_axes(func))
     launch = {}
     for tag in TAGS:
         fs = loops.get(tag, [])
