@@ -32,6 +32,7 @@ from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
+from ..ir.printer import Namer
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.EQ: "==", E.NE: "!=", E.LT: "<",
         E.LE: "<=", E.GT: ">", E.GE: ">=", E.And: "&&", E.Or: "||"}
@@ -61,22 +62,8 @@ _RESERVED = {"int", "float", "double", "char", "short", "long", "half", "bool", 
              "dim3", "threadIdx", "blockIdx", "blockDim", "gridDim", "printf", "main"}
 
 
-class _Names:
-    def __init__(self):
-        self.names = {}
-        self.taken = set(_RESERVED)
-
-    def __call__(self, obj, base):
-        n = self.names.get(obj)
-        if n is None:
-            b = _sanitize(base)
-            n, k = b, 0
-            while n in self.taken:
-                k += 1
-                n = f"{b}_{k}"
-            self.names[obj] = n
-            self.taken.add(n)
-        return n
+def _Names():
+    return Namer(_sanitize, _RESERVED)
 
 
 class CFamilyPrinter:

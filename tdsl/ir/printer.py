@@ -15,13 +15,19 @@ _SYM = {E.Or: "or", E.And: "and", E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=",
 
 
 class Namer:
-    def __init__(self):
+    """A unique printed name per object: `base`, then `base_1`, `base_2`, ... Code printers
+    pass a `sanitize` for their identifier rules and the words they reserve."""
+
+    def __init__(self, sanitize=None, reserved=()):
         self.names = {}
-        self.taken = set()
+        self.taken = set(reserved)
+        self.sanitize = sanitize
 
     def __call__(self, obj, base):
         n = self.names.get(obj)
         if n is None:
+            if self.sanitize is not None:
+                base = self.sanitize(base)
             n, k = base, 0
             while n in self.taken:
                 k += 1
