@@ -2,7 +2,6 @@
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -185,24 +184,23 @@ def test_get_source_formats(mv):
         mv.get_source("cuda")
 
 
-def test_compile_cache_hit_is_fast():
+def test_compile_cache_reuses_the_compiled_kernel():
+    """An identical kernel built again is a cache hit: no second compilation (compile times
+    themselves are reported by bench/, not asserted here)."""
     f = _matvec_func("cached")
     cpu.clear_cache()
-    t0 = time.perf_counter()
-    L.build(f)
-    cold = time.perf_counter() - t0
-    hits = cpu.stats["hits"]
-    t0 = time.perf_counter()
+    first = L.build(f)
+    hits, misses, spent = cpu.stats["hits"], cpu.stats["misses"], cpu.stats["compile_s"]
     m = L.build(_matvec_func("cached"))  # a fresh but identical PrimFunc
-    warm = time.perf_counter() - t0
     assert cpu.stats["hits"] == hits + 1
-    assert warm < 0.05 and warm < cold
+    assert cpu.stats["misses"] == misses and cpu.stats["compile_s"] == spent
+    assert m._backend.art is first._backend.art
     a, x, c = _args()
     m(a, x, c, 2.0)
     np.testing.assert_allclose(c, a * x + 2.0, rtol=1e-6, atol=1e-6)
 
 
-def test_gemm_compiles_fast():
+def test_gemm_register_tile_compiles_to_avx512_fmas():
     """A 1024 GEMM kernel: register tile in a local buffer, parallel rows."""
     M = N = Kd = 1024
     MR, NR = 8, 32
@@ -226,10 +224,7 @@ def test_gemm_compiles_fast():
     f = PrimFunc("gemm1024", [A, B, C], body, {"num_user_args": 3})
     cpu.clear_cache()
     L.build(PrimFunc("warm", [C], St(C, E.const(0.0, "float32"), (I(0),)), {}))  # target init
-    t0 = time.perf_counter()
     m = L.build(f)
-    cold = time.perf_counter() - t0
-    assert cold < 0.5, cold
     asm = m.get_source("asm")
     if L.parse_target("llvm").has_avx512:
         assert "vfmadd231ps" in asm and "zmm" in asm
