@@ -3,7 +3,7 @@
 Define computations with `compute`/`placeholder`, schedule them with `create_schedule`,
 inspect them with `lower`, and compile them with `build`.
 """
-from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError,
+from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError, LibraryError,
                      GraphError, InternalError)
 from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
                  sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
