@@ -13,6 +13,7 @@ from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower
 from .build import build
+from . import utils  # noqa: E402  (get_const_tuple)
 from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
