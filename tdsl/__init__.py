@@ -13,6 +13,7 @@ from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower
 from .build import build
+from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
 from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
