@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import tdsl
+from tdsl import tiling
+from tdsl.target import as_target
 
 
 # ------------------------------------------------------------------ relu(x + b)
@@ -72,9 +74,9 @@ def softmax_reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-# ------------------------------------------------------------------ conv2d 3x3, NCHW[16]c
+# ------------------------------------------------------------------ conv2d 3x3, NCHW[x]c
 
-def conv2d_nchwc(C, H, W, CO, bn=16):
+def conv2d_nchwc(C, H, W, CO, bn):
     """3x3, stride 1, pad 1. Input (C, H, W); weights pre-packed as (CO/bn, C, 3, 3, bn)
     (layout transformation done once, as graph compilers do at compile time); output
     (CO/bn, H, W, bn)."""
@@ -91,26 +93,38 @@ def conv2d_nchwc(C, H, W, CO, bn=16):
     return D, Wp, pad, O
 
 
-def conv2d_schedule(C, H, W, CO, bn=16, xb=14):
+def conv_block(target=None):
+    """The channel block of the NCHW[x]c layout: one vector of the target."""
+    return as_target(target).vector_lanes("float32")
+
+
+def conv2d_schedule(C, H, W, CO, target=None):
+    """A register tile of `cbb` channel blocks x `xb` output columns accumulates while the
+    input channels and taps run; sizes from the target (`tiling.register_tile`)."""
+    bn = conv_block(target)
+    xb, cbb = tiling.register_tile(target, W, CO, whole_vecs=True)
     D, Wp, pad, O = conv2d_nchwc(C, H, W, CO, bn)
     s = tdsl.create_schedule(O)
     OL = s.cache_write(O, "local")
     cb, y, x, c = O.op.axis
+    cbo, cbi = s[O].split(cb, factor=cbb)
     xo, xi = s[O].split(x, factor=xb)
+    s[O].reorder(cbo, y, xo, cbi, xi, c)
     s[O].vectorize(c)
-    par = s[O].fuse(cb, y)
+    par = s[O].fuse(cbo, y)
     s[O].parallel(par)
     s[OL].compute_at(s[O], xo)
-    _, _, xl, cl = s[OL].op.axis
+    cl, _, xl, vl = s[OL].op.axis
     ci, ky, kx = s[OL].op.reduce_axis
-    s[OL].reorder(ci, ky, kx, xl, cl)
+    s[OL].reorder(ci, ky, kx, cl, xl, vl)
+    s[OL].unroll(cl)
     s[OL].unroll(xl)
-    s[OL].vectorize(cl)
+    s[OL].vectorize(vl)
     s[pad].parallel(pad.op.axis[0])
     return s, [D, Wp, O]
 
 
-def pack_weight(w, bn=16):
+def pack_weight(w, bn):
     co, c, kh, kw = w.shape
     return np.ascontiguousarray(w.reshape(co // bn, bn, c, kh, kw).transpose(0, 2, 3, 4, 1))
 
