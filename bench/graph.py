@@ -3,6 +3,7 @@
     python bench/graph.py            # ResNet-18 224x224, MobileNetV2 blocks, MLP, transformer layer
     python bench/graph.py --quick    # smaller inputs
     python bench/graph.py --profile  # per-kernel times of each network
+    python bench/graph.py --mcpu haswell   # tdsl's code for another CPU this one can run
 
 Prints build time, tdsl and onnxruntime latency (best of repeats, measured alternately
 so both see the same load on a shared CPU), their ratio, the
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import models  # noqa: E402
+from common import add_target_option, print_target, target_from  # noqa: E402
 
 
 def _ort_session(model):
@@ -44,11 +46,11 @@ def _interleaved(f_a, f_b, number, repeat):
     return best
 
 
-def bench(name, model, shape, number, repeat, profile=False):
+def bench(name, model, shape, number, repeat, profile=False, target="llvm"):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     t0 = time.perf_counter()
     mod = G.optimize(G.from_onnx(model))
-    exe = G.build(mod)
+    exe = G.build(mod, target=str(target))
     build_s = time.perf_counter() - t0
     out = exe.run(x)[0]
     sess = _ort_session(model)
@@ -68,7 +70,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--only", default="")
+    add_target_option(p)
     a = p.parse_args(argv)
+    target = target_from(a)
+    print_target(target)
     size = 112 if a.quick else 224
     nets = [
         (f"resnet18 b1 {size}x{size}", models.resnet18(1, size), (1, 3, size, size), 5, 5),
@@ -81,7 +86,7 @@ def main(argv=None):
     for name, model, shape, number, repeat in nets:
         if a.only and a.only not in name:
             continue
-        bench(name, model, shape, number, repeat, a.profile)
+        bench(name, model, shape, number, repeat, a.profile, target)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ The register tile model (GEMM, convolution, dense): a tile of `rows x vecs` vect
 accumulators stays in registers while the reduction runs; each step loads `vecs` vectors of
 the reused operand (B's packed panel, the conv weights), broadcasts one scalar per row (A,
 the input pixel) and issues `rows * vecs` FMAs. It must fit the register file with the
-loaded vectors and one broadcast (`rows * vecs + vecs + 1 <= registers`); it should have at
+loaded vectors and one broadcast (`rows * vecs + vecs + 1 <= registers`), with at most three
+quarters of the registers as accumulators (LLVM needs the rest for operands, broadcasts and
+temporaries: 28 accumulators of 32 spilled where 14 or 16 ran at peak); it should have at
 least `fma_units * fma_latency` independent accumulators, and FMAs per load
 `rows * vecs / (rows + vecs)` of about 1.6 (more only adds register pressure: two loads per
 cycle feed two FMAs per cycle on every x86 core we measured). Ragged tiles (a `rows` that
@@ -25,10 +27,11 @@ RAGGED_VECS = 0.9        # padding lanes in the last vector block
 
 
 def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
-                  max_rows=16, max_vecs=4, whole_vecs=False):
+                  max_rows=16, max_vecs=4, whole_rows=False, whole_vecs=False):
     """(rows, vecs) of the register tile for an output of `rows_extent` broadcast rows and
-    `cols_extent` elements along the vectorized axis. `whole_vecs`: `vecs` must divide the
-    vectors of a row (a layout blocked by whole vectors, such as NCHW[x]c)."""
+    `cols_extent` elements along the vectorized axis. `whole_rows` / `whole_vecs`: `rows` must
+    divide `rows_extent` / `vecs` must divide the vectors of a row (a layout blocked by whole
+    vectors, such as NCHW[x]c; a convolution row, whose ragged tail cost 2x on 7-wide rows)."""
     t = as_target(target)
     lanes = t.vector_lanes(dtype)
     regs = max(t.vector_registers, 4)
@@ -40,9 +43,11 @@ def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
             continue
         padded = -(-cols_extent // (vecs * lanes)) * vecs * lanes
         for rows in range(1, min(max_rows, rows_extent) + 1):
+            if whole_rows and rows_extent % rows:
+                continue
             acc = rows * vecs
             used = acc + vecs + 1
-            if used > regs:
+            if used > regs or acc > 3 * regs // 4:
                 break
             score = min(acc / (rows + vecs), ENOUGH_FMA_PER_LOAD)
             score *= min(1.0, acc / chains)

@@ -102,7 +102,7 @@ def conv2d_schedule(C, H, W, CO, target=None):
     """A register tile of `cbb` channel blocks x `xb` output columns accumulates while the
     input channels and taps run; sizes from the target (`tiling.register_tile`)."""
     bn = conv_block(target)
-    xb, cbb = tiling.register_tile(target, W, CO, whole_vecs=True)
+    xb, cbb = tiling.register_tile(target, W, CO, whole_rows=True, whole_vecs=True)
     D, Wp, pad, O = conv2d_nchwc(C, H, W, CO, bn)
     s = tdsl.create_schedule(O)
     OL = s.cache_write(O, "local")
