@@ -32,13 +32,19 @@ def _ort_session(model):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _interleaved(f_a, f_b, number, repeat):
+def _interleaved(f_a, f_b, number, repeat, warmup_s=0.2):
     """Best-of-`repeat` mean seconds of two callables, measured alternately so that both
-    see the same machine load (the CPU may be shared)."""
+    see the same machine load (the CPU may be shared). Each block of runs starts after
+    `warmup_s` of untimed runs of the same callable: onnxruntime's worker threads spin for
+    a while after a run and would take a core from the next kernels (measured: tdsl's
+    median ResNet-18 latency doubles right after an onnxruntime run)."""
     f_a(), f_b()
     best = [float("inf"), float("inf")]
     for _ in range(repeat):
         for i, f in enumerate((f_a, f_b)):
+            t_end = time.perf_counter() + warmup_s
+            while time.perf_counter() < t_end:
+                f()
             t0 = time.perf_counter()
             for _ in range(number):
                 f()

@@ -428,10 +428,11 @@ def _schedule_conv_packed(s, out, info, parallel, target):
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
     s[Cv].vectorize(ll)
-    if pad is not None:
-        pa = s[pad].fuse(pad.op.axis[0], pad.op.axis[1])
+    if pad is not None:     # rows of the padded input in parallel, each one vectorized
+        pa = s[pad].fuse(*pad.op.axis[:-1])
         if parallel:
             s[pad].parallel(pa)
+        _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
 
 
 def _schedule_conv1x1_spatial(s, out, info, parallel, target):
