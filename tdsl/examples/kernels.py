@@ -1,5 +1,6 @@
 """CPU schedules for common kernels: a fused bias+relu, a row softmax and a 3x3 conv2d.
-Each `*_schedule` returns (schedule, args); each `*_reference` is the numpy meaning."""
+Each `*_schedule(..., target=None)` returns (schedule, args), sized from the target's
+vector width and registers; each `*_reference` is the numpy meaning."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +19,8 @@ def bias_relu(M, N):
     return X, b, Y
 
 
-def bias_relu_schedule(M, N, lanes=16, unroll=4):
+def bias_relu_schedule(M, N, target=None, unroll=4):
+    lanes = as_target(target).vector_lanes("float32")
     X, b, Y = bias_relu(M, N)
     s = tdsl.create_schedule(Y)
     i, j = Y.op.axis
@@ -47,8 +49,9 @@ def softmax(M, N):
     return X, mx, ex, sm, Y
 
 
-def softmax_schedule(M, N, lanes=16):
+def softmax_schedule(M, N, target=None):
     """One row per task: max and sum are vectorised through rfactor over the lanes."""
+    lanes = as_target(target).vector_lanes("float32")
     X, mx, ex, sm, Y = softmax(M, N)
     s = tdsl.create_schedule(Y)
     i, j = Y.op.axis
