@@ -342,16 +342,21 @@ attributes #0 = {{ "min-legal-vector-width"="512" "prefer-vector-width"="512" }}
     tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=1)
     asm = tm.emit_assembly(llvm.parse_assembly(ir_text))
     width_asm, _, fma_asm = asm.partition("fma:")
-    if "%zmm" in width_asm:
-        bits = 512
-    elif "%ymm" in width_asm:
-        bits = 256
-    elif re.search(r"%xmm|\bv\d+\.4s|\bq\d+\b", width_asm):
-        bits = 128
-    else:
-        bits = 32
+    bits = vector_bits_in_asm(width_asm) or 32
     fma = bool(re.search(r"vfmadd|\bfmla\b|\bfmadd\b|vfma", fma_asm)) and "fmaf" not in fma_asm
     return bits, fma
+
+
+def vector_bits_in_asm(asm: str) -> int:
+    """The widest vector register the assembly text uses (x86 zmm/ymm/xmm, AArch64 q/v
+    registers), 0 if none."""
+    if "%zmm" in asm:
+        return 512
+    if "%ymm" in asm:
+        return 256
+    if re.search(r"%xmm|\bv\d+\.(4s|2d|8h|16b)|\bq\d+\b", asm):
+        return 128
+    return 0
 
 
 @functools.lru_cache(maxsize=None)
