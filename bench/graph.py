@@ -3,9 +3,11 @@
     python bench/graph.py            # ResNet-18 224x224, MobileNetV2 blocks, MLP, transformer layer
     python bench/graph.py --quick    # smaller inputs
     python bench/graph.py --profile  # per-kernel times of each network
+    python bench/graph.py --mcpu haswell   # tdsl's code for another CPU this one can run
 
-Prints build time, tdsl and onnxruntime latency (best of repeats, measured alternately
-so both see the same load on a shared CPU), their ratio, the
+Prints the target and the machine's measured FMA peak, then per network: build time, tdsl
+and onnxruntime latency (best of repeats, measured alternately so both see the same load
+on a shared CPU), their ratio, tdsl's share of the FMA peak (conv/dense/matmul flops), the
 largest relative difference of the outputs, and the peak intermediate memory of the plan.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import models  # noqa: E402
+from common import add_target_option, print_target, target_from  # noqa: E402
 
 
 def _ort_session(model):
@@ -30,13 +33,19 @@ def _ort_session(model):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _interleaved(f_a, f_b, number, repeat):
+def _interleaved(f_a, f_b, number, repeat, warmup_s=0.2):
     """Best-of-`repeat` mean seconds of two callables, measured alternately so that both
-    see the same machine load (the CPU may be shared)."""
+    see the same machine load (the CPU may be shared). Each block of runs starts after
+    `warmup_s` of untimed runs of the same callable: onnxruntime's worker threads spin for
+    a while after a run and would take a core from the next kernels (measured: tdsl's
+    median ResNet-18 latency doubles right after an onnxruntime run)."""
     f_a(), f_b()
     best = [float("inf"), float("inf")]
     for _ in range(repeat):
         for i, f in enumerate((f_a, f_b)):
+            t_end = time.perf_counter() + warmup_s
+            while time.perf_counter() < t_end:
+                f()
             t0 = time.perf_counter()
             for _ in range(number):
                 f()
@@ -44,11 +53,28 @@ def _interleaved(f_a, f_b, number, repeat):
     return best
 
 
-def bench(name, model, shape, number, repeat, profile=False):
+def flops(mod):
+    """Multiply-add flops of the network's convolutions and matrix products (2 per MAC)."""
+    total = 0
+    for n in mod.main.nodes():
+        if not isinstance(n.op, str):
+            continue
+        out = n.type.shape
+        if n.op == "nn.conv2d":
+            ci_per_group, kh, kw = n.args[1].type.shape[1:]
+            total += 2 * int(np.prod(out)) * ci_per_group * kh * kw
+        elif n.op in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
+            total += 2 * int(np.prod(out)) * n.args[0].type.shape[-1]
+    return total
+
+
+def bench(name, model, shape, number, repeat, profile=False, target="llvm", peak=None):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     t0 = time.perf_counter()
-    mod = G.optimize(G.from_onnx(model))
-    exe = G.build(mod)
+    imported = G.from_onnx(model)
+    work = flops(imported)
+    mod = G.optimize(imported)
+    exe = G.build(mod, target=str(target))
     build_s = time.perf_counter() - t0
     out = exe.run(x)[0]
     sess = _ort_session(model)
@@ -56,8 +82,9 @@ def bench(name, model, shape, number, repeat, profile=False):
     ref = sess.run(None, feed)[0]
     err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
     t_tdsl, t_ort = _interleaved(exe._run_kernels, lambda: sess.run(None, feed), number, repeat)
+    share = work / t_tdsl / 1e9 / peak if peak else 0.0
     print(f"{name:28s} {build_s:8.1f} {len(exe.steps):8d} {t_tdsl * 1e3:10.2f} {t_ort * 1e3:10.2f} "
-          f"{t_tdsl / t_ort:7.2f}x {err:10.1e} {exe.peak_memory_bytes / 2**20:9.2f}", flush=True)
+          f"{t_tdsl / t_ort:7.2f}x {share:6.0%} {err:10.1e} {exe.peak_memory_bytes / 2**20:9.2f}", flush=True)
     if profile:
         print(exe.profile_text(number=max(1, number // 2), top=12))
     return t_tdsl, t_ort
@@ -68,7 +95,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--only", default="")
+    add_target_option(p)
     a = p.parse_args(argv)
+    target = target_from(a)
+    peak = print_target(target)
     size = 112 if a.quick else 224
     nets = [
         (f"resnet18 b1 {size}x{size}", models.resnet18(1, size), (1, 3, size, size), 5, 5),
@@ -77,11 +107,11 @@ def main(argv=None):
         ("transformer layer s128 d256", models.transformer_encoder(1, 128, 256, 4, 1024), (1, 128, 256), 10, 3),
     ]
     print(f"{'network':28s} {'build s':>8s} {'kernels':>8s} {'tdsl ms':>10s} {'ort ms':>10s} {'ratio':>8s} "
-          f"{'max rel':>10s} {'peak MiB':>9s}")
+          f"{'peak':>6s} {'max rel':>10s} {'peak MiB':>9s}")
     for name, model, shape, number, repeat in nets:
         if a.only and a.only not in name:
             continue
-        bench(name, model, shape, number, repeat, a.profile)
+        bench(name, model, shape, number, repeat, a.profile, target, peak)
 
 
 if __name__ == "__main__":

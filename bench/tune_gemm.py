@@ -24,12 +24,18 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl  # noqa: E402
-from tdsl import autotune  # noqa: E402
+from tdsl import autotune, tiling  # noqa: E402
+from tdsl.target import Target  # noqa: E402
 
 
 @autotune.template("gemm_register_blocked")
 def gemm_template(cfg, M, N, K):
-    cfg.define_knob("nr", [16, 32, 48, 64], default=32)
+    # the knobs' candidates and defaults come from the host's description: the default
+    # config is the shipped schedule's register tile (tdsl.tiling.gemm_tile)
+    host = Target.host()
+    lanes = host.vector_lanes("float32")
+    mr0, nr0 = tiling.gemm_tile(host, M, N)
+    cfg.define_knob("nr", [lanes * v for v in (1, 2, 3, 4)], default=nr0)
     nr = cfg["nr"].val
     A = tdsl.placeholder((M, K), name="A")
     B = tdsl.placeholder((K, N), name="B")
@@ -43,7 +49,7 @@ def gemm_template(cfg, M, N, K):
     s = tdsl.create_schedule(C)
     CC = s.cache_write(C, "local")
     m, n = C.op.axis
-    cfg.define_split("tile_m", m, num_outputs=2, policy="all", max_factor=16, default=[-1, 8])
+    cfg.define_split("tile_m", m, num_outputs=2, policy="all", max_factor=16, default=[-1, mr0])
     mo, mi = cfg["tile_m"].apply(s, C, m)
     no, ni = s[C].split(n, factor=nr)
     cfg.define_knob("order", ["mn", "nm"])
@@ -58,7 +64,7 @@ def gemm_template(cfg, M, N, K):
     s[CC].compute_at(s[C], outer)
     mc, nc = s[CC].op.axis
     (kc,) = s[CC].op.reduce_axis
-    cfg.define_knob("vec", [16, 8], default=16)
+    cfg.define_knob("vec", [lanes, lanes // 2], default=lanes)
     nco, nci = s[CC].split(nc, factor=min(cfg["vec"].val, nr))
     cfg.define_split("unroll_k", kc, num_outputs=2, policy="power2", max_factor=4)
     ko, ki = cfg["unroll_k"].apply(s, CC, kc)

@@ -14,6 +14,7 @@ from .schedule.stage import Stage
 from .lower import lower
 from .build import build
 from . import utils  # noqa: E402  (get_const_tuple)
+from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
 from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device

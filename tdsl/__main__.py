@@ -6,22 +6,29 @@ import sys
 import time
 
 
-def demo(size=1024):
+def demo(size=1024, target="llvm"):
     import numpy as np
 
     import tdsl
-    from tdsl.examples import gemm
+    from tdsl import tiling
+    from tdsl.examples import gemm, peak
 
     M = N = K = size
+    tgt = tdsl.target.Target(target)
     print(f"tdsl {tdsl.__version__}: a {M}x{N}x{K} float32 matmul, defined, scheduled, built and checked\n")
+    print("target:")
+    print(tgt.describe())
+    mr, nr = tiling.gemm_tile(tgt, M, N)
+    print(f"register tile: {mr} x {nr} floats ({mr * nr // tgt.vector_lanes()} vector accumulators "
+          f"of {tgt.vector_registers} registers)\n")
     t0 = time.perf_counter()
-    s, args = gemm.register_blocked(M, N, K)
+    s, args = gemm.register_blocked(M, N, K, target=tgt)
     print("schedule:")
     print(s)
     func = tdsl.lower(s, args, name="matmul")
     print("\nloop IR:")
     print(func)
-    f = tdsl.build(s, args, name="matmul")
+    f = tdsl.build(s, args, target=tgt, name="matmul")
     build_s = time.perf_counter() - t0
 
     rng = np.random.default_rng(0)
@@ -38,9 +45,11 @@ def demo(size=1024):
     print(f"\ncorrect: {ok} (max relative error {err:.2e})")
     print(f"build (define to callable): {build_s:.3f} s")
     print(f"{'':8s}{'GFLOP/s':>10s}")
+    fma_peak = peak.measure(tgt)[0]
     print(f"{'tdsl':8s}{flops / t / 1e9:10.1f}")
     print(f"{'numpy':8s}{flops / tn / 1e9:10.1f}")
-    print(f"ratio tdsl/numpy: {tn / t:.2f}")
+    print(f"{'FMA peak':8s}{fma_peak:10.1f}   (measured on this machine for {tgt.cpu})")
+    print(f"ratio tdsl/numpy: {tn / t:.2f}; share of the FMA peak: {flops / t / 1e9 / fma_peak:.0%}")
     return 0 if ok else 1
 
 
@@ -133,6 +142,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd")
     d = sub.add_parser("demo", help="build a scheduled matmul, check it against numpy, time it")
     d.add_argument("--size", type=int, default=1024)
+    d.add_argument("--target", default="llvm", help="e.g. 'llvm -mcpu=haswell' (must run here)")
     c = sub.add_parser("compile", help="import an ONNX model, optimize, build, run and compare with onnxruntime")
     c.add_argument("model")
     c.add_argument("--target", default="llvm")
@@ -140,7 +150,7 @@ def main(argv=None):
     k.add_argument("action", choices=["info", "clear"])
     args = p.parse_args(argv)
     if args.cmd == "demo":
-        return demo(args.size)
+        return demo(args.size, args.target)
     if args.cmd == "compile":
         return compile_model(args.model, args.target)
     if args.cmd == "cache":

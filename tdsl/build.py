@@ -1,45 +1,46 @@
 """build(): lower a schedule and hand it to the code generator of the target.
 
-Targets: "llvm" (the host CPU through llvmlite), "c" (C source compiled by the system C
-compiler), "cuda" (CUDA C, PTX through NVRTC, run through pycuda or cuda-bindings) and
-"opencl" (OpenCL C through pyopencl). GPU builds return a `DeviceModule`.
+Targets: "llvm" (a CPU through llvmlite; the host by default, `"llvm -mcpu=NAME"` for
+another), "c" (C source compiled by the system C compiler), "cuda" (CUDA C, PTX through
+NVRTC, run through pycuda or cuda-bindings) and "opencl" (OpenCL C through pyopencl). A
+target is a string or a `tdsl.target.Target`. GPU builds return a `DeviceModule`; an llvm
+target this machine cannot run (another architecture, a wider vector ISA) builds a
+compile-only module (`get_source("asm")`, `export_library(".o")`).
 
-LLVM builds go through the persistent compile cache twice: `cpu.compile_ir` keeps the
-object file of each generated IR text, and here a build of a schedule whose fingerprint
-(`tdsl.fingerprint`) was built before, in any process, skips lowering and IR generation
-as well. `TDSL_DEBUG` (the IR after every pass) always lowers."""
+Runnable LLVM builds go through the persistent compile cache twice: `cpu.compile_ir` keeps
+the object file of each generated IR text, and here a build of a schedule whose
+fingerprint (`tdsl.fingerprint`) was built before, in any process, skips lowering and IR
+generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers."""
 from __future__ import annotations
 
 import os
 
 from .errors import BuildError
 from .lower import lower
-
-TARGETS = ("llvm", "c", "cuda", "opencl")
+from .target import KINDS as TARGETS, as_target
 
 
 def build(s, args=None, target="llvm", name="main"):
     """Compiles schedule `s` into a callable Module for `target`."""
-    if not isinstance(target, str) or not target.strip():
+    if target is None or (isinstance(target, str) and not target.strip()):
         raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
-    kind = target.split()[0]
-    if kind not in TARGETS:
-        raise BuildError(f"build: unknown target {kind!r}; use one of {', '.join(TARGETS)}")
-    if kind != "llvm" and len(target.split()) > 1:
-        raise BuildError(f"build: target {kind!r} takes no options, got {target!r}")
-    if kind == "llvm":
-        return _build_llvm(s, args, target, name)
-    func = lower(s, args, name, target=kind)
+    t = as_target(target)
+    if t.kind == "llvm" and t.runs_here:
+        return _build_llvm(s, args, t, name)
+    func = lower(s, args, name, target=t.kind)
+    if t.kind == "llvm":
+        from .runtime import cross
+        return cross.build(func, t)
     from .codegen import source_build
-    if kind == "c":
+    if t.kind == "c":
         return source_build.build_c(func)
-    return source_build.build_gpu(func, kind)
+    return source_build.build_gpu(func, t.kind)
 
 
-def _build_llvm(s, args, target, name):
+def _build_llvm(s, args, t, name):
     from .codegen import llvm
     from .runtime import cpu, diskcache, threadpool
-    tgt = llvm.parse_target(target)
+    tgt = llvm.parse_target(t)
     fp = None
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
         from .fingerprint import fingerprint

@@ -44,6 +44,9 @@ def target_kind(target) -> str:
     """'llvm', 'c', 'cuda' or 'opencl' from a target string (None means 'llvm')."""
     if target is None:
         return "llvm"
+    kind = getattr(target, "kind", None)    # a tdsl.target.Target
+    if kind is not None:
+        return kind
     if not isinstance(target, str) or not target.strip():
         raise LoweringError(f"target must be a string such as 'llvm' or 'cuda', got {target!r}")
     return target.split()[0]

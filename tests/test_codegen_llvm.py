@@ -8,6 +8,7 @@ import pytest
 from tdsl import dtype as dt
 from tdsl.codegen import llvm as L
 from tdsl.errors import BuildError
+from tdsl.target import Target, vector_bits_in_asm
 from tdsl.ir import expr as E
 from tdsl.ir.expr import BufferLoad as Ld, IntImm as I
 from tdsl.ir.stmt import (Allocate, Buffer, BufferStore as St, For, ForKind as K, IfThenElse,
@@ -103,11 +104,15 @@ def test_casts_between_dtypes_match_numpy():
                 a = np.abs(vals).astype("int64").astype(src)
             else:
                 a = vals.astype(src)
-            if dst.startswith("uint") and dt.is_float(src):
-                a = np.abs(a)  # negative float -> unsigned is undefined in C and numpy
+            if dt.is_float(src) and dst != "bool":
+                # a float outside the integer type's range has no defined conversion (C,
+                # LLVM and numpy on different CPUs disagree): only defined values are checked
+                info = np.iinfo(dst) if not dt.is_float(dst) else None
+                if info is not None:
+                    a = a[(a > info.min - 1) & (a < info.max + 1)]
             b = np.zeros(n, dst)
-            m(a, b)
-            np.testing.assert_array_equal(b, a.astype(dst), err_msg=f"{src}->{dst}")
+            m(np.resize(a, n), b)
+            np.testing.assert_array_equal(b, np.resize(a, n).astype(dst), err_msg=f"{src}->{dst}")
 
 
 def test_scalar_params_of_each_kind():
@@ -659,15 +664,13 @@ def test_build_errors_are_typed():
         L.build(PrimFunc("ok", [A], St(A, E.const(0.0, "float32"), (I(0),)), {}), "llvm -bogus")
 
 
-def test_asm_of_16_lane_float_loop_uses_zmm():
+def test_asm_of_16_lane_float_loop_uses_the_host_vector_width():
     n = 256
     A, B = buf("A", (n,)), buf("B", (n,))
     f = elementwise("z", [A], [B], lambda i: [Ld(A, (i,)) * E.const(3.0, "float32")], n, True)
     m = L.build(f)
     asm = m.get_source("asm")
-    if not L.parse_target("llvm").has_avx512:
-        pytest.skip("host CPU has no AVX-512")
-    assert "zmm" in asm
+    assert vector_bits_in_asm(asm) == Target.host().vector_bits
     assert m.get_source("ll") == m.get_source()
 
 

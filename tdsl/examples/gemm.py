@@ -2,11 +2,20 @@
 sequence (blocking, vectorize, loop permutation, array packing, write cache, parallel), plus
 a register-blocked schedule. Each function returns (schedule, [A, B, C]).
 
+Sizes come from the target (`tdsl.tiling`): the block of the tutorial steps is two vectors
+wide, the register-blocked micro-kernel's tile fits the target's register file.
 Used by `python -m tdsl demo`, by bench/ and by the tests, so the steps are always checked.
 """
 from __future__ import annotations
 
 import tdsl
+from tdsl import tiling
+from tdsl.target import as_target
+
+
+def block_size(target=None):
+    """The cache block of the tutorial steps: two vectors of the target."""
+    return 2 * as_target(target).vector_lanes("float32")
 
 
 def definition(M, N, K, dtype="float32"):
@@ -17,7 +26,7 @@ def definition(M, N, K, dtype="float32"):
     return A, B, C
 
 
-def default(M, N, K, bn=32):
+def default(M, N, K, bn=None, target=None):
     A, B, C = definition(M, N, K)
     return tdsl.create_schedule(C), [A, B, C]
 
@@ -36,15 +45,18 @@ def _tiled(M, N, K, bn, permute, vector):
     return s, [A, B, C]
 
 
-def blocking(M, N, K, bn=32):
+def blocking(M, N, K, bn=None, target=None):
+    bn = bn or block_size(target)
     return _tiled(M, N, K, bn, permute=False, vector=False)
 
 
-def vectorize(M, N, K, bn=32):
+def vectorize(M, N, K, bn=None, target=None):
+    bn = bn or block_size(target)
     return _tiled(M, N, K, bn, permute=False, vector=True)
 
 
-def loop_permutation(M, N, K, bn=32):
+def loop_permutation(M, N, K, bn=None, target=None):
+    bn = bn or block_size(target)
     return _tiled(M, N, K, bn, permute=True, vector=True)
 
 
@@ -60,7 +72,8 @@ def _packed(M, N, K, bn):
     return A, B, packedB, C
 
 
-def array_packing(M, N, K, bn=32):
+def array_packing(M, N, K, bn=None, target=None):
+    bn = bn or block_size(target)
     A, B, packedB, C = _packed(M, N, K, bn)
     s = tdsl.create_schedule(C)
     mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
@@ -73,7 +86,8 @@ def array_packing(M, N, K, bn=32):
     return s, [A, B, C]
 
 
-def write_cache(M, N, K, bn=32, parallel=False):
+def write_cache(M, N, K, bn=None, target=None, parallel=False):
+    bn = bn or block_size(target)
     A, B, packedB, C = _packed(M, N, K, bn)
     s = tdsl.create_schedule(C)
     CC = s.cache_write(C, "global")
@@ -92,13 +106,17 @@ def write_cache(M, N, K, bn=32, parallel=False):
     return s, [A, B, C]
 
 
-def parallel(M, N, K, bn=32):
-    return write_cache(M, N, K, bn, parallel=True)
+def parallel(M, N, K, bn=None, target=None):
+    return write_cache(M, N, K, bn, target, parallel=True)
 
 
-def register_blocked(M, N, K, mr=8, nr=32, kc=256):
+def register_blocked(M, N, K, target=None, mr=None, nr=None):
     """A micro-kernel schedule: an mr x nr tile of C lives in registers (a local cache fully
-    unrolled and vectorized) while k runs over a packed panel of B."""
+    unrolled and vectorized) while k runs over a packed panel of B. The tile comes from the
+    target's registers and FMA units (`tiling.gemm_tile`) unless given."""
+    lanes = as_target(target).vector_lanes("float32")
+    tmr, tnr = tiling.gemm_tile(target, M, N)
+    mr, nr = mr or tmr, nr or tnr
     A, B, packedB, C = _packed(M, N, K, nr)
     s = tdsl.create_schedule(C)
     CC = s.cache_write(C, "local")
@@ -107,13 +125,15 @@ def register_blocked(M, N, K, mr=8, nr=32, kc=256):
     s[CC].compute_at(s[C], no)
     mc, nc = s[CC].op.axis
     (k,) = s[CC].op.reduce_axis
-    nco, nci = s[CC].split(nc, factor=16)
+    nco, nci = s[CC].split(nc, factor=min(lanes, nr))
     s[CC].reorder(k, mc, nco, nci)
     s[CC].unroll(mc)
     s[CC].unroll(nco)
     s[CC].vectorize(nci)
-    fused = s[C].fuse(mo, no)
-    s[C].parallel(fused)
+    if M % mr == 0 and N % nr == 0:
+        s[C].parallel(s[C].fuse(mo, no))
+    else:   # rows of tiles in parallel: ragged last tiles are peeled off loops of their own,
+        s[C].parallel(mo)   # and the main loops stay guard-free (a fused loop cannot be split)
     bigN, _, littleN = s[packedB].op.axis
     s[packedB].vectorize(littleN)
     s[packedB].parallel(bigN)

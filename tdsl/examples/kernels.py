@@ -1,10 +1,13 @@
 """CPU schedules for common kernels: a fused bias+relu, a row softmax and a 3x3 conv2d.
-Each `*_schedule` returns (schedule, args); each `*_reference` is the numpy meaning."""
+Each `*_schedule(..., target=None)` returns (schedule, args), sized from the target's
+vector width and registers; each `*_reference` is the numpy meaning."""
 from __future__ import annotations
 
 import numpy as np
 
 import tdsl
+from tdsl import tiling
+from tdsl.target import as_target
 
 
 # ------------------------------------------------------------------ relu(x + b)
@@ -16,7 +19,8 @@ def bias_relu(M, N):
     return X, b, Y
 
 
-def bias_relu_schedule(M, N, lanes=16, unroll=4):
+def bias_relu_schedule(M, N, target=None, unroll=4):
+    lanes = as_target(target).vector_lanes("float32")
     X, b, Y = bias_relu(M, N)
     s = tdsl.create_schedule(Y)
     i, j = Y.op.axis
@@ -45,8 +49,9 @@ def softmax(M, N):
     return X, mx, ex, sm, Y
 
 
-def softmax_schedule(M, N, lanes=16):
+def softmax_schedule(M, N, target=None):
     """One row per task: max and sum are vectorised through rfactor over the lanes."""
+    lanes = as_target(target).vector_lanes("float32")
     X, mx, ex, sm, Y = softmax(M, N)
     s = tdsl.create_schedule(Y)
     i, j = Y.op.axis
@@ -72,9 +77,9 @@ def softmax_reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-# ------------------------------------------------------------------ conv2d 3x3, NCHW[16]c
+# ------------------------------------------------------------------ conv2d 3x3, NCHW[x]c
 
-def conv2d_nchwc(C, H, W, CO, bn=16):
+def conv2d_nchwc(C, H, W, CO, bn):
     """3x3, stride 1, pad 1. Input (C, H, W); weights pre-packed as (CO/bn, C, 3, 3, bn)
     (layout transformation done once, as graph compilers do at compile time); output
     (CO/bn, H, W, bn)."""
@@ -91,26 +96,38 @@ def conv2d_nchwc(C, H, W, CO, bn=16):
     return D, Wp, pad, O
 
 
-def conv2d_schedule(C, H, W, CO, bn=16, xb=14):
+def conv_block(target=None):
+    """The channel block of the NCHW[x]c layout: one vector of the target."""
+    return as_target(target).vector_lanes("float32")
+
+
+def conv2d_schedule(C, H, W, CO, target=None):
+    """A register tile of `cbb` channel blocks x `xb` output columns accumulates while the
+    input channels and taps run; sizes from the target (`tiling.register_tile`)."""
+    bn = conv_block(target)
+    xb, cbb = tiling.register_tile(target, W, CO, whole_rows=True, whole_vecs=True)
     D, Wp, pad, O = conv2d_nchwc(C, H, W, CO, bn)
     s = tdsl.create_schedule(O)
     OL = s.cache_write(O, "local")
     cb, y, x, c = O.op.axis
+    cbo, cbi = s[O].split(cb, factor=cbb)
     xo, xi = s[O].split(x, factor=xb)
+    s[O].reorder(cbo, y, xo, cbi, xi, c)
     s[O].vectorize(c)
-    par = s[O].fuse(cb, y)
+    par = s[O].fuse(cbo, y)
     s[O].parallel(par)
     s[OL].compute_at(s[O], xo)
-    _, _, xl, cl = s[OL].op.axis
+    cl, _, xl, vl = s[OL].op.axis
     ci, ky, kx = s[OL].op.reduce_axis
-    s[OL].reorder(ci, ky, kx, xl, cl)
+    s[OL].reorder(ci, ky, kx, cl, xl, vl)
+    s[OL].unroll(cl)
     s[OL].unroll(xl)
-    s[OL].vectorize(cl)
+    s[OL].vectorize(vl)
     s[pad].parallel(pad.op.axis[0])
     return s, [D, Wp, O]
 
 
-def pack_weight(w, bn=16):
+def pack_weight(w, bn):
     co, c, kh, kw = w.shape
     return np.ascontiguousarray(w.reshape(co // bn, bn, c, kh, kw).transpose(0, 2, 3, 4, 1))
 

@@ -5,11 +5,11 @@ For every target the group's operators are defined with the tensor-expression AP
 weights are re-laid out once at build time), then a schedule is chosen per target:
 
 * llvm: the output stage is parallel over its outer axes and vectorized along the last
-  one; elementwise producers are inlined into it; conv2d (NCHW[16]c inner kernel, weights
-  packed (CO/16, CI, KH, KW, 16)) and dense (register-blocked, packed weights) get the
-  schedules of `tdsl.examples`, with the group's epilogue (bias, activation, residual add)
-  computed in the same loop nest; the register tile (channel blocks x columns) is chosen
-  from the output width. 1x1 stride-1 convs are vectorized along the flattened image
+  one; elementwise producers are inlined into it; conv2d (NCHW[x]c inner kernel with x the
+  target's vector lanes, weights packed (CO/x, CI, KH, KW, x)) and dense (register-blocked,
+  packed weights) get the schedules of `tdsl.examples`, with the group's epilogue (bias,
+  activation, residual add) computed in the same loop nest. Every size (vector width,
+  register tile, channel block) comes from the target description through `tdsl.tiling`. 1x1 stride-1 convs are vectorized along the flattened image
   instead (NCHW in and out, no transposing epilogue); depthwise convs unroll their taps
   (strided ones read a column-phase-split padded input); 2-D max pool is two separable
   passes without gathers per tap.
@@ -27,11 +27,11 @@ import numpy as np
 
 import tdsl
 
+from .. import tiling
 from ..errors import GraphError, TdslError
+from ..target import as_target
 from .ir import Function, Var
 from . import topi
-
-LANES = 16
 
 
 class Kernel:
@@ -51,10 +51,11 @@ class Kernel:
 class GroupDef:
     """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
 
-    def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target_kind):
+    def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target):
         self.fn = fn
         self.consts = consts
-        self.kind = target_kind
+        self.target = as_target(target)
+        self.kind = self.target.kind
         self.pidx = {id(p): i for i, p in enumerate(fn.params)}
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
@@ -109,10 +110,6 @@ class GroupDef:
         return out
 
 
-def _ceil16(n):
-    return -(-n // LANES)
-
-
 def conv2d_fast(g: GroupDef, n):
     x_e, w_e = n.args
     a = n.attrs
@@ -126,11 +123,11 @@ def conv2d_fast(g: GroupDef, n):
     if x is None:
         return None
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % LANES == 0 \
-            and CO % 8 == 0:
+    bn = g.target.vector_lanes(xt.dtype)
+    if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % bn == 0 \
+            and CO % 4 == 0:
         return _conv1x1_spatial(g, n, x, wi)
-    bn = LANES
-    cb_n = _ceil16(CO)      # output channels padded to a multiple of 16 with zero weights
+    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
 
     def pack(w):
         wp = np.zeros((cb_n * bn, CI, KH, KW), w.dtype)
@@ -153,19 +150,20 @@ def conv2d_fast(g: GroupDef, n):
         pad[b, ci, y * sh + ky * dh, xx * sw + kx * dw] * Wp[cb, ci, ky, kx, cc], axis=[ci, ky, kx]),
         name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
-    g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW})
+    g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW,
+                    "bn": bn})
     return O
 
 
 def _conv1x1_spatial(g: GroupDef, n, x, wi):
     """1x1 stride-1 conv vectorized along the flattened image (NCHW stays NCHW): a tile of
-    `cb` output channels x 16 or 32 pixels accumulates in registers, each weight broadcast,
-    and the epilogue stores whole vectors (no transpose)."""
+    `cb` output channels x `pv` vectors of pixels accumulates in registers, each weight
+    broadcast, and the epilogue stores whole vectors (no transpose)."""
     N, C, H, W = n.args[0].type.shape
     CO, CI = n.args[1].type.shape[:2]
     hw = H * W
-    pv = 2 if hw % (2 * LANES) == 0 else 1
-    cb = 16 if pv == 1 and CO % 16 == 0 else 8
+    lanes = g.target.vector_lanes(n.args[0].type.dtype)
+    cb, pv = tiling.register_tile(g.target, CO, hw, whole_rows=True, whole_vecs=True)
 
     def pack(w):
         return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
@@ -174,7 +172,7 @@ def _conv1x1_spatial(g: GroupDef, n, x, wi):
     Cv = tdsl.compute((N, CO, hw), lambda b, co, p: tdsl.sum(
         x[b, ci, p // W, p % W] * Wp[co // cb, ci, co % cb], axis=ci), name=topi.uname("conv"))
     O = tdsl.compute((N, CO, H, W), lambda b, co, y, xx: Cv[b, co, y * W + xx], name=topi.uname("unflat"))
-    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "cb": cb, "pv": pv})
+    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "cb": cb, "pv": pv, "lanes": lanes})
     return O
 
 
@@ -186,16 +184,17 @@ def dense_fast(g: GroupDef, n):
     x = g.param_tensor(g.pidx[id(x_e)])
     M, K = x_e.type.shape
     N = w_e.type.shape[0]
-    nb = _ceil16(N)
+    lanes = g.target.vector_lanes(x_e.type.dtype)
+    nb = -(-N // lanes)
 
     def pack(w):
-        wp = np.zeros((nb * LANES, K), w.dtype)
+        wp = np.zeros((nb * lanes, K), w.dtype)
         wp[:N] = w
-        return np.ascontiguousarray(wp.reshape(nb, LANES, K).transpose(0, 2, 1))
-    Wp = g.packed_param(wi, (nb, K, LANES), pack)
+        return np.ascontiguousarray(wp.reshape(nb, lanes, K).transpose(0, 2, 1))
+    Wp = g.packed_param(wi, (nb, K, lanes), pack)
     k = tdsl.reduce_axis((0, K), "k")
-    D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // LANES, k, j % LANES], axis=k), name=topi.uname("dense"))
-    g.anchor = (D, {"kind": "dense_packed", "dense": D})
+    D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // lanes, k, j % lanes], axis=k), name=topi.uname("dense"))
+    g.anchor = (D, {"kind": "dense_packed", "dense": D, "lanes": lanes})
     return D
 
 
@@ -299,7 +298,18 @@ PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
 PAR_MIN_MACS = 1 << 21
 
 
-def _par_vec(s, t, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
+def _vec_split(s, t, axis, width, target):
+    """Splits `axis` (of `width` elements) by the target's vector width for t's dtype and
+    vectorizes the inner loop; None when the row is too short to be worth a vector."""
+    lanes = target.vector_lanes(t.dtype)
+    if width < max(2, lanes // 2) or t.dtype == "bool":
+        return None
+    lo, li = s[t].split(axis, factor=tiling.row_vector(target, width, t.dtype))
+    s[t].vectorize(li)
+    return lo, li
+
+
+def _par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
     """Parallel over the fused outer axes, vectorized along the last spatial axis."""
     axes = list(s[t].op.axis)
     raxes = list(s[t].op.reduce_axis)
@@ -308,9 +318,10 @@ def _par_vec(s, t, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
         return None
     total = int(np.prod(shape))
     last = axes[-1]
-    vec = vectorize and shape[-1] >= 8 and t.dtype != "bool"
+    lanes = target.vector_lanes(t.dtype)
+    vec = vectorize and shape[-1] >= max(2, lanes // 2) and t.dtype != "bool"
     if vec:
-        lo, li = s[t].split(last, factor=LANES if shape[-1] >= LANES else 8)
+        lo, li = s[t].split(last, factor=tiling.row_vector(target, shape[-1], t.dtype))
         if raxes:
             s[t].reorder(*axes[:-1], lo, *raxes, li)
         s[t].vectorize(li)
@@ -331,28 +342,28 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
     kind = info.get("kind")
     keep = set()
     if kind == "conv2d_packed" and vectorize:
-        return _schedule_conv_packed(s, out, info, parallel)
+        return _schedule_conv_packed(s, out, info, parallel, g.target)
     if kind == "dense_packed" and vectorize:
-        return _schedule_dense_packed(s, out, info, parallel)
+        return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
-        return _schedule_conv1x1_spatial(s, out, info, parallel)
+        return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
     if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
-        return _schedule_pool_sep(s, out, info, parallel)
+        return _schedule_pool_sep(s, out, info, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
             and len(out.shape) >= 3:
-        return _schedule_conv_rows(s, out, convs[0], parallel)
+        return _schedule_conv_rows(s, out, convs[0], parallel, g.target)
     for t in _stages(out):
         if t is out or id(t) in keep:
             continue
         if t.op.reduce_axis:
-            _par_vec(s, t, vectorize, parallel)
+            _par_vec(s, t, g.target, vectorize, parallel)
         else:
             s[t].compute_inline()
-    _par_vec(s, out, vectorize, parallel)
+    _par_vec(s, out, g.target, vectorize, parallel)
 
 
-def _schedule_conv_rows(s, out, conv, parallel):
+def _schedule_conv_rows(s, out, conv, parallel, target):
     """Direct convolution (grouped/depthwise, other dtypes): one output row of the conv
     is computed (reductions outside, the row vectorized) right before the epilogue writes it."""
     info = conv._graph_info
@@ -363,38 +374,24 @@ def _schedule_conv_rows(s, out, conv, parallel):
     n_c = s[out].fuse(axes[0], axes[1])
     sp = axes[2:]
     last = sp[-1]
-    vec = shape[-1] >= 8
-    if vec:
-        lo, li = s[out].split(last, factor=_row_vec(shape[-1]))
-        s[out].vectorize(li)
+    _vec_split(s, out, last, shape[-1], target)
     taps = int(np.prod([topi._dim(r.dom.extent) for r in conv.op.reduce_axis]))
     if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS // 4:
         s[out].parallel(n_c)
     if pad is not None:      # depthwise: the padded plane of one channel, then its rows
         s[pad].compute_at(s[out], n_c)
-        pl = pad.op.axis[-1]
-        if _ishape(pad)[-1] >= LANES:
-            _, pli = s[pad].split(pl, factor=LANES)
-            s[pad].vectorize(pli)
+        _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
     attach = sp[-2] if len(sp) >= 2 else n_c
     s[conv].compute_at(s[out], attach)
     caxes = list(s[conv].op.axis)
     raxes = list(s[conv].op.reduce_axis)
-    if shape[-1] >= 8:
-        xo, xi = s[conv].split(caxes[-1], factor=_row_vec(shape[-1]))
-        s[conv].reorder(*caxes[:-1], xo, *raxes, xi)
-        s[conv].vectorize(xi)
+    split = _vec_split(s, conv, caxes[-1], shape[-1], target)
+    if split is not None:
+        s[conv].reorder(*caxes[:-1], split[0], *raxes, split[1])
     # small reductions (depthwise taps) unrolled: the accumulator stays in a register
     if int(np.prod([topi._dim(r.dom.extent) for r in raxes])) <= 64:
         for r in raxes:
             s[conv].unroll(r)
-
-
-def _row_vec(w):
-    """Vector width along a row of `w` elements: a divisor of w in 7..16 (no tail), else 16."""
-    if w < LANES:
-        return w if w >= 8 else 8
-    return next((d for d in (16, 14, 12) if w % d == 0), LANES)
 
 
 def _inline_except(s, out, keep):
@@ -405,28 +402,18 @@ def _inline_except(s, out, keep):
             s[t].compute_inline()
 
 
-def _conv_tile(OH, OW, CB):
-    """(channel blocks, rows, columns) of one register tile of the packed conv: about 12-16
-    accumulators of 16 lanes, columns dividing the output width where possible."""
-    if OW % 14 and OW % 7 == 0 and CB % 2 == 0:
-        return 2, 1, 7          # 7-wide rows: two channel blocks keep 14 accumulators
-    xb = next((d for d in (14, 16, 12, 10, 8, 7) if OW % d == 0), min(OW, 8))
-    return 1, 1, xb
-
-
-
-
-def _schedule_conv_packed(s, out, info, parallel):
-    Cv, pad, OW = info["conv"], info["pad"], info["ow"]
+def _schedule_conv_packed(s, out, info, parallel, target):
+    Cv, pad, OW, bn = info["conv"], info["pad"], info["ow"], info["bn"]
     keep = [Cv] + ([pad] if pad is not None else [])
     _inline_except(s, out, keep)
     for t in _stages(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, True, parallel)
+            _par_vec(s, t, target, True, parallel)
     b, co, y, x = out.op.axis
     N, CB, OH, _, _ = _ishape(Cv)
-    cbb, yb, xb = _conv_tile(OH, OW, CB)
-    cob, coi = s[out].split(co, factor=LANES * cbb)
+    xb, cbb = tiling.register_tile(target, OW, CB * bn, whole_rows=True, whole_vecs=True)
+    yb = 1
+    cob, coi = s[out].split(co, factor=bn * cbb)
     yo, yi = s[out].split(y, factor=yb)
     xo, xi = s[out].split(x, factor=xb)
     s[out].reorder(b, cob, yo, xo, yi, coi, xi)
@@ -441,23 +428,24 @@ def _schedule_conv_packed(s, out, info, parallel):
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
     s[Cv].vectorize(ll)
-    if pad is not None:
-        pa = s[pad].fuse(pad.op.axis[0], pad.op.axis[1])
+    if pad is not None:     # rows of the padded input in parallel, each one vectorized
+        pa = s[pad].fuse(*pad.op.axis[:-1])
         if parallel:
             s[pad].parallel(pa)
+        _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
 
 
-def _schedule_conv1x1_spatial(s, out, info, parallel):
-    Cv, cb, pv = info["conv"], info["cb"], info["pv"]
+def _schedule_conv1x1_spatial(s, out, info, parallel, target):
+    Cv, cb, pv, lanes = info["conv"], info["cb"], info["pv"], info["lanes"]
     _inline_except(s, out, [Cv])
     for t in _stages(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, True, parallel)
+            _par_vec(s, t, target, True, parallel)
     b, co, y, x = out.op.axis
     p = s[out].fuse(y, x)
     cob, coi = s[out].split(co, factor=cb)
-    po, pi = s[out].split(p, factor=LANES * pv)
-    pvo, pl = s[out].split(pi, factor=LANES)
+    po, pi = s[out].split(p, factor=lanes * pv)
+    pvo, pl = s[out].split(pi, factor=lanes)
     s[out].reorder(b, cob, po, coi, pvo, pl)
     s[out].vectorize(pl)
     par = s[out].fuse(b, cob, po)
@@ -467,61 +455,63 @@ def _schedule_conv1x1_spatial(s, out, info, parallel):
     s[Cv].compute_at(s[out], par)
     _, cl, pc = s[Cv].op.axis
     (ci,) = s[Cv].op.reduce_axis
-    pco, pci = s[Cv].split(pc, factor=LANES)
+    pco, pci = s[Cv].split(pc, factor=lanes)
     s[Cv].reorder(ci, cl, pco, pci)
     s[Cv].unroll(cl)
     s[Cv].unroll(pco)
     s[Cv].vectorize(pci)
 
 
-def _schedule_pool_sep(s, out, info, parallel):
+def _schedule_pool_sep(s, out, info, parallel, target):
     """One output row per iteration of the parallel loop; its padded column-max row is
     computed right before it, both vectorized along the row."""
     vm, hm = info["col"], info["row"]
     _inline_except(s, out, [vm] + ([hm] if hm is not None else []))
     for t in _stages(out):
         if t.op.reduce_axis and t is not out:
-            _par_vec(s, t, True, parallel)
+            _par_vec(s, t, target, True, parallel)
     b, ch, oy, ox = out.op.axis
     shape = _ishape(out)
     rows = s[out].fuse(b, ch, oy)
-    if shape[-1] >= 8:
-        _, oxi = s[out].split(ox, factor=LANES if shape[-1] >= LANES else 8)
-        s[out].vectorize(oxi)
+    _vec_split(s, out, ox, shape[-1], target)
     if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
         s[out].parallel(rows)
     for t in (vm, hm):
         if t is None:
             continue
         s[t].compute_at(s[out], rows)
-        w = _ishape(t)[-1]
-        if w >= 8:
-            _, ti = s[t].split(t.op.axis[-1], factor=LANES if w >= LANES else 8)
-            s[t].vectorize(ti)
+        _vec_split(s, t, t.op.axis[-1], _ishape(t)[-1], target)
 
 
-def _schedule_dense_packed(s, out, info, parallel):
-    D = info["dense"]
+def _schedule_dense_packed(s, out, info, parallel, target):
+    D, lanes = info["dense"], info["lanes"]
     _inline_except(s, out, [D])
     if D is out:
         D = s.cache_write(out, "local")
     M, N = _ishape(out)
-    mr = 8 if M >= 8 else (4 if M >= 4 else 1)
-    nr = 2 * LANES
+    mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
     mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
     s[out].vectorize(ni)
     s[D].compute_at(s[out], no)
     mc, nc = s[D].op.axis
     (k,) = s[D].op.reduce_axis
-    nco, nci = s[D].split(nc, factor=LANES)
+    nco, nci = s[D].split(nc, factor=lanes)
     s[D].reorder(k, mc, nco, nci)
     s[D].unroll(mc)
     s[D].unroll(nco)
     s[D].vectorize(nci)
-    fused = s[out].fuse(mo, no)
     K = topi._dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
-    if parallel and M * N * K >= PAR_MIN_MACS:
-        s[out].parallel(fused)
+    if not (parallel and M * N * K >= PAR_MIN_MACS):
+        return
+    # a fused loop keeps a guard in its body when a tile is ragged: parallelize the
+    # unfused loop instead, so that loop partitioning peels the ragged tiles off
+    if M % mr == 0 and N % nr == 0:
+        s[out].parallel(s[out].fuse(mo, no))
+    elif M // mr >= 2 * target.num_cores:
+        s[out].parallel(mo)
+    else:
+        s[out].reorder(no, mo, mi, ni)
+        s[out].parallel(no)
 
 
 def schedule_gpu(s, out, g, threads=128):
@@ -559,12 +549,12 @@ def register_schedule(target_kind: str, fn: Callable):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str) -> Kernel:
-    kind = target.split()[0]
+    kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
         raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
                          "(tdsl.graph.strategy.register_schedule adds one)")
-    g = GroupDef(fn, consts, kind)
+    g = GroupDef(fn, consts, target)
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")

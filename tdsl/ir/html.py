@@ -46,7 +46,7 @@ def _lexer(lang):
     if _KEYWORDS[lang]:
         parts.append(("kw", r"\b(?:%s)\b" % _KEYWORDS[lang]))
     parts += [("num", r"(?<![\w.%@])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?[fh]?\b"),
-              ("fn", r"@[\w.$]+|\b[a-z_][\w]*(?=\()" if lang != "asm" else r"^\s*v?[a-z]\w*|^[\w.$]+:"),
+              ("fn", r"@[\w.$]+|\b[a-z_][\w.]*(?=\()" if lang != "asm" else r"^\s*v?[a-z]\w*|^[\w.$]+:"),
               ("var", r"%[\w.]+" if lang == "llvm" else r"(?!)")]
     return re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in parts), re.M)
 

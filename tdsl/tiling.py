@@ -1,0 +1,89 @@
+"""Schedule sizes derived from a `tdsl.target.Target`: the register tile of a multiply-add
+micro-kernel, vector widths along a row, work per parallel task.
+
+Every schedule tdsl ships (tdsl.examples, the graph layer's strategies) takes its sizes
+from here, so that one description of the machine sizes all of them.
+
+The register tile model (GEMM, convolution, dense): a tile of `rows x vecs` vector
+accumulators stays in registers while the reduction runs; each step loads `vecs` vectors of
+the reused operand (B's packed panel, the conv weights), broadcasts one scalar per row (A,
+the input pixel) and issues `rows * vecs` FMAs. It must fit the register file with the
+loaded vectors and one broadcast (`rows * vecs + vecs + 1 <= registers`), with at most three
+quarters of the registers as accumulators (LLVM needs the rest for operands, broadcasts and
+temporaries: 28 accumulators of 32 spilled where 14 or 16 ran at peak); it should have at
+least `fma_units * fma_latency` independent accumulators, and FMAs per load
+`rows * vecs / (rows + vecs)` of about 1.6 (more only adds register pressure: two loads per
+cycle feed two FMAs per cycle on every x86 core we measured). Ragged tiles (a `rows` that
+does not divide the extent, a vector block that pads the other) cost a guarded tail or
+wasted lanes and are scored down.
+"""
+from __future__ import annotations
+
+from .target import Target, as_target
+
+ENOUGH_FMA_PER_LOAD = 1.6
+RAGGED_ROWS = 0.6        # a tail of rows: a second, guarded copy of the micro-kernel
+RAGGED_VECS = 0.9        # padding lanes in the last vector block
+
+
+def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
+                  max_rows=16, max_vecs=4, whole_rows=False, whole_vecs=False):
+    """(rows, vecs) of the register tile for an output of `rows_extent` broadcast rows and
+    `cols_extent` elements along the vectorized axis. `whole_rows` / `whole_vecs`: `rows` must
+    divide `rows_extent` / `vecs` must divide the vectors of a row (a layout blocked by whole
+    vectors, such as NCHW[x]c; a convolution row, whose ragged tail cost 2x on 7-wide rows)."""
+    t = as_target(target)
+    lanes = t.vector_lanes(dtype)
+    regs = max(t.vector_registers, 4)
+    chains = max(t.fma_chains, 1)
+    best, best_key = (1, 1), None
+    col_vecs = -(-cols_extent // lanes)
+    for vecs in range(1, min(max_vecs, col_vecs) + 1):
+        if whole_vecs and col_vecs % vecs:
+            continue
+        padded = -(-cols_extent // (vecs * lanes)) * vecs * lanes
+        for rows in range(1, min(max_rows, rows_extent) + 1):
+            if whole_rows and rows_extent % rows:
+                continue
+            acc = rows * vecs
+            used = acc + vecs + 1
+            if used > regs or acc > 3 * regs // 4:
+                break
+            score = min(acc / (rows + vecs), ENOUGH_FMA_PER_LOAD)
+            score *= min(1.0, acc / chains)
+            score *= cols_extent / padded
+            if padded != cols_extent:
+                score *= RAGGED_VECS
+            if rows_extent % rows:
+                score *= RAGGED_ROWS
+            key = (round(score, 6), -used, -vecs)
+            if best_key is None or key > best_key:
+                best, best_key = (rows, vecs), key
+    return best
+
+
+def gemm_tile(target, M: int, N: int, dtype="float32"):
+    """(mr, nr) of the GEMM micro-kernel: mr rows of A broadcast, nr columns of B."""
+    rows, vecs = register_tile(target, M, N, dtype)
+    return rows, vecs * as_target(target).vector_lanes(dtype)
+
+
+def row_vector(target, width: int, dtype="float32") -> int:
+    """Vector width for a loop over a row of `width` elements: the target's lanes, or a
+    divisor of `width` between half and all of them (no tail), or the row itself when
+    shorter."""
+    lanes = as_target(target).vector_lanes(dtype)
+    if width <= lanes:
+        return width
+    for d in range(lanes, lanes // 2 - 1, -1):
+        if width % d == 0:
+            return d
+    return lanes
+
+
+def parallel_chunks(target) -> int:
+    """Parallel tasks worth splitting a loop into: a few per core, for balance."""
+    return 4 * as_target(target).num_cores
+
+
+__all__ = ["Target", "register_tile", "gemm_tile", "row_vector", "parallel_chunks"]
