@@ -21,7 +21,8 @@ from .runtime.ndarray import cpu, cuda, opencl, Device
 
 
 def load_module(path):
-    """Loads a shared object written by Module.export_library."""
+    """Loads a shared object written by Module.export_library; its size and checksum are
+    verified first (a missing, truncated or altered file raises LibraryError)."""
     from .runtime.aot import load_module as _load
     return _load(path)
 

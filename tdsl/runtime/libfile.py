@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import secrets
 import struct
 import tempfile
 import threading
@@ -64,11 +65,13 @@ def read_sealed(path: str, what: str = None) -> bytes:
 
 def write_atomic(path: str, data: bytes):
     """Writes `data` to `path` through a temporary file in the same folder and a rename,
-    so readers see the old file or the complete new one, never a partial write."""
+    so readers see the old file or the complete new one, never a partial write. The file
+    gets the usual permissions (0666 less the umask), as `open()` would give it."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    tmp = os.path.join(d, f".tmp-{os.getpid()}-{secrets.token_hex(6)}")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
