@@ -132,7 +132,7 @@ def target_identity(target: LLVMTarget) -> str:
     """What, besides the IR, decides the machine code: the target and the LLVM version."""
     import llvmlite
     llvm = llvm_binding()
-    return "|".join([target.triple, target.cpu, target.features,
+    return "|".join([target.description.fingerprint, target.features,
                      "llvm " + ".".join(map(str, llvm.llvm_version_info)),
                      "llvmlite " + llvmlite.__version__])
 
