@@ -257,6 +257,9 @@ def test_tune_gemm_each_tuner(tuner, tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     recs = [json.loads(line) for line in open(log)]
     assert len(recs) == 10 and {"config", "status", "seconds", "gflops", "trial"} <= set(recs[0])
+    # every record names the target as the measuring machine resolved it, and the machine
+    assert {r["fingerprint"] for r in recs} == {autotune.target_fingerprint("llvm")} == {res.target}
+    assert all(r["host"] for r in recs)
 
 
 @pytest.mark.parametrize("tuner", ["random", "grid", "model"])
@@ -320,17 +323,46 @@ def test_resume_skips_measured_configs(tmp_path):
     assert len(autotune.load_records(log)) == 8
 
 
-def test_apply_best_picks_fastest_ok_record(tmp_path):
+def test_resume_ignores_records_of_another_target(tmp_path):
+    """A log written on another CPU: its configs are measured again here, and its (faster)
+    times are neither the best nor applied."""
+    log = str(tmp_path / "other.jsonl")
+    task = autotune.create_task(matmul, (16, 16, 16))
+    default = task.space.default_config().to_dict()
+    theirs = autotune.Record("test_matmul", [16, 16, 16], "llvm", default, "ok", seconds=1e-9,
+                             fingerprint="llvm:x86_64-unknown-linux-gnu:not-this-cpu:000000000000")
+    with open(log, "w") as f:
+        f.write(theirs.to_json() + "\n")
+    res = autotune.tune(task, "random", n_trial=2, log_file=log, **FAST)
+    assert len(res.records) == 2 and res.new_records[0].config == default
+    assert res.default is res.new_records[0] and res.best.seconds > 1e-9
+    assert res.new_records[0].trial == 1
+    with autotune.apply_best(log):
+        s, _ = matmul(16, 16, 16)
+    assert "\n".join(s.trace) == "\n".join(
+        task.instantiate(res.best.config)[0].trace)
+
+
+def test_apply_best_picks_fastest_ok_record_of_this_target(tmp_path):
     log = str(tmp_path / "hand.jsonl")
-    base = dict(task="test_matmul", args=[16, 16, 16], target="llvm")
+    here = autotune.target_fingerprint("llvm")
+    base = dict(task="test_matmul", args=[16, 16, 16], target="llvm", fingerprint=here)
+    other_cpu = "llvm:x86_64-unknown-linux-gnu:not-this-cpu:000000000000"
     recs = [autotune.Record(config={"tile_i": [-1, 2]}, status="ok", seconds=2e-3, **base),
             autotune.Record(config={"tile_i": [-1, 4]}, status="ok", seconds=1e-3, **base),
             autotune.Record(config={"tile_i": [-1, 8]}, status="wrong_answer", seconds=1e-4, **base),
             autotune.Record(config={"tile_i": [-1, 3]}, status="ok", seconds=1e-5,
-                            **{**base, "args": [32, 32, 32]})]
+                            **{**base, "args": [32, 32, 32]}),
+            # faster, but measured on another CPU, or on an unknown one (a version-1 log)
+            autotune.Record(config={"tile_i": [-1, 6]}, status="ok", seconds=1e-6,
+                            **{**base, "fingerprint": other_cpu}),
+            autotune.Record(config={"tile_i": [-1, 7]}, status="ok", seconds=1e-7,
+                            **{**base, "fingerprint": ""})]
     with open(log, "w") as f:
         f.write("".join(r.to_json() + "\n" for r in recs) + "{truncated line\n")
-    with autotune.apply_best(log):
+    with pytest.warns(UserWarning, match="1 record.*no target description"):
+        ctx = autotune.apply_best(log)
+    with ctx:
         s, _ = matmul(16, 16, 16)
         assert "split(i, factor=4)" in "\n".join(s.trace)
         with pytest.warns(UserWarning, match="no tuned config"):
@@ -338,6 +370,12 @@ def test_apply_best_picks_fastest_ok_record(tmp_path):
         assert "split(i, factor=1)" in "\n".join(s.trace)
     s, _ = matmul(16, 16, 16)
     assert "split(i, factor=1)" in "\n".join(s.trace)
+    # building for another target: none of these records hold
+    with pytest.warns(UserWarning):
+        ctx = autotune.apply_best(log, target="cuda")
+    assert ctx.query("test_matmul", '[16,16,16]') is None
+    # the log of another machine, read there, applies its own records
+    assert autotune.Record.from_json(recs[4].to_json()).fingerprint == other_cpu
 
 
 def test_user_executor_and_progress_bar():
