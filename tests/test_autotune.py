@@ -454,3 +454,31 @@ def test_tuning_curve_and_plot(tmp_path, monkeypatch):
     matplotlib.use("Agg")
     ax = autotune.plot_tuning_curve(recs, label="demo")
     assert ax.get_ylabel() == "GFLOP/s"
+
+
+def test_machine_lock_orders_builds_and_timings(tmp_path):
+    """Builds share the lock, a timing holds it alone; a waiter gives up after max_wait."""
+    import threading
+    from tdsl.autotune.machine_lock import MachineLock
+    path = str(tmp_path / "m.lock")
+    timer, builder, other = MachineLock(path), MachineLock(path), MachineLock(path)
+    with builder.shared(), other.shared(max_wait=0.5):      # builds overlap at once
+        pass
+    events = []
+
+    def build():
+        with builder.shared():
+            events.append(("build starts", time.monotonic()))
+
+    with timer.exclusive():
+        t = threading.Thread(target=build)
+        t.start()
+        time.sleep(0.3)
+        events.append(("timing ends", time.monotonic()))
+    t.join(5)
+    assert [e for e, _ in events] == ["timing ends", "build starts"]
+    with timer.exclusive():
+        t0 = time.monotonic()
+        with other.shared(max_wait=0.2):       # a hung holder: go on without the lock
+            waited = time.monotonic() - t0
+    assert 0.15 < waited < 2.0

@@ -7,6 +7,7 @@ A dispatcher has one small interface, which is all the search loop (`tune`) sees
     submit(job)       start measuring
     wait(timeout)     [(job, result dict), ...] of the jobs that finished (maybe none)
     in_flight         jobs submitted and not yet returned by wait
+    healthy()         whether it still runs jobs (asked after it lost one)
     cancel()          stop everything in flight (their results are dropped)
     close()
 
@@ -29,14 +30,15 @@ import time
 from multiprocessing.connection import wait as wait_ready
 from typing import Dict, List, Optional, Tuple
 
-from .executors import as_executor, capacity as executor_capacity
+from .executors import as_executor, capacity as executor_capacity, is_closed
 from .measure import Job, machine
 from .sandbox import Sandbox
 from .space import AutotuneError
 
 
-def probe(target: str) -> Tuple[str, str]:
-    """Runs on a worker: the fingerprint of `target` there, and the worker's host name."""
+def probe(target: str, nonce: int = 0) -> Tuple[str, str]:
+    """Runs on a worker: the fingerprint of `target` there, and the worker's host name.
+    (`nonce`: a new task each time, for executors that reuse results of equal calls.)"""
     from .record import target_fingerprint
     return target_fingerprint(target), machine()["host"]
 
@@ -58,6 +60,9 @@ class LocalDispatcher:
 
     def fingerprint(self, target):
         return probe(target)
+
+    def healthy(self) -> bool:
+        return True
 
     def submit(self, job: Job):
         next(s for s in self.slots if not s.busy).submit(job)
@@ -122,6 +127,7 @@ class ExecutorDispatcher:
     # beyond the worker's own time limit, how long a job may take to come back: queueing,
     # a retry after a lost worker, a new measuring process starting
     GRACE_S = 120.0
+    HEALTH_S = 30.0     # a trivial job takes longer than this: the executor is gone
 
     def __init__(self, executor, n_parallel: Optional[int], timeout_s: float):
         self.executor = as_executor(executor)
@@ -129,6 +135,8 @@ class ExecutorDispatcher:
         self.timeout_s = timeout_s
         self.futures: Dict[cf.Future, Tuple[Job, float]] = {}
         self._cap = (1, -1e9)
+        self._probes = 0
+        self.dead = False
 
     def capacity(self) -> int:
         if self.n_parallel:
@@ -141,12 +149,26 @@ class ExecutorDispatcher:
     def in_flight(self) -> int:
         return len(self.futures)
 
+    def _probe(self, target, timeout):
+        self._probes += 1
+        return self.executor.submit(probe, target, self._probes).result(timeout=timeout)
+
     def fingerprint(self, target):
         try:
-            return self.executor.submit(probe, target).result(timeout=self.GRACE_S)
+            return self._probe(target, self.GRACE_S)
         except Exception as e:
             raise AutotuneError(f"tune: the executor could not run a job ({type(e).__name__}: "
                                 f"{e}); tdsl must be importable on its workers") from None
+
+    def healthy(self) -> bool:
+        try:
+            if is_closed(self.executor):
+                raise cf.CancelledError
+            self._probe("c", self.HEALTH_S)
+            return True
+        except Exception:
+            self.dead = True
+            return False
 
     def submit(self, job: Job):
         fut = self.executor.submit(remote_trial, job, self.timeout_s)
@@ -166,7 +188,7 @@ class ExecutorDispatcher:
             try:
                 res = fut.result()
             except (Exception, cf.CancelledError) as e:
-                res = {"status": "runner_error",
+                res = {"status": "runner_error", "lost": True,
                        "error": f"the executor lost the job ({type(e).__name__}: {e})"}
             out.append((job, res))
         now = time.monotonic()
@@ -174,13 +196,14 @@ class ExecutorDispatcher:
             if now - t0 >= limit:
                 del self.futures[fut]
                 fut.cancel()
-                out.append((job, {"status": "runner_error",
+                out.append((job, {"status": "runner_error", "lost": True,
                                   "error": f"no result from the executor after {now - t0:.0f} s"}))
         return out
 
     def cancel(self):
-        for fut in self.futures:
-            fut.cancel()
+        if not self.dead:           # a dead executor's futures only complain when cancelled
+            for fut in self.futures:
+                fut.cancel()
         self.futures.clear()
 
     def close(self):

@@ -73,3 +73,10 @@ def capacity(executor: cf.Executor) -> int:
     except Exception:
         pass
     return 1
+
+
+def is_closed(executor: cf.Executor) -> bool:
+    """Known to run nothing more (a Dask client whose scheduler went away), without asking
+    it to run a job."""
+    client = getattr(executor, "_client", None)
+    return getattr(client, "status", None) in ("closed", "closing")

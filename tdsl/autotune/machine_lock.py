@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 
 try:
     import fcntl
@@ -25,7 +26,27 @@ except ImportError:       # pragma: no cover - Windows
     fcntl = None
 
 
+def _acquire(fd, mode, deadline) -> bool:
+    """flock with a deadline (None: wait as long as it takes); False when it ran out."""
+    if deadline is None:
+        fcntl.flock(fd, mode)
+        return True
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
 class MachineLock:
+    """`shared()` / `exclusive()` take `max_wait` seconds: a process that waited that long
+    (another one hangs while holding the lock, until its own time limit kills it) goes on
+    without the lock rather than time out itself; its timing may then be disturbed, which
+    only makes a config look slower, never wrongly fast."""
+
     def __init__(self, path=None):
         uid = os.getuid() if hasattr(os, "getuid") else 0
         self.path = path or os.path.join(tempfile.gettempdir(), f"tdsl-measure-{uid}.lock")
@@ -40,38 +61,44 @@ class MachineLock:
         return self._fds
 
     @contextlib.contextmanager
-    def shared(self):
+    def shared(self, max_wait=None):
         """Building and checking: other builds may run, no timing does."""
         if fcntl is None:
             yield
             return
         gate, main = self._open()
-        fcntl.flock(gate, fcntl.LOCK_EX)      # queue behind a waiting timer
+        deadline = None if max_wait is None else time.monotonic() + max_wait
+        gated = _acquire(gate, fcntl.LOCK_EX, deadline)   # queue behind a waiting timer
         try:
-            fcntl.flock(main, fcntl.LOCK_SH)
+            held = _acquire(main, fcntl.LOCK_SH, deadline)
         finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
+            if gated:
+                fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            fcntl.flock(main, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(main, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def exclusive(self):
+    def exclusive(self, max_wait=None):
         """Timing: nothing else measuring on this machine runs."""
         if fcntl is None:
             yield
             return
         gate, main = self._open()
-        fcntl.flock(gate, fcntl.LOCK_EX)      # new builds wait from now on
+        deadline = None if max_wait is None else time.monotonic() + max_wait
+        gated = _acquire(gate, fcntl.LOCK_EX, deadline)   # new builds wait from now on
         try:
-            fcntl.flock(main, fcntl.LOCK_EX)  # ... and running ones finish
+            held = _acquire(main, fcntl.LOCK_EX, deadline)  # ... and running ones finish
             try:
                 yield
             finally:
-                fcntl.flock(main, fcntl.LOCK_UN)
+                if held:
+                    fcntl.flock(main, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
+            if gated:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 LOCK = MachineLock()

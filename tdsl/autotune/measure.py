@@ -263,7 +263,8 @@ def run_job(job: Job) -> dict:
         ctx = _context(job)
         p = ctx.p
         res["fingerprint"] = target_fingerprint(p.target)
-        with LOCK.shared():
+        wait = job.option.timeout_s / 4      # see machine_lock: never time out on the lock
+        with LOCK.shared(wait):
             tb0 = time.perf_counter()
             f = _build(p, job.config)
             res["build_s"] = time.perf_counter() - tb0
@@ -278,7 +279,7 @@ def run_job(job: Job) -> dict:
                 raise _Failed("wrong_answer", f"output '{name}': {why}")
         if job.time:
             opt = job.option
-            with LOCK.exclusive():
+            with LOCK.exclusive(wait):
                 try:
                     prof = f.time_evaluator(number=opt.number, repeat=opt.repeat,
                                             min_repeat_ms=opt.min_repeat_ms)(*arrays)

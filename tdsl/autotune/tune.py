@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import itertools
 import math
 import time
 import uuid
@@ -164,6 +165,92 @@ class _Search:
         return "space exhausted"
 
 
+class _Run:
+    """One call of `tune`: the loop that feeds the dispatcher from the search and turns
+    what comes back into records (checked, logged, learnt from)."""
+
+    def __init__(self, task, search: _Search, dispatcher, log: TuneLog, make_job,
+                 fingerprint: str, trial_no: int, deadline: float, default_alone: bool):
+        self.task, self.search, self.dispatcher, self.log = task, search, dispatcher, log
+        self.make_job = make_job
+        self.fingerprint = fingerprint
+        self.trial_no = trial_no
+        self.deadline = deadline
+        self.default_alone = default_alone
+        self.new_records: List[Record] = []
+        self.pending: Dict[int, tuple] = {}
+        self.lost_in_a_row = 0
+        self.executor_failed = False
+
+    def loop(self) -> str:
+        """Measures until the budget, the space or the executor runs out; returns why."""
+        while True:
+            if time.perf_counter() >= self.deadline:
+                self.dispatcher.cancel()           # not logged: a resumed run measures them
+                return "timeout_s"
+            self.fill()
+            if self.executor_failed:
+                return "executor failed"
+            if self.dispatcher.in_flight == 0:
+                return self.search.stop_reason()
+            for job, res in self.dispatcher.wait(max(0.0, self.deadline - time.perf_counter())):
+                self.collect(job, res)
+                if self.executor_failed:
+                    return "executor failed"
+
+    def fill(self):
+        # the default config runs alone: when it is the reference, nothing else can be
+        # checked before it ran
+        room = 1 if self.default_alone else self.dispatcher.capacity()
+        while self.dispatcher.in_flight < room and not self.executor_failed:
+            item = self.search.next()
+            if item is None:
+                return
+            job = self.make_job(item[1])
+            try:
+                self.dispatcher.submit(job)
+            except Exception as e:
+                self.finish(*item, {"status": "runner_error", "lost": True,
+                                    "error": f"the executor refused the job: {type(e).__name__}: {e}"})
+                continue
+            self.pending[job.trial] = item
+
+    def collect(self, job, res):
+        point, values = self.pending.pop(job.trial)
+        if self.default_alone:
+            self.default_alone = False
+            if self.task.reference is None and res.get("status") != "ok" \
+                    and "reference_error" not in res:
+                raise AutotuneError(
+                    f"tune {self.task.name!r}: the default config could not give the reference "
+                    f"output ({res.get('status')}: {res.get('error')}); fix the template's "
+                    "default or pass reference= to create_task")
+        self.finish(point, values, res)
+
+    def finish(self, point, values, res):
+        if "reference_error" in res:
+            raise AutotuneError(f"tune {self.task.name!r}: {res['reference_error']}")
+        self.trial_no += 1
+        space = self.task.space
+        r = check.to_record(self.task, values, space.index_of_point(point) if point else None,
+                            res, trial=self.trial_no, tuner=self.search.tuner.name)
+        self.new_records.append(r)
+        if check.is_foreign(r, self.fingerprint):
+            self.log.note(f"{r.host or 'a worker'} measures for {r.fingerprint}, this run for "
+                          f"{self.fingerprint}: its records are logged for their target, not "
+                          "used here", once=r.fingerprint)
+            self.search.done.add(r.config_key)
+        else:
+            self.search.learn(point, r)
+        self.log.add(r, self.search.best)
+        # runner errors in a row (a job nobody can unpickle ...), or a job the executor
+        # lost while it no longer answers (the scheduler went away): stop; the log keeps
+        # every finished trial for a run on another cluster
+        self.lost_in_a_row = self.lost_in_a_row + 1 if r.status == "runner_error" else 0
+        if self.lost_in_a_row >= 3 or (res.get("lost") and not self.dispatcher.healthy()):
+            self.executor_failed = True
+
+
 def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[float] = None,
          log_file=None, executor: Optional[cf.Executor] = None, *, trial_timeout_s: float = 60.0,
          number: int = 1, repeat: int = 3, min_repeat_ms: float = 20.0,
@@ -200,11 +287,8 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
     payload = Payload(task.name, task.template, task.args, task.target, task.arg_specs,
                       task.reference, task.rtol, task.atol, seed, default_values)
     token = uuid.uuid4().hex
-    dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
     blob = None
-    if executor is None:
-        _SHARED[token] = payload          # forked measuring processes inherit it
-    else:
+    if executor is not None:
         try:
             blob = dumps_payload(payload)
         except Exception as e:
@@ -212,85 +296,31 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
                 f"tune {task.name!r}: the template or the reference function cannot be sent to "
                 f"the executor's workers ({type(e).__name__}: {e}); define them at module level "
                 "or install cloudpickle") from None
+    dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
+    if executor is None:
+        _SHARED[token] = payload          # forked measuring processes inherit it
     option = MeasureOption(number, repeat, min_repeat_ms, trial_timeout_s)
+    jobs = itertools.count(1)
+
+    def make_job(values):
+        return Job(token, values, option, trial=next(jobs), payload=blob)
+
     log = TuneLog(log_file, task, progress, n_trial if n_trial < (1 << 62) else None)
-    stopped = None
-    clean = False
-    new_records: List[Record] = []
-    fingerprint = ""
-    search: Optional[_Search] = None
+    run: Optional[_Run] = None
     history: List[Record] = []
-    trial_no = 0
+    fingerprint, stopped, clean = "", None, False
     try:
         fingerprint, _host = dispatcher.fingerprint(task.target)
         history = log.history(fingerprint) if resume else []
-        trial_no = max((r.trial for r in history), default=0)
         search = _Search(task, tn, n_trial, early_stopping,
                          batch_size or max(8, dispatcher.capacity()), history)
-        default_alone = include_default and _config_key(default_values) not in search.done \
-            and n_trial > 0
+        default_alone = include_default and n_trial > 0 and \
+            _config_key(default_values) not in search.done
         if default_alone:
             search.push_first(space.default_point())
-        pending: Dict[int, tuple] = {}
-        lost_in_a_row = 0
-        jobs = 0
-
-        def finish(point, values, res):
-            nonlocal trial_no, lost_in_a_row
-            if "reference_error" in res:
-                raise AutotuneError(f"tune {task.name!r}: {res['reference_error']}")
-            trial_no += 1
-            r = check.to_record(task, values, space.index_of_point(point) if point else None,
-                                res, trial=trial_no, tuner=tn.name)
-            new_records.append(r)
-            if check.is_foreign(r, fingerprint):
-                log.note(f"{r.host or 'a worker'} measures for {r.fingerprint}, this run for "
-                         f"{fingerprint}: its records are logged for its target, not used here",
-                         once=r.fingerprint)
-                search.done.add(r.config_key)
-            else:
-                search.learn(point, r)
-            log.add(r, search.best)
-            lost_in_a_row = lost_in_a_row + 1 if r.status == "runner_error" else 0
-
-        while lost_in_a_row < 3:
-            if time.perf_counter() >= deadline:
-                stopped = "timeout_s"
-                break
-            # the default config runs alone: when it is the reference, nothing else can be
-            # checked before it ran
-            room = 1 if default_alone else dispatcher.capacity()
-            while dispatcher.in_flight < room and lost_in_a_row < 3:
-                item = search.next()
-                if item is None:
-                    break
-                jobs += 1
-                job = Job(token, item[1], option, trial=jobs, payload=blob)
-                try:
-                    dispatcher.submit(job)
-                except Exception as e:
-                    finish(*item, {"status": "runner_error",
-                                   "error": f"the executor refused the job: {type(e).__name__}: {e}"})
-                    continue
-                pending[job.trial] = item
-            if dispatcher.in_flight == 0:
-                stopped = search.stop_reason()
-                break
-            for job, res in dispatcher.wait(max(0.0, deadline - time.perf_counter())):
-                point, values = pending.pop(job.trial)
-                if default_alone:
-                    default_alone = False
-                    if task.reference is None and res.get("status") != "ok" \
-                            and "reference_error" not in res:
-                        raise AutotuneError(
-                            f"tune {task.name!r}: the default config could not give the "
-                            f"reference output ({res.get('status')}: {res.get('error')}); fix "
-                            "the template's default or pass reference= to create_task")
-                finish(point, values, res)
-        else:
-            stopped = "executor failed"
-        if stopped == "timeout_s":
-            dispatcher.cancel()
+        run = _Run(task, search, dispatcher, log, make_job, fingerprint,
+                   max((r.trial for r in history), default=0), deadline, default_alone)
+        stopped = run.loop()
         clean = True
     except KeyboardInterrupt:     # keep what was measured (it is in the log too)
         stopped = "interrupted"
@@ -302,10 +332,10 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
         _SHARED.pop(token, None)
         log.close()
 
+    new_records = run.new_records if run is not None else []
     records = history + new_records
     default_key = _config_key(default_values)
     default = next((r for r in records if r.config_key == default_key
                     and not check.is_foreign(r, fingerprint)), None)
-    best = search.best if search is not None else None
-    return TuneResult(task, best, default, records, new_records, time.perf_counter() - start,
-                      stopped, fingerprint)
+    return TuneResult(task, run.search.best if run is not None else None, default, records,
+                      new_records, time.perf_counter() - start, stopped, fingerprint)
