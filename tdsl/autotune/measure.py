@@ -259,12 +259,12 @@ def run_job(job: Job) -> dict:
     t0 = time.perf_counter()
     res = {"status": "ok", "seconds": float("inf"), "costs": [], "error": "", "build_s": 0.0,
            "total_s": 0.0, "pid": os.getpid(), **machine()}
+    wait = job.option.timeout_s / 4      # see machine_lock: never time out on the lock
     try:
-        ctx = _context(job)
-        p = ctx.p
-        res["fingerprint"] = target_fingerprint(p.target)
-        wait = job.option.timeout_s / 4      # see machine_lock: never time out on the lock
         with LOCK.shared(wait):
+            ctx = _context(job)
+            p = ctx.p
+            res["fingerprint"] = target_fingerprint(p.target)
             tb0 = time.perf_counter()
             f = _build(p, job.config)
             res["build_s"] = time.perf_counter() - tb0
@@ -272,11 +272,11 @@ def run_job(job: Job) -> dict:
             if p.reference is None and ctx.refs is None and job.config == p.default_config:
                 ctx.refs = [o.copy() for o in outputs]     # this is the reference
             refs = ctx.reference()
-        names = [a.name for a in p.arg_specs if not a.is_input]
-        for name, o, r in zip(names, outputs, refs):
-            why = _compare(o, r, p.rtol, p.atol)
-            if why is not None:
-                raise _Failed("wrong_answer", f"output '{name}': {why}")
+            names = [a.name for a in p.arg_specs if not a.is_input]
+            for name, o, r in zip(names, outputs, refs):
+                why = _compare(o, r, p.rtol, p.atol)
+                if why is not None:
+                    raise _Failed("wrong_answer", f"output '{name}': {why}")
         if job.time:
             opt = job.option
             with LOCK.exclusive(wait):

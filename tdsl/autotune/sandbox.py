@@ -157,9 +157,12 @@ class Sandbox:
         if self.start == "exec":
             self._send.send_bytes(pickle.dumps(list(sys.path)))
             try:
-                if not self.conn.poll(self.START_S):
-                    raise EOFError
-                self.conn.recv_bytes()
+                # a starting interpreter is busy: no timing on this machine meanwhile
+                from .machine_lock import LOCK
+                with LOCK.shared(self.START_S / 4):
+                    if not self.conn.poll(self.START_S):
+                        raise EOFError
+                    self.conn.recv_bytes()
             except (EOFError, OSError):
                 code = self._reap(block=False)
                 self.kill()
