@@ -224,3 +224,15 @@ def test_ray_executor(tmp_path):
         _check_best(log, 32, 16, 16)
     finally:
         ray.shutdown()
+
+
+def test_dask_measuring_process_leaves_the_nanny_settings(dask_client):
+    """Dask's nanny sets MALLOC_TRIM_THRESHOLD_ on workers; kernels with heap scratch
+    buffers then page-fault on every call. Measuring processes run without it."""
+    from tdsl.autotune.executors import measuring_env
+    worker_env = dask_client.submit(lambda: dict(os.environ), pure=False).result()
+    env = dask_client.submit(measuring_env, pure=False).result()
+    assert "MALLOC_TRIM_THRESHOLD_" in worker_env
+    assert "MALLOC_TRIM_THRESHOLD_" not in env
+    assert env["PATH"] == worker_env["PATH"]
+    assert measuring_env() == dict(os.environ)           # outside a worker: unchanged

@@ -30,7 +30,7 @@ import time
 from multiprocessing.connection import wait as wait_ready
 from typing import Dict, List, Optional, Tuple
 
-from .executors import as_executor, capacity as executor_capacity, is_closed
+from .executors import as_executor, capacity as executor_capacity, is_closed, measuring_env
 from .measure import Job, machine
 from .sandbox import Sandbox
 from .space import AutotuneError
@@ -113,7 +113,7 @@ def remote_trial(job: Job, timeout_s: float) -> dict:
     global _SANDBOX
     with _SANDBOX_LOCK:            # waiting for another thread's trial is not this trial's time
         if _SANDBOX is None:
-            _SANDBOX = Sandbox("exec")
+            _SANDBOX = Sandbox("exec", env=measuring_env())
             atexit.register(_close_sandbox)
         try:
             return _SANDBOX.run(job, timeout_s)

@@ -104,11 +104,12 @@ class Sandbox:
 
     START_S = 120.0        # an "exec" child imports tdsl and builds a first kernel
 
-    def __init__(self, start: str = "fork", recycle_every: int = 200):
+    def __init__(self, start: str = "fork", recycle_every: int = 200, env=None):
         if start == "fork" and not hasattr(os, "fork"):
             start = "exec"
         self.start = start
         self.recycle_every = recycle_every
+        self.env = env                    # of an "exec" child (default: ours)
         self.pid: Optional[int] = None
         self._proc: Optional[subprocess.Popen] = None
         self._send: Optional[Connection] = None
@@ -140,7 +141,7 @@ class Sandbox:
         else:
             import tdsl
             root = os.path.dirname(os.path.dirname(os.path.abspath(tdsl.__file__)))
-            env = dict(os.environ)
+            env = dict(self.env if self.env is not None else os.environ)
             env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
                                                           env.get("PYTHONPATH", "").split(os.pathsep) if p])
             self._proc = subprocess.Popen(
