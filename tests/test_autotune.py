@@ -482,3 +482,54 @@ def test_machine_lock_orders_builds_and_timings(tmp_path):
         with other.shared(max_wait=0.2):       # a hung holder: go on without the lock
             waited = time.monotonic() - t0
     assert 0.15 < waited < 2.0
+
+
+def _as_another_cpu(fn, *args):
+    """Runs a job, then reports it as measured by a machine with another CPU, ten times
+    faster than anything here."""
+    res = fn(*args)
+    if isinstance(res, dict) and res.get("status") == "ok":
+        res = dict(res, fingerprint="llvm:x86_64-unknown-linux-gnu:other-cpu:000000000000",
+                   host="elsewhere", seconds=res["seconds"] / 10)
+    return res
+
+
+class _HalfTheWorkersElsewhere(cf.ThreadPoolExecutor):
+    """Every other trial job goes to a worker on another CPU."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.jobs = 0
+
+    def submit(self, fn, *args, **kw):
+        from tdsl.autotune.dispatch import remote_trial
+        if fn is remote_trial:
+            self.jobs += 1
+            if self.jobs % 2 == 0:
+                return super().submit(_as_another_cpu, fn, *args)
+        return super().submit(fn, *args, **kw)
+
+
+def test_records_from_a_worker_with_another_cpu_stay_apart(tmp_path):
+    log = str(tmp_path / "mixed.jsonl")
+    task = autotune.create_task(matmul, (16, 16, 16))
+    out = io.StringIO()
+    with _HalfTheWorkersElsewhere() as ex:
+        res = autotune.tune(task, "random", n_trial=6, log_file=log, executor=ex,
+                            min_repeat_ms=2, repeat=2, progress=out)
+    here = autotune.target_fingerprint("llvm")
+    theirs = [r for r in res.new_records if r.fingerprint != here]
+    ours = [r for r in res.new_records if r.fingerprint == here]
+    assert len(theirs) == 3 and len(ours) == 3 and all(r.ok for r in res.new_records)
+    assert all(r.host == "elsewhere" for r in theirs)
+    assert res.best in ours and res.best.seconds == min(r.seconds for r in ours)
+    assert "elsewhere measures for llvm:x86_64-unknown-linux-gnu:other-cpu" in out.getvalue()
+    # all six are logged, each under its own target; here only ours apply or resume
+    logged = autotune.load_records(log)
+    assert len(logged) == 6 and sum(r.fingerprint == here for r in logged) == 3
+    with autotune.apply_best(log):
+        s, _ = matmul(16, 16, 16)
+    assert s.trace == task.instantiate(res.best.config)[0].trace
+    res2 = autotune.tune(task, "random", n_trial=3, log_file=log, min_repeat_ms=2, repeat=2,
+                         progress=False)
+    assert len(res2.records) == 3 + 3 and res2.records[:3] == [r for r in logged if r.fingerprint == here]

@@ -37,7 +37,7 @@ class _NoBar:
     def set_postfix_str(self, s):
         pass
 
-    def write(self, s):
+    def note(self, s):
         print(s, file=self.file)
 
     def close(self):
@@ -55,6 +55,9 @@ def _progress_bar(progress, total, desc):
 
     class Bar(tqdm):
         monitor_interval = 0      # no monitor thread: measuring processes are forked
+
+        def note(self, s):        # above the bar, where the bar is drawn
+            tqdm.write(s, file=self.fp)
 
     return Bar(total=total, desc=desc, unit="trial", file=file, dynamic_ncols=True, leave=True)
 
@@ -90,7 +93,7 @@ class TuneLog:
             if once in self._warned:
                 return
             self._warned.add(once)
-        self.bar.write(f"[autotune] {text}")
+        self.bar.note(f"[autotune] {text}")
 
     def close(self):
         self.bar.close()
