@@ -435,6 +435,14 @@ def test_errors_of_tune():
     bad = autotune.create_task(matmul, (8, 8, 8), reference=lambda a, b: np.zeros((3, 3)))
     with pytest.raises(AutotuneError, match="shapes"):
         autotune.tune(bad, n_trial=1, progress=False)
+    with pytest.raises(AutotuneError, match="executor must be a concurrent.futures.Executor"):
+        autotune.tune(task, n_trial=1, executor=object(), progress=False)
+    import threading
+    lock = threading.Lock()                       # nothing pickles a lock
+    unsendable = autotune.create_task(matmul, (8, 8, 8), reference=lambda a, b: (lock, a @ b)[1])
+    with cf.ThreadPoolExecutor(1) as ex, \
+            pytest.raises(AutotuneError, match="reference function cannot be sent"):
+        autotune.tune(unsendable, n_trial=1, executor=ex, progress=False)
 
 
 def test_tuning_curve_and_plot(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 A dispatcher has one small interface, which is all the search loop (`tune`) sees:
 
+    forks             whether measuring processes are forked from this one (they then
+                      inherit the task; else jobs carry it, pickled)
     capacity()        how many jobs may be in flight
     fingerprint(t)    the target string `t` as the measuring machines resolve it
     submit(job)       start measuring
@@ -50,6 +52,7 @@ class LocalDispatcher:
     def __init__(self, n_parallel: int, timeout_s: float):
         self.slots = [Sandbox("fork") for _ in range(max(1, int(n_parallel)))]
         self.timeout_s = timeout_s
+        self.forks = self.slots[0].start == "fork"     # not where os.fork does not exist
 
     def capacity(self) -> int:
         return len(self.slots)
@@ -127,6 +130,7 @@ class ExecutorDispatcher:
     # beyond the worker's own time limit, how long a job may take to come back: queueing,
     # a retry after a lost worker, a new measuring process starting
     GRACE_S = 120.0
+    forks = False
     HEALTH_S = 30.0     # a trivial job takes longer than this: the executor is gone
 
     def __init__(self, executor, n_parallel: Optional[int], timeout_s: float):

@@ -287,8 +287,11 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
     payload = Payload(task.name, task.template, task.args, task.target, task.arg_specs,
                       task.reference, task.rtol, task.atol, seed, default_values)
     token = uuid.uuid4().hex
+    dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
     blob = None
-    if executor is not None:
+    if dispatcher.forks:
+        _SHARED[token] = payload          # forked measuring processes inherit it
+    else:
         try:
             blob = dumps_payload(payload)
         except Exception as e:
@@ -296,9 +299,6 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
                 f"tune {task.name!r}: the template or the reference function cannot be sent to "
                 f"the executor's workers ({type(e).__name__}: {e}); define them at module level "
                 "or install cloudpickle") from None
-    dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
-    if executor is None:
-        _SHARED[token] = payload          # forked measuring processes inherit it
     option = MeasureOption(number, repeat, min_repeat_ms, trial_timeout_s)
     jobs = itertools.count(1)
 
