@@ -230,9 +230,11 @@ class Sandbox:
     def submit(self, job):
         if self.busy:
             raise RuntimeError("this sandbox is measuring a job already")
-        if self.pid is not None and (self._jobs >= self.recycle_every
-                                     or self._reap(block=False) is not None):
-            self.close()
+        if self.pid is not None:
+            if self._reap(block=False) is not None:
+                self._drop()              # died while idle (reaped just now)
+            elif self._jobs >= self.recycle_every:
+                self.close()
         data = pickle.dumps(job)          # fails here (in the caller) if the job cannot travel
         for attempt in (0, 1):
             if self.pid is None:
@@ -240,8 +242,8 @@ class Sandbox:
             try:
                 self._send.send_bytes(data)
                 break
-            except (BrokenPipeError, OSError):
-                self.kill()               # died while idle: once more with a new one
+            except OSError:               # died since: once more with a new one
+                self.kill()
                 if attempt:
                     raise
         self._jobs += 1
