@@ -28,6 +28,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from ..errors import TdslError
 from .task import _DISPATCH, args_key
 
 LOG_VERSION = 2
@@ -137,6 +138,14 @@ def best(records: Iterable[Record]) -> Optional[Record]:
     return min(ok, key=lambda r: r.seconds) if ok else None
 
 
+def _fingerprint_here(target: str) -> Optional[str]:
+    """None for a target this machine cannot describe (a CPU its LLVM does not know)."""
+    try:
+        return target_fingerprint(target)
+    except TdslError:
+        return None
+
+
 def for_this_machine(records: Iterable[Record], target: Optional[str] = None) -> List[Record]:
     """The records that hold here: those whose target string resolves to the fingerprint
     they were measured with (and, with `target`, to `target`'s fingerprint)."""
@@ -145,7 +154,7 @@ def for_this_machine(records: Iterable[Record], target: Optional[str] = None) ->
     for r in records:
         if not r.fingerprint:
             unknown += 1
-        elif r.fingerprint == (want or target_fingerprint(r.target)):
+        elif r.fingerprint == (want or _fingerprint_here(r.target)):
             out.append(r)
     if unknown:
         warnings.warn(f"autotune: {unknown} record(s) carry no target description (a log "
