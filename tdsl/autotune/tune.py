@@ -217,8 +217,7 @@ class _Run:
 
     def collect(self, job, res):
         point, values = self.pending.pop(job.trial)
-        if self.default_alone:
-            self.default_alone = False
+        if self.default_alone and values == self.task.space.default_config().to_dict():
             if self.task.reference is None and res.get("status") != "ok" \
                     and "reference_error" not in res:
                 raise AutotuneError(
@@ -231,8 +230,10 @@ class _Run:
         if "reference_error" in res:
             raise AutotuneError(f"tune {self.task.name!r}: {res['reference_error']}")
         self.trial_no += 1
+        self.default_alone = False        # the default's result (or the first job's) is in
         space = self.task.space
-        r = check.to_record(self.task, values, space.index_of_point(point) if point else None,
+        r = check.to_record(self.task, values,
+                            space.index_of_point(point) if point is not None else None,
                             res, trial=self.trial_no, tuner=self.search.tuner.name)
         self.new_records.append(r)
         if check.is_foreign(r, self.fingerprint):
