@@ -257,6 +257,9 @@ def test_tune_gemm_each_tuner(tuner, tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     recs = [json.loads(line) for line in open(log)]
     assert len(recs) == 10 and {"config", "status", "seconds", "gflops", "trial"} <= set(recs[0])
+    # every record names the target as the measuring machine resolved it, and the machine
+    assert {r["fingerprint"] for r in recs} == {autotune.target_fingerprint("llvm")} == {res.target}
+    assert all(r["host"] for r in recs)
 
 
 @pytest.mark.parametrize("tuner", ["random", "grid", "model"])
@@ -320,17 +323,46 @@ def test_resume_skips_measured_configs(tmp_path):
     assert len(autotune.load_records(log)) == 8
 
 
-def test_apply_best_picks_fastest_ok_record(tmp_path):
+def test_resume_ignores_records_of_another_target(tmp_path):
+    """A log written on another CPU: its configs are measured again here, and its (faster)
+    times are neither the best nor applied."""
+    log = str(tmp_path / "other.jsonl")
+    task = autotune.create_task(matmul, (16, 16, 16))
+    default = task.space.default_config().to_dict()
+    theirs = autotune.Record("test_matmul", [16, 16, 16], "llvm", default, "ok", seconds=1e-9,
+                             fingerprint="llvm:x86_64-unknown-linux-gnu:not-this-cpu:000000000000")
+    with open(log, "w") as f:
+        f.write(theirs.to_json() + "\n")
+    res = autotune.tune(task, "random", n_trial=2, log_file=log, **FAST)
+    assert len(res.records) == 2 and res.new_records[0].config == default
+    assert res.default is res.new_records[0] and res.best.seconds > 1e-9
+    assert res.new_records[0].trial == 1
+    with autotune.apply_best(log):
+        s, _ = matmul(16, 16, 16)
+    assert "\n".join(s.trace) == "\n".join(
+        task.instantiate(res.best.config)[0].trace)
+
+
+def test_apply_best_picks_fastest_ok_record_of_this_target(tmp_path):
     log = str(tmp_path / "hand.jsonl")
-    base = dict(task="test_matmul", args=[16, 16, 16], target="llvm")
+    here = autotune.target_fingerprint("llvm")
+    base = dict(task="test_matmul", args=[16, 16, 16], target="llvm", fingerprint=here)
+    other_cpu = "llvm:x86_64-unknown-linux-gnu:not-this-cpu:000000000000"
     recs = [autotune.Record(config={"tile_i": [-1, 2]}, status="ok", seconds=2e-3, **base),
             autotune.Record(config={"tile_i": [-1, 4]}, status="ok", seconds=1e-3, **base),
             autotune.Record(config={"tile_i": [-1, 8]}, status="wrong_answer", seconds=1e-4, **base),
             autotune.Record(config={"tile_i": [-1, 3]}, status="ok", seconds=1e-5,
-                            **{**base, "args": [32, 32, 32]})]
+                            **{**base, "args": [32, 32, 32]}),
+            # faster, but measured on another CPU, or on an unknown one (a version-1 log)
+            autotune.Record(config={"tile_i": [-1, 6]}, status="ok", seconds=1e-6,
+                            **{**base, "fingerprint": other_cpu}),
+            autotune.Record(config={"tile_i": [-1, 7]}, status="ok", seconds=1e-7,
+                            **{**base, "fingerprint": ""})]
     with open(log, "w") as f:
         f.write("".join(r.to_json() + "\n" for r in recs) + "{truncated line\n")
-    with autotune.apply_best(log):
+    with pytest.warns(UserWarning, match="1 record.*no target description"):
+        ctx = autotune.apply_best(log)
+    with ctx:
         s, _ = matmul(16, 16, 16)
         assert "split(i, factor=4)" in "\n".join(s.trace)
         with pytest.warns(UserWarning, match="no tuned config"):
@@ -338,6 +370,12 @@ def test_apply_best_picks_fastest_ok_record(tmp_path):
         assert "split(i, factor=1)" in "\n".join(s.trace)
     s, _ = matmul(16, 16, 16)
     assert "split(i, factor=1)" in "\n".join(s.trace)
+    # building for another target: none of these records hold
+    with pytest.warns(UserWarning):
+        ctx = autotune.apply_best(log, target="cuda")
+    assert ctx.query("test_matmul", '[16,16,16]') is None
+    # the log of another machine, read there, applies its own records
+    assert autotune.Record.from_json(recs[4].to_json()).fingerprint == other_cpu
 
 
 def test_user_executor_and_progress_bar():
@@ -397,6 +435,14 @@ def test_errors_of_tune():
     bad = autotune.create_task(matmul, (8, 8, 8), reference=lambda a, b: np.zeros((3, 3)))
     with pytest.raises(AutotuneError, match="shapes"):
         autotune.tune(bad, n_trial=1, progress=False)
+    with pytest.raises(AutotuneError, match="executor must be a concurrent.futures.Executor"):
+        autotune.tune(task, n_trial=1, executor=object(), progress=False)
+    import threading
+    lock = threading.Lock()                       # nothing pickles a lock
+    unsendable = autotune.create_task(matmul, (8, 8, 8), reference=lambda a, b: (lock, a @ b)[1])
+    with cf.ThreadPoolExecutor(1) as ex, \
+            pytest.raises(AutotuneError, match="reference function cannot be sent"):
+        autotune.tune(unsendable, n_trial=1, executor=ex, progress=False)
 
 
 def test_tuning_curve_and_plot(tmp_path, monkeypatch):
@@ -416,3 +462,82 @@ def test_tuning_curve_and_plot(tmp_path, monkeypatch):
     matplotlib.use("Agg")
     ax = autotune.plot_tuning_curve(recs, label="demo")
     assert ax.get_ylabel() == "GFLOP/s"
+
+
+def test_machine_lock_orders_builds_and_timings(tmp_path):
+    """Builds share the lock, a timing holds it alone; a waiter gives up after max_wait."""
+    import threading
+    from tdsl.autotune.machine_lock import MachineLock
+    path = str(tmp_path / "m.lock")
+    timer, builder, other = MachineLock(path), MachineLock(path), MachineLock(path)
+    with builder.shared(), other.shared(max_wait=0.5):      # builds overlap at once
+        pass
+    events = []
+
+    def build():
+        with builder.shared():
+            events.append(("build starts", time.monotonic()))
+
+    with timer.exclusive():
+        t = threading.Thread(target=build)
+        t.start()
+        time.sleep(0.3)
+        events.append(("timing ends", time.monotonic()))
+    t.join(5)
+    assert [e for e, _ in events] == ["timing ends", "build starts"]
+    with timer.exclusive():
+        t0 = time.monotonic()
+        with other.shared(max_wait=0.2):       # a hung holder: go on without the lock
+            waited = time.monotonic() - t0
+    assert 0.15 < waited < 2.0
+
+
+def _as_another_cpu(fn, *args):
+    """Runs a job, then reports it as measured by a machine with another CPU, ten times
+    faster than anything here."""
+    res = fn(*args)
+    if isinstance(res, dict) and res.get("status") == "ok":
+        res = dict(res, fingerprint="llvm:x86_64-unknown-linux-gnu:other-cpu:000000000000",
+                   host="elsewhere", seconds=res["seconds"] / 10)
+    return res
+
+
+class _HalfTheWorkersElsewhere(cf.ThreadPoolExecutor):
+    """Every other trial job goes to a worker on another CPU."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.jobs = 0
+
+    def submit(self, fn, *args, **kw):
+        from tdsl.autotune.dispatch import remote_trial
+        if fn is remote_trial:
+            self.jobs += 1
+            if self.jobs % 2 == 0:
+                return super().submit(_as_another_cpu, fn, *args)
+        return super().submit(fn, *args, **kw)
+
+
+def test_records_from_a_worker_with_another_cpu_stay_apart(tmp_path):
+    log = str(tmp_path / "mixed.jsonl")
+    task = autotune.create_task(matmul, (16, 16, 16))
+    out = io.StringIO()
+    with _HalfTheWorkersElsewhere() as ex:
+        res = autotune.tune(task, "random", n_trial=6, log_file=log, executor=ex,
+                            min_repeat_ms=2, repeat=2, progress=out)
+    here = autotune.target_fingerprint("llvm")
+    theirs = [r for r in res.new_records if r.fingerprint != here]
+    ours = [r for r in res.new_records if r.fingerprint == here]
+    assert len(theirs) == 3 and len(ours) == 3 and all(r.ok for r in res.new_records)
+    assert all(r.host == "elsewhere" for r in theirs)
+    assert res.best in ours and res.best.seconds == min(r.seconds for r in ours)
+    assert "elsewhere measures for llvm:x86_64-unknown-linux-gnu:other-cpu" in out.getvalue()
+    # all six are logged, each under its own target; here only ours apply or resume
+    logged = autotune.load_records(log)
+    assert len(logged) == 6 and sum(r.fingerprint == here for r in logged) == 3
+    with autotune.apply_best(log):
+        s, _ = matmul(16, 16, 16)
+    assert s.trace == task.instantiate(res.best.config)[0].trace
+    res2 = autotune.tune(task, "random", n_trial=3, log_file=log, min_repeat_ms=2, repeat=2,
+                         progress=False)
+    assert len(res2.records) == 3 + 3 and res2.records[:3] == [r for r in logged if r.fingerprint == here]

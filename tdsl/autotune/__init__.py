@@ -21,15 +21,28 @@ with autotune.apply_best("mm.jsonl"):
     s, args = matmul(1024, 1024, 1024)              # the best logged config
 ```
 
-Modules: `space` (knobs, configs), `task` (templates, tasks, dispatch), `measure` (the
-measuring job and runners), `tuner` + `model` (random, grid, model-guided search),
-`record` (the JSON-lines log, `apply_best`), `tune` (the loop), `plot` (tuning curve).
+Measuring on a cluster: pass any `concurrent.futures.Executor` (or a Dask `Client`):
+
+```python
+from dask.distributed import Client
+client = Client("tcp://scheduler:8786")             # or Client(LocalCluster(...))
+res = autotune.tune(task, n_trial=200, log_file="mm.jsonl", executor=client)
+# Ray: ray.init(address=...); autotune.tune(task, executor=autotune.RayExecutor())
+```
+
+Modules: `space` (knobs, configs), `task` (templates, tasks, dispatch of configs to
+template calls), `tune` (the search loop), `tuner` + `model` (random, grid, model-guided
+search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring process),
+`measure` (what it does with a job), `machine_lock` (one timing per machine at a time),
+`check` (results into records), `tunelog` (the log as the run goes, progress),
+`record` (the JSON-lines format, `apply_best`), `plot` (tuning curve).
 """
 from .space import (AutotuneError, Config, ConfigSpace, SplitEntity, ReorderEntity,
                     AnnotateEntity, OtherEntity, split_factors)
 from .task import Task, Template, template, create_task, get_template, ApplyConfig, count_flop
-from .measure import MeasureOption, LocalRunner, ExecutorRunner, STATUSES, run_job
-from .record import Record, apply_best, load as load_records, best as best_record
+from .measure import MeasureOption, STATUSES, run_job
+from .executors import RayExecutor
+from .record import Record, apply_best, load as load_records, best as best_record, target_fingerprint
 from .tuner import Tuner, RandomTuner, GridTuner, ModelTuner
 from .model import GBTModel, RidgeModel
 from .tune import tune, TuneResult
@@ -38,8 +51,8 @@ from .plot import plot_tuning_curve, tuning_curve
 __all__ = [
     "AutotuneError", "Config", "ConfigSpace", "SplitEntity", "ReorderEntity", "AnnotateEntity",
     "OtherEntity", "split_factors", "Task", "Template", "template", "create_task",
-    "get_template", "ApplyConfig", "count_flop", "MeasureOption", "LocalRunner",
-    "ExecutorRunner", "STATUSES", "run_job", "Record", "apply_best", "load_records",
+    "get_template", "ApplyConfig", "count_flop", "MeasureOption", "RayExecutor",
+    "STATUSES", "run_job", "Record", "apply_best", "load_records", "target_fingerprint",
     "best_record", "Tuner", "RandomTuner", "GridTuner", "ModelTuner", "GBTModel",
     "RidgeModel", "tune", "TuneResult", "plot_tuning_curve", "tuning_curve",
 ]

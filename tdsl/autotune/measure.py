@@ -1,8 +1,14 @@
-"""Measuring one candidate: instantiate the template, build, check, time — in another process.
+"""Measuring one candidate: instantiate the template, build, check, time. `run_job(job)`
+does all of it in a measuring process (`sandbox.Sandbox`) and returns a small dict.
 
-`run_job(job)` does all of it and returns a plain dict; it is what runs in the measuring
-process, so a template or kernel that crashes or hangs there cannot take the tuning
-session down. Failures are classified (`STATUSES`):
+What travels is small: a `Job` is a config (a dict of knob values), the timing options
+and the task's `Payload` (template, arguments, shapes, the numpy reference function, a
+seed), never arrays. The measuring process makes the inputs from the seed and computes the
+reference itself (the task's numpy `reference`, else the default config's output, built
+there), once per task, and keeps them for the next jobs of that task. So any executor can
+carry jobs to any machine, and no array ever arrives misaligned or late.
+
+Failures are classified (`STATUSES`):
 
     instantiate_error  the template raised under this config (e.g. a ScheduleError)
     build_error        lowering or code generation raised
@@ -10,42 +16,35 @@ session down. Failures are classified (`STATUSES`):
     wrong_answer       the output differs from the reference (never chosen as best)
     timeout            no result within the trial time limit (the process is killed)
     crash              the measuring process died (a segfault, os._exit, out of memory)
-    runner_error       the executor itself failed (e.g. a job could not be pickled)
+    runner_error       the job never got measured (the executor failed, a job could not
+                       be sent, a worker was lost); not written to the log, so a resumed
+                       run measures that config
 
-Runners:
+Every result names the machine that measured it: `fingerprint` (the target as this
+machine resolves it, `record.target_fingerprint`) and `host`.
 
-- `LocalRunner` (the default): a `ProcessPoolExecutor` with the "fork" start method.
-  Forking means the worker inherits the templates (looked up by name in the registry) and
-  the task's inputs and reference outputs (put in `_SHARED` before the fork), so nothing
-  has to be pickled but a small job description; templates defined in notebooks or test
-  modules just work. A crash breaks the pool (`BrokenProcessPool`) and a hang is ended by
-  killing the pool's processes; either way the pool is made anew for the next candidate.
-- `ExecutorRunner`: any `concurrent.futures.Executor` the user hands in (a Dask or Ray
-  executor, a ProcessPoolExecutor, even a ThreadPoolExecutor for debugging). Jobs then
-  carry the template (pickled by reference, or by value with cloudpickle-based executors)
-  and the input/reference arrays. A hung job cannot be killed there: it is reported as a
-  timeout and abandoned.
-
-Times are taken with `Module.time_evaluator`; `seconds` is the fastest repeat (the least
-disturbed by other processes on a shared machine), `costs` all repeats.
+Times are taken with `Module.time_evaluator` while holding the machine's timing lock
+(`machine_lock`); `seconds` is the fastest repeat (the least disturbed), `costs` all.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
+import collections
 import os
-import signal
+import pickle
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from .machine_lock import LOCK
+
 STATUSES = ("ok", "instantiate_error", "build_error", "runtime_error", "wrong_answer",
             "timeout", "crash", "runner_error")
 
-# inputs and reference outputs by task token, inherited by forked measuring processes
-_SHARED: Dict[str, dict] = {}
+# task payloads by token, inherited by forked measuring processes (nothing pickled)
+_SHARED: Dict[str, "Payload"] = {}
 
 
 @dataclass
@@ -59,21 +58,63 @@ class MeasureOption:
 
 
 @dataclass
-class Job:
-    template_name: str
+class Payload:
+    """Everything a measuring process needs to measure any config of one task."""
+    name: str
+    template: Any
     args: tuple
     target: str
-    config: Dict[str, Any]
     arg_specs: list
-    option: MeasureOption
+    reference: Any                  # numpy function of the inputs, or None
+    rtol: float
+    atol: float
+    seed: int
+    default_config: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """One config to measure. `trial` is unique per job, so an executor that names tasks
+    after their arguments (Dask) never merges two of them."""
     token: str
-    rtol: float = 1e-3
-    atol: float = 1e-4
-    template: Any = None          # shipped only to executors that did not fork from us
-    data: Optional[dict] = None   # idem: {"inputs": [...], "refs": [...] or None}
-    check: bool = True
+    config: Dict[str, Any]
+    option: MeasureOption
+    trial: int = 0
+    payload: Optional[bytes] = None   # pickled Payload; None in forked processes (_SHARED)
     time: bool = True
-    return_outputs: bool = False
+
+
+class ReferenceError_(Exception):
+    """The reference output cannot be computed: the run cannot check anything."""
+
+
+def dumps_payload(payload: Payload) -> bytes:
+    """The payload as bytes for processes that did not fork from us. cloudpickle (Dask and
+    Ray ship it) sends templates and reference functions written in a notebook or a script
+    by value; plain pickle only by reference."""
+    try:
+        import cloudpickle
+        return cloudpickle.dumps(payload)
+    except ImportError:
+        return pickle.dumps(payload)
+
+
+def make_inputs(arg_specs, seed: int = 0) -> List[np.ndarray]:
+    """Deterministic random inputs (placeholders, in argument order)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in arg_specs:
+        if not a.is_input:
+            continue
+        dt = np.dtype(a.dtype)
+        if dt.kind == "f":
+            x = rng.standard_normal(a.shape).astype(dt)
+        elif dt.kind == "b":
+            x = rng.integers(0, 2, a.shape).astype(dt)
+        else:
+            x = rng.integers(0, 8, a.shape).astype(dt)
+        out.append(np.ascontiguousarray(x))
+    return out
 
 
 def _short(e: BaseException, limit=600) -> str:
@@ -115,47 +156,28 @@ def _empty_output(spec):
     return np.full(spec.shape, np.iinfo(dt).max, dtype=dt)
 
 
-def run_job(job: Job) -> dict:
-    """Instantiate, build, check and time one config. Runs in the measuring process."""
-    t0 = time.perf_counter()
-    res = {"status": "ok", "seconds": float("inf"), "costs": [], "error": "", "build_s": 0.0,
-           "total_s": 0.0, "pid": os.getpid()}
-
-    def fail(status, msg):
-        res["status"], res["error"] = status, msg
-        res["total_s"] = time.perf_counter() - t0
-        return res
-
-    data = job.data if job.data is not None else _SHARED.get(job.token)
-    if data is None:
-        return fail("runner_error", "the measuring process has no inputs for this task (was "
-                                    "the pool forked before the task was prepared?)")
-    tmpl = job.template
-    if tmpl is None:
-        from .task import _TEMPLATES
-        tmpl = _TEMPLATES.get(job.template_name)
-        if tmpl is None:
-            return fail("runner_error", f"template {job.template_name!r} is not registered in "
-                                        "the measuring process")
+def _build(p: Payload, config):
+    """The module of the template under `config`; raises _Failed(status, message)."""
     from .space import Config
     import tdsl
     try:
-        out = tmpl.fn(Config(values=job.config), *job.args)
+        out = p.template.fn(Config(values=config), *p.args)
         s, tensors = out[0], list(out[1])
     except Exception as e:
-        return fail("instantiate_error", _short(e))
-    tb0 = time.perf_counter()
+        raise _Failed("instantiate_error", _short(e))
     try:
-        f = tdsl.build(s, tensors, target=job.target, name="main")
+        return tdsl.build(s, tensors, target=p.target, name="main")
     except Exception as e:
-        return fail("build_error", _short(e))
-    res["build_s"] = time.perf_counter() - tb0
+        raise _Failed("build_error", _short(e))
 
-    inputs = iter(data["inputs"])
+
+def _run(p: Payload, f, inputs):
+    """(arrays, outputs) after one run of `f` on `inputs` and fresh outputs."""
+    it = iter(inputs)
     arrays, outputs = [], []
-    for spec in job.arg_specs:
+    for spec in p.arg_specs:
         if spec.is_input:
-            arrays.append(next(inputs))
+            arrays.append(next(it))
         else:
             o = _empty_output(spec)
             arrays.append(o)
@@ -163,56 +185,115 @@ def run_job(job: Job) -> dict:
     try:
         f(*arrays)
     except Exception as e:
-        return fail("runtime_error", _short(e))
-    refs = data.get("refs")
-    if job.check and refs is not None:
-        for spec_name, o, r in zip([a.name for a in job.arg_specs if not a.is_input], outputs, refs):
-            why = _compare(o, r, job.rtol, job.atol)
-            if why is not None:
-                return fail("wrong_answer", f"output '{spec_name}': {why}")
-    if job.return_outputs:
-        res["outputs"] = [o.copy() for o in outputs]
-    if job.time:
-        opt = job.option
-        try:
-            prof = f.time_evaluator(number=opt.number, repeat=opt.repeat,
-                                    min_repeat_ms=opt.min_repeat_ms)(*arrays)
-        except Exception as e:
-            return fail("runtime_error", _short(e))
-        res["costs"] = [float(c) for c in prof.results]
-        res["seconds"] = float(min(prof.results))
+        raise _Failed("runtime_error", _short(e))
+    return arrays, outputs
+
+
+class _Failed(Exception):
+    def __init__(self, status, msg):
+        super().__init__(msg)
+        self.status = status
+
+
+class _Context:
+    """A task as one measuring process holds it: inputs made from the seed, and the
+    reference outputs once computed."""
+
+    def __init__(self, p: Payload):
+        self.p = p
+        self.inputs = make_inputs(p.arg_specs, p.seed)
+        self.refs: Optional[List[np.ndarray]] = None
+
+    def reference(self) -> List[np.ndarray]:
+        if self.refs is not None:
+            return self.refs
+        p = self.p
+        out_specs = [a for a in p.arg_specs if not a.is_input]
+        if p.reference is not None:
+            try:
+                res = p.reference(*[x.copy() for x in self.inputs])
+            except Exception as e:
+                raise ReferenceError_(f"the reference function raised {_short(e)}")
+            refs = [np.asarray(x) for x in ([res] if isinstance(res, np.ndarray) else list(res))]
+            if len(refs) != len(out_specs) or any(tuple(r.shape) != s.shape
+                                                  for r, s in zip(refs, out_specs)):
+                raise ReferenceError_(f"the reference returned shapes {[r.shape for r in refs]}, "
+                                      f"the outputs are {[s.shape for s in out_specs]}")
+            self.refs = [r.astype(s.dtype) for r, s in zip(refs, out_specs)]
+        else:
+            try:
+                f = _build(p, p.default_config)
+                _, outputs = _run(p, f, self.inputs)
+            except _Failed as e:
+                raise ReferenceError_(
+                    f"the default config could not give the reference output ({e.status}: "
+                    f"{e}); fix the template's default or pass reference= to create_task")
+            self.refs = outputs
+        return self.refs
+
+
+_CONTEXTS: "collections.OrderedDict[str, _Context]" = collections.OrderedDict()
+
+
+def _context(job: Job) -> _Context:
+    ctx = _CONTEXTS.get(job.token)
+    if ctx is None:
+        p = pickle.loads(job.payload) if job.payload is not None else _SHARED.get(job.token)
+        if p is None:
+            raise _Failed("runner_error", "the measuring process has no payload for this task "
+                                          "(was it forked before the task was prepared?)")
+        ctx = _Context(p)
+        _CONTEXTS[job.token] = ctx
+        while len(_CONTEXTS) > 2:            # a process serves one tuning run at a time
+            _CONTEXTS.popitem(last=False)
+    return ctx
+
+
+def machine() -> Dict[str, str]:
+    return {"host": socket.gethostname()}
+
+
+def run_job(job: Job) -> dict:
+    """Instantiate, build, check and time one config. Runs in the measuring process."""
+    from .record import target_fingerprint
+    t0 = time.perf_counter()
+    res = {"status": "ok", "seconds": float("inf"), "costs": [], "error": "", "build_s": 0.0,
+           "total_s": 0.0, "pid": os.getpid(), **machine()}
+    wait = job.option.timeout_s / 4      # see machine_lock: never time out on the lock
+    try:
+        with LOCK.shared(wait):
+            ctx = _context(job)
+            p = ctx.p
+            res["fingerprint"] = target_fingerprint(p.target)
+            tb0 = time.perf_counter()
+            f = _build(p, job.config)
+            res["build_s"] = time.perf_counter() - tb0
+            arrays, outputs = _run(p, f, ctx.inputs)
+            if p.reference is None and ctx.refs is None and job.config == p.default_config:
+                ctx.refs = [o.copy() for o in outputs]     # this is the reference
+            refs = ctx.reference()
+            names = [a.name for a in p.arg_specs if not a.is_input]
+            for name, o, r in zip(names, outputs, refs):
+                why = _compare(o, r, p.rtol, p.atol)
+                if why is not None:
+                    raise _Failed("wrong_answer", f"output '{name}': {why}")
+        if job.time:
+            opt = job.option
+            with LOCK.exclusive(wait):
+                try:
+                    prof = f.time_evaluator(number=opt.number, repeat=opt.repeat,
+                                            min_repeat_ms=opt.min_repeat_ms)(*arrays)
+                except Exception as e:
+                    raise _Failed("runtime_error", _short(e))
+            res["costs"] = [float(c) for c in prof.results]
+            res["seconds"] = float(min(prof.results))
+    except _Failed as e:
+        res["status"], res["error"] = e.status, str(e)
+    except ReferenceError_ as e:
+        res["status"], res["error"] = "runner_error", str(e)
+        res["reference_error"] = str(e)
     res["total_s"] = time.perf_counter() - t0
     return res
-
-
-def _worker_init():
-    """In a measuring process: Ctrl-C is for the tuning session, and a crash is reported by
-    its exit status (not by a faulthandler dump inherited from pytest or the user)."""
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except (ValueError, OSError):
-        pass
-    try:
-        import faulthandler
-        faulthandler.disable()
-    except Exception:
-        pass
-
-
-def describe_exit(code) -> str:
-    if code is None:
-        return "the measuring process died"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"the measuring process was killed by {name}"
-    return f"the measuring process exited with code {code}"
-
-
-# --------------------------------------------------------------------------------------
-# runners
 
 
 _WARM = False
@@ -236,138 +317,4 @@ def warm_up():
         s[B].parallel(B.op.axis[0])
         tdsl.build(s, [A, B], name="autotune_warm_up")
     except Exception:
-        pass
-
-
-class LocalRunner:
-    """A fork-based process pool of `n_parallel` measuring processes (see the module
-    docstring). `recycle_every` jobs the pool is renewed, which bounds the memory of
-    compiled kernels kept alive in the workers."""
-
-    ships_data = False
-
-    def __init__(self, n_parallel: int = 1, recycle_every: int = 200):
-        methods = mp.get_all_start_methods()
-        self.ctx = mp.get_context("fork") if "fork" in methods else mp.get_context()
-        if self.ctx.get_start_method() != "fork":
-            self.ships_data = True        # spawn: jobs must carry what they need
-        self.n_parallel = max(1, int(n_parallel))
-        self.recycle_every = recycle_every
-        self.pool: Optional[cf.ProcessPoolExecutor] = None
-        self._procs: List[Any] = []
-        self._jobs = 0
-
-    def _pool(self):
-        if self.pool is None:
-            if self.ctx.get_start_method() == "fork":
-                warm_up()
-            self.pool = cf.ProcessPoolExecutor(max_workers=self.n_parallel, mp_context=self.ctx,
-                                               initializer=_worker_init)
-            self._procs = []
-            self._jobs = 0
-        return self.pool
-
-    def submit(self, job: Job, in_flight: int = 0) -> cf.Future:
-        if self.pool is not None and self._jobs >= self.recycle_every and in_flight == 0:
-            self.restart()
-        pool = self._pool()
-        try:
-            fut = pool.submit(run_job, job)
-        except cf.process.BrokenProcessPool:
-            self.restart()
-            fut = self._pool().submit(run_job, job)
-        self._jobs += 1
-        procs = getattr(self.pool, "_processes", None) or {}
-        for p in procs.values():
-            if p not in self._procs:
-                self._procs.append(p)
-        return fut
-
-    def exit_reason(self) -> str:
-        """Why the pool broke: the exit status of a dead worker, when one is known."""
-        # A crashed worker has exited already; the wait only covers its reaping, which can
-        # lag on a loaded machine (0.5 s was seen to be too short).
-        deadline = time.monotonic() + 5.0
-        for p in self._procs:
-            try:
-                p.join(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:
-                pass
-            code = getattr(p, "exitcode", None)
-            if code not in (None, 0):
-                return describe_exit(code)
-        return "the measuring process died"
-
-    def kill(self):
-        """Ends every measuring process now (a hung candidate); the pool is made anew."""
-        pool, self.pool = self.pool, None
-        if pool is None:
-            return
-        procs = list((getattr(pool, "_processes", None) or {}).values()) or list(self._procs)
-        for p in procs:
-            try:
-                p.kill()
-            except Exception:
-                pass
-        try:
-            pool.shutdown(wait=False, cancel_futures=True)
-        except Exception:
-            pass
-        for p in procs:
-            try:
-                p.join(timeout=2)
-            except Exception:
-                pass
-        self._procs = []
-
-    def restart(self):
-        """A fresh pool (after a crash, or when shared data changed)."""
-        pool, self.pool = self.pool, None
-        if pool is not None:
-            try:
-                pool.shutdown(wait=True, cancel_futures=True)
-            except Exception:
-                self.pool = pool
-                self.kill()
-        self._procs = []
-
-    broken = restart
-
-    def close(self):
-        pool, self.pool = self.pool, None
-        if pool is not None:
-            try:
-                pool.shutdown(wait=True, cancel_futures=True)
-            except Exception:
-                pass
-
-
-class ExecutorRunner:
-    """Measures with a user's `concurrent.futures.Executor` (not shut down here)."""
-
-    ships_data = True
-
-    def __init__(self, executor: cf.Executor, n_parallel: int = 1):
-        if not isinstance(executor, cf.Executor) and not callable(getattr(executor, "submit", None)):
-            from .space import AutotuneError
-            raise AutotuneError(f"tune: executor must be a concurrent.futures.Executor, got {executor!r}")
-        self.executor = executor
-        self.n_parallel = max(1, int(n_parallel))
-
-    def submit(self, job: Job, in_flight: int = 0) -> cf.Future:
-        return self.executor.submit(run_job, job)
-
-    def exit_reason(self) -> str:
-        return "a process of the executor died"
-
-    def kill(self):
-        pass
-
-    def restart(self):
-        pass
-
-    def broken(self):
-        pass
-
-    def close(self):
         pass

@@ -2,25 +2,51 @@
 
 One line per measured trial::
 
-    {"v": 1, "task": "matmul", "args": [1024, 1024, 1024], "target": "llvm",
+    {"v": 2, "task": "matmul", "args": [1024, 1024, 1024], "target": "llvm",
      "config": {"tile_i": [-1, 8], "unroll_k": 4}, "index": 1234, "status": "ok",
      "seconds": 0.0061, "costs": [0.0061, 0.0062, 0.0061], "gflops": 352.1, "error": "",
-     "build_s": 0.31, "total_s": 0.52, "trial": 17, "tuner": "model", "timestamp": 1.7e9}
+     "build_s": 0.31, "total_s": 0.52, "trial": 17, "tuner": "model", "timestamp": 1.7e9,
+     "fingerprint": "llvm:x86_64-unknown-linux-gnu:znver4:5f1c0e2a9b3d", "host": "node7"}
 
 `status` is "ok" or one of the failure classes in `measure.STATUSES`. A log is appended to
 as trials finish, so an interrupted run loses nothing; re-running `tune` with the same log
-skips configs already in it. `apply_best(log)` picks the fastest "ok" record of each task.
+skips configs already in it.
+
+A record carries the target as the machine that measured it resolved it (`fingerprint`,
+from `target_fingerprint`) and that machine's name (`host`). Timings say nothing about
+another CPU, so `apply_best(log)` uses a record only where its target string resolves to
+the same fingerprint here, and `tune` resumes only from records of the fingerprint its
+workers report. Records without one (logs of version 1) are never applied.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from ..errors import TdslError
 from .task import _DISPATCH, args_key
 
-LOG_VERSION = 1
+LOG_VERSION = 2
+
+
+@functools.lru_cache(maxsize=64)
+def target_fingerprint(target: str) -> str:
+    """What identifies the code a target string stands for on the machine asking:
+    "kind:triple:cpu:features digest" for CPU targets ("llvm" resolves to this host's CPU),
+    the target string itself for GPU targets. The format is `tdsl.target.Target`'s
+    `fingerprint`, so logs stay valid when that class replaces `parse_target` here."""
+    text = " ".join(str(target).split()) or "llvm"
+    if text.split()[0] != "llvm":
+        return text
+    from ..codegen.target import parse_target
+    t = parse_target(text)
+    digest = hashlib.sha1(t.features.encode()).hexdigest()[:12]
+    return f"llvm:{t.triple}:{t.cpu}:{digest}"
 
 
 @dataclass
@@ -41,6 +67,8 @@ class Record:
     trial: int = 0
     tuner: str = ""
     timestamp: float = 0.0
+    fingerprint: str = ""
+    host: str = ""
 
     @property
     def ok(self) -> bool:
@@ -84,9 +112,9 @@ def append(path, records: Iterable[Record]):
         f.flush()
 
 
-def load(path, task=None) -> List[Record]:
-    """Records of a log (of `task` only, when given). Lines that do not parse (a run killed
-    mid-write) are skipped."""
+def load(path, task=None, fingerprint: Optional[str] = None) -> List[Record]:
+    """Records of a log (of `task` only, and measured for `fingerprint` only, when given).
+    Lines that do not parse (a run killed mid-write) are skipped."""
     if not os.path.exists(path):
         return []
     out = []
@@ -99,7 +127,8 @@ def load(path, task=None) -> List[Record]:
                 r = Record.from_json(line)
             except (ValueError, TypeError):
                 continue
-            if task is None or r.key == task.key:
+            if (task is None or r.key == task.key) and \
+                    (fingerprint is None or r.fingerprint == fingerprint):
                 out.append(r)
     return out
 
@@ -109,17 +138,35 @@ def best(records: Iterable[Record]) -> Optional[Record]:
     return min(ok, key=lambda r: r.seconds) if ok else None
 
 
-def best_by_task(records: Iterable[Record]) -> Dict[Tuple[str, str, str], Record]:
-    out: Dict[Tuple[str, str, str], Record] = {}
+def _fingerprint_here(target: str) -> Optional[str]:
+    """None for a target this machine cannot describe (a CPU its LLVM does not know)."""
+    try:
+        return target_fingerprint(target)
+    except TdslError:
+        return None
+
+
+def for_this_machine(records: Iterable[Record], target: Optional[str] = None) -> List[Record]:
+    """The records that hold here: those whose target string resolves to the fingerprint
+    they were measured with (and, with `target`, to `target`'s fingerprint)."""
+    want = target_fingerprint(target) if target is not None else None
+    out, unknown = [], 0
     for r in records:
-        if r.ok and (r.key not in out or r.seconds < out[r.key].seconds):
-            out[r.key] = r
+        if not r.fingerprint:
+            unknown += 1
+        elif r.fingerprint == (want or _fingerprint_here(r.target)):
+            out.append(r)
+    if unknown:
+        warnings.warn(f"autotune: {unknown} record(s) carry no target description (a log "
+                      "written before version 2); they are not used", stacklevel=3)
     return out
 
 
 class apply_best:
     """Context manager: inside it, a template called without a config uses the fastest
-    logged config for its (name, args) (and `target`, when given).
+    logged config for its (name, args), among the records measured for this machine's
+    target (`target`: the target you will build for; default: each record's own target
+    string, resolved here, so "llvm" means this host's CPU).
 
         with autotune.apply_best("mm.jsonl"):
             s, args = matmul_template(1024, 1024, 1024)
@@ -127,8 +174,7 @@ class apply_best:
 
     def __init__(self, log_file, target: Optional[str] = None):
         recs = load(log_file) if isinstance(log_file, (str, os.PathLike)) else list(log_file)
-        if target is not None:
-            recs = [r for r in recs if r.target == target]
+        recs = for_this_machine(recs, target)
         self.best: Dict[Tuple[str, str], Record] = {}
         for r in recs:
             k = (r.task, args_key(r.args))

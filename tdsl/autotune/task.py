@@ -48,8 +48,11 @@ class Template:
 
     def __reduce__(self):
         # by reference to the module attribute holding this template when there is one
-        # (the decorated name); else the name and the function (cloudpickle sends it by value)
-        obj = sys.modules.get(getattr(self, "__module__", None) or "")
+        # (the decorated name); else the name and the function (cloudpickle sends it by
+        # value). A script's or a notebook's __main__ is not the __main__ of another
+        # process, so templates defined there go by value too.
+        module = getattr(self, "__module__", None) or ""
+        obj = sys.modules.get(module) if module != "__main__" else None
         for part in (getattr(self, "__qualname__", "") or "?").split("."):
             obj = getattr(obj, part, None)
         if obj is self:
@@ -286,26 +289,10 @@ class Task:
         return tdsl.build(s, tensors, target=self.target, name=self.name.replace(" ", "_"))
 
     def make_inputs(self, seed: int = 0) -> List[np.ndarray]:
-        """Deterministic random inputs (placeholders, in argument order)."""
-        rng = np.random.default_rng(seed)
-        out = []
-        for a in self.arg_specs:
-            if not a.is_input:
-                continue
-            dt = np.dtype(a.dtype)
-            if dt.kind == "f":
-                x = rng.standard_normal(a.shape).astype(dt)
-            elif dt.kind == "b":
-                x = rng.integers(0, 2, a.shape).astype(dt)
-            else:
-                x = rng.integers(0, 8, a.shape).astype(dt)
-            out.append(np.ascontiguousarray(x))
-        return out
-
-    def __getstate__(self):
-        d = dict(self.__dict__)
-        d["reference"] = None     # only the parent needs it
-        return d
+        """Deterministic random inputs (placeholders, in argument order): what the
+        measuring processes of `tune(..., seed=seed)` make for themselves."""
+        from .measure import make_inputs
+        return make_inputs(self.arg_specs, seed)
 
     def __repr__(self):
         return (f"Task({self.name!r}, args={list(self.args)}, target={self.target!r}, "

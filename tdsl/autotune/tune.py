@@ -1,54 +1,58 @@
-"""`tune()`: the measure loop — propose, measure in another process, log, learn.
+"""`tune()`: the search loop — propose, dispatch, check, log, learn.
+
+The loop is the only place that knows the order of things; each step is its own piece:
+
+- proposing and learning: a `Tuner` (`tuner.py`), wrapped here by `_Search` (the budget,
+  early stopping, configs already measured, the best so far);
+- measuring: a dispatcher (`dispatch.py`): the session's own measuring processes, or any
+  `concurrent.futures.Executor` (Dask, Ray, a process or thread pool);
+- checking what comes back: `check.py` (the outputs themselves are compared with the
+  reference in the measuring process, `measure.py`);
+- logging: `tunelog.py` (the JSON-lines log, the progress bar).
 
 Budget: `n_trial` new measurements and/or `timeout_s` seconds of wall clock for the whole
-call (the reference, the default config and every candidate; candidates still running at
-the deadline are stopped and not logged, so a resumed run measures them). Each candidate
-also has `trial_timeout_s`. With `log_file`, every finished trial is appended at once, and
-a later call with the same log skips the configs already in it (their results seed the
-tuner and the best so far).
+call (candidates still running at the deadline are stopped and not logged, so a resumed
+run measures them). Each candidate also has `trial_timeout_s`. With `log_file`, every
+finished trial is appended at once, and a later call with the same log skips the configs
+already measured for the same target (their results seed the tuner and the best so far),
+whichever cluster ran them.
 
-Correctness: the outputs of every candidate are compared with a reference — the task's
-numpy `reference`, or else the default config's output (computed first, in the measuring
-process). A wrong answer is logged as such and never chosen.
+Correctness: the outputs of every candidate are compared with a reference: the task's
+numpy `reference`, or else the default config's output, both computed by the measuring
+process from inputs it makes from a seed. A wrong answer is logged as such, never chosen.
 
 "No slower than the default": with `include_default=True` (the default) the default
-config is measured as the first trial of a task, with the same measuring function as every
-candidate, so the best record is never slower than it by construction.
+config is measured as the first trial of a task, alone, with the same measuring function
+as every candidate, so the best record is never slower than it by construction.
+
+Target: the run learns from its workers which target they measure (`fingerprint`); a
+record from a worker that resolves the target differently (another CPU) is logged under
+its own fingerprint and takes no part in this run's search or best.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import itertools
 import math
-import sys
 import time
 import uuid
 from typing import Any, Deque, Dict, List, Optional
 
-import numpy as np
-
-from . import record as rec_mod
-from .measure import _SHARED, ExecutorRunner, Job, LocalRunner, MeasureOption
+from . import check
+from .dispatch import make_dispatcher
+from .measure import _SHARED, Job, MeasureOption, Payload, dumps_payload
 from .record import Record
 from .space import AutotuneError
-from .task import Task, _jsonable
-from .tuner import make_tuner
-
-
-def _fmt_s(sec: float) -> str:
-    if not math.isfinite(sec):
-        return "-"
-    if sec >= 1:
-        return f"{sec:.3f} s"
-    if sec >= 1e-3:
-        return f"{sec * 1e3:.3f} ms"
-    return f"{sec * 1e6:.2f} us"
+from .task import Task
+from .tuner import Tuner, make_tuner
+from .tunelog import TuneLog, fmt_s
 
 
 class TuneResult:
     """What `tune` returns: the best record (`config`, `seconds`, `gflops`) and the run."""
 
-    def __init__(self, task, best, default, records, new_records, elapsed_s, stopped):
+    def __init__(self, task, best, default, records, new_records, elapsed_s, stopped, target=""):
         self.task = task
         self.best: Optional[Record] = best
         self.default: Optional[Record] = default
@@ -56,6 +60,7 @@ class TuneResult:
         self.new_records: List[Record] = new_records  # measured in this call
         self.elapsed_s = elapsed_s
         self.stopped = stopped
+        self.target = target                          # the fingerprint the run measured for
 
     @property
     def config(self) -> Optional[Dict[str, Any]]:
@@ -81,10 +86,10 @@ class TuneResult:
                  f"in {self.elapsed_s:.1f} s (stopped: {self.stopped}); "
                  + ", ".join(f"{k} {v}" for k, v in sorted(self.by_status().items()))]
         if self.best:
-            lines.append(f"  best    {_fmt_s(self.best.seconds):>12s} {self.best.gflops:9.1f} GFLOP/s "
+            lines.append(f"  best    {fmt_s(self.best.seconds):>12s} {self.best.gflops:9.1f} GFLOP/s "
                          f"{self.best.config}")
         if self.default and self.default.ok:
-            lines.append(f"  default {_fmt_s(self.default.seconds):>12s} {self.default.gflops:9.1f} GFLOP/s")
+            lines.append(f"  default {fmt_s(self.default.seconds):>12s} {self.default.gflops:9.1f} GFLOP/s")
         for r in self.failures:
             lines.append(f"  trial {r.trial}: {r.status}: {r.error}  {r.config}")
         return "\n".join(lines)
@@ -92,64 +97,182 @@ class TuneResult:
     def __repr__(self):
         if not self.best:
             return f"TuneResult({self.task.name}: no valid config, {self.by_status()})"
-        return (f"TuneResult({self.task.name}: best {_fmt_s(self.best.seconds)}, "
+        return (f"TuneResult({self.task.name}: best {fmt_s(self.best.seconds)}, "
                 f"{self.best.gflops:.1f} GFLOP/s, config={self.best.config})")
 
 
-class _NoBar:
-    def __init__(self, file=None):
-        self.file = file or sys.stderr
-
-    def update(self, n=1):
-        pass
-
-    def set_postfix_str(self, s):
-        pass
-
-    def write(self, s):
-        print(s, file=self.file)
-
-    def close(self):
-        pass
+def _config_key(values) -> str:
+    return Record("", [], "", values, "").config_key
 
 
-def _progress_bar(progress, total, desc):
-    if not progress:
-        return _NoBar()
-    file = progress if hasattr(progress, "write") else None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:           # tqdm is a dependency; stay usable without it
-        return _NoBar(file)
+class _Search:
+    """The tuner plus the run's bookkeeping: what to measure next, when to stop, the best."""
 
-    class Bar(tqdm):
-        monitor_interval = 0      # no monitor thread: the measuring pool forks
+    def __init__(self, task: Task, tuner: Tuner, n_trial: int, early_stopping, batch: int,
+                 history: List[Record]):
+        self.space = task.space
+        self.tuner = tuner
+        self.n_trial = n_trial
+        self.early_stopping = early_stopping
+        self.batch = batch
+        self.done = set()
+        self.queue: Deque = collections.deque()
+        self.submitted = 0
+        self.since_best = 0
+        self.best: Optional[Record] = None
+        for r in history:
+            self.learn(self.space.point_of(r.config), r, count=False)
 
-    return Bar(total=total, desc=desc, unit="trial", file=file, dynamic_ncols=True, leave=True)
+    def push_first(self, point):
+        """Measure `point` first (the default config)."""
+        self.tuner.mark_visited(point)
+        self.queue.appendleft(point)
+
+    def next(self):
+        """(point, values) to measure next, or None when the budget or the space is used up."""
+        while True:
+            if self.submitted >= self.n_trial:
+                return None
+            if self.early_stopping is not None and self.since_best >= self.early_stopping:
+                return None
+            if not self.queue:
+                self.queue.extend(self.tuner.next_batch(self.batch))
+                if not self.queue:
+                    return None
+            point = self.queue.popleft()
+            values = self.space.values_of(point)
+            if _config_key(values) in self.done:
+                continue
+            self.submitted += 1
+            self.done.add(_config_key(values))
+            return point, values
+
+    def learn(self, point, r: Record, count=True):
+        self.done.add(r.config_key)
+        if r.status != "runner_error":     # a lost job says nothing about its config
+            self.tuner.update(point, r)
+        if r.ok and (self.best is None or r.seconds < self.best.seconds):
+            self.best = r
+            self.since_best = 0
+        elif count:
+            self.since_best += 1
+
+    def stop_reason(self) -> str:
+        if self.submitted >= self.n_trial:
+            return "n_trial"
+        if self.early_stopping is not None and self.since_best >= self.early_stopping:
+            return "early_stopping"
+        return "space exhausted"
 
 
-def _as_list(x):
-    if isinstance(x, np.ndarray):
-        return [x]
-    return list(x)
+class _Run:
+    """One call of `tune`: the loop that feeds the dispatcher from the search and turns
+    what comes back into records (checked, logged, learnt from)."""
+
+    def __init__(self, task, search: _Search, dispatcher, log: TuneLog, make_job,
+                 fingerprint: str, trial_no: int, deadline: float, default_alone: bool):
+        self.task, self.search, self.dispatcher, self.log = task, search, dispatcher, log
+        self.make_job = make_job
+        self.fingerprint = fingerprint
+        self.trial_no = trial_no
+        self.deadline = deadline
+        self.default_alone = default_alone
+        self.new_records: List[Record] = []
+        self.pending: Dict[int, tuple] = {}
+        self.lost_in_a_row = 0
+        self.executor_failed = False
+
+    def loop(self) -> str:
+        """Measures until the budget, the space or the executor runs out; returns why."""
+        while True:
+            if time.perf_counter() >= self.deadline:
+                self.dispatcher.cancel()           # not logged: a resumed run measures them
+                return "timeout_s"
+            self.fill()
+            if self.executor_failed:
+                return "executor failed"
+            if self.dispatcher.in_flight == 0:
+                return self.search.stop_reason()
+            for job, res in self.dispatcher.wait(max(0.0, self.deadline - time.perf_counter())):
+                self.collect(job, res)
+                if self.executor_failed:
+                    return "executor failed"
+
+    def fill(self):
+        # the default config runs alone: when it is the reference, nothing else can be
+        # checked before it ran
+        room = 1 if self.default_alone else self.dispatcher.capacity()
+        while self.dispatcher.in_flight < room and not self.executor_failed:
+            item = self.search.next()
+            if item is None:
+                return
+            job = self.make_job(item[1])
+            try:
+                self.dispatcher.submit(job)
+            except Exception as e:
+                self.finish(*item, {"status": "runner_error", "lost": True,
+                                    "error": f"the executor refused the job: {type(e).__name__}: {e}"})
+                continue
+            self.pending[job.trial] = item
+
+    def collect(self, job, res):
+        point, values = self.pending.pop(job.trial)
+        if self.default_alone and values == self.task.space.default_config().to_dict():
+            if self.task.reference is None and res.get("status") != "ok" \
+                    and "reference_error" not in res:
+                raise AutotuneError(
+                    f"tune {self.task.name!r}: the default config could not give the reference "
+                    f"output ({res.get('status')}: {res.get('error')}); fix the template's "
+                    "default or pass reference= to create_task")
+        self.finish(point, values, res)
+
+    def finish(self, point, values, res):
+        if "reference_error" in res:
+            raise AutotuneError(f"tune {self.task.name!r}: {res['reference_error']}")
+        self.trial_no += 1
+        self.default_alone = False        # the default's result (or the first job's) is in
+        space = self.task.space
+        r = check.to_record(self.task, values,
+                            space.index_of_point(point) if point is not None else None,
+                            res, trial=self.trial_no, tuner=self.search.tuner.name)
+        self.new_records.append(r)
+        if check.is_foreign(r, self.fingerprint):
+            self.log.note(f"{r.host or 'a worker'} measures for {r.fingerprint}, this run for "
+                          f"{self.fingerprint}: its records are logged for their target, not "
+                          "used here", once=r.fingerprint)
+            self.search.done.add(r.config_key)
+        else:
+            self.search.learn(point, r)
+        self.log.add(r, self.search.best)
+        # runner errors in a row (a job nobody can unpickle ...), or a job the executor
+        # lost while it no longer answers (the scheduler went away): stop; the log keeps
+        # every finished trial for a run on another cluster
+        self.lost_in_a_row = self.lost_in_a_row + 1 if r.status == "runner_error" else 0
+        if self.lost_in_a_row >= 3 or (res.get("lost") and not self.dispatcher.healthy()):
+            self.executor_failed = True
 
 
 def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[float] = None,
          log_file=None, executor: Optional[cf.Executor] = None, *, trial_timeout_s: float = 60.0,
-         number: int = 1, repeat: int = 3, min_repeat_ms: float = 20.0, n_parallel: int = 1,
-         batch_size: Optional[int] = None, early_stopping: Optional[int] = None,
-         include_default: bool = True, resume: bool = True, progress=True, seed: int = 0) -> TuneResult:
+         number: int = 1, repeat: int = 3, min_repeat_ms: float = 20.0,
+         n_parallel: Optional[int] = None, batch_size: Optional[int] = None,
+         early_stopping: Optional[int] = None, include_default: bool = True, resume: bool = True,
+         progress=True, seed: int = 0) -> TuneResult:
     """Searches `task.space` and returns a `TuneResult` (best config, seconds, GFLOP/s).
 
     tuner: "random", "grid", "model" or a `Tuner`. n_trial: new measurements (failures
     count). timeout_s: wall-clock budget of the call. log_file: JSON-lines log, appended and
-    resumed. executor: any concurrent.futures.Executor to measure with (default: a
-    fork-based process pool of `n_parallel` processes; more than one process makes timings
-    disturb each other, so keep 1 on one machine). trial_timeout_s: a candidate with no
+    resumed. executor: where to measure: a `concurrent.futures.Executor` (a Dask
+    `client.get_executor()` or a Dask `Client`, `autotune.RayExecutor()`, a process or
+    thread pool); each of its workers measures in a process of its own, one trial at a
+    time, and timings on one machine never overlap (`machine_lock`). Default: measuring
+    processes forked from this one. n_parallel: jobs in flight (default: 1 without an
+    executor, else the executor's worker count). trial_timeout_s: a candidate with no
     result after that long is killed and logged as a time-out. number/repeat/min_repeat_ms:
     passed to `time_evaluator`. early_stopping: stop after that many trials without a new
     best. progress: a tqdm bar with the best GFLOP/s so far (False: silent; a file: where
-    to draw it); failures are printed above the bar as they happen.
+    to draw it); failures are printed above the bar as they happen. seed: of the inputs
+    and of the tuner.
     """
     if not isinstance(task, Task):
         raise AutotuneError(f"tune: expected a task from create_task, got {task!r}")
@@ -161,261 +284,59 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
     deadline = start + timeout_s if timeout_s is not None else math.inf
     space = task.space
     tn = make_tuner(tuner, space, seed)
-    batch = batch_size or max(8, n_parallel)
-    option = MeasureOption(number, repeat, min_repeat_ms, trial_timeout_s)
-
-    history = rec_mod.load(log_file, task) if (log_file is not None and resume) else []
-    done_keys = set()
-    for r in history:
-        done_keys.add(r.config_key)
-        point = space.point_of(r.config)
-        tn.update(point, r)
-    records: List[Record] = list(history)
-    new_records: List[Record] = []
-    trial_no = max((r.trial for r in history), default=0)
-    best: Optional[Record] = rec_mod.best(history)
-
-    inputs = task.make_inputs(seed)
-    out_specs = [a for a in task.arg_specs if not a.is_input]
-    refs = None
-    if task.reference is not None:
-        refs = [np.asarray(x) for x in _as_list(task.reference(*inputs))]
-        if len(refs) != len(out_specs) or any(tuple(r.shape) != s.shape for r, s in zip(refs, out_specs)):
-            raise AutotuneError(f"tune: reference returned shapes {[r.shape for r in refs]}, the "
-                                f"outputs are {[s.shape for s in out_specs]}")
-        refs = [r.astype(s.dtype) for r, s in zip(refs, out_specs)]
+    default_values = space.default_config().to_dict()
+    payload = Payload(task.name, task.template, task.args, task.target, task.arg_specs,
+                      task.reference, task.rtol, task.atol, seed, default_values)
     token = uuid.uuid4().hex
-    data = {"inputs": inputs, "refs": refs}
-    runner = LocalRunner(n_parallel) if executor is None else ExecutorRunner(executor, n_parallel)
-    if not runner.ships_data:
-        _SHARED[token] = data
-    bar = _progress_bar(progress, n_trial if n_trial < (1 << 62) else None, f"tune {task.name}")
-    args_json = _jsonable(list(task.args))
-    stopped = None
-
-    def make_job(values, **kw):
-        return Job(task.name, task.args, task.target, values, task.arg_specs, option, token,
-                   task.rtol, task.atol,
-                   template=task.template if runner.ships_data else None,
-                   data=data if runner.ships_data else None, **kw)
-
-    def best_text():
-        if best is None:
-            return "best: -"
-        if best.gflops:
-            return f"best {best.gflops:.1f} GFLOP/s"
-        return f"best {_fmt_s(best.seconds)}"
-
-    def finish(point, values, res):
-        nonlocal trial_no, best
-        trial_no += 1
-        status = res.get("status", "runner_error")
-        secs = float(res.get("seconds", math.inf)) if status == "ok" else math.inf
-        r = Record(task=task.name, args=args_json, target=task.target, config=dict(values),
-                   status=status, seconds=secs, costs=list(res.get("costs", [])),
-                   gflops=(task.flop / secs / 1e9) if (status == "ok" and task.flop and secs > 0) else 0.0,
-                   error=res.get("error", ""),
-                   index=space.index_of_point(point) if point is not None else None,
-                   build_s=float(res.get("build_s", 0.0)), total_s=float(res.get("total_s", 0.0)),
-                   trial=trial_no, tuner=tn.name, timestamp=time.time())
-        records.append(r)
-        new_records.append(r)
-        done_keys.add(r.config_key)
-        tn.update(point, r)
-        if log_file is not None:
-            rec_mod.append(log_file, [r])
-        if r.ok and (best is None or r.seconds < best.seconds):
-            best = r
-        if not r.ok:
-            bar.write(f"[autotune] trial {r.trial} {r.status}: {r.error}  config={r.config}")
-        bar.update(1)
-        bar.set_postfix_str(best_text())
-        return r
-
-    def wait_one(fut, limit):
-        """Result dict of one future, classifying crash/time-out/runner errors."""
+    dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
+    blob = None
+    if dispatcher.forks:
+        _SHARED[token] = payload          # forked measuring processes inherit it
+    else:
         try:
-            return fut.result(timeout=max(0.0, limit))
-        except cf.TimeoutError:
-            runner.kill()
-            return {"status": "timeout", "error": f"no result after {limit:.1f} s"}
-        except cf.process.BrokenProcessPool:
-            why = runner.exit_reason()
-            runner.broken()
-            return {"status": "crash", "error": why}
+            blob = dumps_payload(payload)
         except Exception as e:
-            return {"status": "runner_error", "error": f"{type(e).__name__}: {e}"}
+            raise AutotuneError(
+                f"tune {task.name!r}: the template or the reference function cannot be sent to "
+                f"the executor's workers ({type(e).__name__}: {e}); define them at module level "
+                "or install cloudpickle") from None
+    option = MeasureOption(number, repeat, min_repeat_ms, trial_timeout_s)
+    jobs = itertools.count(1)
 
-    clean = False
+    def make_job(values):
+        return Job(token, values, option, trial=next(jobs), payload=blob)
+
+    log = TuneLog(log_file, task, progress, n_trial if n_trial < (1 << 62) else None)
+    run: Optional[_Run] = None
+    history: List[Record] = []
+    fingerprint, stopped, clean = "", None, False
     try:
-        default_values = space.default_config().to_dict()
-        default_point = space.default_point()
-        default_pending = include_default and \
-            Record("", [], "", default_values, "").config_key not in done_keys and n_trial > 0
-        if refs is None:
-            # the default config's output is the reference (in the measuring process)
-            limit = min(trial_timeout_s, max(0.0, deadline - time.perf_counter()))
-            fut = runner.submit(make_job(default_values, check=False, time=default_pending,
-                                         return_outputs=True))
-            res = wait_one(fut, limit)
-            if res.get("status") != "ok":
-                raise AutotuneError(
-                    f"tune {task.name!r}: the default config could not give the reference "
-                    f"output ({res.get('status')}: {res.get('error')}); fix the template's "
-                    "default or pass reference= to create_task")
-            refs = res.pop("outputs")
-            data["refs"] = refs
-            if not runner.ships_data:
-                _SHARED[token] = data
-                runner.restart()          # fork again so the workers see the reference
-            if default_pending:
-                finish(default_point, default_values, res)
-                tn.mark_visited(default_point)
-                default_pending = False
-
-        queue: Deque = collections.deque()
-        if default_pending:
-            tn.mark_visited(default_point)
-            queue.append(default_point)
-        solo: Deque = collections.deque()       # (point, values, tries) to run alone
-        inflight: Dict[cf.Future, tuple] = {}
-        submitted = len(new_records)      # the default, when it was measured with the reference
-        submit_failures = 0
-        since_best = 0
-        last_best = best
-
-        def next_candidate():
-            nonlocal submitted
-            while True:
-                if submitted >= n_trial:
-                    return None
-                if early_stopping is not None and since_best >= early_stopping:
-                    return None
-                if not queue:
-                    queue.extend(tn.next_batch(batch))
-                    if not queue:
-                        return None
-                point = queue.popleft()
-                values = space.values_of(point)
-                if Record("", [], "", values, "").config_key in done_keys:
-                    continue
-                submitted += 1
-                return (point, values, 0)
-
-        while True:
-            now = time.perf_counter()
-            if now >= deadline:
-                stopped = "timeout_s"
-                break
-            # submit while there is room (a job to run alone waits for an empty pool)
-            while len(inflight) < runner.n_parallel:
-                if solo:
-                    if inflight:
-                        break
-                    item = solo.popleft()
-                else:
-                    item = next_candidate()
-                    if item is None:
-                        break
-                try:
-                    fut = runner.submit(make_job(item[1]), in_flight=len(inflight))
-                except Exception as e:
-                    finish(item[0], item[1], {"status": "runner_error", "error": f"{type(e).__name__}: {e}"})
-                    submit_failures += 1
-                    if submit_failures >= 3:
-                        stopped = "executor failed"
-                        break
-                    continue
-                submit_failures = 0
-                inflight[fut] = (item, time.perf_counter())
-                if item[2] > 0:         # a retried job runs alone
-                    break
-            if stopped:
-                break
-            if not inflight:
-                if submitted >= n_trial:
-                    stopped = "n_trial"
-                elif early_stopping is not None and since_best >= early_stopping:
-                    stopped = "early_stopping"
-                else:
-                    stopped = "space exhausted"
-                break
-            now = time.perf_counter()
-            wake = min(min(t + trial_timeout_s for _, t in inflight.values()), deadline)
-            done, _ = cf.wait(list(inflight), timeout=max(0.0, wake - now),
-                              return_when=cf.FIRST_COMPLETED)
-            broken = []
-            for fut in done:
-                item, _t = inflight.pop(fut)
-                try:
-                    res = fut.result()
-                except cf.process.BrokenProcessPool:
-                    broken.append(item)
-                    continue
-                except Exception as e:
-                    res = {"status": "runner_error", "error": f"{type(e).__name__}: {e}"}
-                finish(item[0], item[1], res)
-            if broken:
-                # every job in a broken pool fails; the others learn it at once
-                cf.wait(list(inflight), timeout=2.0)
-                for fut in list(inflight):
-                    if fut.done():
-                        item, _t = inflight.pop(fut)
-                        try:
-                            finish(item[0], item[1], fut.result())
-                        except cf.process.BrokenProcessPool:
-                            broken.append(item)
-                        except Exception as e:
-                            finish(item[0], item[1], {"status": "runner_error",
-                                                      "error": f"{type(e).__name__}: {e}"})
-                why = runner.exit_reason()
-                runner.broken()
-                if len(broken) == 1 and not inflight:
-                    item = broken[0]
-                    finish(item[0], item[1], {"status": "crash", "error": why})
-                else:            # which one crashed? run each alone
-                    for item in broken:
-                        if item[2] >= 1:
-                            finish(item[0], item[1], {"status": "crash", "error": why})
-                        else:
-                            solo.append((item[0], item[1], item[2] + 1))
-            # time-outs
-            now = time.perf_counter()
-            late = [f for f, (_, t) in inflight.items() if now - t >= trial_timeout_s]
-            if late:
-                for fut in late:
-                    item, t = inflight.pop(fut)
-                    fut.cancel()
-                    finish(item[0], item[1], {"status": "timeout",
-                                              "error": f"no result after {now - t:.1f} s "
-                                                       f"(trial_timeout_s={trial_timeout_s:g})"})
-                if isinstance(runner, LocalRunner):
-                    runner.kill()
-                    for fut, (item, _t) in list(inflight.items()):   # innocent: measure again
-                        inflight.pop(fut)
-                        solo.appendleft(item)
-            if best is not last_best:
-                since_best = 0
-                last_best = best
-            else:
-                since_best += len(done) + len(late)
-        if stopped == "timeout_s" and inflight:
-            runner.kill()
-            for fut in inflight:
-                fut.cancel()
+        fingerprint, _host = dispatcher.fingerprint(task.target)
+        history = log.history(fingerprint) if resume else []
+        search = _Search(task, tn, n_trial, early_stopping,
+                         batch_size or max(8, dispatcher.capacity()), history)
+        default_alone = include_default and n_trial > 0 and \
+            _config_key(default_values) not in search.done
+        if default_alone:
+            search.push_first(space.default_point())
+        run = _Run(task, search, dispatcher, log, make_job, fingerprint,
+                   max((r.trial for r in history), default=0), deadline, default_alone)
+        stopped = run.loop()
         clean = True
     except KeyboardInterrupt:     # keep what was measured (it is in the log too)
         stopped = "interrupted"
-        bar.write("[autotune] interrupted; returning the best so far")
+        log.note("interrupted; returning the best so far")
     finally:
-        if clean:
-            runner.close()
-        else:
-            runner.kill()
+        if not clean:
+            dispatcher.cancel()
+        dispatcher.close()
         _SHARED.pop(token, None)
-        bar.close()
+        log.close()
 
-    default_key = Record("", [], "", space.default_config().to_dict(), "").config_key
-    default = next((r for r in records if r.config_key == default_key), None)
-    return TuneResult(task, best, default, records, new_records, time.perf_counter() - start,
-                      stopped)
+    new_records = run.new_records if run is not None else []
+    records = history + new_records
+    default_key = _config_key(default_values)
+    default = next((r for r in records if r.config_key == default_key
+                    and not check.is_foreign(r, fingerprint)), None)
+    return TuneResult(task, run.search.best if run is not None else None, default, records,
+                      new_records, time.perf_counter() - start, stopped, fingerprint)

@@ -19,11 +19,20 @@ array that carries it as a plain dimension, every other use must agree.
 
 Checks made in `__call__` before any pointer reaches native code, each raising
 `ArgumentError` naming the argument: count, type (array or scalar), dtype, rank, shape,
-C-contiguity, alignment, writeability of written buffers, overlap of a written buffer with
-another argument, scalar type and range.
+C-contiguity, writeability of written buffers, overlap of a written buffer with another
+argument, scalar type and range.
+
+Unaligned arrays (an address that is not a multiple of the element size: `np.frombuffer`
+at an odd offset, a slice of a network or file buffer) are valid numpy, and numpy's own
+functions accept them by staging them through aligned buffers. So does a module: such an
+argument is copied to an aligned buffer before each call and, when the kernel writes it,
+copied back after it. The generated code keeps its aligned loads and stores, and the copy
+costs only the (rare) callers who pass such arrays. GPU modules copy every host array to
+the device anyway, where the same holds without a copy.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import time
 from typing import Any, List
@@ -254,18 +263,29 @@ class Signature:
         return ptrs
 
     def prepare(self, args):
-        """Checks `args`; returns (C argument list, arrays, writebacks)."""
+        """Checks `args`; returns (C argument list, objects to keep alive, copies to make
+        before each run, copies to make after it). The copies stage unaligned arrays
+        through aligned buffers (see the module docstring)."""
         params = self.params
-        values, arrays, writebacks = self.bind(args)
-        ptrs = self.check_overlap(arrays)
+        values, arrays, after = self.bind(args)
+        ptrs = self.check_overlap(arrays)      # on the caller's memory, not on the copies
+        keep, before = list(arrays), []
         cargs = []
         for i, p in enumerate(params):
-            if arrays[i] is not None:
+            arr = arrays[i]
+            if arr is not None:
+                if not arr.flags.aligned:
+                    staged = np.empty(arr.shape, arr.dtype)          # numpy allocates aligned
+                    before.append(functools.partial(np.copyto, staged, arr))
+                    if p["written"]:
+                        after.insert(0, functools.partial(np.copyto, arr, staged))
+                    keep.append(staged)
+                    ptrs[i] = staged.__array_interface__["data"][0]
                 cargs.append(ptrs[i])
             else:
                 v = values[i]
                 cargs.append(float(v) if self.float_scalar[i] else int(v))
-        return cargs, arrays, writebacks
+        return cargs, keep, before, after
 
     def _check_size_value(self, j, value, from_arg):
         p = self.params[j]
@@ -331,8 +351,6 @@ def _host_array(a, p, i, sig):
         raise sig._err(i, f"expected native byte order, got {a.dtype.str}")
     if not a.flags.c_contiguous:
         raise sig._err(i, "the array is not C-contiguous (use np.ascontiguousarray)")
-    if not a.flags.aligned:
-        raise sig._err(i, "the array is not aligned to its element size")
     if p["written"] and not a.flags.writeable:
         raise sig._err(i, "the kernel writes this argument but the array is read-only")
     return a, writeback
@@ -377,27 +395,31 @@ class Module:
 
     # calling ------------------------------------------------------------------------
     def __call__(self, *args):
-        cargs, arrays, writebacks = self.signature.prepare(args)
+        cargs, keep, before, after = self.signature.prepare(args)
+        for copy in before:
+            copy()
         rc = self._cfunc(*cargs)
         if rc:
             raise TdslError(f"kernel {self.name} failed (code {rc}): a heap allocation "
                             "inside the kernel failed")
-        for wb in writebacks:
-            wb()
-        del arrays
+        for copy in after:
+            copy()
+        del keep
 
     def prepared(self, *args):
         """Checks `args` once and returns a no-argument callable that runs the kernel on
         them, for callers that run the same buffers many times (a graph executor): the
         per-call checks (~10 us) are skipped. The arrays must stay alive and unchanged."""
-        cargs, arrays, writebacks = self.signature.prepare(args)
+        cargs, keep, before, after = self.signature.prepare(args)
         fn, name = self._cfunc, self.name
 
-        def run(_keep_alive=arrays):
+        def run(_keep_alive=keep):
+            for copy in before:
+                copy()
             if fn(*cargs):
                 raise TdslError(f"kernel {name} failed: a heap allocation inside the kernel failed")
-            for wb in writebacks:
-                wb()
+            for copy in after:
+                copy()
         return run
 
     def set_num_threads(self, n: int):
@@ -420,7 +442,9 @@ class Module:
             raise ValueError("number and repeat must be at least 1")
 
         def evaluate(*args):
-            cargs, arrays, writebacks = self.signature.prepare(args)
+            cargs, keep, before, after = self.signature.prepare(args)
+            for copy in before:
+                copy()
             fn = self._cfunc
             t_end = time.perf_counter() + warmup_ms / 1000.0
             while True:
@@ -441,9 +465,9 @@ class Module:
                         break
                     n *= 2
                 results.append(el / n)
-            for wb in writebacks:
-                wb()
-            del arrays
+            for copy in after:
+                copy()
+            del keep
             return ProfileResult(results)
         return evaluate
 
