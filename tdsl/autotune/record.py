@@ -21,7 +21,6 @@ workers report. Records without one (logs of version 1) are never applied.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import warnings
@@ -35,18 +34,13 @@ LOG_VERSION = 2
 
 
 @functools.lru_cache(maxsize=64)
-def target_fingerprint(target: str) -> str:
-    """What identifies the code a target string stands for on the machine asking:
-    "kind:triple:cpu:features digest" for CPU targets ("llvm" resolves to this host's CPU),
-    the target string itself for GPU targets. The format is `tdsl.target.Target`'s
-    `fingerprint`, so logs stay valid when that class replaces `parse_target` here."""
-    text = " ".join(str(target).split()) or "llvm"
-    if text.split()[0] != "llvm":
-        return text
-    from ..codegen.target import parse_target
-    t = parse_target(text)
-    digest = hashlib.sha1(t.features.encode()).hexdigest()[:12]
-    return f"llvm:{t.triple}:{t.cpu}:{digest}"
+def target_fingerprint(target) -> str:
+    """What identifies the machine a record was measured on: the target description's
+    fingerprint ("llvm" resolves to this host's CPU) and its core count, since parallel
+    kernels' timings (and so the best config) depend on it."""
+    from ..target import as_target
+    t = as_target(" ".join(str(target).split()) or "llvm")
+    return f"{t.fingerprint}:{t.num_cores}c"
 
 
 @dataclass
