@@ -1,7 +1,7 @@
 """Math intrinsics for the LLVM backend, scalar and vector.
 
-`emit_call(em, call)` emits one `Call` node through the function emitter `em` (see
-`llvm.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
+`emit_call(em, call)` emits one `Call` node through the expression emitter `em` (see
+`exprs.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
 scalars and vectors alike: LLVM either has a vector instruction for it or splits it into
 per-lane libm calls. The exceptions are made for speed: float32 `exp`, `exp2`, `log`, `log2`,
 `erf`, `tanh` and `sigmoid` are inline range reductions plus polynomials (at most 1-3 ulp,
@@ -15,11 +15,9 @@ import math
 
 from llvmlite import ir
 
-from .. import dtype as dt
-from ..errors import BuildError
-
-F32 = ir.FloatType()
-I32 = ir.IntType(32)
+from ... import dtype as dt
+from ...errors import BuildError
+from .types import F32, I32, elem_type as _elem, type_suffix as _suffix, with_elem as _with_elem
 
 # e^r on [-ln2/2, ln2/2]: degree-6 near-minimax polynomial (max rel. error 1.9e-9).
 _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.04166815057396889,
@@ -57,33 +55,11 @@ SUPPORTED = (set(_LLVM_UNARY) | set(_LIBM_UNARY) | set(_LIBM_BINARY)
              | {"rsqrt", "sigmoid", "abs", "power", "likely", "pow"})
 
 
-def _suffix(t):
-    if isinstance(t, ir.VectorType):
-        return f"v{t.count}{_suffix(t.element)}"
-    if isinstance(t, ir.HalfType):
-        return "f16"
-    if isinstance(t, ir.FloatType):
-        return "f32"
-    if isinstance(t, ir.DoubleType):
-        return "f64"
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    raise BuildError(f"no intrinsic suffix for type {t}")  # pragma: no cover
-
-
 def _lanes(v):
     return v.type.count if isinstance(v.type, ir.VectorType) else 1
 
 
-def _elem(t):
-    return t.element if isinstance(t, ir.VectorType) else t
-
-
-def _with_elem(t, e):
-    return ir.VectorType(e, t.count) if isinstance(t, ir.VectorType) else e
-
-
-class _Math:
+class Math:
     """Float helpers over one builder; all values share one (possibly vector) type."""
 
     def __init__(self, em, typ):
@@ -114,7 +90,7 @@ class _Math:
 
 def _exp_f32(em, x, base2=False):
     """exp(x) (or 2**x) of float32 values by range reduction and a polynomial."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ityp = _with_elem(x.type, I32)
     lo, hi = (-150.0, 128.5) if base2 else (-104.0, 89.0)
@@ -141,7 +117,7 @@ def _exp_f32(em, x, base2=False):
 def _log_f32(em, x, base2=False):
     """log(x) (or log2) of float32 values: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
     log(m) = 2 atanh(s), s = (m - 1) / (m + 1), as a short series in s^2."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ityp = _with_elem(x.type, I32)
     isden = b.fcmp_ordered("<", x, m.c(1.17549435e-38))
@@ -173,7 +149,7 @@ def _log_f32(em, x, base2=False):
 
 
 def _erf_f32(em, x):
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ax = m.intr("fabs", x)
     x2 = b.fmul(ax, ax)
@@ -187,7 +163,7 @@ def _erf_f32(em, x):
 
 
 def _tanh_f32(em, x):
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ax = m.intr("fabs", x)
     # large |x|: 1 - 2 / (exp(2|x|) + 1)
@@ -202,7 +178,7 @@ def _tanh_f32(em, x):
 def _sigmoid(em, x, vector_exp):
     """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) for x < 0, e = exp(-|x|) <= 1, so
     neither branch rounds a huge 1 + e."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     nax = b.fneg(m.intr("fabs", x))
     e = _exp_f32(em, nax) if vector_exp else m.intr("exp", nax)
@@ -232,7 +208,7 @@ def _float_math(em, name, args, dtype):
     x = args[0]
     vec = isinstance(x.type, ir.VectorType)
     f32 = dtype == "float32"
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = em.builder
     # float32: inline polynomials for scalars too, so LLVM's loop vectorizer can widen
     # scalar loops that use them (it cannot widen libm calls)
