@@ -25,7 +25,6 @@ PASSES = [
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("storage_flatten", storage_flatten),
-    ("inject_virtual_thread", inject_virtual_thread),
     ("simplify", simplify_func),
 ]
 
@@ -33,15 +32,24 @@ GPU_TARGETS = ("cuda", "opencl")
 
 
 def _gpu_passes():
+    # virtual threads after thread_sync: its barriers (placed as if they were threads) are
+    # where the interleaving of virtual threads must meet
     from .passes.gpu import gpu_storage_scope, split_kernels
     from .passes.thread_sync import thread_sync
     return [("gpu_storage_scope", gpu_storage_scope), ("thread_sync", thread_sync),
-            ("split_kernels", split_kernels)]
+            ("inject_virtual_thread", inject_virtual_thread), ("split_kernels", split_kernels)]
+
+
+def _cpu_passes(sched):
+    """Virtual threads of a schedule that binds no GPU loops run interleaved on the CPU
+    (a GPU schedule keeps them for the GPU passes, where barriers exist)."""
+    return [] if binds_threads(sched) else [("inject_virtual_thread", inject_virtual_thread)]
 
 
 def binds_threads(sched) -> bool:
     """Whether any loop of the schedule is bound to blockIdx/threadIdx."""
-    return any(a.thread is not None for st in sched.stages for a in st.iter_var_attrs.values())
+    return any(a.thread is not None and a.thread.thread_tag != "vthread"
+               for st in sched.stages for a in st.iter_var_attrs.values())
 
 
 def target_kind(target) -> str:
@@ -99,7 +107,7 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         func = schedule_to_func(s, list(args), name)
         func.attrs["size_ranges"] = _size_ranges(func)
         return func
-    func = _run(start, PASSES + (_gpu_passes() if gpu else []), "schedule_ops")
+    func = _run(start, PASSES + (_gpu_passes() if gpu else _cpu_passes(s)), "schedule_ops")
     func.attrs["target"] = kind
     return func
 
