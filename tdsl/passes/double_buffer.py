@@ -74,16 +74,17 @@ class _DoubleBuffer(Mutator):
         stmts = list(inner.stmts) if isinstance(inner, S.SeqStmt) else [inner]
         dbset = set(db)
         fills, rest = [], []
+        names = ", ".join(b.name for b in db)
         for x in stmts:
             r, w = _reads_writes(x)
-            if w & dbset and not r & dbset and not rest:
+            if w & dbset:
+                if r & dbset or any(_reads_writes(y)[0] & dbset for y in rest):
+                    raise ScheduleError(f"double_buffer: {names} must be filled before loop "
+                                        f"'{f.var.name}' reads it; it is read in the middle of "
+                                        "its fill")
                 fills.append(x)
             else:
                 rest.append(x)
-        names = ", ".join(b.name for b in db)
-        if not fills:
-            raise ScheduleError(f"double_buffer: the stage(s) {names} are not filled at the "
-                                f"start of loop '{f.var.name}'")
         fill, use = S.seq(*fills), S.seq(*rest)
         r_fill, _ = _reads_writes(fill)
         _, w_use = _reads_writes(use)

@@ -25,6 +25,7 @@ from ..errors import LoweringError, ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, substitute, free_vars, walk
+from ..te.compute import THREAD_TAGS
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
@@ -156,10 +157,14 @@ class ScheduleLowering:
         attr = st.iter_var_attrs.get(iv)
         kind = attr.kind if attr is not None else S.ForKind.SERIAL
         ext = arith.simplify(rng.extent)
-        if kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED) and not isinstance(ext, E.IntImm):
-            what = "vectorize" if kind is S.ForKind.VECTORIZED else "unroll"
-            raise ScheduleError(f"{what}: stage '{st.name}': axis '{iv.var.name}' has the non-constant "
-                                f"extent {ext}; split it by a constant factor and {what} the inner axis")
+        vthread = attr is not None and attr.thread is not None and \
+            attr.thread.thread_tag == "vthread"
+        if (vthread or kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED)) \
+                and not isinstance(ext, E.IntImm):
+            prim = "bind" if vthread else "vectorize" if kind is S.ForKind.VECTORIZED else "unroll"
+            what = "bind the inner axis to vthread" if vthread else f"{prim} the inner axis"
+            raise ScheduleError(f"{prim}: stage '{st.name}': axis '{iv.var.name}' has the non-constant "
+                                f"extent {ext}; split it by a constant factor and {what}")
         thread = attr.thread if attr is not None else None
         tag = thread.thread_tag if thread is not None else ""
         if thread is not None and thread.dom is not None \
@@ -292,9 +297,9 @@ class ScheduleLowering:
         vmap, wraps = {}, []
         for v in free_vars(pred):
             tiv = next((t for t in self.thread_ivs if t.var is v), None)
-            if tiv is None:
+            tag = tiv.thread_tag if tiv is not None else v.name
+            if tag not in THREAD_TAGS:
                 continue
-            tag = tiv.thread_tag
             if tag in loops:
                 vmap[v] = loops[tag]
                 continue
