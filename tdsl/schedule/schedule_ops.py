@@ -433,9 +433,19 @@ def _store_values(bufs, idx, vals):
 
 
 def _combine_into(combiner, bufs, idx, rhs):
-    """bufs[idx] = combine(bufs[idx], rhs), element-wise over a tuple reduction."""
+    """bufs[idx] = combine(bufs[idx], rhs), element-wise over a tuple reduction. A tuple's
+    old and new elements are let-bound first: its combiner reads each several times, often
+    under selects, which would otherwise re-read (and, being lazy, guard) every load."""
     lhs = tuple(E.BufferLoad(b, idx) for b in bufs)
-    return _store_values(bufs, idx, combiner.combine_values(lhs, tuple(rhs)))
+    rhs = tuple(rhs)
+    if len(bufs) == 1:
+        return _store_values(bufs, idx, combiner.combine_values(lhs, rhs))
+    xs = [E.Var(f"{b.name}.x", b.dtype) for b in bufs]
+    ys = [E.Var(f"{b.name}.y", b.dtype) for b in bufs]
+    body = _store_values(bufs, idx, combiner.combine_values(tuple(xs), tuple(ys)))
+    for v, value in reversed(list(zip(xs + ys, lhs + rhs))):
+        body = S.LetStmt(v, value, body)
+    return body
 
 
 def _wrap_threads(wraps, stmt):
