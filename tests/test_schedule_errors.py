@@ -461,3 +461,12 @@ def test_integer_intrinsics_on_floats_and_back():
         tdsl.hypot(tdsl.var("x"), 2)
     with pytest.raises(TdslError, match=r"ldexp\(x, e\) needs an integer exponent"):
         tdsl.ldexp(A[0, 0], A[0, 1])
+
+
+def test_store_predicate_on_an_inlined_stage():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    s[P].set_store_predicate(P.op.axis[0].var < 4)
+    s[P].compute_inline()
+    with pytest.raises(ScheduleError, match="set_store_predicate: stage 'P' is inlined"):
+        tdsl.lower(s, [A, C])

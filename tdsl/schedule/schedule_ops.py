@@ -139,6 +139,9 @@ class ScheduleLowering:
         for st in self.sched.stages:
             if isinstance(st.op, PlaceholderOp):
                 continue
+            if st.store_predicate is not None and st.attach_type == "inline":
+                raise ScheduleError(f"set_store_predicate: stage '{st.name}' is inlined: it "
+                                    "stores nothing for the predicate to guard")
             if st.double_buffered and st.attach_type != "scope":
                 raise ScheduleError(
                     f"double_buffer: stage '{st.name}' is {'inlined' if st.attach_type == 'inline' else 'computed at root'}; "

@@ -42,7 +42,9 @@ def _delegate(name):
 # An IterVar can be used in index arithmetic directly: k + 1, i * 2, ...
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
               "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__lt__", "__le__", "__gt__",
-              "__ge__", "__truediv__", "__rtruediv__", "astype"):
+              "__ge__", "__truediv__", "__rtruediv__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__",
+              "__invert__", "equal", "astype"):
     setattr(IterVar, _name, _delegate(_name))
 IterVar.dtype = property(lambda self: self.var.dtype)
 
