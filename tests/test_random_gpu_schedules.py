@@ -184,6 +184,8 @@ def _matmul(rnd):
         if S_ is not None:
             s[S_].compute_at(s[W], ko)
             _coop_fetch(rnd, s, S_, ty_n, tx_n)
+            if rnd.random() < 0.3:  # rows padded against bank conflicts
+                s[S_].storage_align(S_.op.axis[0], rnd.choice([8, 32]), rnd.choice([1, 4]))
             if double:
                 s[S_].double_buffer()
         if L_ is not None:

@@ -115,6 +115,8 @@ def _stencil(rnd):
         s[Bt].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars))
     if where != "inline":
         _random_loops(rnd, s, Bt, allow_parallel=(where == "root"), max_ops=2)
+        if rnd.random() < 0.3:      # padded rows
+            s[Bt].storage_align(Bt.op.axis[0], rnd.choice([4, 16]), rnd.choice([0, 1, 3]))
     a = np.random.rand(H, W).astype("float32")
 
     def ref(a):
