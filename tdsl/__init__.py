@@ -3,7 +3,7 @@
 Define computations with `compute`/`placeholder`, schedule them with `create_schedule`,
 inspect them with `lower`, and compile them with `build`.
 """
-from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError,
+from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError, LibraryError,
                      GraphError, InternalError)
 from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
                  sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
@@ -17,6 +17,7 @@ from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower
 from .build import build
+from . import utils  # noqa: E402  (get_const_tuple)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
 from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
 from .runtime import ndarray as nd
@@ -24,7 +25,8 @@ from .runtime.ndarray import cpu, cuda, opencl, Device
 
 
 def load_module(path):
-    """Loads a shared object written by Module.export_library."""
+    """Loads a shared object written by Module.export_library; its size and checksum are
+    verified first (a missing, truncated or altered file raises LibraryError)."""
     from .runtime.aot import load_module as _load
     return _load(path)
 

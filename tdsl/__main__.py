@@ -1,4 +1,4 @@
-"""Command line: `python -m tdsl demo` (also the `tdsl` console script)."""
+"""Command line: `python -m tdsl demo|compile|cache` (also the `tdsl` console script)."""
 from __future__ import annotations
 
 import argparse
@@ -119,6 +119,24 @@ def compile_model(path, target="llvm", number=10):
     return 0 if ok else 1
 
 
+def cache_command(action):
+    """`tdsl cache info` prints where the compile cache is and what it holds; `tdsl cache
+    clear` empties it."""
+    from tdsl.runtime import diskcache
+    if action == "clear":
+        n = diskcache.clear()
+        print(f"removed {n} entries from {diskcache.directory()}")
+        return 0
+    i = diskcache.info()
+    state = "on" if i["enabled"] else "off (TDSL_CACHE=0)"
+    print(f"compile cache: {i['directory']} ({state})")
+    print(f"{i['entries']} entries, {i['bytes'] / 2**20:.1f} MiB of at most "
+          f"{i['max_bytes'] / 2**20:.0f} MiB (TDSL_CACHE_MAX_MB)")
+    for kind, (n, b) in sorted(i["kinds"].items()):
+        print(f"  {kind:12s} {n:6d} entries {b / 2**20:9.2f} MiB")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tdsl", description="tdsl: a Python-embedded tensor compiler")
     sub = p.add_subparsers(dest="cmd")
@@ -128,11 +146,15 @@ def main(argv=None):
     c = sub.add_parser("compile", help="import an ONNX model, optimize, build, run and compare with onnxruntime")
     c.add_argument("model")
     c.add_argument("--target", default="llvm")
+    k = sub.add_parser("cache", help="the persistent compile cache: where it is, what it holds; clear it")
+    k.add_argument("action", choices=["info", "clear"])
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return demo(args.size, args.target)
     if args.cmd == "compile":
         return compile_model(args.model, args.target)
+    if args.cmd == "cache":
+        return cache_command(args.action)
     p.print_help()
     return 2
 

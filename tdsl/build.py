@@ -5,8 +5,15 @@ another), "c" (C source compiled by the system C compiler), "cuda" (CUDA C, PTX 
 NVRTC, run through pycuda or cuda-bindings) and "opencl" (OpenCL C through pyopencl). A
 target is a string or a `tdsl.target.Target`. GPU builds return a `DeviceModule`; an llvm
 target this machine cannot run (another architecture, a wider vector ISA) builds a
-compile-only module (`get_source("asm")`, `export_library(".o")`)."""
+compile-only module (`get_source("asm")`, `export_library(".o")`).
+
+Runnable LLVM builds go through the persistent compile cache twice: `cpu.compile_ir` keeps
+the object file of each generated IR text, and here a build of a schedule whose
+fingerprint (`tdsl.fingerprint`) was built before, in any process, skips lowering and IR
+generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers."""
 from __future__ import annotations
+
+import os
 
 from .errors import BuildError
 from .ir.stmt import PrimFunc
@@ -25,15 +32,36 @@ def build(s, args=None, target="llvm", name=None):
             raise BuildError(f"build: function '{s.name}' was lowered with its arguments; "
                              "build(func) takes no other args")
         func = lower_for_target(s, t.kind, name)
+        if t.kind == "llvm" and t.runs_here:
+            from .codegen import llvm
+            return llvm.build(func, t)
+    elif t.kind == "llvm" and t.runs_here:
+        return _build_llvm(s, args, t, name or "main")
     else:
         func = lower(s, args, name or "main", target=t.kind)
     if t.kind == "llvm":
-        if not t.runs_here:
-            from .runtime import cross
-            return cross.build(func, t)
-        from .codegen import llvm
-        return llvm.build(func, t)
+        from .runtime import cross
+        return cross.build(func, t)
     from .codegen import source_build
     if t.kind == "c":
         return source_build.build_c(func)
     return source_build.build_gpu(func, t.kind)
+
+
+def _build_llvm(s, args, t, name):
+    from .codegen import llvm
+    from .runtime import cpu, diskcache, threadpool
+    tgt = llvm.parse_target(t)
+    fp = None
+    if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
+        from .fingerprint import fingerprint
+        # the worker pool's availability changes the generated IR
+        fp = fingerprint(s, args, name, threadpool.load_into_jit())
+        if fp is not None:
+            mod = cpu.load_build(fp, tgt)
+            if mod is not None:
+                return mod
+    mod = llvm.build(lower(s, args, name, target="llvm"), tgt)
+    if fp is not None:
+        cpu.remember_build(fp, tgt, mod)
+    return mod

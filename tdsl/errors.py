@@ -27,3 +27,8 @@ class GraphError(TdslError):
 
 class InternalError(TdslError):
     """A bug in tdsl itself: please report it with the code that triggered it."""
+
+
+class LibraryError(TdslError):
+    """A compiled library (an exported `.so` or a disk-cache entry) is missing, truncated,
+    altered or not written by tdsl; it is checked before it is mapped into the process."""

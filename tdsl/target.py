@@ -217,13 +217,21 @@ def _parse(spec: str):
 
 @functools.lru_cache(maxsize=None)
 def _host_cpu():
+    """(triple, CPU name, features) of this machine. `TDSL_HOST_CPU=NAME` makes "llvm" mean
+    that CPU instead (LLVM's features for it): an AVX-512 machine then builds, tests and
+    benchmarks as an AVX2 one would (it must be able to run that CPU's code)."""
     llvm = llvm_binding()
+    triple = llvm.get_process_triple()
+    name = os.environ.get("TDSL_HOST_CPU")
+    if name:
+        _check_cpu(triple, name)
+        return triple, name, ""
     name = llvm.get_host_cpu_name()
     try:
         feats = llvm.get_host_cpu_features().flatten()
     except RuntimeError:        # some platforms cannot report features
         feats = ""
-    return llvm.get_process_triple(), name, feats
+    return triple, name, feats
 
 
 def host_cores() -> int:

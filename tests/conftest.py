@@ -1,3 +1,35 @@
+import os
+import shutil
+import tempfile
+
+import pytest
+
+# The suite never touches the user's compile cache (~/.cache/tdsl) nor leaves anything in
+# the system temp dir: every test process, and the subprocesses and notebook kernels it
+# starts, use a private cache and a private TMPDIR, removed at the end. Anything named
+# tdsl* still in that TMPDIR when the session ends is a leak and fails the run. (Neither
+# name starts with "tdsl": the leak checks count those.)
+_CACHE_DIR = tempfile.mkdtemp(prefix="pytest-compile-cache-")
+_TMP_DIR = tempfile.mkdtemp(prefix="pytest-tmpdir-")
+os.environ["TDSL_CACHE_DIR"] = _CACHE_DIR
+os.environ["TMPDIR"] = _TMP_DIR
+tempfile.tempdir = None          # gettempdir() reads TMPDIR again
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite the golden IR files in tests/golden")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    leaked = sorted(e for e in os.listdir(_TMP_DIR) if e.startswith("tdsl"))
+    if leaked:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"temporary files left by tdsl in {_TMP_DIR}: {leaked[:20]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+    shutil.rmtree(_TMP_DIR, ignore_errors=True)

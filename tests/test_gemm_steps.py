@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import tdsl
+from tdsl import tiling
 from tdsl.examples import gemm
+from tdsl.target import Target
 
 
 @pytest.mark.parametrize("shape", [(64, 64, 64), (50, 70, 33)], ids=["square", "ragged"])
@@ -25,8 +27,9 @@ def test_gemm_step(step, shape):
 
 def test_the_steps_use_what_they_promise():
     text = {name: str(tdsl.lower(*make(64, 64, 64))) for name, make in gemm.STEPS}
-    assert "vectorized(32)" in text["vectorize"]
+    assert f"vectorized({gemm.block_size()})" in text["vectorize"]   # two vectors of the host
     assert "packedB" in text["array packing"] and "packedB" not in text["loop permutation"]
     assert "C.global = allocate" in text["write cache"]
     assert "parallel(" in text["parallel"].split("C.global")[0]       # the block loop
-    assert 'C.local = allocate((256), float32, "local")' in text["register blocked"]
+    mr, nr = tiling.gemm_tile(Target.host(), 64, 64)      # the register tile of this host
+    assert f'C.local = allocate(({mr * nr}), float32, "local")' in text["register blocked"]

@@ -30,3 +30,28 @@ def test_notebook_runs(path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
+
+
+OPTIONAL = {"matplotlib": ("03_optimizing_gemm_cpu.ipynb", "08_autotuning.ipynb"),
+            "onnx": ("06_onnx_network.ipynb",)}
+
+
+@pytest.mark.parametrize("package", sorted(OPTIONAL))
+def test_a_missing_optional_package_names_the_extra(package, monkeypatch, capsys):
+    """The cells that import an optional package, run with the package hidden, say which
+    extra to install instead of failing with a traceback."""
+    import sys
+    monkeypatch.setitem(sys.modules, package, None)      # `import package` now fails
+    for name in OPTIONAL[package]:
+        nb = nbformat.read(os.path.join(HERE, "..", "tutorials", name), as_version=4)
+        cells = [c.source for c in nb.cells if c.cell_type == "code"
+                 and f"import {package}\n" in c.source]
+        assert cells, name
+        for src in cells:
+            try:
+                exec(compile(src, name, "exec"), {})
+            except SystemExit as e:                      # stops the notebook with one line
+                message = str(e)
+            else:
+                message = capsys.readouterr().out
+            assert "pip install -e '.[notebooks]'" in message, (name, message)

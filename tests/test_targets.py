@@ -31,7 +31,8 @@ def test_description_of_known_cpus(spec):
     assert t.cache_bytes(1) < t.cache_bytes(2) <= t.cache_bytes(3)
     assert t.num_cores >= 1
     assert str(t) == spec and Target(str(t)) == t and hash(Target(spec)) == hash(t)
-    assert ("compile only" in t.describe()) == (spec == ARM)
+    assert ("compile only" in t.describe()) == (not t.runs_here)
+    assert t.runs_here or spec == ARM or t.vector_bits > Target.host().vector_bits
     assert "<table>" in t._repr_html_() and t.cpu in t._repr_html_()
 
 
@@ -43,7 +44,8 @@ def test_host_target_and_options():
     assert Target(host) == host
     assert Target("cuda").vector_lanes("float32") == 1 and Target("cuda").warp_size == 32
     assert Target("c").vector_bits == host.vector_bits
-    assert host.fingerprint != Target("llvm -mcpu=haswell").fingerprint
+    other = "znver3" if host.cpu != "znver3" else "haswell"
+    assert host.fingerprint != Target(f"llvm -mcpu={other}").fingerprint
     assert not Target(ARM).runs_here
 
 
@@ -169,3 +171,16 @@ def test_fma_peak_probe_computes_its_chains(spec):
     assert flops == 2.0 * x.size * steps
     gflops, chains = peak.measure(spec, repeat=1)
     assert gflops > 0 and chains == x.shape[1]
+
+
+def test_host_cpu_override_from_the_environment():
+    import os
+    import subprocess
+    import sys
+    code = "import tdsl; t = tdsl.target.Target.host(); print(t.cpu, t.vector_bits, t.vector_registers)"
+    env = dict(os.environ, TDSL_HOST_CPU="haswell")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["haswell", "256", "16"], out.stderr
+    env["TDSL_HOST_CPU"] = "notacpu"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "unknown CPU 'notacpu'" in out.stderr

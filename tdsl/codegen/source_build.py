@@ -10,12 +10,7 @@
 """
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import json
-import os
-import subprocess
-import tempfile
 
 from ..errors import BuildError, TdslError
 from .c_family import CPrinter, printer_for
@@ -40,9 +35,6 @@ def build_gpu(func, target):
     return mod
 
 
-_c_cache = {}
-
-
 def _c_string(text):
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -59,40 +51,26 @@ def c_source(func, symbol=None):
 def build_c(func):
     if "kernels" in func.attrs:   # a GPU schedule: kernels emulated on the CPU
         return build_gpu(func, "c")
-    from ..runtime.aot import SharedLibBackend, _compiler
+    from ..runtime import ccompiler
+    from ..runtime.aot import open_library
     from ..runtime.module import Module, Signature
     text, sig = c_source(func)
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    path = _c_cache.get(key)
-    if path is None:
-        d = tempfile.mkdtemp(prefix="tdsl_c_")
-        src = os.path.join(d, "kernel.c")
-        path = os.path.join(d, f"kernel_{key}.so")
-        with open(src, "w") as f:
-            f.write(text)
-        cmd = [_compiler(), "-O2", "-std=c11", "-shared", "-fPIC", "-o", path, src, "-lm"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BuildError(f"the C compiler rejected the generated source:\n{r.stderr}\n"
-                             f"--- source ---\n{text}")
-        _c_cache[key] = path
     try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise BuildError(f"cannot load the compiled C module: {e}") from None
-    backend = CBackend(path, lib, sig, text)
-    return Module(Signature(sig), backend)
+        payload = ccompiler.cached_library(text, ["-O2", "-std=c11"], "c", "the 'c' target")
+    except BuildError as e:
+        raise BuildError(f"{e}\n--- source ---\n{text}") from None
+    lib, _ = open_library(payload, f"the C module {func.name}")
+    return Module(Signature(sig), CBackend(lib, sig, text, payload))
 
 
 class CBackend:
     kind = "c"
 
-    def __init__(self, path, lib, sig, text):
+    def __init__(self, lib, sig, text, payload):
         from ..runtime.aot import SharedLibBackend
-        self._lib = SharedLibBackend(path, lib, sig)
+        self._lib = SharedLibBackend(f"<the C module {sig['name']}>", lib, sig, payload)
         self.cfunc = self._lib.cfunc
         self.text = text
-        self.path = path
 
     def set_num_threads(self, n):
         pass

@@ -303,8 +303,8 @@ def reduce(op):
                     idx.append(i[j])
                     j += 1
             val = x[tuple(idx)]
-            if dt == "bool":
-                val = tdsl.cast(val, "int8")
+            if dt == "bool":   # uint8: the max identity (0) reads back as False
+                val = tdsl.cast(val, "uint8")
             return red(val, axis=[rax[a] for a in axes])
         if not rax:
             return tdsl.compute(out.shape, lambda *i: x[i], name=uname(op))
@@ -313,7 +313,7 @@ def reduce(op):
             cnt = int(np.prod([xs[a] for a in axes]))
             return tdsl.compute(out.shape, lambda *i: r[i] / c(max(cnt, 1), dt), name=uname("mean_div"))
         if dt == "bool":
-            return tdsl.compute(out.shape, lambda *i: r[i] != c(0, "int8"), name=uname("tobool"))
+            return tdsl.compute(out.shape, lambda *i: r[i] != c(0, "uint8"), name=uname("tobool"))
         return r
     return build
 

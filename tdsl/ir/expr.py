@@ -3,11 +3,14 @@
 Nodes are small frozen dataclasses. Equality (`==`) builds a comparison node, as users
 write `A[i] == 0` inside lambdas; hashing is by identity, and `bool()` of a comparison
 answers whether both sides are the same object, so nodes still work as dict keys.
+Constants (`IntImm`, `FloatImm`) are the exception: they act as the numbers they hold
+(`int()`, `range()`, comparisons and hashing with Python numbers), see `_ConstValue`.
 Structural questions about integer expressions go through `tdsl.arith` (sympy), never
 through these classes.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Tuple
 
@@ -82,14 +85,65 @@ def _node(cls):
     return dataclass(frozen=True, eq=False, repr=False)(cls)
 
 
+class _ConstValue:
+    """Constants behave like the Python numbers they hold, as TVM's do: `int()`,
+    `float()`, `bool()`, `operator.index` (so `range(t.shape[0])` and `np.zeros(t.shape)`
+    work), and comparisons with numbers or other constants answer with a Python bool.
+    Their hash is the number's, so `{4: ...}[t.shape[0]]` finds it. Against any other
+    expression they still build comparison nodes.
+
+    Two constants are `==` only when they are the same constant (type, dtype and value,
+    `-0.0` apart from `0.0`): passes keep expressions in dicts, and a dict must not merge
+    constants that generate different code."""
+
+    def __int__(self): return int(self.value)
+    def __float__(self): return float(self.value)
+    def __bool__(self): return bool(self.value)
+    def __hash__(self): return hash(self.value)
+
+    @staticmethod
+    def _number(o):
+        """`o` as a Python number when it is a constant or a number, else None."""
+        if isinstance(o, (IntImm, FloatImm)):
+            return o.value
+        if isinstance(o, (int, float)):
+            return o
+        if type(o).__module__ == "numpy" and getattr(o, "dtype", None) is not None \
+                and getattr(o, "ndim", None) == 0 and o.dtype.kind in "biuf":
+            return o.item()
+        return None
+
+    def __eq__(self, o):
+        if isinstance(o, (IntImm, FloatImm)):
+            return (type(o) is type(self) and o.dtype == self.dtype
+                    and repr(o.value) == repr(self.value))
+        v = self._number(o)
+        return Expr.__eq__(self, o) if v is None else self.value == v
+
+    def __ne__(self, o):
+        r = self.__eq__(o)
+        return not r if isinstance(r, bool) else Expr.__ne__(self, o)
+
+    def _order(self, o, op, symbolic):
+        v = self._number(o)
+        return symbolic(self, o) if v is None else op(self.value, v)
+
+    def __lt__(self, o): return self._order(o, operator.lt, Expr.__lt__)
+    def __le__(self, o): return self._order(o, operator.le, Expr.__le__)
+    def __gt__(self, o): return self._order(o, operator.gt, Expr.__gt__)
+    def __ge__(self, o): return self._order(o, operator.ge, Expr.__ge__)
+
+
 @_node
-class IntImm(Expr):
+class IntImm(_ConstValue, Expr):
     value: int
     dtype: str = "int32"
 
+    def __index__(self): return int(self.value)
+
 
 @_node
-class FloatImm(Expr):
+class FloatImm(_ConstValue, Expr):
     value: float
     dtype: str = "float32"
 

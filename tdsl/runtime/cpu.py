@@ -1,58 +1,44 @@
-"""CPU JIT: LLVM IR text -> optimised machine code in this process, with a compile cache.
+"""CPU JIT: LLVM IR text -> machine code in this process, through an object file that the
+disk cache keeps.
 
 `compile_ir(ir_text, target, symbol)` parses and verifies the IR, runs the O3 pipeline of
-the new pass manager with the target machine of `target`, JIT-compiles it with MCJIT (one
-engine per module) and returns a `JITArtifact`. Results are cached in memory by
-(unoptimised IR text, target key), so rebuilding an unchanged kernel costs the IR
-generation plus a dictionary lookup. LLVM calls are serialised by one lock.
+the new pass manager with the target machine of `target`, emits an object file and loads
+it into an MCJIT engine (one per module). The object file, the optimised IR and the IR
+are stored in the persistent cache (`diskcache`) under `object_key(ir_text, target)`, so
+a later process skips LLVM's optimisation and code generation: it only links the object
+(~1 ms). Loaded artifacts are also kept in memory by that key, so rebuilding an unchanged
+kernel in the same process costs the IR generation plus a dictionary lookup.
+
+`load_build` / `remember_build` serve `tdsl.build`'s cache of whole builds: a schedule's
+fingerprint -> (object key, signature, notes), which skips lowering and IR generation too.
+LLVM calls are serialised by one lock.
 """
 from __future__ import annotations
 
 import collections
 import ctypes
-import os
+import json
 import threading
 import time
+import zlib
 
 from ..errors import BuildError, InternalError
 from ..codegen.target import LLVMTarget, llvm_binding
+from . import diskcache
+from .abi import ctypes_signature, default_num_threads
 
 _lock = threading.RLock()
-_cache: "collections.OrderedDict[tuple, JITArtifact]" = collections.OrderedDict()
+_cache: "collections.OrderedDict[str, JITArtifact]" = collections.OrderedDict()
 CACHE_SIZE = 512
-stats = {"hits": 0, "misses": 0, "compile_s": 0.0}
-
-
-def default_num_threads() -> int:
-    env = os.environ.get("TDSL_NUM_THREADS")
-    if env:
-        try:
-            n = int(env)
-            if n >= 1:
-                return n
-        except ValueError:
-            pass
-    return max(1, os.cpu_count() or 1)
-
-
-def ctypes_signature(sig):
-    """ctypes argument types of the generated entry point for a signature dict."""
-    types = []
-    for p in sig["params"]:
-        if p["kind"] == "buffer":
-            types.append(ctypes.c_void_p)
-        elif p["dtype"].startswith("float"):
-            types.append(ctypes.c_double)
-        else:
-            types.append(ctypes.c_int64)
-    return ctypes.CFUNCTYPE(ctypes.c_int32, *types)
+stats = {"hits": 0, "misses": 0, "disk_hits": 0, "build_hits": 0, "compile_s": 0.0}
 
 
 class JITArtifact:
     """A compiled module kept alive by its MCJIT engine."""
 
-    def __init__(self, ir_text, target, symbol, engine, opt_ir, addr, threads_addr,
+    def __init__(self, key, ir_text, target, symbol, engine, opt_ir, addr, threads_addr,
                  compile_s):
+        self.key = key
         self.ir_text = ir_text
         self.target = target
         self.symbol = symbol
@@ -142,48 +128,136 @@ def _optimize(llvm, mod, target: LLVMTarget):
     pm.run(mod, pb)
 
 
+def target_identity(target: LLVMTarget) -> str:
+    """What, besides the IR, decides the machine code: the target and the LLVM version."""
+    import llvmlite
+    llvm = llvm_binding()
+    return "|".join([target.description.fingerprint, target.features,
+                     "llvm " + ".".join(map(str, llvm.llvm_version_info)),
+                     "llvmlite " + llvmlite.__version__])
+
+
+def object_key(ir_text: str, target: LLVMTarget) -> str:
+    return diskcache.key("llvm-object", ir_text, target_identity(target))
+
+
+def _codegen(llvm, ir_text, target):
+    """IR text -> (object file, optimised IR): LLVM's whole cost of a build."""
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as e:
+        raise InternalError(f"the generated LLVM IR does not verify: {e}\nThis is a tdsl "
+                            "bug; please report it with the kernel that triggered it") from None
+    mod.triple = target.triple
+    _optimize(llvm, mod, target)
+    opt_ir = str(mod)
+    _check_externals(llvm, opt_ir)
+    return target.tm.emit_object(mod), opt_ir
+
+
+def _load(llvm, key, obj, opt_ir, ir_text, target, symbol, compile_s) -> JITArtifact:
+    """Links object file `obj` into this process."""
+    from . import threadpool
+    _load_support_libraries(llvm)
+    threadpool.load_into_jit()
+    _check_externals(llvm, opt_ir)
+    empty = llvm.parse_assembly("")
+    empty.triple = target.triple
+    engine = llvm.create_mcjit_compiler(empty, target.new_jit_tm())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    addr = engine.get_function_address(symbol)
+    if not addr:
+        raise InternalError(f"the JIT symbol {symbol} did not resolve")
+    try:
+        taddr = engine.get_global_value_address("__tdsl_num_threads")
+    except Exception:  # pragma: no cover - every generated module defines it
+        taddr = 0
+    art = JITArtifact(key, ir_text, target, symbol, engine, opt_ir, addr, taddr, compile_s)
+    art.set_num_threads(default_num_threads())
+    _cache[key] = art
+    while len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return art
+
+
+def _from_memory(key):
+    art = _cache.get(key)
+    if art is not None:
+        _cache.move_to_end(key)
+        stats["hits"] += 1
+    return art
+
+
+def _from_disk(llvm, key, target, symbol):
+    parts = diskcache.get("llvm", key)
+    if parts is None or len(parts) != 3:
+        return None
+    obj, opt_ir, ir_text = parts[0], zlib.decompress(parts[1]).decode(), \
+        zlib.decompress(parts[2]).decode()
+    stats["disk_hits"] += 1
+    return _load(llvm, key, obj, opt_ir, ir_text, target, symbol, 0.0)
+
+
 def compile_ir(ir_text: str, target: LLVMTarget, symbol: str) -> JITArtifact:
-    key = (ir_text, target.key)
+    key = object_key(ir_text, target)
     with _lock:
-        art = _cache.get(key)
+        art = _from_memory(key)
         if art is not None:
-            _cache.move_to_end(key)
-            stats["hits"] += 1
+            return art
+        llvm = llvm_binding()
+        art = _from_disk(llvm, key, target, symbol)
+        if art is not None:
             return art
         stats["misses"] += 1
         t0 = time.perf_counter()
-        llvm = llvm_binding()
-        try:
-            mod = llvm.parse_assembly(ir_text)
-            mod.verify()
-        except RuntimeError as e:
-            raise InternalError(f"the generated LLVM IR does not verify: {e}\nThis is a tdsl "
-                                "bug; please report it with the kernel that triggered it") from None
-        mod.triple = target.triple
         _load_support_libraries(llvm)
-        _optimize(llvm, mod, target)
-        opt_ir = str(mod)
-        _check_externals(llvm, opt_ir)
-        engine = llvm.create_mcjit_compiler(mod, target.new_jit_tm())
-        engine.finalize_object()
-        addr = engine.get_function_address(symbol)
-        if not addr:
-            raise BuildError(f"internal error: JIT symbol {symbol} did not resolve")
-        try:
-            taddr = engine.get_global_value_address("__tdsl_num_threads")
-        except Exception:  # pragma: no cover
-            taddr = 0
+        obj, opt_ir = _codegen(llvm, ir_text, target)
+        diskcache.put("llvm", key, [obj, zlib.compress(opt_ir.encode(), 1),
+                                    zlib.compress(ir_text.encode(), 1)])
         dt_ = time.perf_counter() - t0
         stats["compile_s"] += dt_
-        art = JITArtifact(ir_text, target, symbol, engine, opt_ir, addr, taddr, dt_)
-        art.set_num_threads(default_num_threads())
-        _cache[key] = art
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        return _load(llvm, key, obj, opt_ir, ir_text, target, symbol, dt_)
+
+
+def load_artifact(key: str, target: LLVMTarget, symbol: str):
+    """The artifact stored under object key `key` (memory, then disk), or None."""
+    with _lock:
+        art = _from_memory(key)
+        if art is None:
+            art = _from_disk(llvm_binding(), key, target, symbol)
         return art
 
 
+def _build_key(fingerprint, target):
+    return diskcache.key("llvm-build", fingerprint, target_identity(target))
+
+
+def load_build(fingerprint: str, target: LLVMTarget):
+    """The module `tdsl.build` made earlier from a schedule with this fingerprint, or None."""
+    from .module import Module
+    parts = diskcache.get("build", _build_key(fingerprint, target))
+    if parts is None or len(parts) != 1:
+        return None
+    rec = json.loads(parts[0])
+    art = load_artifact(rec["object"], target, rec["sig"]["symbol"])
+    if art is None:
+        return None
+    stats["build_hits"] += 1
+    mod = Module(rec["sig"], JITBackend(art, rec["sig"]))
+    mod.notes = list(rec["notes"])
+    return mod
+
+
+def remember_build(fingerprint: str, target: LLVMTarget, mod):
+    """Records that the schedule with this fingerprint built `mod` (a JIT module)."""
+    rec = {"object": mod._backend.art.key, "sig": mod.signature.raw, "notes": list(mod.notes)}
+    diskcache.put("build", _build_key(fingerprint, target), [json.dumps(rec).encode()])
+
+
 def clear_cache():
+    """Forgets the modules compiled in this process (the disk cache stays)."""
     with _lock:
         _cache.clear()
 
@@ -213,10 +287,10 @@ class JITBackend:
         raise BuildError(f"unknown source format {fmt!r}; use '', 'll' or 'asm'")
 
     def export(self, path, sig):
-        from .aot import link_shared
+        from .ccompiler import link_kernel_library
+        from .libfile import seal, write_atomic
         obj = self.art.object_code()
         if path.endswith(".o"):  # a bare object file for the user's own link
-            with open(path, "wb") as f:
-                f.write(obj)
+            write_atomic(path, obj)
             return
-        link_shared(obj, path)
+        write_atomic(path, seal(link_kernel_library(obj)))

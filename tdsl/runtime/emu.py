@@ -6,10 +6,6 @@ barriers, cross-thread reductions) on any machine; it is not fast."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import subprocess
-import tempfile
 import time
 
 import numpy as np
@@ -49,19 +45,14 @@ class EmuDevice:
     def load(self, source, names):
         fns = _libs.get(source)
         if fns is None:
-            from .aot import _compiler
-            key = hashlib.sha256(source.encode()).hexdigest()[:24]
-            d = tempfile.mkdtemp(prefix="tdsl_emu_")
-            src = os.path.join(d, "kernels.c")
-            path = os.path.join(d, f"kernels_{key}.so")
-            with open(src, "w") as f:
-                f.write(source)
-            r = subprocess.run([_compiler(), "-O1", "-std=gnu11", "-shared", "-fPIC", "-o", path,
-                                src, "-lm"], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise BuildError(f"the C compiler rejected the emulated kernels:\n{r.stderr}\n"
-                                 f"--- source ---\n{source}")
-            lib = ctypes.CDLL(path)
+            from .ccompiler import cached_library
+            from .libfile import dlopen_bytes
+            try:
+                payload = cached_library(source, ["-O1", "-std=gnu11"], "emu",
+                                         "the emulated GPU kernels")
+            except BuildError as e:
+                raise BuildError(f"{e}\n--- source ---\n{source}") from None
+            lib = dlopen_bytes(payload, "the emulated GPU kernels")
             fns = {"__lib__": lib}
             for n in names:
                 fn = getattr(lib, n + "_launch")
