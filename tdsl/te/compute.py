@@ -297,7 +297,8 @@ exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor, ceil, round, sin, cos, exp2, l
  nearbyint) = (_unary(n) for n in ("exp10", "log10", "log1p", "expm1", "tan", "asin", "acos",
                                    "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
                                    "nearbyint"))
-atan2 = _binary("atan2", "Element-wise atan2(y, x): the angle of the point (x, y).")
+atan2 = _binary("atan2", "numpy's arctan2(x, y): the angle of the point (y, x), the first "
+                          "argument the ordinate.")
 hypot = _binary("hypot", "Element-wise sqrt(x*x + y*y), without overflow in between.")
 copysign = _binary("copysign", "Element-wise |x| with the sign of y.")
 fmod = _binary("fmod", "Element-wise C fmod: x - trunc(x / y) * y, the sign of x (numpy.fmod); "
