@@ -61,8 +61,8 @@ class ScheduleLowering:
         self.arg_keys = set()     # (stage, output index) passed as arguments
         self.scalar_args = []
         self.double_buffered = []  # buffers of double_buffer() stages, for that pass
-        self.thread_ivs = {iv: None for st in sched.stages for a in st.iter_var_attrs.values()
-                           for iv in [a.thread] if iv is not None}
+        self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
+                           if a.thread is not None}
         self._bind_args(args)
         self.size_ranges = {}
         for p in self.params:
@@ -143,9 +143,10 @@ class ScheduleLowering:
                 raise ScheduleError(f"set_store_predicate: stage '{st.name}' is inlined: it "
                                     "stores nothing for the predicate to guard")
             if st.double_buffered and st.attach_type != "scope":
+                where = "inlined" if st.attach_type == "inline" else "computed at root"
                 raise ScheduleError(
-                    f"double_buffer: stage '{st.name}' is {'inlined' if st.attach_type == 'inline' else 'computed at root'}; "
-                    "attach it (compute_at) inside the loop over whose iterations it alternates")
+                    f"double_buffer: stage '{st.name}' is {where}; attach it (compute_at) "
+                    "inside the loop over whose iterations it alternates")
             if st.attach_type != "root":
                 continue
             stmts.append(self.make_nest(st))
@@ -246,40 +247,41 @@ class ScheduleLowering:
         return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
 
     # ------------------------------------------------------------------ predicates
-    def _thread_loops(self, st):
-        """tag -> the variable of the loop bound to it around the stores of `st` (its own
-        loops and those of the stages it is attached in)."""
-        out = {}
-        s, leaves = st, st.leaf_iter_vars
+    @staticmethod
+    def _loops_outward(st, leaves):
+        """(stage, leaf) of `leaves` of `st`, then of the loops around its attach point in
+        the stages it is attached in, innermost stage first."""
+        s = st
         while True:
             for iv in leaves:
-                tag = _bound_tag(s, iv)
-                if tag and tag != "vthread":
-                    out.setdefault(tag, iv.var)
+                yield s, iv
             if s.attach_type != "scope":
-                return out
+                return
             parent = s.attach_stage
             leaves = parent.leaf_iter_vars[:parent.leaf_iter_vars.index(attach_leaf(s)) + 1]
             s = parent
 
+    def _thread_loops(self, st):
+        """tag -> the variable of the loop bound to it around the stores of `st`."""
+        out = {}
+        for s, iv in self._loops_outward(st, st.leaf_iter_vars):
+            tag = _bound_tag(s, iv)
+            if tag and tag != "vthread":
+                out.setdefault(tag, iv.var)
+        return out
+
     def _thread_groups(self, st, outer, tag):
         """The loops bound to threadIdx tags other than `tag` around a cross-thread
-        reduction of `st` (`outer`: its own loops outside the reduction, then those of the
-        stages it is attached in), one per tag, with their extents: each combination of
-        their indices reduces in its own part of the shared buffer."""
+        reduction of `st` (`outer`: its own loops outside the reduction), one per tag, with
+        their extents: each combination of their indices reduces in its own part of the
+        shared buffer."""
         out, seen = [], {tag}
-        s, leaves = st, outer
-        while True:
-            for iv in leaves:
-                t = _bound_tag(s, iv)
-                if t.startswith("threadIdx") and t not in seen:
-                    seen.add(t)
-                    out.append((iv, arith.simplify(self.bounds[s].ranges[iv].extent)))
-            if s.attach_type != "scope":
-                return out
-            parent = s.attach_stage
-            leaves = parent.leaf_iter_vars[:parent.leaf_iter_vars.index(attach_leaf(s)) + 1]
-            s = parent
+        for s, iv in self._loops_outward(st, outer):
+            t = _bound_tag(s, iv)
+            if t.startswith("threadIdx") and t not in seen:
+                seen.add(t)
+                out.append((iv, arith.simplify(self.bounds[s].ranges[iv].extent)))
+        return out
 
     def _tag_extent(self, tag):
         for st in self.sched.stages:
