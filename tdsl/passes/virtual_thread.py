@@ -187,4 +187,8 @@ class _VThread(Mutator):
 
 
 def inject_virtual_thread(func: S.PrimFunc) -> S.PrimFunc:
+    sched = func.attrs.get("schedule")
+    if sched is not None and not any(a.thread is not None and a.thread.thread_tag == "vthread"
+                                     for st in sched.stages for a in st.iter_var_attrs.values()):
+        return func         # nothing to do: skip the walk
     return func.with_body(_VThread().visit(func.body))
