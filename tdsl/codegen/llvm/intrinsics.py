@@ -22,7 +22,8 @@ from llvmlite import ir
 from ... import dtype as dt
 from ...errors import BuildError
 from . import bits
-from .types import F32, I32, elem_type as _elem, type_suffix as _suffix, with_elem as _with_elem
+from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
+                    with_elem as _with_elem)
 
 # e^r on [-ln2/2, ln2/2]: degree-6 near-minimax polynomial (max rel. error 1.9e-9).
 _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.04166815057396889,
@@ -60,10 +61,6 @@ _CLASSIFY = ("isnan", "isinf", "isfinite")
 SUPPORTED = (set(_LLVM_UNARY) | set(_LLVM_BINARY) | set(_LIBM_UNARY) | set(_CLASSIFY)
              | set(bits.INT_OPS) | {"rsqrt", "sigmoid", "abs", "likely", "fmod", "hypot",
                                     "ldexp"})
-
-
-def _lanes(v):
-    return v.type.count if isinstance(v.type, ir.VectorType) else 1
 
 
 class Math:
@@ -300,7 +297,7 @@ def emit_call(em, e):
         return em.expr(e.args[0])
     args = [em.expr(a) for a in e.args]
     # operands may mix scalars and vectors inside a vectorized loop
-    lanes = max(_lanes(a) for a in args)
+    lanes = max(lanes_of(a) for a in args)
     args = [em.splat(a, lanes) if lanes > 1 else a for a in args]
     b = em.builder
     if name in bits.INT_OPS:
