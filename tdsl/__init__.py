@@ -9,6 +9,10 @@ from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, 
                  sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
                  ceil, round, sin, cos, exp2, log2, trunc, abs, power, if_then_else, select, const,
                  cast, Tensor, IterVar)
+from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, asinh, acosh,
+                 atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
+                 popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
+                 shift_right, min_value, max_value)
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower

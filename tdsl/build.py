@@ -16,18 +16,29 @@ from __future__ import annotations
 import os
 
 from .errors import BuildError
-from .lower import lower
+from .ir.stmt import PrimFunc
+from .lower import lower, lower_for_target
 from .target import KINDS as TARGETS, as_target
 
 
-def build(s, args=None, target="llvm", name="main"):
-    """Compiles schedule `s` into a callable Module for `target`."""
+def build(s, args=None, target="llvm", name=None):
+    """Compiles schedule `s` into a callable Module for `target`; `s` may also be the
+    PrimFunc of `tdsl.lower(s, args)` (its arguments are fixed then)."""
     if target is None or (isinstance(target, str) and not target.strip()):
         raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
     t = as_target(target)
-    if t.kind == "llvm" and t.runs_here:
-        return _build_llvm(s, args, t, name)
-    func = lower(s, args, name, target=t.kind)
+    if isinstance(s, PrimFunc):
+        if args is not None and list(args) != list(s.attrs.get("args", args)):
+            raise BuildError(f"build: function '{s.name}' was lowered with its arguments; "
+                             "build(func) takes no other args")
+        func = lower_for_target(s, t.kind, name)
+        if t.kind == "llvm" and t.runs_here:
+            from .codegen import llvm
+            return llvm.build(func, t)
+    elif t.kind == "llvm" and t.runs_here:
+        return _build_llvm(s, args, t, name or "main")
+    else:
+        func = lower(s, args, name or "main", target=t.kind)
     if t.kind == "llvm":
         from .runtime import cross
         return cross.build(func, t)

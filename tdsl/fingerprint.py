@@ -111,10 +111,19 @@ class _Writer:
         self.emit("end")
 
     def visit_reducer(self, r):
-        """A reducer's functions, by their results on fresh operands of the source type."""
-        dtype = r.source.dtype
-        a, b = E.Var("lhs", dtype), E.Var("rhs", dtype)
-        combined, identity = r.combiner.combine(a, b), r.combiner.identity(dtype)
+        """A reducer's functions, by their results on fresh operands of the source type
+        (tuples of them for a reduction over tuples)."""
+        if isinstance(r.source, tuple):
+            dtypes = [x.dtype for x in r.source]
+            a = tuple(E.Var(f"lhs{k}", d) for k, d in enumerate(dtypes))
+            b = tuple(E.Var(f"rhs{k}", d) for k, d in enumerate(dtypes))
+            combined = r.combiner.combine_values(a, b)
+            identity = r.combiner.identity_values(dtypes)
+            self.alive += [a, b]
+        else:
+            dtype = r.source.dtype
+            a, b = E.Var("lhs", dtype), E.Var("rhs", dtype)
+            combined, identity = r.combiner.combine(a, b), r.combiner.identity(dtype)
         self.alive += [a, b, combined, identity]
         self.reducers.add(id(r.combiner))
         self.emit(f"reducer:{r.combiner.name}")

@@ -11,14 +11,17 @@ from .errors import LoweringError, TdslError, InternalError
 from .ir import expr as E
 from .ir import stmt as S
 from .ir.expr import Range
+from .passes.double_buffer import inject_double_buffer
 from .passes.loop_partition import loop_partition
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
+from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
 from .te.tensor import PlaceholderOp, Tensor
 
 PASSES = [
+    ("inject_double_buffer", inject_double_buffer),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("storage_flatten", storage_flatten),
@@ -29,15 +32,24 @@ GPU_TARGETS = ("cuda", "opencl")
 
 
 def _gpu_passes():
+    # virtual threads after thread_sync: its barriers (placed as if they were threads) are
+    # where the interleaving of virtual threads must meet
     from .passes.gpu import gpu_storage_scope, split_kernels
     from .passes.thread_sync import thread_sync
     return [("gpu_storage_scope", gpu_storage_scope), ("thread_sync", thread_sync),
-            ("split_kernels", split_kernels)]
+            ("inject_virtual_thread", inject_virtual_thread), ("split_kernels", split_kernels)]
+
+
+def _cpu_passes(sched):
+    """Virtual threads of a schedule that binds no GPU loops run interleaved on the CPU
+    (a GPU schedule keeps them for the GPU passes, where barriers exist)."""
+    return [] if binds_threads(sched) else [("inject_virtual_thread", inject_virtual_thread)]
 
 
 def binds_threads(sched) -> bool:
     """Whether any loop of the schedule is bound to blockIdx/threadIdx."""
-    return any(a.thread is not None for st in sched.stages for a in st.iter_var_attrs.values())
+    return any(a.thread is not None and a.thread.thread_tag != "vthread"
+               for st in sched.stages for a in st.iter_var_attrs.values())
 
 
 def target_kind(target) -> str:
@@ -54,9 +66,9 @@ def target_kind(target) -> str:
 
 def default_args(sched: Schedule):
     """The placeholders read by the schedule, then its outputs."""
-    ins = [st.op.output for st in sched.stages if isinstance(st.op, PlaceholderOp)
+    ins = [st.op.output(0) for st in sched.stages if isinstance(st.op, PlaceholderOp)
            and any(st in sched.producers(c) for c in sched.stages)]
-    outs = [sched.stage_map[op].origin_op.output for op in sched.outputs]
+    outs = [t for op in sched.outputs for t in sched.stage_map[op].origin_op.outputs]
     return ins + outs
 
 
@@ -75,7 +87,8 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
     """The loop IR of schedule `s` as a PrimFunc; `str()` prints it.
 
     With a GPU `target` ("cuda", "opencl") the schedule is checked for the grid, barriers
-    are inserted and the kernels are recorded in `func.attrs["kernels"]`."""
+    are inserted and the kernels are recorded in `func.attrs["kernels"]`. Without one, the
+    function is target-neutral: `build(func, target=...)` adds what a GPU target needs."""
     if not isinstance(s, Schedule):
         raise LoweringError(f"lower: expected a schedule from tdsl.create_schedule, got {s!r}")
     if args is None:
@@ -84,18 +97,60 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         raise LoweringError(f"lower: args must be a list of tensors and vars, got {args!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise LoweringError(f"lower: the name must be an identifier, got {name!r}")
-    debug = int(os.environ.get("TDSL_DEBUG", "0") or 0)
     kind = target_kind(target)
-    passes = list(PASSES)
-    if kind in GPU_TARGETS or (kind == "c" and binds_threads(s)):
+    gpu = _needs_gpu_passes(s, kind)
+    if gpu:     # before any work: a schedule that cannot run on the grid fails at once
         from .passes.gpu import check_gpu_schedule
         check_gpu_schedule(s, kind)
-        passes += _gpu_passes()
-    try:
+
+    def start():
         func = schedule_to_func(s, list(args), name)
         func.attrs["size_ranges"] = _size_ranges(func)
+        return func
+    func = _run(start, PASSES + (_gpu_passes() if gpu else _cpu_passes(s)), "schedule_ops")
+    func.attrs["target"] = kind
+    return func
+
+
+def lower_for_target(func: S.PrimFunc, target, name=None) -> S.PrimFunc:
+    """`func` from `lower()` made ready for `target`: the GPU passes when the target
+    needs them and `func` was lowered without them; renamed to `name` if given."""
+    kind = target_kind(target)
+    if name is not None and name != func.name:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise LoweringError(f"build: the name must be an identifier, got {name!r}")
+        if "kernels" in func.attrs:
+            raise LoweringError(f"build: function '{func.name}' was lowered for a GPU target; "
+                                "name it in lower(..., name=...)")
+        func = S.PrimFunc(name, func.params, func.body, dict(func.attrs))
+    sched = func.attrs.get("schedule")
+    gpu = sched is not None and _needs_gpu_passes(sched, kind)
+    lowered_for = func.attrs.get("target", "llvm")
+    if "kernels" in func.attrs and not gpu:
+        raise LoweringError(f"build: function '{func.name}' was lowered for the GPU target "
+                            f"'{lowered_for}'; lower the schedule again for target '{kind}'")
+    if gpu and "kernels" not in func.attrs:
+        from .passes.gpu import check_gpu_schedule
+        check_gpu_schedule(sched, kind)
+        func = _run(lambda: func, _gpu_passes(), "lower")
+    if func.attrs.get("target") != kind:
+        func = func.with_body(func.body)
+        func.attrs["target"] = kind
+    return func
+
+
+def _needs_gpu_passes(sched, kind):
+    return kind in GPU_TARGETS or (kind == "c" and binds_threads(sched))
+
+
+def _run(start, passes, start_name):
+    """start() and then each pass, with TDSL_DEBUG=2 printing the IR after each; errors
+    that are not the user's become InternalError."""
+    debug = int(os.environ.get("TDSL_DEBUG", "0") or 0)
+    try:
+        func = start()
         if debug >= 2:
-            print(f"# after schedule_ops\n{func}\n", file=sys.stderr)
+            print(f"# after {start_name}\n{func}\n", file=sys.stderr)
         for pass_name, fn in passes:
             func = fn(func)
             if debug >= 2:
@@ -107,5 +162,4 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
     except Exception as e:  # our bug, not the user's
         raise InternalError(f"lowering failed unexpectedly: {type(e).__name__}: {e}. "
                             "Please report this with the code that defines the schedule.") from e
-    func.attrs["target"] = kind
     return func

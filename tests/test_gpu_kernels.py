@@ -251,3 +251,95 @@ def test_thread_loops_of_different_extents_share_the_largest_block():
     y = np.zeros_like(a)
     f(a, y)
     np.testing.assert_allclose(y, a / a.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def _loop_barriers(func, loop_name):
+    """Barriers inside the serial loops named `loop_name` of a lowered GPU function."""
+    from tdsl.ir import stmt as S
+    from tdsl.ir.visitor import walk
+    counts = []
+
+    def f(n):
+        if isinstance(n, S.For) and n.var.name == loop_name:
+            found = []
+            walk(n.body, lambda m: found.append(1) if isinstance(m, S.Barrier) else None)
+            counts.append(len(found))
+    walk(func.body, f)
+    return counts
+
+
+def _shared_matmul(double, vthreads=1):
+    M, N, K = 32, 16, 24
+    A = tdsl.placeholder((M, K), name="A")
+    B = tdsl.placeholder((K, N), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tdsl.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=8)
+    vt, ti = s[C].split(ii, nparts=vthreads)
+    s[C].reorder(bi, vt, j, ti)
+    s[C].bind(bi, tdsl.thread_axis("blockIdx.x"))
+    s[C].bind(vt, tdsl.thread_axis((0, vthreads), "vthread"))
+    s[C].bind(j, tdsl.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], j)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=4)
+    BS = s.cache_read(B, "shared", [CL])
+    s[BS].compute_at(s[CL], ko)
+    s[BS].bind(s[BS].op.axis[1], tdsl.thread_axis("threadIdx.x"))
+    if double:
+        s[BS].double_buffer()
+    a = rng.random((M, K), dtype=np.float32)
+    b = rng.random((K, N), dtype=np.float32)
+    return s, [A, B, C], [a, b], a @ b
+
+
+@pytest.mark.parametrize("target", ["c", "opencl"])
+def test_double_buffer_one_barrier_per_step(target):
+    """Without double buffering the k loop syncs twice per step (after the fill, before the
+    next one); with it, once: each step fills the other buffer while using this one."""
+    if target == "opencl":
+        _opencl_or_skip()
+    for double, per_step in ((False, 2), (True, 1)):
+        s, args, inputs, ref = _shared_matmul(double)
+        func = tdsl.lower(s, args, target="cuda")
+        loop = "k.outer.db" if double else "k.outer"
+        counts = _loop_barriers(func, loop)
+        steps = 2 if double else 1          # the double-buffered loop does two steps a turn
+        assert counts and all(c == per_step * steps for c in counts), counts
+        f = tdsl.build(s, args, target=target)
+        out = np.zeros(ref.shape, np.float32)
+        f(*inputs, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["c", "opencl"])
+def test_vthread_fills_shared_memory_once(target):
+    """Two virtual threads per thread share the block's shared fill (one fill nest per step)
+    and each keeps its own accumulators: the thread's local buffer holds a copy per virtual
+    thread, their work interleaved in unrolled loops."""
+    if target == "opencl":
+        _opencl_or_skip()
+    from tdsl.ir import stmt as S
+    from tdsl.ir.visitor import walk
+    s1, args1, _, _ = _shared_matmul(False, 1)
+    s2, args2, inputs, ref = _shared_matmul(False, 2)
+    sizes = {}
+    for name, (s, args) in {"one": (s1, args1), "two": (s2, args2)}.items():
+        func = tdsl.lower(s, args, target="cuda")
+        stores = []
+        allocs = {}
+        walk(func.body, lambda n: stores.append(n) if isinstance(n, S.BufferStore)
+             and n.buffer.name == "B.shared" else None)
+        walk(func.body, lambda n: allocs.setdefault(n.buffer.name, n.buffer.shape[0].value)
+             if isinstance(n, S.Allocate) else None)
+        assert len(stores) == 1, name            # one fill, not one per virtual thread
+        sizes[name] = allocs["C.local"]
+        if name == "two":
+            assert "in unroll(2)" in str(func)
+    assert sizes["two"] == sizes["one"]      # 2 virtual threads x half the rows each
+    f = tdsl.build(s2, args2, target=target)
+    out = np.zeros(ref.shape, np.float32)
+    f(*inputs, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)

@@ -131,6 +131,23 @@ def p_storage_align(s, out):
     s[p].storage_align(p.op.axis[0], 16, 3)
 
 
+def p_set_store_predicate(s, out):
+    s[out].set_store_predicate(out.op.axis[1].var % 3 != 1)
+
+
+def p_double_buffer(s, out):
+    ko, ki = s[out].split(out.op.reduce_axis[0], factor=5)
+    B = out.op.input_tensors()[1]
+    BB = s.cache_read(B, "global", [out])
+    s[BB].compute_at(s[out], ko)
+    s[BB].double_buffer()
+
+
+def p_vthread(s, out):
+    vo, vi = s[out].split(out.op.axis[0], nparts=2)
+    s[out].bind(vo, tdsl.thread_axis("vthread", name="vx"))
+
+
 CASES = {
     "split": (elementwise, p_split),
     "split_nparts": (elementwise, p_split_nparts),
@@ -150,7 +167,14 @@ CASES = {
     "rfactor": (row_sum, p_rfactor),
     "pragma": (elementwise, p_pragma),
     "storage_align": (two_stage, p_storage_align),
+    "set_store_predicate": (elementwise, p_set_store_predicate),
+    "double_buffer": (matmul, p_double_buffer),
+    "vthread": (matmul, p_vthread),
 }
+
+# the predicate leaves some elements alone: the reference says which stay NaN
+MASKED = {"set_store_predicate": lambda out: out.__setitem__((slice(None), slice(1, None, 3)),
+                                                             np.nan)}
 
 SHAPES = {"square": (16, 16), "ragged": (13, 21), "symbolic": None}
 
@@ -187,15 +211,94 @@ def test_numerics(case, shape):
                 conc.append(N + 1)
         inputs.append(rng.standard_normal(conc).astype("float32"))
     expected = ref(*inputs)
+    MASKED.get(case, lambda out: None)(expected)
     out = np.full(expected.shape, np.nan, dtype="float32")
     f(*inputs, out)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_golden_ir(case, request):
-    s, args, _ = _build(case, (16, 20))
-    text = str(tdsl.lower(s, args, name=case)) + "\n"
+def _argmax_rows():
+    """A reduction over (index, value) tuples: two outputs of one stage."""
+    argmax = tdsl.comm_reducer(
+        lambda x, y: (tdsl.select(x[1] >= y[1], x[0], y[0]), tdsl.select(x[1] >= y[1], x[1], y[1])),
+        lambda t0, t1: (tdsl.const(-1, t0), tdsl.min_value(t1)), name="argmax")
+    A = tdsl.placeholder((16, 20), name="A")
+    k = tdsl.reduce_axis((0, 20), name="k")
+    I, V = tdsl.compute((16,), lambda i: argmax((k.astype("int32"), A[i, k]), axis=k), name="T")
+    return A, I, V
+
+
+def g_tuple_reduce():
+    A, I, V = _argmax_rows()
+    return tdsl.create_schedule(I.op), [A, I, V], None
+
+
+def g_tuple_rfactor():
+    A, I, V = _argmax_rows()
+    s = tdsl.create_schedule(I.op)
+    ko, ki = s[I].split(s[I].op.reduce_axis[0], factor=4)
+    IF, _ = s.rfactor(I, ki)
+    s[IF].compute_at(s[I], s[I].op.axis[0])
+    return s, [A, I, V], None
+
+
+def g_multi_output():
+    A = tdsl.placeholder((16, 20), name="A")
+    S, P = tdsl.compute((16, 20), lambda i, j: (A[i, j] + 1.0, A[i, j] * 2.0), name="SP")
+    C = tdsl.compute((16, 20), lambda i, j: S[i, j] - P[i, j], name="C")
+    s = tdsl.create_schedule(C)
+    SC, PC = s.cache_write([S, P], "local")
+    s[S].compute_at(s[C], C.op.axis[0])
+    s[SC].compute_at(s[C], C.op.axis[0])
+    return s, [A, C], None
+
+
+def g_gpu_double_buffer():
+    """A shared cache double-buffered across the reduction loop: one barrier per step."""
+    A = tdsl.placeholder((16, 20), name="A")
+    B = tdsl.placeholder((20, 8), name="B")
+    k = tdsl.reduce_axis((0, 20), name="k")
+    C = tdsl.compute((16, 8), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tdsl.create_schedule(C)
+    i, j = C.op.axis
+    s[C].bind(i, tdsl.thread_axis("blockIdx.x"))
+    s[C].bind(j, tdsl.thread_axis("threadIdx.x"))
+    ko, ki = s[C].split(k, factor=4)
+    BS = s.cache_read(B, "shared", [C])
+    s[BS].compute_at(s[C], ko)
+    s[BS].bind(s[BS].op.axis[1], tdsl.thread_axis("threadIdx.x"))
+    s[BS].double_buffer()
+    return s, [A, B, C], "cuda"
+
+
+def g_gpu_vthread():
+    """Two virtual threads per thread: the shared fill once, the work for each."""
+    A = tdsl.placeholder((16, 20), name="A")
+    B = tdsl.placeholder((20, 8), name="B")
+    k = tdsl.reduce_axis((0, 20), name="k")
+    C = tdsl.compute((16, 8), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tdsl.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    bi, vi = s[C].split(i, nparts=8)
+    vt, ti = s[C].split(vi, nparts=2)
+    s[C].reorder(bi, vt, j, ti)
+    s[C].bind(bi, tdsl.thread_axis("blockIdx.x"))
+    s[C].bind(vt, tdsl.thread_axis((0, 2), "vthread", name="vy"))
+    s[C].bind(j, tdsl.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], j)
+    BS = s.cache_read(B, "shared", [CL])
+    s[BS].compute_at(s[CL], s[CL].op.reduce_axis[0])
+    s[BS].bind(s[BS].op.axis[1], tdsl.thread_axis("threadIdx.x"))
+    return s, [A, B, C], "cuda"
+
+
+EXTRA_GOLDEN = {"tuple_reduce": g_tuple_reduce, "tuple_rfactor": g_tuple_rfactor,
+                "multi_output": g_multi_output, "gpu_double_buffer": g_gpu_double_buffer,
+                "gpu_vthread": g_gpu_vthread}
+
+
+def _golden(case, text, request):
     path = os.path.join(GOLDEN, case + ".txt")
     if request.config.getoption("--update-golden") or not os.path.exists(path):
         os.makedirs(GOLDEN, exist_ok=True)
@@ -205,3 +308,15 @@ def test_golden_ir(case, request):
             pytest.fail(f"golden file {path} was missing; written now, check it in")
     with open(path) as fh:
         assert text == fh.read(), f"IR of {case} changed; if intended, run pytest --update-golden"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_golden_ir(case, request):
+    s, args, _ = _build(case, (16, 20))
+    _golden(case, str(tdsl.lower(s, args, name=case)) + "\n", request)
+
+
+@pytest.mark.parametrize("case", list(EXTRA_GOLDEN))
+def test_golden_ir_tuples_and_gpu(case, request):
+    s, args, target = EXTRA_GOLDEN[case]()
+    _golden(case, str(tdsl.lower(s, args, name=case, target=target)) + "\n", request)

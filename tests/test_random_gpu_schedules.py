@@ -3,10 +3,13 @@ emulated on the CPU) and compared with numpy; every 5th schedule also runs throu
 (where a device works) and its CUDA source compiles through NVRTC (where it is installed).
 
 Kernels: an elementwise kernel with a broadcast operand, a tiled matmul (random block and
-thread tiles, shared/local cache_read with cooperative fetches, cache_write "local",
-vectorized copies, unrolling; ragged shapes), a row reduction (cross-thread, with and without
-rfactor, several rows per block or a thread per row) and a two-stage stencil (the first stage
-inlined, per thread, in shared memory filled by the block, or a kernel of its own).
+thread tiles, shared/local cache_read with cooperative fetches, double-buffered shared
+caches, virtual threads, cache_write "local", vectorized copies, unrolling; ragged shapes),
+a row reduction (cross-thread, with and without rfactor, several rows per block or a thread
+per row), a two-stage stencil (the first stage inlined, per thread, in shared memory filled
+by the block, or a kernel of its own), a row normalisation, an argmax (a reduction over
+(index, value) tuples across threads, with rfactor and a store predicate) and a two-output
+compute cached with cache_write of both outputs.
 
 Every generated schedule is legal: thread counts stay within 1024 per block, shared memory
 within 48 KiB, every loop bound to one thread tag in a kernel has the same extent."""
@@ -128,6 +131,7 @@ def _matmul(rnd):
     s = tdsl.create_schedule(C)
     ty_n, tx_n = rnd.choice([1, 2, 4, 8]), rnd.choice([1, 2, 4, 8, 16])
     ti, tj = rnd.choice([1, 2, 3]), rnd.choice([1, 2, 4])
+    vy = rnd.choice([1, 1, 2]) if ti > 1 else 1      # virtual threads along the rows
     k_tile = rnd.choice([1, 2, 3, 4, 8])
     shared = [rnd.random() < 0.6, rnd.random() < 0.6]
     local = [rnd.random() < 0.4, rnd.random() < 0.4]
@@ -149,7 +153,12 @@ def _matmul(rnd):
     else:                           # or strided: neighbouring threads, neighbouring outputs
         yi, ty = s[C].split(yi, factor=ty_n)
         xi, tx = s[C].split(xi, factor=tx_n)
-    s[C].reorder(by, bx, ty, tx, yi, xi)
+    if vy > 1:                      # each thread's rows as vy interleaved virtual threads
+        vt, yi = s[C].split(yi, nparts=vy)
+        s[C].reorder(by, bx, vt, ty, tx, yi, xi)
+        s[C].bind(vt, tdsl.thread_axis((0, vy), "vthread"))
+    else:
+        s[C].reorder(by, bx, ty, tx, yi, xi)
     s[C].bind(by, _tx("blockIdx.y"))
     s[C].bind(bx, _tx("blockIdx.x"))
     s[C].bind(ty, _tx("threadIdx.y"))
@@ -165,15 +174,20 @@ def _matmul(rnd):
     else:
         (kc,) = s[C].op.reduce_axis
         ko, ki = s[C].split(kc, factor=k_tile)
-        s[C].reorder(by, bx, ty, tx, ko, ki, yi, xi)
+        s[C].reorder(*s[C].leaf_iter_vars[:-4], ko, ki, yi, xi)
         yc, xc = yi, xi
     if rnd.random() < 0.3:
         for iv in (ki, yc, xc):
             s[W].unroll(iv)
+    double = rnd.random() < 0.4
     for S_, L_ in caches:
         if S_ is not None:
             s[S_].compute_at(s[W], ko)
             _coop_fetch(rnd, s, S_, ty_n, tx_n)
+            if rnd.random() < 0.3:  # rows padded against bank conflicts
+                s[S_].storage_align(S_.op.axis[0], rnd.choice([8, 32]), rnd.choice([1, 4]))
+            if double:
+                s[S_].double_buffer()
         if L_ is not None:
             s[L_].compute_at(s[W], ki)
             if rnd.random() < 0.3:
@@ -356,7 +370,79 @@ def _normalize(rnd):
     return s, [A, Y], [a], (R, L), ref
 
 
-KERNELS = [_elementwise, _matmul, _reduction, _stencil, _normalize]
+# ------------------------------------------------------------------ argmax over (index, value)
+
+def _argmax_rows(rnd):
+    """Per row, the index and value of the maximum: a tuple reduction across the threads of
+    a block, directly or through rfactor, sometimes stored by thread 0 only
+    (set_store_predicate), sometimes several rows per block."""
+    R, L = rnd.choice([(8, 64), (5, 37), (3, 200), (10, 1027)])
+
+    def combine(x, y):
+        return tdsl.select(x[1] >= y[1], x[0], y[0]), tdsl.select(x[1] >= y[1], x[1], y[1])
+
+    def identity(t0, t1):
+        return tdsl.const(-1, t0), tdsl.min_value(t1)
+    argmax = tdsl.comm_reducer(combine, identity, name="argmax")
+    idx = tdsl.placeholder((R, L), dtype="int32", name="idx")
+    val = tdsl.placeholder((R, L), name="val")
+    k = tdsl.reduce_axis((0, L), name="k")
+    I, V = tdsl.compute((R,), lambda i: argmax((idx[i, k], val[i, k]), axis=k), name="T")
+    s = tdsl.create_schedule(I.op)
+    T = rnd.choice([4, 8, 16, 32])
+    tx = tdsl.thread_axis((0, T), "threadIdx.x") if rnd.random() < 0.5 else _tx("threadIdx.x")
+    if rnd.random() < 0.5:
+        _, kf = s[I].split(k, factor=T)
+        IF, _ = s.rfactor(I, kf)
+        red = s[I].op.reduce_axis[0]
+    else:
+        red, _ = s[I].split(k, nparts=T)
+        IF = None
+    i = s[I].op.axis[0]
+    if rnd.random() < 0.5:
+        bo, ri = s[I].split(i, factor=rnd.choice([2, 4]))
+        s[I].bind(bo, _tx("blockIdx.x"))
+        s[I].bind(ri, _tx("threadIdx.y"))
+    else:
+        s[I].bind(i, _tx("blockIdx.x"))
+    s[I].bind(red, tx)
+    if IF is not None:
+        s[IF].compute_at(s[I], red)
+    if rnd.random() < 0.5:
+        s[I].set_store_predicate(tx.var.equal(0))
+    ii = np.repeat(np.arange(L, dtype="int32")[None], R, axis=0)
+    v = np.random.rand(R, L).astype("float32")
+    return (s, [idx, val, I, V], [ii, v], [((R,), "int32"), ((R,), "float32")],
+            lambda ii, v: (v.argmax(axis=1).astype("int32"), v.max(axis=1)))
+
+
+# ------------------------------------------------------------------ two outputs, cached
+
+def _two_outputs(rnd):
+    """(S, P) = (A + B, A * B) from one compute, C = S + P (TVM's test_multiple_cache_write
+    with random block sizes): both outputs cached in "local", the stages attached at the
+    block or inlined."""
+    n = rnd.choice([64, 100, 1024])
+    A0 = tdsl.placeholder((n,), name="A0")
+    A1 = tdsl.placeholder((n,), name="A1")
+    S, P = tdsl.compute((n,), lambda *i: (A0(*i) + A1(*i), A0(*i) * A1(*i)), name="B")
+    C = tdsl.compute((n,), lambda *i: S(*i) + P(*i), name="C")
+    s = tdsl.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=rnd.choice([4, 8, 32]))
+    s[C].bind(bx, _tx("blockIdx.x"))
+    s[C].bind(tx, _tx("threadIdx.x"))
+    if rnd.random() < 0.6:
+        SC, _ = s.cache_write([S, P], "local")
+        at = rnd.choice([bx, tx])      # the block's part (shared) or the thread's (local)
+        s[S].compute_at(s[C], at)
+        s[SC].compute_at(s[C], at)
+    else:
+        s[S].compute_inline()
+    a0, a1 = np.random.rand(n).astype("float32"), np.random.rand(n).astype("float32")
+    return s, [A0, A1, C], [a0, a1], (n,), lambda a0, a1: a0 + a1 + a0 * a1
+
+
+KERNELS = [_elementwise, _matmul, _reduction, _stencil, _normalize, _argmax_rows, _two_outputs]
 SEEDS = 30
 
 
@@ -373,9 +459,11 @@ def test_random_gpu_schedules(seed):
     for j, make in enumerate(KERNELS):
         rnd = random.Random(seed * 31 + j)
         np.random.seed(seed)
-        s, args, inputs, out_shape, ref = make(rnd)
+        s, args, inputs, outs, ref = make(rnd)
         msg = f"{make.__name__} seed {seed}\n{s}"
         expect = ref(*inputs)
+        if not isinstance(outs, list):
+            outs, expect = [(outs, expect.dtype)], (expect,)
         targets = ["c"]
         if (seed * len(KERNELS) + j) % 5 == 0:
             if _opencl_ok():
@@ -385,7 +473,8 @@ def test_random_gpu_schedules(seed):
                 assert ".entry" in src.get_source("ptx"), msg
         for target in targets:
             f = tdsl.build(s, args, target=target, name="k")
-            out = np.zeros(out_shape, dtype=expect.dtype)
-            f(*inputs, out)
-            np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4,
-                                       err_msg=f"target {target}: {msg}")
+            arrays = [np.zeros(shape, dtype=dtype) for shape, dtype in outs]
+            f(*inputs, *arrays)
+            for out, ex in zip(arrays, expect):
+                np.testing.assert_allclose(out, ex, rtol=1e-4, atol=1e-4,
+                                           err_msg=f"target {target}: {msg}")

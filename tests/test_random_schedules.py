@@ -1,6 +1,8 @@
-"""Randomly generated legal schedules of a matmul, a stencil and a reduction, each built and
-compared with numpy. Shapes are ragged and sometimes symbolic, so guards, tails and bound
-inference are exercised together."""
+"""Randomly generated legal schedules of a matmul, a stencil, a reduction, an argmax/argmin
+(a reduction over (index, value) tuples) and a two-output elementwise compute, each built
+and compared with numpy. Shapes are ragged and sometimes symbolic, so guards, tails and
+bound inference are exercised together; the schedules draw on every CPU primitive,
+double_buffer, vthread and set_store_predicate included."""
 import random
 
 import numpy as np
@@ -74,8 +76,26 @@ def _matmul(rnd):
         if rnd.random() < 0.7:
             s[cached].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars))
         _random_loops(rnd, s, cached, allow_parallel=False, max_ops=3)
+    elif rnd.random() < 0.3:
+        # a copy of B's k-rows double-buffered across the k loop
+        W = C
+        ko, ki = s[W].split(s[W].op.reduce_axis[0], factor=rnd.choice([1, 2, 3, 4]))
+        s[W].reorder(*s[W].leaf_iter_vars[:2], ko, ki)
+        BB = s.cache_read(B, rnd.choice(["global", "local"]), [W])
+        s[BB].compute_at(s[W], ko)
+        s[BB].double_buffer()
+        if rnd.random() < 0.5:
+            i0 = s[W].leaf_iter_vars[0]
+            vo, vi = s[W].split(i0, nparts=rnd.choice([1, 2, 3]))
+            s[W].bind(vo, tdsl.thread_axis("vthread"))
     else:
         _random_loops(rnd, s, C)
+        if rnd.random() < 0.2:
+            i0 = s[C].leaf_iter_vars[0]
+            attrs = s[C].iter_var_attrs.get(i0)
+            if i0.kind != "reduce" and (attrs is None or attrs.kind.value == "serial") \
+                    and (_leaf_extent(s[C], i0) or 99) <= 40:
+                s[C].bind(i0, tdsl.thread_axis("vthread"))
     a = np.random.rand(M, K).astype("float32")
     b = np.random.rand(K, N).astype("float32")
     return s, [A, B, C], [a, b], (M, N), lambda a, b: a @ b
@@ -95,6 +115,8 @@ def _stencil(rnd):
         s[Bt].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars))
     if where != "inline":
         _random_loops(rnd, s, Bt, allow_parallel=(where == "root"), max_ops=2)
+        if rnd.random() < 0.3:      # padded rows
+            s[Bt].storage_align(Bt.op.axis[0], rnd.choice([4, 16]), rnd.choice([0, 1, 3]))
     a = np.random.rand(H, W).astype("float32")
 
     def ref(a):
@@ -125,7 +147,77 @@ def _reduction(rnd):
     return s, [A, S], [a], (R,), ref
 
 
-KERNELS = [_matmul, _stencil, _reduction]
+def _argreduce(rnd):
+    """argmax or argmin of each row: one reduction over (index, value) pairs, two outputs;
+    rfactor gives a two-output partial stage."""
+    R, L = rnd.choice([(8, 64), (5, 37), (16, 100), (3, 7)])
+    is_max = rnd.random() < 0.5
+
+    def combine(x, y):
+        better = x[1] >= y[1] if is_max else x[1] <= y[1]
+        return tdsl.select(better, x[0], y[0]), tdsl.select(better, x[1], y[1])
+
+    def identity(t0, t1):
+        return tdsl.const(-1, t0), tdsl.min_value(t1) if is_max else tdsl.max_value(t1)
+    arg = tdsl.comm_reducer(combine, identity, name="argmax" if is_max else "argmin")
+    A = tdsl.placeholder((R, L), name="A")
+    k = tdsl.reduce_axis((0, L), name="k")
+    I, V = tdsl.compute((R,), lambda i: arg((k.astype("int32"), A[i, k]), axis=k), name="T")
+    s = tdsl.create_schedule(I.op)
+    if rnd.random() < 0.5:
+        ko, ki = s[I].split(k, factor=rnd.choice([4, 8, 16, 6]))
+        IF, _ = s.rfactor(I, rnd.choice([ko, ki]))
+        _random_loops(rnd, s, IF, max_ops=2)
+        if rnd.random() < 0.5:
+            s[IF].compute_at(s[I], s[I].op.axis[0])
+        _random_loops(rnd, s, I, max_ops=1)
+    else:
+        _random_loops(rnd, s, I)
+    if rnd.random() < 0.3:      # the last row is left alone
+        s[I].set_store_predicate(I.op.axis[0].var < R - 1)
+        pred = True
+    else:
+        pred = False
+    a = np.random.randn(R, L).astype("float32")
+
+    def ref(a):
+        idx = (a.argmax(axis=1) if is_max else a.argmin(axis=1)).astype("int32")
+        val = a.max(axis=1) if is_max else a.min(axis=1)
+        if pred:
+            idx[-1], val[-1] = -7, np.nan
+        return idx, val
+    return s, [A, I, V], [a], [((R,), "int32", -7), ((R,), "float32", np.nan)], ref
+
+
+def _two_outputs(rnd):
+    """(S, P) = (A + B, A * B) from one compute, then C = S - 2P: the two-output stage
+    inlined, attached, or cached with cache_write of both outputs."""
+    M, N = rnd.choice([(16, 16), (7, 33), (13, 5)])
+    A = tdsl.placeholder((M, N), name="A")
+    B = tdsl.placeholder((M, N), name="B")
+    S, P = tdsl.compute((M, N), lambda i, j: (A[i, j] + B[i, j], A(i, j) * B[i][j]), name="SP")
+    C = tdsl.compute((M, N), lambda i, j: S[i, j] - P[i, j] * 2.0, name="C")
+    s = tdsl.create_schedule(C)
+    where = rnd.choice(["inline", "root", "at", "cache"])
+    if where == "cache":
+        SC, PC = s.cache_write([S, P], rnd.choice(["local", "global"]))
+        _random_loops(rnd, s, C, max_ops=2)
+        s[S].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars))
+        s[SC].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars[:1]))
+    else:
+        _random_loops(rnd, s, C)
+        if where == "inline":
+            s[S].compute_inline()
+        elif where == "at":
+            s[P].compute_at(s[C], rnd.choice(s[C].leaf_iter_vars))
+            _random_loops(rnd, s, S, allow_parallel=False, max_ops=2)
+        else:
+            _random_loops(rnd, s, P, max_ops=2)
+    a, b = np.random.rand(M, N).astype("float32"), np.random.rand(M, N).astype("float32")
+    return s, [A, B, C], [a, b], (M, N), lambda a, b: (a + b) - (a * b) * 2.0
+
+
+KERNELS = [_matmul, _stencil, _reduction, _argreduce, _two_outputs]
 
 
 @pytest.mark.parametrize("seed", range(70))
@@ -133,9 +225,13 @@ def test_random_schedules(seed):
     for j, make in enumerate(KERNELS):
         rnd = random.Random(seed * 31 + j)
         np.random.seed(seed)
-        s, args, inputs, out_shape, ref = make(rnd)
+        s, args, inputs, outs, ref = make(rnd)
         f = tdsl.build(s, args)
-        out = np.full(out_shape, np.nan, dtype="float32")
-        f(*inputs, out)
-        np.testing.assert_allclose(out, ref(*inputs), rtol=1e-4, atol=1e-4,
-                                   err_msg=f"{make.__name__} seed {seed}\n{s}")
+        if not isinstance(outs, list):
+            outs, ref1 = [(outs, "float32", np.nan)], ref
+            ref = lambda *xs: (ref1(*xs),)     # noqa: E731
+        arrays = [np.full(shape, fill, dtype=dtype) for shape, dtype, fill in outs]
+        f(*inputs, *arrays)
+        for out, expect in zip(arrays, ref(*inputs)):
+            np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{make.__name__} seed {seed}\n{s}")

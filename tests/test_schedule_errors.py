@@ -248,3 +248,225 @@ def test_python_bool_of_expression():
     A = tdsl.placeholder((4,), name="A")
     with pytest.raises(TdslError, match="as a Python bool"):
         tdsl.compute((4,), lambda i: A[i] if A[i] > 0 else 0)
+
+
+# ------------------------------------------------- tuple reductions, multi-output computes
+
+def _argmax():
+    return tdsl.comm_reducer(
+        lambda x, y: (tdsl.select(x[1] >= y[1], x[0], y[0]), tdsl.select(x[1] >= y[1], x[1], y[1])),
+        lambda t0, t1: (tdsl.const(-1, t0), tdsl.min_value(t1)), name="argmax")
+
+
+def test_incomplete_chained_index():
+    A, B, C = matmul()
+    with pytest.raises(TdslError, match=r"tensor 'A' has 2 dimensions but was indexed with 1"):
+        tdsl.compute((64,), lambda i: A[i] + 1.0, name="D")
+
+
+def test_output_index_out_of_range():
+    A, B, C = matmul()
+    with pytest.raises(TdslError, match=r"operation 'C' has 1 output\(s\); output\(1\)"):
+        C.op.output(1)
+
+
+def test_one_element_of_a_tuple_reduction():
+    A = tdsl.placeholder((4, 6), name="A")
+    k = tdsl.reduce_axis((0, 6), name="k")
+    with pytest.raises(TdslError, match="compute 'T': the reduction 'argmax' is over a tuple"):
+        tdsl.compute((4,), lambda i: _argmax()((k, A[i, k]), axis=k)[0], name="T")
+
+
+def test_reductions_and_values_in_one_compute():
+    A = tdsl.placeholder((4, 6), name="A")
+    k = tdsl.reduce_axis((0, 6), name="k")
+    with pytest.raises(TdslError, match="compute 'T': either every output is a reduction"):
+        tdsl.compute((4,), lambda i: (tdsl.sum(A[i, k], axis=k), A[i, 0]), name="T")
+    with pytest.raises(TdslError, match="compute 'T': several reductions in one compute"):
+        tdsl.compute((4,), lambda i: (tdsl.sum(A[i, k], axis=k), tdsl.max(A[i, k], axis=k)),
+                     name="T")
+
+
+def test_combiner_returns_the_wrong_arity():
+    A = tdsl.placeholder((4, 6), name="A")
+    k = tdsl.reduce_axis((0, 6), name="k")
+    bad = tdsl.comm_reducer(lambda x, y: x[0], lambda t0, t1: (0, 0), name="bad")
+    T = tdsl.compute((4,), lambda i: bad((k, A[i, k]), axis=k), name="T")
+    with pytest.raises(TdslError, match="comm_reducer 'bad': the combiner must return a tuple of 2"):
+        tdsl.lower(tdsl.create_schedule(T[0].op), [A] + T)
+    with pytest.raises(TdslError, match="argmax: init= must be a tuple of 2 values"):
+        _argmax()((k, A[0, k]), axis=k, init=(1,))
+
+
+def test_cache_write_of_one_output_of_two():
+    A = tdsl.placeholder((4, 6), name="A")
+    S, P = tdsl.compute((4, 6), lambda i, j: (A[i, j] + 1.0, A[i, j] * 2.0), name="SP")
+    s = tdsl.create_schedule(S.op)
+    with pytest.raises(ScheduleError, match=r"cache_write: stage 'SP' has 2 outputs \(SP.v0, "
+                                            r"SP.v1\); pass all of them"):
+        s.cache_write(S, "local")
+
+
+# ------------------------------------------------- thread axes, store predicates, vthread
+
+def test_thread_axis_domain_not_from_zero():
+    with pytest.raises(TdslError, match=r"thread_axis 'threadIdx.x': the domain must be \(0, n\)"):
+        tdsl.thread_axis((1, 4), "threadIdx.x")
+
+
+def test_thread_axis_domain_disagrees_with_the_loop():
+    A, B, C = matmul()
+    s = tdsl.create_schedule(C)
+    s[C].bind(C.op.axis[0], tdsl.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], tdsl.thread_axis((0, 32), "threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"bind: stage 'C': axis 'j' has 48 iterations but "
+                                            r"the thread axis threadIdx.x was declared with the "
+                                            r"domain \[0, 32\); split it with nparts=32"):
+        tdsl.lower(s, [A, B, C], target="cuda")
+
+
+def test_store_predicate_not_a_condition():
+    A, B, C = matmul()
+    s = tdsl.create_schedule(C)
+    with pytest.raises(ScheduleError, match="set_store_predicate: stage 'C': the predicate must "
+                                            "be a condition, got i"):
+        s[C].set_store_predicate(C.op.axis[0].var + 1)
+
+
+def test_store_predicate_on_a_thread_nothing_is_bound_to():
+    A, B, C = matmul()
+    s = tdsl.create_schedule(C)
+    s[C].bind(C.op.axis[0], tdsl.thread_axis("blockIdx.x"))
+    s[C].set_store_predicate(tdsl.thread_axis("threadIdx.y").var.equal(0))
+    with pytest.raises(ScheduleError, match="set_store_predicate: stage 'C': the predicate reads "
+                                            "threadIdx.y, which no loop of the schedule is bound to"):
+        tdsl.lower(s, [A, B, C], target="cuda")
+
+
+def test_vthread_on_a_reduction_axis():
+    A, B, C = matmul()
+    s = tdsl.create_schedule(C)
+    with pytest.raises(ScheduleError, match="bind: stage 'C': the reduction axis 'r' cannot be "
+                                            "bound to a vthread"):
+        s[C].bind(C.op.reduce_axis[0], tdsl.thread_axis("vthread"))
+
+
+def test_vthread_with_a_symbolic_extent():
+    n = tdsl.var("n")
+    X = tdsl.placeholder((n,), name="X")
+    Y = tdsl.compute((n,), lambda i: X[i] * 2.0, name="Y")
+    s = tdsl.create_schedule(Y)
+    s[Y].bind(Y.op.axis[0], tdsl.thread_axis("vthread"))
+    with pytest.raises(ScheduleError, match="bind: stage 'Y': axis 'i' has the non-constant "
+                                            "extent n; split it by a constant factor and bind "
+                                            "the inner axis to vthread"):
+        tdsl.lower(s, [X, Y])
+
+
+def test_one_vthread_axis_bound_twice():
+    A, B, C = matmul()
+    s = tdsl.create_schedule(C)
+    v = tdsl.thread_axis("vthread")
+    s[C].bind(C.op.axis[0], v)
+    with pytest.raises(ScheduleError, match="bind: stage 'C': vthread is already bound to axis 'i'"):
+        s[C].bind(C.op.axis[1], v)
+
+
+# ------------------------------------------------- double_buffer
+
+def _producer_consumer():
+    A = tdsl.placeholder((8, 6), name="A")
+    P = tdsl.compute((8, 6), lambda i, j: A[i, j] * 2.0, name="P")
+    C = tdsl.compute((8, 6), lambda i, j: P[i, j] + 1.0, name="C")
+    return A, P, C
+
+
+def test_double_buffer_an_output():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    with pytest.raises(ScheduleError, match="double_buffer: stage 'C': is an output"):
+        s[C].double_buffer()
+
+
+def test_double_buffer_at_root():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    s[P].double_buffer()
+    with pytest.raises(ScheduleError, match="double_buffer: stage 'P' is computed at root; "
+                                            "attach it"):
+        tdsl.lower(s, [A, C])
+
+
+def test_double_buffer_at_a_parallel_loop():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    s[P].compute_at(s[C], C.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    s[P].double_buffer()
+    with pytest.raises(ScheduleError, match="double_buffer: stage 'P' is attached at loop 'i' "
+                                            "of 'C', which is parallel"):
+        tdsl.lower(s, [A, C])
+
+
+def test_double_buffer_whose_fill_reads_what_the_loop_writes():
+    A = tdsl.placeholder((8, 6), name="A")
+    k = tdsl.reduce_axis((0, 6), name="k")
+    S = tdsl.compute((8,), lambda i: tdsl.sum(A[i, k], axis=k), name="S")
+    C = tdsl.compute((8,), lambda i: S[i] * 2.0, name="C")
+    s = tdsl.create_schedule(C)
+    s[S].compute_at(s[C], C.op.axis[0])
+    SC = s.cache_read(S, "local", [C])
+    s[SC].compute_at(s[C], C.op.axis[0])
+    s[SC].double_buffer()
+    with pytest.raises(ScheduleError, match=r"double_buffer: S.local read\(s\) S, which loop 'i' "
+                                            "writes"):
+        tdsl.lower(s, [A, C])
+
+
+def test_build_of_a_lowered_function_with_other_args():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    with pytest.raises(tdsl.BuildError, match="build: function 'main' was lowered with its "
+                                              "arguments"):
+        tdsl.build(tdsl.lower(s, [A, C]), [C, A])
+
+
+def test_build_of_a_gpu_function_for_the_cpu():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    s[P].compute_inline()
+    s[C].bind(C.op.axis[0], tdsl.thread_axis("blockIdx.x"))
+    with pytest.raises(tdsl.LoweringError, match="was lowered for the GPU target 'cuda'; lower "
+                                                 "the schedule again for target 'llvm'"):
+        tdsl.build(tdsl.lower(s, [A, C], target="cuda"), target="llvm")
+
+
+# ------------------------------------------------- bitwise operations and intrinsics
+
+def test_bitwise_operators_on_floats():
+    A, B, C = matmul()
+    with pytest.raises(TdslError, match="'&' needs booleans or integers, got A"):
+        tdsl.compute((64,), lambda i: A[i, 0] & 1, name="D")
+    with pytest.raises(TdslError, match="'<<' needs integers"):
+        tdsl.compute((64,), lambda i: A[i, 0] << 1, name="D")
+    with pytest.raises(TdslError, match="'~' needs a boolean or an integer"):
+        tdsl.compute((64,), lambda i: ~A[i, 0], name="D")
+
+
+def test_integer_intrinsics_on_floats_and_back():
+    A, B, C = matmul()
+    with pytest.raises(TdslError, match=r"popcount\(\) needs an integer argument"):
+        tdsl.popcount(A[0, 0])
+    with pytest.raises(TdslError, match=r"hypot\(\) needs a floating-point argument"):
+        tdsl.hypot(tdsl.var("x"), 2)
+    with pytest.raises(TdslError, match=r"ldexp\(x, e\) needs an integer exponent"):
+        tdsl.ldexp(A[0, 0], A[0, 1])
+
+
+def test_store_predicate_on_an_inlined_stage():
+    A, P, C = _producer_consumer()
+    s = tdsl.create_schedule(C)
+    s[P].set_store_predicate(P.op.axis[0].var < 4)
+    s[P].compute_inline()
+    with pytest.raises(ScheduleError, match="set_store_predicate: stage 'P' is inlined"):
+        tdsl.lower(s, [A, C])

@@ -39,7 +39,16 @@ _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.EQ: "==", E.NE: "!=", 
 _F32_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
              "floor": "floorf", "ceil": "ceilf", "round": "rintf", "power": "powf",
              "sin": "sinf", "cos": "cosf", "exp2": "exp2f", "log2": "log2f", "trunc": "truncf",
-             "abs": "fabsf"}
+             "abs": "fabsf", "exp10": "exp10f", "log10": "log10f", "log1p": "log1pf",
+             "expm1": "expm1f", "tan": "tanf", "asin": "asinf", "acos": "acosf",
+             "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf",
+             "acosh": "acoshf", "atanh": "atanhf", "atan2": "atan2f", "hypot": "hypotf",
+             "copysign": "copysignf", "fmod": "fmodf", "ldexp": "ldexpf",
+             "nearbyint": "nearbyintf"}
+_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_INT_OPS = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+            "shift_right", "popcount", "clz")
+_CLASSIFY = ("isnan", "isinf", "isfinite")
 _F64_MATH = {k: v[:-1] for k, v in _F32_MATH.items()}
 _F64_MATH["abs"] = "fabs"
 _F64_MATH["power"] = "pow"
@@ -186,6 +195,52 @@ class CFamilyPrinter:
         return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
                                       f"{{ return a {op} b ? a : b; }}\n")
 
+    def helper_shift(self, left, dtype):
+        """numpy's shifts: an amount outside [0, bits) shifts everything out (C leaves it
+        undefined, OpenCL takes it modulo the width)."""
+        t = self.type_name(dtype)
+        u = self.type_name("u" + dtype if dtype.startswith("int") else dtype)
+        bits = dt.bits(dtype)
+        name = f"tdsl_{'shl' if left else 'shr'}_{dtype}"
+        if left:    # through the unsigned type: a left shift of a negative value is UB in C
+            body = f"return ({u})s >= {bits}u ? ({t})0 : ({t})(({u})a << s);"
+        elif dt.is_signed(dtype):
+            body = f"return ({u})s >= {bits}u ? ({t})(a < 0 ? -1 : 0) : ({t})(a >> s);"
+        else:
+            body = f"return ({u})s >= {bits}u ? ({t})0 : ({t})(a >> s);"
+        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} s) "
+                                      f"{{ {body} }}\n")
+
+    def helper_truncmod(self, dtype):
+        """C's % with numpy.fmod's answer for a zero divisor (0), and 0 for INT_MIN % -1."""
+        t = self.type_name(dtype)
+        name = f"tdsl_truncmod_{dtype}"
+        bad = "b == 0 || b == -1" if dt.is_signed(dtype) else "b == 0"
+        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
+                                      f"{{ return ({bad}) ? 0 : a % b; }}\n")
+
+    def unsigned_of(self, x, dtype):
+        """`x` as the unsigned type of its width (bit patterns kept)."""
+        if dtype.startswith("int"):
+            return f"(({self.type_name('u' + dtype)})({x}))"
+        return x
+
+    def popcount_text(self, x, dtype):
+        ux = self.unsigned_of(x, dtype)
+        if dt.bits(dtype) == 64:
+            return f"__builtin_popcountll({ux})"
+        return f"__builtin_popcount((unsigned int){ux})"
+
+    def clz_text(self, x, dtype):
+        ux = self.unsigned_of(x, dtype)
+        bits = dt.bits(dtype)
+        if bits == 64:
+            return f"({ux} == 0 ? 64 : __builtin_clzll({ux}))"
+        return f"({ux} == 0 ? {bits} : __builtin_clz((unsigned int){ux}) - {32 - bits})"
+
+    def classify_text(self, name, x):
+        return f"({name}({x}) != 0)"
+
     def helper_abs(self, dtype):
         t = self.type_name(dtype)
         name = f"tdsl_abs_{dtype}"
@@ -267,9 +322,22 @@ class CFamilyPrinter:
         name, args, dtype = e.name, e.args, e.dtype
         if name == "likely":
             return self.expr(args[0])
+        if name in _INT_OPS:
+            return self.int_call(e)
+        if name in _CLASSIFY or name == "ldexp":
+            src = args[0].dtype
+            x = self.expr(args[0])
+            if src == "float16":
+                x, src = self.cast_text(x, "float16", "float32"), "float32"
+            if name in _CLASSIFY:
+                return self.classify_text(name, x)
+            r = f"{self.math_name('ldexp', src)}({x}, {self.expr(args[1])})"
+            return self.cast_text(r, "float32", "float16") if args[0].dtype == "float16" else r
         if not dt.is_float(dtype):
             if name == "abs":
                 return f"{self.helper_abs(dtype)}({self.expr(args[0])})"
+            if name == "fmod":
+                return f"{self.helper_truncmod(dtype)}({self.expr(args[0])}, {self.expr(args[1])})"
             raise BuildError(f"{name}() on {dtype} is not supported by the {self.target} target")
         if dtype == "float16":
             # half math through float
@@ -291,6 +359,23 @@ class CFamilyPrinter:
 
     def rsqrt_name(self, dtype):
         return None
+
+    def int_call(self, e):
+        """Bitwise operations, shifts, popcount and clz; results cast back to the operand
+        type, as C promotes narrow integers to int."""
+        name, dtype = e.name, e.args[0].dtype
+        t = self.type_name(dtype)
+        x = self.expr(e.args[0])
+        if name == "bitwise_not":
+            return f"(({t})(~{x}))"
+        if name == "popcount":
+            return f"(({t}){self.popcount_text(x, dtype)})"
+        if name == "clz":
+            return f"((int)({self.clz_text(x, dtype)}))"
+        y = self.expr(e.args[1])
+        if name in _BITWISE:
+            return f"(({t})({x} {_BITWISE[name]} {y}))"
+        return f"{self.helper_shift(name == 'shift_left', dtype)}({x}, {y})"
 
     # ------------------------------------------------------------------ statements
     def stmt(self, s):
@@ -605,6 +690,22 @@ class CUDAPrinter(CFamilyPrinter):
             return f"{'max' if is_max else 'min'}({a}, {b})"
         return super().minmax_text(is_max, a, b, dtype)
 
+    def popcount_text(self, x, dtype):
+        ux = self.unsigned_of(x, dtype)
+        if dt.bits(dtype) == 64:
+            return f"__popcll({ux})"
+        return f"__popc((unsigned int){ux})"
+
+    def clz_text(self, x, dtype):
+        ux = self.unsigned_of(x, dtype)
+        bits = dt.bits(dtype)
+        if bits == 64:
+            return f"__clzll((long long){ux})"      # 64 for 0
+        return f"(__clz((int)(unsigned int){ux}) - {32 - bits})"
+
+    def classify_text(self, name, x):
+        return f"{name}({x})"
+
     def vector_load(self, vt, ptr):
         return f"*(const {vt}*)({ptr})"
 
@@ -663,8 +764,14 @@ class OpenCLPrinter(CFamilyPrinter):
         return "restrict"
 
     def math_name(self, name, dtype):
-        table = {"round": "rint", "power": "pow", "abs": "fabs"}
+        table = {"round": "rint", "nearbyint": "rint", "power": "pow", "abs": "fabs"}
         return table.get(name, name)
+
+    def popcount_text(self, x, dtype):
+        return f"popcount({x})"
+
+    def clz_text(self, x, dtype):
+        return f"clz({x})"          # the width for 0
 
     def rsqrt_name(self, dtype):
         return "rsqrt"
@@ -724,8 +831,9 @@ class CPrinter(CFamilyPrinter):
         self.emit(f"free({name});")
 
     def preamble(self):
-        return ("// generated by tdsl (target c)\n#include <stdint.h>\n#include <stdbool.h>\n"
-                "#include <stdlib.h>\n#include <math.h>\n")
+        # _GNU_SOURCE: exp10f and friends are GNU extensions of math.h
+        return ("// generated by tdsl (target c)\n#define _GNU_SOURCE\n#include <stdint.h>\n"
+                "#include <stdbool.h>\n#include <stdlib.h>\n#include <math.h>\n")
 
     def print_c_function(self, func, symbol) -> str:
         self.note_types(func)

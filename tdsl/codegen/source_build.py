@@ -17,7 +17,7 @@ from .c_family import CPrinter, printer_for
 
 
 def _signature(func, symbol):
-    from .llvm import make_signature   # pure: no LLVM work happens
+    from .signature import make_signature
     return make_signature(func, symbol)
 
 

@@ -49,11 +49,22 @@ class Expr:
     def __ge__(self, o): return _binary(GE, self, o)
     def __eq__(self, o): return _binary(EQ, self, o)
     def __ne__(self, o): return _binary(NE, self, o)
-    def __and__(self, o): return logical_and(self, o)
-    def __rand__(self, o): return logical_and(o, self)
-    def __or__(self, o): return logical_or(self, o)
-    def __ror__(self, o): return logical_or(o, self)
-    def __invert__(self): return logical_not(self)
+    # & | ^ ~: logic on booleans, bitwise on integers; << >> on integers
+    def __and__(self, o): return _bitwise("&", self, o)
+    def __rand__(self, o): return _bitwise("&", o, self)
+    def __or__(self, o): return _bitwise("|", self, o)
+    def __ror__(self, o): return _bitwise("|", o, self)
+    def __xor__(self, o): return _bitwise("^", self, o)
+    def __rxor__(self, o): return _bitwise("^", o, self)
+    def __invert__(self): return bitwise_not(self)
+    def __lshift__(self, o): return _bitwise("<<", self, o)
+    def __rlshift__(self, o): return _bitwise("<<", o, self)
+    def __rshift__(self, o): return _bitwise(">>", self, o)
+    def __rrshift__(self, o): return _bitwise(">>", o, self)
+
+    def equal(self, o):
+        """`self == o` as an expression (TVM spelling, e.g. `tx.var.equal(0)`)."""
+        return _binary(EQ, self, o)
 
     def __bool__(self):
         raise TdslError(
@@ -255,25 +266,61 @@ class BufferLoad(Expr):
 
 @_node
 class CommReducer:
-    """A commutative reduction: `combine(lhs, rhs)` with `identity(dtype)`."""
+    """A commutative reduction: `combine(lhs, rhs)` with `identity(dtype)`; for a reduction
+    over tuples (argmax: (index, value)), `combine` takes and returns tuples and
+    `identity(*dtypes)` returns one."""
     name: str
     combine: Any
     identity: Any
 
     __hash__ = object.__hash__
 
+    def _tuple(self, what, out, n, dtypes):
+        if n == 1:
+            out = (out,)
+        elif not isinstance(out, (tuple, list)) or len(out) != n:
+            raise TdslError(f"comm_reducer '{self.name}': {what} must return a tuple of {n} "
+                            f"values (one per element of the reduced tuple), got {out!r}")
+        return tuple(cast(convert(v), d) for v, d in zip(out, dtypes))
+
+    def combine_values(self, lhs, rhs):
+        """`combine` on tuples of expressions (1-tuples for plain reductions); a tuple."""
+        dtypes = [x.dtype for x in lhs]
+        out = self.combine(lhs[0], rhs[0]) if len(lhs) == 1 else \
+            self.combine(tuple(lhs), tuple(rhs))
+        return self._tuple("the combiner", out, len(lhs), dtypes)
+
+    def identity_values(self, dtypes):
+        """The identity element for values of `dtypes`, as a tuple."""
+        out = self.identity(*dtypes)
+        return self._tuple("the identity", out, len(dtypes), dtypes)
+
 
 @_node
 class Reduce(Expr):
+    """One output of a reduction. A reduction over tuples (`argmax((i, v), axis=k)`)
+    makes one Reduce per tuple element: `source` and `init` are then the whole tuples
+    and `value_index` says which element this one is."""
     combiner: CommReducer
-    source: Expr
+    source: Any  # Expr, or a tuple of Exprs
     axis: Tuple[Any, ...]  # IterVars
     condition: Expr
-    init: Any  # Expr or None
+    init: Any  # Expr, a tuple (like source) or None
+    value_index: int = 0
+
+    @property
+    def sources(self) -> tuple:
+        return self.source if isinstance(self.source, tuple) else (self.source,)
+
+    @property
+    def inits(self):
+        if self.init is None:
+            return None
+        return self.init if isinstance(self.init, tuple) else (self.init,)
 
     @property
     def dtype(self):
-        return self.source.dtype
+        return self.sources[self.value_index].dtype
 
 
 # --------------------------------------------------------------------------------------
@@ -310,6 +357,9 @@ def convert(value) -> Expr:
             return const(value.item(), value.dtype.name)
     except ImportError:  # pragma: no cover
         pass
+    incomplete = getattr(value, "_incomplete", None)   # te.TensorSlice: A[i] of a 2-d A
+    if incomplete is not None:
+        incomplete()
     raise TdslError(f"cannot use {value!r} (a {type(value).__name__}) in a tensor expression")
 
 
@@ -403,6 +453,33 @@ def logical_not(a):
     return Not(_as_bool(a))
 
 
+_BIT_CALLS = {"&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "<<": "shift_left",
+              ">>": "shift_right"}
+_LOGIC = {"&": lambda a, b: And(a, b), "|": lambda a, b: Or(a, b),
+          "^": lambda a, b: NE(a, b)}
+
+
+def _bitwise(op, a, b):
+    """`a op b`: logic on two booleans, a bitwise operation on integers."""
+    a, b = _match(a, b)
+    if a.dtype == "bool" and b.dtype == "bool" and op in _LOGIC:
+        return _LOGIC[op](a, b)
+    if not dt.is_int(a.dtype):
+        what = "booleans or integers" if op in _LOGIC else "integers"
+        raise TdslError(f"'{op}' needs {what}, got {a} ({a.dtype}) and {b} ({b.dtype})")
+    return Call(_BIT_CALLS[op], (a, b), a.dtype)
+
+
+def bitwise_not(a):
+    """`~a`: logical not of a boolean, bitwise complement of an integer."""
+    a = convert(a)
+    if a.dtype == "bool":
+        return Not(a)
+    if not dt.is_int(a.dtype):
+        raise TdslError(f"'~' needs a boolean or an integer, got {a} ({a.dtype})")
+    return Call("bitwise_not", (a,), a.dtype)
+
+
 def minimum(a, b):
     return _binary(Min, a, b)
 
@@ -417,20 +494,44 @@ def select(cond, t, f) -> Expr:
     return Select(cond, t, f)
 
 
-FLOAT_INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor",
-                    "ceil", "round", "power", "sin", "cos", "exp2", "log2", "trunc")
+FLOAT_INTRINSICS = ("exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "expm1", "sqrt",
+                    "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "nearbyint",
+                    "trunc", "power", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+                    "cosh", "asinh", "acosh", "atanh", "atan2", "hypot", "copysign", "ldexp")
+# operands matched to one dtype (Python numbers take the other operand's)
+BINARY_INTRINSICS = ("power", "atan2", "hypot", "copysign", "fmod")
+INT_INTRINSICS = ("popcount", "clz")
 
 
 def call(name, *args) -> Expr:
-    if name == "power":
-        a, b = _match(*args)
-        args = (a, b)
+    if name in BINARY_INTRINSICS:
+        if len(args) != 2:
+            raise TdslError(f"{name}() takes two arguments, got {len(args)}")
+        args = _match(*args)
     else:
         args = tuple(convert(a) for a in args)
     dtype = args[0].dtype
     if name in FLOAT_INTRINSICS and not dt.is_float(dtype):
         raise TdslError(f"{name}() needs a floating-point argument, got {args[0]} of type {dtype}")
+    if name in INT_INTRINSICS and not dt.is_int(dtype):
+        raise TdslError(f"{name}() needs an integer argument, got {args[0]} of type {dtype}")
+    if name == "fmod" and dtype == "bool":
+        raise TdslError(f"fmod() needs numbers, got {args[0]} of type bool")
+    if name == "ldexp":
+        if len(args) != 2 or not dt.is_int(args[1].dtype):
+            raise TdslError(f"ldexp(x, e) needs an integer exponent e, got {args[1:]}")
+        args = (args[0], cast(args[1], "int32"))
+    if name == "clz":
+        dtype = "int32"
     return Call(name, args, dtype)
+
+
+def classify(name, x) -> Expr:
+    """isnan / isinf / isfinite: a boolean; on integers a constant (never NaN or inf)."""
+    x = convert(x)
+    if dt.is_float(x.dtype):
+        return Call(name, (x,), "bool")
+    return const(name == "isfinite", "bool")
 
 
 def likely(cond) -> Expr:

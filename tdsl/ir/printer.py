@@ -14,6 +14,10 @@ _SYM = {E.Or: "or", E.And: "and", E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=",
         E.FloorMod: "%"}
 
 
+_BIT_INFIX = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "shift_left": "<<",
+              "shift_right": ">>"}
+
+
 class Namer:
     """A unique printed name per object: `base`, then `base_1`, `base_2`, ... Code printers
     pass a `sanitize` for their identifier rules and the words they reserve."""
@@ -69,6 +73,10 @@ class Printer:
         if t is E.Cast:
             return f"{e.dtype}({self.expr(e.value)})"
         if t is E.Call:
+            if e.name in _BIT_INFIX:       # always parenthesised: Python's precedence differs
+                return f"({self.expr(e.args[0])} {_BIT_INFIX[e.name]} {self.expr(e.args[1])})"
+            if e.name == "bitwise_not":
+                return f"~{self.expr(e.args[0], 7)}"
             return f"{e.name}({', '.join(self.expr(a) for a in e.args)})"
         if t is E.ProducerLoad:
             return f"{e.tensor.name}[{', '.join(self.expr(i) for i in e.indices)}]"
@@ -76,13 +84,20 @@ class Printer:
             return f"{self.name(e.buffer, e.buffer.name)}[{', '.join(self.expr(i) for i in e.indices)}]"
         if t is E.Reduce:
             axes = ", ".join(self.name(iv.var, iv.var.name) for iv in e.axis)
-            s = f"{e.combiner.name}({self.expr(e.source)}, axis=[{axes}]"
+            s = f"{e.combiner.name}({self.values(e.source)}, axis=[{axes}]"
             if not E.is_const_int(e.condition, 1):
                 s += f", where={self.expr(e.condition)}"
             if e.init is not None:
-                s += f", init={self.expr(e.init)}"
-            return s + ")"
+                s += f", init={self.values(e.init)}"
+            s += ")"
+            return s + (f"[{e.value_index}]" if isinstance(e.source, tuple) else "")
         return repr(e)
+
+    def values(self, v) -> str:
+        """An expression, or a tuple of them (a reduction over tuples)."""
+        if isinstance(v, tuple):
+            return "(" + ", ".join(self.expr(x) for x in v) + ")"
+        return self.expr(v)
 
     # statements ---------------------------------------------------------------------
     def stmt(self, s, ind=0, out=None) -> list:

@@ -49,16 +49,13 @@ def check_gpu_schedule(sched, target):
                     f"bind: stage '{st.name}': the reduction axis '{iv.var.name}' is bound to "
                     f"{tag}; blocks cannot combine partial results. Bind it to threadIdx.x, or "
                     "rfactor it and bind the new stage's spatial axis to blockIdx")
-            if tag == "vthread":
-                raise ScheduleError(f"bind: stage '{st.name}': vthread is not supported by the "
-                                    f"{target} target")
         if st.attach_type != "root":
             continue
         leaves = st.leaf_iter_vars
         if not leaves:
             raise ScheduleError(f"stage '{st.name}' has no loops to bind to the GPU grid; give it "
                                 "at least one axis")
-        bound = [iv for iv in leaves if _bound(st, iv)]
+        bound = [iv for iv in leaves if _bound(st, iv) not in ("", "vthread")]
         if not bound:
             outer = leaves[0].var.name
             raise ScheduleError(
@@ -67,7 +64,7 @@ def check_gpu_schedule(sched, target):
                 f"s[{st.name}].bind(bx, tdsl.thread_axis('blockIdx.x')); "
                 f"s[{st.name}].bind(tx, tdsl.thread_axis('threadIdx.x')) "
                 "(or compute_inline / compute_at it into a bound stage)")
-        if not _bound(st, leaves[0]):
+        if _bound(st, leaves[0]) in ("", "vthread"):
             raise ScheduleError(
                 f"stage '{st.name}': the loop '{leaves[0].var.name}' is outside the loops bound to "
                 f"the GPU grid (first bound loop: '{bound[0].var.name}'); reorder so that the "

@@ -40,6 +40,22 @@ def _collect(body, inner, out):
             _collect(body.else_case, inner, out)
 
 
+def _all_guarded(body, guards):
+    """Whether every store in `body` is under one of `guards` (so the body does nothing
+    where they are all false)."""
+    ids = {id(g) for g in guards}
+    if isinstance(body, S.SeqStmt):
+        return all(_all_guarded(x, guards) for x in body.stmts)
+    if isinstance(body, (S.For, S.LetStmt, S.Allocate)):
+        return _all_guarded(body.body, guards)
+    if isinstance(body, S.IfThenElse):
+        if any(id(c) in ids for c in _conjuncts(body.cond)):
+            return body.else_case is None or _all_guarded(body.else_case, guards)
+        return _all_guarded(body.then_case, guards) and (
+            body.else_case is None or _all_guarded(body.else_case, guards))
+    return not isinstance(body, S.BufferStore)
+
+
 class _Drop(Mutator):
     """Replaces the chosen guard nodes by True."""
 
@@ -106,7 +122,7 @@ class _Partition(Mutator):
             return S.For(f.var, f.min, f.extent, f.kind, self.visit(main_body), f.thread_tag, f.pragmas)
         self.ranges[f.var] = Range(f.min, ext)
         main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
-        if all(exact) and len({str(e) for e in ends}) == 1:
+        if all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen):
             return main  # the guards are all `v < end`: false throughout the tail
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)

@@ -37,6 +37,16 @@ def _has_barrier(node):
     return bool(found)
 
 
+def _ends_with_barrier(s):
+    """A serial loop that runs at least once and whose body ends with a barrier."""
+    if not (isinstance(s, S.For) and s.kind is S.ForKind.SERIAL
+            and isinstance(s.extent, E.IntImm) and s.extent.value > 0):
+        return False
+    body = s.body
+    last = body.stmts[-1] if isinstance(body, S.SeqStmt) and body.stmts else body
+    return isinstance(last, S.Barrier)
+
+
 class _Sync:
     def __init__(self):
         self.thread_vars = set()
@@ -91,6 +101,8 @@ class _Sync:
             out.append(x)
             written |= w
             read |= r
+            if _ends_with_barrier(x):   # everything in it is synchronised by then
+                written, read = set(), set()
         return S.seq(*out)
 
 

@@ -117,25 +117,30 @@ class InlineExpander(Mutator):
         st = self.sched.stage_map[e.tensor.op]
         if st.attach_type == "inline":
             op = st.op
-            body = substitute(op.body, {iv.var: i for iv, i in zip(op.axis, idx)})
+            body = op.bodies[e.tensor.value_index]
+            body = substitute(body, {iv.var: i for iv, i in zip(op.axis, idx)})
             return self.visit(body)
         return E.ProducerLoad(e.tensor, idx)
 
 
-def effective_body(sched, stage, cache):
-    body = cache.get(stage)
-    if body is None:
-        body = cache[stage] = InlineExpander(sched).visit(stage.op.body)
-    return body
+def effective_bodies(sched, stage, cache) -> tuple:
+    """The bodies of a stage's outputs with inlined producers expanded (cached)."""
+    bodies = cache.get(stage)
+    if bodies is None:
+        expand = InlineExpander(sched)
+        bodies = cache[stage] = tuple(expand.visit(b) for b in stage.op.bodies)
+    return bodies
 
 
-def reads_of(body, sched, target) -> List[Tuple[E.Expr, ...]]:
+def reads_of(bodies, sched, target) -> List[Tuple[E.Expr, ...]]:
+    """The index tuples at which `bodies` read any output of stage `target`."""
     out = []
 
     def f(n):
         if isinstance(n, E.ProducerLoad) and sched.stage_map[n.tensor.op] is target:
             out.append(n.indices)
-    walk(body, f)
+    for b in bodies:
+        walk(b, f)
     return out
 
 
@@ -193,7 +198,7 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
             raise LoweringError(f"compute_at: stage '{stage.name}' is attached to stage "
                                 f"'{parent.name}', which is inlined")
         readers = [s for s in sched.stages if s is not stage and not isinstance(s.op, PlaceholderOp)
-                   and s.attach_type != "inline" and reads_of(effective_body(sched, s, bodies), sched, stage)]
+                   and s.attach_type != "inline" and reads_of(effective_bodies(sched, s, bodies), sched, stage)]
         if not readers:
             raise LoweringError(f"compute_at: stage '{parent.name}' does not read stage '{stage.name}'")
         pb = result[parent]
@@ -218,7 +223,7 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
             rb = result[r]
             vals = pass_up_index(r, rb.ranges, leaf_values(r, rb.ranges))
             root_map = {iv.var: vals[iv] for iv in list(r.op.axis) + list(r.op.reduce_axis)}
-            for idx in reads_of(effective_body(sched, r, bodies), sched, stage):
+            for idx in reads_of(effective_bodies(sched, r, bodies), sched, stage):
                 bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
                 if any(lo is None or hi is None for lo, hi in bs):
                     raise LoweringError(f"compute_at: cannot bound the region of '{stage.name}' "
@@ -262,9 +267,14 @@ def _loops_around(stage, result, keep):
     return out
 
 
+def _thread_or_vthread(stage, iv):
+    return is_thread_bound(stage, iv) or is_thread_bound(stage, iv, "vthread")
+
+
 def thread_loops_around(stage, result):
-    """The threadIdx-bound loops around `stage`: a shared buffer covers all their iterations."""
-    return _loops_around(stage, result, is_thread_bound)
+    """The threadIdx- and vthread-bound loops around `stage`: a shared buffer covers all
+    their iterations (the virtual threads of a thread share its block's memory too)."""
+    return _loops_around(stage, result, _thread_or_vthread)
 
 
 def _inside(reader, parent, a, result, scope):

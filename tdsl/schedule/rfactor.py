@@ -4,7 +4,8 @@ Given C[i] = sum(A[i, k], k) with k split into (ko, ki), `rfactor(C, ki)` makes
 C.rf[ki, i] = sum(A[i, ko*f + ki], ko) and C[i] = sum(C.rf[v, i], v). Leaves derived from
 the same reduction roots as the factored axis become the new stage's reduction axes (with
 guards for non-divisible splits); other reduction roots are kept whole. The original stage is
-reset, as its loops changed meaning.
+reset, as its loops changed meaning. A reduction over a tuple (argmax) factors into a
+partial stage with one output per tuple element, and `rfactor` returns their list.
 """
 from __future__ import annotations
 
@@ -77,20 +78,24 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     cond = substitute(red.condition, vmap)
     for c in conds:
         cond = E.And(cond, c.args[0] if isinstance(c, E.Call) else c)
-    src = substitute(red.source, vmap)
+    n = len(red.sources)
+    src = tuple(substitute(x, vmap) for x in red.sources)
     rf_axes = list(spatial)
     rf_axes.insert(factor_axis, fv)
-    rf_body = E.Reduce(red.combiner, src, tuple(new_red), cond, None)
+    rf_bodies = tuple(E.Reduce(red.combiner, src if n > 1 else src[0], tuple(new_red), cond,
+                               None, k) for k in range(n))
     rf_shape = list(op.shape)
     rf_shape.insert(factor_axis, fv.dom.extent)
-    rf_op = ComputeOp(op.name + ".rf", op.tag, op.attrs, rf_axes, rf_body, rf_shape)
+    rf_op = ComputeOp(op.name + ".rf", op.tag, op.attrs, rf_axes, rf_bodies, rf_shape)
 
     # the original stage now reduces the factored dimension
     rv = IterVar(Range(E.const(0), fv.dom.extent), Var(axis.var.name + ".v"), "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, rv.var)
-    body = E.Reduce(red.combiner, E.ProducerLoad(rf_op.output, tuple(idx)), (rv,), E.const(True), red.init)
-    new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, body, op.shape)
+    loads = tuple(E.ProducerLoad(t, tuple(idx)) for t in rf_op.outputs)
+    bodies = tuple(E.Reduce(red.combiner, loads if n > 1 else loads[0], (rv,), E.const(True),
+                            red.init, k) for k in range(n))
+    new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, bodies, op.shape)
     sched._insert_stage(rf_op, st)
     sched._replace_op(st, new_op)
     st.all_iter_vars = list(op.axis) + [rv]
@@ -98,4 +103,4 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     st.relations = []
     st.iter_var_attrs = {}
     sched.trace.append(f"rfactor({op.name}, {axis.var.name}, factor_axis={factor_axis})")
-    return rf_op.output
+    return list(rf_op.outputs) if n > 1 else rf_op.output(0)

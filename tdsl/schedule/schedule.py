@@ -28,7 +28,11 @@ class Schedule:
             outputs = [outputs]
         if not outputs:
             raise ScheduleError("create_schedule: needs at least one output tensor")
-        self.outputs = [_as_op(o, "create_schedule") for o in outputs]
+        self.outputs = []
+        for o in outputs:           # the outputs of a multi-output op are one stage
+            op = _as_op(o, "create_schedule")
+            if op not in self.outputs:
+                self.outputs.append(op)
         self.stages: List[Stage] = []
         self.stage_map: Dict[Operation, Stage] = {}
         self.trace: List[str] = []
@@ -87,6 +91,10 @@ class Schedule:
         return False
 
     _reads = _depends_on
+
+    def normalize(self):
+        """TVM's rebase of loops to start at 0: tdsl's loops already do; returns self."""
+        return self
 
     def __str__(self):
         lines = ["Schedule("]
@@ -172,41 +180,58 @@ class Schedule:
         names = [f"ax{d}" for d in range(len(tensor.shape))]
         axis = [IterVar(Range(E.const(0), n), Var(name), "data_par") for name, n in zip(names, tensor.shape)]
         cache = ComputeOp(f"{tensor.name}.{scope}", "", None, axis,
-                          E.ProducerLoad(tensor, tuple(iv.var for iv in axis)), tensor.shape).output
+                          E.ProducerLoad(tensor, tuple(iv.var for iv in axis)),
+                          tensor.shape).output(0)
         first = min(reader_stages, key=self.stages.index)
         cst = self._insert_stage(cache.op, first)
         cst.scope = scope
         for st in reader_stages:
-            body = _ReplaceTensor({src: cache}, self).visit(st.op.body)
-            self._replace_op(st, _recompute(st.op, body))
+            repl = _ReplaceTensor({(src, tensor.value_index): cache}, self)
+            bodies = tuple(repl.visit(b) for b in st.op.bodies)
+            self._replace_op(st, _recompute(st.op, bodies))
         self.trace.append(f"cache_read({tensor.name}, {scope!r}, [{', '.join(s.op.name for s in reader_stages)}])")
         return cache
 
     def cache_write(self, tensor, scope):
-        """Computes `tensor` into a `scope` buffer that is then copied to the tensor."""
-        if not isinstance(tensor, Tensor):
-            raise ScheduleError(f"cache_write: expected a tensor, got {tensor!r}")
+        """Computes `tensor` into a `scope` buffer that is then copied to the tensor. A
+        compute with several outputs caches them all: pass the list, get a list back."""
+        tensors = list(tensor) if isinstance(tensor, (list, tuple)) else [tensor]
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise ScheduleError(f"cache_write: expected a tensor (or a list of the outputs "
+                                    f"of one compute), got {t!r}")
         _check_scope("cache_write", scope)
-        st = self[tensor]
+        st = self[tensors[0]]
         op = st.op
         if not isinstance(op, ComputeOp):
-            raise ScheduleError(f"cache_write: tensor '{tensor.name}' is not a compute")
+            raise ScheduleError(f"cache_write: tensor '{tensors[0].name}' is not a compute")
+        if any(self[t] is not st for t in tensors):
+            raise ScheduleError("cache_write: the tensors of one call must be outputs of one "
+                                f"compute; '{tensors[0].name}' and others differ")
+        given = sorted(t.value_index for t in tensors)
+        if given != list(range(op.num_outputs)):
+            names = ", ".join(t.name for t in op.outputs)
+            raise ScheduleError(f"cache_write: stage '{op.name}' has {op.num_outputs} outputs "
+                                f"({names}); pass all of them, in a list")
         if st.relations or st.attach_type == "inline":
             raise ScheduleError(f"cache_write: stage '{op.name}' was already scheduled "
                                 "(split/fuse/inline); call cache_write before other primitives")
         new_axis = [IterVar(iv.dom, Var(iv.var.name + ".c", iv.var.dtype), "data_par") for iv in op.axis]
         vmap = {o.var: n.var for o, n in zip(op.axis, new_axis)}
-        cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, op.attrs, new_axis, substitute(op.body, vmap), op.shape)
+        cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, op.attrs, new_axis,
+                             tuple(substitute(b, vmap) for b in op.bodies), op.shape)
         cst = self._insert_stage(cache_op, st)
         cst.scope = scope
+        idx = tuple(iv.var for iv in op.axis)
         copy = ComputeOp(op.name, op.tag, op.attrs, op.axis,
-                         E.ProducerLoad(cache_op.output, tuple(iv.var for iv in op.axis)), op.shape)
+                         tuple(E.ProducerLoad(t, idx) for t in cache_op.outputs), op.shape)
         self._replace_op(st, copy)
         st.all_iter_vars = list(op.axis)
         st.leaf_iter_vars = list(op.axis)
         st.iter_var_attrs = {}
-        self.trace.append(f"cache_write({tensor.name}, {scope!r})")
-        return cache_op.output
+        self.trace.append(f"cache_write({', '.join(t.name for t in tensors)}, {scope!r})")
+        out = [cache_op.output(t.value_index) for t in tensors]
+        return out if isinstance(tensor, (list, tuple)) else out[0]
 
     def rfactor(self, tensor, axis, factor_axis=0):
         """Factors the reduction of `tensor` over leaf `axis` into a new stage that keeps
@@ -221,19 +246,22 @@ def _check_scope(prim, scope):
 
 
 class _ReplaceTensor(Mutator):
-    def __init__(self, stage_to_tensor, sched):
-        self.m = stage_to_tensor
+    """Reads of output k of a stage -> reads of another tensor ({(stage, k): tensor}); by
+    stage, since the reads name the tensors of whatever op the stage had then."""
+
+    def __init__(self, mapping, sched):
+        self.m = mapping
         self.sched = sched
 
     def visit_ProducerLoad(self, e):
         idx = tuple(self.visit(i) for i in e.indices)
         st = self.sched.stage_map.get(e.tensor.op)
-        t = self.m.get(st, e.tensor)
+        t = self.m.get((st, e.tensor.value_index), e.tensor)
         return E.ProducerLoad(t, idx)
 
 
-def _recompute(op: ComputeOp, body) -> ComputeOp:
-    return ComputeOp(op.name, op.tag, op.attrs, op.axis, body, op.shape)
+def _recompute(op: ComputeOp, bodies) -> ComputeOp:
+    return ComputeOp(op.name, op.tag, op.attrs, op.axis, bodies, op.shape)
 
 
 def create_schedule(outputs) -> Schedule:

@@ -3,6 +3,14 @@ inserted at their attach loops, inlined stages substituted, reductions split int
 nest and an update nest, guards for non-divisible splits (marked `likely`, so loop
 partitioning can peel them).
 
+A stage with several outputs (a tuple-valued compute, a reduction over tuples) has one
+buffer per output and stores them all in one nest; a tuple reduction computes every new
+element before storing any (`_store_values`), since each reads all the old ones.
+
+`set_store_predicate(cond)` guards a stage's stores; thread axes in `cond` stand for the
+loops bound to their tags, and a tag no enclosing loop has gets a loop of its own around
+the store (TVM's meaning: "only thread 0 of the block writes").
+
 GPU: a reduction whose reduction loop is bound to threadIdx.* becomes a cross-thread
 reduction (`_cross_thread_reduce`): each thread accumulates its share in a local
 register, the partial results meet in a shared buffer and are combined by a tree, and one
@@ -16,10 +24,11 @@ from .. import arith
 from ..errors import LoweringError, ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, substitute, free_vars
+from ..ir.visitor import Mutator, substitute, free_vars, walk
+from ..te.compute import THREAD_TAGS
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_body, infer_bounds, pass_up_conditions,
-                    pass_up_index)
+from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
+                    infer_bounds, pass_up_conditions, pass_up_index)
 
 
 class _LowerExpr(Mutator):
@@ -35,7 +44,7 @@ class _LowerExpr(Mutator):
     def visit_ProducerLoad(self, e):
         idx = [self.visit(i) for i in e.indices]
         st = self.ctx.sched.stage_map[e.tensor.op]
-        buf = self.ctx.buffer(st)
+        buf = self.ctx.buffer(st, e.tensor.value_index)
         off = self.ctx.offset(st)
         return E.BufferLoad(buf, tuple(i - o if not E.is_const_int(o, 0) else i for i, o in zip(idx, off)))
 
@@ -46,10 +55,14 @@ class ScheduleLowering:
         self.name = name
         self.bounds: Dict[object, StageBound] = infer_bounds(sched)
         self.bodies = {}
-        self.buffers = {}
+        self.buffers = {}         # (stage, output index) -> Buffer
         self.params = []
-        self.arg_stages = {}
+        self.arg_stages = {}      # stage -> position of its first output among the args
+        self.arg_keys = set()     # (stage, output index) passed as arguments
         self.scalar_args = []
+        self.double_buffered = []  # buffers of double_buffer() stages, for that pass
+        self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
+                           if a.thread is not None}
         self._bind_args(args)
         self.size_ranges = {}
         for p in self.params:
@@ -71,11 +84,13 @@ class ScheduleLowering:
                 if st.attach_type == "inline":
                     raise LoweringError(f"argument {k} '{a.name}' is inlined, so it has no buffer "
                                         "to pass; remove it from args or do not inline it")
-                if st in self.arg_stages:
+                key = (st, a.value_index)
+                if key in self.arg_keys:
                     raise LoweringError(f"argument {k} '{a.name}' is passed twice")
                 buf = S.Buffer(a.name, tuple(a.shape), a.dtype)
-                self.buffers[st] = buf
-                self.arg_stages[st] = k
+                self.buffers[key] = buf
+                self.arg_keys.add(key)
+                self.arg_stages.setdefault(st, k)
                 self.params.append(buf)
             elif isinstance(a, E.Var):
                 self.params.append(a)
@@ -89,13 +104,28 @@ class ScheduleLowering:
                 if any(st in self.sched.producers(c) for c in self.sched.stages):
                     raise LoweringError(f"placeholder '{st.name}' is read but not in the argument list")
 
-    def buffer(self, st) -> S.Buffer:
-        buf = self.buffers.get(st)
+    def buffer(self, st, k=0) -> S.Buffer:
+        """The buffer of output `k` of stage `st`."""
+        buf = self.buffers.get((st, k))
         if buf is None:
             b = self.bounds[st]
-            aligns = tuple(st.storage_aligns)
-            buf = self.buffers[st] = S.Buffer(st.name, tuple(b.alloc_shape), st.op.dtype, st.scope, aligns)
+            t = st.op.output(k)
+            buf = S.Buffer(t.name, tuple(b.alloc_shape), t.dtype, st.scope,
+                           tuple(st.storage_aligns))
+            self.buffers[(st, k)] = buf
+            if st.double_buffered:
+                self.double_buffered.append(buf)
         return buf
+
+    def stage_buffers(self, st):
+        return [self.buffer(st, k) for k in range(st.op.num_outputs)]
+
+    def _allocate(self, st, body):
+        """`body` with storage for the outputs of `st` that are not arguments."""
+        for k in reversed(range(st.op.num_outputs)):
+            if (st, k) not in self.arg_keys:
+                body = S.Allocate(self.buffer(st, k), body)
+        return body
 
     def offset(self, st):
         if st in self.arg_stages or st.attach_type == "root" or isinstance(st.op, PlaceholderOp):
@@ -105,16 +135,25 @@ class ScheduleLowering:
     # ------------------------------------------------------------------ nests
     def lower(self) -> S.Stmt:
         stmts = []
-        allocs = []
+        roots = []
         for st in self.sched.stages:
-            if isinstance(st.op, PlaceholderOp) or st.attach_type != "root":
+            if isinstance(st.op, PlaceholderOp):
+                continue
+            if st.store_predicate is not None and st.attach_type == "inline":
+                raise ScheduleError(f"set_store_predicate: stage '{st.name}' is inlined: it "
+                                    "stores nothing for the predicate to guard")
+            if st.double_buffered and st.attach_type != "scope":
+                where = "inlined" if st.attach_type == "inline" else "computed at root"
+                raise ScheduleError(
+                    f"double_buffer: stage '{st.name}' is {where}; attach it (compute_at) "
+                    "inside the loop over whose iterations it alternates")
+            if st.attach_type != "root":
                 continue
             stmts.append(self.make_nest(st))
-            if st not in self.arg_stages:
-                allocs.append(self.buffer(st))
+            roots.append(st)
         body = S.seq(*stmts)
-        for buf in reversed(allocs):
-            body = S.Allocate(buf, body)
+        for st in reversed(roots):
+            body = self._allocate(st, body)
         return body
 
     def _for(self, st, iv, body):
@@ -122,11 +161,22 @@ class ScheduleLowering:
         attr = st.iter_var_attrs.get(iv)
         kind = attr.kind if attr is not None else S.ForKind.SERIAL
         ext = arith.simplify(rng.extent)
-        if kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED) and not isinstance(ext, E.IntImm):
-            what = "vectorize" if kind is S.ForKind.VECTORIZED else "unroll"
-            raise ScheduleError(f"{what}: stage '{st.name}': axis '{iv.var.name}' has the non-constant "
-                                f"extent {ext}; split it by a constant factor and {what} the inner axis")
-        tag = attr.thread.thread_tag if attr is not None and attr.thread is not None else ""
+        vthread = attr is not None and attr.thread is not None and \
+            attr.thread.thread_tag == "vthread"
+        if (vthread or kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED)) \
+                and not isinstance(ext, E.IntImm):
+            prim = "bind" if vthread else "vectorize" if kind is S.ForKind.VECTORIZED else "unroll"
+            what = "bind the inner axis to vthread" if vthread else f"{prim} the inner axis"
+            raise ScheduleError(f"{prim}: stage '{st.name}': axis '{iv.var.name}' has the non-constant "
+                                f"extent {ext}; split it by a constant factor and {what}")
+        thread = attr.thread if attr is not None else None
+        tag = thread.thread_tag if thread is not None else ""
+        if thread is not None and thread.dom is not None \
+                and not arith.equal(ext, thread.dom.extent):
+            raise ScheduleError(
+                f"bind: stage '{st.name}': axis '{iv.var.name}' has {ext} iterations but the "
+                f"thread axis {tag} was declared with the domain [0, {thread.dom.extent}); "
+                f"split it with nparts={thread.dom.extent} (or factor=...) to match")
         pragmas = tuple(attr.pragmas) if attr is not None else ()
         return S.For(iv.var, E.const(0), ext, kind, body, tag, pragmas)
 
@@ -135,10 +185,11 @@ class ScheduleLowering:
             if with_attached:
                 attached = self.attach_map.get((st, iv), [])
                 if attached:
+                    self._check_double_buffer(st, iv, attached)
                     nests = [self.make_nest(a) for a in attached]
                     body = S.seq(*nests, body)
                     for a in reversed(attached):
-                        body = S.Allocate(self.buffer(a), body)
+                        body = self._allocate(a, body)
             body = self._for(st, iv, body)
         return body
 
@@ -164,41 +215,130 @@ class ScheduleLowering:
                     conds.append((E.likely(x < dom.min + dom.extent), False))
         spatial = [c for c, red in conds if not red]
         reduce_conds = [c for c, red in conds if red]
-        buf = self.buffer(st)
+        bufs = self.stage_buffers(st)
         off = self.offset(st)
         idx = tuple(arith.simplify(vals[iv] - o) for iv, o in zip(op.axis, off))
-        body = effective_body(self.sched, st, self.bodies)
+        bodies = effective_bodies(self.sched, st, self.bodies)
         lower = _LowerExpr(self, vmap)
-        if not isinstance(body, E.Reduce):
-            store = _guard(spatial, S.BufferStore(buf, lower.visit(body), idx))
-            return self._wrap(st, leaves, store)
-        init = body.init if body.init is not None else body.combiner.identity(body.dtype)
-        init = E.cast(lower.visit(init), body.dtype)
-        src = lower.visit(body.source)
-        update_val = E.convert(body.combiner.combine(E.BufferLoad(buf, idx), src))
-        where = lower.visit(body.condition)
+        pred, wraps = self._predicate(st, lower)
+        guard = spatial + pred
+        if not isinstance(bodies[0], E.Reduce):
+            store = S.seq(*[S.BufferStore(b, lower.visit(x), idx) for b, x in zip(bufs, bodies)])
+            return self._wrap(st, leaves, _wrap_threads(wraps, _guard(guard, store)))
+        red = bodies[0]
+        dtypes = [x.dtype for x in red.sources]
+        inits = red.inits if red.inits is not None else red.combiner.identity_values(dtypes)
+        inits = [E.cast(lower.visit(v), d) for v, d in zip(inits, dtypes)]
+        srcs = tuple(lower.visit(x) for x in red.sources)
+        where = lower.visit(red.condition)
         rconds = reduce_conds + ([] if E.is_const_int(where, 1) else [where])
-        update = _guard(spatial, _guard(rconds, S.BufferStore(buf, update_val, idx)))
-        init_store = _guard(spatial, S.BufferStore(buf, init, idx))
+        update = _wrap_threads(wraps, _guard(guard, _guard(rconds, _combine_into(
+            red.combiner, bufs, idx, srcs))))
+        init_store = _wrap_threads(wraps, _guard(guard, S.seq(*[
+            S.BufferStore(b, v, idx) for b, v in zip(bufs, inits)])))
         p = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and _bound_tag(st, iv)]
         if threads:
-            return self._cross_thread_reduce(st, leaves, p, threads, body, buf, idx, spatial,
-                                             rconds, lower, src)
+            return self._cross_thread_reduce(st, leaves, p, threads, red, bufs, idx, spatial,
+                                             rconds, lower, srcs)
         init_nest = self._wrap(st, [iv for iv in leaves[p:] if iv.kind != "reduce"], init_store,
                                with_attached=False)
         update_nest = self._wrap(st, leaves[p:], update)
         return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
 
-    def _cross_thread_reduce(self, st, leaves, p, threads, body, buf, idx, spatial, rconds,
-                             lower, src):
+    # ------------------------------------------------------------------ predicates
+    @staticmethod
+    def _loops_outward(st, leaves):
+        """(stage, leaf) of `leaves` of `st`, then of the loops around its attach point in
+        the stages it is attached in, innermost stage first."""
+        s = st
+        while True:
+            for iv in leaves:
+                yield s, iv
+            if s.attach_type != "scope":
+                return
+            parent = s.attach_stage
+            leaves = parent.leaf_iter_vars[:parent.leaf_iter_vars.index(attach_leaf(s)) + 1]
+            s = parent
+
+    def _thread_loops(self, st):
+        """tag -> the variable of the loop bound to it around the stores of `st`."""
+        out = {}
+        for s, iv in self._loops_outward(st, st.leaf_iter_vars):
+            tag = _bound_tag(s, iv)
+            if tag and tag != "vthread":
+                out.setdefault(tag, iv.var)
+        return out
+
+    def _thread_groups(self, st, outer, tag):
+        """The loops bound to threadIdx tags other than `tag` around a cross-thread
+        reduction of `st` (`outer`: its own loops outside the reduction), one per tag, with
+        their extents: each combination of their indices reduces in its own part of the
+        shared buffer."""
+        out, seen = [], {tag}
+        for s, iv in self._loops_outward(st, outer):
+            t = _bound_tag(s, iv)
+            if t.startswith("threadIdx") and t not in seen:
+                seen.add(t)
+                out.append((iv, arith.simplify(self.bounds[s].ranges[iv].extent)))
+        return out
+
+    def _tag_extent(self, tag):
+        for st in self.sched.stages:
+            for iv, attr in st.iter_var_attrs.items():
+                if attr.thread is not None and attr.thread.thread_tag == tag and st in self.bounds:
+                    return arith.simplify(self.bounds[st].ranges[iv].extent)
+        return None
+
+    def _predicate(self, st, lower, at=None):
+        """The store predicate of `st` as loop IR ([] or [cond]) and the thread loops to put
+        around the guarded stores ([(var, extent, tag)]). `at` overrides tag -> variable
+        (the write-back loop of a cross-thread reduction)."""
+        pred = st.store_predicate
+        if pred is None:
+            return [], []
+        loops = self._thread_loops(st)
+        loops.update(at or {})
+        vmap, wraps = {}, []
+        for v in free_vars(pred):
+            tiv = next((t for t in self.thread_ivs if t.var is v), None)
+            tag = tiv.thread_tag if tiv is not None else v.name
+            if tag not in THREAD_TAGS:
+                continue
+            if tag in loops:
+                vmap[v] = loops[tag]
+                continue
+            ext = self._tag_extent(tag)
+            if ext is None or tag == "vthread":
+                raise ScheduleError(f"set_store_predicate: stage '{st.name}': the predicate "
+                                    f"reads {tag}, which no loop of the schedule is bound to")
+            nv = E.Var(f"{st.name}.{tag}", v.dtype)
+            vmap[v] = nv
+            wraps.append((nv, ext, tag))
+        return [lower.visit(substitute(pred, vmap))], wraps
+
+    def _check_double_buffer(self, st, iv, attached):
+        for a in attached:
+            if not a.double_buffered:
+                continue
+            attr = st.iter_var_attrs.get(iv)
+            kind = attr.kind if attr is not None else S.ForKind.SERIAL
+            if kind is not S.ForKind.SERIAL:
+                what = attr.thread.thread_tag if attr.thread is not None else kind.value
+                raise ScheduleError(f"double_buffer: stage '{a.name}' is attached at loop "
+                                    f"'{iv.var.name}' of '{st.name}', which is {what}; attach it "
+                                    "at a serial loop (e.g. the outer reduction loop)")
+
+    def _cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, rconds,
+                             lower, srcs):
         """out[idx] = reduce over a threadIdx-bound reduction loop, through shared memory.
 
         Inside the spatial loops: each thread folds its serial reduction loops into a local
         accumulator and stores it to red[g*T + t] (g: the thread's group from the spatial
         threadIdx loops, t: its index on the reduction tag); then a tree over red, halving
         the active threads each step (any T: elements past T count as absent); thread 0 of
-        the group writes the result. thread_sync inserts the barriers."""
+        the group writes the result. A tuple reduction has an accumulator and a shared
+        buffer per element. thread_sync inserts the barriers."""
         def err(msg):
             return ScheduleError(f"bind: stage '{st.name}': {msg}")
         if len(threads) > 1:
@@ -222,28 +362,24 @@ class ScheduleLowering:
                       f"extent, got {T}")
         T = T.value
         group, G = E.const(0), 1
-        for iv in leaves[:p]:
-            t = _bound_tag(st, iv)
-            if t.startswith("threadIdx"):
-                ext = arith.simplify(rng[iv].extent)
-                if not isinstance(ext, E.IntImm):
-                    raise err(f"the thread-bound axis '{iv.var.name}' needs a constant extent")
-                group = group * ext.value + iv.var if G > 1 else iv.var
-                G *= ext.value
-        dtype = body.dtype
-        acc = S.Buffer(f"{st.name}.acc", (E.const(1),), dtype, "local")
-        red = S.Buffer(f"{st.name}.red", (E.const(G * T),), dtype, "shared")
+        for iv, ext in self._thread_groups(st, leaves[:p], tag):
+            if not isinstance(ext, E.IntImm):
+                raise err(f"the thread-bound axis '{iv.var.name}' needs a constant extent")
+            group = group * ext.value + iv.var if G > 1 else iv.var
+            G *= ext.value
+        accs = [S.Buffer(f"{b.name}.acc", (E.const(1),), b.dtype, "local") for b in bufs]
+        reds = [S.Buffer(f"{b.name}.red", (E.const(G * T),), b.dtype, "shared") for b in bufs]
         zero = (E.const(0),)
-        identity = E.cast(E.convert(body.combiner.identity(dtype)), dtype)
-        comb = body.combiner.combine
-        update = _guard(spatial, _guard(rconds, S.BufferStore(
-            acc, E.convert(comb(E.BufferLoad(acc, zero), src)), zero)))
+        comb = red.combiner
+        identity = comb.identity_values([b.dtype for b in bufs])
+        update = _guard(spatial, _guard(rconds, _combine_into(comb, accs, zero, srcs)))
         others = [iv for iv in leaves[p:] if iv is not tiv]
         base = group * T if G > 1 else E.const(0)
-        per_thread = S.Allocate(acc, S.seq(
-            S.BufferStore(acc, identity, zero),
+        per_thread = _allocate_all(accs, S.seq(
+            *[S.BufferStore(a, v, zero) for a, v in zip(accs, identity)],
             self._wrap(st, others, update),
-            S.BufferStore(red, E.BufferLoad(acc, zero), (base + tiv.var,))))
+            *[S.BufferStore(r, E.BufferLoad(a, zero), (base + tiv.var,))
+              for a, r in zip(accs, reds)]))
         parts = [self._wrap(st, [tiv], per_thread)]
         step = 1
         while step < T:
@@ -257,25 +393,72 @@ class ScheduleLowering:
             s_ = step
 
             def tree(v, s_=s_):
-                a = E.BufferLoad(red, (base + v,))
-                b = E.BufferLoad(red, (base + v + s_,))
+                other = tuple(E.BufferLoad(r, (base + v + s_,)) for r in reds)
                 cond = E.And(E.LT(v, E.const(s_)), E.LT(v + s_, E.const(T)))
-                return S.IfThenElse(cond, S.BufferStore(red, E.convert(comb(a, b)), (base + v,)))
+                return S.IfThenElse(cond, _combine_into(comb, reds, (base + v,), other))
             parts.append(thread_loop(f"s{s_}", tree))
             step //= 2
-        result = E.BufferLoad(red, (base,))
-        if body.init is not None:
-            result = E.convert(comb(E.cast(lower.visit(body.init), dtype), result))
+        result = tuple(E.BufferLoad(r, (base,)) for r in reds)
+        if red.inits is not None:
+            inits = tuple(E.cast(lower.visit(v), b.dtype) for v, b in zip(red.inits, bufs))
+            result = comb.combine_values(inits, result)
 
         def write(v):
-            return S.IfThenElse(E.EQ(v, E.const(0)), _guard(spatial, S.BufferStore(buf, result, idx)))
+            pred, wraps = self._predicate(st, lower, at={tag: v})
+            store = _guard(spatial + pred, _store_values(bufs, idx, result))
+            return S.IfThenElse(E.EQ(v, E.const(0)), _wrap_threads(wraps, store))
         parts.append(thread_loop("w", write))
-        return self._wrap(st, leaves[:p], S.Allocate(red, S.seq(*parts)))
+        return self._wrap(st, leaves[:p], _allocate_all(reds, S.seq(*parts)))
 
 
 def _bound_tag(st, iv) -> str:
     attr = st.iter_var_attrs.get(iv)
     return attr.thread.thread_tag if attr is not None and attr.thread is not None else ""
+
+
+def _allocate_all(bufs, body):
+    for b in reversed(bufs):
+        body = S.Allocate(b, body)
+    return body
+
+
+def _store_values(bufs, idx, vals):
+    """bufs[k][idx] = vals[k]; with several buffers every value is computed (let-bound)
+    before any store, as each may read all the old elements (a tuple reduction)."""
+    reads = set()
+    for v in vals:
+        walk(v, lambda n: reads.add(n.buffer) if isinstance(n, E.BufferLoad) else None)
+    if len(bufs) == 1 or not reads & set(bufs):
+        return S.seq(*[S.BufferStore(b, v, idx) for b, v in zip(bufs, vals)])
+    tmps = [E.Var(f"{b.name}.next", b.dtype) for b in bufs]
+    body = S.seq(*[S.BufferStore(b, t, idx) for b, t in zip(bufs, tmps)])
+    for t, v in reversed(list(zip(tmps, vals))):
+        body = S.LetStmt(t, v, body)
+    return body
+
+
+def _combine_into(combiner, bufs, idx, rhs):
+    """bufs[idx] = combine(bufs[idx], rhs), element-wise over a tuple reduction. A tuple's
+    old and new elements are let-bound first: its combiner reads each several times, often
+    under selects, which would otherwise re-read (and, being lazy, guard) every load."""
+    lhs = tuple(E.BufferLoad(b, idx) for b in bufs)
+    rhs = tuple(rhs)
+    if len(bufs) == 1:
+        return _store_values(bufs, idx, combiner.combine_values(lhs, rhs))
+    xs = [E.Var(f"{b.name}.x", b.dtype) for b in bufs]
+    ys = [E.Var(f"{b.name}.y", b.dtype) for b in bufs]
+    body = _store_values(bufs, idx, combiner.combine_values(tuple(xs), tuple(ys)))
+    for v, value in reversed(list(zip(xs + ys, lhs + rhs))):
+        body = S.LetStmt(v, value, body)
+    return body
+
+
+def _wrap_threads(wraps, stmt):
+    """`stmt` inside loops bound to thread tags that no enclosing loop has (a store
+    predicate that reads them): on a GPU each thread runs its own index."""
+    for var, ext, tag in wraps:
+        stmt = S.For(var, E.const(0), ext, S.ForKind.THREAD_BINDING, stmt, tag)
+    return stmt
 
 
 def _guard(conds, stmt):
@@ -306,7 +489,8 @@ def schedule_to_func(sched, args, name) -> S.PrimFunc:
         raise LoweringError(f"variable(s) {names} are used but neither passed in args nor sizes of "
                             "an argument; add them to the argument list")
     func = S.PrimFunc(name, params + size_vars, body,
-                      {"num_user_args": len(params), "schedule": sched, "bounds": low.bounds})
+                      {"num_user_args": len(params), "schedule": sched, "bounds": low.bounds,
+                       "args": list(args), "double_buffer": list(low.double_buffered)})
     return func
 
 

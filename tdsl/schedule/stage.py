@@ -38,6 +38,8 @@ class Stage:
         self.scope = "global"
         self.storage_aligns: List[Tuple[int, int, int]] = []
         self.is_output = False
+        self.store_predicate = None        # set_store_predicate: guards the final stores
+        self.double_buffered = False       # double_buffer()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -189,9 +191,18 @@ class Stage:
         attr = self._attr(iv)
         if attr.kind is not ForKind.SERIAL:
             raise self._error("bind", f"axis '{iv.var.name}' is already marked {attr.kind.value}")
+        vthread = thread_iv.thread_tag == "vthread"
+        if vthread and iv.kind == "reduce":
+            raise self._error("bind", f"the reduction axis '{iv.var.name}' cannot be bound to a "
+                              "vthread: virtual threads cannot combine partial results (bind it "
+                              "to threadIdx.x, or rfactor it first)")
         for other, a in self.iter_var_attrs.items():
-            if a.thread is not None and a.thread.thread_tag == thread_iv.thread_tag and other is not iv:
-                raise self._error("bind", f"{thread_iv.thread_tag} is already bound to axis '{other.var.name}'")
+            # several vthread axes may nest (one thread_axis each); a grid tag binds one loop
+            same = a.thread is thread_iv if vthread else (
+                a.thread is not None and a.thread.thread_tag == thread_iv.thread_tag)
+            if same and other is not iv:
+                raise self._error("bind", f"{thread_iv.thread_tag} is already bound to axis "
+                                  f"'{other.var.name}'")
         attr.kind = ForKind.THREAD_BINDING
         attr.thread = thread_iv
         self._log(f"bind({iv.var.name}, {thread_iv.thread_tag})")
@@ -215,6 +226,33 @@ class Stage:
             raise self._error("storage_align", f"need factor > 0 and 0 <= offset < factor, got {factor}, {offset}")
         self.storage_aligns.append((axis.index(iv), factor, offset))
         self._log(f"storage_align({iv.var.name}, {factor}, {offset})")
+
+    def set_store_predicate(self, predicate):
+        """Guards the stores of this stage's final results by `predicate` (e.g.
+        `tx.var.equal(0)`: after a cross-thread reduction, one thread of the block
+        writes). Thread axes in it stand for the loops bound to their tags."""
+        self._check_compute("set_store_predicate")
+        from ..ir import expr as E
+        try:
+            pred = E.convert(predicate)
+        except Exception as e:
+            raise self._error("set_store_predicate", f"the predicate must be a condition: {e}") from None
+        if pred.dtype != "bool":
+            raise self._error("set_store_predicate", f"the predicate must be a condition, got "
+                              f"{pred} of type {pred.dtype}")
+        self.store_predicate = pred
+        self._log(f"set_store_predicate({pred})")
+
+    def double_buffer(self):
+        """Computes this stage into two buffers used in turn across the iterations of the
+        loop it is attached to: the next iteration's data is fetched while the current one
+        is used (shared-memory caches on GPUs: one barrier per iteration instead of two)."""
+        self._check_compute("double_buffer")
+        if self.is_output:
+            raise self._error("double_buffer", "is an output of the schedule; double buffering "
+                              "applies to an intermediate stage (e.g. a shared cache_read)")
+        self.double_buffered = True
+        self._log("double_buffer()")
 
     # ------------------------------------------------------------------ placement
     def compute_at(self, parent, iv):

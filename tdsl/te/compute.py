@@ -44,7 +44,7 @@ def _shape(shape, what):
 
 def placeholder(shape, dtype="float32", name="placeholder"):
     """An input tensor."""
-    return PlaceholderOp(name, _shape(shape, f"placeholder '{name}'"), dt.check(dtype)).output
+    return PlaceholderOp(name, _shape(shape, f"placeholder '{name}'"), dt.check(dtype)).output(0)
 
 
 def _range(dom, what):
@@ -62,12 +62,26 @@ def reduce_axis(dom, name="rv"):
     return IterVar(_range(dom, f"reduce_axis '{name}'"), Var(name), "reduce")
 
 
-def thread_axis(tag="", name=None):
-    """A GPU grid dimension: "blockIdx.x", "threadIdx.y", ..."""
-    valid = [f"{a}.{d}" for a in ("blockIdx", "threadIdx") for d in "xyz"] + ["vthread"]
-    if tag not in valid:
-        raise TdslError(f"thread_axis: unknown tag {tag!r}; use one of {', '.join(valid)}")
-    return IterVar(None, Var(name or tag), "thread", tag)
+THREAD_TAGS = tuple(f"{a}.{d}" for a in ("blockIdx", "threadIdx") for d in "xyz") + ("vthread",)
+
+
+def thread_axis(dom=None, tag="", name=None):
+    """A GPU grid dimension: `thread_axis("threadIdx.x")`, or with a domain that fixes the
+    extent of the loop bound to it, `thread_axis((0, 32), "threadIdx.x")`. "vthread" is a
+    virtual thread: its iterations run interleaved within each thread."""
+    if isinstance(dom, str):        # thread_axis("threadIdx.x"[, name])
+        if tag and name is None and tag not in THREAD_TAGS:
+            name = tag
+        dom, tag = None, dom
+    if tag not in THREAD_TAGS:
+        raise TdslError(f"thread_axis: unknown tag {tag!r}; use one of {', '.join(THREAD_TAGS)}")
+    if dom is not None:
+        dom = _range(dom, f"thread_axis '{tag}'")
+        if not (isinstance(dom.min, E.IntImm) and isinstance(dom.extent, E.IntImm)
+                and dom.min.value == 0 and dom.extent.value > 0):
+            raise TdslError(f"thread_axis '{tag}': the domain must be (0, n) with a constant "
+                            f"n > 0, got [{dom.min}, {dom.min + dom.extent})")
+    return IterVar(dom, Var(name or tag), "thread", tag)
 
 
 def _param_names(fcompute, ndim):
@@ -85,16 +99,28 @@ def _param_names(fcompute, ndim):
 
 
 def compute(shape, fcompute, name="compute", tag="", attrs=None):
-    """A tensor defined element-wise by `fcompute(*indices)`."""
+    """A tensor defined element-wise by `fcompute(*indices)`. A lambda returning a tuple
+    defines several tensors over the same loops and returns them as a list
+    (`T0, T1 = compute((m,), lambda i: argmax((idx[i, k], val[i, k]), axis=k))`)."""
     shape = _shape(shape, f"compute '{name}'")
     names = _param_names(fcompute, len(shape))
     axis = [IterVar(Range(E.IntImm(0), s), Var(n), "data_par") for n, s in zip(names, shape)]
     body = fcompute(*[iv.var for iv in axis])
     if isinstance(body, (list, tuple)):
-        raise TdslError(f"compute '{name}': multiple outputs are not supported; define one compute per output")
+        if not body:
+            raise TdslError(f"compute '{name}': the lambda returned an empty tuple")
+        bodies = tuple(E.convert(b) for b in body)
+        for b in bodies:
+            _check_body(b, name)
+        _check_outputs(bodies, name)
+        return list(ComputeOp(name, tag, attrs, axis, bodies, shape).outputs)
     body = E.convert(body)
     _check_body(body, name)
-    return ComputeOp(name, tag, attrs, axis, body, shape).output
+    if isinstance(body, E.Reduce) and isinstance(body.source, tuple):
+        raise TdslError(f"compute '{name}': the reduction '{body.combiner.name}' is over a tuple "
+                        "of values; return all of its outputs from the lambda "
+                        f"(lambda i: {body.combiner.name}((a, b), axis=k)) and unpack the tensors")
+    return ComputeOp(name, tag, attrs, axis, body, shape).output(0)
 
 
 def _check_body(body, name):
@@ -105,6 +131,28 @@ def _check_body(body, name):
                 "(e.g. compute(..., lambda i: sum(A[i, k], axis=k))); put surrounding math in "
                 "a second compute")
     walk(body, f)
+
+
+def _check_outputs(bodies, name):
+    """The outputs of one compute share its loops: reductions must be the elements of one
+    tuple reduction, in order."""
+    reds = [isinstance(b, E.Reduce) for b in bodies]
+    if not builtins.any(reds):
+        return
+    first = bodies[0]
+    if not builtins.all(reds):
+        raise TdslError(f"compute '{name}': either every output is a reduction or none is; "
+                        "define the reduction in a compute of its own")
+    for k, b in enumerate(bodies):
+        same = (b.combiner is first.combiner and b.source is first.source
+                and b.axis == first.axis and b.condition is first.condition
+                and b.init is first.init)
+        if not same or not isinstance(b.source, tuple) or b.value_index != k \
+                or len(bodies) != len(b.source):
+            raise TdslError(f"compute '{name}': several reductions in one compute must be the "
+                            "outputs of one reduction over a tuple, in order (e.g. lambda i: "
+                            "argmax((idx[i, k], val[i, k]), axis=k)); use one compute per "
+                            "reduction otherwise")
 
 
 # --------------------------------------------------------------------------------------
@@ -122,17 +170,32 @@ def _axes(axis, what):
 
 
 def comm_reducer(combine, identity, name="reduce"):
-    """A commutative reducer from `combine(x, y)` and `identity(dtype)`."""
+    """A commutative reducer from `combine(x, y)` and `identity(dtype)`.
+
+    Reducers over tuples: `combine(x, y)` takes and returns tuples and `identity(*dtypes)`
+    returns one; called with a tuple, the reducer gives one reduction per element, to be
+    returned together from a compute lambda (argmax over (index, value) pairs)."""
 
     def reducer(expr, axis, where=None, init=None):
-        expr = E.convert(expr)
         axes = _axes(axis, name)
         cond = E.const(True) if where is None else E.convert(where)
         if cond.dtype != "bool":
             raise TdslError(f"{name}: where= must be a condition, got {cond}")
+        comb = E.CommReducer(name, combine, identity)
+        if not isinstance(expr, (tuple, list)):
+            expr = E.convert(expr)
+            if init is not None:
+                init = E.cast(init, expr.dtype)
+            return E.Reduce(comb, expr, axes, cond, init)
+        source = tuple(E.convert(x) for x in expr)
+        if not source:
+            raise TdslError(f"{name}: the reduced tuple is empty")
         if init is not None:
-            init = E.cast(init, expr.dtype)
-        return E.Reduce(E.CommReducer(name, combine, identity), expr, axes, cond, init)
+            if not isinstance(init, (tuple, list)) or len(init) != len(source):
+                raise TdslError(f"{name}: init= must be a tuple of {len(source)} values, like "
+                                f"the reduced tuple, got {init!r}")
+            init = tuple(E.cast(v, x.dtype) for v, x in zip(init, source))
+        return tuple(E.Reduce(comb, source, axes, cond, init, k) for k in range(len(source)))
 
     reducer.__name__ = name
     reducer.__doc__ = f"The {name} reduction of `expr` over `axis`."
@@ -211,9 +274,105 @@ def _unary(name):
     return f
 
 
+def _binary(name, doc):
+    def f(x, y):
+        return E.call(name, x, y)
+    f.__name__ = name
+    f.__doc__ = doc
+    return f
+
+
+def _classify(name):
+    def f(x):
+        return E.classify(name, x)
+    f.__name__ = name
+    f.__doc__ = f"Element-wise {name} (a boolean; constant on integers)."
+    return f
+
+
 exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor, ceil, round, sin, cos, exp2, log2, trunc = (  # noqa: A001
     _unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil",
                         "round", "sin", "cos", "exp2", "log2", "trunc"))
+(exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh,
+ nearbyint) = (_unary(n) for n in ("exp10", "log10", "log1p", "expm1", "tan", "asin", "acos",
+                                   "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                                   "nearbyint"))
+atan2 = _binary("atan2", "numpy's arctan2(x, y): the angle of the point (y, x), the first "
+                          "argument the ordinate.")
+hypot = _binary("hypot", "Element-wise sqrt(x*x + y*y), without overflow in between.")
+copysign = _binary("copysign", "Element-wise |x| with the sign of y.")
+fmod = _binary("fmod", "Element-wise C fmod: x - trunc(x / y) * y, the sign of x (numpy.fmod); "
+                       "on integers the truncating remainder (0 when y is 0).")
+isnan, isinf, isfinite = (_classify(n) for n in ("isnan", "isinf", "isfinite"))
+
+
+def ldexp(x, e):
+    """Element-wise x * 2**e for a float x and an integer e."""
+    return E.call("ldexp", x, e)
+
+
+def popcount(x):
+    """The number of one bits of an integer (same dtype as x)."""
+    return E.call("popcount", x)
+
+
+def clz(x):
+    """The number of leading zero bits of an integer in its width (int32; the width for 0)."""
+    return E.call("clz", x)
+
+
+def bitwise_and(x, y):
+    """`x & y` on integers (logical and on booleans)."""
+    return E.convert(x) & y
+
+
+def bitwise_or(x, y):
+    """`x | y` on integers (logical or on booleans)."""
+    return E.convert(x) | y
+
+
+def bitwise_xor(x, y):
+    """`x ^ y` on integers (logical xor on booleans)."""
+    return E.convert(x) ^ y
+
+
+def bitwise_not(x):
+    """`~x` on integers (logical not on booleans)."""
+    return E.bitwise_not(x)
+
+
+def shift_left(x, y):
+    """`x << y` on integers; y must be in [0, bits of x) (else the result is unspecified,
+    as in C)."""
+    return E.convert(x) << y
+
+
+def shift_right(x, y):
+    """`x >> y` on integers: arithmetic for signed x, logical for unsigned; y in
+    [0, bits of x)."""
+    return E.convert(x) >> y
+
+
+def min_value(dtype):
+    """The smallest finite value of `dtype` as a constant (the most negative float)."""
+    import numpy as np
+    dtype = dt.check(dtype)
+    if dt.is_float(dtype):
+        return E.const(-float(np.finfo(dtype).max), dtype)
+    if dtype == "bool":
+        return E.const(False, "bool")
+    return E.const(int(np.iinfo(dtype).min), dtype)
+
+
+def max_value(dtype):
+    """The largest finite value of `dtype` as a constant."""
+    import numpy as np
+    dtype = dt.check(dtype)
+    if dt.is_float(dtype):
+        return E.const(float(np.finfo(dtype).max), dtype)
+    if dtype == "bool":
+        return E.const(True, "bool")
+    return E.const(int(np.iinfo(dtype).max), dtype)
 
 
 def abs(x):  # noqa: A001

@@ -42,7 +42,9 @@ def _delegate(name):
 # An IterVar can be used in index arithmetic directly: k + 1, i * 2, ...
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
               "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__lt__", "__le__", "__gt__",
-              "__ge__", "__truediv__", "__rtruediv__", "astype"):
+              "__ge__", "__truediv__", "__rtruediv__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__",
+              "__invert__", "equal", "astype"):
     setattr(IterVar, _name, _delegate(_name))
 IterVar.dtype = property(lambda self: self.var.dtype)
 
@@ -51,9 +53,16 @@ class Operation:
     name: str
     outputs: List["Tensor"]
 
+    def output(self, index: int = 0) -> "Tensor":
+        """Output tensor `index` (a compute with a tuple-valued lambda has several)."""
+        if not isinstance(index, int) or not 0 <= index < len(self.outputs):
+            raise TdslError(f"operation '{self.name}' has {len(self.outputs)} output(s); "
+                            f"output({index!r}) does not exist")
+        return self.outputs[index]
+
     @property
-    def output(self):
-        return self.outputs[0]
+    def num_outputs(self) -> int:
+        return len(self.outputs)
 
     def input_tensors(self) -> List["Tensor"]:
         return []
@@ -78,16 +87,26 @@ class PlaceholderOp(Operation):
 
 
 class ComputeOp(Operation):
+    """A tensor (or several, one per element of `bodies`) defined over `axis`.
+
+    `bodies` holds one expression per output; `body` is the first (the only one for a
+    single-output compute). The outputs of one op share its loops: all reductions or none,
+    and a reduction over a tuple gives one output per tuple element."""
+
     def __init__(self, name, tag, attrs, axis, body, shape=None):
         self.name = name
         self.tag = tag
         self.attrs = dict(attrs or {})
         self.axis: List[IterVar] = list(axis)
-        self.body: Expr = body
-        self.reduce_axis: List[IterVar] = list(body.axis) if isinstance(body, E.Reduce) else []
-        self.dtype = body.dtype
+        self.bodies: Tuple[Expr, ...] = tuple(body) if isinstance(body, (tuple, list)) else (body,)
+        self.body: Expr = self.bodies[0]
+        first = self.body
+        self.reduce_axis: List[IterVar] = list(first.axis) if isinstance(first, E.Reduce) else []
+        self.dtype = first.dtype
         self.shape = tuple(shape) if shape is not None else tuple(iv.dom.extent for iv in self.axis)
-        self.outputs = [Tensor(self, self.shape, self.dtype, name)]
+        n = len(self.bodies)
+        self.outputs = [Tensor(self, self.shape, b.dtype, name if n == 1 else f"{name}.v{k}", k)
+                        for k, b in enumerate(self.bodies)]
         self._inputs = None
 
     def input_tensors(self):
@@ -98,7 +117,8 @@ class ComputeOp(Operation):
             def f(n):
                 if isinstance(n, E.ProducerLoad) and n.tensor not in found:
                     found.append(n.tensor)
-            walk(self.body, f)
+            for b in self.bodies:
+                walk(b, f)
             self._inputs = found
         return self._inputs
 
@@ -107,22 +127,28 @@ class ComputeOp(Operation):
 
 
 class Tensor:
-    """The output of an operation; `T[i, j]` reads one element inside a compute lambda."""
+    """The output of an operation; `T[i, j]` (or `T(i, j)`, or `T[i][j]`) reads one element
+    inside a compute lambda."""
 
-    def __init__(self, op, shape, dtype, name):
+    def __init__(self, op, shape, dtype, name, value_index=0):
         self.op = op
         self.shape = tuple(shape)
         self.dtype = dtype
         self.name = name
-        self.value_index = 0
+        self.value_index = value_index
 
     @property
     def ndim(self):
         return len(self.shape)
 
+    def __call__(self, *indices):
+        return self[indices]
+
     def __getitem__(self, indices):
         if not isinstance(indices, tuple):
             indices = (indices,)
+        if 0 < len(indices) < len(self.shape):
+            return TensorSlice(self, indices)   # A[i][k]: the rest comes next
         if len(indices) != len(self.shape):
             raise TdslError(
                 f"tensor '{self.name}' has {len(self.shape)} dimensions but was indexed with "
@@ -148,3 +174,26 @@ class Tensor:
     def __repr__(self):
         shape = ", ".join(str(s) for s in self.shape)
         return f"Tensor(name={self.name}, shape=({shape}), dtype={self.dtype})"
+
+
+class TensorSlice:
+    """`A[i]` of a tensor with more dimensions: only useful indexed further (`A[i][k]`)."""
+
+    def __init__(self, tensor, indices):
+        self.tensor = tensor
+        self.indices = tuple(indices)
+
+    def __getitem__(self, more):
+        more = more if isinstance(more, tuple) else (more,)
+        return self.tensor[self.indices + more]
+
+    def _incomplete(self, *_):
+        t = self.tensor
+        raise TdslError(f"tensor '{t.name}' has {len(t.shape)} dimensions but was indexed with "
+                        f"{len(self.indices)}; index the rest too (e.g. {t.name}[i][k] or "
+                        f"{t.name}[i, k])")
+
+    # used as a value before it is complete: say so
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _incomplete
+    __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __lt__ = __le__ = __gt__ = _incomplete
+    __ge__ = __bool__ = astype = _incomplete

@@ -1,13 +1,17 @@
 """Math intrinsics for the LLVM backend, scalar and vector.
 
-`emit_call(em, call)` emits one `Call` node through the function emitter `em` (see
-`llvm.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
+`emit_call(em, call)` emits one `Call` node through the expression emitter `em` (see
+`exprs.py`). Where LLVM has an intrinsic (`llvm.sqrt`, `llvm.floor`, ...) it is used for
 scalars and vectors alike: LLVM either has a vector instruction for it or splits it into
 per-lane libm calls. The exceptions are made for speed: float32 `exp`, `exp2`, `log`, `log2`,
 `erf`, `tanh` and `sigmoid` are inline range reductions plus polynomials (at most 1-3 ulp,
 measured), scalar or vector, so softmax-like kernels stay in vector registers and LLVM's
 loop vectorizer can widen scalar loops that use them. `float16` math is done in
-float32 and rounded back, as numpy does.
+float32 and rounded back, as numpy does. Integer intrinsics (bitwise operations, shifts,
+popcount, clz) are in `bits.py`.
+
+Every intrinsic takes vector operands, so a vectorized loop that uses one stays vector IR;
+where the target has no vector instruction for it, LLVM calls libm per lane.
 """
 from __future__ import annotations
 
@@ -15,11 +19,11 @@ import math
 
 from llvmlite import ir
 
-from .. import dtype as dt
-from ..errors import BuildError
-
-F32 = ir.FloatType()
-I32 = ir.IntType(32)
+from ... import dtype as dt
+from ...errors import BuildError
+from . import bits
+from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
+                    with_elem as _with_elem)
 
 # e^r on [-ln2/2, ln2/2]: degree-6 near-minimax polynomial (max rel. error 1.9e-9).
 _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.04166815057396889,
@@ -44,46 +48,22 @@ _LOG2E_LO = 1.92596298909109e-08      # log2(e) - _LOG2E_HI
 
 # name -> LLVM intrinsic stem for float arguments
 _LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
-               "round": "roundeven", "sin": "sin", "cos": "cos", "log": "log",
-               "log2": "log2", "exp2": "exp2", "exp": "exp", "log10": "log10",
-               "fabs": "fabs"}
-# name -> libm stem (float32 variant gets an 'f' suffix)
-_LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "asin": "asin",
-               "acos": "acos", "sinh": "sinh", "cosh": "cosh", "log1p": "log1p",
-               "expm1": "expm1"}
-_LIBM_BINARY = {"atan2": "atan2", "fmod": "fmod"}
+               "round": "roundeven", "nearbyint": "nearbyint", "sin": "sin", "cos": "cos",
+               "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
+               "cosh": "cosh", "log": "log", "log2": "log2", "log10": "log10", "exp2": "exp2",
+               "exp": "exp", "exp10": "exp10", "fabs": "fabs"}
+_LLVM_BINARY = {"atan2": "atan2", "copysign": "copysign", "power": "pow", "pow": "pow"}
+# name -> libm stem (float32 variant gets an 'f' suffix): no LLVM intrinsic exists
+_LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "log1p": "log1p", "expm1": "expm1",
+               "asinh": "asinh", "acosh": "acosh", "atanh": "atanh"}
+_CLASSIFY = ("isnan", "isinf", "isfinite")
 
-SUPPORTED = (set(_LLVM_UNARY) | set(_LIBM_UNARY) | set(_LIBM_BINARY)
-             | {"rsqrt", "sigmoid", "abs", "power", "likely", "pow"})
-
-
-def _suffix(t):
-    if isinstance(t, ir.VectorType):
-        return f"v{t.count}{_suffix(t.element)}"
-    if isinstance(t, ir.HalfType):
-        return "f16"
-    if isinstance(t, ir.FloatType):
-        return "f32"
-    if isinstance(t, ir.DoubleType):
-        return "f64"
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    raise BuildError(f"no intrinsic suffix for type {t}")  # pragma: no cover
+SUPPORTED = (set(_LLVM_UNARY) | set(_LLVM_BINARY) | set(_LIBM_UNARY) | set(_CLASSIFY)
+             | set(bits.INT_OPS) | {"rsqrt", "sigmoid", "abs", "likely", "fmod", "hypot",
+                                    "ldexp"})
 
 
-def _lanes(v):
-    return v.type.count if isinstance(v.type, ir.VectorType) else 1
-
-
-def _elem(t):
-    return t.element if isinstance(t, ir.VectorType) else t
-
-
-def _with_elem(t, e):
-    return ir.VectorType(e, t.count) if isinstance(t, ir.VectorType) else e
-
-
-class _Math:
+class Math:
     """Float helpers over one builder; all values share one (possibly vector) type."""
 
     def __init__(self, em, typ):
@@ -114,7 +94,7 @@ class _Math:
 
 def _exp_f32(em, x, base2=False):
     """exp(x) (or 2**x) of float32 values by range reduction and a polynomial."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ityp = _with_elem(x.type, I32)
     lo, hi = (-150.0, 128.5) if base2 else (-104.0, 89.0)
@@ -141,7 +121,7 @@ def _exp_f32(em, x, base2=False):
 def _log_f32(em, x, base2=False):
     """log(x) (or log2) of float32 values: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
     log(m) = 2 atanh(s), s = (m - 1) / (m + 1), as a short series in s^2."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ityp = _with_elem(x.type, I32)
     isden = b.fcmp_ordered("<", x, m.c(1.17549435e-38))
@@ -173,7 +153,7 @@ def _log_f32(em, x, base2=False):
 
 
 def _erf_f32(em, x):
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ax = m.intr("fabs", x)
     x2 = b.fmul(ax, ax)
@@ -187,7 +167,7 @@ def _erf_f32(em, x):
 
 
 def _tanh_f32(em, x):
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     ax = m.intr("fabs", x)
     # large |x|: 1 - 2 / (exp(2|x|) + 1)
@@ -202,7 +182,7 @@ def _tanh_f32(em, x):
 def _sigmoid(em, x, vector_exp):
     """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) for x < 0, e = exp(-|x|) <= 1, so
     neither branch rounds a huge 1 + e."""
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = m.b
     nax = b.fneg(m.intr("fabs", x))
     e = _exp_f32(em, nax) if vector_exp else m.intr("exp", nax)
@@ -230,9 +210,8 @@ def _libm_call(em, stem, args):
 def _float_math(em, name, args, dtype):
     """`name` on float values `args` of tdsl dtype `dtype` (float32 or float64)."""
     x = args[0]
-    vec = isinstance(x.type, ir.VectorType)
     f32 = dtype == "float32"
-    m = _Math(em, x.type)
+    m = Math(em, x.type)
     b = em.builder
     # float32: inline polynomials for scalars too, so LLVM's loop vectorizer can widen
     # scalar loops that use them (it cannot widen libm calls)
@@ -250,17 +229,62 @@ def _float_math(em, name, args, dtype):
         return _sigmoid(em, x, f32)
     if name == "rsqrt":
         return b.fdiv(m.c(1.0), m.intr("sqrt", x))
-    if name in ("power", "pow"):
-        return m.intr("pow", x, args[1])
     if name == "abs":
         return m.intr("fabs", x)
+    if name == "fmod":
+        return b.frem(x, args[1])       # C fmod: the sign of x
+    if name == "hypot":
+        return _hypot(em, x, args[1], f32)
     if name in _LLVM_UNARY:
         return m.intr(_LLVM_UNARY[name], x)
+    if name in _LLVM_BINARY:
+        return m.intr(_LLVM_BINARY[name], x, args[1])
     if name in _LIBM_UNARY:
         return _libm_call(em, _LIBM_UNARY[name], [x])
-    if name in _LIBM_BINARY:
-        return _libm_call(em, _LIBM_BINARY[name], args)
     raise BuildError(f"the LLVM backend has no intrinsic {name!r}")  # pragma: no cover
+
+
+def _hypot(em, x, y, f32):
+    """sqrt(x*x + y*y) without overflow or underflow in between, and inf when either is
+    infinite (even if the other is NaN), as C's hypot. float32: squares in float64 are
+    exact enough; float64: max(|x|,|y|) * sqrt(1 + (min/max)^2)."""
+    b = em.builder
+    m = Math(em, x.type)
+    ax, ay = m.intr("fabs", x), m.intr("fabs", y)
+    inf = m.c(float("inf"))
+    either_inf = b.or_(b.fcmp_ordered("==", ax, inf), b.fcmp_ordered("==", ay, inf))
+    if f32:
+        wt = _with_elem(x.type, ir.DoubleType())
+        wx, wy = b.fpext(ax, wt), b.fpext(ay, wt)
+        s = b.fadd(b.fmul(wx, wx), b.fmul(wy, wy))
+        r = b.fptrunc(Math(em, wt).intr("sqrt", s), x.type)
+    else:
+        hi, lo = m.intr("maxnum", ax, ay), m.intr("minnum", ax, ay)
+        t = b.fdiv(lo, hi)
+        r = b.fmul(hi, m.intr("sqrt", m.fma(t, t, m.c(1.0))))
+        r = b.select(b.fcmp_ordered("==", hi, m.c(0.0)), m.c(0.0), r)
+        # NaN operands: maxnum/minnum drop a NaN, so put it back
+        r = b.select(b.fcmp_unordered("uno", x, y), m.c(float("nan")), r)
+    return b.select(either_inf, inf, r)
+
+
+def _classify(em, name, x):
+    """isnan / isinf / isfinite of float values, as i1 (per lane)."""
+    b = em.builder
+    if name == "isnan":
+        return b.fcmp_unordered("uno", x, x)
+    m = Math(em, x.type)
+    ax = m.intr("fabs", x)
+    if name == "isinf":
+        return b.fcmp_ordered("==", ax, m.c(float("inf")))
+    return b.fcmp_ordered("!=", ax, m.c(float("inf")))     # ordered: false for NaN
+
+
+def _ldexp(em, x, n):
+    """x * 2**n (n: i32 per lane)."""
+    t = x.type
+    fn = em.mb.intrinsic(f"llvm.ldexp.{_suffix(t)}.{_suffix(n.type)}", t, [t, n.type])
+    return em.builder.call(fn, [x, n])
 
 
 def emit_call(em, e):
@@ -271,23 +295,35 @@ def emit_call(em, e):
                          f"known: {', '.join(sorted(SUPPORTED))}")
     if name == "likely":
         return em.expr(e.args[0])
-    dtype = e.dtype
     args = [em.expr(a) for a in e.args]
     # operands may mix scalars and vectors inside a vectorized loop
-    lanes = max(_lanes(a) for a in args)
-    args = [em.cast(a, a_e.dtype, dtype) for a, a_e in zip(args, e.args)]
+    lanes = max(lanes_of(a) for a in args)
     args = [em.splat(a, lanes) if lanes > 1 else a for a in args]
+    b = em.builder
+    if name in bits.INT_OPS:
+        return bits.emit(em, name, args, e)
+    src = e.args[0].dtype
+    if name in _CLASSIFY or name == "ldexp":
+        x = args[0]
+        if src == "float16":
+            x = b.fpext(x, _with_elem(x.type, F32))
+        if name in _CLASSIFY:
+            return _classify(em, name, x)
+        r = _ldexp(em, x, args[1])
+        return b.fptrunc(r, args[0].type) if src == "float16" else r
+    dtype = e.dtype
+    args = [em.cast(a, a_e.dtype, dtype) for a, a_e in zip(args, e.args)]
     if not dt.is_float(dtype):
         if name == "abs":
             x = args[0]
             if dtype == "bool" or not dt.is_signed(dtype):
                 return x
-            b = em.builder
             zero = em.const(dtype, 0, lanes)
             return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if name == "fmod":
+            return bits.truncmod(em, *em.unify(args[0], args[1]), dtype)
         raise BuildError(f"{name}() needs a floating-point argument, got {dtype} in {e}")
     if dtype == "float16":
-        b = em.builder
         wide = [b.fpext(a, _with_elem(a.type, F32)) for a in args]
         r = _float_math(em, name, wide, "float32")
         return b.fptrunc(r, args[0].type)

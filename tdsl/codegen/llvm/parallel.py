@@ -21,31 +21,29 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .. import dtype as dt
+from ... import dtype as dt
+from .irscan import collect_refs
+from .types import I8, I32, I64, PTR, int_const_value
 
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
+MAX_THREADS = 256
 TASK = ir.LiteralStructType([PTR, I64, I64])
 TASK_BYTES = 24  # {ptr, i64, i64} on the 64-bit targets tdsl generates for
 
 
 def emit_parallel_for(em, loop):
-    from .llvm import FunctionEmitter, _collect_refs, _int_const_value, MAX_THREADS
-
+    """Emits `loop` (PARALLEL) at the emitter `em`'s position as a fork-join."""
     mb = em.mb
     bl = em.builder
     lo = em.to_i64(em.cast(em.expr(loop.min), loop.min.dtype, loop.var.dtype), loop.var.dtype)
     ext = em.to_i64(em.cast(em.expr(loop.extent), loop.extent.dtype, loop.var.dtype),
                     loop.var.dtype)
-    hi = em._int_arith("add", lo, ext, "int64")
-    ce = _int_const_value(ext)
+    hi = em.int_arith("add", lo, ext, "int64")
+    ce = int_const_value(ext)
     if ce is not None and ce <= 0:
         return
 
     vars_, bufs = {}, {}
-    _collect_refs(loop.body, vars_, bufs)
+    collect_refs(loop.body, vars_, bufs)
     cap_bufs = [b for b in bufs if b in em.bufs]
     cap_vars = [v for v in vars_ if v in em.env and v is not loop.var]
     cap_vals = [em.env[v] for v in cap_vars]
@@ -55,7 +53,7 @@ def emit_parallel_for(em, loop):
     arg_types = [PTR] * len(cap_bufs) + [v.type for v in cap_vals] + [I64, I64]
     body_fn = ir.Function(mb.module, ir.FunctionType(I32, arg_types), name + "_body")
     mb.add_fn_attrs(body_fn, internal=True)
-    sub = FunctionEmitter(mb, body_fn, in_parallel=True)
+    sub = em.child(body_fn)
     args = list(body_fn.args)
     for b, a in zip(cap_bufs, args):
         a.add_attribute("noalias")
@@ -188,7 +186,7 @@ def _emit_launcher(mb, name, task_fn, max_threads):
     counted_loop(ir.Constant(I64, 0), nt, "fill", fill)
 
     if mb.use_pool:   # the runtime's persistent workers (tdsl/runtime/threadpool.c)
-        from ..runtime import threadpool
+        from ...runtime import threadpool
         launch = mb.declare(threadpool.SYMBOL, ir.VoidType(), [PTR, PTR, I64, I64])
         b.call(launch, [task_fn, tasks, nt, ir.Constant(I64, TASK_BYTES)])
         b.ret_void()

@@ -1,0 +1,355 @@
+"""Expressions of the loop IR as LLVM values, scalar or vector.
+
+`ExprEmitter` holds the per-function state (the builder, variable and buffer bindings, the
+vector context of an enclosing vectorized loop) and emits every expression node. Inside a
+vectorized loop, values that vary across lanes are `<L x T>` vectors and uniform ones stay
+scalar; binary operations splat a scalar operand to the other's width (`unify`).
+Statements and loops are in `emitter.py`, memory accesses in `memory.py`.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Dict, Optional
+
+from llvmlite import ir
+
+from ... import dtype as dt
+from ...errors import BuildError, InternalError
+from ...ir import expr as E
+from ...ir import stmt as S
+from . import intdiv, intrinsics, memory
+from .irscan import has_load
+from .lanes import VecCtx
+from .types import (FAST_MATH, I1, I32, I64, int_const_value, lanes_of, scalar_type, vec_type,
+                    wrap)
+
+_CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+_PY_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+           ">": operator.gt, ">=": operator.ge}
+
+
+class ExprEmitter:
+    """Emits the expressions of one LLVM function `fn` of module builder `mb`."""
+
+    def __init__(self, mb, fn: ir.Function):
+        self.mb = mb
+        self.fn = fn
+        self.entry = fn.append_basic_block("entry")
+        self._start = fn.append_basic_block("start")
+        self.alloca_builder = ir.IRBuilder(self.entry)
+        self.builder = ir.IRBuilder(self._start)
+        self.env: Dict[E.Var, ir.Value] = {}
+        self.bufs: Dict[S.Buffer, ir.Value] = {}
+        self.vec: Optional[VecCtx] = None
+        self._nsw = False
+
+    # small helpers --------------------------------------------------------------------
+    def const(self, dtype, value, lanes=1):
+        t = scalar_type(dtype)
+        if dt.is_float(dtype):
+            value = float(value)
+        elif dtype == "bool":
+            value = int(bool(value))
+        else:
+            value = wrap(int(value), dt.bits(dtype))
+        if lanes > 1:
+            return ir.Constant(ir.VectorType(t, lanes), [value] * lanes)
+        return ir.Constant(t, value)
+
+    def splat(self, v, lanes):
+        if lanes <= 1 or isinstance(v.type, ir.VectorType):
+            return v
+        vt = ir.VectorType(v.type, lanes)
+        if isinstance(v, ir.Constant) and v.constant is not ir.Undefined \
+                and not isinstance(v.constant, (list, tuple)):
+            return ir.Constant(vt, [v.constant] * lanes)
+        b = self.builder
+        undef = ir.Constant(vt, ir.Undefined)
+        x = b.insert_element(undef, v, ir.Constant(I32, 0))
+        return b.shuffle_vector(x, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def unify(self, a, b):
+        la, lb = lanes_of(a), lanes_of(b)
+        if la == lb:
+            return a, b
+        if la == 1:
+            return self.splat(a, lb), b
+        if lb == 1:
+            return a, self.splat(b, la)
+        raise InternalError(f"lane counts {la} and {lb} do not match")
+
+    def to_i64(self, v, dtype):
+        """An index value as i64 (sign- or zero-extended, keeping lanes)."""
+        t = v.type
+        et = t.element if isinstance(t, ir.VectorType) else t
+        if not isinstance(et, ir.IntType):
+            raise BuildError(f"an index must be an integer, got a value of type {dtype}")
+        if et.width == 64:
+            return v
+        tt = ir.VectorType(I64, t.count) if isinstance(t, ir.VectorType) else I64
+        c = int_const_value(v)
+        if c is not None:
+            if dtype == "bool" or not dt.is_signed(dtype):
+                c &= (1 << et.width) - 1
+            return ir.Constant(I64, c)
+        if dtype == "bool" or not dt.is_signed(dtype):
+            return self.builder.zext(v, tt)
+        return self.builder.sext(v, tt)
+
+    def index_value(self, idx):
+        """Emits an index expression: signed arithmetic gets `nsw` (indices do not
+        overflow), which lets LLVM widen and strength-reduce address computations."""
+        saved = self._nsw
+        self._nsw = True
+        try:
+            return self.expr(idx)
+        finally:
+            self._nsw = saved
+
+    def index(self, idx):
+        return self.to_i64(self.index_value(idx), idx.dtype)
+
+    def new_block(self, name):
+        return self.fn.append_basic_block(name)
+
+    # casts ------------------------------------------------------------------------------
+    def cast(self, v, src: str, dst: str):
+        if src == dst:
+            return v
+        b = self.builder
+        lanes = lanes_of(v)
+        tt = vec_type(dst, lanes)
+        if dst == "bool":
+            if dt.is_float(src):
+                return b.fcmp_unordered("!=", v, self.const(src, 0.0, lanes))
+            return b.icmp_unsigned("!=", v, self.const(src, 0, lanes))
+        if src == "bool":
+            if dt.is_float(dst):
+                return b.uitofp(v, tt)
+            return b.zext(v, tt)
+        if dt.is_float(src) and dt.is_float(dst):
+            return b.fpext(v, tt) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, tt)
+        if dt.is_float(src):
+            if dt.is_signed(dst):
+                return b.fptosi(v, tt)
+            if dt.bits(dst) < 64:  # numpy wraps negatives: go through int64
+                w = b.fptosi(v, vec_type("int64", lanes))
+                return b.trunc(w, tt)
+            return b.fptoui(v, tt)
+        if dt.is_float(dst):
+            return b.sitofp(v, tt) if dt.is_signed(src) else b.uitofp(v, tt)
+        sb, db = dt.bits(src), dt.bits(dst)
+        c = int_const_value(v)
+        if c is not None:
+            if not dt.is_signed(src):
+                c &= (1 << sb) - 1
+            return self.const(dst, c)
+        if db == sb:
+            return v
+        if db < sb:
+            return b.trunc(v, tt)
+        return b.sext(v, tt) if dt.is_signed(src) else b.zext(v, tt)
+
+    # expressions ------------------------------------------------------------------------
+    def expr(self, e):
+        meth = _EXPR_DISPATCH.get(type(e))
+        if meth is None:
+            if isinstance(e, (E.ProducerLoad, E.Reduce)):
+                raise BuildError(f"{type(e).__name__} {e} reached the LLVM backend; "
+                                 "it must be lowered first (tdsl.lower)")
+            raise BuildError(f"the LLVM backend cannot generate {type(e).__name__}: {e}")
+        return meth(self, e)
+
+    def e_IntImm(self, e):
+        return self.const(e.dtype, e.value)
+
+    def e_FloatImm(self, e):
+        return self.const(e.dtype, e.value)
+
+    def e_Var(self, e):
+        v = self.env.get(e)
+        if v is None:
+            raise BuildError(f"variable {e.name!r} is used but not defined (not a parameter, "
+                             "loop variable or let variable)")
+        return v
+
+    def int_arith(self, op, a, b, dtype):
+        ca, cb = int_const_value(a), int_const_value(b)
+        bits = dt.bits(dtype) if dtype != "bool" else 1
+        if ca is not None and cb is not None:
+            val = {"add": ca + cb, "sub": ca - cb, "mul": ca * cb}[op]
+            return ir.Constant(a.type, wrap(val, bits) if bits > 1 else val & 1)
+        fl = ("nsw",) if self._nsw and dt.is_signed(dtype) and dtype != "bool" else ()
+        if op == "add":
+            if ca == 0:
+                return b
+            if cb == 0:
+                return a
+            return self.builder.add(a, b, flags=fl)
+        if op == "sub":
+            if cb == 0:
+                return a
+            return self.builder.sub(a, b, flags=fl)
+        if ca == 1:
+            return b
+        if cb == 1:
+            return a
+        return self.builder.mul(a, b, flags=fl)
+
+    def _arith(self, e, iop, fop):
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        if dt.is_float(e.dtype):
+            return getattr(self.builder, fop)(a, b, flags=FAST_MATH)
+        return self.int_arith(iop, a, b, e.dtype)
+
+    def e_Add(self, e):
+        return self._arith(e, "add", "fadd")
+
+    def e_Sub(self, e):
+        return self._arith(e, "sub", "fsub")
+
+    def e_Mul(self, e):
+        return self._arith(e, "mul", "fmul")
+
+    def e_Div(self, e):
+        if not dt.is_float(e.dtype):
+            return self.e_FloorDiv(e)
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        return self.builder.fdiv(a, b)
+
+    def e_FloorDiv(self, e):
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        if dt.is_float(e.dtype):
+            q = self.builder.fdiv(a, b)
+            return intrinsics.Math(self, q.type).intr("floor", q)
+        return intdiv.floordiv(self, a, b, e.dtype, e.b)
+
+    def e_FloorMod(self, e):
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        if dt.is_float(e.dtype):
+            bl = self.builder
+            q = intrinsics.Math(self, a.type).intr("floor", bl.fdiv(a, b))
+            return bl.fsub(a, bl.fmul(b, q))
+        return intdiv.floormod(self, a, b, e.dtype, e.b)
+
+    def _minmax(self, e, is_max):
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        bl = self.builder
+        if dt.is_float(e.dtype):
+            # numpy.maximum/minimum: NaN in either operand propagates
+            c = bl.fcmp_ordered(">=" if is_max else "<=", a, b)
+            c = bl.or_(c, bl.fcmp_unordered("uno", a, a))
+            return bl.select(c, a, b)
+        if e.dtype == "bool" or not dt.is_signed(e.dtype):
+            c = bl.icmp_unsigned(">" if is_max else "<", a, b)
+        else:
+            c = bl.icmp_signed(">" if is_max else "<", a, b)
+        return bl.select(c, a, b)
+
+    def e_Min(self, e):
+        return self._minmax(e, False)
+
+    def e_Max(self, e):
+        return self._minmax(e, True)
+
+    def e_Cmp(self, e):
+        op = _CMP[type(e)]
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        bl = self.builder
+        t = e.a.dtype
+        if dt.is_float(t):
+            if op == "!=":
+                return bl.fcmp_unordered("!=", a, b)
+            return bl.fcmp_ordered(op, a, b)
+        if t == "bool" or not dt.is_signed(t):
+            return bl.icmp_unsigned(op, a, b)
+        ca, cb = int_const_value(a), int_const_value(b)
+        if ca is not None and cb is not None:
+            return ir.Constant(I1, int(_PY_CMP[op](ca, cb)))
+        return bl.icmp_signed(op, a, b)
+
+    def e_And(self, e):
+        if has_load(e.b):
+            return self.lazy_select(e.a, e.b, E.IntImm(0, "bool"))
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        return self.builder.and_(a, b)
+
+    def e_Or(self, e):
+        if has_load(e.b):
+            return self.lazy_select(e.a, E.IntImm(1, "bool"), e.b)
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        return self.builder.or_(a, b)
+
+    def e_Not(self, e):
+        a = self.expr(e.a)
+        return self.builder.xor(a, self.const("bool", 1, lanes_of(a)))
+
+    def e_Cast(self, e):
+        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def e_Call(self, e):
+        return intrinsics.emit_call(self, e)
+
+    def e_Select(self, e):
+        if has_load(e.t) or has_load(e.f):
+            return self.lazy_select(e.cond, e.t, e.f)
+        c = self.expr(e.cond)
+        t, f = self.unify(self.expr(e.t), self.expr(e.f))
+        if lanes_of(c) > 1 and lanes_of(t) == 1:
+            t, f = self.splat(t, lanes_of(c)), self.splat(f, lanes_of(c))
+        # (a scalar condition selects whole vectors)
+        return self.builder.select(c, t, f)
+
+    def lazy_select(self, cond, t_expr, f_expr):
+        """`cond ? t : f` evaluating only the chosen side (memory reads stay guarded)."""
+        c = self.expr(cond)
+        cc = int_const_value(c)
+        if cc is not None:
+            return self.expr(t_expr if cc else f_expr)
+        bl = self.builder
+        if lanes_of(c) > 1:
+            # lane-varying: evaluate each side under its mask
+            ctx = self.vec
+            old = ctx.mask
+            notc = bl.xor(c, self.const("bool", 1, ctx.count))
+            ctx.mask = c if old is None else bl.and_(old, c)
+            tv = self.splat(self.expr(t_expr), ctx.count)
+            ctx.mask = notc if old is None else bl.and_(old, notc)
+            fv = self.splat(self.expr(f_expr), ctx.count)
+            ctx.mask = old
+            return bl.select(c, tv, fv)
+        tb, fb, mb = self.new_block("sel.t"), self.new_block("sel.f"), self.new_block("sel.end")
+        bl.cbranch(c, tb, fb)
+        bl.position_at_end(tb)
+        tv = self.expr(t_expr)
+        t_end = bl.block
+        bl.position_at_end(fb)
+        fv = self.expr(f_expr)
+        f_end = bl.block
+        lanes = max(lanes_of(tv), lanes_of(fv))
+        if lanes_of(tv) != lanes:
+            bl.position_at_end(t_end)
+            tv = self.splat(tv, lanes)
+        if lanes_of(fv) != lanes:
+            bl.position_at_end(f_end)
+            fv = self.splat(fv, lanes)
+        bl.position_at_end(t_end)
+        bl.branch(mb)
+        bl.position_at_end(f_end)
+        bl.branch(mb)
+        bl.position_at_end(mb)
+        phi = bl.phi(tv.type)
+        phi.add_incoming(tv, t_end)
+        phi.add_incoming(fv, f_end)
+        return phi
+
+    def e_BufferLoad(self, e):
+        return memory.load(self, e)
+
+
+_EXPR_DISPATCH = {}
+for _cls in (E.IntImm, E.FloatImm, E.Var, E.Add, E.Sub, E.Mul, E.Div, E.FloorDiv, E.FloorMod,
+             E.Min, E.Max, E.And, E.Or, E.Not, E.Cast, E.Call, E.Select, E.BufferLoad):
+    _EXPR_DISPATCH[_cls] = getattr(ExprEmitter, "e_" + _cls.__name__)
+for _cls in _CMP:
+    _EXPR_DISPATCH[_cls] = ExprEmitter.e_Cmp

@@ -1,0 +1,241 @@
+"""Memory for the LLVM backend: loads, stores and allocations, scalar or vector.
+
+In a vectorized loop an access whose flat index is linear in the lane variable with
+coefficient 1 is a contiguous vector load/store, a lane-invariant one a scalar access, any
+other a gather/scatter. Under a lane mask (a lane-varying condition) contiguous accesses
+are masked loads/stores, and a uniform read happens only if some lane is active, so a
+guarded access never touches memory the serial loop would not.
+
+`Allocate`: constant sizes up to `ALLOCA_MAX_BYTES` are `alloca`s in the entry block
+(align 64), the rest `aligned_alloc(64, ...)` / `free`; a failed allocation returns 1.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ... import dtype as dt
+from ...errors import BuildError
+from ...ir import expr as E
+from .types import I1, I8, I32, I64, PTR, lanes_of, sanitize, scalar_type, type_suffix
+
+ALLOCA_MAX_BYTES = 32 * 1024
+
+
+def buffer_ptr(em, buf):
+    p = em.bufs.get(buf)
+    if p is None:
+        raise BuildError(f"buffer {buf.name!r} is accessed but is neither a parameter "
+                         "nor allocated in an enclosing Allocate")
+    return p
+
+
+def elem_ptr(em, buf, idx64):
+    return em.builder.gep(buffer_ptr(em, buf), [idx64],
+                          source_etype=scalar_type(buf.dtype, mem=True), inbounds=True)
+
+
+def flat_index(node, indices):
+    if len(indices) != 1:
+        raise BuildError(f"{node} reached the LLVM backend with {len(indices)} indices; "
+                         "buffers must be flattened to one index first")
+    return indices[0]
+
+
+def _from_mem(em, v, dtype):
+    if dtype == "bool":
+        return em.builder.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+    return v
+
+
+def _to_mem(em, v, dtype):
+    if dtype == "bool":
+        t = v.type
+        return em.builder.zext(v, ir.VectorType(I8, t.count)
+                               if isinstance(t, ir.VectorType) else I8)
+    return v
+
+
+def _at_lane0(em, idx):
+    """The scalar value of index `idx` in lane 0 of the enclosing vectorized loop."""
+    ctx = em.vec
+    var = ctx.info.var
+    saved = em.env.get(var)
+    em.vec = None
+    em.env[var] = ctx.lo_val
+    try:
+        return em.index(idx)
+    finally:
+        em.env[var] = saved
+        em.vec = ctx
+
+
+def _any_lane(em, mask):
+    n = mask.type.count
+    fn = em.mb.intrinsic(f"llvm.vector.reduce.or.v{n}i1", I1, [mask.type])
+    return em.builder.call(fn, [mask])
+
+
+def _vector_ptrs(em, buf, idx):
+    vi = em.to_i64(em.splat(em.index_value(idx), em.vec.count), idx.dtype)
+    g = em.builder.gep(buffer_ptr(em, buf), [vi],
+                       source_etype=scalar_type(buf.dtype, True), inbounds=True)
+    g.type = ir.VectorType(PTR, em.vec.count)
+    return g
+
+
+def load(em, e):
+    """The value of `BufferLoad` `e` (a vector inside a vectorized loop)."""
+    idx = flat_index(e, e.indices)
+    if em.vec is not None:
+        return _vector_load(em, e.buffer, idx)
+    iv = em.index(idx)
+    buf = e.buffer
+    v = em.builder.load(elem_ptr(em, buf, iv), typ=scalar_type(buf.dtype, True),
+                        align=dt.itemsize(buf.dtype))
+    return _from_mem(em, v, buf.dtype)
+
+
+def _vector_load(em, buf, idx):
+    ctx = em.vec
+    bl = em.builder
+    n = ctx.count
+    idx = ctx.info.inline(idx)
+    mt = scalar_type(buf.dtype, True)
+    align = ir.Constant(I32, dt.itemsize(buf.dtype))
+    vt = ir.VectorType(mt, n)
+    if not ctx.info.index_varies(idx):
+        if ctx.mask is None:
+            v = bl.load(elem_ptr(em, buf, _at_lane0(em, idx)), typ=mt,
+                        align=dt.itemsize(buf.dtype))
+            return _from_mem(em, v, buf.dtype)
+        # a uniform read under a mask: read only if some lane is active
+        anyl = _any_lane(em, ctx.mask)
+        rb, jb = em.new_block("ld.any"), em.new_block("ld.join")
+        pre = bl.block
+        bl.cbranch(anyl, rb, jb)
+        bl.position_at_end(rb)
+        v = bl.load(elem_ptr(em, buf, _at_lane0(em, idx)), typ=mt,
+                    align=dt.itemsize(buf.dtype))
+        r_end = bl.block
+        bl.branch(jb)
+        bl.position_at_end(jb)
+        phi = bl.phi(mt)
+        phi.add_incoming(v, r_end)
+        phi.add_incoming(ir.Constant(mt, None), pre)
+        return _from_mem(em, phi, buf.dtype)
+    c = ctx.info.coeff(idx)
+    if c == 1:
+        p = elem_ptr(em, buf, _at_lane0(em, idx))
+        if ctx.mask is None:
+            v = bl.load(p, typ=vt, align=dt.itemsize(buf.dtype))
+        else:
+            fn = em.mb.intrinsic(f"llvm.masked.load.v{n}{type_suffix(mt)}.p0", vt,
+                                 [PTR, I32, ctx.mask.type, vt])
+            v = bl.call(fn, [p, align, ctx.mask, ir.Constant(vt, None)])
+        return _from_mem(em, v, buf.dtype)
+    ptrs = _vector_ptrs(em, buf, idx)
+    mask = ctx.mask if ctx.mask is not None else em.const("bool", 1, n)
+    fn = em.mb.intrinsic(f"llvm.masked.gather.v{n}{type_suffix(mt)}.v{n}p0", vt,
+                         [ptrs.type, I32, mask.type, vt])
+    v = bl.call(fn, [ptrs, align, mask, ir.Constant(vt, None)])
+    return _from_mem(em, v, buf.dtype)
+
+
+def store(em, s):
+    """Emits `BufferStore` `s`."""
+    buf = s.buffer
+    idx = flat_index(s, s.indices)
+    val = em.cast(em.expr(s.value), s.value.dtype, buf.dtype)
+    if em.vec is not None:
+        return _vector_store(em, buf, idx, val)
+    iv = em.index(idx)
+    em.builder.store(_to_mem(em, val, buf.dtype), elem_ptr(em, buf, iv),
+                     align=dt.itemsize(buf.dtype))
+
+
+def _vector_store(em, buf, idx, val):
+    ctx = em.vec
+    bl = em.builder
+    n = ctx.count
+    idx = ctx.info.inline(idx)
+    mt = scalar_type(buf.dtype, True)
+    align = dt.itemsize(buf.dtype)
+    if not ctx.info.index_varies(idx):
+        if lanes_of(val) > 1:  # the serial loop's last iteration wins
+            val = bl.extract_element(val, ir.Constant(I32, n - 1))
+        bl.store(_to_mem(em, val, buf.dtype), elem_ptr(em, buf, _at_lane0(em, idx)),
+                 align=align)
+        return
+    val = _to_mem(em, em.splat(val, n), buf.dtype)
+    vt = ir.VectorType(mt, n)
+    c = ctx.info.coeff(idx)
+    if c == 1:
+        p = elem_ptr(em, buf, _at_lane0(em, idx))
+        if ctx.mask is None:
+            bl.store(val, p, align=align)
+        else:
+            fn = em.mb.intrinsic(f"llvm.masked.store.v{n}{type_suffix(mt)}.p0", ir.VoidType(),
+                                 [vt, PTR, I32, ctx.mask.type])
+            bl.call(fn, [val, p, ir.Constant(I32, align), ctx.mask])
+        return
+    ptrs = _vector_ptrs(em, buf, idx)
+    mask = ctx.mask if ctx.mask is not None else em.const("bool", 1, n)
+    fn = em.mb.intrinsic(f"llvm.masked.scatter.v{n}{type_suffix(mt)}.v{n}p0", ir.VoidType(),
+                         [vt, ptrs.type, I32, mask.type])
+    bl.call(fn, [val, ptrs, ir.Constant(I32, align), mask])
+
+
+def allocate(em, s):
+    """Emits `Allocate` `s`: storage for its buffer around its body."""
+    buf = s.buffer
+    mt = scalar_type(buf.dtype, True)
+    size = 1
+    const = True
+    for d in buf.shape:
+        if isinstance(d, E.IntImm):
+            size *= d.value
+        else:
+            const = False
+    nbytes = size * dt.itemsize(buf.dtype)
+    saved = em.bufs.get(buf)
+    if const and nbytes <= ALLOCA_MAX_BYTES:
+        a = em.alloca_builder.alloca(ir.ArrayType(mt, max(size, 1)), name=sanitize(buf.name))
+        a.align = 64
+        a.type = PTR  # llvmlite types allocas as typed pointers; ours are opaque
+        em.bufs[buf] = a
+        em.stmt(s.body)
+        _restore_buf(em, buf, saved)
+        return
+    bl = em.builder
+    if const:
+        nb = ir.Constant(I64, max(nbytes, 1))
+    else:
+        nb = ir.Constant(I64, dt.itemsize(buf.dtype))
+        for d in buf.shape:
+            dv = em.to_i64(em.expr(d), d.dtype)
+            nb = em.int_arith("mul", nb, dv, "int64")
+        nb = bl.select(bl.icmp_signed("<", nb, ir.Constant(I64, 1)), ir.Constant(I64, 1), nb)
+    # aligned_alloc wants a multiple of the alignment
+    nb = bl.and_(bl.add(nb, ir.Constant(I64, 63)), ir.Constant(I64, -64)) \
+        if not isinstance(nb, ir.Constant) else ir.Constant(I64, (nb.constant + 63) // 64 * 64)
+    alloc = em.mb.declare("aligned_alloc", PTR, [I64, I64])
+    p = bl.call(alloc, [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
+    isnull = bl.icmp_unsigned("==", p, ir.Constant(PTR, None))
+    bl.cbranch(isnull, failb, okb)
+    bl.position_at_end(failb)
+    em.fail(1)
+    bl.position_at_end(okb)
+    em.bufs[buf] = p
+    em.stmt(s.body)
+    if not bl.block.is_terminated:
+        free = em.mb.declare("free", ir.VoidType(), [PTR])
+        bl.call(free, [p])
+    _restore_buf(em, buf, saved)
+
+
+def _restore_buf(em, buf, saved):
+    if saved is None:
+        em.bufs.pop(buf, None)
+    else:
+        em.bufs[buf] = saved

@@ -1,0 +1,87 @@
+"""The call signature of a lowered function, shared by every CPU backend (LLVM, C) and the
+GPU modules: what the runtime checks before any pointer reaches native code, and what an
+exported library carries (`__tdsl_signature`, JSON).
+
+`make_signature(func, symbol)` gives `{"abi", "name", "symbol", "num_user_args", "params"}`,
+one param per `func.params` entry: a buffer with its dtype, its shape as JSON codes (an
+int, `["p", i]` for scalar param i, or `[op, a, b]`) and whether the function writes it; or
+a scalar with its dtype. See `tdsl.runtime.module.Signature`.
+"""
+from __future__ import annotations
+
+from .. import dtype as dt
+from ..errors import BuildError
+from ..ir import expr as E
+from ..ir import stmt as S
+
+SIGNATURE_ABI = 1
+
+
+def stored_buffers(stmt) -> set:
+    """The buffers `stmt` writes."""
+    out = set()
+
+    def st(s):
+        if isinstance(s, S.SeqStmt):
+            for c in s.stmts:
+                st(c)
+        elif isinstance(s, (S.For, S.LetStmt, S.Allocate)):
+            st(s.body)
+        elif isinstance(s, S.IfThenElse):
+            st(s.then_case)
+            if s.else_case is not None:
+                st(s.else_case)
+        elif isinstance(s, S.BufferStore):
+            out.add(s.buffer)
+    st(stmt)
+    return out
+
+
+def _dim_code(d, param_index):
+    """A buffer dimension as JSON: an int, ["p", i] for scalar param i, or [op, a, b]."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, E.IntImm):
+        return int(d.value)
+    if isinstance(d, E.Var):
+        i = param_index.get(d)
+        if i is None:
+            raise BuildError(f"the size {d.name!r} in a buffer shape is not a parameter of the "
+                             "function; lowering must append size variables to the params")
+        return ["p", i]
+    ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
+           E.Min: "min", E.Max: "max"}
+    op = ops.get(type(d))
+    if op is not None:
+        return [op, _dim_code(d.a, param_index), _dim_code(d.b, param_index)]
+    if isinstance(d, E.Cast):
+        return _dim_code(d.value, param_index)
+    raise BuildError(f"the buffer dimension {d} cannot be checked at call time")
+
+
+def make_signature(func: S.PrimFunc, symbol: str) -> dict:
+    params = list(func.params)
+    param_index = {p: i for i, p in enumerate(params) if isinstance(p, E.Var)}
+    nua = func.attrs.get("num_user_args", len(params))
+    if not 0 <= nua <= len(params):
+        raise BuildError(f"num_user_args={nua} but the function has {len(params)} params")
+    written = stored_buffers(func.body)
+    out = []
+    seen = set()
+    for i, p in enumerate(params):
+        if id(p) in seen:
+            raise BuildError(f"parameter {p} appears twice in the parameter list")
+        seen.add(id(p))
+        if isinstance(p, S.Buffer):
+            dtype = dt.check(p.dtype)
+            out.append({"kind": "buffer", "name": p.name, "dtype": dtype,
+                        "shape": [_dim_code(d, param_index) for d in p.shape],
+                        "shape_text": [str(d) for d in p.shape],
+                        "written": p in written})
+        elif isinstance(p, E.Var):
+            out.append({"kind": "scalar", "name": p.name, "dtype": dt.check(p.dtype)})
+        else:
+            raise BuildError(f"parameter {i} is a {type(p).__name__}; params must be "
+                             "Buffers or Vars")
+    return {"abi": SIGNATURE_ABI, "name": func.name, "symbol": symbol,
+            "num_user_args": nua, "params": out}
