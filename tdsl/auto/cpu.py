@@ -100,6 +100,16 @@ class CPUScheduler:
                      f"parallel({names})", why + f" ({what})")
         return loop
 
+    def row_loop(self, st, axes, exts, work):
+        """The loop that stages computed per row attach to: the fused leading axes when their
+        extents are constant; with a symbolic one, the innermost of them unfused (bound
+        inference cannot bound a region through a fused symbolic loop) and the first parallel."""
+        loops = [(iv, e, False) for iv, e in zip(axes, exts)]
+        if all(e is not None for e in exts):
+            return self.parallel_prefix(st, loops, work, "rows", whole=True)
+        self.parallel_prefix(st, loops[:1], work, "rows")
+        return axes[-1]
+
     def vector_split(self, st, iv, ext, dtype, unroll=True):
         """Splits `iv` by the vector width (and an unrolled group of vectors) and vectorizes;
         returns (outer loop, its extent, ragged) or None when not worth a vector."""
@@ -185,13 +195,11 @@ class CPUScheduler:
             if st in inlined or not self.infos[st].is_reuse_reduction() or st.is_output:
                 continue
             readers = self.eff_readers(st, inlined)
-            if len(readers) == 1 and readers[0] in self.readers[st]:
+            if len(readers) == 1:
                 T = readers[0]
                 ti = self.infos[T]
-                lds = ti.loads_of(st.op.output)
-                if not ti.is_reduction and T not in attach and T not in level and \
-                        len(ti.axes) == len(self.infos[st].axes) and \
-                        all(all(ld.index_is_axis(n, ti.axes[n]) for n in range(len(ti.axes))) for ld in lds):
+                if not ti.is_reduction and T not in attach and T not in level and T not in epilogue and \
+                        len(ti.axes) == len(self.infos[st].axes) and self.identity_reads(st, T, inlined):
                     epilogue[T] = st
         for st in reversed(self.comp):
             if st in inlined or st in attach or any(st is r for r in epilogue.values()):
@@ -206,6 +214,20 @@ class CPUScheduler:
                 self.reduction(st, level.get(st, 0), members)
             else:
                 self.elementwise(st, level.get(st, 0), members)
+
+    def identity_reads(self, st, T, inlined) -> bool:
+        """Every read of st on the way to T (through inlined stages) is at the reader's own
+        loop variables, in order: T's element (i, j) needs exactly st's element (i, j)."""
+        for c in self.readers[st]:
+            ci = self.infos[c]
+            if len(ci.axes) != len(self.infos[st].axes) or ci.is_reduction:
+                return False
+            for ld in ci.loads_of(st.op.output):
+                if not all(ld.index_is_axis(n, ci.axes[n]) for n in range(len(ci.axes))):
+                    return False
+            if c is not T and not (c in inlined and self.identity_reads(c, T, inlined)):
+                return False
+        return True
 
     # ------------------------------------------------------------------ owners
     def attach_members(self, st, loop, members, lvl):
@@ -234,8 +256,7 @@ class CPUScheduler:
         dtype = st.op.output.dtype
         work = info.outputs(BIG)
         if lvl:
-            loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in zip(axes[:lvl], exts[:lvl])],
-                                        work, "rows", whole=True)
+            loop = self.row_loop(st, axes[:lvl], exts[:lvl], work)
             if len(axes) > lvl:
                 self.vector_split(st, axes[-1], exts[-1], dtype)
             self.attach_members(st, loop, members, lvl)
@@ -257,8 +278,7 @@ class CPUScheduler:
             self.parallel_rfactor(st)
             return
         if lvl:
-            loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in zip(axes[:lvl], info.extents[:lvl])],
-                                        work, "rows", whole=True)
+            loop = self.row_loop(st, axes[:lvl], info.extents[:lvl], work)
             self.attach_members(st, loop, members, lvl)
             self.reduce_inner(st, axes[lvl:], None)
             return
