@@ -277,9 +277,9 @@ def _batch(seed, n=PER_BUILD):
     return defs
 
 
-def _check(defs, sched_target, build_target, seed):
+def _check(defs, sched_target, build_target, seed, params=None):
     outs = [o for d in defs for o in d.outs]
-    s = tdsl.auto_schedule(outs, target=sched_target)
+    s = tdsl.auto_schedule(outs, target=sched_target, params=params)
     args = [p for d in defs for p in d.phs] + outs
     f = tdsl.build(s, args, target=build_target, name="auto")
     inputs = [x for d in defs for x in d.inputs]
@@ -296,7 +296,13 @@ def _check(defs, sched_target, build_target, seed):
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_random_definitions_llvm(seed):
-    s = _check(_batch(seed), "llvm", "llvm", seed)
+    # a third with the rules' sizes, a third forcing the operand panel copy, a third with a
+    # random register tile too (what a search would try)
+    rnd = random.Random(-seed)
+    params = [None, {"pack": True},
+              {"pack": rnd.random() < 0.5, "tile": (rnd.randint(1, 5), rnd.randint(1, 3)),
+               "unroll": rnd.choice([1, 2, 4])}][seed % 3]
+    s = _check(_batch(seed), "llvm", "llvm", seed, params)
     assert s.explain().decisions
 
 
