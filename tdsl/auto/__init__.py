@@ -45,16 +45,24 @@ def auto_schedule(outputs, target="llvm", params=None) -> AutoSchedule:
                                 "there is nothing to compute")
     p = AutoParams.of(params)
     s = AutoSchedule(list(outs))
+    s.explanation = apply_rules(s, t, p)
+    return s
+
+
+def apply_rules(s, target="llvm", params=None) -> Explanation:
+    """Applies the rules to `s`, a schedule nothing was done to yet (the graph layer's
+    fallback for groups without a hand strategy); returns the explanation."""
+    t = as_target(target)
+    p = AutoParams.of(params)
     rec = Explanation(t)
     rec.params = p.changed()
-    s.explanation = rec
     if t.kind in GPU_KINDS:
         from .gpu import schedule_gpu
         schedule_gpu(s, t, rec, p)
     else:
         from .cpu import schedule_cpu
         schedule_cpu(s, t, rec, p)
-    return s
+    return rec
 
 
-__all__ = ["auto_schedule", "AutoSchedule", "AutoParams", "Explanation", "Decision"]
+__all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision"]

@@ -60,6 +60,8 @@ class GroupDef:
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # (tensor, info)
+        self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
+        self.explanation = None
 
     def param_tensor(self, i):
         if i not in self.placeholders:
@@ -353,6 +355,13 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
             and len(out.shape) >= 3:
         return _schedule_conv_rows(s, out, convs[0], parallel, g.target)
+    if g.use_auto:
+        # no hand strategy for this group: the auto-scheduler's rules (register tiles for
+        # contractions between activations, row groups, vectorized reductions); its
+        # decisions are kept on the group for inspection
+        from ..auto import apply_rules
+        g.explanation = apply_rules(s, g.target, {"vectorize": vectorize, "parallel": parallel})
+        return
     for t in _stages(out):
         if t is out or id(t) in keep:
             continue
@@ -548,6 +557,9 @@ def register_schedule(target_kind: str, fn: Callable):
     SCHEDULES[target_kind] = fn
 
 
+AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran
+
+
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str) -> Kernel:
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
@@ -558,12 +570,24 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
-    s = tdsl.create_schedule(out)
-    sched(s, out, g)
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
     try:
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
         mod = tdsl.build(s, args, target=target, name=name)
     except TdslError as e:
-        raise GraphError(f"build: kernel @{name} failed for target '{target}': {type(e).__name__}: {e}") from None
+        if g.explanation is None:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e).__name__}: {e}") from None
+        # the auto-scheduler's rules did not hold for this group: the plain schedule
+        AUTO_FALLBACKS.append((name, f"{type(e).__name__}: {e}"))
+        g.use_auto, g.explanation = False, None
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
+        try:
+            mod = tdsl.build(s, args, target=target, name=name)
+        except TdslError as e2:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e2).__name__}: {e2}") from None
     return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None)
