@@ -119,6 +119,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     p.add_argument("--only", default="", help="comma-separated kernel names (substrings)")
     p.add_argument("--explain", action="store_true", help="print each auto schedule's decisions")
+    p.add_argument("--search", type=float, default=0.0, metavar="SECONDS",
+                   help="also tune the auto-scheduler's parameters for this long per kernel "
+                        "(tdsl.auto.tune; the issue's figure is 60)")
     add_target_option(p)
     opts = p.parse_args()
     global TARGET
@@ -127,8 +130,9 @@ def main():
     rng = np.random.default_rng(0)
     print("tdsl.auto_schedule (no search) vs tdsl's hand schedules vs numpy, same run\n")
     print_target(TARGET)
-    print(f"{'kernel':34s} {'auto':>8s} {'hand':>8s} {'ref':>8s} {'unit':7s} {'ref is':11s} "
-          f"{'auto/hand':>9s} {'auto/ref':>8s} {'compile_s':>9s}")
+    tuned_col = f" {'tuned':>8s}" if opts.search else ""
+    print(f"{'kernel':34s} {'auto':>8s}{tuned_col} {'hand':>8s} {'ref':>8s} {'unit':7s} {'ref is':11s} "
+          f"{'auto/hand':>9s} {'auto/ref':>8s} {'compile_s':>9s}" + ("  tuned/hand tuned/ref" if opts.search else ""))
 
     def rnd(*shape):
         return rng.standard_normal(shape, dtype=np.float32)
@@ -145,12 +149,26 @@ def main():
         if hand is not None:
             hs, htensors, hinputs, href = hand()
             t_hand, _ = run_tdsl(hs, htensors, hinputs, href.shape, href)
+        t_tuned = None
+        if opts.search:
+            from tdsl.auto import tune as auto_tune
+
+            def definition():
+                o, tens, _, _ = auto_def()
+                return o, tens
+            definition.__qualname__ = "bench_" + name.replace(" ", "_")
+            ts, ttensors, _ = auto_tune.tune(definition, (), target=TARGET, timeout_s=opts.search)
+            t_tuned, _ = run_tdsl(ts, ttensors, inputs, ref.shape, ref)
         t_ref = best_time(ref_fn)
         r = lambda t: work / t / 1e9  # noqa: E731
         hand_txt = f"{r(t_hand):8.1f}" if t_hand else f"{'-':>8s}"
         ratio_h = f"{t_hand / t_auto:9.2f}" if t_hand else f"{'-':>9s}"
-        print(f"{name:34s} {r(t_auto):8.1f} {hand_txt} {r(t_ref):8.1f} {unit:7s} {ref_name:11s} "
-              f"{ratio_h} {t_ref / t_auto:8.2f} {cs:9.2f}", flush=True)
+        tuned_txt = f" {r(t_tuned):8.1f}" if t_tuned else ""
+        extra = ""
+        if t_tuned:
+            extra = (f"  {t_hand / t_tuned:10.2f}" if t_hand else f"  {'-':>10s}") + f" {t_ref / t_tuned:9.2f}"
+        print(f"{name:34s} {r(t_auto):8.1f}{tuned_txt} {hand_txt} {r(t_ref):8.1f} {unit:7s} {ref_name:11s} "
+              f"{ratio_h} {t_ref / t_auto:8.2f} {cs:9.2f}{extra}", flush=True)
 
     # GEMM
     n = 1024 // q

@@ -65,4 +65,6 @@ def apply_rules(s, target="llvm", params=None) -> Explanation:
     return rec
 
 
+from . import tune  # noqa: E402  (tdsl.auto.tune.tune: a search over the rules' parameters)
+
 __all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision"]

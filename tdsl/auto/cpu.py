@@ -357,17 +357,16 @@ class CPUScheduler:
         lanes = self.lanes(dtype) if self.can_vectorize(dtype) else 1
         ext_r, ext_v = info.extents[r], info.extents[v]
         mr, mv = ext_r or BIG, ext_v or BIG
+        rows, vecs = tiling.register_tile(self.t, mr, mv, dtype, whole_rows=True)
+        alt = tiling.register_tile(self.t, mr, mv, dtype)
+        if rows * vecs < self.t.fma_chains and alt[0] * alt[1] > rows * vecs:
+            rows, vecs = alt
+        why = (f"{rows * vecs} accumulators fit {self.t.vector_registers} vector registers with the "
+               f"loaded vectors; >= {self.t.fma_chains} independent FMA chains "
+               f"({self.t.fma_units} units x latency {self.t.fma_latency})")
         if self.p.tile:
-            rows, vecs = self.p.tile
-            why = "given in params"
-        else:
-            rows, vecs = tiling.register_tile(self.t, mr, mv, dtype, whole_rows=True)
-            alt = tiling.register_tile(self.t, mr, mv, dtype)
-            if rows * vecs < self.t.fma_chains and alt[0] * alt[1] > rows * vecs:
-                rows, vecs = alt
-            why = (f"{rows * vecs} accumulators fit {self.t.vector_registers} vector registers with the "
-                   f"loaded vectors; >= {self.t.fma_chains} independent FMA chains "
-                   f"({self.t.fma_units} units x latency {self.t.fma_latency})")
+            rows, vecs = self.p.tile[0] or rows, self.p.tile[1] or vecs
+            why = f"given in params (the target's own tile: {why})"
         rows = max(1, min(rows, mr))
         nr = max(1, min(vecs * lanes, mv))
         owner = T if T is not None else R

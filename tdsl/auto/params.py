@@ -11,7 +11,8 @@ from ..errors import ScheduleError
 
 @dataclass
 class AutoParams:
-    tile: Optional[Tuple[int, int]] = None   # register tile (rows, vectors) of contractions
+    tile: Optional[Tuple[Optional[int], Optional[int]]] = None  # register tile (rows, vectors)
+    #                                          of contractions; a None entry is derived
     unroll: int = 4                          # vectors per unrolled step of elementwise loops
     chunks: Optional[int] = None             # parallel tasks wanted (default: 4 per core)
     pack: Optional[bool] = None              # copy the reused operand's panel (None: decide)
@@ -35,7 +36,7 @@ class AutoParams:
         p = cls(**params)
         if p.tile is not None:
             if (not isinstance(p.tile, (tuple, list)) or len(p.tile) != 2
-                    or not all(isinstance(x, int) and x >= 1 for x in p.tile)):
+                    or not all(x is None or (isinstance(x, int) and x >= 1) for x in p.tile)):
                 raise ScheduleError(f"auto_schedule: params 'tile' must be (rows, vectors) of "
                                     f"positive ints, got {p.tile!r}")
             p.tile = tuple(p.tile)
