@@ -403,7 +403,6 @@ class CPUScheduler:
                      f"({rows} rows x {-(-nr // lanes)} vectors of {lanes})", why)
         work = info.outputs(BIG) * info.reduce_size(BIG)
         loops = [(iv, e, False) for iv, e in zip(others, oexts)] + outer
-        before = list(O.leaf_iter_vars)
         par = self.parallel_prefix(O, loops, work, "tiles")
         leaves = O.leaf_iter_vars
         at = leaves[leaves.index(ri) - 1]
@@ -416,10 +415,10 @@ class CPUScheduler:
             pat = vo if vo in leaves else par
             P.compute_at(O, pat)
             pax = list(P.op.axis)
-            self.vector_split(P, pax[-1], None, operand.dtype, unroll=False)
             self.rec.add(R, "pack", f"cache_read({operand.name}) at {pat.var.name}",
                          f"the reused operand's {nr}-wide panel is strided in '{operand.name}': copied "
                          "once per column of tiles into contiguous memory")
+            self.vector_split(P, pax[-1], None, operand.dtype, unroll=False)
         la = list(L.op.axis)
         lr = list(L.op.reduce_axis)
         if lanes > 1 and nr > lanes:
@@ -437,7 +436,6 @@ class CPUScheduler:
         self.rec.add(L, "micro-kernel", "reduction loops outside the tile; rows and vectors "
                      "unrolled, lanes vectorized", "each reduction step: load the vectors, "
                      "broadcast one value per row, one FMA per accumulator")
-        del before
 
     def pack_operand(self, R, r, v, nr):
         """The operand loaded as vectors and reused across rows whose panel is strided: its
