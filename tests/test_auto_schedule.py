@@ -486,3 +486,20 @@ def test_gpu_contraction_stages_operands_in_shared_memory():
         y = np.zeros((40, 33), np.float32)
         tdsl.build(s, [A, B, bias, Y], target=target)(a, b, bv, y)
         np.testing.assert_allclose(y, a @ b + bv, rtol=1e-4, atol=1e-4, err_msg=target)
+
+
+@pytest.mark.parametrize("M,N,K", [(37, 29, 70), (64, 64, 64)])
+def test_transposed_operand_gets_a_dot_product_tile(M, N, K):
+    """A @ B.T (attention's Q K^T): no operand is contiguous along the output row, both are
+    along the reduction: vectors of partial sums along k (rfactor), then an epilogue."""
+    A = tdsl.placeholder((M, K), name="A")
+    B = tdsl.placeholder((N, K), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * B[j, k], axis=k), name="C")
+    Y = tdsl.compute((M, N), lambda i, j: C[i, j] * 0.125, name="Y")
+    s = tdsl.auto_schedule(Y)
+    assert "dot-tile" in s.explain().rules("C")
+    a, b = _data((M, K)), _data((N, K))
+    y = np.zeros((M, N), np.float32)
+    tdsl.build(s, [A, B, Y])(a, b, y)
+    np.testing.assert_allclose(y, (a @ b.T) * 0.125, rtol=1e-4, atol=1e-4)

@@ -207,9 +207,10 @@ class CPUScheduler:
             info = self.infos[st]
             members = [m for m in self.comp if attach.get(m, (None,))[0] is st]
             if st in epilogue:
-                self.tile(epilogue[st], st)
+                R = epilogue[st]
+                (self.dot_tile if self.dot_layout(R) else self.tile)(R, st)
             elif info.is_reuse_reduction():
-                self.tile(st, None)
+                (self.dot_tile if self.dot_layout(st) else self.tile)(st, None)
             elif info.is_reduction:
                 self.reduction(st, level.get(st, 0), members)
             else:
@@ -348,6 +349,76 @@ class CPUScheduler:
         self.reduce_inner(rst, list(rst.op.axis), rinfo.outputs(BIG) * rinfo.reduce_size(BIG) + PAR_MIN_WORK)
 
     # ------------------------------------------------------------------ contractions
+    def dot_layout(self, R) -> bool:
+        """No operand is contiguous along the output's last axis, but every operand read
+        moves contiguously with the innermost reduction axis (A @ B.T, attention's Q K^T):
+        vectors along the reduction, not along the outputs."""
+        info = self.infos[R]
+        if not self.can_vectorize(R.op.output.dtype) or self.lanes(R.op.output.dtype) < 2:
+            return False
+        v, k = info.axes[-1], info.raxes[-1]
+        if any(ld.contiguous_in(v) for ld in info.loads):
+            return False
+        ext = info.rextents[-1]
+        return all(ld.contiguous_in(k) for ld in info.loads if ld.uses(k)) and (ext is None or ext >= self.lanes(R.op.output.dtype))
+
+    def dot_tile(self, R, T):
+        """A tile of rows x cols outputs, each accumulating a vector of partial sums along the
+        contiguous reduction axis (rfactor over the lanes): per step, rows + cols vector loads
+        feed rows x cols FMAs; the lanes are summed once per output at the end."""
+        s, info = self.s, self.infos[R]
+        n = len(info.axes)
+        v, r = n - 1, info.row_axis()
+        dtype = R.op.output.dtype
+        lanes = self.lanes(dtype)
+        regs = self.t.vector_registers
+        side = max(x for x in range(1, 9) if x * x + 2 * x + 1 <= regs and x * x <= 3 * regs // 4)
+        rows, cols = side, side
+        why = (f"{rows * cols} vector accumulators and {rows + cols} loaded vectors fit "
+               f"{regs} vector registers")
+        if self.p.tile:
+            rows, cols = self.p.tile[0] or rows, self.p.tile[1] or cols
+            why = "given in params"
+        ext_r, ext_v = info.extents[r], info.extents[v]
+        rows, cols = min(rows, ext_r or BIG), min(cols, ext_v or BIG)
+        k = list(s[R].op.reduce_axis)[-1]
+        ko, ki = s[R].split(k, factor=lanes)
+        rf = s.rfactor(R.op.output, ki, factor_axis=n)   # lanes last: contiguous partial sums
+        F = s[rf]
+        owner = T if T is not None else R
+        O = s[owner.op.output]
+        if T is not None:
+            self.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s tile",
+                         "the elementwise consumer reads the sums while they are in cache")
+        ax = list(O.op.axis)
+        ro, ri = O.split(ax[r], factor=rows)
+        vo, vi = O.split(ax[v], factor=cols)
+        others = [ax[i] for i in range(n) if i not in (r, v)]
+        O.reorder(*others, ro, vo, ri, vi)
+        self.rec.add(R, "dot-tile", f"split({k.var.name}, {lanes}); rfactor; tile {ax[r].var.name} x "
+                     f"{ax[v].var.name} by {rows} x {cols}, each a vector of {lanes} partial sums", why)
+        work = info.outputs(BIG) * info.reduce_size(BIG)
+        ro_rag = ext_r is None or ext_r % rows != 0
+        vo_rag = ext_v is None or ext_v % cols != 0
+        loops = [(iv, info.extents[i], False) for i, iv in enumerate(ax) if i not in (r, v)]
+        loops += [(ro, None if ext_r is None else -(-ext_r // rows), ro_rag),
+                  (vo, None if ext_v is None else -(-ext_v // cols), vo_rag)]
+        self.parallel_prefix(O, loops, work, "tiles")
+        leaves = O.leaf_iter_vars
+        at = leaves[leaves.index(ri) - 1]
+        if T is not None:
+            s[R].compute_at(O, at)
+        F.compute_at(O, at)
+        fa, fr = list(F.op.axis), list(F.op.reduce_axis)
+        kv, sp = fa[n], fa[:n]
+        F.reorder(*[sp[i] for i in range(n) if i not in (r, v)], *fr, sp[r], sp[v], kv)
+        F.unroll(sp[r])
+        F.unroll(sp[v])
+        F.vectorize(kv)
+        self.rec.add(rf.op.name, "micro-kernel", "reduction outside; rows and columns unrolled; the "
+                     "lanes of the reduction vectorized", "each step: rows + cols vector loads, "
+                     "rows x cols vector FMAs")
+
     def tile(self, R, T):
         """A register tile for contraction R; T: its elementwise consumer (epilogue) or None."""
         s, info = self.s, self.infos[R]
