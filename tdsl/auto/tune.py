@@ -94,16 +94,50 @@ def params_of(config: dict) -> AutoParams:
     return p
 
 
+def _confirm(task, configs, rounds=3):
+    """Re-times the candidate configs here, interleaved (`rounds` passes over all of them,
+    each keeping its best): on a shared machine one trial's timing can be lucky, and the
+    untuned config is always among the candidates, so the pick is never a measured loss."""
+    import numpy as np
+    inputs = task.make_inputs()
+    outs = [np.zeros(a.shape, a.dtype) for a in task.arg_specs if not a.is_input]
+    from ..build import build
+    mods = []
+    for c in configs:
+        sched, tensors = task.instantiate(task.config(c))
+        mods.append(build(sched, tensors, target=task.target, name="auto_candidate"))
+    best = [float("inf")] * len(mods)
+    for _ in range(rounds):
+        for n, m in enumerate(mods):
+            t = m.time_evaluator(number=1, repeat=3, min_repeat_ms=10)(*inputs, *outs).min
+            best[n] = min(best[n], t)
+    return configs[int(np.argmin(best))]
+
+
 def tune(definition, args=(), target="llvm", timeout_s=60.0, n_trial=None, tuner="random",
-         log_file=None, **kw):
+         log_file=None, confirm=3, **kw):
     """Tunes the auto-scheduler's parameters for `definition(*args)` within `timeout_s`;
-    returns (schedule, tensors, TuneResult) with the best schedule found (the untuned one
-    is always measured first, so the result is never worse than it)."""
+    returns (schedule, tensors, TuneResult) with the best schedule found. The `confirm` best
+    measured configs and the untuned one are timed again side by side before the pick."""
     from .. import autotune
     from . import auto_schedule
     task = create_task(definition, args, target)
     res = autotune.tune(task, tuner=tuner, n_trial=n_trial, timeout_s=timeout_s, log_file=log_file,
                         progress=kw.pop("progress", False), **kw)
     outs, tensors = _definition(task.args[0], args)
-    p = params_of(res.config) if res.config else None
+    config = res.config
+    if config and confirm:
+        ok = sorted((r for r in res.records if r.ok), key=lambda r: r.seconds)
+        cands = []
+        for r in ok:
+            if r.config not in cands:
+                cands.append(dict(r.config))
+            if len(cands) >= confirm:
+                break
+        default = task.space.default_config().to_dict()
+        if default not in cands:
+            cands.append(default)
+        if len(cands) > 1:
+            config = _confirm(task, cands)
+    p = params_of(config) if config else None
     return auto_schedule(outs, target=target, params=p), tensors, res
