@@ -264,7 +264,7 @@ def g_rows(rnd, tag):
 
 GENERATORS = [g_elementwise, g_reduction, g_contraction, g_conv, g_stencil, g_rows, g_long_reduction]
 PER_BUILD = 8
-SEEDS = 24
+SEEDS = 20
 
 
 def _batch(seed, n=PER_BUILD):

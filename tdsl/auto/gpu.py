@@ -48,7 +48,7 @@ def schedule_gpu(s, target, rec, params):
         if st in inlined:
             continue
         info = infos[st]
-        if info.is_reuse_reduction() and params.vectorize:
+        if info.is_reuse_reduction():
             contraction(s, st, info, rec)
             continue
         if info.is_reduction:
