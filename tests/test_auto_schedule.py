@@ -503,3 +503,21 @@ def test_transposed_operand_gets_a_dot_product_tile(M, N, K):
     y = np.zeros((M, N), np.float32)
     tdsl.build(s, [A, B, Y])(a, b, y)
     np.testing.assert_allclose(y, (a @ b.T) * 0.125, rtol=1e-4, atol=1e-4)
+
+
+def test_graph_build_tunes_groups_without_a_hand_strategy():
+    """tdsl.graph.build(..., tune_minutes=N): the auto-scheduled groups share the budget;
+    the tuned network computes what the untuned one does."""
+    pytest.importorskip("onnx")
+    import tdsl.graph as G
+    from tdsl.graph import models
+    mod = G.optimize(G.from_onnx(models.transformer_encoder(seq=16, d_model=32, heads=2, ff=64)))
+    p = mod.main.params[0]
+    x = np.random.rand(*p.type.shape).astype("float32")
+    (y0,) = G.build(mod).run(**{p.name: x})
+    exe = G.build(mod, tune_minutes=0.04)
+    (y1,) = exe.run(**{p.name: x})
+    assert "tuned" in exe.stats
+    np.testing.assert_allclose(y1, y0, rtol=1e-4, atol=1e-5)
+    with pytest.raises(tdsl.GraphError, match="tune_minutes"):
+        G.build(mod, tune_minutes=-1)

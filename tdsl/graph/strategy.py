@@ -61,6 +61,7 @@ class GroupDef:
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # (tensor, info)
         self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
+        self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
 
     def param_tensor(self, i):
@@ -360,7 +361,10 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         # contractions between activations, row groups, vectorized reductions); its
         # decisions are kept on the group for inspection
         from ..auto import apply_rules
-        g.explanation = apply_rules(s, g.target, {"vectorize": vectorize, "parallel": parallel})
+        params = dict(g.auto_params or {})
+        params.update(vectorize=vectorize and params.get("vectorize", True),
+                      parallel=parallel and params.get("parallel", True))
+        g.explanation = apply_rules(s, g.target, params)
         return
     for t in _stages(out):
         if t is out or id(t) in keep:
@@ -560,13 +564,55 @@ def register_schedule(target_kind: str, fn: Callable):
 AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran
 
 
-def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str) -> Kernel:
+def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str, seconds: float,
+               log_file=None):
+    """Tunes the auto-scheduler's parameters for a group that has no hand strategy (the
+    search of tdsl.auto.tune, within `seconds`); returns them as a dict, or None when the
+    group has a hand strategy or no candidate beat the untuned schedule's correctness check."""
+    from ..auto import tune as auto_tune
+    kind = as_target(target).kind
+    sched = SCHEDULES.get(kind)
+    if sched is None or kind not in ("llvm", "c"):
+        return None
+    g = GroupDef(fn, consts, target)
+    out = g.build()
+    if isinstance(out.op, tdsl.te.PlaceholderOp):
+        return None
+    try:
+        sched(tdsl.create_schedule(out), out, g)
+    except TdslError:
+        return None
+    if g.explanation is None:
+        return None          # a hand strategy, or the rules did not hold
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+
+    def definition():
+        return [out], args
+    definition.__qualname__ = f"graph_group_{abs(hash(print_group_key(fn, consts)))}"
+    try:
+        s, _, res = auto_tune.tune(definition, (), target=target, timeout_s=seconds, log_file=log_file)
+    except TdslError:
+        return None
+    if res.best is None:
+        return None
+    return dict(s.explanation.params)      # the picked parameters that differ from the rules'
+
+
+def print_group_key(fn, consts):
+    from .text import print_function
+    return print_function(fn).split("(", 1)[1] + repr(sorted(consts))
+
+
+def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
+                  auto_params=None) -> Kernel:
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
         raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
                          "(tdsl.graph.strategy.register_schedule adds one)")
     g = GroupDef(fn, consts, target)
+    g.auto_params = auto_params
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
