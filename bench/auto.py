@@ -2,8 +2,8 @@
 (`--mcpu haswell` builds for another CPU this machine can run; `--quick` smaller sizes).
 
 Each row: one kernel, the auto schedule with no search (`tdsl.auto_schedule`), tdsl's hand
-schedule where one exists (tdsl.examples), and the reference (numpy, or onnxruntime where it
-is faster), all measured in this run; then auto/hand and auto/reference. Rates are GFLOP/s
+schedule where one exists (tdsl.examples), and the reference (the faster of numpy and
+onnxruntime on the same op, on the target's core count), all measured in this run; then auto/hand and auto/reference. Rates are GFLOP/s
 for contractions and GB/s (bytes read + written once) for the memory-bound kernels; each
 time is the best of several repeats (the machine is shared: the best is the least noisy).
 """
@@ -51,6 +51,32 @@ def run_tdsl(s, tensors, inputs, out_shape, ref):
     if not np.allclose(out, ref, rtol=2e-3, atol=2e-3):
         raise SystemExit(f"WRONG result: max error {np.abs(out - ref).max()}")
     return best_time(lambda: f(*inputs, out)), cs
+
+
+# --------------------------------------------------------------------------- onnxruntime
+
+def ort_op(op, inputs, out_shape, **attrs):
+    """A callable running one ONNX operator on `inputs` (numpy arrays, fed every call) with
+    onnxruntime, on as many threads as the target has cores; None without onnxruntime."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    names = [f"x{i}" for i in range(len(inputs))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                         for n, a in zip(names, inputs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = TARGET.num_cores
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feeds = dict(zip(names, inputs))
+    sess.run(None, feeds)
+    return lambda: sess.run(None, feeds)
 
 
 # --------------------------------------------------------------------------- definitions
@@ -137,7 +163,7 @@ def main():
     def rnd(*shape):
         return rng.standard_normal(shape, dtype=np.float32)
 
-    def row(name, unit, work, auto_def, hand, ref_fn, ref_name="numpy"):
+    def row(name, unit, work, auto_def, hand, ref_fn, ref_name="numpy", ort_fn=None):
         if opts.only and not any(w in name for w in opts.only.split(",")):
             return
         outs, tensors, inputs, ref = auto_def()
@@ -160,6 +186,10 @@ def main():
             ts, ttensors, _ = auto_tune.tune(definition, (), target=TARGET, timeout_s=opts.search)
             t_tuned, _ = run_tdsl(ts, ttensors, inputs, ref.shape, ref)
         t_ref = best_time(ref_fn)
+        if ort_fn is not None:
+            t_ort = best_time(ort_fn)
+            if t_ort < t_ref:
+                t_ref, ref_name = t_ort, "onnxruntime"
         r = lambda t: work / t / 1e9  # noqa: E731
         hand_txt = f"{r(t_hand):8.1f}" if t_hand else f"{'-':>8s}"
         ratio_h = f"{t_hand / t_auto:9.2f}" if t_hand else f"{'-':>9s}"
@@ -183,7 +213,8 @@ def main():
     def gemm_hand():
         s, t = gemm.register_blocked(n, n, n, target=TARGET)
         return s, t, [a, b], ref
-    row(f"gemm {n}", "GFLOP/s", 2.0 * n ** 3, gemm_auto, gemm_hand, lambda: np.matmul(a, b, out=c))
+    row(f"gemm {n}", "GFLOP/s", 2.0 * n ** 3, gemm_auto, gemm_hand, lambda: np.matmul(a, b, out=c),
+        ort_fn=ort_op("MatMul", [a, b], (n, n)))
 
     # conv2d 3x3 64->64 56x56, NCHW[x]c (the hand schedule's definition)
     C, H, W, CO = 64, 56 // q, 56 // q, 64
@@ -201,7 +232,8 @@ def main():
         s, t = kernels.conv2d_schedule(C, H, W, CO, target=TARGET)
         return s, t, [d, wp], cref_packed
     row(f"conv2d 3x3 {C}->{CO} {H}x{W}", "GFLOP/s", 2.0 * C * CO * 9 * H * W, conv_auto, conv_hand,
-        lambda: kernels.conv2d_reference(d, w), "numpy im2col")
+        lambda: kernels.conv2d_reference(d, w), "numpy im2col",
+        ort_fn=ort_op("Conv", [d[None], w], (1, CO, H, W), pads=[1, 1, 1, 1]))
 
     # batch matmul
     bb, bm, bk, bnn = 16, 256 // q, 64, 256 // q
@@ -213,7 +245,7 @@ def main():
         X, Y, Z = batch_matmul(bb, bm, bk, bnn)
         return Z, [X, Y, Z], [x, y], bref
     row(f"batch matmul {bb}x{bm}x{bk}x{bnn}", "GFLOP/s", 2.0 * bb * bm * bk * bnn, bmm_auto, None,
-        lambda: np.matmul(x, y, out=z))
+        lambda: np.matmul(x, y, out=z), ort_fn=ort_op("MatMul", [x, y], (bb, bm, bnn)))
 
     # depthwise conv 3x3
     dc, dh = 32, 112 // q
@@ -224,7 +256,8 @@ def main():
         D, Wt, O = depthwise(dc, dh, dh)
         return O, [D, Wt, O], [dd, dw], dref
     row(f"depthwise conv 3x3 {dc}ch {dh}x{dh}", "GFLOP/s", 2.0 * dc * dh * dh * 9, dw_auto, None,
-        lambda: depthwise_ref(dd, dw))
+        lambda: depthwise_ref(dd, dw),
+        ort_fn=ort_op("Conv", [dd[None], dw[:, None]], (1, dc, dh, dh), pads=[1, 1, 1, 1], group=dc))
 
     # bias + relu
     m = 4096 // q
@@ -243,7 +276,7 @@ def main():
     def br_np():
         np.add(xb, bb_, out=ob)
         np.maximum(ob, 0, out=ob)
-    row(f"bias+relu {m}x{m}", "GB/s", 8.0 * m * m, br_auto, br_hand, br_np)
+    row(f"bias+relu {m}x{m}", "GB/s", 8.0 * m * m, br_auto, br_hand, br_np)   # (ORT: two ops)
 
     # softmax
     sm, sn = 4096 // q, 1024
@@ -257,7 +290,8 @@ def main():
     def sm_hand():
         s, t = kernels.softmax_schedule(sm, sn, target=TARGET)
         return s, t, [xs], sref
-    row(f"softmax {sm}x{sn}", "GB/s", 8.0 * sm * sn, sm_auto, sm_hand, lambda: kernels.softmax_reference(xs))
+    row(f"softmax {sm}x{sn}", "GB/s", 8.0 * sm * sn, sm_auto, sm_hand, lambda: kernels.softmax_reference(xs),
+        ort_fn=ort_op("Softmax", [xs], (sm, sn), axis=1))
 
     # layernorm
     xl, gl, bl = rnd(sm, sn), rnd(sn), rnd(sn)
@@ -266,7 +300,8 @@ def main():
     def ln_auto():
         X, g, b_, Y = layernorm(sm, sn)
         return Y, [X, g, b_, Y], [xl, gl, bl], lref
-    row(f"layernorm {sm}x{sn}", "GB/s", 8.0 * sm * sn, ln_auto, None, lambda: layernorm_ref(xl, gl, bl))
+    row(f"layernorm {sm}x{sn}", "GB/s", 8.0 * sm * sn, ln_auto, None, lambda: layernorm_ref(xl, gl, bl),
+        ort_fn=ort_op("LayerNormalization", [xl, gl, bl], (sm, sn), axis=-1, epsilon=1e-5))
 
     # row sum
     rm = 8192 // q
@@ -277,7 +312,8 @@ def main():
     def rs_auto():
         X, R = row_sum(rm, rm)
         return R, [X, R], [xr], rref
-    row(f"row sum {rm}x{rm}", "GB/s", 4.0 * rm * rm, rs_auto, None, lambda: np.sum(xr, axis=1, out=rs))
+    row(f"row sum {rm}x{rm}", "GB/s", 4.0 * rm * rm, rs_auto, None, lambda: np.sum(xr, axis=1, out=rs),
+        ort_fn=ort_op("ReduceSum", [xr, np.array([1], np.int64)], (rm,), keepdims=0))
 
 
 if __name__ == "__main__":

@@ -295,7 +295,10 @@ class CPUScheduler:
         k, kext = raxes[-1], info.rextents[-1]
         if info.reduce_contiguous() and self.can_vectorize(dtype) and lanes >= 2 and \
                 (kext is None or kext >= lanes):
-            ko, ki = st.split(k, factor=lanes)
+            # several vectors of partial sums: independent add chains hide the add latency
+            nvec = max(1, min(self.p.unroll, (kext or BIG) // lanes))
+            width = lanes * nvec
+            ko, ki = st.split(k, factor=width)
             loop = None
             if work is not None and axes:
                 loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in
@@ -308,9 +311,10 @@ class CPUScheduler:
                 rst.compute_at(st, at)
             rst.reorder(*rst.op.reduce_axis, rst.op.axis[0])
             rst.vectorize(rst.op.axis[0])
-            self.rec.add(st, "rfactor-vectorize", f"split({k.var.name}, {lanes}); rfactor; "
+            self.rec.add(st, "rfactor-vectorize", f"split({k.var.name}, {width}); rfactor; "
                          "vectorize the partial sums", f"the reduction axis is the contiguous one: "
-                         f"{lanes} partial results per output, one per lane")
+                         f"{width} partial results per output ({nvec} vectors of {lanes} lanes: "
+                         "independent add chains)")
             return
         if axes and self.can_vectorize(dtype):
             last = axes[-1]
