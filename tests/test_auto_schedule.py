@@ -521,3 +521,14 @@ def test_graph_build_tunes_groups_without_a_hand_strategy():
     np.testing.assert_allclose(y1, y0, rtol=1e-4, atol=1e-5)
     with pytest.raises(tdsl.GraphError, match="tune_minutes"):
         G.build(mod, tune_minutes=-1)
+
+
+def test_gpu_auto_schedule_compiles_to_ptx():
+    from tdsl.runtime import cuda as rcuda
+    if not rcuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed")
+    A, B, C = _gemm(64, 48, 32)
+    m = tdsl.build(tdsl.auto_schedule(C, target="cuda"), [A, B, C], target="cuda")
+    src = m.get_source()
+    assert "__shared__" in src and "__syncthreads" in src, src
+    assert ".entry" in m.get_source("ptx")
