@@ -14,6 +14,8 @@ The order of the rules, and why:
      vector lanes, registers and FMA units) accumulates in a local cache_write buffer (or in
      the producer itself, computed inside its elementwise consumer's tile: the epilogue
      fusion); the reused operand's strided panel is copied once per column of tiles (packing);
+     when the operands are contiguous along the reduction instead (A @ B.T), a dot-product
+     tile: rows x cols vectors of partial sums along the reduction (rfactor, lanes last);
    - reduction: vectorized along the contiguous axis (rfactor over the lanes when that is
      the reduction axis); long reductions with too few outputs to keep the cores busy are
      split by rfactor into parallel partial sums;
