@@ -15,7 +15,8 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(HERE, "..", "tutorials", "*.ipynb")))
 def test_there_are_tutorials():
     names = [os.path.basename(p) for p in NOTEBOOKS]
     for expected in ("01_getting_started.ipynb", "02_schedule_primitives.ipynb",
-                     "03_optimizing_gemm_cpu.ipynb", "04_gpu_kernels.ipynb", "05_reductions.ipynb", "06_onnx_network.ipynb", "07_aot_export.ipynb", "08_autotuning.ipynb"):
+                     "03_optimizing_gemm_cpu.ipynb", "04_gpu_kernels.ipynb", "05_reductions.ipynb", "06_onnx_network.ipynb", "07_aot_export.ipynb", "08_autotuning.ipynb",
+                     "09_auto_scheduling.ipynb"):
         assert expected in names
 
 

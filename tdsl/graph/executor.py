@@ -15,7 +15,7 @@ from ..errors import ArgumentError, GraphError
 from .ir import Call, Const, Function, Module, Var
 from .memory import plan_memory
 from .passes import fuse_ops
-from .strategy import compile_group
+from .strategy import compile_group, tune_group
 from .text import print_function
 
 _KERNELS: Dict[tuple, object] = {}
@@ -25,13 +25,16 @@ def clear_kernel_cache():
     _KERNELS.clear()
 
 
-def _kernel(fn: Function, target, const_args: Dict[int, np.ndarray], stats):
+def _kernel(fn: Function, target, const_args: Dict[int, np.ndarray], stats, tuned=None):
     text = print_function(fn).split("(", 1)[1]
     key = (target, text, tuple(sorted(const_args)))
+    params = (tuned or {}).get(key)
+    if params:
+        key = key + (repr(sorted(params.items())),)
     k = _KERNELS.get(key)
     if k is None:
         t0 = time.perf_counter()
-        k = compile_group(fn, target, const_args, fn.name)
+        k = compile_group(fn, target, const_args, fn.name, auto_params=params)
         stats["compile_s"] += time.perf_counter() - t0
         stats["compiled"] += 1
         _KERNELS[key] = k
@@ -43,9 +46,11 @@ def _kernel(fn: Function, target, const_args: Dict[int, np.ndarray], stats):
 class Executor:
     """Runs a built graph: `exe.run(name=array, ...)` or `exe(*arrays)` -> list of arrays."""
 
-    def __init__(self, mod: Module, target="llvm"):
+    def __init__(self, mod: Module, target="llvm", tune_minutes=0.0, log_file=None):
         if not isinstance(mod, Module):
             raise GraphError(f"build: expected a tdsl.graph.Module, got {type(mod).__name__}")
+        if not isinstance(tune_minutes, (int, float)) or tune_minutes < 0:
+            raise GraphError(f"build: tune_minutes must be a number >= 0, got {tune_minutes!r}")
         fused = fuse_ops(mod)
         self.mod = fused
         self.target = target
@@ -73,6 +78,7 @@ class Executor:
             bufs[id(p)] = self.inputs[p.name]
         self._bufs = bufs
         packed_cache: Dict[tuple, np.ndarray] = {}
+        self.tuned = self._tune(fused, target, tune_minutes, log_file) if tune_minutes else {}
         self.steps: List[tuple] = []
         for n in self.plan.order:
             if not isinstance(n.op, Function):
@@ -80,7 +86,7 @@ class Executor:
             if n.type.size == 0 or id(n) in self.plan.aliases:
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-            k = _kernel(n.op, target, consts, self.stats)
+            k = _kernel(n.op, target, consts, self.stats, self.tuned)
             args = []
             for i in k.param_order:
                 a = n.args[i]
@@ -104,6 +110,28 @@ class Executor:
                 self._outputs.append(o.data)
             else:
                 self._outputs.append(bufs[id(o)])
+
+    def _tune(self, fused, target, minutes, log_file):
+        """The distinct groups without a hand strategy share `minutes` of search of the
+        auto-scheduler's parameters (tdsl.auto.tune); records go to `log_file` and are
+        reused by the next build. Returns {kernel key: parameters}."""
+        groups = {}
+        for n in self.plan.order:
+            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases:
+                consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+                key = (target, print_function(n.op).split("(", 1)[1], tuple(sorted(consts)))
+                groups.setdefault(key, (n.op, consts))
+        tuned, deadline = {}, time.perf_counter() + 60.0 * minutes
+        todo = list(groups.items())
+        for i, (key, (fn, consts)) in enumerate(todo):
+            left = deadline - time.perf_counter()
+            if left <= 1:
+                break
+            params = tune_group(fn, target, consts, fn.name, left / (len(todo) - i), log_file)
+            if params:
+                tuned[key] = params
+        self.stats["tuned"] = len(tuned)
+        return tuned
 
     @staticmethod
     def _bind(module, args):
@@ -196,7 +224,9 @@ class Executor:
                 f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
 
 
-def build(mod: Module, target: str = "llvm") -> Executor:
+def build(mod: Module, target: str = "llvm", tune_minutes: float = 0.0, log_file=None) -> Executor:
     """Compiles every fused group of `mod` for `target` and returns an Executor. An
-    unoptimized module is fused first (one kernel per operator chain)."""
-    return Executor(mod, target)
+    unoptimized module is fused first (one kernel per operator chain). `tune_minutes`: the
+    groups without a hand strategy share that much search of the auto-scheduler's
+    parameters (records in `log_file`, reused by later builds)."""
+    return Executor(mod, target, tune_minutes, log_file)

@@ -60,6 +60,9 @@ class GroupDef:
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # (tensor, info)
+        self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
+        self.auto_params = None   # their parameters, when tuned (tune_group)
+        self.explanation = None
 
     def param_tensor(self, i):
         if i not in self.placeholders:
@@ -353,6 +356,16 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
             and len(out.shape) >= 3:
         return _schedule_conv_rows(s, out, convs[0], parallel, g.target)
+    if g.use_auto:
+        # no hand strategy for this group: the auto-scheduler's rules (register tiles for
+        # contractions between activations, row groups, vectorized reductions); its
+        # decisions are kept on the group for inspection
+        from ..auto import apply_rules
+        params = dict(g.auto_params or {})
+        params.update(vectorize=vectorize and params.get("vectorize", True),
+                      parallel=parallel and params.get("parallel", True))
+        g.explanation = apply_rules(s, g.target, params)
+        return
     for t in _stages(out):
         if t is out or id(t) in keep:
             continue
@@ -548,22 +561,79 @@ def register_schedule(target_kind: str, fn: Callable):
     SCHEDULES[target_kind] = fn
 
 
-def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str) -> Kernel:
+AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran
+
+
+def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str, seconds: float,
+               log_file=None):
+    """Tunes the auto-scheduler's parameters for a group that has no hand strategy (the
+    search of tdsl.auto.tune, within `seconds`); returns them as a dict, or None when the
+    group has a hand strategy or no candidate beat the untuned schedule's correctness check."""
+    from ..auto import tune as auto_tune
+    kind = as_target(target).kind
+    sched = SCHEDULES.get(kind)
+    if sched is None or kind not in ("llvm", "c"):
+        return None
+    g = GroupDef(fn, consts, target)
+    out = g.build()
+    if isinstance(out.op, tdsl.te.PlaceholderOp):
+        return None
+    try:
+        sched(tdsl.create_schedule(out), out, g)
+    except TdslError:
+        return None
+    if g.explanation is None:
+        return None          # a hand strategy, or the rules did not hold
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+
+    def definition():
+        return [out], args
+    definition.__qualname__ = f"graph_group_{abs(hash(print_group_key(fn, consts)))}"
+    try:
+        s, _, res = auto_tune.tune(definition, (), target=target, timeout_s=seconds, log_file=log_file)
+    except TdslError:
+        return None
+    if res.best is None:
+        return None
+    return dict(s.explanation.params)      # the picked parameters that differ from the rules'
+
+
+def print_group_key(fn, consts):
+    from .text import print_function
+    return print_function(fn).split("(", 1)[1] + repr(sorted(consts))
+
+
+def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
+                  auto_params=None) -> Kernel:
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
         raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
                          "(tdsl.graph.strategy.register_schedule adds one)")
     g = GroupDef(fn, consts, target)
+    g.auto_params = auto_params
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
-    s = tdsl.create_schedule(out)
-    sched(s, out, g)
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
     try:
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
         mod = tdsl.build(s, args, target=target, name=name)
     except TdslError as e:
-        raise GraphError(f"build: kernel @{name} failed for target '{target}': {type(e).__name__}: {e}") from None
+        if g.explanation is None:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e).__name__}: {e}") from None
+        # the auto-scheduler's rules did not hold for this group: the plain schedule
+        AUTO_FALLBACKS.append((name, f"{type(e).__name__}: {e}"))
+        g.use_auto, g.explanation = False, None
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
+        try:
+            mod = tdsl.build(s, args, target=target, name=name)
+        except TdslError as e2:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e2).__name__}: {e2}") from None
     return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None)

@@ -1,0 +1,70 @@
+"""`tdsl.auto_schedule(outputs, target)`: a schedule derived from the compute definition and
+the target description, with no schedule or template written by the user.
+
+It returns an ordinary `Schedule` (an `AutoSchedule`, which only adds `explain()`): print
+it, edit it with the usual primitives, build it. `explain()` lists every rule applied, on
+which stage, what it did and why; the primitives themselves are in the schedule's trace.
+
+Rules live in small modules: `analysis` (what a definition's loads and axes say),
+`cpu` (llvm and c), `gpu` (cuda and opencl), `params` (the knobs a search may set),
+`record` (the explanation)."""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..schedule.schedule import Schedule
+from ..target import GPU_KINDS, as_target
+from ..te.tensor import ComputeOp, Operation, Tensor
+from .params import AutoParams
+from .record import Decision, Explanation
+
+
+class AutoSchedule(Schedule):
+    """A Schedule that remembers why it looks the way it does."""
+
+    explanation: Explanation = None
+
+    def explain(self) -> Explanation:
+        """The decisions taken: print it, or display it in Jupyter."""
+        return self.explanation
+
+
+def auto_schedule(outputs, target="llvm", params=None) -> AutoSchedule:
+    """A schedule for `outputs` (a tensor or a list of them) on `target` (a string or a
+    `tdsl.target.Target`), sized from the target's vector lanes, registers, FMA units and
+    cores. `params` (a dict or `AutoParams`) overrides the sizes the rules would derive."""
+    t = as_target(target)
+    outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    if not outs:
+        raise ScheduleError("auto_schedule: needs at least one output tensor")
+    for o in outs:
+        op = o.op if isinstance(o, Tensor) else o
+        if not isinstance(op, Operation):
+            raise ScheduleError(f"auto_schedule: outputs must be tensors, got {o!r}")
+        if not isinstance(op, ComputeOp):
+            raise ScheduleError(f"auto_schedule: output '{op.name}' is a placeholder (an input); "
+                                "there is nothing to compute")
+    p = AutoParams.of(params)
+    s = AutoSchedule(list(outs))
+    s.explanation = apply_rules(s, t, p)
+    return s
+
+
+def apply_rules(s, target="llvm", params=None) -> Explanation:
+    """Applies the rules to `s`, a schedule nothing was done to yet (the graph layer's
+    fallback for groups without a hand strategy); returns the explanation."""
+    t = as_target(target)
+    p = AutoParams.of(params)
+    rec = Explanation(t)
+    rec.params = p.changed()
+    if t.kind in GPU_KINDS:
+        from .gpu import schedule_gpu
+        schedule_gpu(s, t, rec, p)
+    else:
+        from .cpu import schedule_cpu
+        schedule_cpu(s, t, rec, p)
+    return rec
+
+
+from . import tune  # noqa: E402  (tdsl.auto.tune.tune: a search over the rules' parameters)
+
+__all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision"]

@@ -1,0 +1,143 @@
+"""A search on top of the rules: `tdsl.autotune` tunes the auto-scheduler's own parameters
+(register tile rows and vectors, operand packing, unroll, parallel tasks) for a definition,
+with its measurement pool, log and tuners; no template is written by the user.
+
+    def definition(n):                      # returns (outputs, tensors in argument order)
+        A, B, C = ...
+        return [C], [A, B, C]
+    s, tensors, res = tdsl.auto.tune(definition, (1024,), target="llvm", timeout_s=60)
+
+The tuning task is the registered template "tdsl.auto_schedule" over (definition name,
+target, *args); the definition function is looked up by its qualified name, so records in
+a log are found again by the next run that registers the same function."""
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..target import as_target
+from .params import AutoParams
+
+_DEFS = {}
+
+
+def register_definition(fn, name=None) -> str:
+    """Makes `fn(*args) -> (outputs, tensors)` tunable under `name` (default: its
+    qualified name); returns the name."""
+    if not callable(fn):
+        raise ScheduleError(f"auto.tune: the definition must be a function returning "
+                            f"(outputs, tensors), got {fn!r}")
+    name = name or f"{fn.__module__}.{fn.__qualname__}"
+    _DEFS[name] = fn
+    return name
+
+
+def _definition(name, args):
+    fn = _DEFS.get(name)
+    if fn is None:
+        raise ScheduleError(f"auto.tune: no definition registered as {name!r} "
+                            "(tdsl.auto.tune.register_definition)")
+    res = fn(*args)
+    if not (isinstance(res, tuple) and len(res) == 2):
+        raise ScheduleError(f"auto.tune: definition {name!r} must return (outputs, tensors)")
+    outs, tensors = res
+    return (outs if isinstance(outs, (list, tuple)) else [outs]), list(tensors)
+
+
+def _has_contraction(outs):
+    from ..schedule.schedule import Schedule
+    from .analysis import stage_infos
+    return any(i.is_reuse_reduction() for i in stage_infos(Schedule(list(outs))).values())
+
+
+def _template():
+    from .. import autotune
+    from . import auto_schedule
+
+    def auto_template(cfg, defname, target, *args):
+        outs, tensors = _definition(defname, args)
+        t = as_target(target)
+        if _has_contraction(outs):
+            # None: the rules' own choice (the default config is the untuned auto schedule)
+            cfg.define_knob("tile_rows", [None, 1, 2, 3, 4, 6, 7, 8, 12, 14, 16], default=None)
+            cfg.define_knob("tile_vecs", [None, 1, 2, 3, 4], default=None)
+            cfg.define_knob("pack", [None, True, False], default=None)
+        cfg.define_knob("unroll", [4, 1, 2, 8], default=4)
+        cfg.define_knob("chunks", [None, t.num_cores, 2 * t.num_cores, 8 * t.num_cores, 16 * t.num_cores],
+                        default=None)
+        p = AutoParams(unroll=cfg["unroll"].val, chunks=cfg["chunks"].val)
+        if _has_contraction(outs):
+            rows, vecs = cfg["tile_rows"].val, cfg["tile_vecs"].val
+            p.tile = (rows, vecs) if (rows or vecs) else None
+            p.pack = cfg["pack"].val
+        return auto_schedule(outs, target=t, params=p), tensors
+
+    try:
+        return autotune.get_template("tdsl.auto_schedule")
+    except Exception:
+        return autotune.template("tdsl.auto_schedule")(auto_template)
+
+
+def create_task(definition, args=(), target="llvm", **kw):
+    """The tuning task of `definition(*args)`'s auto schedule on `target`."""
+    from .. import autotune
+    name = register_definition(definition)
+    return autotune.create_task(_template(), args=(name, str(as_target(target)), *args),
+                                target=str(as_target(target)), **kw)
+
+
+def params_of(config: dict) -> AutoParams:
+    """The AutoParams a tuned config stands for."""
+    p = AutoParams(unroll=config.get("unroll", 4), chunks=config.get("chunks"))
+    rows, vecs = config.get("tile_rows"), config.get("tile_vecs")
+    if rows or vecs:
+        p.tile = (rows, vecs)
+    p.pack = config.get("pack")
+    return p
+
+
+def _confirm(task, configs, rounds=3):
+    """Re-times the candidate configs here, interleaved (`rounds` passes over all of them,
+    each keeping its best): on a shared machine one trial's timing can be lucky, and the
+    untuned config is always among the candidates, so the pick is never a measured loss."""
+    import numpy as np
+    inputs = task.make_inputs()
+    outs = [np.zeros(a.shape, a.dtype) for a in task.arg_specs if not a.is_input]
+    from ..build import build
+    mods = []
+    for c in configs:
+        sched, tensors = task.instantiate(task.config(c))
+        mods.append(build(sched, tensors, target=task.target, name="auto_candidate"))
+    best = [float("inf")] * len(mods)
+    for _ in range(rounds):
+        for n, m in enumerate(mods):
+            t = m.time_evaluator(number=1, repeat=3, min_repeat_ms=10)(*inputs, *outs).min
+            best[n] = min(best[n], t)
+    return configs[int(np.argmin(best))]
+
+
+def tune(definition, args=(), target="llvm", timeout_s=60.0, n_trial=None, tuner="random",
+         log_file=None, confirm=3, **kw):
+    """Tunes the auto-scheduler's parameters for `definition(*args)` within `timeout_s`;
+    returns (schedule, tensors, TuneResult) with the best schedule found. The `confirm` best
+    measured configs and the untuned one are timed again side by side before the pick."""
+    from .. import autotune
+    from . import auto_schedule
+    task = create_task(definition, args, target)
+    res = autotune.tune(task, tuner=tuner, n_trial=n_trial, timeout_s=timeout_s, log_file=log_file,
+                        progress=kw.pop("progress", False), **kw)
+    outs, tensors = _definition(task.args[0], args)
+    config = res.config
+    if config and confirm:
+        ok = sorted((r for r in res.records if r.ok), key=lambda r: r.seconds)
+        cands = []
+        for r in ok:
+            if r.config not in cands:
+                cands.append(dict(r.config))
+            if len(cands) >= confirm:
+                break
+        default = task.space.default_config().to_dict()
+        if default not in cands:
+            cands.append(default)
+        if len(cands) > 1:
+            config = _confirm(task, cands)
+    p = params_of(config) if config else None
+    return auto_schedule(outs, target=target, params=p), tensors, res
