@@ -148,7 +148,7 @@ class CPUScheduler:
                              f"operand of contraction '{tiled[0].op.name}': computed once, not per "
                              "use in the register tile")
                 continue
-            nreads = sum(len(self.infos[c].loads_of(st.op.output)) for c in self.readers[st])
+            nreads = sum(len(self.infos[c].loads_of(st.op.output(0))) for c in self.readers[st])
             if info.expensive and (len(readers) > 1 or nreads > 1):
                 self.rec.add(st, "materialize", "kept", "calls a costly intrinsic and is read "
                              f"{nreads} times: computed once")
@@ -176,7 +176,7 @@ class CPUScheduler:
             for c in readers:
                 cinfo = self.infos[c]
                 limit = attach[c][1] if c in attach else len(cinfo.axes)
-                for ld in cinfo.loads_of(st.op.output):
+                for ld in cinfo.loads_of(st.op.output(0)):
                     n = 0
                     while n < min(limit, len(ld.indices), len(cinfo.axes)) and \
                             ld.index_is_axis(n, cinfo.axes[n]):
@@ -225,7 +225,7 @@ class CPUScheduler:
             ci = self.infos[c]
             if len(ci.axes) != len(self.infos[st].axes) or ci.is_reduction:
                 return False
-            for ld in ci.loads_of(st.op.output):
+            for ld in ci.loads_of(st.op.output(0)):
                 if not all(ld.index_is_axis(n, ci.axes[n]) for n in range(len(ci.axes))):
                     return False
             if c is not T and not (c in inlined and self.identity_reads(c, T, inlined)):
@@ -249,14 +249,14 @@ class CPUScheduler:
         if info.is_reduction:
             self.reduce_inner(m, axes[lvl:], None)
         elif len(axes) > lvl:
-            self.vector_split(m, axes[-1], info.extents[-1], m.op.output.dtype)
+            self.vector_split(m, axes[-1], info.extents[-1], m.op.output(0).dtype)
 
     def elementwise(self, st, lvl, members):
         info = self.infos[st]
         axes, exts = list(st.op.axis), list(info.extents)
         if not axes:
             return
-        dtype = st.op.output.dtype
+        dtype = st.op.output(0).dtype
         work = info.outputs(BIG)
         if lvl:
             loop = self.row_loop(st, axes[:lvl], exts[:lvl], work)
@@ -291,7 +291,7 @@ class CPUScheduler:
         """Vectorizes a reduction's loops over `axes` (its spatial axes still unscheduled);
         with `work`, the outer spatial loops are made parallel too."""
         info = self.infos.get(st) or StageInfo(st.op)
-        dtype = st.op.output.dtype
+        dtype = st.op.output(0).dtype
         lanes = self.lanes(dtype)
         raxes = list(st.op.reduce_axis)
         k, kext = raxes[-1], info.rextents[-1]
@@ -305,7 +305,7 @@ class CPUScheduler:
             if work is not None and axes:
                 loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in
                                                  zip(axes, info.extents[-len(axes):])], work, "outputs")
-            rf = self.s.rfactor(st.op.output, ki)
+            rf = self.s.rfactor(st.op.output(0), ki)
             rst = self.s[rf]
             leaves = [iv for iv in st.leaf_iter_vars if iv.kind != "reduce"]
             at = leaves[-1] if leaves else loop
@@ -345,7 +345,7 @@ class CPUScheduler:
         n = next((i for i, e in enumerate(info.rextents) if e is None or e >= self.chunks), len(raxes) - 1)
         k = raxes[n]
         ko, ki = st.split(k, nparts=self.chunks)
-        rf = self.s.rfactor(st.op.output, ko)
+        rf = self.s.rfactor(st.op.output(0), ko)
         rst = self.s[rf]
         rinfo = StageInfo(rf.op)
         self.infos[rst] = rinfo
@@ -360,13 +360,13 @@ class CPUScheduler:
         moves contiguously with the innermost reduction axis (A @ B.T, attention's Q K^T):
         vectors along the reduction, not along the outputs."""
         info = self.infos[R]
-        if not self.can_vectorize(R.op.output.dtype) or self.lanes(R.op.output.dtype) < 2:
+        if not self.can_vectorize(R.op.output(0).dtype) or self.lanes(R.op.output(0).dtype) < 2:
             return False
         v, k = info.axes[-1], info.raxes[-1]
         if any(ld.contiguous_in(v) for ld in info.loads):
             return False
         ext = info.rextents[-1]
-        return all(ld.contiguous_in(k) for ld in info.loads if ld.uses(k)) and (ext is None or ext >= self.lanes(R.op.output.dtype))
+        return all(ld.contiguous_in(k) for ld in info.loads if ld.uses(k)) and (ext is None or ext >= self.lanes(R.op.output(0).dtype))
 
     def dot_tile(self, R, T):
         """A tile of rows x cols outputs, each accumulating a vector of partial sums along the
@@ -375,7 +375,7 @@ class CPUScheduler:
         s, info = self.s, self.infos[R]
         n = len(info.axes)
         v, r = n - 1, info.row_axis()
-        dtype = R.op.output.dtype
+        dtype = R.op.output(0).dtype
         lanes = self.lanes(dtype)
         regs = self.t.vector_registers
         side = max(x for x in range(1, 9) if x * x + 2 * x + 1 <= regs and x * x <= 3 * regs // 4)
@@ -389,10 +389,10 @@ class CPUScheduler:
         rows, cols = min(rows, ext_r or BIG), min(cols, ext_v or BIG)
         k = list(s[R].op.reduce_axis)[-1]
         ko, ki = s[R].split(k, factor=lanes)
-        rf = s.rfactor(R.op.output, ki, factor_axis=n)   # lanes last: contiguous partial sums
+        rf = s.rfactor(R.op.output(0), ki, factor_axis=n)   # lanes last: contiguous partial sums
         F = s[rf]
         owner = T if T is not None else R
-        O = s[owner.op.output]
+        O = s[owner.op.output(0)]
         if T is not None:
             self.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s tile",
                          "the elementwise consumer reads the sums while they are in cache")
@@ -430,7 +430,7 @@ class CPUScheduler:
         s, info = self.s, self.infos[R]
         n = len(info.axes)
         v, r = n - 1, info.row_axis()
-        dtype = R.op.output.dtype
+        dtype = R.op.output(0).dtype
         lanes = self.lanes(dtype) if self.can_vectorize(dtype) else 1
         ext_r, ext_v = info.extents[r], info.extents[v]
         mr, mv = ext_r or BIG, ext_v or BIG
@@ -447,9 +447,9 @@ class CPUScheduler:
         rows = max(1, min(rows, mr))
         nr = max(1, min(vecs * lanes, mv))
         owner = T if T is not None else R
-        out = owner.op.output
+        out = owner.op.output(0)
         if T is None:
-            local = s.cache_write(R.op.output, "local")
+            local = s.cache_write(R.op.output(0), "local")
             L = s[local]
             self.rec.add(R, "cache_write", "cache_write(local)", "the accumulator tile lives in "
                          "registers across the whole reduction; written out once")
@@ -485,7 +485,7 @@ class CPUScheduler:
         at = leaves[leaves.index(ri) - 1]
         L.compute_at(O, at)
         if operand is not None:
-            pk = s.cache_read(operand, "global", [L.op.output])
+            pk = s.cache_read(operand, "global", [L.op.output(0)])
             P = s[pk]
             # the panel is copied at the loop over column tiles (or the parallel loop that
             # contains it), so every row tile of that column reuses it

@@ -52,7 +52,7 @@ def schedule_gpu(s, target, rec, params):
             contraction(s, st, info, rec)
             continue
         if info.is_reduction:
-            local = s.cache_write(st.op.output, "local")
+            local = s.cache_write(st.op.output(0), "local")
             rec.add(st, "cache_write", "cache_write(local)", "each thread accumulates in a register")
         axes = list(st.op.axis)
         if not axes:
@@ -80,7 +80,7 @@ def contraction(s, st, info, rec):
     for ld in info.loads:
         if ld.tensor not in operands:
             operands.append(ld.tensor)
-    out = st.op.output
+    out = st.op.output(0)
     CL = s.cache_write(out, "local")
     shared = [s.cache_read(t, "shared", [CL]) for t in operands]
     ax = list(st.op.axis)
