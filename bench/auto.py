@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import add_target_option, print_target, target_from  # noqa: E402
+from common import add_target_option, print_target, target_from, timings  # noqa: E402
 
 import tdsl  # noqa: E402
 from tdsl.examples import gemm, kernels  # noqa: E402
@@ -26,19 +26,9 @@ TARGET = None
 
 
 def best_time(fn, number=3, repeat=7):
-    """Best of `repeat` timings of `number` calls after 0.1 s of warm-up (numpy's OpenBLAS
-    threads spin ~0.1 s after a matmul and would slow what runs next)."""
-    t_end = time.perf_counter() + 0.1
-    fn()
-    while time.perf_counter() < t_end:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
+    """The best of `repeat` timings of `number` calls, after a warm-up."""
+    ts = timings(fn, number, repeat)
+    return min(ts)
 
 
 def run_tdsl(s, tensors, inputs, out_shape, ref):

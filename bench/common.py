@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -35,3 +36,20 @@ def print_target(t) -> float:
     print(f"{'FMA peak':>12s}: {gflops:.1f} GFLOP/s fp32 (measured: {chains} FMA chains per core "
           f"on {t.num_cores} cores)\n")
     return gflops
+
+
+def timings(fn, number=3, repeat=7, warmup_s=0.1):
+    """`repeat` timings (seconds per call) of `number` calls each, after `warmup_s` of
+    untimed calls (numpy's OpenBLAS and onnxruntime's threads spin for ~0.1 s after a run
+    and would slow whatever runs next)."""
+    t_end = time.perf_counter() + warmup_s
+    fn()
+    while time.perf_counter() < t_end:
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        out.append((time.perf_counter() - t0) / number)
+    return out

@@ -19,26 +19,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl  # noqa: E402
 from tdsl.examples import gemm, kernels, peak  # noqa: E402
-from common import add_target_option, print_target, target_from  # noqa: E402
+from common import add_target_option, print_target, target_from, timings  # noqa: E402
 
 TARGET = None
 PEAK = None
 
 
 def median_time(fn, number=3, repeat=7):
-    """The median over `repeat` timings of `number` calls, after 0.1 s of warm-up (numpy's
-    OpenBLAS workers spin for ~0.1 s after a matmul and would slow whatever runs next)."""
-    t_end = time.perf_counter() + 0.1   # warm up; lets other thread pools go idle
-    fn()
-    while time.perf_counter() < t_end:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return sorted(times)[len(times) // 2]
+    """The median of `repeat` timings of `number` calls, after a warm-up."""
+    ts = timings(fn, number, repeat)
+    return sorted(ts)[len(ts) // 2]
 
 
 def build(make, *args, **kw):
