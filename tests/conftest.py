@@ -22,10 +22,7 @@ def pytest_addoption(parser):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    # the tuner's machine-wide timing lock is one fixed file per user, reused by every
-    # process (it must outlive them to be shared): not a leak
-    leaked = sorted(e for e in os.listdir(_TMP_DIR)
-                    if e.startswith("tdsl") and not e.startswith("tdsl-measure-"))
+    leaked = sorted(e for e in os.listdir(_TMP_DIR) if e.startswith("tdsl"))
     if leaked:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:

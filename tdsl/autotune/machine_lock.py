@@ -3,7 +3,8 @@
 Two Dask workers on one host, a `ThreadPoolExecutor`, or `n_parallel=2` all put several
 measuring processes on the same cores; a parallel kernel timed while another process
 compiles or times runs on fewer cores than it thinks and is misjudged. So measuring
-processes share a readers-writer lock on a file in the temp folder: building, the first
+processes share a readers-writer lock on a file beside the compile cache (`~/.cache/tdsl`,
+or `TDSL_CACHE_DIR`: a lasting place, not the temp folder): building, the first
 run and the reference computation hold it shared (they may overlap each other), timing
 holds it exclusively (nothing else measuring on this machine runs meanwhile).
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 
 try:
@@ -49,12 +49,16 @@ class MachineLock:
 
     def __init__(self, path=None):
         uid = os.getuid() if hasattr(os, "getuid") else 0
-        self.path = path or os.path.join(tempfile.gettempdir(), f"tdsl-measure-{uid}.lock")
+        if path is None:
+            from ..runtime import diskcache
+            path = os.path.join(os.path.dirname(diskcache.directory()), f"measure-{uid}.lock")
+        self.path = path
         self._pid = None
         self._fds = None
 
     def _open(self):
         if self._pid != os.getpid():          # new process: own open files, own locks
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._fds = tuple(os.open(p, os.O_RDWR | os.O_CREAT, 0o666)
                               for p in (self.path + ".gate", self.path))
             self._pid = os.getpid()
