@@ -26,10 +26,11 @@ from tdsl.graph import models  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
 
 
-def _ort_session(model):
+def _ort_session(model, threads=0):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.intra_op_num_threads = threads      # 0: onnxruntime's default (one per core)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 

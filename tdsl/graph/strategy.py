@@ -83,6 +83,7 @@ class GroupDef:
         return t
 
     def build(self):
+        topi.reset_names()
         env = {}
         for i, p in enumerate(self.fn.params):
             env[id(p)] = i

@@ -15,6 +15,13 @@ import tdsl
 _names = itertools.count()
 
 
+def reset_names():
+    """Numbers names from 0 again: each group's kernel then gets the same names in every
+    build, so its compile-cache keys match across builds in one process too."""
+    global _names
+    _names = itertools.count()
+
+
 def uname(base):
     return f"{base.replace('.', '_')}_{next(_names)}"
 

@@ -1,0 +1,115 @@
+"""Real architectures exported from torch to ONNX at call time (random weights, nothing is
+downloaded): the torchvision classification models and small transformers built from
+their configs, as people's own exported networks look. Needs the `zoo` extra (torch,
+torchvision, transformers); each model's builder imports only what it uses.
+
+    model = tdsl.graph.zoo.export("resnet18")          # an onnx.ModelProto, batch 1, 224x224
+    model = tdsl.graph.zoo.export("bert", dynamic=True) # batch and sequence left symbolic
+"""
+from __future__ import annotations
+
+import io
+from typing import Callable, Dict, Tuple
+
+import numpy as np
+
+from ..errors import GraphError
+
+OPSET = 17
+
+
+def _torchvision(name, **kw):
+    def make():
+        import torchvision
+        return getattr(torchvision.models, name)(weights=None, **kw), ((1, 3, 224, 224), "float32")
+    return make
+
+
+def _bert():
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                     vocab_size=30522, max_position_embeddings=512)
+    return _first_output(BertModel(cfg)), ((1, 128), "int64")
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_embd=256, n_layer=2, n_head=4, n_positions=512, vocab_size=50257, use_cache=False)
+    return _first_output(GPT2LMHeadModel(cfg)), ((1, 128), "int64")
+
+
+def _first_output(model):
+    """A transformers model as a torch module of the token ids returning its first output."""
+    import torch
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            # an explicit mask: without one, transformers looks for packed sequences with
+            # torch.diff, which the ONNX exporter does not know
+            return self.m(input_ids=ids, attention_mask=torch.ones_like(ids), return_dict=False)[0]
+    return FirstOutput()
+
+
+# name -> builder returning (torch module, (input shape, input dtype))
+MODELS: Dict[str, Callable[[], Tuple[object, tuple]]] = {
+    "resnet18": _torchvision("resnet18"),
+    "mobilenet_v2": _torchvision("mobilenet_v2"),
+    "mobilenet_v3_small": _torchvision("mobilenet_v3_small"),
+    "squeezenet1_1": _torchvision("squeezenet1_1"),
+    "efficientnet_b0": _torchvision("efficientnet_b0"),
+    "shufflenet_v2_x1_0": _torchvision("shufflenet_v2_x1_0"),
+    "regnet_y_400mf": _torchvision("regnet_y_400mf"),
+    "resnet50": _torchvision("resnet50"),
+    "densenet121": _torchvision("densenet121"),
+    "convnext_tiny": _torchvision("convnext_tiny"),
+    "vit_b_16": _torchvision("vit_b_16"),
+    "bert": _bert,
+    "gpt2": _gpt2,
+}
+
+
+def example_input(name, seed=0):
+    """A random input for model `name` (token ids below 1000 for the transformers)."""
+    shape, dtype = _spec(name)[1]
+    rng = np.random.default_rng(seed)
+    if dtype == "int64":
+        return rng.integers(0, 1000, shape).astype(np.int64)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+_SPECS: Dict[str, tuple] = {}
+
+
+def _spec(name):
+    if name not in MODELS:
+        raise GraphError(f"zoo: unknown model '{name}'; the models are {', '.join(MODELS)}")
+    if name not in _SPECS:
+        _SPECS[name] = MODELS[name]()
+    return _SPECS[name]
+
+
+def export(name: str, dynamic: bool = False, seed: int = 0):
+    """Model `name` exported by `torch.onnx.export` (opset 17, eval mode, weights from
+    `seed`) as an `onnx.ModelProto`. `dynamic=True` leaves the batch (and the sequence
+    of the transformers) symbolic, as exports for serving do."""
+    import onnx
+    import torch
+    torch.manual_seed(seed)
+    _SPECS.pop(name, None)
+    module, (shape, dtype) = _spec(name)
+    module.eval()
+    x = torch.from_numpy(example_input(name, seed))
+    axes = None
+    if dynamic:
+        axes = {"input": {0: "batch"} if dtype == "float32" else {0: "batch", 1: "sequence"},
+                "output": {0: "batch"}}
+    buf = io.BytesIO()
+    # traced with gradients on: under no_grad torchvision's attention takes a fused fast
+    # path (aten::_native_multi_head_attention) that has no ONNX export
+    torch.onnx.export(module, (x,), buf, opset_version=OPSET, input_names=["input"],
+                      output_names=["output"], dynamic_axes=axes, dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
