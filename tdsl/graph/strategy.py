@@ -506,7 +506,14 @@ def _schedule_dense_packed(s, out, info, parallel, target):
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
     mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
     s[out].vectorize(ni)
-    s[D].compute_at(s[out], no)
+    # the operand re-read by the inner tile loop should be the smaller one: with more
+    # weight columns than rows (a language model's vocabulary projection: 50k x 256
+    # weights, 128 rows) the columns go outside, so each packed weight panel streams from
+    # memory once instead of once per row block
+    cols_outer = N > M
+    if cols_outer:
+        s[out].reorder(no, mo, mi, ni)
+    s[D].compute_at(s[out], mo if cols_outer else no)
     mc, nc = s[D].op.axis
     (k,) = s[D].op.reduce_axis
     nco, nci = s[D].split(nc, factor=lanes)
@@ -519,13 +526,15 @@ def _schedule_dense_packed(s, out, info, parallel, target):
         return
     # a fused loop keeps a guard in its body when a tile is ragged: parallelize the
     # unfused loop instead, so that loop partitioning peels the ragged tiles off
+    outer, inner = (no, mo) if cols_outer else (mo, no)
+    outer_n = -(-N // nr) if cols_outer else -(-M // mr)
     if M % mr == 0 and N % nr == 0:
-        s[out].parallel(s[out].fuse(mo, no))
-    elif M // mr >= 2 * target.num_cores:
-        s[out].parallel(mo)
+        s[out].parallel(s[out].fuse(outer, inner))
+    elif outer_n >= 2 * target.num_cores:
+        s[out].parallel(outer)
     else:
-        s[out].reorder(no, mo, mi, ni)
-        s[out].parallel(no)
+        s[out].reorder(inner, outer, mi, ni)
+        s[out].parallel(inner)
 
 
 def schedule_gpu(s, out, g, threads=128):
