@@ -7,7 +7,8 @@ import numpy as np
 SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu Sigmoid Tanh Erf "
              "Exp Log Sqrt Clip Softmax LayerNormalization BatchNormalization MaxPool AveragePool "
              "GlobalAveragePool ReduceMean ReduceSum ReduceMax ReduceMin Reshape Flatten Transpose Concat Split "
-             "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape").split()
+             "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape "
+             "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements").split()
 
 
 def cases():

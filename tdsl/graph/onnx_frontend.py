@@ -805,3 +805,7 @@ def _gelu(ctx, node, ins, attrs):
         t = ctx.call("add", [ctx.call("erf", [ctx.call("multiply", [x, _const_like(1 / math.sqrt(2), dt)])]),
                              _const_like(1, dt)])
     return ctx.call("multiply", [ctx.call("multiply", [x, t]), _const_like(0.5, dt)])
+
+
+# the operator families that live in sibling modules register themselves on import
+from . import onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401

@@ -107,6 +107,30 @@ for _n, (_f, _fl) in UNARY.items():
     register(_n, "elemwise", _unary_infer(_fl), _f, _defs, _req)
 
 register("logical_not", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.logical_not(x))
+
+
+def _hard_sigmoid_ref(x, a):
+    x64 = x.astype(np.float64)
+    return np.clip(x64 * a["alpha"] + a["beta"], 0, 1).astype(x.dtype)
+
+
+register("nn.hard_sigmoid", "elemwise", _unary_infer(True), _hard_sigmoid_ref, {"alpha": 0.2, "beta": 0.5})
+register("nn.hard_swish", "elemwise", _unary_infer(True),
+         lambda x, a: (x.astype(np.float64) * np.clip(x.astype(np.float64) / 6 + 0.5, 0, 1)).astype(x.dtype))
+register("isnan", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.isnan(x))
+
+
+def _isinf_ref(x, a):
+    r = np.isinf(x)
+    if not a["detect_positive"]:
+        r &= x < 0
+    if not a["detect_negative"]:
+        r &= x > 0
+    return r
+
+
+register("isinf", "elemwise", _unary_infer(out_dtype="bool"), _isinf_ref,
+         {"detect_positive": True, "detect_negative": True})
 register("cast", "elemwise", lambda t, a: (_nargs(t, 1), TensorType(t[0].shape, a["dtype"]))[1],
          lambda x, a: x.astype(a["dtype"]), required=("dtype",))
 
@@ -147,12 +171,27 @@ def _power(a, b):
     return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
 
 
+def _floor_mod(a, b):
+    if a.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            return np.where(b == 0, 0, np.mod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+    return np.mod(a, b).astype(a.dtype)
+
+
+def _trunc_mod(a, b):
+    if a.dtype.kind in "iu":
+        return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+    return np.fmod(a, b).astype(a.dtype)
+
+
 BINARY = {
     "add": (lambda a, b, t: (a + b).astype(a.dtype), None, True),
     "subtract": (lambda a, b, t: (a - b).astype(a.dtype), None, True),
     "multiply": (lambda a, b, t: (a * b).astype(a.dtype), None, True),
     "divide": (lambda a, b, t: _int_div(a, b), None, True),
     "power": (lambda a, b, t: _power(a, b), None, False),
+    "floor_mod": (lambda a, b, t: _floor_mod(a, b), None, True),   # Python's %: the sign of b
+    "trunc_mod": (lambda a, b, t: _trunc_mod(a, b), None, True),   # C's fmod: the sign of a
     "maximum": (lambda a, b, t: np.maximum(a, b), None, True),
     "minimum": (lambda a, b, t: np.minimum(a, b), None, True),
     "equal": (lambda a, b, t: np.equal(a, b), "bool", True),
@@ -641,6 +680,29 @@ def _take_ref(x, idx, a):
 
 
 register("take", "injective", _take_infer, _take_ref, {"axis": 0})
+
+
+def _gather_elements_infer(types, attrs):
+    _nargs(types, 2)
+    x, idx = types
+    ax = attrs["axis"]
+    if not 0 <= ax < x.ndim:
+        raise GraphError(f"axis {ax} out of range for rank {x.ndim}")
+    if not idx.dtype.startswith(("int", "uint")):
+        raise GraphError(f"indices must be integers, got {idx.dtype}")
+    if idx.ndim != x.ndim or any(idx.shape[d] > x.shape[d] for d in range(x.ndim) if d != ax):
+        raise GraphError(f"indices {idx} do not fit data {x} (same rank, no larger off axis {ax})")
+    return TensorType(idx.shape, x.dtype)
+
+
+def _gather_elements_ref(x, idx, a):
+    ax = a["axis"]
+    i = np.where(idx < 0, idx + x.shape[ax], idx)
+    return np.take_along_axis(x[tuple(slice(0, s) if d != ax else slice(None) for d, s in enumerate(idx.shape))],
+                              i, axis=ax)
+
+
+register("gather_elements", "injective", _gather_elements_infer, _gather_elements_ref, {"axis": 0})
 
 
 def _pad_infer(types, attrs):

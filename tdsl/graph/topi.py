@@ -72,7 +72,24 @@ UNARY_EXPR = {
     "nn.leaky_relu": lambda x, a: tdsl.if_then_else(x >= c(0, x.dtype), x, x * c(a["alpha"], x.dtype)),
     "clip": lambda x, a: tdsl.max(tdsl.min(x, _clip_const(a["a_max"], x.dtype)), _clip_const(a["a_min"], x.dtype)),
     "cast": lambda x, a: _cast(x, a["dtype"]),
+    "nn.hard_sigmoid": lambda x, a: _clamp01(x * c(a["alpha"], x.dtype) + c(a["beta"], x.dtype)),
+    "nn.hard_swish": lambda x, a: x * _clamp01(x / c(6, x.dtype) + c(0.5, x.dtype)),
+    "isnan": lambda x, a: tdsl.isnan(x),
+    "isinf": lambda x, a: _isinf(x, a),
 }
+
+
+def _clamp01(v):
+    return tdsl.max(tdsl.min(v, c(1, v.dtype)), c(0, v.dtype))
+
+
+def _isinf(x, a):
+    r = tdsl.isinf(x)
+    if not a["detect_positive"]:
+        r = r & (x < c(0, x.dtype))
+    if not a["detect_negative"]:
+        r = r & (x > c(0, x.dtype))
+    return r
 
 
 def _clip_const(v, dt):
@@ -97,6 +114,16 @@ def _div(a, b):
     return tdsl.if_then_else(tdsl.all(q * b != a, (a < c(0, a.dtype)) != (b < c(0, b.dtype))), q + c(1, a.dtype), q)
 
 
+def _floor_mod(a, b):
+    if _is_float(a.dtype):
+        r = tdsl.fmod(a, b)
+        zero = c(0, a.dtype)
+        return tdsl.if_then_else(tdsl.all(r != zero, (r < zero) != (b < zero)), r + b, r)
+    # tdsl's % on integers has Python's floor meaning already; ONNX leaves x % 0 undefined,
+    # numpy (our reference) gives 0, so guard the divisor rather than trap
+    return tdsl.if_then_else(b == c(0, b.dtype), c(0, a.dtype), a % tdsl.if_then_else(b == c(0, b.dtype), c(1, b.dtype), b))
+
+
 def _pow(a, b):
     if _is_float(a.dtype):
         return tdsl.power(a, tdsl.cast(b, a.dtype))
@@ -110,6 +137,8 @@ BINARY_EXPR = {
     "multiply": lambda a, b: a * b,
     "divide": _div,
     "power": _pow,
+    "floor_mod": _floor_mod,
+    "trunc_mod": lambda a, b: tdsl.fmod(a, b),
     "maximum": lambda a, b: tdsl.max(a, b),
     "minimum": lambda a, b: tdsl.min(a, b),
     "equal": lambda a, b: a == b,
@@ -239,6 +268,18 @@ def take(ins, attrs, out):
         j = tdsl.if_then_else(j < 0, j + n, j)
         return x[i[:ax] + (j,) + i[ax + k:]]
     return tdsl.compute(out.shape, f, name=uname("take"))
+
+
+def gather_elements(ins, attrs, out):
+    x, idx = ins
+    ax = attrs["axis"]
+    n = shape_of(x)[ax]
+
+    def f(*i):
+        j = tdsl.cast(idx[i], "int32")
+        j = tdsl.if_then_else(j < 0, j + n, j)
+        return x[i[:ax] + (j,) + i[ax + 1:]]
+    return tdsl.compute(out.shape, f, name=uname("gather_elements"))
 
 
 def pad(ins, attrs, out):
@@ -539,7 +580,7 @@ for _op in BINARY_EXPR:
 TE.update({
     "where": where, "nn.bias_add": bias_add, "nn.batch_norm": batch_norm, "reshape": reshape,
     "transpose": transpose, "concatenate": concatenate, "strided_slice": strided_slice,
-    "take": take, "nn.pad": pad, "broadcast_to": broadcast_to, "nn.global_avg_pool": global_avg_pool,
+    "take": take, "gather_elements": gather_elements, "nn.pad": pad, "broadcast_to": broadcast_to, "nn.global_avg_pool": global_avg_pool,
     "nn.softmax": softmax(), "nn.log_softmax": softmax(True), "nn.layer_norm": layer_norm,
     "nn.matmul": matmul, "nn.dense": dense_generic,
 })
