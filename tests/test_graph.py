@@ -134,6 +134,18 @@ def test_passes_fold_simplify_bn_fusion():
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("e, ops", [(3.0, ["multiply", "multiply"]), (2.0, ["multiply"]), (0.5, ["sqrt"]),
+                                    (1.0, []), (2.5, ["power"])])
+def test_simplify_constant_powers(e, ops):
+    x = Var("x", TensorType((2, 5), "float32"))
+    mod = Module(Function("main", [x], [Call("power", [x, Const(np.full((5,), e, np.float32))])]))
+    s = G.simplify(mod)
+    assert [n.op for n in s.main.nodes()] == ops
+    xv = np.random.default_rng(0).uniform(0.5, 2, (2, 5)).astype(np.float32)
+    out = G.build(G.optimize(mod)).run(xv)[0]
+    np.testing.assert_allclose(out, xv ** np.float32(e), rtol=1e-6)
+
+
 def test_constant_folding_and_cse():
     x = Var("x", TensorType((4,), "float32"))
     a = Const(np.arange(4, dtype=np.float32))
@@ -158,6 +170,27 @@ def test_memory_plan_reuses_buffers():
     assert exe.peak_memory_bytes == plan.peak_bytes
     assert len(plan.aliases) == 1                 # the flatten before fc is a view, no kernel
     assert len(exe.steps) == len(mod.main.nodes()) - 1
+
+
+def test_reshaped_output_is_written_in_place():
+    # out1 = reshape(dense(x) + b) is a graph output: the dense writes straight into it
+    # (no copy kernel); out2 reads the same intermediate, so it must still hold the data
+    x = Var("x", TensorType((6, 8), "float32"))
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    y = Call("add", [Call("nn.dense", [x, Const(w)], {"units": 5}), Const(b)])
+    out1 = Call("reshape", [y], {"newshape": [2, 3, 5]})
+    out2 = Call("nn.relu", [y])
+    mod = G.optimize(Module(Function("main", [x], [out1, out2])))
+    plan = G.plan_memory(mod)
+    assert len(plan.output_views) == 1
+    exe = G.build(mod)
+    assert len(exe.steps) == len(mod.main.nodes()) - 1
+    xv = rng.standard_normal((6, 8)).astype(np.float32)
+    a, r = exe.run(xv)
+    ref = xv @ w.T + b
+    np.testing.assert_allclose(a, ref.reshape(2, 3, 5), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
 
 
 def test_executor_api_and_errors():

@@ -65,13 +65,17 @@ class Executor:
         outputs = {id(o) for o in fn.outputs}
         for p in fn.params:
             bufs[id(p)] = self.inputs[p.name]
+        views = self.plan.output_views
+        for n in self.plan.order:
+            if id(n) in outputs:
+                bufs[id(n)] = np.empty(n.type.shape, n.type.dtype)
         for n in self.plan.order:
             t = n.type
-            if id(n) in self.plan.aliases:
+            if id(n) in views:
+                bufs[id(n)] = bufs[views[id(n)]].reshape(t.shape)
+            elif id(n) in self.plan.aliases:
                 bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
-            elif id(n) in outputs:
-                bufs[id(n)] = np.empty(t.shape, t.dtype)
-            else:
+            elif id(n) not in outputs:
                 off = base + self.plan.offsets[id(n)]
                 bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
         for p in fn.params:
@@ -83,7 +87,7 @@ class Executor:
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
-            if n.type.size == 0 or id(n) in self.plan.aliases:
+            if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values():
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             k = _kernel(n.op, target, consts, self.stats, self.tuned)

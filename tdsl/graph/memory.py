@@ -2,7 +2,9 @@
 whose lifetimes (first definition to last use, in execution order) do not overlap share
 bytes. Greedy first fit over the values in order of definition, offsets aligned to 64.
 A group that only reshapes an intermediate or an input is an alias: it gets no buffer and
-no kernel (the executor views its input), and its input lives as long as the alias."""
+no kernel (the executor views its input), and its input lives as long as the alias. When
+such a reshape is an output of the graph, its input is computed straight into the output's
+buffer instead (`plan.output_views`): no copy kernel for a reshaped result."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -43,10 +45,15 @@ def plan_memory(mod: Module) -> MemoryPlan:
     pos = {id(n): i for i, n in enumerate(order)}
     outputs = {id(o) for o in fn.outputs}
     root: Dict[int, int] = {}
+    output_views: Dict[int, int] = {}     # intermediate -> the output reshaping it
     for n in order:
         if is_alias(n, outputs):
             a = n.args[0]
             root[id(n)] = root.get(id(a), id(a))
+        elif id(n) in outputs and is_alias(n) and isinstance(n.args[0], Call):
+            a = id(n.args[0])
+            if a not in outputs and a not in root and a not in output_views:
+                output_views[a] = id(n)
     last_use: Dict[int, int] = {}
     for i, n in enumerate(order):
         for a in n.args:
@@ -57,7 +64,7 @@ def plan_memory(mod: Module) -> MemoryPlan:
     offsets, sizes = {}, {}
     peak = total = 0
     for i, n in enumerate(order):
-        if id(n) in outputs or id(n) in root:
+        if id(n) in outputs or id(n) in root or id(n) in output_views:
             continue      # outputs get their own buffers; aliases share their input's
         live = [b for b in live if b[2] >= i]
         size = _align(max(n.type.nbytes, 1))
@@ -74,4 +81,5 @@ def plan_memory(mod: Module) -> MemoryPlan:
         peak = max(peak, off + size)
     plan = MemoryPlan(offsets, sizes, peak, total, order)
     plan.aliases = root
+    plan.output_views = output_views
     return plan

@@ -102,6 +102,19 @@ def simplify(mod: Module) -> Module:
                     and cst.type.shape[-1] in (1, last) and all(d == 1 for d in cst.type.shape[:-1])):
                 moved = Call(op, [inner, Const(cst.data.reshape(-1))], n.attrs, n.span)
                 return Call("reshape", [moved], r.attrs, r.span)
+        if op == "power" and isinstance(args[1], Const) and args[1].data.size \
+                and n.type == args[0].type:
+            # a constant small exponent (GPT-2's tanh GELU has x ** 3): multiplies or a
+            # square root, not a libm pow call per element
+            e = args[1].data.reshape(-1)
+            x = args[0]
+            if np.all(e == e[0]) and float(e[0]) in (1.0, 2.0, 3.0, 4.0):
+                r = x
+                for _ in range(int(e[0]) - 1):
+                    r = Call("multiply", [r, x], {}, n.span)
+                return r
+            if np.all(e == 0.5) and x.type.dtype.startswith("float"):
+                return Call("sqrt", [x], {}, n.span)
         if op == "copy" or (op == "cast" and args[0].type.dtype == n.attrs["dtype"]):
             return args[0]
         if op == "reshape":
