@@ -85,12 +85,15 @@ class Const(Expr):
     __slots__ = ("data",)
 
     def __init__(self, data):
+        # any strides (a folded weight transpose stays a view: copying ViT's weights twice
+        # cost a third of its build); kernels get contiguous copies or packed layouts
         arr = np.asarray(data)
-        if not arr.flags.c_contiguous:
-            arr = arr.copy(order="C")     # (np.ascontiguousarray would make 0-d arrays 1-d)
+        if arr.flags.writeable and arr.flags.owndata:
+            arr.setflags(write=False)
+        elif arr.flags.writeable:
+            arr = arr.view()
+            arr.setflags(write=False)
         self.data = arr
-        if self.data.flags.writeable and self.data.flags.owndata:
-            self.data.setflags(write=False)
         self.type = TensorType(self.data.shape, str(self.data.dtype))
 
     def __repr__(self):

@@ -192,9 +192,13 @@ def dense_fast(g: GroupDef, n):
     nb = -(-N // lanes)
 
     def pack(w):
-        wp = np.zeros((nb * lanes, K), w.dtype)
-        wp[:N] = w
-        return np.ascontiguousarray(wp.reshape(nb, lanes, K).transpose(0, 2, 1))
+        # from w.T, (K, N): contiguous when w is a folded transpose of MatMul's (K, N)
+        # weights, so packing is one copy of `lanes`-long runs, not a transpose
+        wp = w.T
+        if N % lanes:
+            wp = np.zeros((K, nb * lanes), w.dtype)
+            wp[:, :N] = w.T
+        return np.ascontiguousarray(wp.reshape(K, nb, lanes).transpose(1, 0, 2))
     Wp = g.packed_param(wi, (nb, K, lanes), pack)
     k = tdsl.reduce_axis((0, K), "k")
     D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // lanes, k, j % lanes], axis=k), name=topi.uname("dense"))

@@ -102,6 +102,12 @@ def export(name: str, dynamic: bool = False, seed: int = 0):
     _SPECS.pop(name, None)
     module, (shape, dtype) = _spec(name)
     module.eval()
+    with torch.no_grad():
+        # parameters initialised to zero (ViT's classifier, class token) get small random
+        # values: a network whose output is its zero bias would match anything
+        for p in module.parameters():
+            if not p.any():
+                p.normal_(0.0, 0.02)
     x = torch.from_numpy(example_input(name, seed))
     axes = None
     if dynamic:
