@@ -27,12 +27,22 @@ def cases():
     return out
 
 
-def run_case(case, optimize=True, rtol=1e-3, atol=1e-7):
+def _array(v):
+    """Some cases (Cast) hold onnx.TensorProto values instead of numpy arrays."""
+    import onnx
+    if isinstance(v, onnx.TensorProto):
+        from onnx import numpy_helper
+        return numpy_helper.to_array(v)
+    return v
+
+
+def run_case(case, optimize=True, rtol=1e-3, atol=1e-7, target="llvm"):
     """rtol/atol: the defaults of onnx.backend.test."""
     # imports, optimizes, builds and runs one case; raises AssertionError on a mismatch
     import tdsl.graph as G
     from tdsl.errors import GraphError
-    inputs0 = case.data_sets[0][0]
+    data_sets = [([_array(v) for v in ins], [_array(v) for v in outs]) for ins, outs in case.data_sets]
+    inputs0 = data_sets[0][0]
     names0 = [i.name for i in case.model.graph.input][:len(inputs0)]
     bind = {}
     try:
@@ -45,8 +55,8 @@ def run_case(case, optimize=True, rtol=1e-3, atol=1e-7):
         mod = G.from_onnx(case.model, bind=bind)
     if optimize:
         mod = G.optimize(mod)
-    exe = G.build(mod)
-    for inputs, expected in case.data_sets:
+    exe = G.build(mod, target=target)
+    for inputs, expected in data_sets:
         names = [i.name for i in case.model.graph.input][:len(inputs)]
         feed = dict(zip(names, inputs))
         names = [n for n in names if n not in bind]

@@ -596,19 +596,27 @@ def _gmp(ctx, node, ins, attrs):
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 
 
-@converter(*_REDUCE)
-def _reduce(ctx, node, ins, attrs):
-    x = ins[0]
+def reduce_axes(ctx, x, ins, attrs):
+    """The sorted axes a Reduce* node reduces (attribute, or input from opset 18 on), or
+    None when it reduces nothing (empty axes with noop_with_empty_axes)."""
     axes = None
     if len(ins) > 1 and ins[1] is not None:
-        axes = [int(a) for a in ctx.static(ins[1], "axes")]
+        axes = [int(a) for a in np.asarray(ctx.static(ins[1], "axes")).reshape(-1)]
     elif "axes" in attrs:
         axes = list(attrs["axes"])
     if not axes:
         if attrs.get("noop_with_empty_axes", 0):
-            return ctx.call("copy", [x])
+            return None
         axes = list(range(x.type.ndim))
-    axes = sorted(_axis(a, x.type.ndim) for a in axes)
+    return sorted({_axis(a, x.type.ndim) for a in axes})
+
+
+@converter(*_REDUCE)
+def _reduce(ctx, node, ins, attrs):
+    x = ins[0]
+    axes = reduce_axes(ctx, x, ins, attrs)
+    if axes is None:
+        return ctx.call("copy", [x])
     return ctx.call(_REDUCE[node.op_type], [x], axis=axes, keepdims=bool(attrs.get("keepdims", 1)))
 
 

@@ -752,3 +752,7 @@ def evaluate(call_op, attrs, arrays: List[np.ndarray]):
     with np.errstate(all="ignore"):
         r = np.asarray(opdef.ref(*arrays, attrs))
     return r if r.flags.c_contiguous else r.copy(order="C")
+
+
+# position-dependent operators (trilu, cumsum, top-k, max-pool indices) register themselves
+from . import ops_index  # noqa: E402,F401
