@@ -8,7 +8,8 @@ SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu 
              "Exp Log Sqrt Clip Softmax LayerNormalization BatchNormalization MaxPool AveragePool "
              "GlobalAveragePool ReduceMean ReduceSum ReduceMax ReduceMin Reshape Flatten Transpose Concat Split "
              "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape "
-             "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements").split()
+             "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements ReduceSumSquare ReduceL1 ReduceL2 "
+             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND").split()
 
 
 def cases():

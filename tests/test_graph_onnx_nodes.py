@@ -8,8 +8,6 @@ import graph_node_cases as gc  # noqa: E402
 
 KNOWN_UNSUPPORTED = {
     "test_identity_sequence", "test_identity_opt",            # sequence / optional types
-    "test_maxpool_with_argmax_2d_precomputed_pads",            # MaxPool's Indices output
-    "test_maxpool_with_argmax_2d_precomputed_strides",
     "test_training_dropout", "test_training_dropout_mask",    # random masks
     "test_training_dropout_default", "test_training_dropout_default_mask",
 }

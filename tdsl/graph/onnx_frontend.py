@@ -567,11 +567,14 @@ def _pool_attrs(ctx, x, attrs):
 
 @converter("MaxPool")
 def _maxpool(ctx, node, ins, attrs):
-    if len(node.output) > 1 and node.output[1]:
-        raise GraphError("MaxPool: the Indices output is not supported")
     x = ins[0]
     nd = x.type.ndim - 2
-    return ctx.call(f"nn.max_pool{nd}d", [x], **_pool_attrs(ctx, x, attrs))
+    pa = _pool_attrs(ctx, x, attrs)
+    y = ctx.call(f"nn.max_pool{nd}d", [x], **pa)
+    if len(node.output) < 2 or not node.output[1]:
+        return y
+    # a second operator reads the maxima and finds where each came from (ir.py: one type per Call)
+    return [y, ctx.call("nn.max_pool_indices", [x, y], storage_order=int(attrs.get("storage_order", 0)), **pa)]
 
 
 @converter("AveragePool")

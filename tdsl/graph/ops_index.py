@@ -196,6 +196,27 @@ def _pool_indices_ref(x, y, a):
             hit = x[(slice(None), slice(None)) + tuple(pos)] == y[(slice(None), slice(None)) + oi]
             cur = out[(slice(None), slice(None)) + oi]
             out[(slice(None), slice(None)) + oi] = np.where(hit, np.minimum(cur, flat), cur)
+    if a["storage_order"]:
+        out = _to_column_major(out, x.shape[2:], lambda v, m: v % m)
+    return out
+
+
+def _to_column_major(flat, spatial, mod):
+    """Row-major flat indices (with the batch and channel offset) as column-major ones:
+    the spatial position keeps its offset, its digits are weighed in reverse order."""
+    size = int(np.prod(spatial))
+    within = mod(flat, size)
+    out = flat - within
+    rm = cm = 1
+    rstr, cstr = [], []
+    for d in range(len(spatial)):
+        cstr.append(cm)
+        cm *= spatial[d]
+    for d in range(len(spatial) - 1, -1, -1):
+        rstr.insert(0, rm)
+        rm *= spatial[d]
+    for d in range(len(spatial)):
+        out = out + mod(within // rstr[d], spatial[d]) * cstr[d]
     return out
 
 
@@ -218,9 +239,15 @@ def _pool_indices_te(ins, attrs, out):
         hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
         # the first maximum in row-major window order is the one with the lowest flat index
         return tdsl.min(flat, axis=rax, where=hit)
-    return tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
+    idx = tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
+    if not attrs["storage_order"]:
+        return idx
+    # ties still go to the first maximum in row-major order, as onnxruntime scans windows
+    return tdsl.compute(out.shape, lambda *i: _to_column_major(idx[i], xs[2:], lambda v, m: v % m),
+                        name=uname("column_major"))
 
 
 register("nn.max_pool_indices", "reduce", _pool_indices_infer, _pool_indices_ref,
-         {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False})
+         {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False,
+          "storage_order": 0})
 topi.TE["nn.max_pool_indices"] = _pool_indices_te
