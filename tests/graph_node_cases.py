@@ -9,7 +9,7 @@ SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu 
              "GlobalAveragePool ReduceMean ReduceSum ReduceMax ReduceMin Reshape Flatten Transpose Concat Split "
              "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape "
              "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements ReduceSumSquare ReduceL1 ReduceL2 "
-             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND").split()
+             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND Resize").split()
 
 
 def cases():
@@ -37,12 +37,23 @@ def _array(v):
     return v
 
 
-def run_case(case, optimize=True, rtol=1e-3, atol=1e-7, target="llvm"):
-    """rtol/atol: the defaults of onnx.backend.test."""
+def _ort_outputs(case, inputs):
+    import onnxruntime as ort
+    sess = ort.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in case.model.graph.input][:len(inputs)]
+    return sess.run(None, dict(zip(names, inputs)))
+
+
+def run_case(case, optimize=True, rtol=1e-3, atol=1e-7, target="llvm", reference="onnx"):
+    """rtol/atol: the defaults of onnx.backend.test. reference="onnxruntime" compares with
+    onnxruntime's outputs instead of the case's (where onnx's reference implementation and
+    onnxruntime disagree, tdsl follows onnxruntime)."""
     # imports, optimizes, builds and runs one case; raises AssertionError on a mismatch
     import tdsl.graph as G
     from tdsl.errors import GraphError
     data_sets = [([_array(v) for v in ins], [_array(v) for v in outs]) for ins, outs in case.data_sets]
+    if reference == "onnxruntime":
+        data_sets = [(ins, _ort_outputs(case, ins)) for ins, _ in data_sets]
     inputs0 = data_sets[0][0]
     names0 = [i.name for i in case.model.graph.input][:len(inputs0)]
     bind = {}
@@ -52,7 +63,10 @@ def run_case(case, optimize=True, rtol=1e-3, atol=1e-7, target="llvm"):
         if "known at compile time" not in str(e):
             raise
         # shape/axes/pads inputs: bind the integer inputs of the case as constants
-        bind = {n: v for n, v in zip(names0, inputs0) if np.asarray(v).dtype.kind in "iub" or np.asarray(v).ndim == 0}
+        # (and float parameter vectors after the data, such as Resize's roi and scales)
+        bind = {n: v for k, (n, v) in enumerate(zip(names0, inputs0))
+                if np.asarray(v).dtype.kind in "iub" or np.asarray(v).ndim == 0
+                or (k > 0 and np.asarray(v).ndim == 1 and case.model.graph.node[0].op_type == "Resize")}
         mod = G.from_onnx(case.model, bind=bind)
     if optimize:
         mod = G.optimize(mod)
