@@ -9,7 +9,16 @@ SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu 
              "GlobalAveragePool ReduceMean ReduceSum ReduceMax ReduceMin Reshape Flatten Transpose Concat Split "
              "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape "
              "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements ReduceSumSquare ReduceL1 ReduceL2 "
-             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND Resize").split()
+             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND Resize Einsum "
+             "Cast Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Where Expand Range LogSoftmax").split()
+
+# element types tdsl does not have (bfloat16, 2/4-bit integers, 8/4-bit floats, strings):
+# these cases raise GraphError naming the dtype
+_NO_DTYPE = ("bfloat16", "int4", "int2", "float8", "float4", "e8m0", "e4m3", "e5m2", "string")
+
+
+def unsupported_dtype(name):
+    return any(t in name.lower() for t in _NO_DTYPE)
 
 
 def cases():

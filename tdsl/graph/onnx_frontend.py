@@ -819,4 +819,4 @@ def _gelu(ctx, node, ins, attrs):
 
 
 # the operator families that live in sibling modules register themselves on import
-from . import onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401
+from . import onnx_ops_einsum, onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401
