@@ -1,6 +1,8 @@
 """ONNX -> graph IR (`from_onnx`). Opsets 13 to 21 of the default domain.
 
-Shapes are static: a symbolic input dimension takes its value from `shape=` or 1. Inputs
+Shapes are static: a symbolic input dimension takes its value from `dims=` (by name),
+`shape=` (by input) or, only when asked, `default_dim=`; otherwise the import stops with
+the list of what is missing (as TVM's relay.frontend.from_onnx needs its shape=). Inputs
 that ONNX passes as tensors but that must be known at compile time (Reshape's shape,
 Slice's starts, Pad's pads, ...) are evaluated from constants with the numpy meaning of the
 operators (`static`), so torch's Shape -> Gather -> Concat -> Reshape chains become plain
@@ -118,11 +120,15 @@ def _load(model):
     return m
 
 
-def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1, bind: Dict[str, np.ndarray] = None) -> Module:
+def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bind: Dict[str, np.ndarray] = None,
+              dims: Dict[str, int] = None) -> Module:
     """Imports an ONNX model (a path, bytes or an `onnx.ModelProto`) as a graph Module.
-    `shape` maps input names to static shapes where the model has symbolic dimensions;
-    `bind` maps input names to arrays that become constants (shape or axes inputs that a
-    static-shape compiler needs at compile time)."""
+    Shapes are static: every symbolic input dimension (an ONNX dim_param such as "batch")
+    needs a value at import, from `dims` (dimension name -> size, shared by every input
+    that names it), from `shape` (input name -> whole static shape), or from `default_dim`
+    (one size for all that are left; off unless given). A missing one raises a GraphError
+    that lists them all. `bind` maps input names to arrays that become constants (shape or
+    axes inputs that a static-shape compiler needs at compile time)."""
     m = _load(model)
     g = m.graph
     opset = 13
@@ -143,27 +149,25 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1, bind:
     for init in g.initializer:
         env[init.name] = Const(_to_array(init))
     params = []
-    shape = dict(shape or {})
     bind = dict(bind or {})
+    inputs = []
     for inp in g.input:
         if inp.name in env:
             continue
         if inp.name in bind:
             env[inp.name] = Const(np.asarray(bind.pop(inp.name)))
             continue
-        tt = inp.type.tensor_type
         if not inp.type.HasField("tensor_type"):
             raise GraphError(f"from_onnx: input '{inp.name}' is not a tensor (sequences and maps "
                              "are not supported)")
-        if inp.name in shape:
-            dims = shape.pop(inp.name)
-        else:
-            dims = [d.dim_value if d.HasField("dim_value") else default_dim for d in tt.shape.dim]
-        v = Var(_legal_name(inp.name), TensorType(dims, _np_dtype(tt.elem_type)))
+        inputs.append(inp)
+    static, dim_values = input_shapes(inputs, shape, default_dim, dims)
+    for inp in inputs:
+        v = Var(_legal_name(inp.name), TensorType(static[inp.name], _np_dtype(inp.type.tensor_type.elem_type)))
         params.append(v)
         env[inp.name] = v
-    if shape or bind:
-        raise GraphError(f"from_onnx: shape=/bind= name unknown inputs {sorted(shape) + sorted(bind)}")
+    if bind:
+        raise GraphError(f"from_onnx: bind= names unknown inputs {sorted(bind)}")
     ctx = Ctx(opset)
     for node in g.node:
         ctx.node = node
@@ -202,8 +206,79 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = 1, bind:
     fn = Function("main", params, outputs)
     fn.attrs = {}
     mod = Module(fn, {"output_names": [o.name for o in g.output],
-                      "input_names": {p.name: i.name for p, i in zip(params, [x for x in g.input if x.name not in {t.name for t in g.initializer}])}})
+                      "input_names": {p.name: i.name for p, i in zip(params, inputs)},
+                      "dims": dim_values})
     return mod
+
+
+def _symbolic(inputs):
+    """{dimension name: [(input, axis), ...]} of the inputs' dim_params; unnamed unknown
+    dimensions are keyed by "input[axis]"."""
+    out = {}
+    for inp in inputs:
+        for ax, d in enumerate(inp.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            key = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{inp.name}[{ax}]"
+            out.setdefault(key, []).append((inp.name, ax))
+    return out
+
+
+def input_shapes(inputs, shape=None, default_dim=None, dims=None):
+    """The static shape of each ONNX graph input (fixed dims as the model says, symbolic
+    ones from `dims` by name, `shape` by input, or `default_dim`) and the value each
+    symbolic dimension took."""
+    shape = {k: tuple(v) for k, v in (shape or {}).items()}
+    dims = dict(dims or {})
+    by_name = {i.name: i for i in inputs}
+    unknown = sorted(set(shape) - set(by_name))
+    if unknown:
+        raise GraphError(f"from_onnx: shape= names unknown inputs {unknown}; the inputs are {sorted(by_name)}")
+    symbolic = _symbolic(inputs)
+    stray = sorted(set(dims) - set(symbolic))
+    if stray:
+        raise GraphError(f"from_onnx: dims= names {stray}, which no input has as a symbolic dimension; "
+                         f"the symbolic dimensions are {sorted(symbolic) or 'none'}")
+    for k, v in dims.items():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise GraphError(f"from_onnx: dims['{k}'] = {v!r} must be a non-negative integer")
+    value = {k: int(v) for k, v in dims.items()}
+    # a whole input shape given by shape= fixes the dimensions that input names
+    for name, shp in shape.items():
+        dl = by_name[name].type.tensor_type.shape.dim
+        if len(shp) != len(dl):
+            raise GraphError(f"from_onnx: shape['{name}'] = {shp} has rank {len(shp)}, the input has rank {len(dl)}")
+        for ax, (d, s) in enumerate(zip(dl, shp)):
+            if d.HasField("dim_value"):
+                if d.dim_value != s:
+                    raise GraphError(f"from_onnx: shape['{name}'] = {shp} but axis {ax} is fixed at {d.dim_value} in the model")
+                continue
+            key = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{name}[{ax}]"
+            if value.setdefault(key, int(s)) != int(s):
+                raise GraphError(f"from_onnx: dimension '{key}' is {value[key]} elsewhere but shape['{name}'] "
+                                 f"gives {s} at axis {ax}")
+    missing = [k for k in symbolic if k not in value]
+    if missing and default_dim is None:
+        where = "; ".join(f"'{k}' (" + ", ".join(f"input '{i}' axis {a}" for i, a in symbolic[k]) + ")"
+                          for k in missing)
+        named = {k: 1 for k in missing if "[" not in k}
+        raise GraphError(
+            f"from_onnx: the model's inputs have symbolic dimensions with no value: {where}. Shapes are "
+            f"static, so give each one at import: from_onnx(model, dims={named or {}}) with the sizes you will "
+            "run (a dimension named by the model), or shape={input name: full shape}; default_dim=N takes N "
+            "for every one left")
+    for k in missing:
+        value[k] = int(default_dim)
+    out = {}
+    for inp in inputs:
+        sh = []
+        for ax, d in enumerate(inp.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                sh.append(d.dim_value)
+            else:
+                sh.append(value[d.dim_param if d.HasField("dim_param") and d.dim_param else f"{inp.name}[{ax}]"])
+        out[inp.name] = tuple(sh)
+    return out, {k: value[k] for k in symbolic}
 
 
 def _legal_name(name):
@@ -567,11 +642,14 @@ def _pool_attrs(ctx, x, attrs):
 
 @converter("MaxPool")
 def _maxpool(ctx, node, ins, attrs):
-    if len(node.output) > 1 and node.output[1]:
-        raise GraphError("MaxPool: the Indices output is not supported")
     x = ins[0]
     nd = x.type.ndim - 2
-    return ctx.call(f"nn.max_pool{nd}d", [x], **_pool_attrs(ctx, x, attrs))
+    pa = _pool_attrs(ctx, x, attrs)
+    y = ctx.call(f"nn.max_pool{nd}d", [x], **pa)
+    if len(node.output) < 2 or not node.output[1]:
+        return y
+    # a second operator reads the maxima and finds where each came from (ir.py: one type per Call)
+    return [y, ctx.call("nn.max_pool_indices", [x, y], storage_order=int(attrs.get("storage_order", 0)), **pa)]
 
 
 @converter("AveragePool")
@@ -596,19 +674,27 @@ def _gmp(ctx, node, ins, attrs):
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 
 
-@converter(*_REDUCE)
-def _reduce(ctx, node, ins, attrs):
-    x = ins[0]
+def reduce_axes(ctx, x, ins, attrs):
+    """The sorted axes a Reduce* node reduces (attribute, or input from opset 18 on), or
+    None when it reduces nothing (empty axes with noop_with_empty_axes)."""
     axes = None
     if len(ins) > 1 and ins[1] is not None:
-        axes = [int(a) for a in ctx.static(ins[1], "axes")]
+        axes = [int(a) for a in np.asarray(ctx.static(ins[1], "axes")).reshape(-1)]
     elif "axes" in attrs:
         axes = list(attrs["axes"])
     if not axes:
         if attrs.get("noop_with_empty_axes", 0):
-            return ctx.call("copy", [x])
+            return None
         axes = list(range(x.type.ndim))
-    axes = sorted(_axis(a, x.type.ndim) for a in axes)
+    return sorted({_axis(a, x.type.ndim) for a in axes})
+
+
+@converter(*_REDUCE)
+def _reduce(ctx, node, ins, attrs):
+    x = ins[0]
+    axes = reduce_axes(ctx, x, ins, attrs)
+    if axes is None:
+        return ctx.call("copy", [x])
     return ctx.call(_REDUCE[node.op_type], [x], axis=axes, keepdims=bool(attrs.get("keepdims", 1)))
 
 
@@ -808,4 +894,4 @@ def _gelu(ctx, node, ins, attrs):
 
 
 # the operator families that live in sibling modules register themselves on import
-from . import onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401
+from . import onnx_ops_einsum, onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401

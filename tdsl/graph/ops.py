@@ -756,3 +756,7 @@ def evaluate(call_op, attrs, arrays: List[np.ndarray]):
         # read again only by a kernel's weight packing, which copies anyway
         return r
     return r if r.flags.c_contiguous else r.copy(order="C")
+
+
+# position-dependent operators (trilu, cumsum, top-k, max-pool indices) register themselves
+from . import ops_index  # noqa: E402,F401

@@ -1,0 +1,253 @@
+"""Graph operators whose value depends on element positions, not only on element values:
+triangular masks, running sums, top-k and max-pool argmax. Each has its registry entry
+(kind, type inference, numpy reference) and its tensor-expression definition here, added to
+`ops.OPS` and `topi.TE` on import (ops.py imports this module).
+
+The graph IR gives every Call one tensor type, so ONNX nodes with two outputs (TopK,
+MaxPool with Indices) become two graph operators where the second reads the first's
+result instead of redoing its work: ``topk_indices`` yields the indices and the values are
+a ``gather_elements`` of them; ``nn.max_pool_indices`` takes the pooled maxima as an input
+and only searches each window for the position that holds them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from ..errors import GraphError
+from . import topi
+from .ir import TensorType
+from .ops import _check_list, _nargs, pool_out_dims, register
+from .topi import c, shape_of, uname
+
+
+def _axis_attr(attrs, ndim):
+    ax = attrs["axis"]
+    if not isinstance(ax, int) or not 0 <= ax < ndim:
+        raise GraphError(f"axis {ax} out of range for rank {ndim}")
+    return ax
+
+
+# ---------------------------------------------------------------------------- trilu
+
+def _trilu_infer(types, attrs):
+    _nargs(types, 1)
+    x = types[0]
+    if x.ndim < 2:
+        raise GraphError(f"input {x} needs rank >= 2")
+    return x
+
+
+def _trilu_ref(x, a):
+    f = np.triu if a["upper"] else np.tril
+    return f(x, int(a["k"])).astype(x.dtype)
+
+
+def _trilu_te(ins, attrs, out):
+    (x,) = ins
+    k, upper = int(attrs["k"]), attrs["upper"]
+    zero = c(0, x.dtype) if x.dtype != "bool" else tdsl.const(False, "bool")
+
+    def f(*i):
+        d = i[-1] - i[-2]
+        keep = d >= k if upper else d <= k
+        return tdsl.if_then_else(keep, x[i], zero)
+    return tdsl.compute(out.shape, f, name=uname("trilu"))
+
+
+register("trilu", "injective", _trilu_infer, _trilu_ref, {"upper": True, "k": 0})
+topi.TE["trilu"] = _trilu_te
+
+
+# ---------------------------------------------------------------------------- cumsum
+
+def _cumsum_infer(types, attrs):
+    _nargs(types, 1)
+    x = types[0]
+    _axis_attr(attrs, x.ndim)
+    if x.dtype == "bool":
+        raise GraphError("needs a numeric input, got bool")
+    return x
+
+
+def _cumsum_ref(x, a):
+    ax = a["axis"]
+    y = np.flip(x, ax) if a["reverse"] else x
+    s = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if a["exclusive"]:
+        s = s - y
+    return (np.flip(s, ax) if a["reverse"] else s).astype(x.dtype)
+
+
+def _cumsum_te(ins, attrs, out):
+    # a masked sum over the whole axis: O(n^2) work, but one plain reduction that the
+    # generic schedules parallelize and vectorize like any other
+    (x,) = ins
+    ax = attrs["axis"]
+    n = shape_of(x)[ax]
+    k = tdsl.reduce_axis((0, n), name="k")
+
+    def f(*i):
+        j = i[ax]
+        if attrs["reverse"]:
+            cond = k > j if attrs["exclusive"] else k >= j
+        else:
+            cond = k < j if attrs["exclusive"] else k <= j
+        return tdsl.sum(x[i[:ax] + (k,) + i[ax + 1:]], axis=k, where=cond)
+    return tdsl.compute(out.shape, f, name=uname("cumsum"))
+
+
+register("cumsum", "reduce", _cumsum_infer, _cumsum_ref, {"exclusive": False, "reverse": False},
+         required=("axis",))
+topi.TE["cumsum"] = _cumsum_te
+
+
+# ---------------------------------------------------------------------------- top-k
+
+def _topk_infer(types, attrs):
+    _nargs(types, 1)
+    x = types[0]
+    ax = _axis_attr(attrs, x.ndim)
+    k = attrs["k"]
+    if not isinstance(k, int) or not 0 <= k <= x.shape[ax]:
+        raise GraphError(f"k={k} must be between 0 and the axis length {x.shape[ax]}")
+    shape = list(x.shape)
+    shape[ax] = k
+    return TensorType(shape, "int64")
+
+
+def _topk_ref(x, a):
+    ax, k = a["axis"], a["k"]
+    n = x.shape[ax]
+    if a["largest"]:
+        # descending with equal elements in index order: a stable ascending sort of the
+        # reversed axis, read backwards (no negation, which would overflow integers)
+        order = n - 1 - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
+    else:
+        order = np.argsort(x, axis=ax, kind="stable")
+    return np.take(order, np.arange(k), axis=ax).astype(np.int64)
+
+
+def _topk_te(ins, attrs, out):
+    # rank[e] = how many elements come before e in the order (better, or equal and at a
+    # lower index); the r-th index is the e whose rank is r
+    (x,) = ins
+    ax, largest = attrs["axis"], attrs["largest"]
+    xs = shape_of(x)
+    n = xs[ax]
+    e2 = tdsl.reduce_axis((0, n), name="e2")
+
+    def rank_f(*i):
+        a, b = x[i[:ax] + (e2,) + i[ax + 1:]], x[i]
+        better = a > b if largest else a < b
+        before = better | ((a == b) & (e2 < i[ax]))
+        return tdsl.sum(tdsl.if_then_else(before, c(1, "int32"), c(0, "int32")), axis=e2)
+    rank = tdsl.compute(xs, rank_f, name=uname("topk_rank"))
+    e = tdsl.reduce_axis((0, n), name="e")
+
+    def idx_f(*i):
+        r = rank[i[:ax] + (e,) + i[ax + 1:]]
+        return tdsl.sum(tdsl.cast(e, "int64"), axis=e, where=r == i[ax])
+    return tdsl.compute(out.shape, idx_f, name=uname("topk_indices"))
+
+
+register("topk_indices", "reduce", _topk_infer, _topk_ref, {"largest": True}, required=("axis", "k"))
+topi.TE["topk_indices"] = _topk_te
+
+
+# ---------------------------------------------------------------------------- max-pool indices
+
+def _pool_indices_infer(types, attrs):
+    _nargs(types, 2)
+    x, y = types
+    nd = x.ndim - 2
+    if nd < 1:
+        raise GraphError(f"input {x} needs rank >= 3")
+    k = _check_list(attrs, "pool_size", nd)
+    s = _check_list(attrs, "strides", nd)
+    p = _check_list(attrs, "padding", 2 * nd)
+    dl = _check_list(attrs, "dilation", nd)
+    o = pool_out_dims(x.shape[2:], k, s, p, dl, attrs["ceil_mode"])
+    if y.shape != (*x.shape[:2], *o) or y.dtype != x.dtype:
+        raise GraphError(f"pooled maxima {y} do not fit the pooling of {x}")
+    return TensorType(y.shape, "int64")
+
+
+def _window_positions(out_idx, k_idx, s, p, dl):
+    return [out_idx[d] * s[d] - p[d] + k_idx[d] * dl[d] for d in range(len(s))]
+
+
+def _pool_indices_ref(x, y, a):
+    nd = x.ndim - 2
+    k, s, p, dl = a["pool_size"], a["strides"], a["padding"], a["dilation"]
+    o = y.shape[2:]
+    big = np.iinfo(np.int64).max
+    out = np.full(y.shape, big, np.int64)
+    n, ch = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
+    for oi in np.ndindex(*o):
+        for ki in np.ndindex(*k):
+            pos = _window_positions(oi, ki, s, p, dl)
+            if not all(0 <= pos[d] < x.shape[2 + d] for d in range(nd)):
+                continue
+            flat = (n * x.shape[1] + ch)
+            for d in range(nd):
+                flat = flat * x.shape[2 + d] + pos[d]
+            hit = x[(slice(None), slice(None)) + tuple(pos)] == y[(slice(None), slice(None)) + oi]
+            cur = out[(slice(None), slice(None)) + oi]
+            out[(slice(None), slice(None)) + oi] = np.where(hit, np.minimum(cur, flat), cur)
+    if a["storage_order"]:
+        out = _to_column_major(out, x.shape[2:], lambda v, m: v % m)
+    return out
+
+
+def _to_column_major(flat, spatial, mod):
+    """Row-major flat indices (with the batch and channel offset) as column-major ones:
+    the spatial position keeps its offset, its digits are weighed in reverse order."""
+    size = int(np.prod(spatial))
+    within = mod(flat, size)
+    out = flat - within
+    rm = cm = 1
+    rstr, cstr = [], []
+    for d in range(len(spatial)):
+        cstr.append(cm)
+        cm *= spatial[d]
+    for d in range(len(spatial) - 1, -1, -1):
+        rstr.insert(0, rm)
+        rm *= spatial[d]
+    for d in range(len(spatial)):
+        out = out + mod(within // rstr[d], spatial[d]) * cstr[d]
+    return out
+
+
+def _pool_indices_te(ins, attrs, out):
+    x, y = ins
+    xs = shape_of(x)
+    nd = len(xs) - 2
+    k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+    rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
+
+    def f(n, ch, *sp):
+        pos = _window_positions(sp, rax, s, p, dl)
+        conds = []
+        for d in range(nd):
+            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
+        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+        flat = tdsl.cast(n, "int64") * xs[1] + tdsl.cast(ch, "int64")
+        for d in range(nd):
+            flat = flat * xs[2 + d] + tdsl.cast(safe[d], "int64")
+        hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
+        # the first maximum in row-major window order is the one with the lowest flat index
+        return tdsl.min(flat, axis=rax, where=hit)
+    idx = tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
+    if not attrs["storage_order"]:
+        return idx
+    # ties still go to the first maximum in row-major order, as onnxruntime scans windows
+    return tdsl.compute(out.shape, lambda *i: _to_column_major(idx[i], xs[2:], lambda v, m: v % m),
+                        name=uname("column_major"))
+
+
+register("nn.max_pool_indices", "reduce", _pool_indices_infer, _pool_indices_ref,
+         {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False,
+          "storage_order": 0})
+topi.TE["nn.max_pool_indices"] = _pool_indices_te
