@@ -16,9 +16,10 @@ The input is padded and split by column phase per tile of rows, right before the
 uses it: `ph[n, c, r, p, q] = x[n, c, r - pt, q * sw + p - pl]` (zero outside), so every
 tap reads a contiguous run of a row at any stride, the padding costs no guard in the
 multiply-add loop, and the copy stays in L1 (recomputed for the `(KH - 1) * dh + 1 - sh`
-rows that neighbouring tiles overlap). Row vectors are a divisor of the row between half
-and all of the target's lanes (`tiling.row_vector`), so there is no tail; the tile is sized
-by `tiling.register_tile` from the target's registers and FMA chains.
+rows that neighbouring tiles overlap). Row vectors are whole registers (a power-of-two part
+of one for rows shorter than the target's lanes): the conv computes rows rounded up to
+whole vectors over the zero padding and the epilogue stores the real columns. The tile is
+sized by `tiling.register_tile` from the target's registers and FMA chains.
 """
 from __future__ import annotations
 
@@ -50,7 +51,10 @@ def grouped_conv2d(g, n, tensors):
     cog = CO // groups
     depthwise = CIG == 1
     lanes = g.target.vector_lanes("float32")
-    wv = tiling.row_vector(g.target, OW)           # lanes per row vector (divides OW)
+    # row vectors of whole registers (or a power-of-two part of one for short rows):
+    # a 14-lane vector is split by LLVM into 8 + 4 + 2 lane loads; the lanes past the row
+    # compute on padding and are not stored
+    wv = min(lanes, 1 << max(OW - 1, 1).bit_length())
     nv = -(-OW // wv)
     if depthwise:
         # rows x vectors; a few channels when a plane is too small to fill the tile
@@ -66,7 +70,7 @@ def grouped_conv2d(g, n, tensors):
     if cog > 1 and cog % cb:
         cb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
-    wq = -(-OW // wv) * wv + ((KW - 1) * dw) // sw   # columns per phase
+    wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
     f0 = tdsl.const(0, "float32")
 
     def fp(b, ch, r, p, q):
@@ -127,7 +131,7 @@ def schedule(s, out, info, parallel, target, stages, inline_except):
         s[out].parallel(outer)
     s[ph].compute_at(s[out], outer)
     pq = ph.op.axis[-1]
-    s[ph].vectorize(s[ph].split(pq, factor=tiling.row_vector(target, topi._dim(ph.shape[-1])))[1])
+    s[ph].vectorize(s[ph].split(pq, factor=wv)[1])
     s[Cv].compute_at(s[out], xo)
     _, cl, yl, xl2 = s[Cv].op.axis
     rc, ky, kx = s[Cv].op.reduce_axis
