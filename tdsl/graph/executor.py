@@ -212,10 +212,12 @@ class Executor:
         return sorted(rows, key=lambda r: -r[1])
 
     def profile_text(self, number=10, top=20):
+        """The slowest kernels, each with what it computes (`describe_group`)."""
         rows = self.profile(number)
-        lines = [f"{'kernel':48s} {'ms':>9s} {'share':>7s}"]
+        what = {f"{k.name}#{i}": describe_group(n.op) for i, (k, _, n) in enumerate(self.steps)}
+        lines = [f"{'kernel':40s} {'ms':>8s} {'share':>6s}  what"]
         for name, t, sh in rows[:top]:
-            lines.append(f"{name:48s} {t * 1e3:9.3f} {sh * 100:6.1f}%")
+            lines.append(f"{name:40s} {t * 1e3:8.3f} {sh * 100:5.1f}%  {what.get(name, '')}")
         lines.append(f"{'total':48s} {sum(r[1] for r in rows) * 1e3:9.3f}")
         return "\n".join(lines)
 
@@ -226,6 +228,23 @@ class Executor:
     def __repr__(self):
         return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "
                 f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
+
+
+def describe_group(fn: Function) -> str:
+    """A group's anchor and shapes for a profile row, e.g. `conv 3x3/2 g96 96x112x112->96x56x56`
+    (kernel/stride, dilation when not 1, groups when not 1), so a row says which layer it is."""
+    for n in fn.nodes():
+        if isinstance(n.op, str) and n.op.startswith("nn.conv") and n.type.ndim >= 3:
+            a = n.attrs
+            x, w = n.args[0].type.shape, n.args[1].type.shape
+            s = f"conv {'x'.join(map(str, w[2:]))}/{'x'.join(map(str, sorted(set(a['strides']))))}"
+            if any(d != 1 for d in a.get("dilation", ())):
+                s += f" d{'x'.join(map(str, sorted(set(a['dilation']))))}"
+            if a.get("groups", 1) != 1:
+                s += f" g{a['groups']}"
+            return s + f" {'x'.join(map(str, x[1:]))}->{'x'.join(map(str, n.type.shape[1:]))}"
+    out = fn.outputs[0]
+    return f"{'x'.join(map(str, out.type.shape))}" if out.type.ndim else ""
 
 
 def build(mod: Module, target: str = "llvm", tune_minutes: float = 0.0, log_file=None) -> Executor:

@@ -232,6 +232,33 @@ class _Group:
         return False
 
 
+DIAMOND_DEPTH = 8
+
+
+def _local_diamond(a, n, uses, users, out_ids):
+    """True when every use of `a` is by `n` or by the chain of single-use elementwise
+    operators that starts at `n`, whose other inputs are constants: x * sigmoid(x) (SiLU),
+    x * clip(x + 3, 0, 6) / 6, x * x. Then `n` may join `a`'s group: the chain follows it
+    (each link is the group's last node and used once), so `a` never leaves the kernel."""
+    elementwise = ("elemwise", "broadcast")
+    if _kind(n) not in elementwise or id(a) in out_ids:
+        return False
+    pending = {id(u) for u in users.get(id(a), [])}
+    cur = n
+    for _ in range(DIAMOND_DEPTH):
+        if _kind(cur) not in elementwise:
+            return False
+        if any(not (x is a or isinstance(x, Const) or (cur is not n and x is prev)) for x in cur.args):
+            return False
+        pending.discard(id(cur))
+        if not pending:
+            return True
+        if uses.get(id(cur), 0) != 1 or len(users.get(id(cur), [])) != 1:
+            return False
+        prev, cur = cur, users[id(cur)][0]
+    return False
+
+
 def fuse_ops(mod: Module) -> Module:
     """Groups operators into kernels: elementwise and broadcast operators join their
     producer's group (conv/dense/matmul + bias + activation + residual add become one
@@ -241,13 +268,18 @@ def fuse_ops(mod: Module) -> Module:
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
     uses = use_counts(fn)
+    out_ids = {id(o) for o in fn.outputs}
+    users: Dict[int, List[Call]] = {}
+    for n in fn.nodes():
+        for a in dict.fromkeys(n.args):
+            users.setdefault(id(a), []).append(n)
     group_of: Dict[int, _Group] = {}
     groups: List[_Group] = []
     for n in fn.nodes():
         kind = _kind(n)
         target = None
         for a in n.args:
-            if isinstance(a, Call) and uses.get(id(a), 0) == 1:
+            if isinstance(a, Call) and (uses.get(id(a), 0) == 1 or _local_diamond(a, n, uses, users, out_ids)):
                 g = group_of[id(a)]
                 if g.last is a and g.accepts(kind):
                     target = g

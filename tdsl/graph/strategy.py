@@ -31,7 +31,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import topi
+from . import conv_grouped, topi
 
 
 class Kernel:
@@ -99,6 +99,8 @@ class GroupDef:
                 out_t = conv2d_fast(self, n)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
+            if out_t is None and fast and n.op == "nn.conv2d":
+                out_t = conv_grouped.grouped_conv2d(self, n, tensors)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)
             if out_t is None and fast and n.op == "nn.max_pool2d":
@@ -355,6 +357,8 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
         return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
+    if kind == "conv_grouped" and vectorize and _ishape(out) == _ishape(anchor_t):
+        return conv_grouped.schedule(s, out, info, parallel, g.target, _stages, _inline_except)
     if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
         return _schedule_pool_sep(s, out, info, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]

@@ -19,6 +19,7 @@ from ...ir import expr as E
 from .types import I1, I8, I32, I64, PTR, lanes_of, sanitize, scalar_type, type_suffix
 
 ALLOCA_MAX_BYTES = 32 * 1024
+STRIDED_LOAD_MAX = 4     # constant strides read as one contiguous span and a shuffle
 
 
 def buffer_ptr(em, buf):
@@ -126,6 +127,8 @@ def _vector_load(em, buf, idx):
     c = ctx.info.coeff(idx)
     if c == 1:
         p = elem_ptr(em, buf, _at_lane0(em, idx))
+        if _odd_width(n) and not _is_alloca(em, buf):
+            return _from_mem(em, _widened_load(em, p, mt, n, ctx.mask, dt.itemsize(buf.dtype)), buf.dtype)
         if ctx.mask is None:
             v = bl.load(p, typ=vt, align=dt.itemsize(buf.dtype))
         else:
@@ -133,11 +136,79 @@ def _vector_load(em, buf, idx):
                                  [PTR, I32, ctx.mask.type, vt])
             v = bl.call(fn, [p, align, ctx.mask, ir.Constant(vt, None)])
         return _from_mem(em, v, buf.dtype)
+    if isinstance(c, int) and 2 <= c <= STRIDED_LOAD_MAX:
+        return _strided_load(em, buf, idx, c, mt, vt)
     ptrs = _vector_ptrs(em, buf, idx)
     mask = ctx.mask if ctx.mask is not None else em.const("bool", 1, n)
     fn = em.mb.intrinsic(f"llvm.masked.gather.v{n}{type_suffix(mt)}.v{n}p0", vt,
                          [ptrs.type, I32, mask.type, vt])
     v = bl.call(fn, [ptrs, align, mask, ir.Constant(vt, None)])
+    return _from_mem(em, v, buf.dtype)
+
+
+def _odd_width(n):
+    return n > 2 and n & (n - 1)
+
+
+def _is_alloca(em, buf):
+    # small local buffers (register tiles) must stay plain loads and stores, which LLVM
+    # promotes to registers; it cannot promote through masked intrinsics
+    return isinstance(em.bufs.get(buf), ir.AllocaInstr)
+
+
+def _wide_mask(em, n, w, mask):
+    """<w x i1>: lanes below n as `mask` says (all on without one), the rest off."""
+    if mask is None:
+        return ir.Constant(ir.VectorType(I1, w), [1] * n + [0] * (w - n))
+    zeros = ir.Constant(mask.type, None)
+    sel = list(range(n)) + [n] * (w - n)
+    return em.builder.shuffle_vector(mask, zeros, ir.Constant(ir.VectorType(I32, w), sel))
+
+
+def _widened_load(em, p, mt, n, mask, align):
+    """A contiguous vector of a width that is not a power of two (a 7- or 14-lane row) as
+    one masked load of the next power of two: LLVM splits a plain <7 x float> load into
+    4 + 2 + 1 lane pieces, while a masked load is one instruction on AVX2 and AVX-512 and
+    reads nothing past lane n - 1."""
+    w = 1 << (n - 1).bit_length()
+    wt = ir.VectorType(mt, w)
+    fn = em.mb.intrinsic(f"llvm.masked.load.v{w}{type_suffix(mt)}.p0", wt, [PTR, I32, ir.VectorType(I1, w), wt])
+    v = em.builder.call(fn, [p, ir.Constant(I32, align), _wide_mask(em, n, w, mask), ir.Constant(wt, None)])
+    return em.builder.shuffle_vector(v, ir.Constant(wt, None), ir.Constant(ir.VectorType(I32, n), list(range(n))))
+
+
+def _widened_store(em, p, val, n, mask, align):
+    w = 1 << (n - 1).bit_length()
+    wt = ir.VectorType(val.type.element, w)
+    wide = em.builder.shuffle_vector(val, ir.Constant(val.type, None),
+                                     ir.Constant(ir.VectorType(I32, w), list(range(n)) + [n] * (w - n)))
+    fn = em.mb.intrinsic(f"llvm.masked.store.v{w}{type_suffix(val.type.element)}.p0", ir.VoidType(),
+                         [wt, PTR, I32, ir.VectorType(I1, w)])
+    em.builder.call(fn, [wide, p, ir.Constant(I32, align), _wide_mask(em, n, w, mask)])
+
+
+def _strided_load(em, buf, idx, c, mt, vt):
+    """Lanes `c` elements apart: one contiguous load of the span they cover, then every
+    c-th element (x86 does this in a few shuffles; a gather runs about one element per
+    cycle). The span ends at the last lane's element, and under a lane mask only the
+    lanes' own elements are read, so nothing the serial loop would not touch is read."""
+    ctx, bl = em.vec, em.builder
+    n = ctx.count
+    span_n = (n - 1) * c + 1
+    span = ir.VectorType(mt, span_n)
+    p = elem_ptr(em, buf, _at_lane0(em, idx))
+    if ctx.mask is None:
+        wide = bl.load(p, typ=span, align=dt.itemsize(buf.dtype))
+    else:
+        # element k of the span is lane k // c's when k % c == 0; the rest stay off
+        zeros = ir.Constant(ctx.mask.type, None)
+        sel = [k // c if k % c == 0 else n for k in range(span_n)]
+        smask = bl.shuffle_vector(ctx.mask, zeros, ir.Constant(ir.VectorType(I32, span_n), sel))
+        fn = em.mb.intrinsic(f"llvm.masked.load.v{span_n}{type_suffix(mt)}.p0", span,
+                             [PTR, I32, smask.type, span])
+        wide = bl.call(fn, [p, ir.Constant(I32, dt.itemsize(buf.dtype)), smask, ir.Constant(span, None)])
+    v = bl.shuffle_vector(wide, ir.Constant(span, None),
+                          ir.Constant(ir.VectorType(I32, n), [i * c for i in range(n)]))
     return _from_mem(em, v, buf.dtype)
 
 
@@ -171,6 +242,9 @@ def _vector_store(em, buf, idx, val):
     c = ctx.info.coeff(idx)
     if c == 1:
         p = elem_ptr(em, buf, _at_lane0(em, idx))
+        if _odd_width(n) and not _is_alloca(em, buf):
+            _widened_store(em, p, val, n, ctx.mask, align)
+            return
         if ctx.mask is None:
             bl.store(val, p, align=align)
         else:

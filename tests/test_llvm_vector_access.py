@@ -1,0 +1,96 @@
+"""LLVM backend vector accesses that are neither plain vectors nor gathers: loads with a
+small constant stride (one contiguous span and a shuffle) and contiguous accesses of a
+width that is not a power of two (one masked access of the next power of two). Each is
+run on data that ends at an unreadable page, so a read past the last element the serial
+loop touches would fault."""
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+from tdsl.codegen import llvm as L
+from tdsl.ir import expr as E
+from tdsl.ir.expr import BufferLoad as Ld, IntImm as I
+from tdsl.ir.stmt import Buffer, BufferStore as St, For, ForKind as K, IfThenElse, PrimFunc
+
+PAGE = mmap.PAGESIZE
+
+
+def buf(name, n, dtype="float32"):
+    return Buffer(name, (I(n),), dtype, "global")
+
+
+class PageEnd:
+    """`n` float32 elements whose last one ends a page followed by an unreadable page."""
+
+    def __init__(self, n):
+        pages = -(-n * 4 // PAGE) + 1
+        self.mm = mmap.mmap(-1, (pages + 1) * PAGE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        libc = ctypes.CDLL(None)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        assert libc.mprotect(base + pages * PAGE, PAGE, 0) == 0
+        whole = np.frombuffer(self.mm, np.float32, count=pages * PAGE // 4)
+        self.array = whole[whole.size - n:]
+
+
+def _strided(n_out, stride, lanes, masked):
+    """B[j] = A[j * stride] (+ a lane-varying select when masked), j vectorized."""
+    n_in = (n_out - 1) * stride + 1
+    A, B = buf("A", n_in), buf("B", n_out)
+    io, iv = E.Var("io"), E.Var("iv")
+    j = io * lanes + iv
+    val = Ld(A, (j * stride,))
+    if masked:
+        val = E.select(j % 3 != 1, val, E.const(-1.0, "float32"))
+    body = For(io, I(0), I(n_out // lanes), K.SERIAL, For(iv, I(0), I(lanes), K.VECTORIZED, St(B, val, (j,))))
+    return PrimFunc(f"strided{stride}{int(masked)}", [A, B], body, {"num_user_args": 2}), n_in
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_constant_stride_load_reads_one_span_and_stays_in_bounds(stride, masked, lanes):
+    n_out = 4 * lanes
+    f, n_in = _strided(n_out, stride, lanes, masked)
+    src = L.codegen(f)[0]
+    assert "masked.gather" not in src and "shufflevector" in src
+    m = L.build(f)
+    a = PageEnd(n_in).array
+    a[:] = np.arange(n_in, dtype=np.float32)
+    b = np.zeros(n_out, np.float32)
+    m(a, b)
+    want = a[::stride].copy()
+    if masked:
+        want[np.arange(n_out) % 3 == 1] = -1
+    np.testing.assert_array_equal(b, want)
+
+
+@pytest.mark.parametrize("lanes", [3, 7, 14])
+@pytest.mark.parametrize("guarded", [False, True])
+def test_odd_width_contiguous_access_is_one_masked_access(lanes, guarded):
+    """B[i] = A[i] * 2 over n elements in vectors of `lanes`; guarded: a lane-varying
+    `if likely(i < n - 2)` masks the last lanes."""
+    n = 5 * lanes
+    A, B = buf("A", n), buf("B", n)
+    io, iv = E.Var("io"), E.Var("iv")
+    i = io * lanes + iv
+    st = St(B, Ld(A, (i,)) * E.const(2.0, "float32"), (i,))
+    if guarded:
+        st = IfThenElse(E.likely(i < n - 2), st)
+    body = For(io, I(0), I(5), K.SERIAL, For(iv, I(0), I(lanes), K.VECTORIZED, st))
+    f = PrimFunc(f"odd{lanes}{int(guarded)}", [A, B], body, {"num_user_args": 2})
+    w = 1 << (lanes - 1).bit_length()
+    src = L.codegen(f)[0]
+    assert f"llvm.masked.load.v{w}f32" in src and f"llvm.masked.store.v{w}f32" in src
+    m = L.build(f)
+    a = PageEnd(n).array
+    a[:] = np.arange(n, dtype=np.float32) + 1
+    b = PageEnd(n).array
+    b[:] = 7
+    m(a, b)
+    want = a * 2
+    if guarded:
+        want[n - 2:] = 7
+    np.testing.assert_array_equal(b, want)
