@@ -219,6 +219,48 @@ class _Group:
         return False
 
 
+def _users(nodes):
+    out: Dict[int, List[Call]] = {}
+    for n in nodes:
+        for a in n.args:
+            lst = out.setdefault(id(a), [])
+            if not lst or lst[-1] is not n:
+                lst.append(n)
+    return out
+
+
+DIAMOND_DEPTH = 8
+
+
+def _diamond(a, users, uses, outputs, pos):
+    """The nodes of an elementwise diamond below `a`, or None: every use of `a` is by
+    chains of single-use elementwise/broadcast nodes that meet in one elementwise node
+    (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
+    nothing outside reads a or the chains, so the group stays one kernel with one output
+    (SiLU after every conv of efficientnet would otherwise cost a memory pass each)."""
+    direct = users.get(id(a), [])
+    if not direct:
+        return None
+    sink = max(direct, key=lambda u: pos[id(u)])
+    members = {id(sink): sink}
+    for u in direct:
+        m, depth = u, 0
+        while m is not sink:
+            if depth >= DIAMOND_DEPTH or _kind(m) not in ("elemwise", "broadcast") or id(m) in outputs \
+                    or uses.get(id(m), 0) != 1:
+                return None
+            members[id(m)] = m
+            m = users[id(m)][0]
+            depth += 1
+    if _kind(sink) not in ("elemwise", "broadcast"):
+        return None
+    # every edge out of a and out of a chain node lands inside the diamond
+    edges = sum(1 for m in members.values() for x in m.args if x is a)
+    if edges != uses.get(id(a), 0):
+        return None
+    return sorted(members.values(), key=lambda m: pos[id(m)])
+
+
 def fuse_ops(mod: Module) -> Module:
     """Groups operators into kernels: elementwise and broadcast operators join their
     producer's group (conv/dense/matmul + bias + activation + residual add become one
@@ -230,10 +272,15 @@ def fuse_ops(mod: Module) -> Module:
     uses = use_counts(fn)
     group_of: Dict[int, _Group] = {}
     groups: List[_Group] = []
-    for n in fn.nodes():
+    nodes = fn.nodes()
+    users = _users(nodes)
+    outputs = {id(o) for o in fn.outputs}
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    pending: Dict[int, _Group] = {}     # diamond members -> the group they will join
+    for n in nodes:
         kind = _kind(n)
-        target = None
-        for a in n.args:
+        target = pending.pop(id(n), None)
+        for a in n.args if target is None else ():
             if isinstance(a, Call) and uses.get(id(a), 0) == 1:
                 g = group_of[id(a)]
                 if g.last is a and g.accepts(kind):
@@ -245,6 +292,11 @@ def fuse_ops(mod: Module) -> Module:
         else:
             target.nodes.append(n)
         group_of[id(n)] = target
+        if uses.get(id(n), 0) > 1 and id(n) not in outputs:
+            members = _diamond(n, users, uses, outputs, pos)
+            if members and all(target.accepts(_kind(m)) for m in members):
+                for m in members:
+                    pending[id(m)] = target
     # build primitive functions and the new main
     memo: Dict[int, Expr] = {}
     funcs: Dict[str, Function] = {}
