@@ -31,7 +31,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import squeeze, topi
+from . import conv_spatial, squeeze, topi
 
 
 class Kernel:
@@ -131,6 +131,8 @@ def conv2d_fast(g: GroupDef, n):
         return None
     if squeeze.is_matvec_conv(n):
         return squeeze.conv_matvec(g, n, x, wi)
+    if conv_spatial.applies(n, g.target.vector_lanes(xt.dtype)):
+        return conv_spatial.conv2d_rows(g, n, x, wi)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     bn = g.target.vector_lanes(xt.dtype)
     if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % bn == 0 \
@@ -358,6 +360,9 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
     if kind == "matvec" and vectorize:
         return squeeze.schedule_matvec_group(s, out, info, parallel, g.target, _par_vec, _stages(out))
+    if kind == "conv_rows_spatial" and vectorize:
+        return conv_spatial.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
+                                     _vec_split, PAR_MIN_ELEMS)
     if kind == "global_pool" and vectorize:
         return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
     if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
