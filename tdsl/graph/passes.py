@@ -232,31 +232,46 @@ class _Group:
         return False
 
 
+def _users(nodes):
+    out: Dict[int, List[Call]] = {}
+    for n in nodes:
+        for a in n.args:
+            lst = out.setdefault(id(a), [])
+            if not lst or lst[-1] is not n:
+                lst.append(n)
+    return out
+
+
 DIAMOND_DEPTH = 8
 
 
-def _local_diamond(a, n, uses, users, out_ids):
-    """True when every use of `a` is by `n` or by the chain of single-use elementwise
-    operators that starts at `n`, whose other inputs are constants: x * sigmoid(x) (SiLU),
-    x * clip(x + 3, 0, 6) / 6, x * x. Then `n` may join `a`'s group: the chain follows it
-    (each link is the group's last node and used once), so `a` never leaves the kernel."""
-    elementwise = ("elemwise", "broadcast")
-    if _kind(n) not in elementwise or id(a) in out_ids:
-        return False
-    pending = {id(u) for u in users.get(id(a), [])}
-    cur = n
-    for _ in range(DIAMOND_DEPTH):
-        if _kind(cur) not in elementwise:
-            return False
-        if any(not (x is a or isinstance(x, Const) or (cur is not n and x is prev)) for x in cur.args):
-            return False
-        pending.discard(id(cur))
-        if not pending:
-            return True
-        if uses.get(id(cur), 0) != 1 or len(users.get(id(cur), [])) != 1:
-            return False
-        prev, cur = cur, users[id(cur)][0]
-    return False
+def _diamond(a, users, uses, outputs, pos):
+    """The nodes of an elementwise diamond below `a`, or None: every use of `a` is by
+    chains of single-use elementwise/broadcast nodes that meet in one elementwise node
+    (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
+    nothing outside reads a or the chains, so the group stays one kernel with one output
+    (SiLU after every conv of efficientnet would otherwise cost a memory pass each)."""
+    direct = users.get(id(a), [])
+    if not direct:
+        return None
+    sink = max(direct, key=lambda u: pos[id(u)])
+    members = {id(sink): sink}
+    for u in direct:
+        m, depth = u, 0
+        while m is not sink:
+            if depth >= DIAMOND_DEPTH or _kind(m) not in ("elemwise", "broadcast") or id(m) in outputs \
+                    or uses.get(id(m), 0) != 1:
+                return None
+            members[id(m)] = m
+            m = users[id(m)][0]
+            depth += 1
+    if _kind(sink) not in ("elemwise", "broadcast"):
+        return None
+    # every edge out of a and out of a chain node lands inside the diamond
+    edges = sum(1 for m in members.values() for x in m.args if x is a)
+    if edges != uses.get(id(a), 0):
+        return None
+    return sorted(members.values(), key=lambda m: pos[id(m)])
 
 
 def fuse_ops(mod: Module) -> Module:
@@ -268,18 +283,18 @@ def fuse_ops(mod: Module) -> Module:
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
     uses = use_counts(fn)
-    out_ids = {id(o) for o in fn.outputs}
-    users: Dict[int, List[Call]] = {}
-    for n in fn.nodes():
-        for a in dict.fromkeys(n.args):
-            users.setdefault(id(a), []).append(n)
     group_of: Dict[int, _Group] = {}
     groups: List[_Group] = []
-    for n in fn.nodes():
+    nodes = fn.nodes()
+    users = _users(nodes)
+    outputs = {id(o) for o in fn.outputs}
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    pending: Dict[int, _Group] = {}     # diamond members -> the group they will join
+    for n in nodes:
         kind = _kind(n)
-        target = None
-        for a in n.args:
-            if isinstance(a, Call) and (uses.get(id(a), 0) == 1 or _local_diamond(a, n, uses, users, out_ids)):
+        target = pending.pop(id(n), None)
+        for a in n.args if target is None else ():
+            if isinstance(a, Call) and uses.get(id(a), 0) == 1:
                 g = group_of[id(a)]
                 if g.last is a and g.accepts(kind):
                     target = g
@@ -290,6 +305,11 @@ def fuse_ops(mod: Module) -> Module:
         else:
             target.nodes.append(n)
         group_of[id(n)] = target
+        if uses.get(id(n), 0) > 1 and id(n) not in outputs:
+            members = _diamond(n, users, uses, outputs, pos)
+            if members and all(target.accepts(_kind(m)) for m in members):
+                for m in members:
+                    pending[id(m)] = target
     # build primitive functions and the new main
     memo: Dict[int, Expr] = {}
     funcs: Dict[str, Function] = {}

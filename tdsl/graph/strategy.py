@@ -31,7 +31,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import conv_grouped, topi
+from . import conv_grouped, conv_spatial, squeeze, topi
 
 
 class Kernel:
@@ -105,6 +105,9 @@ class GroupDef:
                 out_t = depthwise_strided_fast(self, n, tensors)
             if out_t is None and fast and n.op == "nn.max_pool2d":
                 out_t = max_pool2d_fast(self, n, tensors)
+            if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
+                    and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
+                out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
             if out_t is None:
                 args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
                 try:
@@ -128,6 +131,10 @@ def conv2d_fast(g: GroupDef, n):
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
         return None
+    if squeeze.is_matvec_conv(n):
+        return squeeze.conv_matvec(g, n, x, wi)
+    if conv_spatial.applies(n, g.target.vector_lanes(xt.dtype)):
+        return conv_spatial.conv2d_rows(g, n, x, wi)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     bn = g.target.vector_lanes(xt.dtype)
     if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % bn == 0 \
@@ -359,6 +366,13 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
     if kind == "conv_grouped" and vectorize and _ishape(out) == _ishape(anchor_t):
         return conv_grouped.schedule(s, out, info, parallel, g.target, _stages, _inline_except)
+    if kind == "matvec" and vectorize:
+        return squeeze.schedule_matvec_group(s, out, info, parallel, g.target, _par_vec, _stages(out))
+    if kind == "conv_rows_spatial" and vectorize:
+        return conv_spatial.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
+                                     _vec_split, PAR_MIN_ELEMS)
+    if kind == "global_pool" and vectorize:
+        return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
     if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
         return _schedule_pool_sep(s, out, info, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]

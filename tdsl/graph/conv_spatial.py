@@ -1,0 +1,95 @@
+"""Direct conv2d vectorized along the output row, for convs with few input channels (the
+stem of a CNN: 3 channels, 7x7 s2 or 3x3 s2).
+
+The NCHW[x]c conv of strategy.conv2d_fast does few multiply-adds per output element
+there (3 * 3 * 3 = 27 in a 3x3 stem), so unpacking its blocked output back to NCHW (a
+transposing store per element) costs as much as the conv. Here the output stays NCHW:
+a register tile of `cb` output channels x `pv` vectors of one output row accumulates
+over the taps, each tap loading `pv` contiguous vectors of the input row and broadcasting
+`cb` weights. A column stride is made contiguous by storing the padded input split by
+column phase, (N, CI, Hp, sw, Wq) with [.., r, p, q] = padded[.., r, q * sw + p] (one
+pass over the small input). Rows whose width is not a whole number of tiles are computed
+into a padded conv row; the epilogue stores only the real columns.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .. import tiling
+from . import topi
+
+MAX_CI = 4              # input channels up to which this beats the blocked conv (stems)
+
+
+def applies(n, lanes):
+    a = n.attrs
+    CO, CI, KH, KW = n.args[1].type.shape
+    OW = n.type.shape[3]
+    return (a["groups"] == 1 and CI <= MAX_CI and KH * KW > 1 and OW >= lanes
+            and n.args[0].type.dtype == "float32")
+
+
+def conv2d_rows(g, n, x, wi):
+    a = n.attrs
+    N, C, H, W = n.args[0].type.shape
+    CO, CI, KH, KW = n.args[1].type.shape
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl = a["padding"][0], a["padding"][1]
+    OH, OW = n.type.shape[2:]
+    lanes = g.target.vector_lanes("float32")
+    cb, pv = tiling.register_tile(g.target, CO, OW, whole_rows=True)
+    row = pv * lanes
+    owp = -(-OW // row) * row                  # conv row padded to whole tiles
+
+    def pack(w):
+        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI, KH, KW).transpose(0, 2, 3, 4, 1))
+    Wp = g.packed_param(wi, (CO // cb, CI, KH, KW, cb), pack)
+    hp = (OH - 1) * sh + (KH - 1) * dh + 1
+    wq = owp + ((KW - 1) * dw) // sw
+    f0 = tdsl.const(0, "float32")
+
+    def fp(b, ch, r, p, q):
+        iy, ix = r - pt, q * sw + p - pl
+        return tdsl.if_then_else(tdsl.all(iy >= 0, iy < H, ix >= 0, ix < W), x[b, ch, iy, ix], f0)
+    ph = tdsl.compute((N, CI, hp, sw, wq), fp, name=topi.uname("pad_phase"))
+    ci = tdsl.reduce_axis((0, CI), "ci")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    Cv = tdsl.compute((N, CO, OH, owp), lambda b, co, oy, ox: tdsl.sum(
+        ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw] * Wp[co // cb, ci, ky, kx, co % cb],
+        axis=[ci, ky, kx]), name=topi.uname("conv"))
+    O = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
+    g.anchor = (O, {"kind": "conv_rows_spatial", "conv": Cv, "pad": ph, "cb": cb, "pv": pv, "lanes": lanes})
+    return O
+
+
+def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec_split, min_par):
+    Cv, ph, cb, pv, lanes = info["conv"], info["pad"], info["cb"], info["pv"], info["lanes"]
+    inline_except(s, out, [Cv, ph])
+    for t in stages:
+        if t.op.reduce_axis and t is not Cv and t is not out:
+            par_vec(s, t, target, True, parallel)
+    b, co, oy, ox = out.op.axis
+    cob, coi = s[out].split(co, factor=cb)
+    oxo, oxi = s[out].split(ox, factor=pv * lanes)
+    s[out].reorder(b, cob, oy, oxo, coi, oxi)
+    oxv, oxl = s[out].split(oxi, factor=lanes)
+    s[out].vectorize(oxl)
+    rows = s[out].fuse(b, cob, oy)
+    if parallel:
+        s[out].parallel(rows)
+    s[Cv].compute_at(s[out], oxo)
+    _, cl, _, xl = s[Cv].op.axis
+    rci, rky, rkx = s[Cv].op.reduce_axis
+    xlo, xli = s[Cv].split(xl, factor=lanes)
+    s[Cv].reorder(rci, rky, rkx, cl, xlo, xli)
+    s[Cv].unroll(rkx)
+    s[Cv].unroll(cl)
+    s[Cv].unroll(xlo)
+    s[Cv].vectorize(xli)
+    pa = s[ph].fuse(*ph.op.axis[:-1])
+    if parallel and int(np.prod([topi._dim(d) for d in ph.shape])) >= min_par:
+        s[ph].parallel(pa)
+    vec_split(s, ph, ph.op.axis[-1], topi._dim(ph.shape[-1]), target)
