@@ -7,11 +7,13 @@ constants): identical layers compile once per process.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List
 
 import numpy as np
 
 from ..errors import ArgumentError, GraphError
+from ..runtime import cpu
 from .ir import Call, Const, Function, Module, Var
 from .memory import plan_memory
 from .passes import fuse_ops
@@ -25,22 +27,46 @@ def clear_kernel_cache():
     _KERNELS.clear()
 
 
-def _kernel(fn: Function, target, const_args: Dict[int, np.ndarray], stats, tuned=None):
+def _kernel_key(fn: Function, target, const_args, tuned):
     text = print_function(fn).split("(", 1)[1]
     key = (target, text, tuple(sorted(const_args)))
     params = (tuned or {}).get(key)
     if params:
         key = key + (repr(sorted(params.items())),)
-    k = _KERNELS.get(key)
-    if k is None:
-        t0 = time.perf_counter()
-        k = compile_group(fn, target, const_args, fn.name, auto_params=params)
-        stats["compile_s"] += time.perf_counter() - t0
-        stats["compiled"] += 1
-        _KERNELS[key] = k
-    else:
-        stats["cached"] += 1
-    return k
+    return key, params
+
+
+def _compile(fn, target, const_args, params):
+    with cpu.python_side():
+        return compile_group(fn, target, const_args, fn.name, auto_params=params)
+
+
+def _compile_all(calls, target, stats, tuned):
+    """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
+    two at a time: one thread's LLVM work runs while the other lowers its next kernel
+    (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
+    are raised in the order of the calls."""
+    todo = {}
+    for n in calls:
+        consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+        key, params = _kernel_key(n.op, target, consts, tuned)
+        if key not in _KERNELS and key not in todo:
+            todo[key] = (n.op, consts, params)
+    if not todo:
+        return
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-build") as pool:
+        futures = {key: pool.submit(_compile, fn, target, consts, params)
+                   for key, (fn, consts, params) in todo.items()}
+        try:
+            for key, fut in futures.items():
+                _KERNELS[key] = fut.result()
+                stats["compiled"] += 1
+        except BaseException:
+            for fut in futures.values():
+                fut.cancel()
+            raise
+    stats["compile_s"] += time.perf_counter() - t0
 
 
 class Executor:
@@ -84,13 +110,16 @@ class Executor:
         packed_cache: Dict[tuple, np.ndarray] = {}
         self.tuned = self._tune(fused, target, tune_minutes, log_file) if tune_minutes else {}
         self.steps: List[tuple] = []
+        calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
+                 and id(n) not in self.plan.aliases and id(n) not in views.values()]
+        _compile_all(calls, target, self.stats, self.tuned)
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
             if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values():
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-            k = _kernel(n.op, target, consts, self.stats, self.tuned)
+            k = _KERNELS[_kernel_key(n.op, target, consts, self.tuned)[0]]
             args = []
             for i in k.param_order:
                 a = n.args[i]
@@ -107,6 +136,7 @@ class Executor:
                     args.append(bufs[id(a)])
             args.append(bufs[id(n)])
             self.steps.append((k, args, n))
+        self.stats["cached"] = len(self.steps) - self.stats["compiled"]
         self._calls = [self._bind(k.module, args) for k, args, _ in self.steps]
         self._outputs = []
         for o in fn.outputs:

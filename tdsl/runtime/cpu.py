@@ -28,6 +28,41 @@ from . import diskcache
 from .abi import ctypes_signature, default_num_threads
 
 _lock = threading.RLock()
+
+# Builds in several threads (the graph executor compiles a network's kernels two at a
+# time): tdsl's Python half (lowering, IR generation) shares tables, so one thread runs it
+# at a time, holding `_python_lock`; LLVM's half releases the GIL and runs beside it. A
+# thread never holds both locks: compile_ir lets go of the Python lock before taking
+# `_lock` and takes it back after.
+_python_lock = threading.Lock()
+_holder = threading.local()
+
+
+class python_side:
+    """Context: this thread runs tdsl's Python build steps (see `_python_lock`)."""
+
+    def __enter__(self):
+        _python_lock.acquire()
+        _holder.held = True
+
+    def __exit__(self, *exc):
+        _holder.held = False
+        _python_lock.release()
+
+
+class _llvm_side:
+    """Within python_side: lets other threads' Python run while this one is in LLVM."""
+
+    def __enter__(self):
+        self.held = getattr(_holder, "held", False)
+        if self.held:
+            _holder.held = False
+            _python_lock.release()
+
+    def __exit__(self, *exc):
+        if self.held:
+            _python_lock.acquire()
+            _holder.held = True
 _cache: "collections.OrderedDict[str, JITArtifact]" = collections.OrderedDict()
 CACHE_SIZE = 512
 stats = {"hits": 0, "misses": 0, "disk_hits": 0, "build_hits": 0, "compile_s": 0.0}
@@ -202,7 +237,7 @@ def _from_disk(llvm, key, target, symbol):
 
 def compile_ir(ir_text: str, target: LLVMTarget, symbol: str) -> JITArtifact:
     key = object_key(ir_text, target)
-    with _lock:
+    with _llvm_side(), _lock:
         art = _from_memory(key)
         if art is not None:
             return art
