@@ -261,12 +261,12 @@ def input_shapes(inputs, shape=None, default_dim=None, dims=None):
     if missing and default_dim is None:
         where = "; ".join(f"'{k}' (" + ", ".join(f"input '{i}' axis {a}" for i, a in symbolic[k]) + ")"
                           for k in missing)
-        named = {k: 1 for k in missing if "[" not in k}
+        named = ", ".join(f"'{k}': <size>" for k in missing if "[" not in k)
         raise GraphError(
             f"from_onnx: the model's inputs have symbolic dimensions with no value: {where}. Shapes are "
-            f"static, so give each one at import: from_onnx(model, dims={named or {}}) with the sizes you will "
-            "run (a dimension named by the model), or shape={input name: full shape}; default_dim=N takes N "
-            "for every one left")
+            f"static, so give each one the size you will run at import: "
+            + (f"from_onnx(model, dims={{{named}}}), or " if named else "")
+            + "shape={input name: full shape} per input; default_dim=N takes N for every one left")
     for k in missing:
         value[k] = int(default_dim)
     out = {}

@@ -1,0 +1,71 @@
+"""Networks exported by torch.onnx.export (tdsl.graph.zoo: torchvision, ViT, BERT, GPT-2)
+import, build and match onnxruntime, with static shapes and with symbolic batch/sequence
+dimensions given at import. Needs the zoo extra (torch, torchvision, transformers)."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.errors import GraphError
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+from tdsl.graph import models, zoo  # noqa: E402
+
+
+def _compare(model, feed, mod=None, extra_outputs=()):
+    """tdsl vs onnxruntime on every graph output (plus `extra_outputs`, intermediate
+    tensors made outputs): max abs error <= 1e-3 * max|ref|, relative to each output."""
+    for name in extra_outputs:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    mod = mod or G.from_onnx(model)
+    outs = G.build(G.optimize(mod)).run(*feed.values())
+    refs = models.onnxruntime_run(model, feed)
+    assert len(outs) == len(refs)
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape
+        assert float(np.abs(o - r).max()) <= 1e-3 * float(np.abs(r).max()) + 1e-30
+    return outs, refs
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16", "bert", "gpt2"])
+def test_exported_models_match_onnxruntime(name):
+    pytest.importorskip("transformers")
+    model = zoo.export(name)
+    extra = []
+    if name in ("vit_b_16", "mobilenet_v3_small"):
+        # torchvision starts ViT's head at zero and MobileNetV3's logits come out ~1e-9:
+        # the classifier's input carries the network's numerics
+        extra = [[n for n in model.graph.node if n.op_type == "Gemm"][-1].input[0]]
+    outs, refs = _compare(model, {"input": zoo.example_input(name)}, extra_outputs=extra)
+    assert float(np.abs(refs[-1]).max()) > 1e-12
+
+
+def test_dynamic_bert_at_batch_2_sequence_64():
+    pytest.importorskip("transformers")
+    model = zoo.export("bert", dynamic=True)
+    with pytest.raises(GraphError, match=r"'batch' \(input 'input' axis 0\); 'sequence' \(input 'input' axis 1\)"):
+        G.from_onnx(model)
+    with pytest.raises(GraphError, match=r"dims= names \['seq'\].*\['batch', 'sequence'\]"):
+        G.from_onnx(model, dims={"batch": 2, "seq": 64})
+    mod = G.from_onnx(model, dims={"batch": 2, "sequence": 64})
+    assert mod.main.params[0].type.shape == (2, 64)
+    # the exported Shape -> Gather -> Concat -> Reshape chains fold away: no shape vectors
+    # are computed at run time
+    opt = G.optimize(mod, fuse=False)
+    assert not [n for n in opt.main.nodes() if n.type.dtype == "int64" and n.type.ndim == 1]
+    x = np.random.default_rng(1).integers(0, 1000, (2, 64)).astype(np.int64)
+    outs, _ = _compare(model, {"input": x}, mod)
+    assert outs[0].shape == (2, 64, 256)
+
+
+def test_dynamic_torchvision_batch_3():
+    model = zoo.export("resnet18", dynamic=True)
+    mod = G.from_onnx(model, dims={"batch": 3})
+    x = np.random.default_rng(2).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    outs, _ = _compare(model, {"input": x}, mod)
+    assert outs[0].shape == (3, 1000)
+    # the same through shape= (by input)
+    assert G.from_onnx(model, shape={"input": (3, 3, 224, 224)}).main.params[0].type.shape == (3, 3, 224, 224)
