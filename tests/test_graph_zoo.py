@@ -9,8 +9,7 @@ from tdsl.errors import GraphError
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
-pytest.importorskip("torchvision")
+torch = pytest.importorskip("torch")
 
 from tdsl.graph import models, zoo  # noqa: E402
 
@@ -32,6 +31,7 @@ def _compare(model, feed, mod=None, extra_outputs=()):
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16", "bert", "gpt2"])
 def test_exported_models_match_onnxruntime(name):
+    pytest.importorskip("torchvision")
     pytest.importorskip("transformers")
     model = zoo.export(name)
     extra = []
@@ -44,6 +44,7 @@ def test_exported_models_match_onnxruntime(name):
 
 
 def test_dynamic_bert_at_batch_2_sequence_64():
+    pytest.importorskip("torchvision")
     pytest.importorskip("transformers")
     model = zoo.export("bert", dynamic=True)
     with pytest.raises(GraphError, match=r"'batch' \(input 'input' axis 0\); 'sequence' \(input 'input' axis 1\)"):
@@ -62,6 +63,7 @@ def test_dynamic_bert_at_batch_2_sequence_64():
 
 
 def test_dynamic_torchvision_batch_3():
+    pytest.importorskip("torchvision")
     model = zoo.export("resnet18", dynamic=True)
     mod = G.from_onnx(model, dims={"batch": 3})
     x = np.random.default_rng(2).standard_normal((3, 3, 224, 224)).astype(np.float32)
@@ -69,3 +71,41 @@ def test_dynamic_torchvision_batch_3():
     assert outs[0].shape == (3, 1000)
     # the same through shape= (by input)
     assert G.from_onnx(model, shape={"input": (3, 3, 224, 224)}).main.params[0].type.shape == (3, 3, 224, 224)
+
+
+def _torch_ops():
+    F = torch.nn.functional
+    return {
+        "nearest": lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+        "bilinear": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+        "bilinear_align_corners": lambda x: F.interpolate(x, size=(7, 11), mode="bilinear", align_corners=True),
+        "bilinear_down": lambda x: F.interpolate(x, size=(3, 2), mode="bilinear"),
+        "bicubic": lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
+        "einsum": lambda x: torch.einsum("bcij,bckj->bcik", x, x),
+        "topk": lambda x: torch.topk(x.flatten(1), 5)[0] + torch.topk(x.flatten(1), 5)[1].float(),
+        "argmax": lambda x: torch.argmax(x, dim=1).float(),
+        "cumsum": lambda x: torch.cumsum(x, dim=-1),
+        "tril_triu": lambda x: torch.tril(x, diagonal=-1) + torch.triu(x, 1),
+        "max_pool_indices": lambda x: F.max_pool2d(x, 2, 2, return_indices=True)[1].float(),
+        "conv_transpose": lambda x: F.conv_transpose2d(x, torch.ones(3, 2, 3, 3), stride=2, padding=1, output_padding=1),
+        "log_softmax": lambda x: F.log_softmax(x, dim=1),
+        "norms": lambda x: torch.linalg.vector_norm(x, dim=(2, 3)) + torch.logsumexp(x, dim=1).sum(),
+        "index_put": lambda x: x.index_put((torch.tensor([0]), torch.tensor([1])), torch.zeros(4, 5)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_torch_ops()))
+def test_torch_exported_operators_dynamic_batch(name):
+    """The ONNX operators torch emits for these functions, exported with a symbolic batch
+    and imported at batch 2."""
+    import io
+
+    class Wrap(torch.nn.Module):
+        def forward(self, x):
+            return _torch_ops()[name](x)
+    x = torch.from_numpy(np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32))
+    buf = io.BytesIO()
+    torch.onnx.export(Wrap(), (x,), buf, opset_version=17, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}}, dynamo=False)
+    model = onnx.load_from_string(buf.getvalue())
+    _compare(model, {"input": x.numpy()}, G.from_onnx(model, dims={"batch": 2}))
