@@ -178,6 +178,12 @@ def test_resize_c_target_and_int_nearest():
           mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
 
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 0.6]])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset10(scales, mode):
+    check("Resize", {"x": f32(1, 2, 6, 5)}, {"scales": np.asarray(scales, np.float32)}, opset=10, mode=mode)
+
+
 def test_resize_unsupported_mode_is_named():
     m = _model("Resize", {"x": f32(1, 1, 4, 4)}, {"roi": np.zeros(8, np.float32),
                                                    "scales": np.asarray([1, 1, 2, 2], np.float32)},
