@@ -61,16 +61,32 @@ def _time(fn, number=5):
     return (time.perf_counter() - t0) / number
 
 
-def compile_model(path, target="llvm", number=10):
+def _parse_dims(text):
+    """"batch=1,sequence=128" -> {"batch": 1, "sequence": 128}"""
+    from tdsl.errors import GraphError
+    out = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        name, eq, val = part.partition("=")
+        try:
+            out[name.strip()] = int(val)
+        except ValueError:
+            raise GraphError(f"--dims: '{part}' is not NAME=SIZE") from None
+        if not eq or not name.strip():
+            raise GraphError(f"--dims: '{part}' is not NAME=SIZE")
+    return out
+
+
+def compile_model(path, target="llvm", number=10, dims=None):
     """`tdsl compile MODEL.onnx`: the graph before and after optimization, a run on random
-    input, a comparison with onnxruntime when it is installed, and both latencies."""
+    input, a comparison with onnxruntime when it is installed, and both latencies.
+    `dims` ("batch=1,sequence=128") sizes the model's symbolic input dimensions."""
     import numpy as np
 
     import tdsl.graph as G
     from tdsl.errors import TdslError
 
     try:
-        mod = G.from_onnx(path)
+        mod = G.from_onnx(path, dims=_parse_dims(dims))
         print("== imported ==")
         print(mod)
         opt = G.optimize(mod)
@@ -81,6 +97,8 @@ def compile_model(path, target="llvm", number=10):
         build_s = time.perf_counter() - t0
     except TdslError as e:
         print(f"error: {e}", file=sys.stderr)
+        if "symbolic dimensions with no value" in str(e):
+            print("(here: tdsl compile MODEL.onnx --dims NAME=SIZE,...)", file=sys.stderr)
         return 1
     rng = np.random.default_rng(0)
     feeds = {}
@@ -146,13 +164,14 @@ def main(argv=None):
     c = sub.add_parser("compile", help="import an ONNX model, optimize, build, run and compare with onnxruntime")
     c.add_argument("model")
     c.add_argument("--target", default="llvm")
+    c.add_argument("--dims", default="", help="sizes of symbolic input dimensions, e.g. batch=1,sequence=128")
     k = sub.add_parser("cache", help="the persistent compile cache: where it is, what it holds; clear it")
     k.add_argument("action", choices=["info", "clear"])
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return demo(args.size, args.target)
     if args.cmd == "compile":
-        return compile_model(args.model, args.target)
+        return compile_model(args.model, args.target, dims=args.dims)
     if args.cmd == "cache":
         return cache_command(args.action)
     p.print_help()

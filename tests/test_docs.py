@@ -50,9 +50,12 @@ def _documented():
 
 
 def _resolve(dotted):
+    import importlib
     parts = dotted.split(".")
     obj = __import__(parts[0])
-    for p in parts[1:]:
+    for i, p in enumerate(parts[1:], 1):
+        if not hasattr(obj, p):     # a submodule its package does not import (tdsl.graph.zoo)
+            importlib.import_module(".".join(parts[:i + 1]))
         obj = getattr(obj, p)
     return obj
 

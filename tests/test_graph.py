@@ -264,9 +264,12 @@ def test_torch_exported_models(name):
     from tdsl.graph import models
     m = onnx.load(path)
     inp = m.graph.input[0]
-    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]   # batch: 1
+    with pytest.raises(GraphError, match=r"symbolic dimensions with no value: 'batch' \(input '"):
+        G.from_onnx(path)
+    mod = G.from_onnx(path, dims={"batch": 2})
+    shape = mod.main.params[0].type.shape
+    assert shape[0] == 2 and mod.info["dims"] == {"batch": 2}
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
-    mod = G.from_onnx(path)
     opt = G.optimize(mod)
     assert "Shape" not in str(opt)
     out = G.build(opt).run(x)[0]

@@ -178,6 +178,12 @@ def test_resize_c_target_and_int_nearest():
           mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
 
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 0.6]])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset10(scales, mode):
+    check("Resize", {"x": f32(1, 2, 6, 5)}, {"scales": np.asarray(scales, np.float32)}, opset=10, mode=mode)
+
+
 def test_resize_unsupported_mode_is_named():
     m = _model("Resize", {"x": f32(1, 1, 4, 4)}, {"roi": np.zeros(8, np.float32),
                                                    "scales": np.asarray([1, 1, 2, 2], np.float32)},
@@ -389,3 +395,104 @@ def test_unsupported_operators_are_all_named():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(GraphError, match=r"unsupported ONNX operator 'Celu'.*all unsupported operators: Celu, Shrink"):
         G.from_onnx(m)
+
+
+# ---------------------------------------------------------------------------- symbolic dimensions
+
+def _dynamic_model():
+    """x: (batch, seq, 4), m: (batch, seq): y = reshape(x, shape(x)[0], -1) * 2 and
+    z = m + 1, where the reshape target comes from Shape -> Gather -> Concat, as torch
+    exports it; u: ('', 3) has an unnamed unknown first dimension."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "zero1"], ["b1"]),
+        helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Mul", ["r", "two"], ["y"]),
+        helper.make_node("Add", ["m", "one"], ["z"]),
+        helper.make_node("Relu", ["u"], ["w"]),
+    ]
+    inits = [numpy_helper.from_array(np.asarray(0, np.int64), "zero"),
+             numpy_helper.from_array(np.asarray([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.asarray([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.asarray(2, np.float32), "two"),
+             numpy_helper.from_array(np.asarray(1, np.float32), "one")]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4]),
+           helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", "seq"]),
+           helper.make_tensor_value_info("u", TensorProto.FLOAT, [None, 3])]
+    outs = [helper.make_empty_tensor_value_info(n) for n in ("y", "z", "w")]
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_symbolic_dims_missing_are_all_listed():
+    m = _dynamic_model()
+    with pytest.raises(GraphError) as e:
+        G.from_onnx(m)
+    msg = str(e.value)
+    assert "'batch' (input 'x' axis 0, input 'm' axis 0)" in msg
+    assert "'seq' (input 'x' axis 1, input 'm' axis 1)" in msg
+    assert "'u[0]' (input 'u' axis 0)" in msg
+    assert "dims={'batch': <size>, 'seq': <size>}" in msg and "shape=" in msg
+    with pytest.raises(GraphError, match=r"'u\[0\]'"):
+        G.from_onnx(m, dims={"batch": 2, "seq": 3})           # the unnamed one is still missing
+    with pytest.raises(GraphError, match=r"dims= names \['sequence'\].*\['batch', 'seq', 'u\[0\]'\]"):
+        G.from_onnx(m, dims={"batch": 2, "sequence": 3})
+    with pytest.raises(GraphError, match=r"'batch' is 2 elsewhere but shape\['m'\] gives 5"):
+        G.from_onnx(m, dims={"batch": 2, "seq": 3}, shape={"m": (5, 3), "u": (1, 3)})
+    with pytest.raises(GraphError, match=r"axis 2 is fixed at 4"):
+        G.from_onnx(m, shape={"x": (2, 3, 5), "u": (1, 3)})
+    with pytest.raises(GraphError, match=r"dims\['batch'\] = -1"):
+        G.from_onnx(m, dims={"batch": -1, "seq": 3}, shape={"u": (1, 3)})
+
+
+def test_symbolic_dims_given_build_and_fold():
+    m = _dynamic_model()
+    mod = G.from_onnx(m, dims={"batch": 2, "seq": 5}, shape={"u": (4, 3)})
+    assert [p.type.shape for p in mod.main.params] == [(2, 5, 4), (2, 5), (4, 3)]
+    assert mod.info["dims"] == {"batch": 2, "seq": 5, "u[0]": 4}
+    opt = G.optimize(mod)
+    assert "int64" not in str(opt)                  # the shape arithmetic folded away
+    feeds = {"x": f32(2, 5, 4), "m": f32(2, 5), "u": f32(4, 3)}
+    got = G.build(opt).run(*feeds.values())
+    for g, r in zip(got, _ort(m, feeds)):
+        np.testing.assert_allclose(g, r, rtol=1e-6)
+    # default_dim is an explicit opt-in for every dimension left
+    assert [p.type.shape for p in G.from_onnx(m, default_dim=1).main.params] == [(1, 1, 4), (1, 1), (1, 3)]
+
+
+def test_cli_compile_dims(tmp_path, capsys):
+    from tdsl.__main__ import main
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x_info], [y_info]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["compile", str(path)]) == 1
+    assert "--dims NAME=SIZE" in capsys.readouterr().err
+    assert main(["compile", str(path), "--dims", "batch=3"]) == 0
+    out = capsys.readouterr().out
+    assert "Tensor[(3, 8), float32]" in out and "MISMATCH" not in out
+
+
+# ---------------------------------------------------------------------------- text form
+
+@pytest.mark.parametrize("op,inputs,consts,n_out,attrs", [
+    ("TopK", {"x": (3, 10)}, {"k": np.asarray([4], np.int64)}, 2, {}),
+    ("MaxPool", {"x": (1, 2, 6, 6)}, {}, 2, dict(kernel_shape=[2, 2], storage_order=1)),
+    ("CumSum", {"x": (3, 4)}, {"a": np.asarray(1, np.int64)}, 1, dict(reverse=1)),
+    ("Trilu", {"x": (3, 4)}, {"k": np.asarray(1, np.int64)}, 1, dict(upper=0)),
+    ("HardSigmoid", {"x": (3, 4)}, {}, 1, dict(alpha=0.3)),
+    ("IsInf", {"x": (3, 4)}, {}, 1, dict(detect_negative=0)),
+    ("GatherElements", {"x": (3, 4)}, {"i": np.asarray([[1], [0], [3]], np.int64)}, 1, dict(axis=1)),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_new_operators_print_and_parse_back(op, inputs, consts, n_out, attrs):
+    feeds = {k: f32(*s) for k, s in inputs.items()}
+    m = _model(op, feeds, consts, n_out, **attrs)
+    for fuse in (False, True):
+        mod = G.optimize(G.from_onnx(m), fuse=fuse)
+        again = G.parse(str(mod), meta=mod.meta)
+        assert str(again) == str(mod)
+        for a, b in zip(G.build(again).run(*feeds.values()), _ort(m, feeds)):
+            np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -209,15 +209,16 @@ def _resize(ctx, node, ins, attrs):
     if mode != "nearest" and not x.type.dtype.startswith("float"):
         raise GraphError(f"Resize: {mode} interpolation of {x.type.dtype} data is not supported")
     sizes, scales = _resize_sizes(ctx, x, ins, attrs)
-    if ctx.opset < 11:       # Upsample-era Resize: asymmetric coordinates, floor for nearest
-        coord, nearest = "asymmetric", "floor"
+    legacy = ctx.opset < 11   # Resize-10: asymmetric coordinates; nearest floors when it
+    if legacy:                # upsamples and takes the ceiling when it downsamples (onnxruntime)
+        coord = "asymmetric"
     y = x
     for ax, (n_in, n_out, s) in enumerate(zip(x.type.shape, sizes, scales)):
         if n_out <= 0:
             raise GraphError(f"Resize: output size {n_out} along axis {ax}")
         xo = _source_coords(coord, n_in, n_out, s)
         if mode == "nearest":
-            taps = _nearest_taps(xo, n_in, nearest)
+            taps = _nearest_taps(xo, n_in, ("ceil" if s < 1 else "floor") if legacy else nearest)
         elif mode == "linear":
             taps = _linear_taps(xo, n_in)
         else:

@@ -1,0 +1,111 @@
+"""Networks exported by torch.onnx.export (tdsl.graph.zoo: torchvision, ViT, BERT, GPT-2)
+import, build and match onnxruntime, with static shapes and with symbolic batch/sequence
+dimensions given at import. Needs the zoo extra (torch, torchvision, transformers)."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.errors import GraphError
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+
+from tdsl.graph import models, zoo  # noqa: E402
+
+
+def _compare(model, feed, mod=None, extra_outputs=()):
+    """tdsl vs onnxruntime on every graph output (plus `extra_outputs`, intermediate
+    tensors made outputs): max abs error <= 1e-3 * max|ref|, relative to each output."""
+    for name in extra_outputs:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    mod = mod or G.from_onnx(model)
+    outs = G.build(G.optimize(mod)).run(*feed.values())
+    refs = models.onnxruntime_run(model, feed)
+    assert len(outs) == len(refs)
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape
+        assert float(np.abs(o - r).max()) <= 1e-3 * float(np.abs(r).max()) + 1e-30
+    return outs, refs
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16", "bert", "gpt2"])
+def test_exported_models_match_onnxruntime(name):
+    pytest.importorskip("torchvision")
+    pytest.importorskip("transformers")
+    model = zoo.export(name)
+    extra = []
+    if name in ("vit_b_16", "mobilenet_v3_small"):
+        # torchvision starts ViT's head at zero and MobileNetV3's logits come out ~1e-9:
+        # the classifier's input carries the network's numerics
+        extra = [[n for n in model.graph.node if n.op_type == "Gemm"][-1].input[0]]
+    outs, refs = _compare(model, {"input": zoo.example_input(name)}, extra_outputs=extra)
+    assert float(np.abs(refs[-1]).max()) > 1e-12
+
+
+def test_dynamic_bert_at_batch_2_sequence_64():
+    pytest.importorskip("torchvision")
+    pytest.importorskip("transformers")
+    model = zoo.export("bert", dynamic=True)
+    with pytest.raises(GraphError, match=r"'batch' \(input 'input' axis 0\); 'sequence' \(input 'input' axis 1\)"):
+        G.from_onnx(model)
+    with pytest.raises(GraphError, match=r"dims= names \['seq'\].*\['batch', 'sequence'\]"):
+        G.from_onnx(model, dims={"batch": 2, "seq": 64})
+    mod = G.from_onnx(model, dims={"batch": 2, "sequence": 64})
+    assert mod.main.params[0].type.shape == (2, 64)
+    # the exported Shape -> Gather -> Concat -> Reshape chains fold away: no shape vectors
+    # are computed at run time
+    opt = G.optimize(mod, fuse=False)
+    assert not [n for n in opt.main.nodes() if n.type.dtype == "int64" and n.type.ndim == 1]
+    x = np.random.default_rng(1).integers(0, 1000, (2, 64)).astype(np.int64)
+    outs, _ = _compare(model, {"input": x}, mod)
+    assert outs[0].shape == (2, 64, 256)
+
+
+def test_dynamic_torchvision_batch_3():
+    pytest.importorskip("torchvision")
+    model = zoo.export("resnet18", dynamic=True)
+    mod = G.from_onnx(model, dims={"batch": 3})
+    x = np.random.default_rng(2).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    outs, _ = _compare(model, {"input": x}, mod)
+    assert outs[0].shape == (3, 1000)
+    # the same through shape= (by input)
+    assert G.from_onnx(model, shape={"input": (3, 3, 224, 224)}).main.params[0].type.shape == (3, 3, 224, 224)
+
+
+def _torch_ops():
+    F = torch.nn.functional
+    return {
+        "nearest": lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+        "bilinear": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+        "bilinear_align_corners": lambda x: F.interpolate(x, size=(7, 11), mode="bilinear", align_corners=True),
+        "bilinear_down": lambda x: F.interpolate(x, size=(3, 2), mode="bilinear"),
+        "bicubic": lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
+        "einsum": lambda x: torch.einsum("bcij,bckj->bcik", x, x),
+        "topk": lambda x: torch.topk(x.flatten(1), 5)[0] + torch.topk(x.flatten(1), 5)[1].float(),
+        "argmax": lambda x: torch.argmax(x, dim=1).float(),
+        "cumsum": lambda x: torch.cumsum(x, dim=-1),
+        "tril_triu": lambda x: torch.tril(x, diagonal=-1) + torch.triu(x, 1),
+        "max_pool_indices": lambda x: F.max_pool2d(x, 2, 2, return_indices=True)[1].float(),
+        "conv_transpose": lambda x: F.conv_transpose2d(x, torch.ones(3, 2, 3, 3), stride=2, padding=1, output_padding=1),
+        "log_softmax": lambda x: F.log_softmax(x, dim=1),
+        "norms": lambda x: torch.linalg.vector_norm(x, dim=(2, 3)) + torch.logsumexp(x, dim=1).sum(),
+        "index_put": lambda x: x.index_put((torch.tensor([0]), torch.tensor([1])), torch.zeros(4, 5)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_torch_ops()))
+def test_torch_exported_operators_dynamic_batch(name):
+    """The ONNX operators torch emits for these functions, exported with a symbolic batch
+    and imported at batch 2."""
+    import io
+
+    class Wrap(torch.nn.Module):
+        def forward(self, x):
+            return _torch_ops()[name](x)
+    x = torch.from_numpy(np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32))
+    buf = io.BytesIO()
+    torch.onnx.export(Wrap(), (x,), buf, opset_version=17, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}}, dynamo=False)
+    model = onnx.load_from_string(buf.getvalue())
+    _compare(model, {"input": x.numpy()}, G.from_onnx(model, dims={"batch": 2}))
