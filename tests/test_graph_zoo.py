@@ -29,7 +29,10 @@ def _compare(model, feed, mod=None, extra_outputs=()):
     return outs, refs
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16", "bert", "gpt2"])
+# small members of each family: a fire-module CNN, a channel-shuffle net, a squeeze-excite
+# mobile net with HardSwish, a vision transformer, an encoder and a decoder transformer
+@pytest.mark.parametrize("name", ["squeezenet1_1", "shufflenet_v2_x1_0", "mobilenet_v3_small", "vit_b_16",
+                                  "bert", "gpt2"])
 def test_exported_models_match_onnxruntime(name):
     pytest.importorskip("torchvision")
     pytest.importorskip("transformers")
@@ -41,6 +44,11 @@ def test_exported_models_match_onnxruntime(name):
         extra = [[n for n in model.graph.node if n.op_type == "Gemm"][-1].input[0]]
     outs, refs = _compare(model, {"input": zoo.example_input(name)}, extra_outputs=extra)
     assert float(np.abs(refs[-1]).max()) > 1e-12
+
+
+def test_unknown_zoo_model_is_named():
+    with pytest.raises(GraphError, match="no_such_net.*resnet18"):
+        zoo.export("no_such_net")
 
 
 def test_dynamic_bert_at_batch_2_sequence_64():
