@@ -83,6 +83,7 @@ CASES = {
     "dw5_s1_28_hardswish": (20, 28, 20, 20, 5, (1, 1), (1, 1), None, "hardswish"),
     "dw3_d2_14_asym": (16, 14, 16, 16, 3, (1, 1), (2, 2), [0, 1, 2, 3], "relu"),
     "dw3_s2_d2_13": (8, 13, 8, 8, 3, (2, 2), (2, 2), None, None),
+    "dw3_16_no_epilogue": (8, 16, 8, 8, 3, (1, 1), (1, 1), None, None),
     "dw_multiplier2": (6, 13, 12, 6, 3, (1, 1), (1, 1), None, "relu"),
     "dw3_s3_17": (12, 17, 12, 12, 3, (3, 3), (1, 1), [1, 0, 0, 1], "relu"),
     "dw_3x5_s12": (16, (15, 21), 16, 16, (3, 5), (1, 2), (1, 1), [1, 2, 1, 2], "relu6"),
@@ -108,6 +109,16 @@ def test_grouped_conv_matches_onnxruntime(name):
     # the kernel uses the grouped strategy (its packed weights), not the generic conv
     (k0, _, _), = [st for st in exe.steps if "conv2d" in st[0].name]
     assert k0.transforms, f"{name}: the grouped strategy did not pack the weights"
+
+
+def test_grouped_conv_for_the_c_target():
+    # the "c" target takes the definition with the auto-scheduler's plain schedule
+    model, wt = _model(12, 9, 12, 4, 3, strides=(2, 2), act="relu")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 12, 9, 9)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = G.build(G.optimize(G.from_onnx(model)), target="c").run(x)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_grouped_conv_residual_add_and_batch_norm():

@@ -70,13 +70,11 @@ def grouped_conv2d(g, n, tensors):
                                       max_vecs=max(1, nv))
         cb = 1
         if rb * pv < 2 * g.target.fma_chains and OH == rb and pv == nv:
-            cb = _divisor_at_most(CO if cog == 1 else cog, max(1, (2 * g.target.fma_chains) // (rb * pv)))
+            cb = _divisor_at_most(CO, max(1, (2 * g.target.fma_chains) // (rb * pv)))
     else:
         cb, pv = tiling.register_tile(g.target, cog, nv * wv, whole_rows=True, whole_vecs=True,
                                       max_vecs=max(1, nv))
         rb = 1
-    if cog > 1 and cog % cb:
-        cb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
     wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
     f0 = tdsl.const(0, "float32")
