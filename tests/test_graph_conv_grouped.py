@@ -95,9 +95,7 @@ CASES = {
     "g3_5x5_s2_d2_13": (9, 13, 12, 3, 5, (2, 2), (2, 2), None, "relu"),
     "g4_cog3_asym": (8, 11, 12, 4, 3, (1, 2), (1, 1), [2, 0, 1, 1], None),
     "g2_1x1_s2": (16, 14, 32, 2, 1, (2, 2), (1, 1), [0, 0, 0, 0], "relu"),
-    # stems: groups == 1 with few input channels take the same strategy
-    "stem_rgb_s2": (3, 37, 24, 1, 3, (2, 2), (1, 1), None, "relu6"),
-    "stem_gray_5x5": (1, 15, 8, 1, 5, (1, 1), (1, 1), [2, 1, 2, 3], "silu"),
+    "g2_cog32_blocks": (16, 28, 64, 2, 3, (1, 1), (1, 1), None, "relu"),
 }
 
 

@@ -1,6 +1,6 @@
-"""Grouped and depthwise 2-D convolutions on CPUs (llvm), and stems (few input
-channels): one strategy for every group count, stride and dilation, with the group's
-epilogue (bias, activation, residual add) written from the register tile.
+"""Grouped and depthwise 2-D convolutions on CPUs (llvm): one strategy for every group
+count, stride and dilation, with the group's epilogue (bias, activation, residual add)
+written from the register tile.
 
 Layout stays NCHW (the neighbouring 1x1 convs read and write it); vectors run along the
 output row. A register tile is `cb` output channels x `rb` output rows x `pv` vectors of a
@@ -31,20 +31,15 @@ from .. import tiling
 from . import topi
 
 
-# groups == 1 convs with at most this many input channels (stems on RGB images) use this
-# strategy too: the packed NCHW[x]c conv has a 3-long reduction per output vector there
-# and a transposing epilogue; here the input rows are shared by the tile's channels
-# (measured on a 3x224x224 -> 32x112x112 stride-2 stem: 0.70 -> 0.53 ms on Zen 4)
-STEM_MAX_CIN = 4
 
 
 def grouped_conv2d(g, n, tensors):
-    """Definition of `nn.conv2d` node `n` with groups > 1 (or a stem, see STEM_MAX_CIN)
-    and constant weights (float32, llvm/c targets); None for any other conv."""
+    """Definition of `nn.conv2d` node `n` with groups > 1 and constant weights (float32,
+    llvm/c targets, static shapes); None for any other conv."""
     x_e, w_e = n.args
     a = n.attrs
     groups = a["groups"]
-    if (groups == 1 and w_e.type.shape[1] > STEM_MAX_CIN) or x_e.type.dtype != "float32" \
+    if groups == 1 or x_e.type.dtype != "float32" \
             or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape):
         return None
     wi = g.const_param(w_e)
@@ -103,7 +98,7 @@ def grouped_conv2d(g, n, tensors):
     if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
-                     "wv": wv, "lanes": lanes})
+                     "wv": wv, "lanes": lanes, "blocks": per_block})
     return out
 
 
@@ -126,12 +121,14 @@ def schedule(s, out, info, parallel, target, stages, inline_except):
         Cv = s.cache_write(out, "local")
     b, co, y, x = s[out].op.axis
     cob, coi = s[out].split(co, factor=cb)
+    # the channel blocks of one group inside its rows: they share the padded input rows
+    grp, blk = s[out].split(cob, factor=info["blocks"])
     yo, yi = s[out].split(y, factor=rb)
     xo, xi = s[out].split(x, factor=pv * wv)
     xv, xl = s[out].split(xi, factor=wv)
-    s[out].reorder(b, cob, yo, xo, coi, yi, xv, xl)
+    s[out].reorder(b, grp, yo, blk, xo, coi, yi, xv, xl)
     s[out].vectorize(xl)
-    outer = s[out].fuse(b, cob, yo)
+    outer = s[out].fuse(b, grp, yo)
     macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
     if parallel and macs >= (1 << 19):
         s[out].parallel(outer)
