@@ -69,8 +69,9 @@ def grouped_conv2d(g, n, tensors):
         rb, pv = tiling.register_tile(g.target, OH, nv * wv, whole_rows=True, whole_vecs=True,
                                       max_rows=DW_MAX_ROWS, max_vecs=min(DW_MAX_VECS, nv))
         cb = 1
+        acc_budget = 3 * max(g.target.vector_registers, 4) // 4     # as tiling.register_tile
         if rb * pv < 2 * g.target.fma_chains and OH == rb and pv == nv:
-            cb = _divisor_at_most(CO, max(1, (2 * g.target.fma_chains) // (rb * pv)))
+            cb = _divisor_at_most(CO, max(1, min(2 * g.target.fma_chains, acc_budget) // (rb * pv)))
     else:
         cb, pv = tiling.register_tile(g.target, cog, nv * wv, whole_rows=True, whole_vecs=True,
                                       max_vecs=max(1, nv))
@@ -103,7 +104,7 @@ def grouped_conv2d(g, n, tensors):
     if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
-                     "wv": wv, "lanes": lanes, "blocks": per_block})
+                     "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG})
     return out
 
 
@@ -112,6 +113,14 @@ def _divisor_at_most(n, k):
         if n % d == 0:
             return d
     return 1
+
+
+PLANE_BYTES = 16 * 1024    # a group's padded plane up to this size is padded once
+
+
+def ph_channels(info):
+    """Input channels one parallel task pads: the group's, or the block's for depthwise."""
+    return info["cig"] if info["blocks"] > 1 or info["cig"] > 1 else info["cb"]
 
 
 def schedule(s, out, info, parallel, target, stages, inline_except):
@@ -133,11 +142,20 @@ def schedule(s, out, info, parallel, target, stages, inline_except):
     xv, xl = s[out].split(xi, factor=wv)
     s[out].reorder(b, grp, yo, blk, xo, coi, yi, xv, xl)
     s[out].vectorize(xl)
-    outer = s[out].fuse(b, grp, yo)
+    tasks = N * CO // (cb * info["blocks"])
+    plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * (ph_channels(info))
+    if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores:
+        # small planes: pad a group's whole plane once, then its row tiles (per row tile,
+        # a 7x7 plane would copy each padded row three times and fork per row)
+        outer = s[out].fuse(b, grp)
+        at = outer
+    else:
+        outer = s[out].fuse(b, grp, yo)
+        at = outer
     macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
     if parallel and macs >= (1 << 19):
         s[out].parallel(outer)
-    s[ph].compute_at(s[out], outer)
+    s[ph].compute_at(s[out], at)
     pq = ph.op.axis[-1]
     s[ph].vectorize(s[ph].split(pq, factor=wv)[1])
     s[Cv].compute_at(s[out], xo)

@@ -127,7 +127,7 @@ def _vector_load(em, buf, idx):
     c = ctx.info.coeff(idx)
     if c == 1:
         p = elem_ptr(em, buf, _at_lane0(em, idx))
-        if _odd_width(n) and not _is_alloca(em, buf):
+        if _odd_width(n) and not _is_alloca(em, buf) and _masked_loads_cheap(em):
             return _from_mem(em, _widened_load(em, p, mt, n, ctx.mask, dt.itemsize(buf.dtype)), buf.dtype)
         if ctx.mask is None:
             v = bl.load(p, typ=vt, align=dt.itemsize(buf.dtype))
@@ -148,6 +148,14 @@ def _vector_load(em, buf, idx):
 
 def _odd_width(n):
     return n > 2 and n & (n - 1)
+
+
+def _masked_loads_cheap(em):
+    # x86 from AVX on has one-instruction masked loads; elsewhere (NEON) LLVM would
+    # split them into scalar loads. Masked stores take AVX-512: AVX's vmaskmovps store
+    # is microcoded on AMD cores (Zen 2/3), slower than the 4 + 2 + 1 lane pieces.
+    d = em.mb.target.description
+    return d.arch == "x86_64" and d.vector_bits >= 256
 
 
 def _is_alloca(em, buf):
@@ -242,7 +250,7 @@ def _vector_store(em, buf, idx, val):
     c = ctx.info.coeff(idx)
     if c == 1:
         p = elem_ptr(em, buf, _at_lane0(em, idx))
-        if _odd_width(n) and not _is_alloca(em, buf):
+        if _odd_width(n) and not _is_alloca(em, buf) and em.mb.target.has_avx512:
             _widened_store(em, p, val, n, ctx.mask, align)
             return
         if ctx.mask is None:
