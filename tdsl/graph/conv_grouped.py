@@ -104,7 +104,8 @@ def grouped_conv2d(g, n, tensors):
     if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
-                     "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG})
+                     "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG,
+                      "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
     return out
 
 
@@ -144,9 +145,9 @@ def schedule(s, out, info, parallel, target, stages, inline_except):
     s[out].vectorize(xl)
     tasks = N * CO // (cb * info["blocks"])
     plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * (ph_channels(info))
-    if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores:
-        # small planes: pad a group's whole plane once, then its row tiles (per row tile,
-        # a 7x7 plane would copy each padded row three times and fork per row)
+    if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores and 2 * info["redo"] >= rb * info["sh"]:
+        # a small plane whose row tiles would pad half their rows again (short tiles,
+        # tall kernels: 2 rows of a 5x5 redo 4): pad the group's plane once per task
         outer = s[out].fuse(b, grp)
         at = outer
     else:
