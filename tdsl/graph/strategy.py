@@ -95,12 +95,12 @@ class GroupDef:
                 if id(a) in tensors:
                     ins.append(tensors[id(a)])
             out_t = None
-            if fast and n.op == "nn.conv2d":     # grouped, depthwise and stem convs
-                out_t = conv_grouped.grouped_conv2d(self, n, tensors)
-            if out_t is None and fast and n.op == "nn.conv2d":
+            if fast and n.op == "nn.conv2d":
                 out_t = conv2d_fast(self, n)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
+            if out_t is None and fast and n.op == "nn.conv2d":
+                out_t = conv_grouped.grouped_conv2d(self, n, tensors)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)
             if out_t is None and fast and n.op == "nn.max_pool2d":

@@ -152,8 +152,7 @@ def _odd_width(n):
 
 def _masked_loads_cheap(em):
     # x86 from AVX on has one-instruction masked loads; elsewhere (NEON) LLVM would
-    # split them into scalar loads. Masked stores take AVX-512: AVX's vmaskmovps store
-    # is microcoded on AMD cores (Zen 2/3), slower than the 4 + 2 + 1 lane pieces.
+    # split them into scalar loads. Widened stores also need AVX-512 (see _vector_store).
     d = em.mb.target.description
     return d.arch == "x86_64" and d.vector_bits >= 256
 
@@ -250,6 +249,8 @@ def _vector_store(em, buf, idx, val):
     c = ctx.info.coeff(idx)
     if c == 1:
         p = elem_ptr(em, buf, _at_lane0(em, idx))
+        # with AVX-512 only: AVX's vmaskmovps store is microcoded on AMD cores (Zen 2/3)
+        # and slower there than LLVM's 4 + 2 + 1 lane pieces
         if _odd_width(n) and not _is_alloca(em, buf) and em.mb.target.has_avx512:
             _widened_store(em, p, val, n, ctx.mask, align)
             return
