@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _model(cin, hw, cout, groups, k, strides=(1, 1), dil=(1, 1), pads=None, act=None, residual=False,
-           bn=False, weight_input=False, seed=0):
+           bn=False, weight_input=False, seed=0, batch=1):
     rng = np.random.default_rng(seed)
     kh, kw = (k, k) if isinstance(k, int) else k
     h, w = (hw, hw) if isinstance(hw, int) else hw
@@ -22,7 +22,7 @@ def _model(cin, hw, cout, groups, k, strides=(1, 1), dil=(1, 1), pads=None, act=
     wt = (rng.standard_normal((cout, cin // groups, kh, kw)) / np.sqrt(kh * kw * cin / groups)).astype(np.float32)
     b = rng.standard_normal(cout).astype(np.float32)
     inits = [numpy_helper.from_array(b, "b")]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, h, w])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, cin, h, w])]
     if weight_input:
         inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(wt.shape)))
     else:
@@ -51,7 +51,7 @@ def _model(cin, hw, cout, groups, k, strides=(1, 1), dil=(1, 1), pads=None, act=
     if act:
         cur = "a"
     if residual:
-        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, cout, oh, ow]))
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [batch, cout, oh, ow]))
         nodes.append(helper.make_node("Add", [cur, "r"], ["y"]))
     else:
         nodes.append(helper.make_node("Identity", [cur], ["y"]))
@@ -124,6 +124,12 @@ def test_grouped_conv_residual_add_and_batch_norm():
     model, wt = _model(32, 14, 32, 4, 3, act="relu6", residual=True, bn=True)
     exe = _check(model, wt)
     assert len(exe.steps) == 1       # conv, folded BN, clip and the add: one kernel
+
+
+@pytest.mark.parametrize("groups", [4, 16])
+def test_grouped_conv_batch_of_three(groups):
+    model, wt = _model(16, 13, 16, groups, 3, strides=(2, 2), act="relu6", residual=True, batch=3)
+    _check(model, wt)
 
 
 def test_depthwise_conv_with_weights_as_input_uses_generic_definition():
