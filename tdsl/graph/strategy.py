@@ -31,7 +31,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import conv_spatial, squeeze, topi
+from . import conv1x1, conv_spatial, squeeze, topi
 
 
 class Kernel:
@@ -135,9 +135,8 @@ def conv2d_fast(g: GroupDef, n):
         return conv_spatial.conv2d_rows(g, n, x, wi)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     bn = g.target.vector_lanes(xt.dtype)
-    if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % bn == 0 \
-            and CO % 4 == 0:
-        return _conv1x1_spatial(g, n, x, wi)
+    if conv1x1.applies(g, n):
+        return conv1x1.conv1x1(g, n, x, wi)
     cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
 
     def pack(w):
@@ -163,27 +162,6 @@ def conv2d_fast(g: GroupDef, n):
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
     g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW,
                     "bn": bn})
-    return O
-
-
-def _conv1x1_spatial(g: GroupDef, n, x, wi):
-    """1x1 stride-1 conv vectorized along the flattened image (NCHW stays NCHW): a tile of
-    `cb` output channels x `pv` vectors of pixels accumulates in registers, each weight
-    broadcast, and the epilogue stores whole vectors (no transpose)."""
-    N, C, H, W = n.args[0].type.shape
-    CO, CI = n.args[1].type.shape[:2]
-    hw = H * W
-    lanes = g.target.vector_lanes(n.args[0].type.dtype)
-    cb, pv = tiling.register_tile(g.target, CO, hw, whole_rows=True, whole_vecs=True)
-
-    def pack(w):
-        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
-    Wp = g.packed_param(wi, (CO // cb, CI, cb), pack)
-    ci = tdsl.reduce_axis((0, CI), "ci")
-    Cv = tdsl.compute((N, CO, hw), lambda b, co, p: tdsl.sum(
-        x[b, ci, p // W, p % W] * Wp[co // cb, ci, co % cb], axis=ci), name=topi.uname("conv"))
-    O = tdsl.compute((N, CO, H, W), lambda b, co, y, xx: Cv[b, co, y * W + xx], name=topi.uname("unflat"))
-    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "cb": cb, "pv": pv, "lanes": lanes})
     return O
 
 
@@ -357,7 +335,8 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
-        return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
+        return conv1x1.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
+                                _vec_split, PAR_MIN_MACS // 4)
     if kind == "matvec" and vectorize:
         return squeeze.schedule_matvec_group(s, out, info, parallel, g.target, _par_vec, _stages(out))
     if kind == "conv_rows_spatial" and vectorize:
@@ -461,33 +440,6 @@ def _schedule_conv_packed(s, out, info, parallel, target):
         if parallel:
             s[pad].parallel(pa)
         _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
-
-
-def _schedule_conv1x1_spatial(s, out, info, parallel, target):
-    Cv, cb, pv, lanes = info["conv"], info["cb"], info["pv"], info["lanes"]
-    _inline_except(s, out, [Cv])
-    for t in _stages(out):
-        if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, target, True, parallel)
-    b, co, y, x = out.op.axis
-    p = s[out].fuse(y, x)
-    cob, coi = s[out].split(co, factor=cb)
-    po, pi = s[out].split(p, factor=lanes * pv)
-    pvo, pl = s[out].split(pi, factor=lanes)
-    s[out].reorder(b, cob, po, coi, pvo, pl)
-    s[out].vectorize(pl)
-    par = s[out].fuse(b, cob, po)
-    macs = int(np.prod(_ishape(Cv))) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
-    if parallel and macs >= PAR_MIN_MACS // 4:
-        s[out].parallel(par)
-    s[Cv].compute_at(s[out], par)
-    _, cl, pc = s[Cv].op.axis
-    (ci,) = s[Cv].op.reduce_axis
-    pco, pci = s[Cv].split(pc, factor=lanes)
-    s[Cv].reorder(ci, cl, pco, pci)
-    s[Cv].unroll(cl)
-    s[Cv].unroll(pco)
-    s[Cv].vectorize(pci)
 
 
 def _schedule_pool_sep(s, out, info, parallel, target):

@@ -1,0 +1,122 @@
+"""1x1 convolutions as a matrix product along the flattened image: NCHW in, NCHW out.
+
+Out[co, p] = sum_ci W[co, ci] * X[ci, p] with p the flattened output pixel: a register
+tile of `cb` output channels x `pv` vectors of pixels accumulates over the input channels,
+each step loading `pv` contiguous pixel vectors and broadcasting `cb` weights (packed
+(CO/cb, CI, cb)); the epilogue (bias, BN, activation, residual add) stores whole vectors
+of the NCHW output, with no transposing unpack.
+
+The input is read in place when it is a stride-1 image of whole vectors. Otherwise one pass
+packs it (N, CI, P) with P the output pixels rounded up to whole tiles: a stride picks
+every sh-th row and sw-th column (resnet50's downsample), and the padding pixels are zeros,
+so the micro-kernel never needs a guard (7x7 = 49 and 14x14 = 196 pixels, squeezenet's
+13x13 and 55x55). The pack costs one read of the input per conv, 1/CO of its multiply-adds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .. import tiling
+from . import topi
+
+MIN_CB = 4          # fewer output channels per tile: the blocked conv is better
+MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
+# Images that need the pixel pack (unaligned, strided) take this path only for expanding
+# convs (CO >= PACK_MIN_EXPANSION * CI): measured against the blocked NCHW[x]c conv
+# (bench/cnn_layers.py, znver4), the packed path won 320->1280 at 7x7 by 1.6x and tied
+# 4x expansions at 7x7/14x14, but lost 1.9-2.1x on reducing convs (672->112 at 14x14,
+# 1024->128 at 7x7), whose pixel panel is re-read from L2 for every few output channels.
+PACK_MIN_EXPANSION = 4
+
+
+def applies(g, n):
+    a = n.attrs
+    CO, CI, KH, KW = n.args[1].type.shape
+    OH, OW = n.type.shape[2:]
+    lanes = g.target.vector_lanes(n.args[0].type.dtype)
+    if (KH, KW) != (1, 1) or any(a["padding"]) or tuple(a["dilation"]) != (1, 1) or a["groups"] != 1:
+        return False
+    if OH * OW < MIN_PIXELS_PER_LANE * lanes:
+        return False
+    if not _in_place(a, OH * OW, lanes) and CO < PACK_MIN_EXPANSION * CI:
+        return False
+    cb, _ = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
+    return cb >= min(MIN_CB, CO)
+
+
+def _in_place(attrs, pixels, lanes):
+    return tuple(attrs["strides"]) == (1, 1) and pixels % lanes == 0
+
+
+def _tile(target, co, pixels, whole_vecs):
+    # whole_vecs: an aligned image is read in place only if the tile divides it
+    return tiling.register_tile(target, co, pixels, whole_rows=True, whole_vecs=whole_vecs)
+
+
+def conv1x1(g, n, x, wi):
+    N, C, H, W = n.args[0].type.shape
+    CO, CI = n.args[1].type.shape[:2]
+    OH, OW = n.type.shape[2:]
+    sh, sw = n.attrs["strides"]
+    hw = OH * OW
+    dt = n.args[0].type.dtype
+    lanes = g.target.vector_lanes(dt)
+    cb, pv = _tile(g.target, CO, hw, _in_place(n.attrs, hw, lanes))
+    tile = pv * lanes
+    hwp = -(-hw // tile) * tile
+
+    def pack(w):
+        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
+    Wp = g.packed_param(wi, (CO // cb, CI, cb), pack)
+    if (sh, sw) == (1, 1) and hwp == hw:
+        xp = None
+
+        def xin(b, ci, p):
+            return x[b, ci, p // W, p % W]
+    else:
+        f0 = tdsl.const(0, dt)
+        xp = tdsl.compute((N, CI, hwp), lambda b, ci, p: tdsl.if_then_else(
+            p < hw, x[b, ci, (p // OW) * sh, (p % OW) * sw], f0), name=topi.uname("pack_pixels"))
+
+        def xin(b, ci, p):
+            return xp[b, ci, p]
+    ci = tdsl.reduce_axis((0, CI), "ci")
+    Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(xin(b, ci, p) * Wp[co // cb, ci, co % cb], axis=ci),
+                      name=topi.uname("conv"))
+    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co, y * OW + xx], name=topi.uname("unflat"))
+    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "pack": xp, "cb": cb, "pv": pv, "lanes": lanes})
+    return O
+
+
+def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec_split, min_macs):
+    Cv, xp, cb, pv, lanes = info["conv"], info["pack"], info["cb"], info["pv"], info["lanes"]
+    inline_except(s, out, [Cv] + ([xp] if xp is not None else []))
+    for t in stages:
+        if t.op.reduce_axis and t is not Cv and t is not out:
+            par_vec(s, t, target, True, parallel)
+    b, co, y, x = out.op.axis
+    p = s[out].fuse(y, x)
+    cob, coi = s[out].split(co, factor=cb)
+    po, pi = s[out].split(p, factor=lanes * pv)
+    pvo, pl = s[out].split(pi, factor=lanes)
+    s[out].reorder(b, cob, po, coi, pvo, pl)
+    s[out].vectorize(pl)
+    par = s[out].fuse(b, cob, po)
+    macs = int(np.prod([topi._dim(d) for d in Cv.shape])) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
+    if parallel and macs >= min_macs:
+        s[out].parallel(par)
+    s[Cv].compute_at(s[out], par)
+    _, cl, pc = s[Cv].op.axis
+    (ci,) = s[Cv].op.reduce_axis
+    pco, pci = s[Cv].split(pc, factor=lanes)
+    s[Cv].reorder(ci, cl, pco, pci)
+    s[Cv].unroll(cl)
+    s[Cv].unroll(pco)
+    s[Cv].vectorize(pci)
+    if xp is not None:      # the packed pixels of each input channel, channels in parallel
+        rows = s[xp].fuse(*xp.op.axis[:-1])
+        if parallel and macs >= min_macs:
+            s[xp].parallel(rows)
+        vec_split(s, xp, xp.op.axis[-1], topi._dim(xp.shape[-1]), target)
