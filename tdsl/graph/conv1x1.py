@@ -21,7 +21,7 @@ import tdsl
 from .. import tiling
 from . import topi
 
-MIN_CB = 4          # fewer output channels per tile: the blocked conv is better
+MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
 MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
 # Images that need the pixel pack (unaligned, strided) take this path only for expanding
 # convs (CO >= PACK_MIN_EXPANSION * CI): measured against the blocked NCHW[x]c conv
@@ -42,8 +42,8 @@ def applies(g, n):
         return False
     if not _in_place(a, OH * OW, lanes) and CO < PACK_MIN_EXPANSION * CI:
         return False
-    cb, _ = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
-    return cb >= min(MIN_CB, CO)
+    cb, pv = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
+    return cb * pv >= MIN_ACC
 
 
 def _in_place(attrs, pixels, lanes):

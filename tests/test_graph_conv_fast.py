@@ -1,0 +1,196 @@
+"""The CNN strategies of tdsl.graph against onnxruntime: 1x1 convs at odd sizes and strides
+with epilogues (tdsl/graph/conv1x1.py), stem convs with few input channels
+(conv_spatial.py), squeeze-excite blocks and global average pool (squeeze.py), the fusion
+of elementwise diamonds (SiLU), fire-module concats. Each case also checks which strategy
+the group took, so a silent fallback to the generic path fails here. CI runs the suite
+again with TDSL_HOST_CPU=haswell (AVX2 sizes)."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.graph.ir import Const, Function
+from tdsl.graph.strategy import GroupDef
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+class Net:
+    """A small ONNX graph built node by node, with random constant weights."""
+
+    def __init__(self, x_shape, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.x_shape = x_shape
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def name(self, base):
+        self.k += 1
+        return f"{base}{self.k}"
+
+    def const(self, arr):
+        n = self.name("w")
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), n))
+        return n
+
+    def node(self, op, ins, **attrs):
+        out = self.name(op.lower())
+        self.nodes.append(helper.make_node(op, ins, [out], **attrs))
+        return out
+
+    def conv(self, x, ci, co, k=1, s=1, p=0, bias=True, groups=1):
+        w = self.const(self.rng.standard_normal((co, ci // groups, k, k)) / np.sqrt(ci // groups * k * k))
+        ins = [x, w] + ([self.const(self.rng.standard_normal(co) * 0.1)] if bias else [])
+        return self.node("Conv", ins, kernel_shape=[k, k], strides=[s, s], pads=[p] * 4, group=groups)
+
+    def silu(self, x):
+        return self.node("Mul", [x, self.node("Sigmoid", [x])])
+
+    def model(self, out):
+        g = helper.make_graph(self.nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(self.x_shape))],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check(net, out, rtol=2e-4):
+    """Runs the graph in tdsl and onnxruntime; returns the optimized module."""
+    model = net.model(out)
+    mod = G.optimize(G.from_onnx(model))
+    exe = G.build(mod)
+    x = net.rng.standard_normal(net.x_shape).astype(np.float32)
+    got = exe.run(x)[0]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * float(np.abs(ref).max()))
+    return mod, exe
+
+
+def _kinds(mod):
+    """The strategy (anchor kind) of every fused group, in execution order."""
+    kinds = []
+    for n in mod.main.nodes():
+        if isinstance(n.op, Function):
+            consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+            g = GroupDef(n.op, consts, "llvm")
+            g.build()
+            kinds.append(g.anchor[1]["kind"] if g.anchor else None)
+    return kinds
+
+
+# ---------------------------------------------------------------------------- 1x1 convs
+
+@pytest.mark.parametrize("ci,co,hw,s,act,residual,kind", [
+    (8, 48, 7, 1, "Relu", False, "conv1x1_spatial"),       # 49 pixels: packed to whole vectors
+    (6, 40, 13, 1, None, True, "conv1x1_spatial"),         # 169 pixels, residual add
+    (8, 64, 14, 2, "Relu", True, "conv1x1_spatial"),       # strided: every other row and column
+    (5, 20, 25, 3, "Sigmoid", False, "conv1x1_spatial"),   # stride 3, odd channel counts
+    (16, 32, 8, 1, "Relu", False, "conv1x1_spatial"),      # 64 pixels: read in place
+    (64, 16, 7, 1, "Relu", True, "conv2d_packed"),         # reducing: the blocked conv
+])
+def test_conv1x1_odd_sizes_and_strides(ci, co, hw, s, act, residual, kind):
+    net = Net((1, ci, hw, hw))
+    y = net.conv("x", ci, co, 1, s)
+    if residual:
+        oh = (hw - 1) // s + 1
+        y = net.node("Add", [y, net.const(net.rng.standard_normal((1, co, oh, oh)))])
+    if act:
+        y = net.node(act, [y])
+    mod, _ = _check(net, y)
+    assert _kinds(mod) == [kind]
+
+
+def test_conv1x1_batch_norm_folds_into_the_fast_path():
+    net = Net((2, 8, 11, 11))
+    y = net.conv("x", 8, 40, 1, 2, bias=False)
+    c = 40
+    bn = net.node("BatchNormalization", [y, net.const(net.rng.uniform(0.5, 1.5, c)), net.const(net.rng.standard_normal(c)),
+                                         net.const(net.rng.standard_normal(c)), net.const(net.rng.uniform(0.5, 1.5, c))])
+    mod, _ = _check(net, net.node("Relu", [bn]))
+    assert _kinds(mod) == ["conv1x1_spatial"]
+
+
+# ---------------------------------------------------------------------------- stems
+
+@pytest.mark.parametrize("co,hw,k,s,p", [
+    (16, 33, 3, 2, 1),      # 17 output columns: one ragged tile
+    (24, 40, 7, 2, 3),      # resnet's 7x7 s2 stem
+    (32, 37, 3, 2, 0),      # squeezenet's unpadded stem, 18 columns
+    (8, 20, 3, 1, 1),       # stride 1
+])
+def test_stem_conv(co, hw, k, s, p):
+    net = Net((1, 3, hw, hw))
+    mod, _ = _check(net, net.node("Relu", [net.conv("x", 3, co, k, s, p)]))
+    assert _kinds(mod) == ["conv_rows_spatial"]
+
+
+# ---------------------------------------------------------------------------- squeeze-excite
+
+@pytest.mark.parametrize("c,cs,hw,gate,then_conv", [
+    (24, 6, 12, "Sigmoid", None),
+    (40, 10, 7, "Sigmoid", 16),
+    (20, 5, 1, "Sigmoid", None),      # a 1x1 image: the broadcast is no broadcast
+])
+def test_squeeze_excite_block(c, cs, hw, gate, then_conv):
+    net = Net((1, c, hw, hw))
+    g = net.node("GlobalAveragePool", ["x"])
+    h = net.silu(net.conv(g, c, cs, 1))
+    e = net.node(gate, [net.conv(h, cs, c, 1)])
+    y = net.node("Mul", ["x", e])
+    if then_conv:
+        y = net.conv(y, c, then_conv, 1)
+    mod, _ = _check(net, y)
+    kinds = _kinds(mod)
+    assert kinds[:3] == ["global_pool", "matvec", "matvec"]
+    # SiLU's sigmoid and multiply joined the conv's kernel: no separate elementwise kernel
+    names = [n.op.name for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert not any(nm.startswith("fused_sigmoid") for nm in names), names
+
+
+def test_global_avg_pool_sizes():
+    for shape in [(1, 5, 13, 13), (2, 3, 7, 30), (1, 4, 1, 1)]:
+        net = Net(shape)
+        mod, _ = _check(net, net.node("GlobalAveragePool", ["x"]))
+        assert _kinds(mod) == ["global_pool"]
+
+
+def test_conv_at_one_pixel_with_ragged_channels():
+    net = Net((2, 7, 1, 1))
+    mod, _ = _check(net, net.node("Relu", [net.conv("x", 7, 21, 1)]))
+    assert _kinds(mod) == ["matvec"]
+
+
+# ---------------------------------------------------------------------------- fusion of diamonds
+
+def test_silu_after_conv_is_one_kernel():
+    net = Net((1, 8, 10, 10))
+    mod, exe = _check(net, net.silu(net.conv("x", 8, 16, 3, 1, 1)))
+    assert len(exe.steps) == 1
+
+
+def test_diamond_closing_later_is_one_kernel():
+    # conv output read by the SiLU and by an add after it: one diamond, one kernel
+    net = Net((1, 4, 6, 6))
+    c = net.conv("x", 4, 8, 3, 1, 1)
+    y = net.node("Add", [net.node("Relu", [net.silu(c)]), c])
+    mod, exe = _check(net, y)
+    assert len(exe.steps) == 1
+
+
+def test_diamond_with_an_outside_use_is_not_fused():
+    # the conv output is also pooled: it must be stored, so the SiLU stays a kernel of its own
+    net = Net((1, 4, 6, 6))
+    c = net.conv("x", 4, 8, 3, 1, 1)
+    p = net.node("MaxPool", [c], kernel_shape=[1, 1])
+    y = net.node("Add", [net.silu(c), p])
+    mod, exe = _check(net, y)
+    names = [n.op.name for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert names[0] == "fused_conv2d_bias_add" and len(exe.steps) >= 3, names
+
+
+def test_square_is_one_kernel():
+    net = Net((1, 4, 6, 6))
+    c = net.conv("x", 4, 8, 1)
+    mod, exe = _check(net, net.node("Mul", [c, c]))
+    assert len(exe.steps) == 1
