@@ -194,3 +194,48 @@ def test_square_is_one_kernel():
     c = net.conv("x", 4, 8, 1)
     mod, exe = _check(net, net.node("Mul", [c, c]))
     assert len(exe.steps) == 1
+
+
+# ---------------------------------------------------------------------------- concat in place
+
+def _fire(net, x, ci, sq, e1, e3):
+    s = net.node("Relu", [net.conv(x, ci, sq, 1)])
+    a = net.node("Relu", [net.conv(s, sq, e1, 1)])
+    b = net.node("Relu", [net.conv(s, sq, e3, 3, 1, 1)])
+    return net.node("Concat", [a, b], axis=1)
+
+
+def test_fire_modules_write_their_concat_in_place():
+    net = Net((1, 8, 13, 13))
+    y = _fire(net, "x", 8, 4, 8, 8)
+    y = net.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2])
+    y = _fire(net, y, 16, 6, 12, 12)                  # the second concat is the graph output
+    mod, exe = _check(net, y)
+    assert len(exe.plan.concat_owners) == 2
+    assert not any(n.op.name.startswith("fused_concatenate") for _, _, n in exe.steps)
+
+
+def test_concat_not_in_place_when_batched_or_shared():
+    # batch 2: a channel slice is not contiguous
+    net = Net((2, 4, 6, 6))
+    y = net.node("Concat", [net.conv("x", 4, 8, 1), net.conv("x", 4, 8, 3, 1, 1)], axis=1)
+    _, exe = _check(net, y)
+    assert not exe.plan.concat_owners
+    # a part that something else reads too, and an input that is a graph input
+    net = Net((1, 4, 6, 6))
+    a = net.conv("x", 4, 8, 1)
+    c = net.node("Concat", [a, net.conv("x", 4, 8, 3, 1, 1), "x"], axis=1)
+    y = net.node("Add", [net.node("ReduceMean", [c], axes=[1], keepdims=1), net.node("ReduceMean", [a], axes=[1], keepdims=1)])
+    _, exe = _check(net, y)
+    assert not exe.plan.concat_owners
+
+
+def test_nested_concat_and_last_axis():
+    net = Net((1, 4, 6, 6))
+    inner = net.node("Concat", [net.conv("x", 4, 8, 1), net.conv("x", 4, 4, 3, 1, 1)], axis=1)
+    outer = net.node("Concat", [inner, net.node("Relu", [net.conv("x", 4, 4, 1)])], axis=1)
+    y = net.node("Concat", [net.node("Sigmoid", [outer]), net.node("Tanh", [outer])], axis=-1)
+    _, exe = _check(net, y)
+    # fusion chains the two channel concats into one kernel; no buffer is both a slice of a
+    # concat and a concat written in place
+    assert not set(exe.plan.concat_parts) & exe.plan.concat_owners

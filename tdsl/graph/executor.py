@@ -65,15 +65,26 @@ class Executor:
         outputs = {id(o) for o in fn.outputs}
         for p in fn.params:
             bufs[id(p)] = self.inputs[p.name]
+        def own_buffer(n):
+            t = n.type
+            if id(n) not in bufs:
+                if id(n) in outputs:
+                    bufs[id(n)] = np.empty(t.shape, t.dtype)
+                else:
+                    off = base + self.plan.offsets[id(n)]
+                    bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+            return bufs[id(n)]
         for n in self.plan.order:
             t = n.type
             if id(n) in self.plan.aliases:
                 bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
-            elif id(n) in outputs:
-                bufs[id(n)] = np.empty(t.shape, t.dtype)
+            elif id(n) in self.plan.concat_parts:
+                # written in place: a contiguous slice of the concatenation's buffer
+                owner, off = self.plan.concat_parts[id(n)]
+                flat = own_buffer(owner).reshape(-1).view(np.uint8)
+                bufs[id(n)] = flat[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
             else:
-                off = base + self.plan.offsets[id(n)]
-                bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+                own_buffer(n)
         for p in fn.params:
             bufs[id(p)] = self.inputs[p.name]
         self._bufs = bufs
@@ -83,7 +94,7 @@ class Executor:
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
-            if n.type.size == 0 or id(n) in self.plan.aliases:
+            if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in self.plan.concat_owners:
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             k = _kernel(n.op, target, consts, self.stats, self.tuned)
@@ -117,7 +128,8 @@ class Executor:
         reused by the next build. Returns {kernel key: parameters}."""
         groups = {}
         for n in self.plan.order:
-            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases:
+            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases \
+                    and id(n) not in self.plan.concat_owners:
                 consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
                 key = (target, print_function(n.op).split("(", 1)[1], tuple(sorted(consts)))
                 groups.setdefault(key, (n.op, consts))
