@@ -1,8 +1,8 @@
 """Graph passes. Each is a function Module -> Module (new expressions; the input is left as
 it is). `optimize` runs them in order:
 
-simplify -> fold_constants -> fold_batch_norm -> simplify -> fold_constants
--> eliminate_common_subexpr -> eliminate_dead_code -> fuse_ops
+simplify -> fold_constants -> fold_batch_norm -> simplify -> fold_constants -> sink_reshapes
+-> simplify -> eliminate_common_subexpr -> eliminate_dead_code -> fuse_ops
 """
 from __future__ import annotations
 
@@ -121,6 +121,54 @@ def simplify(mod: Module) -> Module:
         if op == "transpose" and n.attrs["axes"] == list(range(n.type.ndim)):
             return args[0]
         return same(n, args)
+    return rewrite(mod, visit)
+
+
+# ---------------------------------------------------------------------------- reshape sinking
+
+_COMMUTING_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
+
+
+def sink_reshapes(mod: Module) -> Module:
+    """op(reshape(x), ...) -> reshape(op(x, ...)) for elementwise operators whose other
+    operands are reshapes of the same shape or constants that commute with the reshape
+    (scalars; per-last-axis vectors when the reshape keeps the last axis). Applied bottom-up
+    it moves a reshape below a whole elementwise chain, so the chain joins the producer's
+    kernel: convnext's Linear -> reshape -> GELU becomes one dense kernel with a GELU
+    epilogue instead of a dense and a separate pass over its output."""
+    def visit(n, args):
+        op = n.op
+        if isinstance(op, Function) or not args or (get_op(op).kind != "elemwise" and op not in _COMMUTING_BINARY):
+            return same(n, args)
+        inner_shape, shape_attrs, new_args = None, None, []
+        for a in args:
+            if isinstance(a, Call) and a.op == "reshape" and a.type.shape == n.type.shape:
+                s = a.args[0].type.shape
+                if inner_shape is not None and s != inner_shape:
+                    return same(n, args)
+                inner_shape, shape_attrs = s, a.attrs
+                new_args.append(a.args[0])
+            elif isinstance(a, Const):
+                new_args.append(a)
+            else:
+                return same(n, args)
+        if inner_shape is None or not inner_shape:
+            return same(n, args)
+        last = n.type.shape[-1] if n.type.ndim else None
+        for i, a in enumerate(new_args):
+            if not isinstance(a, Const):
+                continue
+            if a.data.size == 1:
+                new_args[i] = Const(a.data.reshape(()))
+            elif (last is not None and inner_shape[-1] == last and a.type.shape[-1] == last
+                  and all(d == 1 for d in a.type.shape[:-1])):
+                new_args[i] = Const(a.data.reshape(-1))
+            else:
+                return same(n, args)
+        moved = Call(op, new_args, n.attrs, n.span)
+        if moved.type.shape != inner_shape or moved.type.dtype != n.type.dtype:
+            return same(n, args)
+        return Call("reshape", [moved], shape_attrs, n.span)
     return rewrite(mod, visit)
 
 
@@ -342,7 +390,7 @@ def optimize(mod: Module, fuse: bool = True) -> Module:
     """The standard pipeline; `fuse=False` stops before operator fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
-    for p in (simplify, fold_constants, fold_batch_norm, simplify, fold_constants,
+    for p in (simplify, fold_constants, fold_batch_norm, simplify, fold_constants, sink_reshapes, simplify,
               eliminate_common_subexpr, eliminate_dead_code):
         mod = p(mod)
     if fuse:
