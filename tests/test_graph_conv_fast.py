@@ -239,3 +239,27 @@ def test_nested_concat_and_last_axis():
     # fusion chains the two channel concats into one kernel; no buffer is both a slice of a
     # concat and a concat written in place
     assert not set(exe.plan.concat_parts) & exe.plan.concat_owners
+
+
+# ---------------------------------------------------------------------------- SE scale into the conv
+
+@pytest.mark.parametrize("c,hw,co,k,fused", [
+    (24, 12, 8, 1, True),       # 1x1 projection: scaled weights, conv reads x in place
+    (8, 14, 16, 3, True),       # a 3x3 conv after the scaling (padded, blocked conv)
+    (3, 20, 8, 3, True),        # a stem-like conv (few input channels)
+    (40, 4, 32, 1, False),      # more weights than pixels: the multiply stays a kernel
+])
+def test_channel_scale_moves_into_the_next_conv(c, hw, co, k, fused):
+    net = Net((1, c, hw, hw))
+    g = net.node("Sigmoid", [net.conv(net.node("GlobalAveragePool", ["x"]), c, c, 1)])
+    y = net.conv(net.node("Mul", ["x", g]), c, co, k, 1, k // 2)
+    mod, _ = _check(net, net.node("Relu", [y]))
+    names = [n.op.name for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert any(nm.startswith("fused_multiply_conv2d") for nm in names) == fused, names
+
+
+def test_channel_scale_with_batch_two_stays_correct():
+    net = Net((2, 6, 9, 9))
+    g = net.node("Sigmoid", [net.node("GlobalAveragePool", ["x"])])
+    mod, _ = _check(net, net.conv(net.node("Mul", [g, "x"]), 6, 4, 1))
+    assert "conv2d_packed" in _kinds(mod)          # the conv kept its fast path

@@ -63,6 +63,7 @@ class GroupDef:
         self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
+        self.channel_scale = None  # set while a conv of a channel-scaled input is defined
 
     def param_tensor(self, i):
         if i not in self.placeholders:
@@ -77,10 +78,17 @@ class GroupDef:
         return None
 
     def packed_param(self, i, shape, transform):
+        """The placeholder of constant param i re-laid out by `transform` (input channels on
+        axis 1), times the channel scale of the conv being defined if it has one."""
         self.transforms[i] = transform
         t = tdsl.placeholder(shape, self.fn.params[i].type.dtype, name=f"p{i}_packed")
         self.placeholders[i] = t
-        return t
+        sc = self.channel_scale
+        if sc is None:
+            return t
+        ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
+        ws.op._graph_root = True      # computed once per call, never inlined into the conv
+        return ws
 
     def build(self):
         topi.reset_names()
@@ -96,7 +104,7 @@ class GroupDef:
                     ins.append(tensors[id(a)])
             out_t = None
             if fast and n.op == "nn.conv2d":
-                out_t = conv2d_fast(self, n)
+                out_t = conv2d_fast(self, n, tensors)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":
@@ -117,7 +125,7 @@ class GroupDef:
         return out
 
 
-def conv2d_fast(g: GroupDef, n):
+def conv2d_fast(g: GroupDef, n, tensors):
     x_e, w_e = n.args
     a = n.attrs
     wi = g.const_param(w_e)
@@ -128,7 +136,36 @@ def conv2d_fast(g: GroupDef, n):
         return None
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
+        scaled = _channel_scaled_input(g, x_e, tensors)
+        if scaled is None:
+            return None
+        # conv(x * s[ci], W) = conv(x, W * s[ci]): the conv reads x as it is and scales its
+        # (packed) weights once per call, CO*CI*KH*KW multiplies instead of a pass over x
+        x, g.channel_scale = scaled
+        try:
+            return _conv2d_strategy(g, n, x, wi)
+        finally:
+            g.channel_scale = None
+    return _conv2d_strategy(g, n, x, wi)
+
+
+def _channel_scaled_input(g, x_e, tensors):
+    """(image, per-channel scale) placeholders when the conv's input is the squeeze-excite
+    multiply that fuse_ops moved into this group (batch 1: one scale per input channel)."""
+    if id(x_e) not in tensors or getattr(x_e, "op", None) != "multiply" or x_e.type.shape[0] != 1:
         return None
+    big = [a for a in x_e.args if a.type.shape == x_e.type.shape]
+    small = [a for a in x_e.args if a.type.shape != x_e.type.shape]
+    if len(big) != 1 or len(small) != 1 or not all(id(a) in g.pidx for a in (big[0], small[0])):
+        return None
+    return g.param_tensor(g.pidx[id(big[0])]), g.param_tensor(g.pidx[id(small[0])])
+
+
+def _conv2d_strategy(g, n, x, wi):
+    a = n.attrs
+    xt, wt = n.args[0].type, n.args[1].type
+    N, C, H, W = xt.shape
+    CO, CI, KH, KW = wt.shape
     if squeeze.is_matvec_conv(n):
         return squeeze.conv_matvec(g, n, x, wi)
     if conv_spatial.applies(n, g.target.vector_lanes(xt.dtype)):
@@ -401,12 +438,23 @@ def _schedule_conv_rows(s, out, conv, parallel, target):
             s[conv].unroll(r)
 
 
-def _inline_except(s, out, keep):
+def _inline_except(s, out, keep, target=None):
     for t in _stages(out):
         if t is out or t in keep:
             continue
-        if not t.op.reduce_axis:
+        if getattr(t.op, "_graph_root", False):
+            _root_rows(s, t)
+        elif not t.op.reduce_axis:
             s[t].compute_inline()
+
+
+def _root_rows(s, t):
+    """A small stage computed once, at root, vectorized along its last axis when that is
+    a whole number of vectors (packed weights: the channel block)."""
+    last = t.op.axis[-1]
+    ext = _ishape(t)[-1]
+    if ext % 4 == 0 and ext >= 4:
+        s[t].vectorize(last)
 
 
 def _schedule_conv_packed(s, out, info, parallel, target):
