@@ -172,6 +172,8 @@ LAYERS = {
     "3x3 r18 64->64 56": lambda: conv_layer(64, 64, 56, 3, p=1),
     "3x3 dn 128->32 56": lambda: conv_layer(128, 32, 56, 3, p=1, act=None),
     "3x3 r18 256->256 14": lambda: conv_layer(256, 256, 14, 3, p=1),
+    "3x3 sq 16->64 55": lambda: conv_layer(16, 64, 55, 3, p=1),
+    "3x3 sq 32->128 27": lambda: conv_layer(32, 128, 27, 3, p=1),
     # squeeze-excite
     "se en 96 112": lambda: se_block(96, 112, 4),
     "se en 240 28 +conv": lambda: se_block(240, 28, 10, then_conv=40),

@@ -87,7 +87,7 @@ def _kinds(mod):
     (8, 64, 14, 2, "Relu", True, "conv1x1_spatial"),       # strided: every other row and column
     (5, 20, 25, 3, "Sigmoid", False, "conv1x1_spatial"),   # stride 3, odd channel counts
     (16, 32, 8, 1, "Relu", False, "conv1x1_spatial"),      # 64 pixels: read in place
-    (64, 16, 7, 1, "Relu", True, "conv2d_packed"),         # reducing: the blocked conv
+    (64, 16, 10, 1, "Relu", True, "conv2d_packed"),        # reducing: the blocked conv
 ])
 def test_conv1x1_odd_sizes_and_strides(ci, co, hw, s, act, residual, kind):
     net = Net((1, ci, hw, hw))
@@ -263,3 +263,12 @@ def test_channel_scale_with_batch_two_stays_correct():
     g = net.node("Sigmoid", [net.node("GlobalAveragePool", ["x"])])
     mod, _ = _check(net, net.conv(net.node("Mul", [g, "x"]), 6, 4, 1))
     assert "conv2d_packed" in _kinds(mod)          # the conv kept its fast path
+
+
+@pytest.mark.parametrize("ci,co,k", [(24, 48, 3), (40, 64, 1)])
+def test_prime_width_convs(ci, co, k):
+    # 13 columns: on 16 registers (AVX2) the blocked conv's row tile would hold one
+    # accumulator; those convs go to the image-vectorized strategies instead
+    net = Net((1, ci, 13, 13))
+    mod, _ = _check(net, net.node("Relu", [net.conv("x", ci, co, k, 1, k // 2)]))
+    assert _kinds(mod)[0] in ("conv2d_packed", "conv_rows_spatial", "conv1x1_spatial")

@@ -31,7 +31,10 @@ MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
 PACK_MIN_EXPANSION = 4
 
 
-def applies(g, n):
+def applies(g, n, blocked_acc=MIN_ACC):
+    """Whether this path takes conv node `n`; `blocked_acc`: the accumulators of the
+    blocked conv's register tile for it (fewer than MIN_ACC: this path even where the
+    blocked conv usually wins)."""
     a = n.attrs
     CO, CI, KH, KW = n.args[1].type.shape
     OH, OW = n.type.shape[2:]
@@ -40,7 +43,8 @@ def applies(g, n):
         return False
     if OH * OW < MIN_PIXELS_PER_LANE * lanes:
         return False
-    if not _in_place(a, OH * OW, lanes) and CO < PACK_MIN_EXPANSION * CI:
+    if not _in_place(a, OH * OW, lanes) and CO < PACK_MIN_EXPANSION * CI \
+            and blocked_acc >= min(MIN_ACC, g.target.fma_chains):
         return False
     cb, pv = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
     return cb * pv >= MIN_ACC

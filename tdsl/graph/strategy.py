@@ -166,15 +166,18 @@ def _conv2d_strategy(g, n, x, wi):
     xt, wt = n.args[0].type, n.args[1].type
     N, C, H, W = xt.shape
     CO, CI, KH, KW = wt.shape
+    bn = g.target.vector_lanes(xt.dtype)
+    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
+    # the blocked conv's register tile: rows must divide the output row, so a prime width
+    # (13 in squeezenet) on 16 registers leaves it one accumulator; the strategies that
+    # vectorize along the image take such convs
+    xb, cbb = tiling.register_tile(g.target, n.type.shape[3], cb_n * bn, whole_rows=True, whole_vecs=True)
     if squeeze.is_matvec_conv(n):
         return squeeze.conv_matvec(g, n, x, wi)
-    if conv_spatial.applies(n, g.target.vector_lanes(xt.dtype)):
+    if conv_spatial.applies(g, n, xb * cbb):
         return conv_spatial.conv2d_rows(g, n, x, wi)
-    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    bn = g.target.vector_lanes(xt.dtype)
-    if conv1x1.applies(g, n):
+    if conv1x1.applies(g, n, xb * cbb):
         return conv1x1.conv1x1(g, n, x, wi)
-    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
 
     def pack(w):
         wp = np.zeros((cb_n * bn, CI, KH, KW), w.dtype)
