@@ -33,6 +33,11 @@ class Net:
         self.inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), n))
         return n
 
+    def const_int(self, values):
+        n = self.name("s")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), n))
+        return n
+
     def node(self, op, ins, **attrs):
         out = self.name(op.lower())
         self.nodes.append(helper.make_node(op, ins, [out], **attrs))
@@ -272,3 +277,26 @@ def test_prime_width_convs(ci, co, k):
     net = Net((1, ci, 13, 13))
     mod, _ = _check(net, net.node("Relu", [net.conv("x", ci, co, k, 1, k // 2)]))
     assert _kinds(mod)[0] in ("conv2d_packed", "conv_rows_spatial", "conv1x1_spatial")
+
+
+# ---------------------------------------------------------------------------- reshape sinking
+
+def test_gelu_after_a_linear_on_nhwc_joins_the_dense_kernel():
+    # convnext's pointwise MLP: MatMul on (1, H, W, C) imports as reshape -> dense -> reshape
+    net = Net((1, 5, 5, 8))
+    h = net.node("Add", [net.node("MatMul", ["x", net.const(net.rng.standard_normal((8, 12)))]),
+                         net.const(net.rng.standard_normal(12))])
+    e = net.node("Erf", [net.node("Div", [h, net.const(np.sqrt(2.0))])])
+    gelu = net.node("Mul", [net.node("Mul", [h, net.node("Add", [e, net.const(1.0)])]), net.const(0.5)])
+    y = net.node("MatMul", [gelu, net.const(net.rng.standard_normal((12, 8)))])
+    mod, _ = _check(net, y)
+    names = [n.op.name for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert any("dense" in nm and "erf" in nm for nm in names), names
+
+
+def test_reshape_stays_above_a_per_row_constant():
+    # a constant that varies along a non-last axis does not commute with the reshape
+    net = Net((1, 6, 4))
+    r = net.node("Reshape", ["x", net.const_int([1, 3, 8])])
+    y = net.node("Mul", [r, net.const(net.rng.standard_normal((1, 3, 1)))])
+    _check(net, net.node("Sigmoid", [y]))

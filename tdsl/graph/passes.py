@@ -326,7 +326,7 @@ def _takes_channel_scale(n, uses, outputs, group_of):
             or id(a) not in group_of or group_of[id(a)].last is not a:
         return False
     shape = a.type.shape
-    if len(shape) != 4 or shape[0] != 1:      # batch 1: one scale per input channel
+    if len(shape) != 4 or shape[0] != 1 or a.type.dtype != "float32":   # batch 1: a scale per input channel
         return False
     # the conv scales its weights once per call: worth it while they are fewer than the
     # image's pixels per channel (measured: 240->40 at 28x28 gained 15%, 1152->192 at 7x7

@@ -9,8 +9,11 @@ weights are re-laid out once at build time), then a schedule is chosen per targe
   target's vector lanes, weights packed (CO/x, CI, KH, KW, x)) and dense (register-blocked,
   packed weights) get the schedules of `tdsl.examples`, with the group's epilogue (bias,
   activation, residual add) computed in the same loop nest. Every size (vector width,
-  register tile, channel block) comes from the target description through `tdsl.tiling`. 1x1 stride-1 convs are vectorized along the flattened image
-  instead (NCHW in and out, no transposing epilogue); depthwise convs unroll their taps
+  register tile, channel block) comes from the target description through `tdsl.tiling`.
+  Other conv shapes have their own modules, dispatched from `_conv2d_strategy`: 1x1 convs
+  vectorized along the flattened image (`conv1x1`), stems and convs whose blocked tile
+  would be too small vectorized along the output row (`conv_spatial`), 1x1-image convs as
+  mat-vec products and global average pool (`squeeze`). Depthwise convs unroll their taps
   (strided ones read a column-phase-split padded input); 2-D max pool is two separable
   passes without gathers per tap.
 * cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
