@@ -23,11 +23,14 @@ from . import topi
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
 MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
-# Images that need the pixel pack (unaligned, strided) take this path only for expanding
-# convs (CO >= PACK_MIN_EXPANSION * CI): measured against the blocked NCHW[x]c conv
-# (bench/cnn_layers.py, znver4), the packed path won 320->1280 at 7x7 by 1.6x and tied
-# 4x expansions at 7x7/14x14, but lost 1.9-2.1x on reducing convs (672->112 at 14x14,
-# 1024->128 at 7x7), whose pixel panel is re-read from L2 for every few output channels.
+# Images that need the pixel pack (unaligned, strided) take this path when the blocked
+# NCHW[x]c conv's register tile (rows must divide the output width) is latency-bound, or
+# for expanding convs (CO >= PACK_MIN_EXPANSION * CI) whose blocked tile has fewer
+# accumulators than the target has FMA chains. Measured (bench/cnn_layers.py, interleaved
+# A/B): on znver4 (4 chains) the blocked conv was 1.1-1.2x faster on 4x expansions at 7x7
+# and 14x14 and 2x on reducing convs (672->112 at 14x14, 1024->128 at 7x7: the pixel panel
+# is re-read from L2 for every few output channels); on haswell (10 chains) this path was
+# 1.4x faster on 256->1024 at 14x14 and 1.2x on 320->1280 at 7x7.
 PACK_MIN_EXPANSION = 4
 
 
@@ -43,9 +46,11 @@ def applies(g, n, blocked_acc=MIN_ACC):
         return False
     if OH * OW < MIN_PIXELS_PER_LANE * lanes:
         return False
-    if not _in_place(a, OH * OW, lanes) and CO < PACK_MIN_EXPANSION * CI \
-            and blocked_acc >= min(MIN_ACC, g.target.fma_chains):
-        return False
+    if not _in_place(a, OH * OW, lanes):
+        chains = g.target.fma_chains
+        latency_bound = blocked_acc < min(MIN_ACC, chains)
+        if not latency_bound and not (CO >= PACK_MIN_EXPANSION * CI and blocked_acc < chains):
+            return False
     cb, pv = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
     return cb * pv >= MIN_ACC
 
