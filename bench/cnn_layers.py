@@ -187,6 +187,7 @@ LAYERS = {
     # pooling
     "pool max 3x3 s2 112 (r18)": lambda: pool("MaxPool", 64, 112, 3, 2, 1),
     "pool max 3x3 s2 ceil 111 (sq)": lambda: pool("MaxPool", 64, 111, 3, 2, 0, 1),
+    "pool avg 2x2 s2 56 (dn)": lambda: pool("AveragePool", 128, 56, 2, 2),
     "pool gap 1280 7": lambda: pool("GlobalAveragePool", 1280, 7, 0, 0),
     "pool gap 144 56": lambda: pool("GlobalAveragePool", 144, 56, 0, 0),
 }

@@ -319,3 +319,22 @@ def test_reshape_stays_above_a_per_row_constant():
     r = net.node("Reshape", ["x", net.const_int([1, 3, 8])])
     y = net.node("Mul", [r, net.const(net.rng.standard_normal((1, 3, 1)))])
     _check(net, net.node("Sigmoid", [y]))
+
+
+# ---------------------------------------------------------------------------- pools
+
+@pytest.mark.parametrize("kind,k,s,p,ceil,hw,fast", [
+    ("AveragePool", 2, 2, 0, 0, 14, True),      # densenet's transition
+    ("AveragePool", 3, 2, 0, 0, 15, True),      # a row pass, then every other column
+    ("AveragePool", 3, 1, 0, 0, 9, True),
+    ("AveragePool", 3, 2, 1, 0, 14, False),     # padding: the generic definition's divisor
+    ("AveragePool", 2, 2, 0, 1, 15, False),     # ceil mode: the last window overhangs
+    ("MaxPool", 3, 2, 1, 0, 16, True),          # resnet's
+    ("MaxPool", 3, 2, 0, 1, 27, True),          # squeezenet's (ceil mode)
+    ("MaxPool", 2, 2, 0, 0, 12, True),
+])
+def test_pools(kind, k, s, p, ceil, hw, fast):
+    net = Net((1, 5, hw, hw))
+    y = net.node(kind, ["x"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4, ceil_mode=ceil)
+    mod, _ = _check(net, net.node("Relu", [y]))
+    assert (_kinds(mod)[0] == "pool_sep") == fast

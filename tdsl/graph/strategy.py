@@ -14,8 +14,8 @@ weights are re-laid out once at build time), then a schedule is chosen per targe
   vectorized along the flattened image (`conv1x1`), stems and convs whose blocked tile
   would be too small vectorized along the output row (`conv_spatial`), 1x1-image convs as
   mat-vec products and global average pool (`squeeze`). Depthwise convs unroll their taps
-  (strided ones read a column-phase-split padded input); 2-D max pool is two separable
-  passes without gathers per tap.
+  (strided ones read a column-phase-split padded input); 2-D max and average pools are
+  two separable passes without gathers per tap (`pool`).
 * cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
   anchors keep a plain per-thread loop (correct first, tuned later).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
@@ -34,7 +34,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import conv1x1, conv_spatial, squeeze, topi
+from . import conv1x1, conv_spatial, pool, squeeze, topi
 
 
 class Kernel:
@@ -112,8 +112,9 @@ class GroupDef:
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)
-            if out_t is None and fast and n.op == "nn.max_pool2d":
-                out_t = max_pool2d_fast(self, n, tensors)
+            if out_t is None and fast and n.op in ("nn.max_pool2d", "nn.avg_pool2d"):
+                x = tensors[id(n.args[0])] if id(n.args[0]) in tensors else self.param_tensor(self.pidx[id(n.args[0])])
+                out_t = pool.pool2d_sep(self, n, x, n.op[3:6])
             if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
                     and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
                 out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
@@ -263,49 +264,6 @@ def depthwise_strided_fast(g: GroupDef, n, tensors):
     return y
 
 
-def max_pool2d_fast(g: GroupDef, n, tensors):
-    """2-D max pool as two separable passes without reductions: a column max over the
-    window's rows into one padded output row (contiguous loads), then a row max over the
-    window's columns. Out-of-range taps read -inf, so padding and ceil mode stay exact."""
-    (x_e,) = n.args
-    if x_e.type.dtype != "float32":
-        return None
-    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
-    a = n.attrs
-    (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
-    pt, pl = a["padding"][0], a["padding"][1]
-    N, C, H, W = x_e.type.shape
-    OH, OW = n.type.shape[2:]
-    wn = (OW - 1) * sw + (kw - 1) * dw + 1        # padded columns the windows touch
-    low = tdsl.const(float("-inf"), "float32")
-
-    def col(b, ch, oy, xp):
-        v = None
-        for r in range(kh):
-            iy = oy * sh + (r * dh - pt)
-            conds = [iy >= 0, iy < H, xp >= pl, xp < W + pl]
-            t = tdsl.if_then_else(tdsl.all(*conds), x[b, ch, iy, xp - pl], low)
-            v = t if v is None else tdsl.max(v, t)
-        return v
-    vm = tdsl.compute((N, C, OH, wn), col, name=topi.uname("pool_col"))
-
-    def row(b, ch, oy, xq):
-        v = None
-        for r in range(kw):
-            t = vm[b, ch, oy, xq + r * dw]
-            v = t if v is None else tdsl.max(v, t)
-        return v
-    if sw == 1:
-        O = tdsl.compute((N, C, OH, OW), row, name=topi.uname("max_pool"))
-        g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": None})
-        return O
-    # strided: the row max at every column (contiguous), then every sw-th column of it
-    hm = tdsl.compute((N, C, OH, (OW - 1) * sw + 1), row, name=topi.uname("pool_row"))
-    O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: hm[b, ch, oy, ox * sw], name=topi.uname("max_pool"))
-    g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": hm})
-    return O
-
-
 # ---------------------------------------------------------------------------- schedules
 
 def _stages(out):
@@ -387,7 +345,7 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
                                      _vec_split, PAR_MIN_ELEMS)
     if kind == "global_pool" and vectorize:
         return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
-    if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
+    if kind == "pool_sep" and vectorize and len(out.shape) == 4:
         return _schedule_pool_sep(s, out, info, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
