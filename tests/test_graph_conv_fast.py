@@ -338,3 +338,19 @@ def test_pools(kind, k, s, p, ceil, hw, fast):
     y = net.node(kind, ["x"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4, ceil_mode=ceil)
     mod, _ = _check(net, net.node("Relu", [y]))
     assert (_kinds(mod)[0] == "pool_sep") == fast
+
+
+def test_two_diamonds_sharing_a_sink():
+    # a and c both feed the sink directly and through chains that meet in `greater`: one
+    # diamond takes the shared nodes, the other stays out, and every value reaches its reader
+    from tdsl.graph import Call, Module, TensorType, Var
+    x = Var("x", TensorType((2, 40), "float32"))
+    a = Call("nn.relu", [x])
+    c = Call("tanh", [x])
+    b = Call("greater", [Call("sigmoid", [a]), Call("exp", [c])])
+    s = Call("where", [b, a, c])
+    mod = Module(Function("main", [x], [s]))
+    xv = np.random.default_rng(0).standard_normal((2, 40)).astype(np.float32)
+    got = G.build(mod).run(xv)[0]
+    av, cv = np.maximum(xv, 0), np.tanh(xv)
+    np.testing.assert_allclose(got, np.where(1 / (1 + np.exp(-av)) > np.exp(cv), av, cv), rtol=1e-6)

@@ -388,7 +388,8 @@ def fuse_ops(mod: Module) -> Module:
         group_of[id(n)] = target
         if uses.get(id(n), 0) > 1 and id(n) not in outputs:
             members = _diamond(n, users, uses, outputs, pos)
-            if members and all(target.accepts(_kind(m)) for m in members):
+            # a node already promised to another group (two diamonds sharing a sink) stays out
+            if members and all(target.accepts(_kind(m)) and id(m) not in pending for m in members):
                 for m in members:
                     pending[id(m)] = target
     # build primitive functions and the new main
