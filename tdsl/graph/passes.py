@@ -309,15 +309,15 @@ def _diamond(a, users, uses, outputs, pos):
     return sorted(members.values(), key=lambda m: pos[id(m)])
 
 
-SCALE_INTO_CONV = True
+SCALE_INTO_CONV = True     # off: the squeeze-excite multiply keeps a kernel of its own (A/B)
 
 
 def _takes_channel_scale(n, uses, outputs, group_of):
-    """conv2d(multiply(x, s), W) with s per channel (N, C, 1, 1), constant W and the
+    """conv2d(multiply(x, s), W) with s per channel (1, C, 1, 1), constant W and the
     multiply read by nothing else: the squeeze-excite scaling. The multiply moves into the
-    conv's kernel, which scales each input element as it reads it (once per element, in
-    the input pack, or once per register-tile reuse), instead of a kernel of its own that
-    writes the scaled image for the conv to read back."""
+    conv's kernel, which reads x as it is and scales its packed weights by s once per call
+    (strategy.conv2d_fast), instead of a kernel of its own that writes the scaled image for
+    the conv to read back."""
     if not SCALE_INTO_CONV or n.op != "nn.conv2d" or n.attrs.get("groups") != 1 \
             or not isinstance(n.args[1], Const):
         return False
