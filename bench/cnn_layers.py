@@ -121,6 +121,21 @@ def fire(ci, sq, e1, e3, hw):
     return _model(nodes, inits, (1, ci, hw, hw)), (1, ci, hw, hw), macs
 
 
+def linear_gelu(m, k, n, hw):
+    """convnext's pointwise MLP on NHWC: MatMul + bias -> GELU (erf form) on (1, hw, hw, k)."""
+    from onnx import helper
+    L = Layers()
+    wn, w = L.w(k, n)
+    bn, b = L.w(n, scale=0.1)
+    inits = {wn: w, bn: b, "s2": np.array(np.sqrt(2.0), np.float32), "one": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", wn], ["mm"]), helper.make_node("Add", ["mm", bn], ["h"]),
+             helper.make_node("Div", ["h", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["g"]),
+             helper.make_node("Mul", ["g", "half"], ["y"])]
+    return _model(nodes, inits, (1, hw, hw, k)), (1, hw, hw, k), hw * hw * k * n
+
+
 def pool(kind, c, hw, k, s, p=0, ceil=0):
     from onnx import helper
     attrs = {} if kind == "GlobalAveragePool" else dict(kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
@@ -157,6 +172,8 @@ LAYERS = {
     "3x3 r18 64->64 56": lambda: conv_layer(64, 64, 56, 3, p=1),
     "3x3 dn 128->32 56": lambda: conv_layer(128, 32, 56, 3, p=1, act=None),
     "3x3 r18 256->256 14": lambda: conv_layer(256, 256, 14, 3, p=1),
+    "3x3 sq 16->64 55": lambda: conv_layer(16, 64, 55, 3, p=1),
+    "3x3 sq 32->128 27": lambda: conv_layer(32, 128, 27, 3, p=1),
     # squeeze-excite
     "se en 96 112": lambda: se_block(96, 112, 4),
     "se en 240 28 +conv": lambda: se_block(240, 28, 10, then_conv=40),
@@ -164,10 +181,15 @@ LAYERS = {
     # fire modules
     "fire sq 64,16,64,64 55": lambda: fire(64, 16, 64, 64, 55),
     "fire sq 256,48,192,192 13": lambda: fire(256, 48, 192, 192, 13),
+    # convnext's pointwise MLP
+    "linear cnx 96->384 56 gelu": lambda: linear_gelu(3136, 96, 384, 56),
+    "linear cnx 384->1536 14 gelu": lambda: linear_gelu(196, 384, 1536, 14),
     # pooling
     "pool max 3x3 s2 112 (r18)": lambda: pool("MaxPool", 64, 112, 3, 2, 1),
     "pool max 3x3 s2 ceil 111 (sq)": lambda: pool("MaxPool", 64, 111, 3, 2, 0, 1),
+    "pool avg 2x2 s2 56 (dn)": lambda: pool("AveragePool", 128, 56, 2, 2),
     "pool gap 1280 7": lambda: pool("GlobalAveragePool", 1280, 7, 0, 0),
+    "pool gap 144 56": lambda: pool("GlobalAveragePool", 144, 56, 0, 0),
 }
 
 

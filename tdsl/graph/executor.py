@@ -92,18 +92,30 @@ class Executor:
         for p in fn.params:
             bufs[id(p)] = self.inputs[p.name]
         views = self.plan.output_views
-        for n in self.plan.order:
-            if id(n) in outputs:
-                bufs[id(n)] = np.empty(n.type.shape, n.type.dtype)
+        node_of = {id(n): n for n in self.plan.order}
+
+        def own_buffer(n):
+            t = n.type
+            if id(n) not in bufs:
+                if id(n) in outputs:
+                    bufs[id(n)] = np.empty(t.shape, t.dtype)
+                else:
+                    off = base + self.plan.offsets[id(n)]
+                    bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+            return bufs[id(n)]
         for n in self.plan.order:
             t = n.type
-            if id(n) in views:
-                bufs[id(n)] = bufs[views[id(n)]].reshape(t.shape)
+            if id(n) in views:        # computed straight into the output that reshapes it
+                bufs[id(n)] = own_buffer(node_of[views[id(n)]]).reshape(t.shape)
             elif id(n) in self.plan.aliases:
                 bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
-            elif id(n) not in outputs:
-                off = base + self.plan.offsets[id(n)]
-                bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+            elif id(n) in self.plan.concat_parts:
+                # written in place: a contiguous slice of the concatenation's buffer
+                owner, off = self.plan.concat_parts[id(n)]
+                flat = own_buffer(owner).reshape(-1).view(np.uint8)
+                bufs[id(n)] = flat[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+            else:
+                own_buffer(n)
         for p in fn.params:
             bufs[id(p)] = self.inputs[p.name]
         self._bufs = bufs
@@ -111,12 +123,14 @@ class Executor:
         self.tuned = self._tune(fused, target, tune_minutes, log_file) if tune_minutes else {}
         self.steps: List[tuple] = []
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
-                 and id(n) not in self.plan.aliases and id(n) not in views.values()]
+                 and id(n) not in self.plan.aliases and id(n) not in views.values()
+                 and id(n) not in self.plan.concat_owners]
         _compile_all(calls, target, self.stats, self.tuned)
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
-            if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values():
+            if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values() \
+                    or id(n) in self.plan.concat_owners:
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             k = _KERNELS[_kernel_key(n.op, target, consts, self.tuned)[0]]
@@ -151,7 +165,8 @@ class Executor:
         reused by the next build. Returns {kernel key: parameters}."""
         groups = {}
         for n in self.plan.order:
-            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases:
+            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases \
+                    and id(n) not in self.plan.concat_owners:
                 consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
                 key = (target, print_function(n.op).split("(", 1)[1], tuple(sorted(consts)))
                 groups.setdefault(key, (n.op, consts))

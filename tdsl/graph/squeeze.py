@@ -66,7 +66,7 @@ def schedule_matvec_group(s, out, info, parallel, target, par_vec, stages):
     for t in stages:
         if t is out or t is D:
             continue
-        if id(t.op) in small and id(t.op) in read_by_big:
+        if getattr(t.op, "_graph_root", False) or (id(t.op) in small and id(t.op) in read_by_big):
             s[t].compute_root()
         elif not t.op.reduce_axis:
             s[t].compute_inline()

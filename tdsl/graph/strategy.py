@@ -9,10 +9,13 @@ weights are re-laid out once at build time), then a schedule is chosen per targe
   target's vector lanes, weights packed (CO/x, CI, KH, KW, x)) and dense (register-blocked,
   packed weights) get the schedules of `tdsl.examples`, with the group's epilogue (bias,
   activation, residual add) computed in the same loop nest. Every size (vector width,
-  register tile, channel block) comes from the target description through `tdsl.tiling`. 1x1 stride-1 convs are vectorized along the flattened image
-  instead (NCHW in and out, no transposing epilogue); depthwise convs unroll their taps
-  (strided ones read a column-phase-split padded input); 2-D max pool is two separable
-  passes without gathers per tap.
+  register tile, channel block) comes from the target description through `tdsl.tiling`.
+  Other conv shapes have their own modules, dispatched from `_conv2d_strategy`: 1x1 convs
+  vectorized along the flattened image (`conv1x1`), stems and convs whose blocked tile
+  would be too small vectorized along the output row (`conv_spatial`), 1x1-image convs as
+  mat-vec products and global average pool (`squeeze`). Depthwise convs unroll their taps
+  (strided ones read a column-phase-split padded input); 2-D max and average pools are
+  two separable passes without gathers per tap (`pool`).
 * cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
   anchors keep a plain per-thread loop (correct first, tuned later).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
@@ -31,7 +34,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import conv_grouped, conv_spatial, squeeze, topi
+from . import conv1x1, conv_grouped, conv_spatial, pool, squeeze, topi
 
 
 class Kernel:
@@ -63,6 +66,7 @@ class GroupDef:
         self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
+        self.channel_scale = None  # set while a conv of a channel-scaled input is defined
 
     def param_tensor(self, i):
         if i not in self.placeholders:
@@ -77,10 +81,17 @@ class GroupDef:
         return None
 
     def packed_param(self, i, shape, transform):
+        """The placeholder of constant param i re-laid out by `transform` (input channels on
+        axis 1), times the channel scale of the conv being defined if it has one."""
         self.transforms[i] = transform
         t = tdsl.placeholder(shape, self.fn.params[i].type.dtype, name=f"p{i}_packed")
         self.placeholders[i] = t
-        return t
+        sc = self.channel_scale
+        if sc is None:
+            return t
+        ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
+        ws.op._graph_root = True      # computed once per call, never inlined into the conv
+        return ws
 
     def build(self):
         topi.reset_names()
@@ -96,15 +107,16 @@ class GroupDef:
                     ins.append(tensors[id(a)])
             out_t = None
             if fast and n.op == "nn.conv2d":
-                out_t = conv2d_fast(self, n)
+                out_t = conv2d_fast(self, n, tensors)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = conv_grouped.grouped_conv2d(self, n, tensors)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)
-            if out_t is None and fast and n.op == "nn.max_pool2d":
-                out_t = max_pool2d_fast(self, n, tensors)
+            if out_t is None and fast and n.op in ("nn.max_pool2d", "nn.avg_pool2d"):
+                x = tensors[id(n.args[0])] if id(n.args[0]) in tensors else self.param_tensor(self.pidx[id(n.args[0])])
+                out_t = pool.pool2d_sep(self, n, x, n.op[3:6])
             if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
                     and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
                 out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
@@ -119,7 +131,7 @@ class GroupDef:
         return out
 
 
-def conv2d_fast(g: GroupDef, n):
+def conv2d_fast(g: GroupDef, n, tensors):
     x_e, w_e = n.args
     a = n.attrs
     wi = g.const_param(w_e)
@@ -130,17 +142,48 @@ def conv2d_fast(g: GroupDef, n):
         return None
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
+        scaled = _channel_scaled_input(g, x_e, tensors)
+        if scaled is None:
+            return None
+        # conv(x * s[ci], W) = conv(x, W * s[ci]): the conv reads x as it is and scales its
+        # (packed) weights once per call, CO*CI*KH*KW multiplies instead of a pass over x
+        x, g.channel_scale = scaled
+        try:
+            return _conv2d_strategy(g, n, x, wi)
+        finally:
+            g.channel_scale = None
+    return _conv2d_strategy(g, n, x, wi)
+
+
+def _channel_scaled_input(g, x_e, tensors):
+    """(image, per-channel scale) placeholders when the conv's input is the squeeze-excite
+    multiply that fuse_ops moved into this group (batch 1: one scale per input channel)."""
+    if id(x_e) not in tensors or getattr(x_e, "op", None) != "multiply" or x_e.type.shape[0] != 1:
         return None
+    big = [a for a in x_e.args if a.type.shape == x_e.type.shape]
+    small = [a for a in x_e.args if a.type.shape != x_e.type.shape]
+    if len(big) != 1 or len(small) != 1 or not all(id(a) in g.pidx for a in (big[0], small[0])):
+        return None
+    return g.param_tensor(g.pidx[id(big[0])]), g.param_tensor(g.pidx[id(small[0])])
+
+
+def _conv2d_strategy(g, n, x, wi):
+    a = n.attrs
+    xt, wt = n.args[0].type, n.args[1].type
+    N, C, H, W = xt.shape
+    CO, CI, KH, KW = wt.shape
+    bn = g.target.vector_lanes(xt.dtype)
+    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
+    # the blocked conv's register tile: rows must divide the output row, so a prime width
+    # (13 in squeezenet) on 16 registers leaves it one accumulator; the strategies that
+    # vectorize along the image take such convs
+    xb, cbb = tiling.register_tile(g.target, n.type.shape[3], cb_n * bn, whole_rows=True, whole_vecs=True)
     if squeeze.is_matvec_conv(n):
         return squeeze.conv_matvec(g, n, x, wi)
-    if conv_spatial.applies(n, g.target.vector_lanes(xt.dtype)):
+    if conv_spatial.applies(g, n, xb * cbb):
         return conv_spatial.conv2d_rows(g, n, x, wi)
-    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    bn = g.target.vector_lanes(xt.dtype)
-    if (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(a["padding"]) and (H * W) % bn == 0 \
-            and CO % 4 == 0:
-        return _conv1x1_spatial(g, n, x, wi)
-    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
+    if conv1x1.applies(g, n, xb * cbb):
+        return conv1x1.conv1x1(g, n, x, wi)
 
     def pack(w):
         wp = np.zeros((cb_n * bn, CI, KH, KW), w.dtype)
@@ -165,27 +208,6 @@ def conv2d_fast(g: GroupDef, n):
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
     g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW,
                     "bn": bn})
-    return O
-
-
-def _conv1x1_spatial(g: GroupDef, n, x, wi):
-    """1x1 stride-1 conv vectorized along the flattened image (NCHW stays NCHW): a tile of
-    `cb` output channels x `pv` vectors of pixels accumulates in registers, each weight
-    broadcast, and the epilogue stores whole vectors (no transpose)."""
-    N, C, H, W = n.args[0].type.shape
-    CO, CI = n.args[1].type.shape[:2]
-    hw = H * W
-    lanes = g.target.vector_lanes(n.args[0].type.dtype)
-    cb, pv = tiling.register_tile(g.target, CO, hw, whole_rows=True, whole_vecs=True)
-
-    def pack(w):
-        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
-    Wp = g.packed_param(wi, (CO // cb, CI, cb), pack)
-    ci = tdsl.reduce_axis((0, CI), "ci")
-    Cv = tdsl.compute((N, CO, hw), lambda b, co, p: tdsl.sum(
-        x[b, ci, p // W, p % W] * Wp[co // cb, ci, co % cb], axis=ci), name=topi.uname("conv"))
-    O = tdsl.compute((N, CO, H, W), lambda b, co, y, xx: Cv[b, co, y * W + xx], name=topi.uname("unflat"))
-    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "cb": cb, "pv": pv, "lanes": lanes})
     return O
 
 
@@ -246,49 +268,6 @@ def depthwise_strided_fast(g: GroupDef, n, tensors):
         name=topi.uname("conv"))
     y._graph_info = {"kind": "conv_generic", "pad": ph, "depthwise": True}
     return y
-
-
-def max_pool2d_fast(g: GroupDef, n, tensors):
-    """2-D max pool as two separable passes without reductions: a column max over the
-    window's rows into one padded output row (contiguous loads), then a row max over the
-    window's columns. Out-of-range taps read -inf, so padding and ceil mode stay exact."""
-    (x_e,) = n.args
-    if x_e.type.dtype != "float32":
-        return None
-    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
-    a = n.attrs
-    (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
-    pt, pl = a["padding"][0], a["padding"][1]
-    N, C, H, W = x_e.type.shape
-    OH, OW = n.type.shape[2:]
-    wn = (OW - 1) * sw + (kw - 1) * dw + 1        # padded columns the windows touch
-    low = tdsl.const(float("-inf"), "float32")
-
-    def col(b, ch, oy, xp):
-        v = None
-        for r in range(kh):
-            iy = oy * sh + (r * dh - pt)
-            conds = [iy >= 0, iy < H, xp >= pl, xp < W + pl]
-            t = tdsl.if_then_else(tdsl.all(*conds), x[b, ch, iy, xp - pl], low)
-            v = t if v is None else tdsl.max(v, t)
-        return v
-    vm = tdsl.compute((N, C, OH, wn), col, name=topi.uname("pool_col"))
-
-    def row(b, ch, oy, xq):
-        v = None
-        for r in range(kw):
-            t = vm[b, ch, oy, xq + r * dw]
-            v = t if v is None else tdsl.max(v, t)
-        return v
-    if sw == 1:
-        O = tdsl.compute((N, C, OH, OW), row, name=topi.uname("max_pool"))
-        g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": None})
-        return O
-    # strided: the row max at every column (contiguous), then every sw-th column of it
-    hm = tdsl.compute((N, C, OH, (OW - 1) * sw + 1), row, name=topi.uname("pool_row"))
-    O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: hm[b, ch, oy, ox * sw], name=topi.uname("max_pool"))
-    g.anchor = (O, {"kind": "max_pool_sep", "col": vm, "row": hm})
-    return O
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -363,7 +342,8 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
-        return _schedule_conv1x1_spatial(s, out, info, parallel, g.target)
+        return conv1x1.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
+                                _vec_split, PAR_MIN_MACS // 4)
     if kind == "conv_grouped" and vectorize and _ishape(out) == _ishape(anchor_t):
         return conv_grouped.schedule(s, out, info, parallel, g.target, _stages, _inline_except)
     if kind == "matvec" and vectorize:
@@ -373,7 +353,7 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
                                      _vec_split, PAR_MIN_ELEMS)
     if kind == "global_pool" and vectorize:
         return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
-    if kind == "max_pool_sep" and vectorize and len(out.shape) == 4:
+    if kind == "pool_sep" and vectorize and len(out.shape) == 4:
         return _schedule_pool_sep(s, out, info, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
@@ -430,12 +410,23 @@ def _schedule_conv_rows(s, out, conv, parallel, target):
             s[conv].unroll(r)
 
 
-def _inline_except(s, out, keep):
+def _inline_except(s, out, keep, target=None):
     for t in _stages(out):
         if t is out or t in keep:
             continue
-        if not t.op.reduce_axis:
+        if getattr(t.op, "_graph_root", False):
+            _root_rows(s, t)
+        elif not t.op.reduce_axis:
             s[t].compute_inline()
+
+
+def _root_rows(s, t):
+    """A small stage computed once, at root, vectorized along its last axis when that is
+    a whole number of vectors (packed weights: the channel block)."""
+    last = t.op.axis[-1]
+    ext = _ishape(t)[-1]
+    if ext % 4 == 0 and ext >= 4:
+        s[t].vectorize(last)
 
 
 def _schedule_conv_packed(s, out, info, parallel, target):
@@ -469,33 +460,6 @@ def _schedule_conv_packed(s, out, info, parallel, target):
         if parallel:
             s[pad].parallel(pa)
         _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
-
-
-def _schedule_conv1x1_spatial(s, out, info, parallel, target):
-    Cv, cb, pv, lanes = info["conv"], info["cb"], info["pv"], info["lanes"]
-    _inline_except(s, out, [Cv])
-    for t in _stages(out):
-        if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, target, True, parallel)
-    b, co, y, x = out.op.axis
-    p = s[out].fuse(y, x)
-    cob, coi = s[out].split(co, factor=cb)
-    po, pi = s[out].split(p, factor=lanes * pv)
-    pvo, pl = s[out].split(pi, factor=lanes)
-    s[out].reorder(b, cob, po, coi, pvo, pl)
-    s[out].vectorize(pl)
-    par = s[out].fuse(b, cob, po)
-    macs = int(np.prod(_ishape(Cv))) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
-    if parallel and macs >= PAR_MIN_MACS // 4:
-        s[out].parallel(par)
-    s[Cv].compute_at(s[out], par)
-    _, cl, pc = s[Cv].op.axis
-    (ci,) = s[Cv].op.reduce_axis
-    pco, pci = s[Cv].split(pc, factor=lanes)
-    s[Cv].reorder(ci, cl, pco, pci)
-    s[Cv].unroll(cl)
-    s[Cv].unroll(pco)
-    s[Cv].vectorize(pci)
 
 
 def _schedule_pool_sep(s, out, info, parallel, target):
