@@ -354,3 +354,26 @@ def test_two_diamonds_sharing_a_sink():
     got = G.build(mod).run(xv)[0]
     av, cv = np.maximum(xv, 0), np.tanh(xv)
     np.testing.assert_allclose(got, np.where(1 / (1 + np.exp(-av)) > np.exp(cv), av, cv), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- dense blocks
+
+def test_dense_block_concats_are_views_of_one_buffer():
+    # DenseNet: before each layer, BN+ReLU of the concat of the block's input and every
+    # feature so far. Each concat is a prefix of the last one: no concat kernel runs, the
+    # convs write into slices of one buffer, and the result still matches onnxruntime
+    net = Net((1, 16, 9, 9))
+    x0 = net.conv("x", 16, 16, 3, 1, 1)
+    feats = [x0]
+    for _ in range(3):
+        c = net.node("Concat", feats, axis=1)
+        ch = 16 + 8 * (len(feats) - 1)
+        h = net.node("Relu", [net.node("Add", [net.node("Mul", [c, net.const(net.rng.uniform(0.5, 1.5, (ch, 1, 1)))]),
+                                               net.const(net.rng.standard_normal((ch, 1, 1)) * 0.1)])])
+        feats.append(net.conv(h, ch, 8, 3, 1, 1))
+    out = net.node("Relu", [net.node("Concat", feats, axis=1)])
+    mod, exe = _check(net, out)
+    plan = exe.plan
+    assert len(plan.prefix_views) == 2          # the two shorter concats (the first has one input)
+    assert len(plan.concat_owners) == 1
+    assert not any("concatenate" in k.name for k, _, _ in exe.steps)

@@ -109,6 +109,10 @@ class Executor:
                 bufs[id(n)] = own_buffer(node_of[views[id(n)]]).reshape(t.shape)
             elif id(n) in self.plan.aliases:
                 bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
+            elif id(n) in self.plan.prefix_views:
+                # a concatenation that begins a longer one: the first bytes of its buffer
+                flat = own_buffer(node_of[self.plan.prefix_views[id(n)]]).reshape(-1)
+                bufs[id(n)] = flat[:t.size].reshape(t.shape)
             elif id(n) in self.plan.concat_parts:
                 # written in place: a contiguous slice of the concatenation's buffer
                 owner, off = self.plan.concat_parts[id(n)]
@@ -124,13 +128,13 @@ class Executor:
         self.steps: List[tuple] = []
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
                  and id(n) not in self.plan.aliases and id(n) not in views.values()
-                 and id(n) not in self.plan.concat_owners]
+                 and id(n) not in self.plan.concat_owners and id(n) not in self.plan.prefix_views]
         _compile_all(calls, target, self.stats, self.tuned)
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
             if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values() \
-                    or id(n) in self.plan.concat_owners:
+                    or id(n) in self.plan.concat_owners or id(n) in self.plan.prefix_views:
                 continue
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             k = _KERNELS[_kernel_key(n.op, target, consts, self.tuned)[0]]

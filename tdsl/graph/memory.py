@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from . import concat_prefix
 from .ir import Call, Function, Module, Var
 
 ALIGN = 64
@@ -67,6 +68,27 @@ def _concat_parts(n, uses, outputs, taken, owners):
     return parts
 
 
+def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order):
+    """`n` when it owns a concat prefix family (`fams`, from concat_prefix.families) that
+    can share its buffer, recording the shorter members in `prefix_views`; None
+    otherwise. Parts may have other readers, unlike `_concat_parts`'s."""
+    own = fams.get(id(n))
+    if own is not n or id(n) in outputs or id(n) in root or id(n) in owners:
+        return None
+    if len({id(a) for a in n.args}) != len(n.args):
+        return None
+    for a in n.args:
+        if not isinstance(a.op, Function) or id(a) in outputs or id(a) in taken or id(a) in owners \
+                or id(a) in root or is_alias(a, outputs) or a.type.size == 0 or id(a) in fams:
+            return None
+    members = [m for m in order if fams.get(id(m)) is n and m is not n]
+    if any(id(m) in outputs or id(m) in root for m in members):
+        return None
+    for m in members:
+        prefix_views[id(m)] = id(n)
+    return n
+
+
 def plan_memory(mod: Module) -> MemoryPlan:
     fn = mod.main
     order: List[Call] = fn.nodes()
@@ -91,6 +113,16 @@ def plan_memory(mod: Module) -> MemoryPlan:
             owners.add(id(n))
             for a in n.args:
                 concat_parts[id(a)] = (n, parts[id(a)])
+    prefix_views: Dict[int, int] = {}     # concat -> the family owner whose prefix it is
+    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
+    for n in order:
+        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order)
+        if own is not None:
+            off = 0
+            for a in own.args:
+                concat_parts[id(a)] = (own, off)
+                off += a.type.nbytes
+            owners.add(id(own))
     output_views: Dict[int, int] = {}     # intermediate -> the output reshaping it
     for n in order:
         if id(n) in outputs and is_alias(n) and isinstance(n.args[0], Call):
@@ -103,12 +135,16 @@ def plan_memory(mod: Module) -> MemoryPlan:
         for a in n.args:
             if id(a) in pos:
                 r = root.get(id(a), id(a))
+                r = prefix_views.get(r, r)
                 last_use[r] = max(last_use.get(r, i), i)
+    for part, (own, _) in concat_parts.items():     # a part read after its concat's last
+        if part in last_use:                          # use keeps the shared buffer alive
+            last_use[id(own)] = max(last_use.get(id(own), 0), last_use[part])
     live = []     # (offset, end, free_at)
     offsets, sizes = {}, {}
     peak = total = 0
     for i, n in enumerate(order):
-        if id(n) in outputs or id(n) in root or id(n) in output_views:
+        if id(n) in outputs or id(n) in root or id(n) in output_views or id(n) in prefix_views:
             continue      # outputs get their own buffers; aliases share their input's
         if id(n) in owners and id(n) in offsets:
             continue      # a concat written in place: allocated with its first part
@@ -134,4 +170,5 @@ def plan_memory(mod: Module) -> MemoryPlan:
     plan.output_views = output_views
     plan.concat_parts = concat_parts
     plan.concat_owners = owners
+    plan.prefix_views = prefix_views
     return plan

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import GraphError
 from .ir import Call, Const, Expr, Function, Module, Var
 from .ops import evaluate, get_op
+from . import concat_prefix
 
 
 def rewrite(mod: Module, visit: Callable[[Call, List[Expr]], Expr]) -> Module:
@@ -382,13 +383,14 @@ def fuse_ops(mod: Module) -> Module:
     outputs = {id(o) for o in fn.outputs}
     pos = {id(n): i for i, n in enumerate(nodes)}
     pending: Dict[int, _Group] = {}     # diamond members -> the group they will join
+    alone = concat_prefix.sealed(nodes)  # concatenations that will be views of a buffer
     for n in nodes:
         kind = _kind(n)
         target = pending.pop(id(n), None)
-        if target is None and _takes_channel_scale(n, uses, outputs, group_of):
+        if target is None and _takes_channel_scale(n, uses, outputs, group_of) and id(n.args[0]) not in alone:
             target = _split_off_last(n.args[0], group_of, groups)
-        for a in n.args if target is None else ():
-            if isinstance(a, Call) and uses.get(id(a), 0) == 1:
+        for a in n.args if target is None and id(n) not in alone else ():
+            if isinstance(a, Call) and uses.get(id(a), 0) == 1 and id(a) not in alone:
                 g = group_of[id(a)]
                 if g.last is a and g.accepts(kind):
                     target = g
@@ -399,7 +401,7 @@ def fuse_ops(mod: Module) -> Module:
         else:
             target.nodes.append(n)
         group_of[id(n)] = target
-        if uses.get(id(n), 0) > 1 and id(n) not in outputs:
+        if uses.get(id(n), 0) > 1 and id(n) not in outputs and id(n) not in alone:
             members = _diamond(n, users, uses, outputs, pos)
             # a node already promised to another group (two diamonds sharing a sink) stays out
             if members and all(target.accepts(_kind(m)) and id(m) not in pending for m in members):
