@@ -8,7 +8,8 @@
 * the gate's group ends in a broadcast multiply with the big tensor: the small producers
   (the mat-vec, bias, sigmoid) are computed once, at root, and only the multiply runs over
   the image (one memory pass); inlining them would redo a conv and an exp per pixel.
-* global average pool: one vectorized row sum per channel, parallel over channels.
+* global average pool: per channel the rows are added into one vector row of column sums
+  (independent vector adds), then that row is summed; channels in parallel.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 import tdsl
 
+from .. import tiling
 from . import topi
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
@@ -121,7 +123,6 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
     W = topi._dim(cols.shape[2])
     lanes = target.vector_lanes(cols.dtype)
     if W >= max(2, lanes // 2):
-        from .. import tiling
         xo, xi = s[cols].split(xx, factor=tiling.row_vector(target, W, cols.dtype))
         s[cols].reorder(ry, xo, xi)
         s[cols].vectorize(xi)
