@@ -140,7 +140,6 @@ def simplify(mod: Module) -> Module:
 
 # ---------------------------------------------------------------------------- reshape sinking
 
-SINK_RESHAPES = True      # off: sink_reshapes returns its input unchanged (A/B)
 _COMMUTING_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
 
 
@@ -153,7 +152,7 @@ def sink_reshapes(mod: Module) -> Module:
     epilogue instead of a dense and a separate pass over its output."""
     def visit(n, args):
         op = n.op
-        if not SINK_RESHAPES or isinstance(op, Function) or not args \
+        if isinstance(op, Function) or not args \
                 or (get_op(op).kind != "elemwise" and op not in _COMMUTING_BINARY):
             return same(n, args)
         inner_shape, shape_attrs, new_args = None, None, []
