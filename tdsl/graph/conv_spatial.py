@@ -62,12 +62,7 @@ def conv2d_rows(g, n, x, wi):
     Wp = g.packed_param(wi, (CO // cb, CI, KH, KW, cb), pack)
     hp = (OH - 1) * sh + (KH - 1) * dh + 1
     wq = owp + ((KW - 1) * dw) // sw
-    f0 = tdsl.const(0, "float32")
-
-    def fp(b, ch, r, p, q):
-        iy, ix = r - pt, q * sw + p - pl
-        return tdsl.if_then_else(tdsl.all(iy >= 0, iy < H, ix >= 0, ix < W), x[b, ch, iy, ix], f0)
-    ph = tdsl.compute((N, CI, hp, sw, wq), fp, name=topi.uname("pad_phase"))
+    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl)
     ci = tdsl.reduce_axis((0, CI), "ci")
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")

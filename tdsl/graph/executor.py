@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError, GraphError
 from ..runtime import cpu
-from .ir import Call, Const, Function, Module, Var
+from .ir import Const, Function, Module
 from .memory import plan_memory
 from .passes import fuse_ops
 from .strategy import compile_group, tune_group

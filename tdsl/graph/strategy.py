@@ -255,12 +255,7 @@ def depthwise_strided_fast(g: GroupDef, n, tensors):
     OH, OW = n.type.shape[2:]
     hp = (OH - 1) * sh + (KH - 1) * dh + 1
     wq = OW + ((KW - 1) * dw) // sw
-    f0 = tdsl.const(0, "float32")
-
-    def fp(b, ch, r, p, q):
-        iy, ix = r - pt, q * sw + p - pl
-        return tdsl.if_then_else(tdsl.all(iy >= 0, iy < H, ix >= 0, ix < W), x[b, ch, iy, ix], f0)
-    ph = tdsl.compute((N, C, hp, sw, wq), fp, name=topi.uname("pad_phase"))
+    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl)
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
     y = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: tdsl.sum(
