@@ -5,6 +5,11 @@ RegNetY-400MF, ShuffleNetV2), one ONNX Conv + bias + activation each, tdsl vs on
     python bench/conv_grouped.py                 # every layer
     python bench/conv_grouped.py --only g6,dw96  # layers whose label contains these
     python bench/conv_grouped.py --mcpu haswell  # tdsl's code for another CPU
+    python bench/conv_grouped.py --cpu-time      # one thread each, CPU time (shared machine)
+
+`--cpu-time` times one thread of each by the thread's CPU clock, best of many single runs:
+on a machine shared with other jobs, wall-clock times of two-thread runs varied 2x from
+run to run, while this repeated within a few percent (it still sees shared caches).
 
 onnxruntime runs the single node with its own layout choices (for AVX-512 it reorders to
 NCHW16c and back around the conv, which a whole model amortizes), so the per-layer ratio
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -68,11 +74,25 @@ def layer_model(cin, hw, cout, groups, k, stride, act, seed=0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _cpu_time(fns, seconds=3.0):
+    """Best single-run thread CPU time of each callable, taken in turns for `seconds`."""
+    best = [float("inf")] * len(fns)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for i, f in enumerate(fns):
+            for _ in range(5):
+                t0 = time.thread_time()
+                f()
+                best[i] = min(best[i], time.thread_time() - t0)
+    return best
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--only", default="")
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--cpu-time", action="store_true", help="one thread each, timed by CPU time")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
@@ -85,12 +105,19 @@ def main(argv=None):
         exe = G.build(G.optimize(G.from_onnx(model)), target=str(target))
         x = np.random.default_rng(1).standard_normal((1, spec[0], spec[1], spec[1])).astype(np.float32)
         out = exe.run(x)[0]
-        sess = _ort_session(model, target.num_cores)
+        sess = _ort_session(model, 1 if a.cpu_time else target.num_cores)
         ref = sess.run(None, {"x": x})[0]
         err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-        t, r = _interleaved(exe._run_kernels, lambda: sess.run(None, {"x": x}), a.number, a.repeat)
+        ort_run = lambda: sess.run(None, {"x": x})  # noqa: E731
+        if a.cpu_time:
+            for k, _, _ in exe.steps:
+                k.module.set_num_threads(1)
+            t, r = _cpu_time([exe._run_kernels, ort_run])
+        else:
+            t, r = _interleaved(exe._run_kernels, ort_run, a.number, a.repeat)
         macs = out.size * (spec[0] // spec[3]) * spec[4] ** 2
-        print(f"{label:16s} {t * 1e6:9.1f} {r * 1e6:9.1f} {t / r:6.2f}x {2 * macs / t * 1e-9:8.1f} {err:9.1e}", flush=True)
+        print(f"{label:16s} {t * 1e6:9.1f} {r * 1e6:9.1f} {t / r:6.2f}x {2 * macs / t * 1e-9:8.1f} "
+              f"{err:9.1e}", flush=True)
 
 
 if __name__ == "__main__":

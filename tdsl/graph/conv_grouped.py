@@ -16,7 +16,9 @@ The input is padded and split by column phase per tile of rows, right before the
 uses it: `ph[n, c, r, p, q] = x[n, c, r - pt, q * sw + p - pl]` (zero outside), so every
 tap reads a contiguous run of a row at any stride, the padding costs no guard in the
 multiply-add loop, and the copy stays in L1 (recomputed for the `(KH - 1) * dh + 1 - sh`
-rows that neighbouring tiles overlap). Row vectors are whole registers (a power-of-two part
+rows that neighbouring tiles overlap; a small plane whose tiles would redo half their
+rows is padded whole, once per parallel task). The channel blocks of one group run
+inside its row tile, so they share the padded rows. Row vectors are whole registers (a power-of-two part
 of one for rows shorter than the target's lanes): the conv computes rows rounded up to
 whole vectors over the zero padding and the epilogue stores the real columns. The tile is
 sized by `tiling.register_tile` from the target's registers and FMA chains.
@@ -30,10 +32,11 @@ import tdsl
 from .. import tiling
 from . import topi
 
-
-
-
-DW_MAX_ROWS, DW_MAX_VECS = 8, 2      # depthwise register tile bounds (see below)
+# depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
+# a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
+DW_MAX_ROWS, DW_MAX_VECS = 8, 2
+# a group's padded plane up to this size is padded once per parallel task (see schedule)
+PLANE_BYTES = 16 * 1024
 
 
 def grouped_conv2d(g, n, tensors):
@@ -64,12 +67,10 @@ def grouped_conv2d(g, n, tensors):
     nv = -(-OW // wv)
     if depthwise:
         # rows x vectors; a few channels when a plane is too small to fill the tile
-        # at most 8 rows x 2 vectors: wider tiles (2 rows x 7 vectors of a 112 row) redo
-        # more of the padding copy per output and measured up to 25% slower
         rb, pv = tiling.register_tile(g.target, OH, nv * wv, whole_rows=True, whole_vecs=True,
                                       max_rows=DW_MAX_ROWS, max_vecs=min(DW_MAX_VECS, nv))
         cb = 1
-        acc_budget = 3 * max(g.target.vector_registers, 4) // 4     # as tiling.register_tile
+        acc_budget = 3 * max(g.target.vector_registers, 4) // 4     # as in tiling.register_tile
         if rb * pv < 2 * g.target.fma_chains and OH == rb and pv == nv:
             cb = _divisor_at_most(CO, max(1, min(2 * g.target.fma_chains, acc_budget) // (rb * pv)))
     else:
@@ -105,7 +106,7 @@ def grouped_conv2d(g, n, tensors):
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
                      "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG,
-                      "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
+                     "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
     return out
 
 
@@ -116,17 +117,14 @@ def _divisor_at_most(n, k):
     return 1
 
 
-PLANE_BYTES = 16 * 1024    # a group's padded plane up to this size is padded once
-
-
-def ph_channels(info):
+def _ph_channels(info):
     """Input channels one parallel task pads: the group's, or the block's for depthwise."""
     return info["cig"] if info["blocks"] > 1 or info["cig"] > 1 else info["cb"]
 
 
-def schedule(s, out, info, parallel, target, stages, inline_except):
-    """Schedules a group whose anchor is `grouped_conv2d`'s output. `stages(out)` lists
-    the group's compute stages, `inline_except(s, out, keep)` inlines the elementwise ones."""
+def schedule(s, out, info, parallel, target, inline_except):
+    """Schedules a group whose anchor is `grouped_conv2d`'s output;
+    `inline_except(s, out, keep)` inlines the group's elementwise stages."""
     Cv, ph = info["conv"], info["pad"]
     cb, rb, pv, wv = info["cb"], info["rb"], info["pv"], info["wv"]
     inline_except(s, out, [Cv, ph])
@@ -144,19 +142,17 @@ def schedule(s, out, info, parallel, target, stages, inline_except):
     s[out].reorder(b, grp, yo, blk, xo, coi, yi, xv, xl)
     s[out].vectorize(xl)
     tasks = N * CO // (cb * info["blocks"])
-    plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * (ph_channels(info))
+    plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * _ph_channels(info)
     if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores and 2 * info["redo"] >= rb * info["sh"]:
         # a small plane whose row tiles would pad half their rows again (short tiles,
         # tall kernels: 2 rows of a 5x5 redo 4): pad the group's plane once per task
         outer = s[out].fuse(b, grp)
-        at = outer
     else:
         outer = s[out].fuse(b, grp, yo)
-        at = outer
     macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
     if parallel and macs >= (1 << 19):
         s[out].parallel(outer)
-    s[ph].compute_at(s[out], at)
+    s[ph].compute_at(s[out], outer)
     pq = ph.op.axis[-1]
     s[ph].vectorize(s[ph].split(pq, factor=wv)[1])
     s[Cv].compute_at(s[out], xo)

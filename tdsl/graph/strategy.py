@@ -340,7 +340,7 @@ def schedule_llvm(s, out, g: GroupDef, vectorize=True, parallel=True):
         return conv1x1.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
                                 _vec_split, PAR_MIN_MACS // 4)
     if kind == "conv_grouped" and vectorize and _ishape(out) == _ishape(anchor_t):
-        return conv_grouped.schedule(s, out, info, parallel, g.target, _stages, _inline_except)
+        return conv_grouped.schedule(s, out, info, parallel, g.target, _inline_except)
     if kind == "matvec" and vectorize:
         return squeeze.schedule_matvec_group(s, out, info, parallel, g.target, _par_vec, _stages(out))
     if kind == "conv_rows_spatial" and vectorize:
