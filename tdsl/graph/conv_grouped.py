@@ -79,12 +79,7 @@ def grouped_conv2d(g, n, tensors):
         rb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
     wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
-    f0 = tdsl.const(0, "float32")
-
-    def fp(b, ch, r, p, q):
-        iy, ix = r - pt, q * sw + p - pl
-        return tdsl.if_then_else(tdsl.all(iy >= 0, iy < H, ix >= 0, ix < W), x[b, ch, iy, ix], f0)
-    ph = tdsl.compute((N, C, hp, sw, wq), fp, name=topi.uname("pad_phase"))
+    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl)
 
     def pack(w):
         return np.ascontiguousarray(w.reshape(CO // cb, cb, CIG, KH, KW).transpose(0, 2, 3, 4, 1))

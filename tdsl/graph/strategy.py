@@ -13,9 +13,11 @@ weights are re-laid out once at build time), then a schedule is chosen per targe
   Other conv shapes have their own modules, dispatched from `_conv2d_strategy`: 1x1 convs
   vectorized along the flattened image (`conv1x1`), stems and convs whose blocked tile
   would be too small vectorized along the output row (`conv_spatial`), 1x1-image convs as
-  mat-vec products and global average pool (`squeeze`). Depthwise convs unroll their taps
-  (strided ones read a column-phase-split padded input); 2-D max and average pools are
-  two separable passes without gathers per tap (`pool`).
+  mat-vec products and global average pool (`squeeze`), grouped and depthwise convs as
+  register tiles of group channels x rows x row vectors over a column-phase-split padded
+  input (`conv_grouped`; `depthwise_strided_fast` below only when the weights are not
+  constants). 2-D max and average pools are two separable passes without gathers per tap
+  (`pool`).
 * cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
   anchors keep a plain per-thread loop (correct first, tuned later).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
