@@ -400,18 +400,23 @@ def pool_out_dims(in_dims, k, s, p, dl, ceil_mode):
     return out
 
 
+def pool_out_type(x: TensorType, attrs, nd) -> TensorType:
+    """The pooled type of `x` (N, C, spatial...) under the pool attributes."""
+    k = _check_list(attrs, "pool_size", nd)
+    s = _check_list(attrs, "strides", nd)
+    p = _check_list(attrs, "padding", 2 * nd)
+    dl = _check_list(attrs, "dilation", nd)
+    o = pool_out_dims(x.shape[2:], k, s, p, dl, attrs["ceil_mode"])
+    return TensorType((*x.shape[:2], *o), x.dtype)
+
+
 def _pool_infer(nd):
     def infer(types, attrs):
         _nargs(types, 1)
         x = types[0]
         if x.ndim != nd + 2:
             raise GraphError(f"input {x} must have rank {nd + 2}")
-        k = _check_list(attrs, "pool_size", nd)
-        s = _check_list(attrs, "strides", nd)
-        p = _check_list(attrs, "padding", 2 * nd)
-        dl = _check_list(attrs, "dilation", nd)
-        o = pool_out_dims(x.shape[2:], k, s, p, dl, attrs["ceil_mode"])
-        return TensorType((*x.shape[:2], *o), x.dtype)
+        return pool_out_type(x, attrs, nd)
     return infer
 
 
@@ -662,7 +667,8 @@ def _slice_ref(x, a):
 register("strided_slice", "injective", _slice_infer, _slice_ref, required=("begin", "end", "strides"))
 
 
-def _take_infer(types, attrs):
+def _data_and_indices(types, attrs):
+    """(data type, indices type, axis) of a gather-like operator, checked."""
     _nargs(types, 2)
     x, idx = types
     ax = attrs["axis"]
@@ -670,6 +676,11 @@ def _take_infer(types, attrs):
         raise GraphError(f"axis {ax} out of range for rank {x.ndim}")
     if not idx.dtype.startswith(("int", "uint")):
         raise GraphError(f"indices must be integers, got {idx.dtype}")
+    return x, idx, ax
+
+
+def _take_infer(types, attrs):
+    x, idx, ax = _data_and_indices(types, attrs)
     return TensorType(x.shape[:ax] + idx.shape + x.shape[ax + 1:], x.dtype)
 
 
@@ -683,13 +694,7 @@ register("take", "injective", _take_infer, _take_ref, {"axis": 0})
 
 
 def _gather_elements_infer(types, attrs):
-    _nargs(types, 2)
-    x, idx = types
-    ax = attrs["axis"]
-    if not 0 <= ax < x.ndim:
-        raise GraphError(f"axis {ax} out of range for rank {x.ndim}")
-    if not idx.dtype.startswith(("int", "uint")):
-        raise GraphError(f"indices must be integers, got {idx.dtype}")
+    x, idx, ax = _data_and_indices(types, attrs)
     if idx.ndim != x.ndim or any(idx.shape[d] > x.shape[d] for d in range(x.ndim) if d != ax):
         raise GraphError(f"indices {idx} do not fit data {x} (same rank, no larger off axis {ax})")
     return TensorType(idx.shape, x.dtype)

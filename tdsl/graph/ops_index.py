@@ -18,7 +18,7 @@ import tdsl
 from ..errors import GraphError
 from . import topi
 from .ir import TensorType
-from .ops import _check_list, _nargs, pool_out_dims, register
+from .ops import _nargs, pool_out_type, register
 from .topi import c, shape_of, uname
 
 
@@ -164,12 +164,7 @@ def _pool_indices_infer(types, attrs):
     nd = x.ndim - 2
     if nd < 1:
         raise GraphError(f"input {x} needs rank >= 3")
-    k = _check_list(attrs, "pool_size", nd)
-    s = _check_list(attrs, "strides", nd)
-    p = _check_list(attrs, "padding", 2 * nd)
-    dl = _check_list(attrs, "dilation", nd)
-    o = pool_out_dims(x.shape[2:], k, s, p, dl, attrs["ceil_mode"])
-    if y.shape != (*x.shape[:2], *o) or y.dtype != x.dtype:
+    if y != pool_out_type(x, attrs, nd):
         raise GraphError(f"pooled maxima {y} do not fit the pooling of {x}")
     return TensorType(y.shape, "int64")
 
