@@ -66,7 +66,8 @@ def _tile(target, co, pixels, whole_vecs):
 
 def conv1x1(g, n, x, wi):
     N, C, H, W = n.args[0].type.shape
-    CO, CI = n.args[1].type.shape[:2]
+    CO = n.args[1].type.shape[0]
+    CI = x.shape[1]         # a size variable in a kernel generic in it
     OH, OW = n.type.shape[2:]
     sh, sw = n.attrs["strides"]
     hw = OH * OW
@@ -77,7 +78,7 @@ def conv1x1(g, n, x, wi):
     hwp = -(-hw // tile) * tile
 
     def pack(w):
-        return np.ascontiguousarray(w.reshape(CO // cb, cb, CI).transpose(0, 2, 1))
+        return np.ascontiguousarray(w.reshape(CO // cb, cb, w.shape[1]).transpose(0, 2, 1))
     Wp = g.packed_param(wi, (CO // cb, CI, cb), pack)
     if (sh, sw) == (1, 1) and hwp == hw:
         xp = None

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError, GraphError
 from ..runtime import cpu
+from . import generic
 from .ir import Const, Function, Module
 from .memory import plan_memory
 from .passes import fuse_ops
@@ -28,17 +29,23 @@ def clear_kernel_cache():
 
 
 def _kernel_key(fn: Function, target, const_args, tuned):
+    """(key, tuned parameters, erasure): groups with one key share a kernel; a group that
+    can be generic in its channel count (generic.find) shares it with the groups that
+    differ from it only in that count."""
     text = print_function(fn).split("(", 1)[1]
     key = (target, text, tuple(sorted(const_args)))
     params = (tuned or {}).get(key)
     if params:
-        key = key + (repr(sorted(params.items())),)
-    return key, params
+        return key + (repr(sorted(params.items())),), params, None
+    erasure = generic.find(fn, const_args, target)
+    if erasure is not None:
+        key = (target, generic.key_text(fn, erasure), tuple(sorted(const_args)))
+    return key, params, erasure
 
 
-def _compile(fn, target, const_args, params):
+def _compile(fn, target, const_args, params, erasure):
     with cpu.python_side():
-        return compile_group(fn, target, const_args, fn.name, auto_params=params)
+        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure)
 
 
 def _compile_all(calls, target, stats, tuned):
@@ -49,15 +56,14 @@ def _compile_all(calls, target, stats, tuned):
     todo = {}
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-        key, params = _kernel_key(n.op, target, consts, tuned)
+        key, params, erasure = _kernel_key(n.op, target, consts, tuned)
         if key not in _KERNELS and key not in todo:
-            todo[key] = (n.op, consts, params)
+            todo[key] = (n.op, consts, params, erasure)
     if not todo:
         return
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-build") as pool:
-        futures = {key: pool.submit(_compile, fn, target, consts, params)
-                   for key, (fn, consts, params) in todo.items()}
+        futures = {key: pool.submit(_compile, fn, target, *rest) for key, (fn, *rest) in todo.items()}
         try:
             for key, fut in futures.items():
                 _KERNELS[key] = fut.result()

@@ -36,7 +36,7 @@ from .. import tiling
 from ..errors import GraphError, TdslError
 from ..target import as_target
 from .ir import Function, Var
-from . import conv1x1, conv_grouped, conv_spatial, pool, squeeze, topi
+from . import conv1x1, generic, conv_grouped, conv_spatial, pool, squeeze, topi
 
 
 class Kernel:
@@ -69,11 +69,15 @@ class GroupDef:
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
         self.channel_scale = None  # set while a conv of a channel-scaled input is defined
+        self.erasure = None        # a kernel generic in the channel count (generic.py)
+        self.size_var = generic.size_var()
 
     def param_tensor(self, i):
         if i not in self.placeholders:
             p = self.fn.params[i]
-            self.placeholders[i] = tdsl.placeholder(p.type.shape, p.type.dtype, name=f"p{i}")
+            shape = p.type.shape if self.erasure is None else \
+                self.erasure.shape(i, p.type.shape, self.size_var)
+            self.placeholders[i] = tdsl.placeholder(shape, p.type.dtype, name=f"p{i}")
         return self.placeholders[i]
 
     def const_param(self, e):
@@ -124,8 +128,9 @@ class GroupDef:
                 out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
             if out_t is None:
                 args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
+                out_type = generic.node_type(self.erasure, n, self.size_var)
                 try:
-                    out_t = topi.TE[n.op](args, n.attrs, n.type)
+                    out_t = topi.TE[n.op](args, n.attrs, out_type)
                 except KeyError:
                     raise GraphError(f"no tensor-expression definition for operator '{n.op}'") from None
             tensors[id(n)] = out_t
@@ -169,28 +174,45 @@ def _channel_scaled_input(g, x_e, tensors):
     return g.param_tensor(g.pidx[id(big[0])]), g.param_tensor(g.pidx[id(small[0])])
 
 
-def _conv2d_strategy(g, n, x, wi):
-    a = n.attrs
-    xt, wt = n.args[0].type, n.args[1].type
-    N, C, H, W = xt.shape
-    CO, CI, KH, KW = wt.shape
-    bn = g.target.vector_lanes(xt.dtype)
-    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
+def conv_path(g, n):
+    """Which definition takes conv node `n`: "matvec" (a 1x1 image), "rows" (stems, convs
+    whose blocked tile is latency-bound), "1x1" (conv1x1.py) or "blocked" (NCHW[x]c)."""
+    CO = n.args[1].type.shape[0]
+    bn = g.target.vector_lanes(n.args[0].type.dtype)
     # the blocked conv's register tile: rows must divide the output row, so a prime width
     # (13 in squeezenet) on 16 registers leaves it one accumulator; the strategies that
     # vectorize along the image take such convs
-    xb, cbb = tiling.register_tile(g.target, n.type.shape[3], cb_n * bn, whole_rows=True, whole_vecs=True)
+    xb, cbb = tiling.register_tile(g.target, n.type.shape[3], -(-CO // bn) * bn, whole_rows=True,
+                                   whole_vecs=True)
     if squeeze.is_matvec_conv(n):
-        return squeeze.conv_matvec(g, n, x, wi)
+        return "matvec"
     if conv_spatial.applies(g, n, xb * cbb):
-        return conv_spatial.conv2d_rows(g, n, x, wi)
+        return "rows"
     if conv1x1.applies(g, n, xb * cbb):
+        return "1x1"
+    return "blocked"
+
+
+def _conv2d_strategy(g, n, x, wi):
+    path = conv_path(g, n)
+    if path == "matvec":
+        return squeeze.conv_matvec(g, n, x, wi)
+    if path == "rows":
+        return conv_spatial.conv2d_rows(g, n, x, wi)
+    if path == "1x1":
         return conv1x1.conv1x1(g, n, x, wi)
+    a = n.attrs
+    xt, wt = n.args[0].type, n.args[1].type
+    N, C, H, W = xt.shape
+    C = CI = x.shape[1]         # a size variable in a kernel generic in it
+    CO, _, KH, KW = wt.shape
+    bn = g.target.vector_lanes(xt.dtype)
+    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
 
     def pack(w):
-        wp = np.zeros((cb_n * bn, CI, KH, KW), w.dtype)
+        wp = np.zeros((cb_n * bn,) + w.shape[1:], w.dtype)
         wp[:CO] = w
-        return np.ascontiguousarray(wp.reshape(cb_n, bn, CI, KH, KW).transpose(0, 2, 3, 4, 1))
+        return np.ascontiguousarray(wp.reshape((cb_n, bn) + w.shape[1:]).transpose(0, 2, 3, 4, 1))
     Wp = g.packed_param(wi, (cb_n, CI, KH, KW, bn), pack)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl, pb, pr = a["padding"]
@@ -598,7 +620,9 @@ def print_group_key(fn, consts):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
-                  auto_params=None) -> Kernel:
+                  auto_params=None, erasure=None) -> Kernel:
+    """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
+    count."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -606,6 +630,19 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
                          "(tdsl.graph.strategy.register_schedule adds one)")
     g = GroupDef(fn, consts, target)
     g.auto_params = auto_params
+    sizes = {}
+    if erasure is not None:
+        g.erasure, sizes = erasure, {generic.SIZE_NAME: erasure.size}
+        # the auto-scheduler's rules read sizes as numbers: the plain schedule instead
+        g.use_auto = erasure.kind != "elementwise"
+    token = topi.representative.set(sizes)
+    try:
+        return _compile_group(g, fn, target, name, sched)
+    finally:
+        topi.representative.reset(token)
+
+
+def _compile_group(g, fn, target, name, sched):
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")

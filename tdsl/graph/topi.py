@@ -6,6 +6,7 @@ between a fast definition and the generic one here.
 """
 from __future__ import annotations
 
+import contextvars
 import itertools
 
 import numpy as np
@@ -13,6 +14,10 @@ import numpy as np
 import tdsl
 
 _names = itertools.count()
+# Sizes of a kernel generic in some dimension (tdsl.graph.generic): the size variables'
+# values in the group being compiled, so that the heuristics of a schedule (work per
+# thread, tile fits) can read a number; the kernel itself takes the size at call time.
+representative: "contextvars.ContextVar[dict]" = contextvars.ContextVar("representative", default={})
 
 
 def reset_names():
@@ -33,11 +38,27 @@ def c(v, dtype):
 def bidx(out_ndim, t, idx):
     """Broadcast index of tensor `t` for output index `idx`."""
     k = out_ndim - t.ndim
-    return tuple(0 if _dim(t.shape[d]) == 1 else idx[k + d] for d in range(t.ndim))
+    return tuple(0 if _is_one(t.shape[d]) else idx[k + d] for d in range(t.ndim))
+
+
+def _is_one(s):
+    return getattr(s, "value", None) == 1 or isinstance(s, int) and s == 1
 
 
 def _dim(s):
-    return int(getattr(s, "value", s))
+    """A size as an int; a size variable of a generic kernel reads as its value in the
+    group being compiled (`representative`)."""
+    v = getattr(s, "value", None)
+    if v is not None or isinstance(s, (int, np.integer)):
+        return int(s if v is None else v)
+    from ..arith import simplify
+    from ..ir.expr import IntImm
+    from ..ir.visitor import free_vars, substitute
+    sizes = representative.get()
+    e = simplify(substitute(s, {x: IntImm(sizes[x.name], x.dtype) for x in free_vars(s) if x.name in sizes}))
+    if getattr(e, "value", None) is None:
+        raise TypeError(f"size {s} is not a number")
+    return int(e.value)
 
 
 def shape_of(t):

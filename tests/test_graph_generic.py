@@ -1,0 +1,96 @@
+"""Kernels generic in the channel count (tdsl/graph/generic.py): DenseNet-style layers whose
+BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
+onnxruntime, at channel counts that are not whole vectors too. CI runs the suite again with
+TDSL_HOST_CPU=haswell (AVX2 sizes)."""
+import numpy as np
+import pytest
+
+from tdsl.graph import generic
+from tdsl.graph.ir import Const, Function
+from tdsl.graph.strategy import GroupDef, conv_path
+
+from test_graph_conv_fast import Net, _check
+
+
+def _dense_block(net, x, c0, layers, growth, bottleneck):
+    """DenseNet's layers: BN+ReLU of the concatenation so far, a 1x1 conv (BN+ReLU folded
+    into its epilogue), a 3x3 conv whose output joins the concatenation."""
+    feats, c = [x], c0
+    for _ in range(layers):
+        cat = feats[0] if len(feats) == 1 else net.node("Concat", feats, axis=1)
+        h = net.node("Relu", [_bn(net, cat, c)])
+        h = net.node("Relu", [_bn(net, net.conv(h, c, bottleneck, bias=False), bottleneck)])
+        feats.append(net.conv(h, bottleneck, growth, k=3, p=1, bias=False))
+        c += growth
+    return net.node("Concat", feats, axis=1)
+
+
+def _bn(net, x, c):
+    r = net.rng
+    return net.node("BatchNormalization", [x, net.const(r.uniform(0.5, 1.5, c)), net.const(r.standard_normal(c) * 0.1),
+                                           net.const(r.standard_normal(c) * 0.1), net.const(r.uniform(0.5, 1.5, c))])
+
+
+def _steps_by_ops(exe):
+    out = {}
+    for k, _, n in exe.steps:
+        ops = tuple(o.op for o in n.op.nodes() if isinstance(o.op, str))
+        out.setdefault(ops, []).append((k, n))
+    return out
+
+
+@pytest.mark.parametrize("hw, path", [(28, "1x1"), (14, "blocked")])
+def test_dense_block_shares_kernels(hw, path):
+    net = Net((1, 24, hw, hw), seed=hw)
+    block = _dense_block(net, net.node("Relu", ["x"]), 24, layers=4, growth=12, bottleneck=32)
+    mod, exe = _check(net, net.conv(net.node("Relu", [_bn(net, block, 72)]), 72, 16, bias=False))
+    steps = _steps_by_ops(exe)
+    bn_relu = steps[("multiply", "add", "nn.relu")]
+    convs = steps[("nn.conv2d", "nn.bias_add", "nn.relu")]
+    # C = 24, 36, 48, 60 and the transition's 72: five groups each, one kernel each
+    assert sorted(n.args[0].type.shape[1] for _, n in bn_relu) == [24, 36, 48, 60, 72]
+    assert sorted(n.args[0].type.shape[1] for _, n in convs) == [24, 36, 48, 60]
+    assert len({id(k) for k, _ in bn_relu}) == 1
+    assert len({id(k) for k, _ in convs}) == 1
+    g, n = convs[0][1], convs[0][1].op
+    conv = next(iter(n.nodes()))
+    consts = {i: a.data for i, a in enumerate(g.args) if isinstance(a, Const)}
+    assert conv_path(GroupDef(n, consts, "llvm"), conv) == path
+
+
+def _group(mod, ops):
+    for n in mod.main.nodes():
+        if isinstance(n.op, Function) and tuple(o.op for o in n.op.nodes() if isinstance(o.op, str)) == ops:
+            yield n, {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+
+
+def test_key_names_the_size_and_keeps_the_rest():
+    net = Net((1, 16, 28, 28))
+    a = net.conv(net.node("Relu", ["x"]), 16, 32)
+    b = net.conv(net.node("Relu", [a]), 32, 32)
+    mod, _ = _check(net, net.conv(net.node("Relu", [b]), 32, 48))
+    groups = list(_group(mod, ("nn.conv2d", "nn.bias_add", "nn.relu"))) + \
+        list(_group(mod, ("nn.conv2d", "nn.bias_add")))
+    keys = []
+    for n, consts in groups:
+        e = generic.find(n.op, consts, "llvm")
+        assert e is not None and e.size == n.args[0].type.shape[1]
+        keys.append(generic.key_text(n.op, e))
+    assert "(1, C, 28, 28)" in keys[0]
+    assert keys[0] == keys[1]              # 16 and 32 input channels, 32 output channels
+    assert len(keys) == 3 and keys[2] != keys[0]     # the last: no relu, 48 output channels
+
+
+def test_groups_that_stay_specific():
+    net = Net((1, 32, 14, 14))
+    dw = net.conv("x", 32, 32, k=3, p=1, groups=32)             # depthwise: its own definition
+    mod, _ = _check(net, net.node("Softmax", [net.conv(dw, 32, 16)], axis=1))
+    for n in mod.main.nodes():
+        if not isinstance(n.op, Function):
+            continue
+        consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
+        ops = [o.op for o in n.op.nodes() if isinstance(o.op, str)]
+        e = generic.find(n.op, consts, "llvm")
+        if "softmax" in " ".join(ops) or any(o.attrs.get("groups", 1) > 1 for o in n.op.nodes() if o.op == "nn.conv2d"):
+            assert e is None, ops
+        assert generic.find(n.op, consts, "c") is None       # only the LLVM backend
