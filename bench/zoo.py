@@ -8,7 +8,8 @@
 
 Each model is exported from torch (random weights, tdsl.graph.zoo), imported, optimized and
 built (build seconds: cold, with an empty compile cache, and warm, a second build that
-reads it), checked against onnxruntime (max abs error over the
+reads it, the first executor released; beside them, onnxruntime's session creation, its
+own build), checked against onnxruntime (max abs error over the
 output's max magnitude) and timed alternately with onnxruntime, best of repeats. The last
 line is the geometric mean of the latency ratios.
 """
@@ -44,15 +45,18 @@ def run_one(name, target, profile, number, repeat, threads):
     with tempfile.TemporaryDirectory(prefix="zoo-cache-") as cache:
         os.environ["TDSL_CACHE_DIR"] = cache      # cold: an empty compile cache
         cold, exe = _build(model, target)
-        warm, _ = _build(model, target)           # warm: a new build reading that cache
+        del exe                                   # a rebuild replaces the executor
+        warm, exe = _build(model, target)         # warm: a new build reading that cache
     os.environ.pop("TDSL_CACHE_DIR")
     out = exe.run(x)[0]
+    t0 = time.perf_counter()
     sess = _ort_session(model, threads)
+    ort_init = time.perf_counter() - t0
     feed = {model.graph.input[0].name: x}
     ref = sess.run(None, feed)[0]
     err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
     t_tdsl, t_ort = _interleaved(exe._run_kernels, lambda: sess.run(None, feed), number, repeat)
-    print(f"{name:20s} {cold:7.1f} {warm:7.2f} {len(exe.steps):7d} {t_tdsl * 1e3:9.2f} {t_ort * 1e3:9.2f} "
+    print(f"{name:20s} {cold:7.1f} {warm:7.2f} {ort_init:7.2f} {len(exe.steps):7d} {t_tdsl * 1e3:9.2f} {t_ort * 1e3:9.2f} "
           f"{t_tdsl / t_ort:7.2f}x {err:9.1e}", flush=True)
     if profile:
         print(exe.profile_text(number=number, top=15))
@@ -72,7 +76,7 @@ def main(argv=None):
     print(target.describe())
     print(f"\nonnxruntime and tdsl: {threads} threads each\n")
     names = [n for n in zoo.MODELS if not a.only or any(s in n for s in a.only.split(","))]
-    print(f"{'model':20s} {'build s':>7s} {'warm s':>7s} {'kernels':>7s} {'tdsl ms':>9s} {'ort ms':>9s} "
+    print(f"{'model':20s} {'build s':>7s} {'warm s':>7s} {'ort s':>7s} {'kernels':>7s} {'tdsl ms':>9s} {'ort ms':>9s} "
           f"{'ratio':>8s} {'max err':>9s}")
     ratios, failed = [], []
     for name in names:

@@ -7,7 +7,7 @@ constants): identical layers compile once per process.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List
 
 import numpy as np
@@ -52,15 +52,21 @@ def _compile_all(calls, target, stats, tuned):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
-    are raised in the order of the calls."""
-    todo = {}
+    are raised in the order of the calls. Returns {id(call): kernel key}."""
+    todo, keys = {}, {}
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
         key, params, erasure = _kernel_key(n.op, target, consts, tuned)
-        if key not in _KERNELS and key not in todo:
+        keys[id(n)] = key
+        if key in _KERNELS:
+            continue
+        # a generic kernel is scheduled for its largest size: where the size decides whether
+        # a loop is worth threads, the small groups then pay a fork-join, not the large ones
+        # a serial loop
+        if key not in todo or erasure is not None and erasure.size > todo[key][3].size:
             todo[key] = (n.op, consts, params, erasure)
     if not todo:
-        return
+        return keys
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-build") as pool:
         futures = {key: pool.submit(_compile, fn, target, *rest) for key, (fn, *rest) in todo.items()}
@@ -73,6 +79,7 @@ def _compile_all(calls, target, stats, tuned):
                 fut.cancel()
             raise
     stats["compile_s"] += time.perf_counter() - t0
+    return keys
 
 
 class Executor:
@@ -132,34 +139,36 @@ class Executor:
         packed_cache: Dict[tuple, np.ndarray] = {}
         self.tuned = self._tune(fused, target, tune_minutes, log_file) if tune_minutes else {}
         self.steps: List[tuple] = []
-        calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
-                 and id(n) not in self.plan.aliases and id(n) not in views.values()
-                 and id(n) not in self.plan.concat_owners and id(n) not in self.plan.prefix_views]
-        _compile_all(calls, target, self.stats, self.tuned)
         for n in self.plan.order:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
-            if n.type.size == 0 or id(n) in self.plan.aliases or id(n) in views.values() \
-                    or id(n) in self.plan.concat_owners or id(n) in self.plan.prefix_views:
-                continue
-            consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-            k = _KERNELS[_kernel_key(n.op, target, consts, self.tuned)[0]]
-            args = []
-            for i in k.param_order:
-                a = n.args[i]
-                if isinstance(a, Const):
-                    tf = k.transforms.get(i)
-                    if tf is None:
-                        args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
+        calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
+                 and id(n) not in self.plan.aliases and id(n) not in views.values()
+                 and id(n) not in self.plan.concat_owners and id(n) not in self.plan.prefix_views]
+        keys = _compile_all(calls, target, self.stats, self.tuned)
+        # constants are re-laid out two at a time (numpy copies without the GIL): most of
+        # a warm build of a large model is this first touch of its packed weights
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
+            for n in calls:
+                k = _KERNELS[keys[id(n)]]
+                args = []
+                for i in k.param_order:
+                    a = n.args[i]
+                    if isinstance(a, Const):
+                        tf = k.transforms.get(i)
+                        if tf is None:
+                            args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
+                        else:
+                            ck = (id(a), k.key or id(k))
+                            if ck not in packed_cache:
+                                packed_cache[ck] = pool.submit(tf, a.data)
+                            args.append(packed_cache[ck])
                     else:
-                        ck = (id(a), k.key or id(k))
-                        if ck not in packed_cache:
-                            packed_cache[ck] = tf(a.data)
-                        args.append(packed_cache[ck])
-                else:
-                    args.append(bufs[id(a)])
-            args.append(bufs[id(n)])
-            self.steps.append((k, args, n))
+                        args.append(bufs[id(a)])
+                args.append(bufs[id(n)])
+                self.steps.append((k, args, n))
+        for _, args, _ in self.steps:
+            args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
         self._calls = [self._bind(k.module, args) for k, args, _ in self.steps]
         self._outputs = []
