@@ -20,6 +20,7 @@ from ...ir import stmt as S
 from . import intdiv, intrinsics, memory
 from .irscan import has_load
 from .lanes import VecCtx
+from .cse import ReusingBuilder
 from .types import (FAST_MATH, I1, I32, I64, int_const_value, lanes_of, scalar_type, vec_type,
                     wrap)
 
@@ -37,7 +38,7 @@ class ExprEmitter:
         self.entry = fn.append_basic_block("entry")
         self._start = fn.append_basic_block("start")
         self.alloca_builder = ir.IRBuilder(self.entry)
-        self.builder = ir.IRBuilder(self._start)
+        self.builder = ReusingBuilder(self._start)
         self.env: Dict[E.Var, ir.Value] = {}
         self.bufs: Dict[S.Buffer, ir.Value] = {}
         self.vec: Optional[VecCtx] = None
