@@ -31,6 +31,13 @@ def _bn(net, x, c):
                                            net.const(r.standard_normal(c) * 0.1), net.const(r.uniform(0.5, 1.5, c))])
 
 
+def _per_channel_buffers_only(kernel):
+    """A generic kernel whose attached stages bounds inference could not narrow to a
+    constant size allocates them on the heap, sized by C, on every iteration."""
+    src = kernel.module.get_source()
+    assert "malloc" not in src and "aligned_alloc" not in src
+
+
 def _steps_by_ops(exe):
     out = {}
     for k, _, n in exe.steps:
@@ -52,6 +59,8 @@ def test_dense_block_shares_kernels(hw, path):
     assert sorted(n.args[0].type.shape[1] for _, n in convs) == [24, 36, 48, 60]
     assert len({id(k) for k, _ in bn_relu}) == 1
     assert len({id(k) for k, _ in convs}) == 1
+    _per_channel_buffers_only(bn_relu[0][0])
+    _per_channel_buffers_only(convs[0][0])
     g, n = convs[0][1], convs[0][1].op
     conv = next(iter(n.nodes()))
     consts = {i: a.data for i, a in enumerate(g.args) if isinstance(a, Const)}
@@ -94,3 +103,17 @@ def test_groups_that_stay_specific():
         if "softmax" in " ".join(ops) or any(o.attrs.get("groups", 1) > 1 for o in n.op.nodes() if o.op == "nn.conv2d"):
             assert e is None, ops
         assert generic.find(n.op, consts, "c") is None       # only the LLVM backend
+
+
+def test_global_pools_share_a_kernel():
+    # two squeeze-excite squeezes of 32 and 24 channels at 14x14
+    net = Net((1, 16, 14, 14))
+    a = net.node("Relu", [net.conv("x", 16, 32)])
+    b = net.node("Relu", [net.conv("x", 16, 24)])
+    sa = net.conv(net.node("GlobalAveragePool", [a]), 32, 8)
+    sb = net.conv(net.node("GlobalAveragePool", [b]), 24, 8)
+    mod, exe = _check(net, net.node("Add", [sa, sb]))
+    pools = _steps_by_ops(exe)[("nn.global_avg_pool",)]
+    assert sorted(n.args[0].type.shape[1] for _, n in pools) == [24, 32]
+    assert len({id(k) for k, _ in pools}) == 1
+    _per_channel_buffers_only(pools[0][0])

@@ -11,7 +11,8 @@ from the arguments' shapes like any symbolic size of `tdsl.build`:
   (BatchNorm at inference, activations, residual adds);
 * a conv whose definition is the 1x1 or the blocked NCHW[x]c one, reading a group input:
   generic in its input channels (the reduction's length, a stride of the packed weights),
-  any epilogue on its output.
+  any epilogue on its output;
+* a global average pool (squeeze-excite's squeeze).
 
 What a strategy derives from C (the conv definition, whether a loop is worth threads) is
 derived for the group built first; the conv definition is part of the key, so groups that
@@ -30,6 +31,7 @@ from .ir import Const, Function, Var
 from .text import print_function
 
 SIZE_NAME = "C"
+OUTPUT_HAS_C = ("elementwise", "global_pool")      # the kinds whose output has C channels
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ def find(fn: Function, consts: Dict[int, np.ndarray], target) -> Optional[Erasur
     nodes = list(fn.nodes())
     if nodes and nodes[0].op == "nn.conv2d":
         return _conv(fn, nodes, consts, target)
+    if [n.op for n in nodes] == ["nn.global_avg_pool"]:
+        return _global_pool(fn, nodes[0], consts)
     return _elementwise(fn, nodes)
 
 
@@ -106,6 +110,13 @@ def _elementwise(fn, nodes):
         if a is not None and p.type.shape[a] == C:
             params.append((i, a))
     return Erasure(C, tuple(params), "elementwise") if params else None
+
+
+def _global_pool(fn, pool, consts):
+    x = pool.args[0]
+    if not isinstance(x, Var) or x.type.dtype != "float32" or x.type.ndim != 4 or fn.params.index(x) in consts:
+        return None
+    return Erasure(x.type.shape[1], ((fn.params.index(x), 1),), "global_pool")
 
 
 def _conv(fn, nodes, consts, target):
@@ -136,7 +147,7 @@ def key_text(fn: Function, e: Erasure) -> str:
     params = ", ".join(f"%{p.name}: {fmt(e.shape(i, p.type.shape, var), p.type.dtype)}"
                        for i, p in enumerate(fn.params))
     out = fn.outputs[0].type
-    ret = tuple(var if e.kind == "elementwise" and k == 1 else s for k, s in enumerate(out.shape))
+    ret = tuple(var if e.kind in OUTPUT_HAS_C and k == 1 else s for k, s in enumerate(out.shape))
     body = print_function(fn).split("\n", 1)[1]
     attrs = "".join(f" {k}={v!r}" for k, v in sorted(fn.attrs.items()))
     return f"generic {e.kind}({params}) -> {fmt(ret, out.dtype)}{attrs}\n{body}"

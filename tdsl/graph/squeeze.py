@@ -94,7 +94,8 @@ def global_avg_pool_fast(g, n, x):
     """Global average pool of an NCHW image as column sums (a vectorized add of each row
     into one row of partial sums) then one short row sum: the adds of the long reduction
     are independent vector adds instead of one scalar dependency chain."""
-    N, C, H, W = n.args[0].type.shape
+    N, _, H, W = n.args[0].type.shape
+    C = x.shape[1]          # a size variable in a kernel generic in it
     ry = tdsl.reduce_axis((0, H), "ry")
     rx = tdsl.reduce_axis((0, W), "rx")
     cols = tdsl.compute((N, C, W), lambda b, ch, xx: tdsl.sum(x[b, ch, ry, xx], axis=ry), name=topi.uname("gap_cols"))
@@ -112,8 +113,11 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
     for t in stages:
         if t is not out and t is not cols and t is not tot and not t.op.reduce_axis:
             s[t].compute_inline()
+    # the channel and the unit axes after it: with the batch fused in too, bounds
+    # inference could not narrow the attached stages to one channel when the channel
+    # count is a size variable (generic.py), and would compute them all per channel
     axes = list(s[out].op.axis)
-    ch = s[out].fuse(*axes)
+    ch = s[out].fuse(*axes[1:])
     if parallel and _size(cols) * topi._dim(cols.op.reduce_axis[0].dom.extent) >= min_par:
         s[out].parallel(ch)
     s[tot].compute_at(s[out], ch)
