@@ -29,18 +29,18 @@ def clear_kernel_cache():
 
 
 def _kernel_key(fn: Function, target, const_args, tuned):
-    """(key, tuned parameters, erasure): groups with one key share a kernel; a group that
-    can be generic in its channel count (generic.find) shares it with the groups that
-    differ from it only in that count."""
+    """(key, tuned parameters, generic key, erasure): groups with one key share a kernel;
+    a group that can be generic in its channel count (generic.find) can share one with
+    the groups that differ from it only in that count, under the generic key."""
     text = print_function(fn).split("(", 1)[1]
     key = (target, text, tuple(sorted(const_args)))
     params = (tuned or {}).get(key)
     if params:
-        return key + (repr(sorted(params.items())),), params, None
+        return key + (repr(sorted(params.items())),), params, None, None
     erasure = generic.find(fn, const_args, target)
-    if erasure is not None:
-        key = (target, generic.key_text(fn, erasure), tuple(sorted(const_args)))
-    return key, params, erasure
+    if erasure is None:
+        return key, params, None, None
+    return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
 
 
 def _compile(fn, target, const_args, params, erasure):
@@ -53,10 +53,19 @@ def _compile_all(calls, target, stats, tuned):
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
     are raised in the order of the calls. Returns {id(call): kernel key}."""
-    todo, keys = {}, {}
+    todo, keys, entries, sizes = {}, {}, [], {}
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-        key, params, erasure = _kernel_key(n.op, target, consts, tuned)
+        entries.append((n, consts) + _kernel_key(n.op, target, consts, tuned))
+        if entries[-1][4] is not None:
+            sizes.setdefault(entries[-1][4], set()).add(entries[-1][5].size)
+    for n, consts, key, params, gkey, erasure in entries:
+        # generic only where groups of two or more channel counts share the kernel: a
+        # group alone keeps one specialized to its sizes (trip counts LLVM can see)
+        if gkey is not None and len(sizes[gkey]) > 1:
+            key = gkey
+        else:
+            erasure = None
         keys[id(n)] = key
         if key in _KERNELS:
             continue
