@@ -38,7 +38,7 @@ OUTPUT_HAS_C = ("elementwise", "global_pool")      # the kinds whose output has 
 class Erasure:
     size: int                               # C in the group at hand
     params: Tuple[Tuple[int, int], ...]     # (parameter index, axis) of size C
-    kind: str                               # "elementwise", or the conv definition
+    kind: str                               # "elementwise", "global_pool" or the conv definition
 
     def shape(self, i, shape, var):
         """Parameter i's shape with its C axis (if any) the size variable `var`."""
