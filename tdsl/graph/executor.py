@@ -28,12 +28,15 @@ def clear_kernel_cache():
     _KERNELS.clear()
 
 
+def _group_key(fn: Function, target, const_args):
+    return (target, print_function(fn).split("(", 1)[1], tuple(sorted(const_args)))
+
+
 def _kernel_key(fn: Function, target, const_args, tuned):
     """(key, tuned parameters, generic key, erasure): groups with one key share a kernel;
     a group that can be generic in its channel count (generic.find) can share one with
     the groups that differ from it only in that count, under the generic key."""
-    text = print_function(fn).split("(", 1)[1]
-    key = (target, text, tuple(sorted(const_args)))
+    key = _group_key(fn, target, const_args)
     params = (tuned or {}).get(key)
     if params:
         return key + (repr(sorted(params.items())),), params, None, None
@@ -56,9 +59,10 @@ def _compile_all(calls, target, stats, tuned):
     todo, keys, entries, sizes = {}, {}, [], {}
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-        entries.append((n, consts) + _kernel_key(n.op, target, consts, tuned))
-        if entries[-1][4] is not None:
-            sizes.setdefault(entries[-1][4], set()).add(entries[-1][5].size)
+        key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
+        entries.append((n, consts, key, params, gkey, erasure))
+        if gkey is not None:
+            sizes.setdefault(gkey, set()).add(erasure.size)
     for n, consts, key, params, gkey, erasure in entries:
         # generic only where groups of two or more channel counts share the kernel: a
         # group alone keeps one specialized to its sizes (trip counts LLVM can see)
@@ -196,8 +200,7 @@ class Executor:
             if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases \
                     and id(n) not in self.plan.concat_owners:
                 consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-                key = (target, print_function(n.op).split("(", 1)[1], tuple(sorted(consts)))
-                groups.setdefault(key, (n.op, consts))
+                groups.setdefault(_group_key(n.op, target, consts), (n.op, consts))
         tuned, deadline = {}, time.perf_counter() + 60.0 * minutes
         todo = list(groups.items())
         for i, (key, (fn, consts)) in enumerate(todo):

@@ -27,6 +27,7 @@ import numpy as np
 
 import tdsl
 
+from ..target import as_target
 from .ir import Const, Function, Var
 from .text import print_function
 
@@ -87,7 +88,6 @@ def node_type(e: Optional[Erasure], n, var):
 def find(fn: Function, consts: Dict[int, np.ndarray], target) -> Optional[Erasure]:
     """How group `fn` (constants `consts` by parameter index) can be built generic in its
     channel count, or None."""
-    from ..target import as_target
     if as_target(target).kind != "llvm" or len(fn.outputs) != 1 or isinstance(fn.outputs[0], (Const, Var)):
         return None
     nodes = list(fn.nodes())
@@ -114,9 +114,10 @@ def _elementwise(fn, nodes):
 
 def _global_pool(fn, pool, consts):
     x = pool.args[0]
-    if not isinstance(x, Var) or x.type.dtype != "float32" or x.type.ndim != 4 or fn.params.index(x) in consts:
+    if not isinstance(x, Var) or x.type.dtype != "float32" or x.type.ndim != 4:
         return None
-    return Erasure(x.type.shape[1], ((fn.params.index(x), 1),), "global_pool")
+    i = fn.params.index(x)
+    return None if i in consts else Erasure(x.type.shape[1], ((i, 1),), "global_pool")
 
 
 def _conv(fn, nodes, consts, target):

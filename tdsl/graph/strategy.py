@@ -203,7 +203,7 @@ def _conv2d_strategy(g, n, x, wi):
         return conv1x1.conv1x1(g, n, x, wi)
     a = n.attrs
     xt, wt = n.args[0].type, n.args[1].type
-    N, C, H, W = xt.shape
+    N, _, H, W = xt.shape
     C = CI = x.shape[1]         # a size variable in a kernel generic in it
     CO, _, KH, KW = wt.shape
     bn = g.target.vector_lanes(xt.dtype)

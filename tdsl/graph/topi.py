@@ -42,7 +42,8 @@ def bidx(out_ndim, t, idx):
 
 
 def _is_one(s):
-    return getattr(s, "value", None) == 1 or isinstance(s, int) and s == 1
+    v = getattr(s, "value", s)         # a size variable is never taken for 1
+    return isinstance(v, (int, np.integer)) and v == 1
 
 
 def _dim(s):
@@ -500,8 +501,6 @@ def layer_norm(ins, attrs, out):
         d = x[(tuple(i) if lead else ()) + tuple(k2)] - mu[tuple(i) if lead else (0,)] / c(cnt, dt)
         return tdsl.sum(d * d, axis=k2)
     var = tdsl.compute(lead or (1,), var_f, name=uname("ln_var"))
-    gn = len(g.shape)
-    bn = len(b.shape)
 
     def f(*i):
         li = tuple(i[:ax])
