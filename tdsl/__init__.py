@@ -19,7 +19,6 @@ from .lower import lower
 from .build import build
 from . import utils  # noqa: E402  (get_const_tuple)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
-from . import graph  # noqa: E402  (the graph layer: tdsl.graph.from_onnx, optimize, build)
 from .auto import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.auto)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
@@ -33,10 +32,12 @@ def load_module(path):
 
 
 def __getattr__(name):
-    # sub-packages loaded on first use: `tdsl.autotune` (pulls in numpy-heavy tuners)
-    if name == "autotune":
+    # The layers above this facade load on first use: they are written against it (the
+    # graph layer builds its kernels with tdsl.compute and tdsl.build), so importing them
+    # here would make a circle. `import tdsl.graph` works as usual.
+    if name in ("graph", "autotune"):
         import importlib
-        return importlib.import_module(".autotune", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'tdsl' has no attribute {name!r}")
 
 
