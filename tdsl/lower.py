@@ -18,6 +18,7 @@ from .passes.storage_flatten import storage_flatten
 from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
+from .te.regions import check_reads
 from .te.tensor import PlaceholderOp, Tensor
 
 PASSES = [
@@ -104,8 +105,10 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         check_gpu_schedule(s, kind)
 
     def start():
+        checks = check_reads([st.op for st in s.stages])
         func = schedule_to_func(s, list(args), name)
         func.attrs["size_ranges"] = _size_ranges(func)
+        func.attrs["region_checks"] = checks
         return func
     func = _run(start, PASSES + (_gpu_passes() if gpu else _cpu_passes(s)), "schedule_ops")
     func.attrs["target"] = kind

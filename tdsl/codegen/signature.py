@@ -2,7 +2,8 @@
 GPU modules: what the runtime checks before any pointer reaches native code, and what an
 exported library carries (`__tdsl_signature`, JSON).
 
-`make_signature(func, symbol)` gives `{"abi", "name", "symbol", "num_user_args", "params"}`,
+`make_signature(func, symbol)` gives `{"abi", "name", "symbol", "num_user_args", "params"}`
+(and `"regions"` where reads depend on symbolic sizes),
 one param per `func.params` entry: a buffer with its dtype, its shape as JSON codes (an
 int, `["p", i]` for scalar param i, or `[op, a, b]`) and whether the function writes it; or
 a scalar with its dtype. See `tdsl.runtime.module.Signature`.
@@ -83,5 +84,25 @@ def make_signature(func: S.PrimFunc, symbol: str) -> dict:
         else:
             raise BuildError(f"parameter {i} is a {type(p).__name__}; params must be "
                              "Buffers or Vars")
-    return {"abi": SIGNATURE_ABI, "name": func.name, "symbol": symbol,
-            "num_user_args": nua, "params": out}
+    sig = {"abi": SIGNATURE_ABI, "name": func.name, "symbol": symbol,
+           "num_user_args": nua, "params": out}
+    regions = _region_codes(func.attrs.get("region_checks") or (), param_index)
+    if regions:
+        sig["regions"] = regions
+    return sig
+
+
+def _region_codes(checks, param_index):
+    """The reads that only the sizes bound at call time decide (`tdsl.te.regions`), as
+    JSON dimension codes. A check that involves a size the
+    caller cannot bind (one that is no parameter) is left to `bounds_check`."""
+    out = []
+    for c in checks:
+        try:
+            out.append({"tensor": c.tensor, "reader": c.reader, "axis": c.axis,
+                        "lo": _dim_code(c.lo, param_index), "hi": _dim_code(c.hi, param_index),
+                        "extent": _dim_code(c.extent, param_index),
+                        "domain": [_dim_code(d, param_index) for d in c.domain]})
+        except BuildError:
+            continue
+    return out

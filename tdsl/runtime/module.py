@@ -20,7 +20,9 @@ array that carries it as a plain dimension, every other use must agree.
 Checks made in `__call__` before any pointer reaches native code, each raising
 `ArgumentError` naming the argument: count, type (array or scalar), dtype, rank, shape,
 C-contiguity, writeability of written buffers, overlap of a written buffer with another
-argument, scalar type and range.
+argument, scalar type and range, and the reads whose extent depends on the sizes (the
+signature's optional `"regions"`: `{"tensor", "reader", "axis", "lo", "hi", "extent",
+"domain"}` as dimension codes; see `tdsl.te.regions`).
 
 Unaligned arrays (an address that is not a multiple of the element size: `np.frombuffer`
 at an odd offset, a slice of a network or file buffer) are valid numpy, and numpy's own
@@ -127,6 +129,7 @@ class Signature:
         self.float_scalar = [p["kind"] == "scalar" and p["dtype"].startswith("float")
                              for p in self.params]
         self.user_names = [p["name"] for p in self.params[:self.num_user_args]]
+        self.regions = sig.get("regions") or ()
 
     def describe_shape(self, p, values):
         parts = []
@@ -231,7 +234,28 @@ class Signature:
                     if notes:
                         msg += " (" + "; ".join(notes) + ")"
                     raise self._err(i, msg)
+        if self.regions:
+            self._check_regions(values)
         return values, arrays, writebacks
+
+    def _check_regions(self, values):
+        """Reads whose extent depends on the sizes: each must fall inside the tensor it
+        reads for the sizes of this call (a few integer operations, not one per access)."""
+        for r in self.regions:
+            if any((_eval_dim(d, values) or 0) <= 0 for d in r["domain"]):
+                continue
+            extent = _eval_dim(r["extent"], values)
+            lo, hi = _eval_dim(r["lo"], values), _eval_dim(r["hi"], values)
+            if None in (lo, hi, extent) or (lo >= 0 and hi < extent):
+                continue
+            where = next((f"argument {i} '{p['name']}'" for i, p in enumerate(self.params)
+                          if p["kind"] == "buffer" and p["name"] == r["tensor"]),
+                         f"the intermediate '{r['tensor']}'")
+            sizes = ", ".join(f"{p['name']}={values[j]}" for j, p in enumerate(self.params)
+                              if p["kind"] == "scalar" and values[j] is not None)
+            raise ArgumentError(
+                f"{self.name}: stage '{r['reader']}' would read {where} outside its shape: "
+                f"axis {r['axis']} at indices {lo}..{hi}, but the extent is {extent} ({sizes})")
 
     def check_overlap(self, arrays, span_of=None):
         """Raises when a written buffer overlaps another argument in memory.
