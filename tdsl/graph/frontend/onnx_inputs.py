@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError
+from ...errors import GraphError
 
 
 def _symbolic(inputs):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError
-from .ir import Const
-from .onnx_frontend import _reshape, converter
+from ...errors import GraphError
+from ..ir import Const
+from .registry import _reshape, converter
 
 
 def parse_equation(eq, ranks):

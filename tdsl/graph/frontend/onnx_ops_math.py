@@ -1,13 +1,14 @@
 """ONNX converters, element-wise and numeric families added for real exported networks
 (torchvision, ViT, BERT, GPT-2): activations, Mod, NaN/Inf tests, the Reduce* variants.
-Registered into `onnx_frontend`'s table when that module is imported."""
+Registered into registry.py's table when the reader imports this module."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError
-from .ir import Const
-from .onnx_frontend import _axis, _reshape, converter, reduce_axes
+from ...errors import GraphError
+from ..ir import Const
+from .onnx_ops_nn import reduce_axes
+from .registry import _axis, _reshape, converter
 
 
 @converter("HardSigmoid")

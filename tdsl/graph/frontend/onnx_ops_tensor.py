@@ -1,13 +1,13 @@
 """ONNX converters for indexing and data-movement operators added for real exported
-networks: GatherElements, Trilu, ScatterND, Resize. Registered into `onnx_frontend`'s table when that module is
-imported."""
+networks: GatherElements, Trilu, ScatterND, Resize. Registered into registry.py's table
+when the reader imports this module."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError
-from .ir import Const
-from .onnx_frontend import _axis, _reshape, converter, fold_value
+from ...errors import GraphError
+from ..ir import Const
+from .registry import _axis, _reshape, converter, fold_value
 
 
 @converter("GatherElements")

@@ -16,49 +16,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import GraphError
-
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64")
-
-
-class TensorType:
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        try:
-            self.shape = tuple(int(s) for s in shape)
-        except (TypeError, ValueError):
-            raise GraphError(f"a tensor shape must be a tuple of integers, got {shape!r}") from None
-        if any(s < 0 for s in self.shape):
-            raise GraphError(f"negative dimension in shape {self.shape}")
-        dtype = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
-        if dtype not in DTYPES:
-            raise GraphError(f"unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
-        self.dtype = dtype
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self):
-        return self.size * np.dtype(self.dtype).itemsize
-
-    def __eq__(self, other):
-        return isinstance(other, TensorType) and self.shape == other.shape and self.dtype == other.dtype
-
-    def __hash__(self):
-        return hash((self.shape, self.dtype))
-
-    def __str__(self):
-        return f"Tensor[({', '.join(map(str, self.shape))}), {self.dtype}]"
-
-    __repr__ = __str__
+from ...errors import GraphError
+from .registry import get_op
+from .types import TensorType
 
 
 class Expr:
@@ -122,7 +82,6 @@ class Call(Expr):
                 raise GraphError(f"call of @{op.name}: a fused group has exactly one output")
             self.type = op.outputs[0].type
         else:
-            from .ops import get_op
             opdef = get_op(op, span)
             self.attrs = opdef.normalize_attrs(self.attrs, self)
             try:
@@ -192,7 +151,10 @@ def topo_order(outputs: Sequence[Expr]) -> List[Call]:
 
 class Module:
     """A graph module: ``@main`` plus fused group functions. `str(mod)` prints the text
-    form; `tdsl.graph.parse(str(mod), meta=mod.meta)` reads it back."""
+    form; `tdsl.graph.parse(str(mod), meta=mod.meta)` reads it back.
+
+    `astext`, `__str__` and `meta` come from text.py, `visualize` and `_repr_html_` from
+    visualize.py: the printers import the nodes, so they attach themselves on import."""
 
     def __init__(self, main: Function, meta_info: Optional[dict] = None):
         self.main = main
@@ -207,33 +169,8 @@ class Module:
         fns["main"] = self.main
         return fns
 
-    @property
-    def meta(self) -> List[np.ndarray]:
-        from .text import collect_meta
-        return collect_meta(self)
-
-    def astext(self):
-        from .text import print_module
-        return print_module(self)
-
-    def __str__(self):
-        return self.astext()
-
     def __repr__(self):
         return f"<tdsl.graph.Module: {len(self.main.nodes())} nodes>"
-
-    def _repr_html_(self):
-        """The picture of visualize() (SVG where graphviz's dot exists) over the text."""
-        from ..ir.html import highlight, wrap
-        picture = self.visualize().svg()
-        text = highlight(self.astext(), "ir")
-        if picture is None:
-            return wrap(text)
-        return wrap(picture + f"<details><summary>text</summary>{text}</details>")
-
-    def visualize(self, path=None):
-        from .visualize import visualize
-        return visualize(self, path)
 
     @property
     def input_types(self):

@@ -1,7 +1,7 @@
 """Graph operators whose value depends on element positions, not only on element values:
 triangular masks, running sums, top-k and max-pool argmax. Each has its registry entry
-(kind, type inference, numpy reference) and its tensor-expression definition here, added to
-`ops.OPS` and `topi.TE` on import (ops.py imports this module).
+(kind, type inference, numpy reference) here, added to the registry on import (the package
+imports this module); their tensor-expression definitions are in strategy/topi_index.py.
 
 The graph IR gives every Call one tensor type, so ONNX nodes with two outputs (TopK,
 MaxPool with Indices) become two graph operators where the second reads the first's
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import tdsl
-
-from ..errors import GraphError
-from . import topi
-from .ir import TensorType
-from .ops import _nargs, pool_out_type, register
-from .topi import c, shape_of, uname
+from ...errors import GraphError
+from .ops_nn import pool_out_type
+from .registry import _nargs, register
+from .types import TensorType
 
 
 def _axis_attr(attrs, ndim):
@@ -44,20 +41,7 @@ def _trilu_ref(x, a):
     return f(x, int(a["k"])).astype(x.dtype)
 
 
-def _trilu_te(ins, attrs, out):
-    (x,) = ins
-    k, upper = int(attrs["k"]), attrs["upper"]
-    zero = c(0, x.dtype) if x.dtype != "bool" else tdsl.const(False, "bool")
-
-    def f(*i):
-        d = i[-1] - i[-2]
-        keep = d >= k if upper else d <= k
-        return tdsl.if_then_else(keep, x[i], zero)
-    return tdsl.compute(out.shape, f, name=uname("trilu"))
-
-
 register("trilu", "injective", _trilu_infer, _trilu_ref, {"upper": True, "k": 0})
-topi.TE["trilu"] = _trilu_te
 
 
 # ---------------------------------------------------------------------------- cumsum
@@ -80,27 +64,8 @@ def _cumsum_ref(x, a):
     return (np.flip(s, ax) if a["reverse"] else s).astype(x.dtype)
 
 
-def _cumsum_te(ins, attrs, out):
-    # a masked sum over the whole axis: O(n^2) work, but one plain reduction that the
-    # generic schedules parallelize and vectorize like any other
-    (x,) = ins
-    ax = attrs["axis"]
-    n = shape_of(x)[ax]
-    k = tdsl.reduce_axis((0, n), name="k")
-
-    def f(*i):
-        j = i[ax]
-        if attrs["reverse"]:
-            cond = k > j if attrs["exclusive"] else k >= j
-        else:
-            cond = k < j if attrs["exclusive"] else k <= j
-        return tdsl.sum(x[i[:ax] + (k,) + i[ax + 1:]], axis=k, where=cond)
-    return tdsl.compute(out.shape, f, name=uname("cumsum"))
-
-
 register("cumsum", "reduce", _cumsum_infer, _cumsum_ref, {"exclusive": False, "reverse": False},
          required=("axis",))
-topi.TE["cumsum"] = _cumsum_te
 
 
 # ---------------------------------------------------------------------------- top-k
@@ -129,31 +94,7 @@ def _topk_ref(x, a):
     return np.take(order, np.arange(k), axis=ax).astype(np.int64)
 
 
-def _topk_te(ins, attrs, out):
-    # rank[e] = how many elements come before e in the order (better, or equal and at a
-    # lower index); the r-th index is the e whose rank is r
-    (x,) = ins
-    ax, largest = attrs["axis"], attrs["largest"]
-    xs = shape_of(x)
-    n = xs[ax]
-    e2 = tdsl.reduce_axis((0, n), name="e2")
-
-    def rank_f(*i):
-        a, b = x[i[:ax] + (e2,) + i[ax + 1:]], x[i]
-        better = a > b if largest else a < b
-        before = better | ((a == b) & (e2 < i[ax]))
-        return tdsl.sum(tdsl.if_then_else(before, c(1, "int32"), c(0, "int32")), axis=e2)
-    rank = tdsl.compute(xs, rank_f, name=uname("topk_rank"))
-    e = tdsl.reduce_axis((0, n), name="e")
-
-    def idx_f(*i):
-        r = rank[i[:ax] + (e,) + i[ax + 1:]]
-        return tdsl.sum(tdsl.cast(e, "int64"), axis=e, where=r == i[ax])
-    return tdsl.compute(out.shape, idx_f, name=uname("topk_indices"))
-
-
 register("topk_indices", "reduce", _topk_infer, _topk_ref, {"largest": True}, required=("axis", "k"))
-topi.TE["topk_indices"] = _topk_te
 
 
 # ---------------------------------------------------------------------------- max-pool indices
@@ -215,34 +156,6 @@ def _to_column_major(flat, spatial, mod):
     return out
 
 
-def _pool_indices_te(ins, attrs, out):
-    x, y = ins
-    xs = shape_of(x)
-    nd = len(xs) - 2
-    k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
-    rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
-
-    def f(n, ch, *sp):
-        pos = _window_positions(sp, rax, s, p, dl)
-        conds = []
-        for d in range(nd):
-            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
-        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
-        flat = tdsl.cast(n, "int64") * xs[1] + tdsl.cast(ch, "int64")
-        for d in range(nd):
-            flat = flat * xs[2 + d] + tdsl.cast(safe[d], "int64")
-        hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
-        # the first maximum in row-major window order is the one with the lowest flat index
-        return tdsl.min(flat, axis=rax, where=hit)
-    idx = tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
-    if not attrs["storage_order"]:
-        return idx
-    # ties still go to the first maximum in row-major order, as onnxruntime scans windows
-    return tdsl.compute(out.shape, lambda *i: _to_column_major(idx[i], xs[2:], lambda v, m: v % m),
-                        name=uname("column_major"))
-
-
 register("nn.max_pool_indices", "reduce", _pool_indices_infer, _pool_indices_ref,
          {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False,
           "storage_order": 0})
-topi.TE["nn.max_pool_indices"] = _pool_indices_te

@@ -19,8 +19,10 @@ from typing import List
 
 import numpy as np
 
-from ..errors import GraphError
-from .ir import Call, Const, Function, Module, TensorType, Var
+from ...errors import GraphError
+from .nodes import Call, Const, Function, Module, Var
+from .registry import get_op
+from .types import TensorType
 
 INLINE_CONST = 8
 
@@ -113,7 +115,6 @@ def _shown_attrs(n):
     """Attributes that differ from the operator's defaults (required ones always)."""
     if isinstance(n.op, Function):
         return list(n.attrs.items())
-    from .ops import get_op
     d = get_op(n.op).defaults
     return [(k, v) for k, v in n.attrs.items() if k not in d or _differs(v, d[k])]
 
@@ -148,6 +149,24 @@ def collect_meta(mod: Module):
             p.function(fn, [])
     p.function(mod.main, [])
     return p.meta
+
+
+# the nodes do not import their printer (it imports them): it attaches itself to Module here
+def _meta(self) -> List[np.ndarray]:
+    return collect_meta(self)
+
+
+def astext(self):
+    return print_module(self)
+
+
+def __str__(self):
+    return self.astext()
+
+
+Module.meta = property(_meta)
+Module.astext = astext
+Module.__str__ = __str__
 
 
 # ---------------------------------------------------------------------------- parsing

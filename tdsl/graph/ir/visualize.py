@@ -9,7 +9,8 @@ import html
 import shutil
 import subprocess
 
-from .ir import Call, Const, Function, Module, Var
+from ...ir.html import highlight, wrap
+from .nodes import Call, Const, Function, Module, Var
 
 
 def _label(n: Call):
@@ -100,3 +101,17 @@ def visualize(mod: Module, path=None):
     if path:
         view.save(path)
     return view
+
+
+# the nodes do not import their pictures (this module imports them): attached here
+def _repr_html_(self):
+    """The picture of visualize() (SVG where graphviz's dot exists) over the text."""
+    picture = self.visualize().svg()
+    text = highlight(self.astext(), "ir")
+    if picture is None:
+        return wrap(text)
+    return wrap(picture + f"<details><summary>text</summary>{text}</details>")
+
+
+Module._repr_html_ = _repr_html_
+Module.visualize = visualize
