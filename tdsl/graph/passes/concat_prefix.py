@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .ir import Call, Function
+from ..ir import Call, Function
 
 
 def _body(n):

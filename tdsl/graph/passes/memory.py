@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from . import concat_prefix
-from .ir import Call, Function, Module, Var
+from ..ir import Call, Function, Module, Var
 
 ALIGN = 64
 
