@@ -18,8 +18,8 @@ import numpy as np
 
 import tdsl
 
-from .. import tiling
-from . import topi
+from .... import tiling
+from .. import topi
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
 MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding

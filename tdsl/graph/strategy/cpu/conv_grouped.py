@@ -29,8 +29,8 @@ import numpy as np
 
 import tdsl
 
-from .. import tiling
-from . import topi
+from .... import tiling
+from .. import topi
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
 # a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).

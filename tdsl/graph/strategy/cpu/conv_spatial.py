@@ -18,8 +18,8 @@ import numpy as np
 
 import tdsl
 
-from .. import tiling
-from . import topi
+from .... import tiling
+from .. import topi
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
 # 16->64 at 55x55 (measured 0.89x the blocked conv's time on znver4, 0.39x on haswell);

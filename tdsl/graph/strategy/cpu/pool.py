@@ -12,9 +12,14 @@ directly was 1.3x faster than the extra row pass on znver4 and haswell).
 """
 from __future__ import annotations
 
+import numpy as np
+
 import tdsl
 
-from . import topi
+from .. import topi
+from ..stages import _ishape, _stages
+from .loops import PAR_MIN_ELEMS, _inline_except, _par_vec, _vec_split
+
 
 ROW_PASS_MIN_KW = 3
 
@@ -79,3 +84,24 @@ def pool2d_sep(g, n, x, kind):
     O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: finish(hm[b, ch, oy, ox * sw]), name=name)
     g.anchor = (O, {"kind": "pool_sep", "col": vm, "row": hm})
     return O
+
+
+def _schedule_pool_sep(s, out, info, parallel, target):
+    """One output row per iteration of the parallel loop; its padded column-max row is
+    computed right before it, both vectorized along the row."""
+    vm, hm = info["col"], info["row"]
+    _inline_except(s, out, [vm] + ([hm] if hm is not None else []))
+    for t in _stages(out):
+        if t.op.reduce_axis and t is not out:
+            _par_vec(s, t, target, True, parallel)
+    b, ch, oy, ox = out.op.axis
+    shape = _ishape(out)
+    rows = s[out].fuse(b, ch, oy)
+    _vec_split(s, out, ox, shape[-1], target)
+    if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
+        s[out].parallel(rows)
+    for t in (vm, hm):
+        if t is None:
+            continue
+        s[t].compute_at(s[out], rows)
+        _vec_split(s, t, t.op.axis[-1], _ishape(t)[-1], target)

@@ -17,8 +17,8 @@ import numpy as np
 
 import tdsl
 
-from .. import tiling
-from . import topi
+from .... import tiling
+from .. import topi
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
 
