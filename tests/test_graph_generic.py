@@ -1,5 +1,5 @@
-"""Kernels generic in the channel count (tdsl/graph/strategy/cpu/generic.py): DenseNet-style layers whose
-BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
+"""Kernels generic in the channel count (tdsl/graph/strategy/cpu/generic.py): DenseNet-style
+layers whose BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
 onnxruntime, at channel counts that are not whole vectors too. CI runs the suite again with
 TDSL_HOST_CPU=haswell (AVX2 sizes)."""
 import numpy as np

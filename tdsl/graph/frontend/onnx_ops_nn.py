@@ -201,7 +201,7 @@ def _maxpool(ctx, node, ins, attrs):
     y = ctx.call(f"nn.max_pool{nd}d", [x], **pa)
     if len(node.output) < 2 or not node.output[1]:
         return y
-    # a second operator reads the maxima and finds where each came from (ir.py: one type per Call)
+    # a second operator reads the maxima and finds where each came from (ir/nodes.py: one type per Call)
     return [y, ctx.call("nn.max_pool_indices", [x, y], storage_order=int(attrs.get("storage_order", 0)), **pa)]
 
 

@@ -1,8 +1,9 @@
 """Tensor-expression definitions of the graph operators (the L0 API a user writes).
 
 `TE[op](inputs, attrs, out_type)` returns a `tdsl.Tensor`. Anchor operators (conv, dense,
-matmul) and opaque ones with a packed or staged form live in `strategy.py`, which chooses
-between a fast definition and the generic one here.
+matmul) and opaque ones with a packed or staged form also have fast definitions in cpu/, and
+groupdef.py chooses between those and the generic one here; topi_nn.py and topi_index.py add
+the other families to `TE`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import tdsl
 
 _names = itertools.count()
-# Sizes of a kernel generic in some dimension (tdsl.graph.generic): the size variables'
+# Sizes of a kernel generic in some dimension (cpu/generic.py): the size variables'
 # values in the group being compiled, so that the heuristics of a schedule (work per
 # thread, tile fits) can read a number; the kernel itself takes the size at call time.
 representative: "contextvars.ContextVar[dict]" = contextvars.ContextVar("representative", default={})
