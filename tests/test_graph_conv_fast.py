@@ -1,5 +1,5 @@
 """The CNN strategies of tdsl.graph against onnxruntime: 1x1 convs at odd sizes and strides
-with epilogues (tdsl/graph/conv1x1.py), stem convs with few input channels
+with epilogues (tdsl/graph/strategy/cpu/conv1x1.py), stem convs with few input channels
 (conv_spatial.py), squeeze-excite blocks and global average pool (squeeze.py), the fusion
 of elementwise diamonds (SiLU), fire-module concats. Each case also checks which strategy
 the group took, so a silent fallback to the generic path fails here. CI runs the suite
@@ -9,7 +9,7 @@ import pytest
 
 import tdsl.graph as G
 from tdsl.graph.ir import Const, Function
-from tdsl.graph.strategy import GroupDef
+from tdsl.graph.strategy.groupdef import GroupDef
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

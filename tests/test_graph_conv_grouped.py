@@ -1,4 +1,4 @@
-"""Grouped and depthwise convolutions through tdsl.graph (tdsl/graph/conv_grouped.py):
+"""Grouped and depthwise convolutions through tdsl.graph (tdsl/graph/strategy/cpu/conv_grouped.py):
 ONNX Conv nodes with fused epilogues at every group count, stride, dilation, kernel size,
 odd plane size and asymmetric padding, against onnxruntime. The CI runs this file again
 with TDSL_HOST_CPU=haswell (8-lane vectors, 16 registers)."""

@@ -1,13 +1,14 @@
-"""Kernels generic in the channel count (tdsl/graph/generic.py): DenseNet-style layers whose
-BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
+"""Kernels generic in the channel count (tdsl/graph/strategy/cpu/generic.py): DenseNet-style
+layers whose BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
 onnxruntime, at channel counts that are not whole vectors too. CI runs the suite again with
 TDSL_HOST_CPU=haswell (AVX2 sizes)."""
 import numpy as np
 import pytest
 
-from tdsl.graph import generic
 from tdsl.graph.ir import Const, Function
-from tdsl.graph.strategy import GroupDef, conv_path
+from tdsl.graph.strategy.cpu import generic
+from tdsl.graph.strategy.cpu.anchors import conv_path
+from tdsl.graph.strategy.groupdef import GroupDef
 
 from test_graph_conv_fast import Net, _check
 

@@ -7,11 +7,11 @@
 """
 from ..errors import GraphError
 from .ir import Call, Const, Function, Module, TensorType, Var
-from .text import parse
-from .onnx_frontend import from_onnx, supported_operators
+from .ir.text import parse
+from .frontend import from_onnx, supported_operators
 from .passes import optimize, fold_constants, simplify, eliminate_dead_code, eliminate_common_subexpr, fold_batch_norm, fuse_ops
 from .passes import sink_reshapes
-from .memory import plan_memory
+from .passes import plan_memory
 from .executor import build, Executor
 
 __all__ = ["GraphError", "Call", "Const", "Function", "Module", "TensorType", "Var", "parse",

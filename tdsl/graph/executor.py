@@ -14,12 +14,11 @@ import numpy as np
 
 from ..errors import ArgumentError, GraphError
 from ..runtime import cpu
-from . import generic
 from .ir import Const, Function, Module
-from .memory import plan_memory
-from .passes import fuse_ops
+from .ir.text import print_function
+from .passes import fuse_ops, plan_memory
 from .strategy import compile_group, tune_group
-from .text import print_function
+from .strategy.cpu import generic
 
 _KERNELS: Dict[tuple, object] = {}
 

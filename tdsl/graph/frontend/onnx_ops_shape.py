@@ -1,0 +1,253 @@
+"""ONNX converters for shapes and data movement: Identity, constants, Shape, Range, Reshape,
+Flatten, (Un)Squeeze, Transpose, Concat, Split, Slice, Gather, Pad, Expand. Registered into
+registry.py's table when the reader imports this module."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import GraphError
+from ..ir import Const, Var
+from ..ir.registry import broadcast_shape
+from .registry import _axis, _reshape, converter
+
+@converter("Identity")
+def _identity(ctx, node, ins, attrs):
+    return ins[0]
+
+
+@converter("Dropout")
+def _dropout(ctx, node, ins, attrs):
+    x = ins[0]
+    training = False
+    if len(ins) > 2 and ins[2] is not None:
+        training = bool(np.asarray(ctx.static(ins[2], "Dropout training_mode")).reshape(-1)[0])
+    ratio = 0.5
+    if len(ins) > 1 and ins[1] is not None:
+        ratio = float(np.asarray(ctx.static(ins[1], "Dropout ratio")).reshape(-1)[0])
+    if training and ratio != 0:
+        raise GraphError("Dropout in training mode (random masks) is not supported; export the model in eval mode")
+    outs = [x]
+    if len(node.output) > 1 and node.output[1]:
+        outs.append(Const(np.ones(x.type.shape, bool)))
+    return outs
+
+
+@converter("Constant")
+def _constant(ctx, node, ins, attrs):
+    for k in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if k in attrs:
+            v = attrs[k]
+            if k.startswith("value_float"):
+                return Const(np.asarray(v, np.float32))
+            if k.startswith("value_int"):
+                return Const(np.asarray(v, np.int64))
+            return Const(v)
+    raise GraphError(f"Constant: no supported value attribute among {sorted(attrs)}")
+
+
+@converter("ConstantOfShape")
+def _const_of_shape(ctx, node, ins, attrs):
+    shape = [int(s) for s in ctx.static(ins[0], "ConstantOfShape shape")]
+    v = attrs.get("value", np.zeros(1, np.float32))
+    return Const(np.full(shape, v.reshape(-1)[0], v.dtype))
+
+
+@converter("Shape")
+def _shape(ctx, node, ins, attrs):
+    shape = ins[0].type.shape
+    n = len(shape)
+    start = attrs.get("start", 0)
+    end = attrs.get("end", n)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    return Const(np.asarray(shape[start:end], np.int64))
+
+
+@converter("Size")
+def _size(ctx, node, ins, attrs):
+    return Const(np.asarray(ins[0].type.size, np.int64))
+
+
+@converter("Range")
+def _range(ctx, node, ins, attrs):
+    s, l, d = (ctx.static(i, "Range input") for i in ins)
+    return Const(np.arange(s, l, d).astype(s.dtype))
+
+
+# ---------------------------------------------------------------------------- shapes
+
+@converter("Reshape")
+def _reshape_conv(ctx, node, ins, attrs):
+    x = ins[0]
+    shape = [int(s) for s in ctx.static(ins[1], "Reshape shape")]
+    allowzero = attrs.get("allowzero", 0)
+    out = []
+    for i, s in enumerate(shape):
+        if s == 0 and not allowzero:
+            out.append(x.type.shape[i])
+        else:
+            out.append(s)
+    if out.count(-1) > 1:
+        raise GraphError(f"Reshape: more than one -1 in {shape}")
+    if -1 in out:
+        known = int(np.prod([s for s in out if s != -1]))
+        if known == 0 or x.type.size % known:
+            raise GraphError(f"Reshape: cannot infer -1 in {shape} for {x.type}")
+        out[out.index(-1)] = x.type.size // known
+    return _reshape(ctx, x, out) if tuple(out) != x.type.shape else ctx.call("copy", [x]) if isinstance(x, Var) else x
+
+
+@converter("Flatten")
+def _flatten(ctx, node, ins, attrs):
+    x = ins[0]
+    ax = int(attrs.get("axis", 1))
+    ax = ax + x.type.ndim if ax < 0 else ax
+    shp = x.type.shape
+    return _reshape(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
+
+
+@converter("Squeeze")
+def _squeeze(ctx, node, ins, attrs):
+    x = ins[0]
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [int(a) for a in ctx.static(ins[1], "Squeeze axes")]
+    else:
+        axes = attrs.get("axes")
+    n = x.type.ndim
+    if axes is None:
+        axes = [d for d, s in enumerate(x.type.shape) if s == 1]
+    axes = {_axis(a, n) for a in axes}
+    for a in axes:
+        if x.type.shape[a] != 1:
+            raise GraphError(f"Squeeze: dimension {a} of {x.type} is not 1")
+    return _reshape(ctx, x, [s for d, s in enumerate(x.type.shape) if d not in axes])
+
+
+@converter("Unsqueeze")
+def _unsqueeze(ctx, node, ins, attrs):
+    x = ins[0]
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [int(a) for a in ctx.static(ins[1], "Unsqueeze axes")]
+    else:
+        axes = list(attrs["axes"])
+    n = x.type.ndim + len(axes)
+    axes = sorted(_axis(a, n) for a in axes)
+    shape = list(x.type.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return _reshape(ctx, x, shape)
+
+
+@converter("Transpose")
+def _transpose(ctx, node, ins, attrs):
+    x = ins[0]
+    perm = list(attrs.get("perm", range(x.type.ndim - 1, -1, -1)))
+    return ctx.call("transpose", [x], axes=[int(p) for p in perm])
+
+
+@converter("Concat")
+def _concat(ctx, node, ins, attrs):
+    xs = [i for i in ins if i is not None and i.type.size > 0] or [ins[0]]
+    if len(xs) == 1:
+        return xs[0]
+    return ctx.call("concatenate", xs, axis=_axis(attrs["axis"], xs[0].type.ndim))
+
+
+@converter("Split")
+def _split(ctx, node, ins, attrs):
+    x = ins[0]
+    ax = _axis(attrs.get("axis", 0), x.type.ndim)
+    n = len(node.output)
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = [int(v) for v in ctx.static(ins[1], "Split split")]
+    elif "split" in attrs:
+        sizes = list(attrs["split"])
+    else:
+        total = x.type.shape[ax]
+        num = attrs.get("num_outputs", n)
+        chunk = -(-total // num)
+        sizes = [min(chunk, total - i * chunk) for i in range(num)]
+    if sum(sizes) != x.type.shape[ax]:
+        raise GraphError(f"Split: sizes {sizes} do not add up to {x.type.shape[ax]}")
+    outs, start = [], 0
+    for sz in sizes:
+        b = [0] * x.type.ndim
+        e = list(x.type.shape)
+        b[ax], e[ax] = start, start + sz
+        outs.append(ctx.call("strided_slice", [x], begin=b, end=e, strides=[1] * x.type.ndim))
+        start += sz
+    return outs
+
+
+@converter("Slice")
+def _slice(ctx, node, ins, attrs):
+    x = ins[0]
+    n = x.type.ndim
+    starts = [int(v) for v in ctx.static(ins[1], "Slice starts")]
+    ends = [int(v) for v in ctx.static(ins[2], "Slice ends")]
+    axes = [int(v) for v in ctx.static(ins[3], "Slice axes")] if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+    steps = [int(v) for v in ctx.static(ins[4], "Slice steps")] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    b = [0] * n
+    e = list(x.type.shape)
+    st = [1] * n
+    for s0, e0, a, sp in zip(starts, ends, axes, steps):
+        a = _axis(a, n)
+        dim = x.type.shape[a]
+        if sp == 0:
+            raise GraphError("Slice: a step of 0")
+        s0 = s0 + dim if s0 < 0 else s0
+        e0 = e0 + dim if e0 < 0 else e0
+        if sp > 0:
+            s0, e0 = min(max(s0, 0), dim), min(max(e0, 0), dim)
+        else:
+            s0, e0 = min(max(s0, -1), dim - 1), min(max(e0, -1), dim - 1)
+        b[a], e[a], st[a] = s0, e0, sp
+    return ctx.call("strided_slice", [x], begin=b, end=e, strides=st)
+
+
+@converter("Gather")
+def _gather(ctx, node, ins, attrs):
+    x, idx = ins
+    ax = _axis(attrs.get("axis", 0), x.type.ndim)
+    if isinstance(idx, Const):
+        iv = idx.data.astype(np.int64)
+        iv = np.where(iv < 0, iv + x.type.shape[ax], iv)
+        if iv.ndim == 0 and not isinstance(x, Const):
+            b = [0] * x.type.ndim
+            e = list(x.type.shape)
+            b[ax], e[ax] = int(iv), int(iv) + 1
+            y = ctx.call("strided_slice", [x], begin=b, end=e, strides=[1] * x.type.ndim)
+            return _reshape(ctx, y, [s for d, s in enumerate(x.type.shape) if d != ax])
+        idx = Const(iv)
+    return ctx.call("take", [x, idx], axis=ax)
+
+
+@converter("Pad")
+def _pad(ctx, node, ins, attrs):
+    x = ins[0]
+    n = x.type.ndim
+    mode = attrs.get("mode", "constant")
+    if len(ins) > 1:
+        pads = [int(v) for v in ctx.static(ins[1], "Pad pads")]
+        value = ctx.static(ins[2], "Pad constant_value").item() if len(ins) > 2 and ins[2] is not None else 0
+        axes = [_axis(int(a), n) for a in ctx.static(ins[3], "Pad axes")] if len(ins) > 3 and ins[3] is not None else list(range(n))
+    else:
+        pads = list(attrs["pads"])
+        value = attrs.get("value", 0.0)
+        axes = list(range(n))
+    pw = [[0, 0] for _ in range(n)]
+    k = len(axes)
+    for i, a in enumerate(axes):
+        pw[a] = [pads[i], pads[i + k]]
+    value = float(value) if x.type.dtype.startswith("float") else int(value)
+    return ctx.call("nn.pad", [x], pad_width=pw, pad_value=value, mode=mode)
+
+
+@converter("Expand")
+def _expand(ctx, node, ins, attrs):
+    x = ins[0]
+    shape = [int(s) for s in ctx.static(ins[1], "Expand shape")]
+    out = broadcast_shape(x.type.shape, shape)
+    if out == x.type.shape:
+        return x
+    return ctx.call("broadcast_to", [x], shape=list(out))

@@ -1,0 +1,239 @@
+"""ONNX converters for indexing and data-movement operators added for real exported
+networks: GatherElements, Trilu, ScatterND, Resize. Registered into registry.py's table
+when the reader imports this module."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import GraphError
+from ..ir import Const
+from .registry import _axis, _reshape, converter, fold_value
+
+
+@converter("GatherElements")
+def _gather_elements(ctx, node, ins, attrs):
+    x, idx = ins
+    return ctx.call("gather_elements", [x, idx], axis=_axis(attrs.get("axis", 0), x.type.ndim))
+
+
+@converter("Trilu")
+def _trilu(ctx, node, ins, attrs):
+    k = 0
+    if len(ins) > 1 and ins[1] is not None:
+        k = int(np.asarray(ctx.static(ins[1], "Trilu k")).reshape(-1)[0])
+    return ctx.call("trilu", [ins[0]], upper=bool(attrs.get("upper", 1)), k=k)
+
+
+_SCATTER_COMBINE = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+
+
+@converter("ScatterND")
+def _scatter_nd(ctx, node, ins, attrs):
+    # Constant indices make the scatter a gather: for each indexed prefix position, which
+    # update row (if any) lands there. The result is where(written, take(updates), data),
+    # injective operators that fuse into one kernel. With a reduction, the j-th update to
+    # each position is one more such layer combined into the result.
+    x, idx, upd = ins
+    red = attrs.get("reduction", "none")
+    if red != "none" and red not in _SCATTER_COMBINE:
+        raise GraphError(f"ScatterND: unknown reduction '{red}'")
+    iv = fold_value(idx, ctx._fold_memo)
+    if iv is None:
+        raise GraphError("ScatterND indices must be known at compile time (a constant or computed "
+                         "from constants and shapes), but they depend on a graph input")
+    iv = np.asarray(iv, np.int64)
+    q = iv.shape[-1]
+    shp = x.type.shape
+    if q > len(shp):
+        raise GraphError(f"index tuples of length {q} for data of rank {len(shp)}")
+    rows = iv.reshape(-1, q)
+    rest = shp[q:]
+    if upd.type.shape != tuple(iv.shape[:-1]) + tuple(rest):
+        raise GraphError(f"updates {upd.type} do not fit indices {iv.shape} into data {x.type}")
+    layers = []           # layers[j][position] = the row of the j-th update there, or -1
+    seen = {}
+    for r, t in enumerate(rows):
+        t = tuple(int(v) + shp[d] if v < 0 else int(v) for d, v in enumerate(t))
+        if not all(0 <= v < shp[d] for d, v in enumerate(t)):
+            raise GraphError(f"index {tuple(int(v) for v in rows[r])} is out of range for data {x.type}")
+        j = seen.get(t, 0) if red != "none" else 0   # without a reduction the last update wins
+        seen[t] = j + 1
+        if j == len(layers):
+            layers.append(np.full(shp[:q], -1, np.int64))
+        layers[j][t] = r
+    flat = _reshape(ctx, upd, (rows.shape[0],) + tuple(rest))
+    out = x
+    for src in layers:
+        taken = ctx.call("take", [flat, Const(np.maximum(src, 0))], axis=0)
+        if red != "none":
+            taken = ctx.call(_SCATTER_COMBINE[red], [out, taken])
+        mask = Const((src >= 0).reshape(src.shape + (1,) * len(rest)))
+        out = ctx.call("where", [mask, taken, out])
+    return out
+
+
+# ---------------------------------------------------------------------------- Resize
+
+_COORD_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                "tf_half_pixel_for_nn", "half_pixel_symmetric")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _source_coords(mode, n_in, n_out, scale):
+    """ONNX's coordinate_transformation_mode: for each output position its position in the
+    input, in float32 as onnxruntime computes it (nearest ties depend on the rounding)."""
+    f = np.float32
+    x = np.arange(n_out, dtype=f)
+    s = f(scale)
+    if mode == "half_pixel":
+        return (x + f(0.5)) / s - f(0.5)
+    if mode == "pytorch_half_pixel":
+        return (x + f(0.5)) / s - f(0.5) if n_out > 1 else np.zeros(n_out, f)
+    if mode == "align_corners":
+        return x * f(n_in - 1) / f(n_out - 1) if n_out > 1 else np.zeros(n_out, f)
+    if mode == "asymmetric":
+        return x / s
+    if mode == "tf_half_pixel_for_nn":
+        return (x + f(0.5)) / s
+    adj = f(n_out) / (s * f(n_in))            # half_pixel_symmetric
+    offset = f(n_in) / f(2) * (f(1) - adj)
+    return offset + (x + f(0.5)) / s - f(0.5)
+
+
+def _nearest_taps(xo, n_in, mode):
+    fl = np.floor(xo)
+    if mode == "round_prefer_floor":
+        i = np.where(xo - fl == np.float32(0.5), fl, np.round(xo))
+    elif mode == "round_prefer_ceil":
+        i = np.where(xo - fl == np.float32(0.5), fl + 1, np.round(xo))
+    elif mode == "floor":
+        i = fl
+    else:
+        i = np.ceil(xo)
+    return [(np.clip(i, 0, n_in - 1).astype(np.int64), None)]
+
+
+def _linear_taps(xo, n_in):
+    x = np.clip(xo, 0, n_in - 1)
+    i0 = np.floor(x).astype(np.int64)
+    w1 = (x - i0).astype(np.float64)
+    return [(i0, 1 - w1), (np.minimum(i0 + 1, n_in - 1), w1)]
+
+
+def _cubic_taps(xo, n_in, a, exclude_outside):
+    fl = np.floor(xo)
+    r = (xo - fl).astype(np.float64)
+    d = [r + 1, r, 1 - r, 2 - r]           # distances of the taps floor-1 .. floor+2
+
+    def kernel(t):
+        near = ((a + 2) * t - (a + 3)) * t * t + 1
+        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        return np.where(t <= 1, near, far)
+    taps = []
+    for k, dist in zip(range(-1, 3), d):
+        i = fl.astype(np.int64) + k
+        w = kernel(dist)
+        if exclude_outside:
+            w = np.where((i >= 0) & (i < n_in), w, 0)
+        taps.append((np.clip(i, 0, n_in - 1), w))
+    if exclude_outside:
+        total = sum(w for _, w in taps)
+        taps = [(i, w / total) for i, w in taps]
+    return taps
+
+
+def _resize_sizes(ctx, x, ins, attrs):
+    """(output sizes, scales) per dimension from the scales or sizes input (and opset 18's
+    axes and keep_aspect_ratio_policy)."""
+    n = x.type.ndim
+    shp = x.type.shape
+    axes = [_axis(a, n) for a in attrs.get("axes", range(n))]
+
+    def given(k, what):
+        if len(ins) <= k or ins[k] is None:
+            return None
+        v = np.asarray(ctx.static(ins[k], f"Resize {what}")).reshape(-1)
+        return v if v.size else None
+    scales_in = given(2 if ctx.opset >= 11 else 1, "scales")
+    sizes_in = given(3, "sizes") if ctx.opset >= 11 else None
+    if (scales_in is None) == (sizes_in is None):
+        raise GraphError("Resize needs exactly one of the scales and sizes inputs")
+    scales = [1.0] * n
+    sizes = list(shp)
+    if scales_in is not None:
+        if len(scales_in) != len(axes):
+            raise GraphError(f"Resize: {len(scales_in)} scales for {len(axes)} axes")
+        for a, s in zip(axes, scales_in):
+            if not s > 0:
+                raise GraphError(f"Resize: scale {s} must be positive")
+            scales[a] = float(np.float32(s))
+            sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(s)))
+        return sizes, scales
+    if len(sizes_in) != len(axes):
+        raise GraphError(f"Resize: {len(sizes_in)} sizes for {len(axes)} axes")
+    policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+    ratios = [float(np.float32(int(s)) / np.float32(shp[a])) for a, s in zip(axes, sizes_in)]
+    if policy in ("not_larger", "not_smaller"):
+        r = min(ratios) if policy == "not_larger" else max(ratios)
+        for a in axes:
+            scales[a] = r
+            sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(r) + np.float32(0.5)))
+        return sizes, scales
+    if policy != "stretch":
+        raise GraphError(f"Resize: unknown keep_aspect_ratio_policy '{policy}'")
+    for a, s, r in zip(axes, sizes_in, ratios):
+        sizes[a], scales[a] = int(s), r
+    return sizes, scales
+
+
+@converter("Resize")
+def _resize(ctx, node, ins, attrs):
+    # Separable: each resized axis is a few takes of constant positions weighed by constant
+    # factors, both computed here as onnxruntime computes them (float32 coordinates).
+    # Multilinear and bicubic interpolation are products of 1-D weights, so axis after axis
+    # gives the same values up to rounding.
+    x = ins[0]
+    mode = attrs.get("mode", "nearest")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest = attrs.get("nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise GraphError(f"Resize: unknown mode '{mode}'")
+    if coord == "tf_crop_and_resize":
+        raise GraphError("Resize with coordinate_transformation_mode='tf_crop_and_resize' is not supported")
+    if coord not in _COORD_MODES:
+        raise GraphError(f"Resize: unknown coordinate_transformation_mode '{coord}'")
+    if nearest not in _NEAREST_MODES:
+        raise GraphError(f"Resize: unknown nearest_mode '{nearest}'")
+    if attrs.get("antialias", 0) and mode != "nearest":
+        raise GraphError("Resize with antialias=1 is not supported")
+    if mode != "nearest" and not x.type.dtype.startswith("float"):
+        raise GraphError(f"Resize: {mode} interpolation of {x.type.dtype} data is not supported")
+    sizes, scales = _resize_sizes(ctx, x, ins, attrs)
+    legacy = ctx.opset < 11   # Resize-10: asymmetric coordinates; nearest floors when it
+    if legacy:                # upsamples and takes the ceiling when it downsamples (onnxruntime)
+        coord = "asymmetric"
+    y = x
+    for ax, (n_in, n_out, s) in enumerate(zip(x.type.shape, sizes, scales)):
+        if n_out <= 0:
+            raise GraphError(f"Resize: output size {n_out} along axis {ax}")
+        xo = _source_coords(coord, n_in, n_out, s)
+        if mode == "nearest":
+            taps = _nearest_taps(xo, n_in, ("ceil" if s < 1 else "floor") if legacy else nearest)
+        elif mode == "linear":
+            taps = _linear_taps(xo, n_in)
+        else:
+            taps = _cubic_taps(xo, n_in, float(attrs.get("cubic_coeff_a", -0.75)),
+                               bool(attrs.get("exclude_outside", 0)))
+        taps = [(i, w) for i, w in taps if w is None or np.any(w != 0)]
+        if len(taps) == 1 and n_in == n_out and np.array_equal(taps[0][0], np.arange(n_in)) and \
+                (taps[0][1] is None or np.all(taps[0][1] == 1)):
+            continue           # this axis is not resized
+        wshape = [n_out] + [1] * (x.type.ndim - ax - 1)
+        acc = None
+        for i, w in taps:
+            t = ctx.call("take", [y, Const(i)], axis=ax)
+            if w is not None:
+                t = ctx.call("multiply", [t, Const(w.astype(x.type.dtype).reshape(wshape))])
+            acc = t if acc is None else ctx.call("add", [acc, t])
+        y = acc
+    return y if y is not x else ctx.call("copy", [x])

@@ -1,0 +1,59 @@
+"""Concatenations that are prefixes of one another share one buffer (DenseNet's blocks).
+
+A dense block concatenates, before each layer, the block's input with every feature map
+made so far: concat(x0, f1), concat(x0, f1, f2), ... concat(x0, f1, ..., fn). At batch 1
+along the channels each of them is a prefix of the last one's memory. So the last one
+(the family's owner) gets a buffer, every input is computed straight into its slice, and
+every concatenation is a view of the owner's first bytes: no concatenation copies
+anything (each would copy all features so far: quadratic work in the block's depth) and
+no kernel is compiled for them. Fusion keeps these concatenations alone in their groups
+(`sealed`), so that the batch norm after each one reads the view.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..ir import Call, Function
+
+
+def _body(n):
+    """The concatenate call of `n` (a raw call, or a group whose body is one concat)."""
+    if isinstance(n.op, Function):
+        body = n.op.nodes()
+        if len(body) != 1 or body[0].op != "concatenate" or list(body[0].args) != list(n.op.params):
+            return None
+        return body[0]
+    return n if n.op == "concatenate" else None
+
+
+def _eligible(n):
+    c = _body(n)
+    if c is None or len(n.args) < 2:
+        return False
+    axis = c.attrs["axis"] % n.type.ndim
+    return all(d == 1 for d in n.type.shape[:axis]) and all(isinstance(a, Call) for a in n.args) \
+        and all(a.type.dtype == n.type.dtype for a in n.args)
+
+
+def families(nodes: List[Call]) -> Dict[int, Call]:
+    """{id(concat): its family's owner} for every concatenation whose inputs begin the
+    inputs of another one (same axis and dtype), the owners included. Families have at
+    least two members; a concatenation in none is left out."""
+    cands = [n for n in nodes if _eligible(n)]
+    key = {id(n): (_body(n).attrs["axis"] % n.type.ndim, n.type.dtype) for n in cands}
+    args = {id(n): tuple(id(a) for a in n.args) for n in cands}
+    owner: Dict[int, Call] = {}
+    for n in sorted(cands, key=lambda m: -len(m.args)):        # longest first: the owners
+        if id(n) in owner:
+            continue
+        members = [m for m in cands if id(m) not in owner and key[id(m)] == key[id(n)]
+                   and args[id(n)][:len(m.args)] == args[id(m)]]
+        if len(members) >= 2:
+            for m in members:
+                owner[id(m)] = n
+    return owner
+
+
+def sealed(nodes: List[Call]) -> set:
+    """Ids of the raw concatenations fusion must keep alone."""
+    return set(families(nodes))

@@ -1,0 +1,174 @@
+"""Static memory planning: every intermediate of @main gets an offset in one arena; values
+whose lifetimes (first definition to last use, in execution order) do not overlap share
+bytes. Greedy first fit over the values in order of definition, offsets aligned to 64.
+A group that only reshapes an intermediate or an input is an alias: it gets no buffer and
+no kernel (the executor views its input), and its input lives as long as the alias. When
+such a reshape is an output of the graph, its input is computed straight into the output's
+buffer instead (`plan.output_views`): no copy kernel for a reshaped result.
+
+A group that only concatenates intermediates along an axis with nothing but size-1 axes
+before it (channels at batch 1: squeezenet's fire modules, inception blocks) is written in
+place: each input is a contiguous slice of the concatenation's buffer, so its producer's
+kernel stores straight into it and the concat runs no kernel (`concat_parts`: input ->
+(concat, byte offset)). Only inputs that nothing else reads qualify; the buffer is
+allocated when its first part is defined and lives until the concat's last use."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from . import concat_prefix
+from ..ir import Call, Function, Module, Var
+
+ALIGN = 64
+
+
+class MemoryPlan:
+    def __init__(self, offsets: Dict[int, int], sizes: Dict[int, int], peak: int, total: int, order):
+        self.offsets = offsets
+        self.sizes = sizes
+        self.peak_bytes = peak
+        self.total_bytes = total      # without reuse
+        self.order = order
+
+    def __repr__(self):
+        return (f"MemoryPlan({len(self.offsets)} buffers, peak {self.peak_bytes / 2**20:.2f} MiB, "
+                f"{self.total_bytes / 2**20:.2f} MiB without reuse)")
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def is_alias(n, outputs=()) -> bool:
+    """A call of a group whose whole body is one reshape of an intermediate or an input."""
+    if not isinstance(n.op, Function) or id(n) in outputs:
+        return False
+    body = n.op.nodes()
+    return len(body) == 1 and body[0].op == "reshape" and isinstance(n.args[0], (Call, Var))
+
+
+def _concat_parts(n, uses, outputs, taken, owners):
+    """{id(input): byte offset} when concat group call `n` can be written in place."""
+    if not isinstance(n.op, Function):
+        return None
+    body = n.op.nodes()
+    if len(body) != 1 or body[0].op != "concatenate" or len(n.args) < 2:
+        return None
+    axis = body[0].attrs["axis"] % n.type.ndim
+    if any(d != 1 for d in n.type.shape[:axis]) or [p for p in body[0].args] != list(n.op.params):
+        return None
+    parts, off = {}, 0
+    for a in n.args:
+        if not isinstance(a, Call) or not isinstance(a.op, Function) or uses.get(id(a), 0) != 1 \
+                or id(a) in outputs or id(a) in taken or id(a) in parts or a.type.dtype != n.type.dtype \
+                or is_alias(a, outputs) or a.type.size == 0 or id(a) in owners:
+            return None
+        parts[id(a)] = off
+        off += a.type.nbytes
+    return parts
+
+
+def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order):
+    """`n` when it owns a concat prefix family (`fams`, from concat_prefix.families) that
+    can share its buffer, recording the shorter members in `prefix_views`; None
+    otherwise. Parts may have other readers, unlike `_concat_parts`'s."""
+    own = fams.get(id(n))
+    if own is not n or id(n) in outputs or id(n) in root or id(n) in owners:
+        return None
+    if len({id(a) for a in n.args}) != len(n.args):
+        return None
+    for a in n.args:
+        if not isinstance(a.op, Function) or id(a) in outputs or id(a) in taken or id(a) in owners \
+                or id(a) in root or is_alias(a, outputs) or a.type.size == 0 or id(a) in fams:
+            return None
+    members = [m for m in order if fams.get(id(m)) is n and m is not n]
+    if any(id(m) in outputs or id(m) in root for m in members):
+        return None
+    for m in members:
+        prefix_views[id(m)] = id(n)
+    return n
+
+
+def plan_memory(mod: Module) -> MemoryPlan:
+    fn = mod.main
+    order: List[Call] = fn.nodes()
+    pos = {id(n): i for i, n in enumerate(order)}
+    outputs = {id(o) for o in fn.outputs}
+    root: Dict[int, int] = {}
+    for n in order:
+        if is_alias(n, outputs):
+            a = n.args[0]
+            root[id(n)] = root.get(id(a), id(a))
+    uses: Dict[int, int] = {}
+    for n in order:
+        for a in n.args:
+            uses[id(a)] = uses.get(id(a), 0) + 1
+    for o in fn.outputs:
+        uses[id(o)] = uses.get(id(o), 0) + 1
+    concat_parts: Dict[int, tuple] = {}       # id(part) -> (concat call, byte offset)
+    owners = set()
+    for n in order:
+        parts = _concat_parts(n, uses, outputs, concat_parts, owners)
+        if parts and id(n) not in root:
+            owners.add(id(n))
+            for a in n.args:
+                concat_parts[id(a)] = (n, parts[id(a)])
+    prefix_views: Dict[int, int] = {}     # concat -> the family owner whose prefix it is
+    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
+    for n in order:
+        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order)
+        if own is not None:
+            off = 0
+            for a in own.args:
+                concat_parts[id(a)] = (own, off)
+                off += a.type.nbytes
+            owners.add(id(own))
+    output_views: Dict[int, int] = {}     # intermediate -> the output reshaping it
+    for n in order:
+        if id(n) in outputs and is_alias(n) and isinstance(n.args[0], Call):
+            a = id(n.args[0])
+            if a not in outputs and a not in root and a not in output_views and a not in owners \
+                    and a not in concat_parts:
+                output_views[a] = id(n)
+    last_use: Dict[int, int] = {}
+    for i, n in enumerate(order):
+        for a in n.args:
+            if id(a) in pos:
+                r = root.get(id(a), id(a))
+                r = prefix_views.get(r, r)
+                last_use[r] = max(last_use.get(r, i), i)
+    for part, (own, _) in concat_parts.items():     # a part read after its concat's last
+        if part in last_use:                          # use keeps the shared buffer alive
+            last_use[id(own)] = max(last_use.get(id(own), 0), last_use[part])
+    live = []     # (offset, end, free_at)
+    offsets, sizes = {}, {}
+    peak = total = 0
+    for i, n in enumerate(order):
+        if id(n) in outputs or id(n) in root or id(n) in output_views or id(n) in prefix_views:
+            continue      # outputs get their own buffers; aliases share their input's
+        if id(n) in owners and id(n) in offsets:
+            continue      # a concat written in place: allocated with its first part
+        if id(n) in concat_parts:
+            n = concat_parts[id(n)][0]
+            if id(n) in offsets or id(n) in outputs:
+                continue
+        live = [b for b in live if b[2] >= i]
+        size = _align(max(n.type.nbytes, 1))
+        total += size
+        off = 0
+        for b in sorted(live):
+            if off + size <= b[0]:
+                break
+            off = max(off, b[1])
+        end_use = last_use.get(id(n), i)
+        live.append((off, off + size, end_use))
+        offsets[id(n)] = off
+        sizes[id(n)] = size
+        peak = max(peak, off + size)
+    plan = MemoryPlan(offsets, sizes, peak, total, order)
+    plan.aliases = root
+    plan.output_views = output_views
+    plan.concat_parts = concat_parts
+    plan.concat_owners = owners
+    plan.prefix_views = prefix_views
+    return plan

@@ -1,0 +1,35 @@
+"""Operator strategies: turn a fused group (a primitive `Function`) into one tdsl kernel.
+
+For every target the group's operators are defined with the tensor-expression API
+(`topi.TE` and its families topi_nn, topi_index; or a fast definition in cpu/anchors.py
+for conv2d/dense with constant weights, whose weights are re-laid out once at build time),
+then a schedule is chosen per target:
+
+* llvm: the output stage is parallel over its outer axes and vectorized along the last
+  one; elementwise producers are inlined into it; conv2d (NCHW[x]c inner kernel with x the
+  target's vector lanes, weights packed (CO/x, CI, KH, KW, x)) and dense (register-blocked,
+  packed weights) get the schedules of `tdsl.examples`, with the group's epilogue (bias,
+  activation, residual add) computed in the same loop nest. Every size (vector width,
+  register tile, channel block) comes from the target description through `tdsl.tiling`.
+  Other conv shapes have their own modules in cpu/, dispatched from
+  `anchors._conv2d_strategy`: 1x1 convs vectorized along the flattened image (`conv1x1`),
+  stems and convs whose blocked tile would be too small vectorized along the output row
+  (`conv_spatial`), 1x1-image convs as
+  mat-vec products and global average pool (`squeeze`), grouped and depthwise convs as
+  register tiles of group channels x rows x row vectors over a column-phase-split padded
+  input (`conv_grouped`; `anchors.depthwise_strided_fast` only when the weights are not
+  constants). 2-D max and average pools are two separable passes without gathers per tap
+  (`pool`).
+* cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
+  anchors keep a plain per-thread loop (correct first, tuned later).
+* anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
+
+`register_schedule(target_kind, fn)` plugs a schedule for a new target.
+
+Imports point down: dispatch -> groupdef -> cpu/anchors and the other cpu definitions ->
+cpu/loops, stages, topi; cpu/generic (kernels generic in the channel count) builds a
+GroupDef, and groupdef reads only the erasure types (erasure.py).
+"""
+from .dispatch import AUTO_FALLBACKS, SCHEDULES, Kernel, compile_group, register_schedule, tune_group
+
+__all__ = ["AUTO_FALLBACKS", "SCHEDULES", "Kernel", "compile_group", "register_schedule", "tune_group"]

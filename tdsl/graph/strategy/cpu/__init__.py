@@ -1,0 +1,1 @@
+"""The CPU (llvm and C) definitions and schedules of fused groups; see ../__init__.py."""

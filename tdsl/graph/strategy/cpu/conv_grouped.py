@@ -1,0 +1,160 @@
+"""Grouped and depthwise 2-D convolutions on CPUs (llvm): one strategy for every group
+count, stride and dilation, with the group's epilogue (bias, activation, residual add)
+written from the register tile.
+
+Layout stays NCHW (the neighbouring 1x1 convs read and write it); vectors run along the
+output row. A register tile is `cb` output channels x `rb` output rows x `pv` vectors of a
+row, accumulated over the group's input channels and the kernel taps:
+
+* grouped convs (group width > 1): the `cb` channels are output channels of one group, so
+  each input vector loaded feeds `cb` FMAs (weights broadcast) -- the GEMM-like tile;
+* depthwise convs (one input channel per group): nothing is shared between channels, so
+  the tile is rows x vectors; rows that read the same input row share its loads once the
+  taps are unrolled (the tap loop is fully unrolled, LLVM merges equal loads).
+
+The input is padded and split by column phase per tile of rows, right before the tile
+uses it: `ph[n, c, r, p, q] = x[n, c, r - pt, q * sw + p - pl]` (zero outside), so every
+tap reads a contiguous run of a row at any stride, the padding costs no guard in the
+multiply-add loop, and the copy stays in L1 (recomputed for the `(KH - 1) * dh + 1 - sh`
+rows that neighbouring tiles overlap; a small plane whose tiles would redo half their
+rows is padded whole, once per parallel task). The channel blocks of one group run
+inside its row tile, so they share the padded rows. Row vectors are whole registers (a power-of-two part
+of one for rows shorter than the target's lanes): the conv computes rows rounded up to
+whole vectors over the zero padding and the epilogue stores the real columns. The tile is
+sized by `tiling.register_tile` from the target's registers and FMA chains.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .... import tiling
+from .. import topi
+
+# depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
+# a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
+DW_MAX_ROWS, DW_MAX_VECS = 8, 2
+# a group's padded plane up to this size is padded once per parallel task (see schedule)
+PLANE_BYTES = 16 * 1024
+
+
+def grouped_conv2d(g, n, tensors):
+    """Definition of `nn.conv2d` node `n` with groups > 1 and constant weights (float32,
+    llvm/c targets, static shapes); None for any other conv."""
+    x_e, w_e = n.args
+    a = n.attrs
+    groups = a["groups"]
+    if groups == 1 or x_e.type.dtype != "float32" \
+            or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape):
+        return None
+    wi = g.const_param(w_e)
+    if wi is None:
+        return None
+    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
+    N, C, H, W = x_e.type.shape
+    CO, CIG, KH, KW = w_e.type.shape
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl = a["padding"][0], a["padding"][1]
+    OH, OW = n.type.shape[2:]
+    cog = CO // groups
+    depthwise = cog == 1       # no input vector is shared between output channels
+    lanes = g.target.vector_lanes("float32")
+    # row vectors of whole registers (or a power-of-two part of one for short rows):
+    # a 14-lane vector is split by LLVM into 8 + 4 + 2 lane loads; the lanes past the row
+    # compute on padding and are not stored
+    wv = min(lanes, 1 << max(OW - 1, 1).bit_length())
+    nv = -(-OW // wv)
+    if depthwise:
+        # rows x vectors; a few channels when a plane is too small to fill the tile
+        rb, pv = tiling.register_tile(g.target, OH, nv * wv, whole_rows=True, whole_vecs=True,
+                                      max_rows=DW_MAX_ROWS, max_vecs=min(DW_MAX_VECS, nv))
+        cb = 1
+        acc_budget = 3 * max(g.target.vector_registers, 4) // 4     # as in tiling.register_tile
+        if rb * pv < 2 * g.target.fma_chains and OH == rb and pv == nv:
+            cb = _divisor_at_most(CO, max(1, min(2 * g.target.fma_chains, acc_budget) // (rb * pv)))
+    else:
+        cb, pv = tiling.register_tile(g.target, cog, nv * wv, whole_rows=True, whole_vecs=True,
+                                      max_vecs=max(1, nv))
+        rb = 1
+    hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
+    wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
+    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl)
+
+    def pack(w):
+        return np.ascontiguousarray(w.reshape(CO // cb, cb, CIG, KH, KW).transpose(0, 2, 3, 4, 1))
+    Wp = g.packed_param(wi, (CO // cb, CIG, KH, KW, cb), pack)
+    rc = tdsl.reduce_axis((0, CIG), "rc")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    per_block = max(cog // cb, 1)
+
+    def conv(b, co, oy, ox):
+        # the input channel through the tile's block index: uniform across the tile
+        ci = (co // cb) // per_block * CIG + rc if cog > 1 else co * CIG + rc
+        return tdsl.sum(ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
+                        * Wp[co // cb, rc, ky, kx, co % cb], axis=[rc, ky, kx])
+    owp = nv * wv
+    Cv = tdsl.compute((N, CO, OH, owp), conv, name=topi.uname("conv"))
+    out = Cv
+    if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
+        out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
+    g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
+                     "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG,
+                     "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
+    return out
+
+
+def _divisor_at_most(n, k):
+    for d in range(min(n, k), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _ph_channels(info):
+    """Input channels one parallel task pads: the group's, or the block's for depthwise."""
+    return info["cig"] if info["blocks"] > 1 or info["cig"] > 1 else info["cb"]
+
+
+def schedule(s, out, info, parallel, target, inline_except):
+    """Schedules a group whose anchor is `grouped_conv2d`'s output;
+    `inline_except(s, out, keep)` inlines the group's elementwise stages."""
+    Cv, ph = info["conv"], info["pad"]
+    cb, rb, pv, wv = info["cb"], info["rb"], info["pv"], info["wv"]
+    inline_except(s, out, [Cv, ph])
+    shape = [topi._dim(d) for d in out.shape]
+    N, CO, OH, OW = shape
+    if Cv is out:
+        Cv = s.cache_write(out, "local")
+    b, co, y, x = s[out].op.axis
+    cob, coi = s[out].split(co, factor=cb)
+    # the channel blocks of one group inside its rows: they share the padded input rows
+    grp, blk = s[out].split(cob, factor=info["blocks"])
+    yo, yi = s[out].split(y, factor=rb)
+    xo, xi = s[out].split(x, factor=pv * wv)
+    xv, xl = s[out].split(xi, factor=wv)
+    s[out].reorder(b, grp, yo, blk, xo, coi, yi, xv, xl)
+    s[out].vectorize(xl)
+    tasks = N * CO // (cb * info["blocks"])
+    plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * _ph_channels(info)
+    if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores and 2 * info["redo"] >= rb * info["sh"]:
+        # a small plane whose row tiles would pad half their rows again (short tiles,
+        # tall kernels: 2 rows of a 5x5 redo 4): pad the group's plane once per task
+        outer = s[out].fuse(b, grp)
+    else:
+        outer = s[out].fuse(b, grp, yo)
+    macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
+    if parallel and macs >= (1 << 19):
+        s[out].parallel(outer)
+    s[ph].compute_at(s[out], outer)
+    pq = ph.op.axis[-1]
+    s[ph].vectorize(s[ph].split(pq, factor=wv)[1])
+    s[Cv].compute_at(s[out], xo)
+    _, cl, yl, xl2 = s[Cv].op.axis
+    rc, ky, kx = s[Cv].op.reduce_axis
+    xlv, xll = s[Cv].split(xl2, factor=wv)
+    s[Cv].reorder(rc, ky, kx, cl, yl, xlv, xll)
+    for ax in (ky, kx, cl, yl, xlv):
+        s[Cv].unroll(ax)
+    s[Cv].vectorize(xll)

@@ -1,0 +1,69 @@
+"""Loop shaping every CPU schedule uses: vector splits, parallel outer loops, inlining."""
+from __future__ import annotations
+
+import numpy as np
+
+from .... import tiling
+from ..stages import _ishape, _stages
+
+
+PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
+PAR_MIN_MACS = 1 << 21
+
+
+def _vec_split(s, t, axis, width, target):
+    """Splits `axis` (of `width` elements) by the target's vector width for t's dtype and
+    vectorizes the inner loop; None when the row is too short to be worth a vector."""
+    lanes = target.vector_lanes(t.dtype)
+    if width < max(2, lanes // 2) or t.dtype == "bool":
+        return None
+    lo, li = s[t].split(axis, factor=tiling.row_vector(target, width, t.dtype))
+    s[t].vectorize(li)
+    return lo, li
+
+
+def _par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
+    """Parallel over the fused outer axes, vectorized along the last spatial axis."""
+    axes = list(s[t].op.axis)
+    raxes = list(s[t].op.reduce_axis)
+    shape = _ishape(t)
+    if not axes:
+        return None
+    total = int(np.prod(shape))
+    last = axes[-1]
+    lanes = target.vector_lanes(t.dtype)
+    vec = vectorize and shape[-1] >= max(2, lanes // 2) and t.dtype != "bool"
+    if vec:
+        lo, li = s[t].split(last, factor=tiling.row_vector(target, shape[-1], t.dtype))
+        if raxes:
+            s[t].reorder(*axes[:-1], lo, *raxes, li)
+        s[t].vectorize(li)
+    outer = axes[:-1]
+    fused = None
+    if outer:
+        fused = s[t].fuse(*outer) if len(outer) > 1 else outer[0]
+    if parallel and total >= min_par:
+        if fused is not None and int(np.prod(shape[:-1])) >= 2:
+            s[t].parallel(fused)
+        elif fused is None and vec:
+            s[t].parallel(lo)
+    return fused
+
+
+def _inline_except(s, out, keep, target=None):
+    for t in _stages(out):
+        if t is out or t in keep:
+            continue
+        if getattr(t.op, "_graph_root", False):
+            _root_rows(s, t)
+        elif not t.op.reduce_axis:
+            s[t].compute_inline()
+
+
+def _root_rows(s, t):
+    """A small stage computed once, at root, vectorized along its last axis when that is
+    a whole number of vectors (packed weights: the channel block)."""
+    last = t.op.axis[-1]
+    ext = _ishape(t)[-1]
+    if ext % 4 == 0 and ext >= 4:
+        s[t].vectorize(last)

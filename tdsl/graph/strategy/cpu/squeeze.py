@@ -1,0 +1,132 @@
+"""Squeeze-excite parts of CNNs (efficientnet, regnet, mobilenet_v3):
+
+    x -> GlobalAveragePool -> 1x1 conv -> act -> 1x1 conv -> gate -> Mul(x, gate)
+
+* a conv whose input and output are 1x1 images is a matrix-vector product: it is defined
+  as one (weights packed (CO/lanes, CI, lanes), vectorized along the output channels)
+  instead of the NCHW[x]c conv, whose row tiles assume an image;
+* the gate's group ends in a broadcast multiply with the big tensor: the small producers
+  (the mat-vec, bias, sigmoid) are computed once, at root, and only the multiply runs over
+  the image (one memory pass); inlining them would redo a conv and an exp per pixel.
+* global average pool: per channel the rows are added into one vector row of column sums
+  (independent vector adds), then that row is summed; channels in parallel.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .... import tiling
+from .. import topi
+
+BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
+
+
+def _size(t):
+    return int(np.prod([topi._dim(s) for s in t.shape]))
+
+
+def conv_matvec(g, n, x, wi):
+    """conv2d of a (N, CI, 1, 1) input by constant (CO, CI, 1, 1) weights."""
+    N, CI = n.args[0].type.shape[:2]
+    CO = n.args[1].type.shape[0]
+    lanes = g.target.vector_lanes(n.args[0].type.dtype)
+    nb = -(-CO // lanes)
+
+    def pack(w):
+        wp = np.zeros((nb * lanes, CI), w.dtype)
+        wp[:CO] = w.reshape(CO, CI)
+        return np.ascontiguousarray(wp.reshape(nb, lanes, CI).transpose(0, 2, 1))
+    Wp = g.packed_param(wi, (nb, CI, lanes), pack)
+    k = tdsl.reduce_axis((0, CI), "ci")
+    D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(x[b, k, 0, 0] * Wp[j // lanes, k, j % lanes], axis=k),
+                     name=topi.uname("matvec"))
+    O = tdsl.compute((N, CO, 1, 1), lambda b, co, y, xx: D[b, co], name=topi.uname("unflat"))
+    g.anchor = (O, {"kind": "matvec", "dense": D, "lanes": lanes})
+    return O
+
+
+def is_matvec_conv(n):
+    xt, wt = n.args[0].type, n.args[1].type
+    return (len(xt.shape) == 4 and tuple(xt.shape[2:]) == (1, 1) and tuple(wt.shape[2:]) == (1, 1)
+            and tuple(n.type.shape[2:]) == (1, 1))
+
+
+def schedule_matvec_group(s, out, info, parallel, target, par_vec, stages):
+    """The mat-vec at root (all output vectors accumulate over the input channels), the
+    small epilogue stages inlined into the last small one, a broadcast consumer over the
+    image vectorized and parallel."""
+    D, lanes = info["dense"], info["lanes"]
+    big = _size(out)
+    small = {id(t.op) for t in stages if t is not out and _size(t) * BROADCAST_RATIO <= big}
+    read_by_big = set()
+    for t in stages:
+        if id(t.op) not in small:
+            for i in t.op.input_tensors():
+                read_by_big.add(id(i.op))
+    for t in stages:
+        if t is out or t is D:
+            continue
+        if getattr(t.op, "_graph_root", False) or (id(t.op) in small and id(t.op) in read_by_big):
+            s[t].compute_root()
+        elif not t.op.reduce_axis:
+            s[t].compute_inline()
+        else:
+            par_vec(s, t, target, True, parallel)
+    b, j = s[D].op.axis
+    (k,) = s[D].op.reduce_axis
+    jo, ji = s[D].split(j, factor=lanes)
+    nb = topi._dim(D.shape[1]) // lanes
+    blk = 4 if nb > 8 else nb
+    if blk < nb:
+        joo, joi = s[D].split(jo, factor=blk)
+        s[D].reorder(b, joo, k, joi, ji)
+    else:
+        joi = jo
+        s[D].reorder(b, k, joi, ji)
+    s[D].unroll(joi)
+    s[D].vectorize(ji)
+    par_vec(s, out, target, True, parallel)
+
+
+def global_avg_pool_fast(g, n, x):
+    """Global average pool of an NCHW image as column sums (a vectorized add of each row
+    into one row of partial sums) then one short row sum: the adds of the long reduction
+    are independent vector adds instead of one scalar dependency chain."""
+    N, _, H, W = n.args[0].type.shape
+    C = x.shape[1]          # a size variable in a kernel generic in it
+    ry = tdsl.reduce_axis((0, H), "ry")
+    rx = tdsl.reduce_axis((0, W), "rx")
+    cols = tdsl.compute((N, C, W), lambda b, ch, xx: tdsl.sum(x[b, ch, ry, xx], axis=ry), name=topi.uname("gap_cols"))
+    dt = n.type.dtype
+    tot = tdsl.compute((N, C), lambda b, ch: tdsl.sum(cols[b, ch, rx], axis=rx), name=topi.uname("gap_sum"))
+    O = tdsl.compute((N, C, 1, 1), lambda b, ch, y, xx: tot[b, ch] / topi.c(H * W, dt), name=topi.uname("gap"))
+    g.anchor = (O, {"kind": "global_pool", "cols": cols, "sum": tot})
+    return O
+
+
+def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
+    """Channels in parallel; per channel its column sums (rows accumulated into vectors
+    along the row), then the row sum, then the epilogue."""
+    cols, tot = info["cols"], info["sum"]
+    for t in stages:
+        if t is not out and t is not cols and t is not tot and not t.op.reduce_axis:
+            s[t].compute_inline()
+    # the channel and the unit axes after it: with the batch fused in too, bounds
+    # inference could not narrow the attached stages to one channel when the channel
+    # count is a size variable (generic.py), and would compute them all per channel
+    axes = list(s[out].op.axis)
+    ch = s[out].fuse(*axes[1:])
+    if parallel and _size(cols) * topi._dim(cols.op.reduce_axis[0].dom.extent) >= min_par:
+        s[out].parallel(ch)
+    s[tot].compute_at(s[out], ch)
+    s[cols].compute_at(s[out], ch)
+    _, _, xx = s[cols].op.axis
+    (ry,) = s[cols].op.reduce_axis
+    W = topi._dim(cols.shape[2])
+    lanes = target.vector_lanes(cols.dtype)
+    if W >= max(2, lanes // 2):
+        xo, xi = s[cols].split(xx, factor=tiling.row_vector(target, W, cols.dtype))
+        s[cols].reorder(ry, xo, xi)
+        s[cols].vectorize(xi)

@@ -1,0 +1,138 @@
+"""The kernel of a fused group: its definition (groupdef.py) scheduled by the schedule of
+its target (`SCHEDULES`: cpu/schedule.py for llvm and C, gpu/schedule.py for cuda and
+opencl; `register_schedule` adds one), then built; and the tuning of the groups that take
+the auto-scheduler's rules."""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import numpy as np
+
+import tdsl
+
+from ...errors import GraphError, TdslError
+from ...target import as_target
+from ..ir import Function
+from ..ir.text import print_function
+from . import topi
+from .cpu.schedule import schedule_llvm
+from .erasure import SIZE_NAME
+from .gpu.schedule import schedule_gpu
+from .groupdef import GroupDef
+
+
+class Kernel:
+    """A compiled group: `module(*args)` with args in `param_order` then the output."""
+
+    def __init__(self, name, module, param_order, transforms, out_type, source_key):
+        self.name = name
+        self.module = module
+        self.param_order = param_order
+        self.transforms = transforms
+        self.out_type = out_type
+        self.key = source_key
+
+
+SCHEDULES: Dict[str, Callable] = {
+    "llvm": schedule_llvm,
+    "c": lambda s, out, g: schedule_llvm(s, out, g, vectorize=False, parallel=False),
+    "cuda": schedule_gpu,
+    "opencl": schedule_gpu,
+}
+
+
+def register_schedule(target_kind: str, fn: Callable):
+    """fn(schedule, output_tensor, group_def) schedules a fused group for `target_kind`."""
+    SCHEDULES[target_kind] = fn
+
+
+AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran
+
+
+def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str, seconds: float,
+               log_file=None):
+    """Tunes the auto-scheduler's parameters for a group that has no hand strategy (the
+    search of tdsl.auto.tune, within `seconds`); returns them as a dict, or None when the
+    group has a hand strategy or no candidate beat the untuned schedule's correctness check."""
+    from ...auto import tune as auto_tune
+    kind = as_target(target).kind
+    sched = SCHEDULES.get(kind)
+    if sched is None or kind not in ("llvm", "c"):
+        return None
+    g = GroupDef(fn, consts, target)
+    out = g.build()
+    if isinstance(out.op, tdsl.te.PlaceholderOp):
+        return None
+    try:
+        sched(tdsl.create_schedule(out), out, g)
+    except TdslError:
+        return None
+    if g.explanation is None:
+        return None          # a hand strategy, or the rules did not hold
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+
+    def definition():
+        return [out], args
+    definition.__qualname__ = f"graph_group_{abs(hash(print_group_key(fn, consts)))}"
+    try:
+        s, _, res = auto_tune.tune(definition, (), target=target, timeout_s=seconds, log_file=log_file)
+    except TdslError:
+        return None
+    if res.best is None:
+        return None
+    return dict(s.explanation.params)      # the picked parameters that differ from the rules'
+
+
+def print_group_key(fn, consts):
+    return print_function(fn).split("(", 1)[1] + repr(sorted(consts))
+
+
+def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
+                  auto_params=None, erasure=None) -> Kernel:
+    """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
+    count."""
+    kind = as_target(target).kind
+    sched = SCHEDULES.get(kind)
+    if sched is None:
+        raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
+                         "(tdsl.graph.strategy.register_schedule adds one)")
+    g = GroupDef(fn, consts, target)
+    g.auto_params = auto_params
+    sizes = {}
+    if erasure is not None:
+        g.erasure, sizes = erasure, {SIZE_NAME: erasure.size}
+        # the auto-scheduler's rules read sizes as numbers: the plain schedule instead
+        g.use_auto = erasure.kind != "elementwise"
+    token = topi.representative.set(sizes)
+    try:
+        return _compile_group(g, fn, target, name, sched)
+    finally:
+        topi.representative.reset(token)
+
+
+def _compile_group(g, fn, target, name, sched):
+    out = g.build()
+    if isinstance(out.op, tdsl.te.PlaceholderOp):
+        out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+    try:
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
+        mod = tdsl.build(s, args, target=target, name=name)
+    except TdslError as e:
+        if g.explanation is None:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e).__name__}: {e}") from None
+        # the auto-scheduler's rules did not hold for this group: the plain schedule
+        AUTO_FALLBACKS.append((name, f"{type(e).__name__}: {e}"))
+        g.use_auto, g.explanation = False, None
+        s = tdsl.create_schedule(out)
+        sched(s, out, g)
+        try:
+            mod = tdsl.build(s, args, target=target, name=name)
+        except TdslError as e2:
+            raise GraphError(f"build: kernel @{name} failed for target '{target}': "
+                             f"{type(e2).__name__}: {e2}") from None
+    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None)

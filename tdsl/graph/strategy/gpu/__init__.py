@@ -1,0 +1,1 @@
+"""The GPU (cuda and opencl) schedules of fused groups."""

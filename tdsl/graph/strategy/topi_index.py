@@ -1,0 +1,110 @@
+"""Tensor-expression definitions of the position-dependent graph operators (trilu, cumsum,
+top-k, max-pool indices; their registry entries are in ir/ops_index.py), added to `topi.TE`
+on import."""
+from __future__ import annotations
+
+import tdsl
+
+from ..ir.ops_index import _to_column_major, _window_positions
+from . import topi
+from .topi import c, shape_of, uname
+
+
+# ---------------------------------------------------------------------------- trilu
+
+def _trilu_te(ins, attrs, out):
+    (x,) = ins
+    k, upper = int(attrs["k"]), attrs["upper"]
+    zero = c(0, x.dtype) if x.dtype != "bool" else tdsl.const(False, "bool")
+
+    def f(*i):
+        d = i[-1] - i[-2]
+        keep = d >= k if upper else d <= k
+        return tdsl.if_then_else(keep, x[i], zero)
+    return tdsl.compute(out.shape, f, name=uname("trilu"))
+
+
+topi.TE["trilu"] = _trilu_te
+
+
+# ---------------------------------------------------------------------------- cumsum
+
+def _cumsum_te(ins, attrs, out):
+    # a masked sum over the whole axis: O(n^2) work, but one plain reduction that the
+    # generic schedules parallelize and vectorize like any other
+    (x,) = ins
+    ax = attrs["axis"]
+    n = shape_of(x)[ax]
+    k = tdsl.reduce_axis((0, n), name="k")
+
+    def f(*i):
+        j = i[ax]
+        if attrs["reverse"]:
+            cond = k > j if attrs["exclusive"] else k >= j
+        else:
+            cond = k < j if attrs["exclusive"] else k <= j
+        return tdsl.sum(x[i[:ax] + (k,) + i[ax + 1:]], axis=k, where=cond)
+    return tdsl.compute(out.shape, f, name=uname("cumsum"))
+
+
+topi.TE["cumsum"] = _cumsum_te
+
+
+# ---------------------------------------------------------------------------- top-k
+
+def _topk_te(ins, attrs, out):
+    # rank[e] = how many elements come before e in the order (better, or equal and at a
+    # lower index); the r-th index is the e whose rank is r
+    (x,) = ins
+    ax, largest = attrs["axis"], attrs["largest"]
+    xs = shape_of(x)
+    n = xs[ax]
+    e2 = tdsl.reduce_axis((0, n), name="e2")
+
+    def rank_f(*i):
+        a, b = x[i[:ax] + (e2,) + i[ax + 1:]], x[i]
+        better = a > b if largest else a < b
+        before = better | ((a == b) & (e2 < i[ax]))
+        return tdsl.sum(tdsl.if_then_else(before, c(1, "int32"), c(0, "int32")), axis=e2)
+    rank = tdsl.compute(xs, rank_f, name=uname("topk_rank"))
+    e = tdsl.reduce_axis((0, n), name="e")
+
+    def idx_f(*i):
+        r = rank[i[:ax] + (e,) + i[ax + 1:]]
+        return tdsl.sum(tdsl.cast(e, "int64"), axis=e, where=r == i[ax])
+    return tdsl.compute(out.shape, idx_f, name=uname("topk_indices"))
+
+
+topi.TE["topk_indices"] = _topk_te
+
+
+# ---------------------------------------------------------------------------- max-pool indices
+
+def _pool_indices_te(ins, attrs, out):
+    x, y = ins
+    xs = shape_of(x)
+    nd = len(xs) - 2
+    k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+    rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
+
+    def f(n, ch, *sp):
+        pos = _window_positions(sp, rax, s, p, dl)
+        conds = []
+        for d in range(nd):
+            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
+        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+        flat = tdsl.cast(n, "int64") * xs[1] + tdsl.cast(ch, "int64")
+        for d in range(nd):
+            flat = flat * xs[2 + d] + tdsl.cast(safe[d], "int64")
+        hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
+        # the first maximum in row-major window order is the one with the lowest flat index
+        return tdsl.min(flat, axis=rax, where=hit)
+    idx = tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
+    if not attrs["storage_order"]:
+        return idx
+    # ties still go to the first maximum in row-major order, as onnxruntime scans windows
+    return tdsl.compute(out.shape, lambda *i: _to_column_major(idx[i], xs[2:], lambda v, m: v % m),
+                        name=uname("column_major"))
+
+
+topi.TE["nn.max_pool_indices"] = _pool_indices_te
