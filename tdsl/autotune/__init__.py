@@ -35,7 +35,8 @@ template calls), `tune` (the search loop), `tuner` + `model` (random, grid, mode
 search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring process),
 `measure` (what it does with a job), `machine_lock` (one timing per machine at a time),
 `check` (results into records), `tunelog` (the log as the run goes, progress),
-`record` (the JSON-lines format, `apply_best`), `plot` (tuning curve).
+`record` (the JSON-lines format, `apply_best`), `plot` (tuning curve), `autosched` (the
+search over the auto-scheduler's own parameters, `tune_auto_schedule`).
 """
 from .space import (AutotuneError, Config, ConfigSpace, SplitEntity, ReorderEntity,
                     AnnotateEntity, OtherEntity, split_factors)
@@ -47,6 +48,7 @@ from .tuner import Tuner, RandomTuner, GridTuner, ModelTuner
 from .model import GBTModel, RidgeModel
 from .tune import tune, TuneResult
 from .plot import plot_tuning_curve, tuning_curve
+from .autosched import tune_auto_schedule
 
 __all__ = [
     "AutotuneError", "Config", "ConfigSpace", "SplitEntity", "ReorderEntity", "AnnotateEntity",
@@ -54,5 +56,5 @@ __all__ = [
     "get_template", "ApplyConfig", "count_flop", "MeasureOption", "RayExecutor",
     "STATUSES", "run_job", "Record", "apply_best", "load_records", "target_fingerprint",
     "best_record", "Tuner", "RandomTuner", "GridTuner", "ModelTuner", "GBTModel",
-    "RidgeModel", "tune", "TuneResult", "plot_tuning_curve", "tuning_curve",
+    "RidgeModel", "tune", "TuneResult", "plot_tuning_curve", "tuning_curve", "tune_auto_schedule",
 ]
