@@ -30,7 +30,8 @@ res = autotune.tune(task, n_trial=200, log_file="mm.jsonl", executor=client)
 # Ray: ray.init(address=...); autotune.tune(task, executor=autotune.RayExecutor())
 ```
 
-Modules: `space` (knobs, configs), `task` (templates, tasks, dispatch of configs to
+Modules: `keys` (what names a task's arguments and the measuring machine), `space`
+(knobs, configs), `task` (templates, tasks, dispatch of configs to
 template calls), `tune` (the search loop), `tuner` + `model` (random, grid, model-guided
 search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring process),
 `measure` (what it does with a job), `machine_lock` (one timing per machine at a time),
@@ -43,7 +44,8 @@ from .space import (AutotuneError, Config, ConfigSpace, SplitEntity, ReorderEnti
 from .task import Task, Template, template, create_task, get_template, ApplyConfig, count_flop
 from .measure import MeasureOption, STATUSES, run_job
 from .executors import RayExecutor
-from .record import Record, apply_best, load as load_records, best as best_record, target_fingerprint
+from .keys import target_fingerprint
+from .record import Record, apply_best, load as load_records, best as best_record
 from .tuner import Tuner, RandomTuner, GridTuner, ModelTuner
 from .model import GBTModel, RidgeModel
 from .tune import tune, TuneResult
