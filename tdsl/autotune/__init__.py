@@ -31,7 +31,8 @@ res = autotune.tune(task, n_trial=200, log_file="mm.jsonl", executor=client)
 ```
 
 Modules: `keys` (what names a task's arguments and the measuring machine), `space`
-(knobs, configs), `task` (templates, tasks, dispatch of configs to
+(configs and the space of a template; `entity` and `knob` its values and candidates, `errors`
+the package's error), `task` (templates, tasks, dispatch of configs to
 template calls), `tune` (the search loop), `tuner` + `model` (random, grid, model-guided
 search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring process),
 `measure` (what it does with a job), `machine_lock` (one timing per machine at a time),
@@ -39,8 +40,10 @@ search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring pro
 `record` (the JSON-lines format, `apply_best`), `plot` (tuning curve), `autosched` (the
 search over the auto-scheduler's own parameters, `tune_auto_schedule`).
 """
-from .space import (AutotuneError, Config, ConfigSpace, SplitEntity, ReorderEntity,
-                    AnnotateEntity, OtherEntity, split_factors)
+from .errors import AutotuneError
+from .entity import SplitEntity, ReorderEntity, AnnotateEntity, OtherEntity
+from .knob import split_factors
+from .space import Config, ConfigSpace
 from .task import Task, Template, template, create_task, get_template, ApplyConfig, count_flop
 from .measure import MeasureOption, STATUSES, run_job
 from .executors import RayExecutor

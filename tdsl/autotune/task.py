@@ -25,7 +25,8 @@ from ..ir.visitor import walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .keys import args_key
 from .measure import make_inputs
-from .space import AutotuneError, Config, ConfigSpace
+from .errors import AutotuneError
+from .space import Config, ConfigSpace
 
 _TEMPLATES: Dict[str, "Template"] = {}
 
