@@ -30,15 +30,16 @@ res = autotune.tune(task, n_trial=200, log_file="mm.jsonl", executor=client)
 # Ray: ray.init(address=...); autotune.tune(task, executor=autotune.RayExecutor())
 ```
 
-Modules: `keys` (what names a task's arguments and the measuring machine), `space`
-(configs and the space of a template; `entity` and `knob` its values and candidates, `errors`
-the package's error), `task` (templates, tasks, dispatch of configs to
-template calls), `tune` (the search loop), `tuner` + `model` (random, grid, model-guided
-search), `dispatch` + `executors` (where jobs run), `sandbox` (the measuring process),
-`measure` (what it does with a job), `machine_lock` (one timing per machine at a time),
-`check` (results into records), `tunelog` (the log as the run goes, progress),
-`record` (the JSON-lines format, `apply_best`), `plot` (tuning curve), `autosched` (the
-search over the auto-scheduler's own parameters, `tune_auto_schedule`).
+Modules, lowest first: `errors` (AutotuneError), `keys` (what names a call's arguments
+and the measuring machine), `entity` + `knob` (a knob's values and candidates), `space`
+(the space of a template and the config it sees), `machine_lock` (one timing per machine
+at a time), `measure` (what a measuring process does with a job), `task` (templates,
+tasks, dispatch of configs to template calls), `record` (the JSON-lines format,
+`apply_best`), `check` (results into records), `sandbox` (the measuring process),
+`dispatch` + `executors` (where jobs run), `tuner` + `model` (random, grid, model-guided
+search), `tunelog` (the log as the run goes, progress), `tune` (the search loop), `plot`
+(tuning curve), `autosched` (the search over the auto-scheduler's own parameters,
+`tune_auto_schedule`; the rules themselves are `tdsl.autosched`).
 """
 from .errors import AutotuneError
 from .entity import SplitEntity, ReorderEntity, AnnotateEntity, OtherEntity

@@ -23,9 +23,9 @@ import numpy as np
 from ..ir import expr as E
 from ..ir.visitor import walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from .errors import AutotuneError
 from .keys import args_key
 from .measure import make_inputs
-from .errors import AutotuneError
 from .space import Config, ConfigSpace
 
 _TEMPLATES: Dict[str, "Template"] = {}
