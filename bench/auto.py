@@ -137,7 +137,7 @@ def main():
     p.add_argument("--explain", action="store_true", help="print each auto schedule's decisions")
     p.add_argument("--search", type=float, default=0.0, metavar="SECONDS",
                    help="also tune the auto-scheduler's parameters for this long per kernel "
-                        "(tdsl.auto.tune; the issue's figure is 60)")
+                        "(tdsl.autotune.tune_auto_schedule; the issue's figure is 60)")
     add_target_option(p)
     opts = p.parse_args()
     global TARGET
@@ -167,13 +167,13 @@ def main():
             t_hand, _ = run_tdsl(hs, htensors, hinputs, href.shape, href)
         t_tuned = None
         if opts.search:
-            from tdsl.auto import tune as auto_tune
+            from tdsl.autotune import tune_auto_schedule
 
             def definition():
                 o, tens, _, _ = auto_def()
                 return o, tens
             definition.__qualname__ = "bench_" + name.replace(" ", "_")
-            ts, ttensors, _ = auto_tune.tune(definition, (), target=TARGET, timeout_s=opts.search)
+            ts, ttensors, _ = tune_auto_schedule(definition, (), target=TARGET, timeout_s=opts.search)
             t_tuned, _ = run_tdsl(ts, ttensors, inputs, ref.shape, ref)
         t_ref = best_time(ref_fn)
         if ort_fn is not None:

@@ -19,7 +19,7 @@ from .lower import lower
 from .build import build
 from . import utils  # noqa: E402  (get_const_tuple)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
-from .auto import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.auto)
+from .autosched import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.autosched)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
 

@@ -455,16 +455,17 @@ def test_bad_input_names_the_culprit():
 
 
 def test_search_over_the_rules_parameters():
-    """tdsl.auto.tune: the autotuner searches the rules' own knobs (no template written);
-    every candidate is checked against the reference, and the best one builds and is right."""
-    from tdsl.auto import tune as auto_tune
+    """tdsl.autotune.tune_auto_schedule: the autotuner searches the rules' own knobs (no
+    template written); every candidate is checked against the reference, and the best one
+    builds and is right."""
+    from tdsl.autotune import autosched as search
 
     def definition(n):
         A, B, C = _gemm(n, n, n)
         return [C], [A, B, C]
-    task = auto_tune.create_task(definition, (48,))
+    task = search.create_auto_schedule_task(definition, (48,))
     assert {"tile_rows", "tile_vecs", "pack", "unroll", "chunks"} <= set(task.space.names), task.space
-    s, tensors, res = auto_tune.tune(definition, (48,), timeout_s=30, n_trial=4)
+    s, tensors, res = search.tune_auto_schedule(definition, (48,), timeout_s=30, n_trial=4)
     assert res.best is not None and not res.failures, res.summary()
     assert isinstance(s, tdsl.Schedule) and s.explain().decisions
     a, b = _data((48, 48)), _data((48, 48))

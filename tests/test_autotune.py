@@ -21,7 +21,8 @@ import pytest
 import tdsl
 from tdsl import autotune
 from tdsl.autotune import model as amodel
-from tdsl.autotune.space import AutotuneError, split_factors
+from tdsl.autotune.errors import AutotuneError
+from tdsl.autotune.knob import split_factors
 from tdsl.examples import kernels
 
 FAST = dict(min_repeat_ms=2, repeat=2, progress=False)

@@ -12,9 +12,10 @@ import math
 import time
 from typing import Any, Dict, Optional
 
+from .keys import _jsonable
 from .measure import STATUSES
 from .record import Record
-from .task import Task, _jsonable
+from .task import Task
 
 
 def to_record(task: Task, config: Dict[str, Any], index: Optional[int], res: dict, *,

@@ -32,16 +32,16 @@ import time
 from multiprocessing.connection import wait as wait_ready
 from typing import Dict, List, Optional, Tuple
 
+from .errors import AutotuneError
 from .executors import as_executor, capacity as executor_capacity, is_closed, measuring_env
+from .keys import target_fingerprint
 from .measure import Job, machine
 from .sandbox import Sandbox
-from .space import AutotuneError
 
 
 def probe(target: str, nonce: int = 0) -> Tuple[str, str]:
     """Runs on a worker: the fingerprint of `target` there, and the worker's host name.
     (`nonce`: a new task each time, for executors that reuse results of equal calls.)"""
-    from .record import target_fingerprint
     return target_fingerprint(target), machine()["host"]
 
 

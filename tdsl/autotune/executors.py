@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import os
 import sys
 
-from .space import AutotuneError
+from .errors import AutotuneError
 
 
 class RayExecutor(cf.Executor):

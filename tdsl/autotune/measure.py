@@ -21,7 +21,7 @@ Failures are classified (`STATUSES`):
                        run measures that config
 
 Every result names the machine that measured it: `fingerprint` (the target as this
-machine resolves it, `record.target_fingerprint`) and `host`.
+machine resolves it, `keys.target_fingerprint`) and `host`.
 
 Times are taken with `Module.time_evaluator` while holding the machine's timing lock
 (`machine_lock`); `seconds` is the fastest repeat (the least disturbed), `costs` all.
@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from .keys import target_fingerprint
 from .machine_lock import LOCK
 
 STATUSES = ("ok", "instantiate_error", "build_error", "runtime_error", "wrong_answer",
@@ -255,7 +256,6 @@ def machine() -> Dict[str, str]:
 
 def run_job(job: Job) -> dict:
     """Instantiate, build, check and time one config. Runs in the measuring process."""
-    from .record import target_fingerprint
     t0 = time.perf_counter()
     res = {"status": "ok", "seconds": float("inf"), "costs": [], "error": "", "build_s": 0.0,
            "total_s": 0.0, "pid": os.getpid(), **machine()}

@@ -20,7 +20,6 @@ workers report. Records without one (logs of version 1) are never applied.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import warnings
@@ -28,19 +27,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import TdslError
-from .task import _DISPATCH, args_key
+from .keys import args_key, target_fingerprint
+from .task import _DISPATCH
 
 LOG_VERSION = 2
-
-
-@functools.lru_cache(maxsize=64)
-def target_fingerprint(target) -> str:
-    """What identifies the machine a record was measured on: the target description's
-    fingerprint ("llvm" resolves to this host's CPU) and its core count, since parallel
-    kernels' timings (and so the best config) depend on it."""
-    from ..target import as_target
-    t = as_target(" ".join(str(target).split()) or "llvm")
-    return f"{t.fingerprint}:{t.num_cores}c"
 
 
 @dataclass

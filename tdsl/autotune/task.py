@@ -13,7 +13,6 @@ pickling (a template defined in a notebook or a test module pickles poorly).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import sys
 import warnings
@@ -24,7 +23,10 @@ import numpy as np
 from ..ir import expr as E
 from ..ir.visitor import walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from .space import AutotuneError, Config, ConfigSpace
+from .errors import AutotuneError
+from .keys import args_key
+from .measure import make_inputs
+from .space import Config, ConfigSpace
 
 _TEMPLATES: Dict[str, "Template"] = {}
 
@@ -86,28 +88,6 @@ def get_template(name: str) -> "Template":
         return _TEMPLATES[name]
     except KeyError:
         raise AutotuneError(f"no template named {name!r} (known: {sorted(_TEMPLATES)})") from None
-
-
-# --------------------------------------------------------------------------------------
-# argument keys (JSON) shared by tasks, logs and apply_best
-
-
-def _jsonable(x):
-    if isinstance(x, (bool, int, float, str)) or x is None:
-        return x
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    return repr(x)
-
-
-def args_key(args) -> str:
-    return json.dumps(_jsonable(list(args)), sort_keys=True, separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------------------
@@ -291,7 +271,6 @@ class Task:
     def make_inputs(self, seed: int = 0) -> List[np.ndarray]:
         """Deterministic random inputs (placeholders, in argument order): what the
         measuring processes of `tune(..., seed=seed)` make for themselves."""
-        from .measure import make_inputs
         return make_inputs(self.arg_specs, seed)
 
     def __repr__(self):

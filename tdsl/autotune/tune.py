@@ -41,9 +41,9 @@ from typing import Any, Deque, Dict, List, Optional
 
 from . import check
 from .dispatch import make_dispatcher
+from .errors import AutotuneError
 from .measure import _SHARED, Job, MeasureOption, Payload, dumps_payload
 from .record import Record
-from .space import AutotuneError
 from .task import Task
 from .tuner import Tuner, make_tuner
 from .tunelog import TuneLog, fmt_s

@@ -15,7 +15,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from .model import MODELS, FeatureTable
-from .space import AutotuneError, ConfigSpace
+from .errors import AutotuneError
+from .space import ConfigSpace
 
 Point = Tuple[int, ...]
 

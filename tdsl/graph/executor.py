@@ -192,7 +192,7 @@ class Executor:
 
     def _tune(self, fused, target, minutes, log_file):
         """The distinct groups without a hand strategy share `minutes` of search of the
-        auto-scheduler's parameters (tdsl.auto.tune); records go to `log_file` and are
+        auto-scheduler's parameters (tdsl.autotune.tune_auto_schedule); records go to `log_file` and are
         reused by the next build. Returns {kernel key: parameters}."""
         groups = {}
         for n in self.plan.order:

@@ -52,9 +52,9 @@ AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plai
 def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str, seconds: float,
                log_file=None):
     """Tunes the auto-scheduler's parameters for a group that has no hand strategy (the
-    search of tdsl.auto.tune, within `seconds`); returns them as a dict, or None when the
+    search of tdsl.autotune.tune_auto_schedule, within `seconds`); returns them as a dict, or None when the
     group has a hand strategy or no candidate beat the untuned schedule's correctness check."""
-    from ...auto import tune as auto_tune
+    from ...autotune import tune_auto_schedule
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None or kind not in ("llvm", "c"):
@@ -76,7 +76,7 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
         return [out], args
     definition.__qualname__ = f"graph_group_{abs(hash(print_group_key(fn, consts)))}"
     try:
-        s, _, res = auto_tune.tune(definition, (), target=target, timeout_s=seconds, log_file=log_file)
+        s, _, res = tune_auto_schedule(definition, (), target=target, timeout_s=seconds, log_file=log_file)
     except TdslError:
         return None
     if res.best is None:

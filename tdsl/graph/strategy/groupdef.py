@@ -30,7 +30,7 @@ class GroupDef:
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # (tensor, info)
-        self.use_auto = True      # groups without a hand strategy: tdsl.auto's rules
+        self.use_auto = True      # groups without a hand strategy: tdsl.autosched's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
         self.channel_scale = None  # set while a conv of a channel-scaled input is defined

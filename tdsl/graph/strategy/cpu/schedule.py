@@ -42,7 +42,7 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
         # no hand strategy for this group: the auto-scheduler's rules (register tiles for
         # contractions between activations, row groups, vectorized reductions); its
         # decisions are kept on the group for inspection
-        from ....auto import apply_rules
+        from ....autosched import apply_rules
         params = dict(g.auto_params or {})
         params.update(vectorize=vectorize and params.get("vectorize", True),
                       parallel=parallel and params.get("parallel", True))

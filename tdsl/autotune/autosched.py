@@ -5,16 +5,25 @@ with its measurement pool, log and tuners; no template is written by the user.
     def definition(n):                      # returns (outputs, tensors in argument order)
         A, B, C = ...
         return [C], [A, B, C]
-    s, tensors, res = tdsl.auto.tune(definition, (1024,), target="llvm", timeout_s=60)
+    s, tensors, res = tdsl.autotune.tune_auto_schedule(definition, (1024,), target="llvm",
+                                                       timeout_s=60)
 
 The tuning task is the registered template "tdsl.auto_schedule" over (definition name,
 target, *args); the definition function is looked up by its qualified name, so records in
 a log are found again by the next run that registers the same function."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..autosched import auto_schedule
+from ..autosched.analysis import stage_infos
+from ..autosched.params import AutoParams
+from ..build import build
 from ..errors import ScheduleError
+from ..schedule.schedule import Schedule
 from ..target import as_target
-from .params import AutoParams
+from .task import create_task, get_template, template
+from .tune import tune
 
 _DEFS = {}
 
@@ -23,7 +32,7 @@ def register_definition(fn, name=None) -> str:
     """Makes `fn(*args) -> (outputs, tensors)` tunable under `name` (default: its
     qualified name); returns the name."""
     if not callable(fn):
-        raise ScheduleError(f"auto.tune: the definition must be a function returning "
+        raise ScheduleError(f"tune_auto_schedule: the definition must be a function returning "
                             f"(outputs, tensors), got {fn!r}")
     name = name or f"{fn.__module__}.{fn.__qualname__}"
     _DEFS[name] = fn
@@ -33,25 +42,20 @@ def register_definition(fn, name=None) -> str:
 def _definition(name, args):
     fn = _DEFS.get(name)
     if fn is None:
-        raise ScheduleError(f"auto.tune: no definition registered as {name!r} "
-                            "(tdsl.auto.tune.register_definition)")
+        raise ScheduleError(f"tune_auto_schedule: no definition registered as {name!r} "
+                            "(tdsl.autotune.autosched.register_definition)")
     res = fn(*args)
     if not (isinstance(res, tuple) and len(res) == 2):
-        raise ScheduleError(f"auto.tune: definition {name!r} must return (outputs, tensors)")
+        raise ScheduleError(f"tune_auto_schedule: definition {name!r} must return (outputs, tensors)")
     outs, tensors = res
     return (outs if isinstance(outs, (list, tuple)) else [outs]), list(tensors)
 
 
 def _has_contraction(outs):
-    from ..schedule.schedule import Schedule
-    from .analysis import stage_infos
     return any(i.is_reuse_reduction() for i in stage_infos(Schedule(list(outs))).values())
 
 
 def _template():
-    from .. import autotune
-    from . import auto_schedule
-
     def auto_template(cfg, defname, target, *args):
         outs, tensors = _definition(defname, args)
         t = as_target(target)
@@ -71,17 +75,16 @@ def _template():
         return auto_schedule(outs, target=t, params=p), tensors
 
     try:
-        return autotune.get_template("tdsl.auto_schedule")
+        return get_template("tdsl.auto_schedule")
     except Exception:
-        return autotune.template("tdsl.auto_schedule")(auto_template)
+        return template("tdsl.auto_schedule")(auto_template)
 
 
-def create_task(definition, args=(), target="llvm", **kw):
+def create_auto_schedule_task(definition, args=(), target="llvm", **kw):
     """The tuning task of `definition(*args)`'s auto schedule on `target`."""
-    from .. import autotune
     name = register_definition(definition)
-    return autotune.create_task(_template(), args=(name, str(as_target(target)), *args),
-                                target=str(as_target(target)), **kw)
+    return create_task(_template(), args=(name, str(as_target(target)), *args),
+                       target=str(as_target(target)), **kw)
 
 
 def params_of(config: dict) -> AutoParams:
@@ -98,10 +101,8 @@ def _confirm(task, configs, rounds=3):
     """Re-times the candidate configs here, interleaved (`rounds` passes over all of them,
     each keeping its best): on a shared machine one trial's timing can be lucky, and the
     untuned config is always among the candidates, so the pick is never a measured loss."""
-    import numpy as np
     inputs = task.make_inputs()
     outs = [np.zeros(a.shape, a.dtype) for a in task.arg_specs if not a.is_input]
-    from ..build import build
     mods = []
     for c in configs:
         sched, tensors = task.instantiate(task.config(c))
@@ -114,16 +115,14 @@ def _confirm(task, configs, rounds=3):
     return configs[int(np.argmin(best))]
 
 
-def tune(definition, args=(), target="llvm", timeout_s=60.0, n_trial=None, tuner="random",
-         log_file=None, confirm=3, **kw):
+def tune_auto_schedule(definition, args=(), target="llvm", timeout_s=60.0, n_trial=None,
+                       tuner="random", log_file=None, confirm=3, **kw):
     """Tunes the auto-scheduler's parameters for `definition(*args)` within `timeout_s`;
     returns (schedule, tensors, TuneResult) with the best schedule found. The `confirm` best
     measured configs and the untuned one are timed again side by side before the pick."""
-    from .. import autotune
-    from . import auto_schedule
-    task = create_task(definition, args, target)
-    res = autotune.tune(task, tuner=tuner, n_trial=n_trial, timeout_s=timeout_s, log_file=log_file,
-                        progress=kw.pop("progress", False), **kw)
+    task = create_auto_schedule_task(definition, args, target)
+    res = tune(task, tuner=tuner, n_trial=n_trial, timeout_s=timeout_s, log_file=log_file,
+               progress=kw.pop("progress", False), **kw)
     outs, tensors = _definition(task.args[0], args)
     config = res.config
     if config and confirm:

@@ -7,7 +7,8 @@ which stage, what it did and why; the primitives themselves are in the schedule'
 
 Rules live in small modules: `analysis` (what a definition's loads and axes say),
 `cpu` (llvm and c), `gpu` (cuda and opencl), `params` (the knobs a search may set),
-`record` (the explanation)."""
+`record` (the explanation). The search over those knobs sits above the rules, in
+`tdsl.autotune.autosched`."""
 from __future__ import annotations
 
 from ..errors import ScheduleError
@@ -64,7 +65,5 @@ def apply_rules(s, target="llvm", params=None) -> Explanation:
         schedule_cpu(s, t, rec, p)
     return rec
 
-
-from . import tune  # noqa: E402  (tdsl.auto.tune.tune: a search over the rules' parameters)
 
 __all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision"]
