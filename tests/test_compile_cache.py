@@ -201,7 +201,7 @@ def test_keys_follow_the_tdsl_source(monkeypatch):
     """An edited tdsl (an editable install) never reads code cached by the old one."""
     k = diskcache.key("x")
     diskcache.tdsl_identity.cache_clear()
-    monkeypatch.setattr(tdsl, "__version__", tdsl.__version__ + ".dev-test")
+    monkeypatch.setattr(tdsl.version, "__version__", tdsl.__version__ + ".dev-test")
     try:
         assert diskcache.key("x") != k
     finally:
