@@ -41,4 +41,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'tdsl' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402

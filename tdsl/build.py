@@ -7,7 +7,7 @@ target is a string or a `tdsl.target.Target`. GPU builds return a `DeviceModule`
 target this machine cannot run (another architecture, a wider vector ISA) builds a
 compile-only module (`get_source("asm")`, `export_library(".o")`).
 
-Runnable LLVM builds go through the persistent compile cache twice: `cpu.compile_ir` keeps
+Runnable LLVM builds go through the persistent compile cache twice: `jit.compile_ir` keeps
 the object file of each generated IR text, and here a build of a schedule whose
 fingerprint (`tdsl.fingerprint`) was built before, in any process, skips lowering and IR
 generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers."""
@@ -40,7 +40,7 @@ def build(s, args=None, target="llvm", name=None):
     else:
         func = lower(s, args, name or "main", target=t.kind)
     if t.kind == "llvm":
-        from .runtime import cross
+        from .codegen.llvm import cross
         return cross.build(func, t)
     from .codegen import source_build
     if t.kind == "c":
@@ -50,7 +50,8 @@ def build(s, args=None, target="llvm", name=None):
 
 def _build_llvm(s, args, t, name):
     from .codegen import llvm
-    from .runtime import cpu, diskcache, threadpool
+    from .codegen.llvm import jit
+    from .runtime import diskcache, threadpool
     tgt = llvm.parse_target(t)
     fp = None
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
@@ -58,10 +59,10 @@ def _build_llvm(s, args, t, name):
         # the worker pool's availability changes the generated IR
         fp = fingerprint(s, args, name, threadpool.load_into_jit())
         if fp is not None:
-            mod = cpu.load_build(fp, tgt)
+            mod = jit.load_build(fp, tgt)
             if mod is not None:
                 return mod
     mod = llvm.build(lower(s, args, name, target="llvm"), tgt)
     if fp is not None:
-        cpu.remember_build(fp, tgt, mod)
+        jit.remember_build(fp, tgt, mod)
     return mod

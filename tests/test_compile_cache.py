@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tdsl
-from tdsl.runtime import cpu, diskcache, libfile
+from tdsl.codegen.llvm import jit
+from tdsl.runtime import diskcache, libfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +26,8 @@ def _run(code, cache_dir, **env):
 
 KERNELS = r"""
 import json, numpy as np, tdsl
-from tdsl.runtime import cpu, diskcache
+from tdsl.codegen.llvm import jit
+from tdsl.runtime import diskcache
 n = tdsl.var("n")
 A = tdsl.placeholder((n, 64), name="A")
 k = tdsl.reduce_axis((0, 64), name="k")
@@ -39,8 +41,8 @@ g = tdsl.build(tdsl.create_schedule(C), [A, C], target="c", name="plus1")
 a = np.arange(10 * 64, dtype="float32").reshape(10, 64) / 100
 b = np.zeros(10, "float32"); c = np.zeros_like(a)
 f(a, b); g(a, c)
-print(json.dumps({"cpu": {k: v for k, v in cpu.stats.items() if k != "compile_s"},
-                  "compile_s": cpu.stats["compile_s"], "disk": diskcache.stats,
+print(json.dumps({"cpu": {k: v for k, v in jit.stats.items() if k != "compile_s"},
+                  "compile_s": jit.stats["compile_s"], "disk": diskcache.stats,
                   "b": b.tolist(), "c_ok": bool(np.array_equal(c, a + 1)),
                   "ir": f.get_source("unopt")[:200], "asm": "rowsq" in f.get_source("asm")}))
 """
@@ -70,15 +72,15 @@ import json, sys, time, numpy as np
 t0 = time.perf_counter()
 import tdsl.graph as G
 from tdsl.graph import models
-from tdsl.runtime import cpu
+from tdsl.codegen.llvm import jit
 m = models.resnet18(size=32, width=8, num_classes=10)
 exe = G.build(G.optimize(G.from_onnx(m)))
 build_s = time.perf_counter() - t0
 x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
 (y,) = exe.run(x)
 np.save(sys.argv[1], y)
-print(json.dumps({"build_s": build_s, "misses": cpu.stats["misses"],
-                  "build_hits": cpu.stats["build_hits"], "compiled": exe.stats["compiled"]}))
+print(json.dumps({"build_s": build_s, "misses": jit.stats["misses"],
+                  "build_hits": jit.stats["build_hits"], "compiled": exe.stats["compiled"]}))
 """
 
 
@@ -127,12 +129,12 @@ def test_damaged_entries_are_detected_and_rebuilt(tmp_path, monkeypatch):
     data = bytearray(open(entries["build"], "rb").read())
     data[3] ^= 0x01                                   # a flipped byte in the build record
     open(entries["build"], "wb").write(bytes(data))
-    cpu.clear_cache()
-    corrupt, misses = diskcache.stats["corrupt"], cpu.stats["misses"]
+    jit.clear_cache()
+    corrupt, misses = diskcache.stats["corrupt"], jit.stats["misses"]
     s, args = _small_kernel(7)
     f = tdsl.build(s, args)
     assert diskcache.stats["corrupt"] == corrupt + 2     # both detected (and deleted)
-    assert cpu.stats["misses"] == misses + 1             # so the kernel was compiled again
+    assert jit.stats["misses"] == misses + 1             # so the kernel was compiled again
     a = np.arange(16, dtype="float32")
     b = np.zeros_like(a)
     f(a, b)
@@ -201,7 +203,7 @@ def test_keys_follow_the_tdsl_source(monkeypatch):
     """An edited tdsl (an editable install) never reads code cached by the old one."""
     k = diskcache.key("x")
     diskcache.tdsl_identity.cache_clear()
-    monkeypatch.setattr(tdsl, "__version__", tdsl.__version__ + ".dev-test")
+    monkeypatch.setattr(tdsl.version, "__version__", tdsl.__version__ + ".dev-test")
     try:
         assert diskcache.key("x") != k
     finally:

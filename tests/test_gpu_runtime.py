@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import tdsl
-from tdsl.codegen.c_family import CPrinter, CUDAPrinter
+from tdsl.codegen.source.c import CPrinter
+from tdsl.codegen.source.cuda import CUDAPrinter
 from tdsl.examples import gpu as G
 from tdsl.examples import kernels as K
 from tdsl.ir import expr as E

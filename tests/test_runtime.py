@@ -11,7 +11,7 @@ from tdsl.errors import ArgumentError, TdslError
 from tdsl.ir import expr as E
 from tdsl.ir.expr import BufferLoad as Ld, IntImm as I
 from tdsl.ir.stmt import Buffer, BufferStore as St, For, ForKind as K, PrimFunc, seq
-from tdsl.runtime import cpu
+from tdsl.codegen.llvm import jit
 from tdsl.runtime.aot import load_module
 from tdsl.target import Target, vector_bits_in_asm
 
@@ -189,12 +189,12 @@ def test_compile_cache_reuses_the_compiled_kernel():
     """An identical kernel built again is a cache hit: no second compilation (compile times
     themselves are reported by bench/, not asserted here)."""
     f = _matvec_func("cached")
-    cpu.clear_cache()
+    jit.clear_cache()
     first = L.build(f)
-    hits, misses, spent = cpu.stats["hits"], cpu.stats["misses"], cpu.stats["compile_s"]
+    hits, misses, spent = jit.stats["hits"], jit.stats["misses"], jit.stats["compile_s"]
     m = L.build(_matvec_func("cached"))  # a fresh but identical PrimFunc
-    assert cpu.stats["hits"] == hits + 1
-    assert cpu.stats["misses"] == misses and cpu.stats["compile_s"] == spent
+    assert jit.stats["hits"] == hits + 1
+    assert jit.stats["misses"] == misses and jit.stats["compile_s"] == spent
     assert m._backend.art is first._backend.art
     a, x, c = _args()
     m(a, x, c, 2.0)
@@ -223,7 +223,7 @@ def test_gemm_register_tile_compiles_to_fmas_of_the_host_width():
                     * Ld(B, (k * N + jo * NR + ji * 16 + jv,)), (cidx,)))),
                 tile(St(C, Ld(Cl, (cidx,)), ((io * MR + ii) * N + jo * NR + ji * 16 + jv,)))))))
     f = PrimFunc("gemm1024", [A, B, C], body, {"num_user_args": 3})
-    cpu.clear_cache()
+    jit.clear_cache()
     L.build(PrimFunc("warm", [C], St(C, E.const(0.0, "float32"), (I(0),)), {}))  # target init
     m = L.build(f)
     asm = m.get_source("asm")

@@ -25,26 +25,14 @@ assumed nonzero (a nonneg symbolic divisor counts as positive).
 How it works (and why this way): expressions are hash-consed into structure ids
 (`convert.py`), converted once to sympy with our own `floordiv`/`floormod`/`imin`/`imax`/
 `iselect` functions carrying a small audited rule set (`symbolic.py`), and simplified
-bottom-up with integer interval arithmetic (`analysis.py`). sympy's `simplify()`, `Mod`
-and `floor` are never used (slow, and `Mod` has wrong results); `expand` is replaced by
-a cheap distribution of products. Results are cached by (structure id, relevant ranges,
+bottom-up with integer interval arithmetic (`context.py`, `intervals.py`, `analysis.py`,
+`normal.py`). sympy's `simplify()`, `Mod` and `floor` are never used (slow, and `Mod` has
+wrong results); `expand` is replaced by a cheap distribution of products. Results are cached by (structure id, relevant ranges,
 dtype), so repeated queries cost a tree walk and a dict look-up.
 """
 from __future__ import annotations
 
-from ..errors import InternalError
-
-
-class NotIndexExpr(InternalError):
-    """The expression is not an integer/boolean index expression (it reads memory, uses
-    floats or calls a function); callers catch this and leave the expression alone."""
-
-    def __init__(self, expr=None):
-        self.expr = expr
-        super().__init__("not an integer index expression")
-
-    def __str__(self):
-        return f"not an integer index expression: {self.expr}"
+from .errors import NotIndexExpr
 
 
 def _core():

@@ -1,34 +1,32 @@
-"""Range-aware analysis on sympy index expressions: integer intervals and simplification.
+"""Range-aware analysis on sympy index expressions: symbolic intervals, proofs and
+simplification, under a context (`context.Ctx`) of inclusive symbol bounds.
 
-A *context* (`Ctx`) maps symbols of loop variables to inclusive sympy bounds (lo, hi),
-which may be symbolic (`n - 1`). Two interval domains work together:
-
-* `cbound(s, ctx)` -> (lo, hi) of Python ints, None meaning -inf / +inf. Ranged symbols
-  take the numeric bounds of their range endpoints, free symbols are unbounded (or
-  [0, inf) when declared nonneg).
 * `sbound(s, ctx)` -> (lo, hi) of sympy expressions, None when unknown. Ranged symbols are
   replaced by their (recursively bounded) endpoints; free symbols stay as points, so
   bound(io*8 + ii, {ii: [0, 7]}) = (8*io, 8*io + 7). Products of symbolic intervals use the
-  sign of the endpoints (decided numerically) and fall back to imin/imax of the corners.
+  sign of the endpoints (decided numerically, `intervals.cbound`) and fall back to
+  imin/imax of the corners.
 
 Proofs (`prove_*`, `num_bounds`) bound a difference symbolically first (so `8*io + ii - 8*q`
 with io in [0, q - 1] cancels exactly to [.., -1]) and then numerically. Symbolic
 relaxation goes in rounds (`Ctx.level`): a variable that appears in another one's range
 (a size n with its own range [0, 2**31 - 1]) is replaced only after the variables whose
-ranges mention it, so it can cancel first. Numeric bounds of a sum bound pairs
-k*(a//c) - k*(b//c) with a - b constant together ((x+15)//16 - x//16 is in [0, 1]).
+ranges mention it, so it can cancel first.
 
 `simp(s, ctx)` rewrites bottom-up with the algebraic rules of `symbolic.py` plus rules
 that need ranges: a // c and a % c when a's interval stays inside one multiple of c,
 (c1*x + y) // c when 0 <= y < c1 and c1 | c, min/max with an ordered difference, selects
-and comparisons with provable conditions, and the recombination of split/fuse pairs
-(c*(y//c) + y%c -> y, c*((y//c)%d) + y%c -> y%(c*d), y - c*(y//c) -> y%c).
-Comparisons come back normalised (`<` for all orders, gcd of coefficients divided out).
+and comparisons with provable conditions; then the range-free normal forms of `normal.py`.
+
+Symbolic bounds, proofs and simplification call each other (a bound simplifies its
+endpoints, a simplification asks for proofs, a proof takes bounds), so they stay in one
+piece here; contexts, numeric intervals and the range-free rewrites, which call none of
+them, have their own modules.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from math import gcd, inf
+from math import gcd
 
 import sympy
 from sympy import Add, Integer, Mul, S
@@ -36,244 +34,9 @@ from sympy.logic.boolalg import Boolean
 
 from .symbolic import (floordiv, floormod, imin, imax, iselect, expand_mul, terms_of,
                        monomial_quotient, RELATIONALS)
-
-_CACHE = 1 << 16
-
-
-class Ctx:
-    """Interned, hashable map symbol -> (lo, hi) inclusive sympy bounds."""
-    __slots__ = ("map", "key", "_hash", "level", "rounds")
-
-    def __init__(self, key, mapping):
-        self.key = key
-        self.map = mapping
-        self._hash = hash(key)
-        self.level = _levels(mapping)
-        self.rounds = tuple(range(max(self.level.values(), default=0) + 1))
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        return self is other
-
-    def __repr__(self):
-        return "Ctx(" + ", ".join(f"{k}: [{lo}, {hi}]" for k, (lo, hi) in self.map.items()) + ")"
-
-
-def _levels(mapping):
-    """Relaxation order: a variable that appears in the range of another one (a size n in
-    io's range [0, (n+7)//8 - 1]) is relaxed only after it, so that a bound first keeps
-    it symbolic and differences like 8*io + ii - n can cancel."""
-    users = {q: [] for q in mapping}
-    for v, (lo, hi) in mapping.items():
-        for w in (lo.free_symbols | hi.free_symbols):
-            if w in users and w is not v:
-                users[w].append(v)
-    level = {}
-
-    def lev(q, depth=0):
-        r = level.get(q)
-        if r is not None:
-            return r
-        if depth > len(mapping):          # a cycle: give up ordering
-            return 0
-        r = 0
-        for u in users[q]:
-            r = max(r, lev(u, depth + 1) + 1)
-        level[q] = r
-        return r
-
-    for q in mapping:
-        lev(q)
-    return level
-
-
-EMPTY = Ctx(frozenset(), {})
-_ctx_table = {frozenset(): EMPTY}
-
-
-def make_ctx(key, build):
-    """The interned context for `key`; `build()` gives its map on first use."""
-    c = _ctx_table.get(key)
-    if c is None:
-        c = Ctx(key, build())
-        _ctx_table[key] = c
-    return c
-
-
-def ctx_from_bounds(bounds):
-    """A context from {symbol: (lo, hi)} sympy bounds (for tests and internal use)."""
-    key = frozenset(bounds.items())
-    return make_ctx(key, lambda: dict(bounds))
-
-
-# ---------------------------------------------------------------------------------------
-# numeric intervals (None = unbounded)
-
-def _lo(x):
-    return -inf if x is None else x
-
-
-def _hi(x):
-    return inf if x is None else x
-
-
-def _back(x):
-    if isinstance(x, float):
-        return None if x in (inf, -inf) else int(x)
-    return x
-
-
-def _mul_num(a, b):
-    if a == 0 or b == 0:
-        return 0
-    return a * b
-
-
-def _mul_iv(a, b):
-    xs = (_lo(a[0]), _hi(a[1]))
-    ys = (_lo(b[0]), _hi(b[1]))
-    cs = [_mul_num(x, y) for x in xs for y in ys]
-    return _back(min(cs)), _back(max(cs))
-
-
-def _fdiv_corner(x, d):
-    # x // d for d >= 1 (d may be +inf), x may be +-inf
-    if x in (inf, -inf):
-        return x
-    if d == inf:
-        return 0 if x >= 0 else -1
-    return x // d
-
-
-def _pair_floordivs(args):
-    """k*(a // c) - k*(b // c) with a - b = d constant lies in k*[d // c, d // c + 1]
-    (exactly k*d/c when c divides d): bounds such pairs together, so that
-    (x + 15) // 16 - x // 16 is known to be 0 or 1. Returns the other terms and the
-    pairs' (lo, hi)."""
-    divs = []
-    for i, t in enumerate(args):
-        k, f = t.as_coeff_Mul()
-        if isinstance(f, floordiv) and f.args[1].is_Integer and k.is_Integer and int(f.args[1]) > 0:
-            divs.append((i, int(k), f))
-    if len(divs) < 2:
-        return args, 0, 0
-    used = set()
-    lo = hi = 0
-    for i, k, f in divs:
-        if i in used or k <= 0:
-            continue
-        for j, k2, g in divs:
-            if j in used or j == i or k2 != -k or g.args[1] != f.args[1]:
-                continue
-            d = f.args[0] - g.args[0]
-            if d.is_Integer:
-                q, r = divmod(int(d), int(f.args[1]))
-                lo += k * q
-                hi += k * (q + (1 if r else 0))
-                used.update((i, j))
-                break
-    if not used:
-        return args, 0, 0
-    return [a for i, a in enumerate(args) if i not in used], lo, hi
-
-
-_active = set()
-
-
-@lru_cache(maxsize=_CACHE)
-def cbound(s, ctx):
-    """Numeric (lo, hi) of an integer sympy expression; None = unbounded."""
-    if s.is_Integer:
-        v = int(s)
-        return v, v
-    if s.is_Symbol:
-        r = ctx.map.get(s)
-        if r is not None and s not in _active:
-            _active.add(s)
-            try:
-                lo = cbound(r[0], ctx)[0]
-                hi = cbound(r[1], ctx)[1]
-            finally:
-                _active.discard(s)
-            return lo, hi
-        if s.is_nonnegative:
-            return 0, None
-        return None, None
-    if s.is_Add:
-        args, lo, hi = _pair_floordivs(s.args)
-        for a in args:
-            l, h = cbound(a, ctx)
-            lo = None if lo is None or l is None else lo + l
-            hi = None if hi is None or h is None else hi + h
-        return lo, hi
-    if s.is_Mul:
-        acc = (1, 1)
-        for a in s.args:
-            acc = _mul_iv(acc, cbound(a, ctx))
-        return acc
-    if s.is_Pow:
-        e = s.exp
-        if e.is_Integer and int(e) >= 1:
-            b = cbound(s.base, ctx)
-            acc = b
-            for _ in range(int(e) - 1):
-                acc = _mul_iv(acc, b)
-            if int(e) % 2 == 0 and (acc[0] is None or acc[0] < 0):
-                acc = (0, acc[1])
-            return acc
-        return None, None
-    f = s.func
-    if f is floordiv:
-        a, b = s.args
-        al, ah = cbound(a, ctx)
-        if b.is_Integer:
-            c = int(b)
-            if c > 0:
-                return (None if al is None else al // c), (None if ah is None else ah // c)
-            return None, None
-        bl, bh = cbound(b, ctx)
-        if bl is not None and bl >= 0:         # a divisor is never zero
-            dl, dh = max(bl, 1), max(_hi(bh), 1)
-            cs = [_fdiv_corner(x, d) for x in (_lo(al), _hi(ah)) for d in (dl, dh)]
-            return _back(min(cs)), _back(max(cs))
-        return None, None
-    if f is floormod:
-        a, b = s.args
-        al, ah = cbound(a, ctx)
-        if b.is_Integer:
-            c = int(b)
-            if c <= 0:
-                return None, None
-            if al is not None and ah is not None and al // c == ah // c:
-                k = al // c
-                return al - k * c, ah - k * c
-            return 0, c - 1
-        bl, bh = cbound(b, ctx)
-        if bl is not None and bl >= 0:
-            top = None if bh is None else max(bh, 1) - 1
-            if al is not None and al >= 0 and ah is not None:
-                top = ah if top is None else min(ah, top)
-            return 0, top
-        if bh is not None and bh <= 0:
-            return (None if bl is None else bl + 1), 0
-        return None, None
-    if f is imin or f is imax:
-        (al, ah), (bl, bh) = cbound(s.args[0], ctx), cbound(s.args[1], ctx)
-        if f is imin:
-            lo = None if al is None or bl is None else min(al, bl)
-            hi = bh if ah is None else (ah if bh is None else min(ah, bh))
-        else:
-            lo = bl if al is None else (al if bl is None else max(al, bl))
-            hi = None if ah is None or bh is None else max(ah, bh)
-        return lo, hi
-    if f is iselect:
-        (al, ah), (bl, bh) = cbound(s.args[1], ctx), cbound(s.args[2], ctx)
-        lo = None if al is None or bl is None else min(al, bl)
-        hi = None if ah is None or bh is None else max(ah, bh)
-        return lo, hi
-    return None, None
+from .context import CACHE_SIZE
+from .intervals import cbound
+from .normal import normal_rel, recombine
 
 
 # ---------------------------------------------------------------------------------------
@@ -382,7 +145,7 @@ def _smul_iv(a, b, ctx):
 _sactive = set()
 
 
-@lru_cache(maxsize=_CACHE)
+@lru_cache(maxsize=CACHE_SIZE)
 def sbound(s, ctx, k=-1):
     """Symbolic inclusive (lo, hi) of an integer sympy expression; None = unknown.
 
@@ -512,7 +275,7 @@ def equal(x, y, ctx):
 _nb_depth = []
 
 
-@lru_cache(maxsize=_CACHE)
+@lru_cache(maxsize=CACHE_SIZE)
 def num_bounds(s, ctx):
     """Best numeric (lo, hi) of s: symbolic relaxation round by round (so that symbols
     can cancel before they are bounded), each finished numerically."""
@@ -572,7 +335,7 @@ def prove_pos(s, ctx):
 # ---------------------------------------------------------------------------------------
 # range-aware simplification
 
-@lru_cache(maxsize=_CACHE)
+@lru_cache(maxsize=CACHE_SIZE)
 def simp(s, ctx):
     """Simplify an integer or boolean sympy expression under the ranges of `ctx`."""
     if s.is_Atom:
@@ -589,7 +352,7 @@ def _simp(s, ctx):
     if s.is_Add:
         r = Add(*[simp(a, ctx) for a in s.args])
         if r.is_Add:
-            r = _recombine(r)
+            r = recombine(r)
         if r.is_Add:
             r = _push_into_minmax(r, ctx)
         return r
@@ -719,61 +482,6 @@ def _push_into_minmax(r, ctx):
     return r
 
 
-def _nterms(x):
-    return 0 if x is S.Zero else len(Add.make_args(x))
-
-
-def _recombine(r):
-    """Rejoin split/fuse pairs in a sum (identities, no ranges needed)."""
-    for _ in range(16):
-        terms = terms_of(r)
-        if terms is None:
-            return r
-        if not any(isinstance(t, (floormod, floordiv)) for t in terms):
-            return r
-        new = None
-        for t, k in terms.items():
-            if isinstance(t, floormod):
-                y, b = t.args
-                q = floordiv(y, b)
-                target = terms_of(b * q)
-                if target is not None and len(target) == 1:
-                    (tq, cq), = target.items()
-                    if terms.get(tq) == k * cq:
-                        # k*b*(y//b) + k*(y%b) = k*y
-                        new = r - Integer(k * cq) * tq - Integer(k) * t + Integer(k) * y
-                        break
-                if b.is_Integer:
-                    c = int(b)
-                    for t2, k2 in terms.items():
-                        if (k2 == k * c and isinstance(t2, floormod) and t2.args[0] == q
-                                and t2.args[1].is_Integer):
-                            # k*c*((y//c)%e) + k*(y%c) = k*(y%(c*e))
-                            e = int(t2.args[1])
-                            new = (r - Integer(k2) * t2 - Integer(k) * t
-                                   + Integer(k) * floormod(y, Integer(c * e)))
-                            break
-                    if new is not None:
-                        break
-            elif isinstance(t, floordiv) and t.args[1].is_Integer:
-                y, b = t.args
-                c = int(b)
-                if c > 0 and k % c == 0:
-                    # k*(y//c) = -kk*y + kk*(y%c) with kk = -k/c; keep when y cancels
-                    kk = -k // c
-                    rest = r - Integer(k) * t
-                    rest2 = rest - Integer(kk) * y
-                    if _nterms(rest2) < _nterms(rest):
-                        new = rest2 + Integer(kk) * floormod(y, b)
-                        break
-        if new is None:
-            return r
-        r = new
-        if not r.is_Add:
-            return r
-    return r
-
-
 def _simp_rel(s, ctx):
     lhs, rhs = simp(s.lhs, ctx), simp(s.rhs, ctx)
     if isinstance(s, sympy.StrictGreaterThan):
@@ -807,40 +515,7 @@ def _simp_rel(s, ctx):
     else:
         if (nl is not None and nl > 0) or (nh is not None and nh < 0):
             return S.false if kind == "eq" else S.true
-    return _normal_rel(d, kind, s)
-
-
-def _normal_rel(d, kind, orig):
-    terms = terms_of(d)
-    if terms is None:
-        return orig
-    c = terms.pop(S.One, 0)
-    g = 0
-    for k in terms.values():
-        g = gcd(g, k)
-    if g == 0:
-        return orig
-    if kind in ("lt", "le"):
-        if kind == "lt":
-            c += 1                      # d < 0  <=>  d + 1 <= 0
-        # g*e + c <= 0  <=>  e <= floor(-c/g)  <=>  e - floor(-c/g) - 1 < 0
-        c = -((-c) // g) - 1
-        rel = sympy.StrictLessThan
-    else:
-        if c % g:
-            return S.false if kind == "eq" else S.true
-        c //= g
-        rel = sympy.Equality if kind == "eq" else sympy.Unequality
-    left = [Integer(k // g) * t for t, k in terms.items() if k > 0]
-    right = [Integer(-k // g) * t for t, k in terms.items() if k < 0]
-    # sum(left) - sum(right) + c  (kind) 0
-    if not left:
-        if kind in ("eq", "ne"):
-            return rel(Add(*right), Integer(c), evaluate=False)
-        return rel(Integer(c), Add(*right), evaluate=False)
-    if not right:
-        return rel(Add(*left), Integer(-c), evaluate=False)
-    return rel(Add(*left), Add(*right) - c, evaluate=False)
+    return normal_rel(d, kind, s)
 
 
 def clear():

@@ -20,7 +20,7 @@ from sympy import Add, Integer, Mul, S
 
 from ..ir import expr as E
 from .. import dtype as dt
-from . import NotIndexExpr
+from .errors import NotIndexExpr
 from .symbolic import (floordiv, floormod, imin, imax, iselect, expand_mul, RELATIONALS)
 from ..errors import InternalError
 

@@ -12,9 +12,10 @@ from sympy import Add, S
 
 from ..ir import expr as E
 from .. import dtype as dt
-from . import NotIndexExpr
 from . import convert as C
 from . import analysis as A
+from .context import EMPTY, make_ctx
+from .errors import NotIndexExpr
 from .symbolic import floordiv
 
 _simplify_cache = {}
@@ -89,7 +90,7 @@ class RangeScope:
 
     def ctx_for(self, vs):
         if not vs or not self.ranges:
-            return A.EMPTY
+            return EMPTY
         c = self._ctx.get(vs)
         if c is not None:
             return c
@@ -109,7 +110,7 @@ class RangeScope:
                 if w not in seen and w in self.ranges:
                     todo.append(w)
         key = frozenset(entries)
-        c = A.make_ctx(key, lambda: _build_ctx(entries))
+        c = make_ctx(key, lambda: _build_ctx(entries))
         self._ctx[vs] = c
         return c
 

@@ -1,1 +1,2 @@
-"""Code generators: LLVM (CPU) and the C-family source printers."""
+"""Code generators: LLVM for the CPU (`llvm`: IR, target machines, compiling to object
+files) and the C-family source printers (`source`: C, CUDA, OpenCL)."""

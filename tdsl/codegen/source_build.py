@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 
 from ..errors import BuildError, TdslError
-from .c_family import CPrinter, printer_for
+from .source import printer_for
+from .source.c import CPrinter
 
 
 def _signature(func, symbol):

@@ -4,3 +4,10 @@ from .expr import Range, Expr, Var, IntImm, FloatImm
 from .stmt import (Buffer, Stmt, For, ForKind, LetStmt, IfThenElse, BufferStore, Allocate,
                    SeqStmt, Evaluate, Barrier, PrimFunc, seq)
 from .visitor import Mutator, walk, substitute, free_vars
+from . import printer as _printer
+
+# The printer reads the node classes, so the node modules cannot import it for their text:
+# it is attached here, before any node can be printed (importing a node module runs this).
+Expr.__str__ = Expr.__repr__ = _printer.expr_str
+Stmt.__str__ = Stmt.__repr__ = _printer.stmt_str
+PrimFunc.script = _printer.func_str

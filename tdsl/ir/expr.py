@@ -74,11 +74,8 @@ class Expr:
     def astype(self, dtype):
         return cast(self, dtype)
 
-    def __str__(self):
-        from .printer import expr_str
-        return expr_str(self)
-
-    __repr__ = __str__
+    # __str__ and __repr__ (the text of `tdsl.ir.printer`) are attached by the package
+    # tdsl.ir: the printer imports this module, so this module cannot import it
 
 
 def _node(cls):

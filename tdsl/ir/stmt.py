@@ -40,11 +40,8 @@ class Buffer:
 class Stmt:
     __hash__ = object.__hash__
 
-    def __str__(self):
-        from .printer import stmt_str
-        return stmt_str(self)
-
-    __repr__ = __str__
+    # __str__ and __repr__ (the text of `tdsl.ir.printer`) are attached by the package
+    # tdsl.ir: the printer imports this module, so this module cannot import it
 
 
 @_node
@@ -132,9 +129,7 @@ class PrimFunc:
     def with_body(self, body):
         return PrimFunc(self.name, self.params, body, dict(self.attrs))
 
-    def script(self):
-        from .printer import func_str
-        return func_str(self)
+    # script(), the function as text (`tdsl.ir.printer.func_str`), is attached by tdsl.ir
 
     def __str__(self):
         return self.script()

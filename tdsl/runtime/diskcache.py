@@ -28,6 +28,7 @@ import struct
 import threading
 import time
 
+from .. import version
 from ..errors import LibraryError
 from .libfile import seal, unseal, write_atomic
 
@@ -62,9 +63,8 @@ def max_bytes() -> int:
 @functools.lru_cache(maxsize=None)
 def tdsl_identity() -> str:
     """The tdsl version plus a digest of the package's source files (.py, .c)."""
-    import tdsl
-    root = os.path.dirname(os.path.abspath(tdsl.__file__))
-    h = hashlib.sha256(tdsl.__version__.encode())
+    root = os.path.dirname(os.path.abspath(version.__file__))
+    h = hashlib.sha256(version.__version__.encode())
     for d, dirs, files in sorted(os.walk(root)):
         dirs.sort()
         for name in sorted(files):
@@ -73,7 +73,7 @@ def tdsl_identity() -> str:
                 h.update(os.path.relpath(p, root).encode() + b"\0")
                 with open(p, "rb") as f:
                     h.update(f.read())
-    return f"{tdsl.__version__}+{h.hexdigest()[:16]}"
+    return f"{version.__version__}+{h.hexdigest()[:16]}"
 
 
 def key(*parts) -> str:

@@ -1,7 +1,7 @@
 """GPU kernels emulated on the CPU: the runtime for target "c" on schedules that bind
-loops to blockIdx/threadIdx. The kernels come from `CGPUEmuPrinter` (blocks in sequence,
-the threads of a block as fibers switched at barriers) and are compiled by the system C
-compiler; memory is host memory. It checks the semantics of GPU schedules (shared memory,
+loops to blockIdx/threadIdx. The kernels come from `tdsl.codegen.source.c_gpu` (blocks in
+sequence, the threads of a block as fibers switched at barriers) and are compiled by the
+system C compiler; memory is host memory. It checks the semantics of GPU schedules (shared memory,
 barriers, cross-thread reductions) on any machine; it is not fast."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`Module`: a compiled kernel that checks its arguments, then calls native code.
 
 A module has a *signature* (a JSON-able dict made by the code generator and embedded in
-exported libraries) and a *backend* that owns the native function (`cpu.JITBackend` for
-the JIT, `aot.SharedLibBackend` for a loaded `.so`).
+exported libraries) and a *backend* that owns the native function
+(`tdsl.codegen.llvm.jit.JITBackend` for the JIT, `aot.SharedLibBackend` for a loaded `.so`).
 
 Signature format (`abi` 1)::
 

@@ -2,8 +2,9 @@
 
 Entry point: `build(func, target="llvm") -> tdsl.runtime.module.Module`.
 `codegen(func, target)` gives the unoptimised LLVM IR text, the call signature and the
-notes without compiling; `tdsl.runtime.cpu` compiles (O3, new pass manager) and caches by
-that text.
+notes without compiling; `jit` compiles (O2, new pass manager) and caches by that text,
+and `tdsl.runtime.cpu` loads the object file. `cross.build` makes compile-only modules for
+targets this machine cannot run.
 
 The ABI of the generated function `tdsl_<name>` (C calling convention):
 
@@ -22,7 +23,10 @@ The package, one seam per module:
 - `module`: the llvmlite module, target attributes, declarations, module globals;
 - `exprs`, `intdiv`, `intrinsics`, `memory`: expressions (scalar or vector), integer
   division, math intrinsics, loads/stores/allocations;
-- `emitter`: statements and loops; `parallel`: outlined parallel loops and the fork-join.
+- `emitter`: statements and loops; `parallel`: outlined parallel loops and the fork-join;
+- `machine`: the llvmlite target machines of a `tdsl.target.Target`;
+- `jit`: IR -> optimised object file, the object and build caches, the JIT module backend;
+  `cross`: compile-only modules.
 """
 from __future__ import annotations
 
@@ -35,9 +39,9 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import stmt as S
 from ..signature import make_signature
-from ..target import parse_target
 from .emitter import FunctionEmitter
 from .lanes import vector_legality
+from .machine import parse_target
 from .memory import ALLOCA_MAX_BYTES
 from .module import ModuleBuilder
 from .types import I32, I64, PTR, abi_type, sanitize, scalar_type
@@ -103,11 +107,11 @@ def codegen(func: S.PrimFunc, target="llvm"):
 
 def build(func: S.PrimFunc, target="llvm"):
     """Compiles `func` for the CPU and returns a callable `tdsl.runtime.module.Module`."""
-    from ...runtime import cpu
+    from . import jit
     from ...runtime.module import Module
     tgt = parse_target(target)
     ir_text, sig, notes = codegen(func, tgt)
-    art = cpu.compile_ir(ir_text, tgt, sig["symbol"])
-    mod = Module(sig, cpu.JITBackend(art, sig))
+    art = jit.compile_ir(ir_text, tgt, sig["symbol"])
+    mod = Module(sig, jit.JITBackend(art, sig))
     mod.notes = list(notes)
     return mod

@@ -4,7 +4,12 @@ generated and optimised exactly as for a runnable target, so `get_source("asm")`
 the target would execute, and `export_library("x.o")` writes its object file."""
 from __future__ import annotations
 
-from ..errors import BuildError
+from ...errors import BuildError
+from ...runtime.module import Module
+from ...target import llvm_binding
+from . import codegen
+from .jit import optimize
+from .machine import parse_target
 
 
 class CrossBackend:
@@ -25,7 +30,6 @@ class CrossBackend:
         return self.target.description.num_cores
 
     def _machine_code(self, emit):
-        from ..codegen.target import llvm_binding
         llvm = llvm_binding()
         return emit(llvm.parse_assembly(self.opt_ir))
 
@@ -53,17 +57,13 @@ class CrossBackend:
 
 def build(func, target):
     """A compile-only `Module` of `func` for `target` (a `tdsl.target.Target`)."""
-    from ..codegen import llvm as llvm_codegen
-    from ..codegen.target import parse_target, llvm_binding
-    from .cpu import _optimize
-    from .module import Module
     tgt = parse_target(target)
-    ir_text, sig, notes = llvm_codegen.codegen(func, tgt)
+    ir_text, sig, notes = codegen(func, tgt)
     llvm = llvm_binding()
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
     mod.triple = tgt.triple
-    _optimize(llvm, mod, tgt)
+    optimize(llvm, mod, tgt)
     m = Module(sig, CrossBackend(tgt, ir_text, str(mod)))
     m.notes = list(notes)
     return m

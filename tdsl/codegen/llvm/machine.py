@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import threading
 
-from ..errors import BuildError
-from ..target import Target, as_target, llvm_binding
+from ...errors import BuildError
+from ...target import Target, as_target, llvm_binding
 
-__all__ = ["LLVMTarget", "parse_target", "llvm_binding"]
+__all__ = ["LLVMTarget", "parse_target"]
 
 
 class LLVMTarget:

@@ -1,0 +1,290 @@
+"""The C-family printer (DESIGN.md §8): statements, loops, vectorized loops and kernels
+of the loop IR, over the shared expression printer (`exprs.CExprPrinter`). The dialect
+subclasses (`c`, `cuda`, `opencl`, `c_gpu`) only say how a target spells things.
+"""
+from __future__ import annotations
+
+from ... import arith
+from ... import dtype as dt
+from ...errors import BuildError
+from ...ir import expr as E
+from ...ir import stmt as S
+from ...ir.expr import Range
+from .exprs import CExprPrinter
+
+
+class CFamilyPrinter(CExprPrinter):
+    """Shared printing; subclasses override the target hooks below."""
+
+    has_threads = False
+    vector_width = 0     # 4: float4 loads/stores for vectorized float32 loops
+
+    # ------------------------------------------------------------------ target hooks
+    def thread_index(self, tag) -> str:
+        raise BuildError(f"the {self.target} target has no GPU threads (loop bound to {tag})")
+
+    def barrier(self) -> str:
+        return ""
+
+    def shared_decl(self, type_name, name, size) -> str:
+        raise BuildError(f"the {self.target} target has no shared memory")
+
+    def vector_load(self, vec_type, ptr) -> str:
+        raise NotImplementedError
+
+    def vector_store(self, vec_type, ptr, lanes) -> str:
+        raise NotImplementedError
+
+    def emit(self, text):
+        self.lines.append("  " * self.ind + text)
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s):
+        getattr(self, "s_" + type(s).__name__)(s)
+
+    def s_SeqStmt(self, s):
+        for x in s.stmts:
+            self.stmt(x)
+
+    def s_Evaluate(self, s):
+        self.emit(f"(void)({self.expr(s.value)});")
+
+    def s_Barrier(self, s):
+        b = self.barrier()
+        if b:
+            self.emit(b)
+
+    def _push_range(self, var, rng):
+        old = self.ranges
+        self.ranges = dict(old)
+        self.ranges[var] = rng
+        return old
+
+    def s_LetStmt(self, s):
+        name = self.names(s.var, s.var.name)
+        self.emit("{")
+        self.ind += 1
+        self.emit(f"const {self.type_name(s.var.dtype)} {name} = {self.expr(s.value)};")
+        old = self.ranges
+        if dt.is_int(s.var.dtype):
+            old = self._push_range(s.var, Range(s.value, E.const(1, s.value.dtype)))
+        self.stmt(s.body)
+        self.ranges = old
+        self.ind -= 1
+        self.emit("}")
+
+    def s_IfThenElse(self, s):
+        self.emit(f"if ({self.expr(s.cond)}) {{")
+        self.ind += 1
+        self.stmt(s.then_case)
+        self.ind -= 1
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.ind += 1
+            self.stmt(s.else_case)
+            self.ind -= 1
+        self.emit("}")
+
+    def s_BufferStore(self, s):
+        self.emit(f"{self.bufname(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};")
+
+    def s_Allocate(self, s):
+        buf = self.buf_alias.get(s.buffer, s.buffer)
+        if buf.scope == "shared":   # declared at kernel scope
+            self.stmt(s.body)
+            return
+        size = arith.simplify(buf.shape[0]) if len(buf.shape) == 1 else None
+        name = self.bufname(buf)
+        t = self.mem_type(buf.dtype)
+        self.emit("{")
+        self.ind += 1
+        if isinstance(size, E.IntImm) and (buf.scope == "local" or
+                                           size.value * dt.bits(buf.dtype) // 8 <= 32768):
+            self.emit(f"{t} {name}[{max(size.value, 1)}];")
+            self.stmt(s.body)
+        else:
+            self.alloc_heap(buf, name, t, size, s.body)
+        self.ind -= 1
+        self.emit("}")
+
+    def alloc_heap(self, buf, name, t, size, body):
+        raise BuildError(f"buffer '{buf.name}' ({buf.scope}) of size {list(buf.shape)} cannot be "
+                         f"allocated inside a {self.target} kernel: local buffers need a "
+                         "constant size")
+
+    def s_For(self, s):
+        v = self.names(s.var, s.var.name)
+        if s.kind is S.ForKind.THREAD_BINDING:
+            self.emit("{")
+            self.ind += 1
+            self.emit(f"const {self.type_name(s.var.dtype)} {v} = {self.thread_index(s.thread_tag)};")
+            old = self._push_range(s.var, Range(E.const(0), s.extent))
+            self.stmt(s.body)
+            self.ranges = old
+            self.ind -= 1
+            self.emit("}")
+            return
+        if s.kind is S.ForKind.VECTORIZED and self.vector_width and self.vector_for(s):
+            return
+        if s.kind in (S.ForKind.UNROLLED, S.ForKind.VECTORIZED):
+            self.unroll_pragma(s)
+        t = self.type_name(s.var.dtype)
+        lo = self.expr(s.min)
+        hi = self.expr(arith.simplify(s.min + s.extent)) if not E.is_const_int(s.min, 0) \
+            else self.expr(s.extent)
+        self.emit(f"for ({t} {v} = {lo}; {v} < {hi}; ++{v}) {{")
+        self.ind += 1
+        old = self._push_range(s.var, Range(s.min, s.extent))
+        self.stmt(s.body)
+        self.ranges = old
+        self.ind -= 1
+        self.emit("}")
+
+    def unroll_pragma(self, s):
+        self.emit("#pragma unroll")
+
+    # ------------------------------------------------------------------ vector loops
+    def vector_for(self, s) -> bool:
+        """Prints a vectorized loop with W-wide loads/stores; False when it does not fit."""
+        W = self.vector_width
+        body = s.body
+        ext = s.extent
+        if not (isinstance(body, S.BufferStore) and isinstance(ext, E.IntImm)
+                and ext.value % W == 0 and body.buffer.dtype == "float32"
+                and E.is_const_int(s.min, 0) and len(body.indices) == 1):
+            return False
+        ranges = dict(self.ranges)
+        ranges[s.var] = Range(E.const(0), ext)
+
+        def contiguous(idx):
+            try:
+                lin = arith.linear_coeff(idx, s.var, ranges)
+            except arith.NotIndexExpr:
+                return None
+            if lin is None:
+                return None
+            c, base = lin
+            if c != 1:
+                return ("other", c)
+            if not arith.is_divisible(base, E.const(W), ranges):
+                return ("other", c)
+            return ("vec", base)
+
+        st = contiguous(body.indices[0])
+        if st is None or st[0] != "vec":
+            return False
+        loads = []
+
+        def collect(e):
+            if isinstance(e, E.BufferLoad):
+                loads.append(e)
+            for name in ("a", "b", "cond", "t", "f", "value"):
+                x = getattr(e, name, None)
+                if isinstance(x, E.Expr):
+                    collect(x)
+            if isinstance(e, E.Call):
+                for x in e.args:
+                    collect(x)
+        collect(body.value)
+        vec_loads = []
+        for ld in loads:
+            info = contiguous(ld.indices[0]) if ld.buffer.dtype == "float32" else None
+            if info is not None and info[0] == "vec":
+                vec_loads.append((ld, info[1]))
+        comps = "xyzw"
+        vt = f"float{W}"
+        self.emit("{")
+        self.ind += 1
+        for chunk in range(ext.value // W):
+            names = []
+            for k, (ld, base) in enumerate(vec_loads):
+                nm = self.names(object(), f"v{k}")
+                off = self.expr(arith.simplify(base + chunk * W))
+                self.emit(f"const {vt} {nm} = "
+                          f"{self.vector_load(vt, f'{self.bufname(ld.buffer)} + {off}')};")
+                names.append(nm)
+            lanes = []
+            for lane in range(W):
+                self.var_text[s.var] = str(chunk * W + lane)
+                for (ld, _), nm in zip(vec_loads, names):
+                    self.node_text[id(ld)] = f"{nm}.{comps[lane]}"
+                lanes.append(self.expr(body.value))
+            self.var_text.pop(s.var, None)
+            for ld, _ in vec_loads:
+                self.node_text.pop(id(ld), None)
+            off = self.expr(arith.simplify(st[1] + chunk * W))
+            self.emit(self.vector_store(vt, f"{self.bufname(body.buffer)} + {off}", lanes) + ";")
+        self.ind -= 1
+        self.emit("}")
+        return True
+
+    # ------------------------------------------------------------------ kernels
+    def kernel_signature(self, kernel, params_text) -> str:
+        raise NotImplementedError
+
+    def param_text(self, p, written):
+        if isinstance(p, S.Buffer):
+            const = "" if written else "const "
+            return f"{self.global_qual()}{const}{self.mem_type(p.dtype)}* {self.restrict()} " \
+                   f"{self.names(p, p.name)}"
+        return f"{self.type_name(p.dtype)} {self.names(p, p.name)}"
+
+    def global_qual(self):
+        return ""
+
+    def restrict(self):
+        return "__restrict__"
+
+    def print_kernel(self, kernel, written) -> str:
+        self._begin()
+        for p in kernel.params:       # parameter names first: they keep their names
+            self.names(p, p.name)
+        params = ", ".join(self.param_text(p, p in written) for p in kernel.params)
+        for b in kernel.shared:
+            size = arith.simplify(b.shape[0])
+            self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value))
+        self.stmt(kernel.body)
+        head = self.kernel_signature(kernel, params)
+        return head + " {\n" + "\n".join(self.lines) + "\n}\n"
+
+    def note_types(self, func):
+        from ...ir.visitor import walk
+
+        def f(n):
+            d = getattr(n, "dtype", None)
+            if d is None and isinstance(n, (S.BufferStore, S.Allocate)):
+                d = n.buffer.dtype
+            if d == "float16":
+                self.features.add("fp16")
+            elif d == "float64":
+                self.features.add("fp64")
+        walk(func.body, f)
+        for p in func.params:
+            if p.dtype == "float16":
+                self.features.add("fp16")
+            elif p.dtype == "float64":
+                self.features.add("fp64")
+
+    def preamble(self) -> str:
+        return ""
+
+    def print_kernels(self, func) -> str:
+        """The source of all kernels of a lowered GPU function."""
+        kernels = func.attrs.get("kernels")
+        if kernels is None:
+            raise BuildError("print_kernels needs a function lowered for a GPU target")
+        self.note_types(func)
+        written = written_buffers(func.body)
+        texts = [self.print_kernel(k, written) for k in kernels]
+        helpers = "".join(self.helpers.values())
+        return self.preamble() + ("\n" + helpers if helpers else "") + "\n" + "\n".join(texts)
+
+def written_buffers(stmt):
+    out = set()
+    from ...ir.visitor import walk
+
+    def f(n):
+        if isinstance(n, S.BufferStore):
+            out.add(n.buffer)
+    walk(stmt, f)
+    return out
