@@ -10,7 +10,17 @@ from ...errors import BuildError
 from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.expr import Range
+from ...ir.visitor import walk
 from .exprs import CExprPrinter
+
+
+_VARYING = object()      # a guard that differs across the lanes of a vector loop
+
+
+def _mentions(e, var) -> bool:
+    found = []
+    walk(e, lambda n: found.append(n) if n is var else None)
+    return bool(found)
 
 
 class CFamilyPrinter(CExprPrinter):
@@ -33,6 +43,9 @@ class CFamilyPrinter(CExprPrinter):
         raise NotImplementedError
 
     def vector_store(self, vec_type, ptr, lanes) -> str:
+        raise NotImplementedError
+
+    def vector_zero(self, vec_type) -> str:
         raise NotImplementedError
 
     def emit(self, text):
@@ -175,42 +188,58 @@ class CFamilyPrinter(CExprPrinter):
             return False
         loads = []
 
-        def collect(e):
+        def collect(e, guard):
+            # A load under if_then_else is read only where its condition holds. With a
+            # condition the same for every lane (padding rows of a vectorized row), the
+            # vector load is made under it; with one that varies across lanes the load
+            # stays scalar inside each lane's `?:`, which evaluates the chosen side only.
             if isinstance(e, E.BufferLoad):
-                loads.append(e)
-            for name in ("a", "b", "cond", "t", "f", "value"):
+                loads.append((e, guard))
+            if isinstance(e, E.Select):
+                collect(e.cond, guard)
+                if guard is not _VARYING and not _mentions(e.cond, s.var):
+                    both = (lambda c: c) if guard is None else (lambda c: E.And(guard, c))
+                    collect(e.t, both(e.cond))
+                    collect(e.f, both(E.Not(e.cond)))
+                else:
+                    collect(e.t, _VARYING)
+                    collect(e.f, _VARYING)
+                return
+            for name in ("a", "b", "value"):
                 x = getattr(e, name, None)
                 if isinstance(x, E.Expr):
-                    collect(x)
+                    collect(x, guard)
             if isinstance(e, E.Call):
                 for x in e.args:
-                    collect(x)
-        collect(body.value)
+                    collect(x, guard)
+        collect(body.value, None)
         vec_loads = []
-        for ld in loads:
+        for ld, guard in loads:
             info = contiguous(ld.indices[0]) if ld.buffer.dtype == "float32" else None
-            if info is not None and info[0] == "vec":
-                vec_loads.append((ld, info[1]))
+            if info is not None and info[0] == "vec" and guard is not _VARYING:
+                vec_loads.append((ld, info[1], guard))
         comps = "xyzw"
         vt = f"float{W}"
         self.emit("{")
         self.ind += 1
         for chunk in range(ext.value // W):
             names = []
-            for k, (ld, base) in enumerate(vec_loads):
+            for k, (ld, base, guard) in enumerate(vec_loads):
                 nm = self.names(object(), f"v{k}")
                 off = self.expr(arith.simplify(base + chunk * W))
-                self.emit(f"const {vt} {nm} = "
-                          f"{self.vector_load(vt, f'{self.bufname(ld.buffer)} + {off}')};")
+                load = self.vector_load(vt, f'{self.bufname(ld.buffer)} + {off}')
+                if guard is not None:
+                    load = f"({self.expr(guard)}) ? {load} : {self.vector_zero(vt)}"
+                self.emit(f"const {vt} {nm} = {load};")
                 names.append(nm)
             lanes = []
             for lane in range(W):
                 self.var_text[s.var] = str(chunk * W + lane)
-                for (ld, _), nm in zip(vec_loads, names):
+                for (ld, _, _), nm in zip(vec_loads, names):
                     self.node_text[id(ld)] = f"{nm}.{comps[lane]}"
                 lanes.append(self.expr(body.value))
             self.var_text.pop(s.var, None)
-            for ld, _ in vec_loads:
+            for ld, _, _ in vec_loads:
                 self.node_text.pop(id(ld), None)
             off = self.expr(arith.simplify(st[1] + chunk * W))
             self.emit(self.vector_store(vt, f"{self.bufname(body.buffer)} + {off}", lanes) + ";")
