@@ -1,5 +1,6 @@
 """`build(mod, target)` -> `Executor`: one tdsl kernel per fused group, buffers preallocated
-from the memory plan (one arena), constants re-laid out once for their kernels.
+from the memory plan (one arena per run state, see runstate.py), constants re-laid out
+once for their kernels.
 
 Kernels are cached by (target, group text with parameter types, which parameters are
 constants): identical layers compile once per process.
@@ -17,6 +18,7 @@ from ..runtime import cpu
 from .ir import Const, Function, Module
 from .ir.text import print_function
 from .passes import fuse_ops, plan_memory
+from .runstate import StatePool, make_state
 from .strategy import compile_group, tune_group
 from .strategy.cpu import generic
 
@@ -95,7 +97,19 @@ def _compile_all(calls, target, stats, tuned):
 
 
 class Executor:
-    """Runs a built graph: `exe.run(name=array, ...)` or `exe(*arrays)` -> list of arrays."""
+    """Runs a built graph: `exe.run(name=array, ...)` or `exe(*arrays)` -> list of arrays.
+
+    Threads: `run` and `__call__` (with every input given) are safe from several threads
+    at once, like onnxruntime's InferenceSession.run: a call takes a run state (arena,
+    input and output buffers, kernel calls bound to them) from a pool, making one only
+    when every state is busy, so concurrent calls never share buffers; constants are
+    shared. `input_names`, `peak_memory_bytes`, `steps` and `stats` are read-only after
+    build. `set_input`, `benchmark`, `profile` and `profile_text` act on the default state
+    (the first, made at build): each waits until no run uses it, so they are safe beside
+    concurrent runs, but the inputs they see are per-executor state, as in TVM's graph
+    executor: a run that took the default state in between (the state a lone caller's run
+    always takes) leaves its own inputs there.
+    """
 
     def __init__(self, mod: Module, target="llvm", tune_minutes=0.0, log_file=None):
         if not isinstance(mod, Module):
@@ -109,47 +123,11 @@ class Executor:
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
         fn = fused.main
         self.input_vars = list(fn.params)
-        self.inputs = {p.name: np.empty(p.type.shape, p.type.dtype) for p in fn.params}
-        self._arena = np.empty(self.plan.peak_bytes + 64, np.uint8)
-        base = (-self._arena.ctypes.data) % 64
-        bufs: Dict[int, np.ndarray] = {}
-        outputs = {id(o) for o in fn.outputs}
-        for p in fn.params:
-            bufs[id(p)] = self.inputs[p.name]
         views = self.plan.output_views
-        node_of = {id(n): n for n in self.plan.order}
-
-        def own_buffer(n):
-            t = n.type
-            if id(n) not in bufs:
-                if id(n) in outputs:
-                    bufs[id(n)] = np.empty(t.shape, t.dtype)
-                else:
-                    off = base + self.plan.offsets[id(n)]
-                    bufs[id(n)] = self._arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
-            return bufs[id(n)]
-        for n in self.plan.order:
-            t = n.type
-            if id(n) in views:        # computed straight into the output that reshapes it
-                bufs[id(n)] = own_buffer(node_of[views[id(n)]]).reshape(t.shape)
-            elif id(n) in self.plan.aliases:
-                bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
-            elif id(n) in self.plan.prefix_views:
-                # a concatenation that begins a longer one: the first bytes of its buffer
-                flat = own_buffer(node_of[self.plan.prefix_views[id(n)]]).reshape(-1)
-                bufs[id(n)] = flat[:t.size].reshape(t.shape)
-            elif id(n) in self.plan.concat_parts:
-                # written in place: a contiguous slice of the concatenation's buffer
-                owner, off = self.plan.concat_parts[id(n)]
-                flat = own_buffer(owner).reshape(-1).view(np.uint8)
-                bufs[id(n)] = flat[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
-            else:
-                own_buffer(n)
-        for p in fn.params:
-            bufs[id(p)] = self.inputs[p.name]
-        self._bufs = bufs
         packed_cache: Dict[tuple, np.ndarray] = {}
         self.tuned = self._tune(fused, target, tune_minutes, log_file) if tune_minutes else {}
+        # (kernel, arguments, node): an argument is a constant array or the node whose
+        # buffer it reads, so that each run state binds its own buffers (runstate.make_state)
         self.steps: List[tuple] = []
         for n in self.plan.order:
             if not isinstance(n.op, Function):
@@ -176,19 +154,14 @@ class Executor:
                                 packed_cache[ck] = pool.submit(tf, a.data)
                             args.append(packed_cache[ck])
                     else:
-                        args.append(bufs[id(a)])
-                args.append(bufs[id(n)])
+                        args.append(a)
+                args.append(n)
                 self.steps.append((k, args, n))
         for _, args, _ in self.steps:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
-        self._calls = [self._bind(k.module, args) for k, args, _ in self.steps]
-        self._outputs = []
-        for o in fn.outputs:
-            if isinstance(o, Const):
-                self._outputs.append(o.data)
-            else:
-                self._outputs.append(bufs[id(o)])
+        self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
+        self.inputs = self._pool.default.inputs
 
     def _tune(self, fused, target, minutes, log_file):
         """The distinct groups without a hand strategy share `minutes` of search of the
@@ -212,24 +185,23 @@ class Executor:
         self.stats["tuned"] = len(tuned)
         return tuned
 
-    @staticmethod
-    def _bind(module, args):
-        """A no-argument callable running `module` on the fixed buffers, with the arguments
-        checked once (Module.prepared) where the module offers it."""
-        prepared = getattr(module, "prepared", None)
-        if prepared is not None:
-            return prepared(*args)
-        return lambda: module(*args)
-
     # ------------------------------------------------------------------ running
     @property
     def input_names(self):
         return [p.name for p in self.input_vars]
 
     def set_input(self, name, value):
-        if name not in self.inputs:
+        """Writes input `name` of the default state (what benchmark and profile run on)."""
+        state = self._pool.take(default=True)
+        try:
+            self._set(state, name, value)
+        finally:
+            self._pool.give(state)
+
+    def _set(self, state, name, value):
+        if name not in state.inputs:
             raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
-        buf = self.inputs[name]
+        buf = state.inputs[name]
         arr = np.asarray(value)
         if arr.shape != buf.shape:
             raise ArgumentError(f"input '{name}': expected shape {buf.shape}, got {arr.shape}")
@@ -240,48 +212,60 @@ class Executor:
 
     def run(self, *args, **inputs):
         """Sets the inputs (positional in parameter order, or by name), runs every kernel,
-        returns the outputs as a list of new numpy arrays."""
+        returns the outputs as a list of new numpy arrays. Safe to call from several
+        threads at once: each concurrent call runs on a state of its own."""
         if len(args) > len(self.input_vars):
             raise ArgumentError(f"expected {len(self.input_vars)} inputs, got {len(args)}")
-        for p, a in zip(self.input_vars, args):
-            self.set_input(p.name, a)
-        for name, v in inputs.items():
-            self.set_input(name, v)
-        given = {p.name for p in self.input_vars[:len(args)]} | set(inputs)
-        missing = [p.name for p in self.input_vars if p.name not in given]
-        if missing:
-            raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
-        self._run_kernels()
-        return [o.copy() for o in self._outputs]
+        state = self._pool.take()
+        try:
+            for p, a in zip(self.input_vars, args):
+                self._set(state, p.name, a)
+            for name, v in inputs.items():
+                self._set(state, name, v)
+            given = {p.name for p in self.input_vars[:len(args)]} | set(inputs)
+            missing = [p.name for p in self.input_vars if p.name not in given]
+            if missing:
+                raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
+            _run_calls(state.calls)
+            # copies: the state goes back to the pool, and its buffers to the next run
+            return [o.copy() for o in state.outputs]
+        finally:
+            self._pool.give(state)
 
     __call__ = run
 
-    def _run_kernels(self):
-        for call in self._calls:
-            call()
-
     def benchmark(self, number=10, repeat=3, warmup=1):
-        """Latency of one inference (inputs as last set): dict of mean/min/median seconds."""
-        for _ in range(warmup):
-            self._run_kernels()
-        res = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                self._run_kernels()
-            res.append((time.perf_counter() - t0) / number)
+        """Latency of one inference (inputs as last set on the default state, by set_input
+        or a run that took it): dict of mean/min/median seconds."""
+        state = self._pool.take(default=True)
+        try:
+            for _ in range(warmup):
+                _run_calls(state.calls)
+            res = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    _run_calls(state.calls)
+                res.append((time.perf_counter() - t0) / number)
+        finally:
+            self._pool.give(state)
         res.sort()
         return {"mean": sum(res) / len(res), "min": res[0], "median": res[len(res) // 2], "repeats": res}
 
     def profile(self, number=10):
-        """Per-kernel time: list of (kernel name, seconds per call, share), slowest first."""
-        self._run_kernels()
-        times = [0.0] * len(self.steps)
-        for _ in range(number):
-            for i, call in enumerate(self._calls):
-                t0 = time.perf_counter()
-                call()
-                times[i] += time.perf_counter() - t0
+        """Per-kernel time on the default state: list of (kernel name, seconds per call,
+        share), slowest first."""
+        state = self._pool.take(default=True)
+        try:
+            _run_calls(state.calls)
+            times = [0.0] * len(self.steps)
+            for _ in range(number):
+                for i, call in enumerate(state.calls):
+                    t0 = time.perf_counter()
+                    call()
+                    times[i] += time.perf_counter() - t0
+        finally:
+            self._pool.give(state)
         total = sum(times) or 1.0
         rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(self.steps, times))]
         return sorted(rows, key=lambda r: -r[1])
@@ -298,11 +282,17 @@ class Executor:
 
     @property
     def peak_memory_bytes(self):
+        """The arena of one run (from the memory plan); each concurrent run holds one."""
         return self.plan.peak_bytes
 
     def __repr__(self):
         return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "
                 f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
+
+
+def _run_calls(calls):
+    for call in calls:
+        call()
 
 
 def describe_group(fn: Function) -> str:

@@ -433,7 +433,14 @@ class Module:
     def prepared(self, *args):
         """Checks `args` once and returns a no-argument callable that runs the kernel on
         them, for callers that run the same buffers many times (a graph executor): the
-        per-call checks (~10 us) are skipped. The arrays must stay alive and unchanged."""
+        per-call checks (~10 us) are skipped. The arrays must stay alive and unchanged.
+
+        Threads: the callable writes the fixed output arrays (and staging copies of any
+        unaligned ones), so two threads calling the same prepared callable race on them;
+        different prepared callables on different arrays, and plain calls, may run from
+        several threads at once (the kernel runs without the GIL; a parallel loop that
+        finds the worker pool busy with another thread's loop runs on its own thread,
+        see threadpool.c)."""
         cargs, keep, before, after = self.signature.prepare(args)
         fn, name = self._cfunc, self.name
 

@@ -1,0 +1,127 @@
+"""The buffers one run of an Executor writes: its arena, input buffers, non-constant output
+buffers and the prepared kernel calls bound to them (`RunState`), made from the memory
+plan by `make_state`, and the pool that gives each concurrent run its own (`StatePool`).
+
+Kernels bind fixed arrays (Module.prepared), so two runs on one state would overwrite each
+other's inputs and intermediates; constants (packed weights) are read-only and shared by
+every state.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, List
+
+import numpy as np
+
+from .ir import Const, Expr
+
+
+class RunState:
+    __slots__ = ("arena", "inputs", "outputs", "calls")
+
+    def __init__(self, arena, inputs, outputs, calls):
+        self.arena = arena
+        self.inputs: Dict[str, np.ndarray] = inputs
+        self.outputs: List[np.ndarray] = outputs
+        self.calls: list = calls
+
+
+def make_state(plan, fn, steps) -> RunState:
+    """One set of buffers for `plan` (of the fused @main `fn`), with the calls of `steps`
+    ((kernel, arguments, node) where an argument is a graph node, standing for its buffer,
+    or a constant array; the last is the node itself) bound to them."""
+    inputs = {p.name: np.empty(p.type.shape, p.type.dtype) for p in fn.params}
+    arena = np.empty(plan.peak_bytes + 64, np.uint8)
+    base = (-arena.ctypes.data) % 64
+    bufs: Dict[int, np.ndarray] = {id(p): inputs[p.name] for p in fn.params}
+    outputs = {id(o) for o in fn.outputs}
+    views = plan.output_views
+    node_of = {id(n): n for n in plan.order}
+
+    def own_buffer(n):
+        t = n.type
+        if id(n) not in bufs:
+            if id(n) in outputs:
+                bufs[id(n)] = np.empty(t.shape, t.dtype)
+            else:
+                off = base + plan.offsets[id(n)]
+                bufs[id(n)] = arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+        return bufs[id(n)]
+    for n in plan.order:
+        t = n.type
+        if id(n) in views:        # computed straight into the output that reshapes it
+            bufs[id(n)] = own_buffer(node_of[views[id(n)]]).reshape(t.shape)
+        elif id(n) in plan.aliases:
+            bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
+        elif id(n) in plan.prefix_views:
+            # a concatenation that begins a longer one: the first bytes of its buffer
+            flat = own_buffer(node_of[plan.prefix_views[id(n)]]).reshape(-1)
+            bufs[id(n)] = flat[:t.size].reshape(t.shape)
+        elif id(n) in plan.concat_parts:
+            # written in place: a contiguous slice of the concatenation's buffer
+            owner, off = plan.concat_parts[id(n)]
+            flat = own_buffer(owner).reshape(-1).view(np.uint8)
+            bufs[id(n)] = flat[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+        else:
+            own_buffer(n)
+    calls = [_bind(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
+             for k, args, _ in steps]
+    outs = [o.data if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
+    return RunState(arena, inputs, outs, calls)
+
+
+def _bind(module, args):
+    """A no-argument callable running `module` on the fixed buffers, with the arguments
+    checked once (Module.prepared) where the module offers it."""
+    prepared = getattr(module, "prepared", None)
+    if prepared is not None:
+        return prepared(*args)
+    return lambda: module(*args)
+
+
+class StatePool:
+    """Run states for concurrent runs. The first (`default`) is made at once and is the one
+    taken whenever it is free, so single-threaded use never makes a second; another is made
+    only when every state is busy (at most one per concurrent caller) and kept for reuse.
+    The lock guards only taking and returning."""
+
+    def __init__(self, make):
+        self._make = make
+        # a plain lock for the run path (~1 us less per run than the condition's methods);
+        # the condition, on the same lock, only for callers waiting for the default state
+        self._lock = threading.Lock()
+        self._default_back = threading.Condition(self._lock)
+        self._waiting = 0
+        self.default = make()
+        self._default_free = True
+        self._spare: List[RunState] = []
+        self.made = 1
+
+    def take(self, default=False) -> RunState:
+        """A state for one caller, who gives it back (`give`, in a finally); `default=True`
+        waits for the default one (the state set_input, benchmark and profile act on)."""
+        with self._lock:
+            if default and not self._default_free:
+                self._waiting += 1
+                try:
+                    self._default_back.wait_for(lambda: self._default_free)
+                finally:
+                    self._waiting -= 1
+            if self._default_free:
+                self._default_free = False
+                return self.default
+            if self._spare:
+                return self._spare.pop()
+        state = self._make()      # outside the lock: other runs go on meanwhile
+        with self._lock:
+            self.made += 1
+        return state
+
+    def give(self, state: RunState):
+        with self._lock:
+            if state is self.default:
+                self._default_free = True
+                if self._waiting:
+                    self._default_back.notify_all()
+            else:
+                self._spare.append(state)

@@ -1,0 +1,156 @@
+"""One Executor (and built kernels) used from several Python threads at once, as a threaded
+server does (issue 21, item 5): every concurrent run must give the single-threaded answer."""
+import threading
+
+import numpy as np
+import pytest
+
+import tdsl
+import tdsl.graph as G
+
+pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    """A small ResNet (convs, pools, residual adds, fc): many arena-backed intermediates."""
+    from tdsl.graph import models
+    return G.build(G.optimize(G.from_onnx(models.resnet18(size=32, width=8, num_classes=10))))
+
+
+def _mlp():
+    from tdsl.graph import models
+    return G.build(G.optimize(G.from_onnx(models.mlp(batch=2, sizes=(16, 32, 8)))))
+
+
+def _in_threads(n, work):
+    """Runs work(i) on n threads started together; returns their results, re-raising the
+    first error."""
+    barrier = threading.Barrier(n)
+    results, errors = [None] * n, []
+
+    def body(i):
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except BaseException as e:      # noqa: BLE001 - re-raised on the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("n_threads", [2, 4])
+def test_concurrent_runs_match_single_threaded(cnn, n_threads):
+    rng = np.random.default_rng(n_threads)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(n_threads)]
+    refs = [cnn.run(input=x)[0] for x in xs]
+    assert not any(np.allclose(refs[0], r) for r in refs[1:])   # distinct inputs, distinct answers
+
+    done = [0] * n_threads
+
+    def work(i):
+        # until every thread has made 30 runs: a thread that got the cores first keeps
+        # running beside the late ones instead of finishing alone
+        outs = []
+        while min(done) < 30 and len(outs) < 3000:
+            outs.append(cnn(xs[i])[0])
+            done[i] += 1
+        return outs
+    for i, outs in enumerate(_in_threads(n_threads, work)):
+        for out in outs:
+            np.testing.assert_allclose(out, refs[i], rtol=1e-6, atol=1e-6)
+    assert cnn._pool.made <= n_threads
+
+
+def test_single_threaded_runs_make_no_second_state():
+    exe = _mlp()
+    x = np.ones((2, 16), np.float32)
+    for _ in range(5):
+        exe(x)
+    exe.set_input("input", x)
+    exe.benchmark(number=2, repeat=1)
+    exe.profile_text(number=1)
+    assert exe._pool.made == 1
+
+
+def test_failed_run_returns_its_state():
+    exe = _mlp()
+    with pytest.raises(tdsl.ArgumentError, match="input 'input': expected shape"):
+        exe(np.zeros((3, 16), np.float32))
+    with pytest.raises(tdsl.ArgumentError, match="unknown input 'x'"):
+        exe.run(x=np.zeros((2, 16), np.float32))
+    with pytest.raises(tdsl.ArgumentError, match="missing input: input"):
+        exe.run()
+    x = np.ones((2, 16), np.float32)
+    np.testing.assert_array_equal(exe(x)[0], exe(x)[0])
+    assert exe._pool.made == 1       # a state lost by a failed run would make a second
+
+
+def test_pool_grows_only_while_the_default_state_is_busy():
+    exe = _mlp()
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    ref = exe(x)[0]
+    held = exe._pool.take(default=True)      # as a concurrent run would hold it
+    try:
+        np.testing.assert_array_equal(exe(x)[0], ref)
+        np.testing.assert_array_equal(exe(x)[0], ref)
+        assert exe._pool.made == 2
+    finally:
+        exe._pool.give(held)
+    exe(2 * x)
+    np.testing.assert_array_equal(exe.inputs["input"], 2 * x)   # a lone run takes the default
+    assert exe._pool.made == 2
+
+
+def test_stateful_api_uses_the_default_state(cnn):
+    """set_input + benchmark/profile act on the first state while other threads run."""
+    x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    ref = cnn(x)[0]
+    cnn.set_input("input", x)
+
+    def work(i):
+        if i == 0:
+            return cnn.profile(number=3)
+        return [cnn(x)[0] for _ in range(5)]
+    prof, outs = _in_threads(2, work)
+    assert len(prof) == len(cnn.steps)
+    for out in outs:
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def _parallel_kernel(scale):
+    n = 1 << 16
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: A[i] * scale + 1.0, name="B")
+    s = tdsl.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=1024)
+    s[B].parallel(xo)
+    f = tdsl.build(s, [A, B])
+    f.set_num_threads(4)     # more chunks than cores: both threads contend for the pool
+    return f
+
+
+def test_two_threads_run_different_parallel_kernels():
+    kernels = [_parallel_kernel(2.0), _parallel_kernel(3.0)]
+    rng = np.random.default_rng(0)
+    a = [rng.standard_normal(1 << 16).astype(np.float32) for _ in range(2)]
+    refs = [np.empty_like(x) for x in a]
+    for k, x, r in zip(kernels, a, refs):
+        k(x, r)
+    np.testing.assert_allclose(refs[1], a[1] * 3 + 1, rtol=1e-5, atol=1e-6)
+
+    def work(i):
+        b = np.empty_like(a[i])
+        bad = 0
+        for _ in range(200):
+            b.fill(np.nan)
+            kernels[i](a[i], b)
+            bad += not np.array_equal(b, refs[i])
+        return bad
+    assert _in_threads(2, work) == [0, 0]
