@@ -13,8 +13,11 @@ def demo(size=1024, target="llvm"):
     from tdsl import tiling
     from tdsl.examples import gemm, peak
 
-    M = N = K = size
     tgt = tdsl.target.Target(target)
+    if tgt.kind in tdsl.target.GPU_KINDS:
+        from tdsl.examples import gpu_demo
+        return gpu_demo.demo(size, tgt)
+    M = N = K = size
     print(f"tdsl {tdsl.__version__}: a {M}x{N}x{K} float32 matmul, defined, scheduled, built and checked\n")
     print("target:")
     print(tgt.describe())
@@ -160,7 +163,8 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd")
     d = sub.add_parser("demo", help="build a scheduled matmul, check it against numpy, time it")
     d.add_argument("--size", type=int, default=1024)
-    d.add_argument("--target", default="llvm", help="e.g. 'llvm -mcpu=haswell' (must run here)")
+    d.add_argument("--target", default="llvm", help="e.g. 'llvm -mcpu=haswell' (must run here); "
+                   "'cuda' or 'opencl' build the GPU schedule and run it where the device exists")
     c = sub.add_parser("compile", help="import an ONNX model, optimize, build, run and compare with onnxruntime")
     c.add_argument("model")
     c.add_argument("--target", default="llvm")

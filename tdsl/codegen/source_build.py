@@ -3,7 +3,8 @@
 - `build_gpu(func, target)`: the kernels' source from `CUDAPrinter`/`OpenCLPrinter`; for
   CUDA it is compiled to PTX through NVRTC at once when NVRTC is installed (so a build
   fails early on a source error, with or without a GPU), for OpenCL when the program is
-  first loaded. Returns a `DeviceModule`.
+  first loaded. Returns a `DeviceModule` (for CUDA a `CUDAModule`, which adds ptxas's
+  `resources()`).
 - `build_c(func)`: C source with the LLVM backend's ABI plus the self-describing symbols of
   exported libraries (`__tdsl_signature`, `__tdsl_num_threads`), compiled by the system C
   compiler into a shared library and loaded like `tdsl.load_module` does.
@@ -24,9 +25,10 @@ def _signature(func, symbol):
 
 def build_gpu(func, target):
     from ..runtime.device_module import DeviceModule
+    from .cuda_module import CUDAModule
     source = printer_for("c-gpu" if target == "c" else target, func).print_kernels(func)
     sig = _signature(func, func.name)
-    mod = DeviceModule(func, target, source, sig)
+    mod = (CUDAModule if target == "cuda" else DeviceModule)(func, target, source, sig)
     if target == "cuda":
         from ..runtime import cuda
         if cuda.have_nvrtc():

@@ -100,6 +100,22 @@ def matmul_fast_schedule(M, N, K):
                            vector_copy=True, unroll=True)
 
 
+def matmul_for_target(M, N, K, target="cuda"):
+    """`matmul_fast_schedule`'s shape fitted to `target` (a GPU `tdsl.target.Target` or
+    its name): a square block of at most 256 threads, within the target's block limit
+    (8x8 = two warps at least), 8x8 outputs a thread, and the k step halved until both
+    shared tiles fit the block's shared memory."""
+    t = tdsl.target.as_target(target)
+    side = 16
+    while side * side > t.max_threads_per_block and side > 8:
+        side //= 2
+    tile, k_tile = 8, 8
+    while 2 * side * tile * k_tile * 4 > t.shared_memory_bytes and k_tile > 1:
+        k_tile //= 2
+    return matmul_schedule(M, N, K, block=(side, side), thread_tile=(tile, tile),
+                           k_tile=k_tile, vector_copy=True, unroll=True)
+
+
 def matmul_reference(a, b):
     return a @ b
 

@@ -92,7 +92,17 @@ def compile_ptx(source: str, arch: str = None) -> str:
             return ptx
         raise BuildError("compiling CUDA needs NVRTC (pip install cuda-bindings "
                          "nvidia-cuda-nvrtc, or tdsl[cuda]) or nvcc on the PATH")
-    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17"]
+    ptx, _ = nvrtc_compile(source, arch)
+    _ptx_cache[key] = ptx
+    return ptx
+
+
+def nvrtc_compile(source: str, arch: str, extra=()):
+    """(PTX or None, NVRTC's log) for `source` compiled for `arch`: a virtual architecture
+    (compute_XX) gives PTX; a real one (sm_XX) gives machine code, and no PTX is read back,
+    the log then holds what `extra` options such as `--ptxas-options=-v` ask ptxas for."""
+    from cuda.bindings import nvrtc
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17"] + [o.encode() for o in extra]
     if _needs_headers(source):
         inc = cuda_include_dir()
         if inc is None:
@@ -103,25 +113,27 @@ def compile_ptx(source: str, arch: str = None) -> str:
         err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"tdsl_kernel.cu", 0, [], [])
         _nvrtc_check(nvrtc, err, "nvrtcCreateProgram")
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log = log.decode(errors="replace").rstrip(chr(0))
         if int(err) != 0:
-            _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * n
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise BuildError("NVRTC rejected the generated CUDA source:\n"
-                             f"{log.decode(errors='replace').rstrip(chr(0))}\n--- source ---\n{source}")
-        err, n = nvrtc.nvrtcGetPTXSize(prog)
-        _nvrtc_check(nvrtc, err, "nvrtcGetPTXSize")
-        buf = b" " * n
-        (err,) = nvrtc.nvrtcGetPTX(prog, buf)
-        _nvrtc_check(nvrtc, err, "nvrtcGetPTX")
+            raise BuildError(f"NVRTC rejected the generated CUDA source:\n{log}\n"
+                             f"--- source ---\n{source}")
+        ptx = None
+        if arch.startswith("compute_"):
+            err, n = nvrtc.nvrtcGetPTXSize(prog)
+            _nvrtc_check(nvrtc, err, "nvrtcGetPTXSize")
+            buf = b" " * n
+            (err,) = nvrtc.nvrtcGetPTX(prog, buf)
+            _nvrtc_check(nvrtc, err, "nvrtcGetPTX")
+            ptx = buf.rstrip(b"\x00").decode()
         nvrtc.nvrtcDestroyProgram(prog)
     except BuildError:
         raise
     except Exception as e:  # the NVRTC library itself failed to load
         raise BuildError(f"NVRTC is not usable here ({type(e).__name__}: {e})") from None
-    ptx = buf.rstrip(b"\x00").decode()
-    _ptx_cache[key] = ptx
-    return ptx
+    return ptx, log
 
 
 def _nvrtc_check(nvrtc, err, what):

@@ -1,10 +1,12 @@
 """Rich display of a built Module in notebooks: target, arguments, a one-line summary of
-what the generated code does (vector width, parallel loops) and the highlighted source."""
+what the generated code does (vector width, parallel loops), for CUDA what ptxas says each
+kernel costs (registers, spills, shared memory, occupancy), and the highlighted source."""
 from __future__ import annotations
 
 import html
 import re
 
+from ..errors import TdslError
 from ..ir.html import highlight, wrap
 
 # A notebook keeps every output it shows; a GEMM's LLVM IR alone is ~0.5 MB of HTML.
@@ -43,6 +45,24 @@ def summary_line(mod) -> str:
     return f"{vec}, {par}"
 
 
+def resource_rows(mod):
+    """(kernel, arch, registers, spill bytes, shared bytes, occupancy) per kernel and
+    architecture when the module can say (`CUDAModule.resources()`, which runs ptxas once);
+    [] for other modules or where ptxas cannot be run."""
+    res = getattr(mod, "resources", None)
+    if res is None:
+        return []
+    try:
+        recs = res()
+    except TdslError:   # no NVRTC or ptxas here: the display shows the rest
+        return []
+    return [(r.kernel, r.arch, str(r.registers), str(r.spill_bytes), str(r.shared_bytes),
+             f"{r.occupancy.fraction:.0%} ({r.occupancy.limiter})") for r in recs]
+
+
+RESOURCE_HEADER = ("kernel", "arch", "registers", "spill bytes", "shared bytes", "occupancy")
+
+
 def _args_rows(mod):
     sig = mod.signature
     rows = []
@@ -66,9 +86,19 @@ def module_html(mod) -> str:
     body = (f"<b>{kind}</b> <code>{html.escape(mod.name)}</code> &middot; target "
             f"<code>{html.escape(mod.type_key)}</code> &middot; {html.escape(summary_line(mod))}"
             f"<table><tr><th>argument</th><th>dtype</th><th>shape</th></tr>{rows}</table>"
+            f"{_resources_html(mod)}"
             f"<details><summary>generated code ({len(src.splitlines())} lines)</summary>"
             f"{highlight(shown, lang)}</details>")
     return wrap(body)
+
+
+def _resources_html(mod):
+    rows = resource_rows(mod)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in RESOURCE_HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def module_markdown(mod) -> str:
@@ -76,4 +106,9 @@ def module_markdown(mod) -> str:
     lines = [f"**{kind}** `{mod.name}` (target `{mod.type_key}`): {summary_line(mod)}", "",
              "| argument | dtype | shape |", "| --- | --- | --- |"]
     lines += [f"| {n} | {d} | {k} |" for n, d, k in _args_rows(mod)]
+    rows = resource_rows(mod)
+    if rows:
+        lines += ["", "| " + " | ".join(RESOURCE_HEADER) + " |",
+                  "|" + " --- |" * len(RESOURCE_HEADER)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)

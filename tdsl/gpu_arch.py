@@ -1,0 +1,78 @@
+"""NVIDIA SM limits per architecture, and the occupancy they allow a kernel.
+
+The rules are the CUDA occupancy calculator's (`cuda_occupancy.h`): a block's warps are
+placed whole; registers are allocated per warp in units of 256 and split between the SM's
+four sub-partitions, so a warp count limited by registers is a multiple of four; every block
+also holds 1 KiB of shared memory the system reserves, and shared memory is allocated in
+units of 128 bytes. Shared memory per SM is the largest carve-out (the driver picks a
+carve-out that fits the kernel's need), so the figure is the best the kernel can get.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1 << 10
+
+
+@dataclass(frozen=True)
+class SMArch:
+    name: str
+    max_warps: int = 64
+    max_blocks: int = 32
+    max_threads_per_block: int = 1024
+    registers: int = 65536
+    register_unit: int = 256          # registers are allocated per warp in these units
+    max_registers_per_thread: int = 255
+    sub_partitions: int = 4
+    shared_bytes: int = 164 * KiB     # per SM, the largest carve-out
+    shared_unit: int = 128
+    shared_reserved_per_block: int = 1 * KiB
+    warp_size: int = 32
+
+
+ARCHS = {
+    "sm_80": SMArch("sm_80", shared_bytes=164 * KiB),   # A100
+    "sm_90": SMArch("sm_90", shared_bytes=228 * KiB),   # H100
+}
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    arch: str
+    blocks_per_sm: int
+    warps_per_sm: int
+    max_warps: int
+    limiter: str       # what bounds blocks_per_sm: "blocks", "warps", "registers", "shared"
+
+    @property
+    def fraction(self) -> float:
+        return self.warps_per_sm / self.max_warps
+
+    def __str__(self):
+        return (f"{self.fraction:.0%} on {self.arch} ({self.blocks_per_sm} blocks of "
+                f"{self.warps_per_sm // max(self.blocks_per_sm, 1)} warps, {self.limiter})")
+
+
+def _round_up(n, unit):
+    return -(-n // unit) * unit
+
+
+def occupancy(arch: str, threads: int, registers: int, shared_bytes: int = 0) -> Occupancy:
+    """Resident blocks and warps per SM for blocks of `threads` threads using `registers`
+    registers per thread and `shared_bytes` of static plus dynamic shared memory."""
+    a = ARCHS[arch]
+    warps = -(-threads // a.warp_size)
+    if threads < 1 or threads > a.max_threads_per_block:
+        raise ValueError(f"{threads} threads per block: {arch} allows 1 to {a.max_threads_per_block}")
+    if registers > a.max_registers_per_thread:
+        raise ValueError(f"{registers} registers per thread: {arch} allows {a.max_registers_per_thread}")
+    limits = {"blocks": a.max_blocks, "warps": a.max_warps // warps}
+    if registers > 0:
+        per_warp = _round_up(registers * a.warp_size, a.register_unit)
+        warps_by_regs = (a.registers // a.sub_partitions // per_warp) * a.sub_partitions
+        limits["registers"] = warps_by_regs // warps
+    per_block = _round_up(shared_bytes + a.shared_reserved_per_block, a.shared_unit)
+    limits["shared"] = a.shared_bytes // per_block
+    limiter = min(limits, key=lambda k: limits[k])     # the first listed wins a tie
+    blocks = limits[limiter]
+    return Occupancy(arch, blocks, blocks * warps, a.max_warps, limiter)
