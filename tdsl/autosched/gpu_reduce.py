@@ -63,6 +63,6 @@ def cross_thread(s, st, info, target, params, rec):
     st.bind(ki, tx)
     rec.add(st, "cross-thread", f"{R} row(s) per block, {T} threads per row; bind "
             f"{ki.var.name} to threadIdx.x, {ko.var.name} serial",
-            f"a reduction of {rsize if info.reduce_size(None) else 'a symbolic number of'} "
+            f"a reduction of {'a symbolic number of' if None in info.rextents else rsize} "
             "elements per output: the row's threads read it coalesced, fold their share in a "
             "register and combine the partial results through shared memory")
