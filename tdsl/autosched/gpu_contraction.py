@@ -11,6 +11,7 @@ allows) elements so the global reads coalesce; with double buffering the next sl
 copied while the current one is used. Other spatial axes go to blockIdx.z."""
 from __future__ import annotations
 
+from ..errors import ScheduleError
 from ..te import thread_axis
 from .analysis import vars_of
 
@@ -74,6 +75,9 @@ def sizes(info, r, v, target, params):
     if params.block or params.thread_tile:
         (ty, tx), (ti, tj) = params.block or BLOCK, params.thread_tile or THREAD_TILE
         why.append("sizes given by params")
+        if ty * tx > target.max_threads_per_block:
+            raise ScheduleError(f"auto_schedule: params block={ty}x{tx} is {ty * tx} threads; "
+                                f"{target} allows {target.max_threads_per_block} per block")
     else:
         ty, ti = _fit(info.extents[r], BLOCK[0], THREAD_TILE[0])
         tx, tj = _fit(info.extents[v], BLOCK[1], THREAD_TILE[1])
