@@ -9,29 +9,10 @@ import pytest
 import tdsl
 from tdsl.target import Target
 
-
-def _opencl_ok():
-    try:
-        import pyopencl  # noqa: F401
-        from tdsl.runtime import opencl as rocl
-    except ImportError:
-        return False
-    return tdsl.opencl(0).exist and rocl.unusable_reason() is None
+from test_auto_schedule import _data, _gemm, _opencl_ok
 
 
 TARGETS = ["c"] + (["opencl"] if _opencl_ok() else [])
-
-
-def _data(shape):
-    return np.random.uniform(-1, 1, size=shape).astype(np.float32)
-
-
-def _gemm(M, N, K):
-    A = tdsl.placeholder((M, K), name="A")
-    B = tdsl.placeholder((K, N), name="B")
-    k = tdsl.reduce_axis((0, K), name="k")
-    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C
 
 
 def _rowsum(M, N):
