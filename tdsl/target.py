@@ -16,7 +16,13 @@ Where the facts come from, and why:
 - caches and cores of this machine: the OS (`/sys/devices/system/cpu`, the affinity mask).
 
 Target options (after the kind): `-mcpu=NAME`, `-mattr=+feat,-feat`, `-mtriple=TRIPLE`
-(compile-only for other architectures), `-num-cores=N`.
+(compile-only for other architectures), `-num-cores=N`; for "cuda", `-arch=sm_NN`.
+
+GPU targets carry the facts GPU schedules are sized from (SMs, registers, shared memory,
+warp size; `GPUFacts`): for "cuda -arch=sm_NN" from a table of architectures, for plain
+"cuda" from the device when one is present (asked lazily, on the first read of a fact, so
+that describing a target never initialises a driver), else from the table for
+`TDSL_CUDA_ARCH` (the architecture PTX is compiled for when no device says otherwise).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import os
 import re
 import tempfile
 import threading
+from typing import NamedTuple
 
 from .errors import BuildError
 
@@ -33,6 +40,37 @@ KINDS = ("llvm", "c", "cuda", "opencl")
 GPU_KINDS = ("cuda", "opencl")
 
 KiB, MiB = 1 << 10, 1 << 20
+
+
+class GPUFacts(NamedTuple):
+    sm_count: int                 # multiprocessors (OpenCL: compute units)
+    registers_per_sm: int         # 32-bit registers shared by the resident threads of an SM
+    max_registers_per_thread: int
+    shared_memory_per_sm: int     # bytes, all resident blocks together
+    shared_memory_bytes: int      # bytes one block may declare statically
+    max_threads_per_sm: int
+    max_threads_per_block: int
+    warp_size: int
+    source: str                   # where the facts came from: "table" or "device"
+
+
+# compute capability: (SMs of the usual part, shared memory per SM, threads per SM)
+_GPU_ARCH = {
+    "sm_70": (80, 96 * KiB, 2048),      # V100
+    "sm_75": (40, 64 * KiB, 1024),      # T4
+    "sm_80": (108, 164 * KiB, 2048),    # A100
+    "sm_86": (84, 100 * KiB, 1536),     # RTX 3090 / A40
+    "sm_89": (128, 100 * KiB, 1536),    # RTX 4090 / L40
+    "sm_90": (132, 228 * KiB, 2048),    # H100 SXM
+}
+# OpenCL: a mid-sized GPU; PoCL on the CPU accepts these sizes too
+_OPENCL_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 2048, 1024, 32, "table")
+
+
+def gpu_arch_facts(arch: str) -> GPUFacts:
+    """The facts of a CUDA architecture ("sm_90") from the table; unknown ones get sm_80's."""
+    sms, smem, threads = _GPU_ARCH.get(arch, _GPU_ARCH["sm_80"])
+    return GPUFacts(sms, 64 * 1024, 255, smem, 48 * KiB, threads, 1024, 32, "table")
 
 # name: (FMA issues per cycle at the full vector width, FMA latency, L1d, L2 per core, L3)
 _UARCH = {
@@ -124,6 +162,22 @@ class Target:
         """float32 flops per cycle per core at the full vector width."""
         return self.vector_lanes("float32") * self.fma_units * (2 if self.fma else 1)
 
+    # -- GPU facts (GPU kinds only) -----------------------------------------------------------
+    @property
+    def gpu(self) -> GPUFacts:
+        """SMs, registers, shared memory and warp size of a GPU target (read on first use)."""
+        if self.kind not in GPU_KINDS:
+            raise BuildError(f"Target.gpu: {self.key!r} is not a GPU target")
+        if self.kind == "opencl":
+            return _OPENCL_FACTS
+        return gpu_arch_facts(self.gpu_arch) if self.gpu_arch else _cuda_facts()
+
+    sm_count = property(lambda self: self.gpu.sm_count)
+    warp_size = property(lambda self: self.gpu.warp_size)
+    max_threads_per_block = property(lambda self: self.gpu.max_threads_per_block)
+    shared_memory_bytes = property(lambda self: self.gpu.shared_memory_bytes)
+    max_registers_per_thread = property(lambda self: self.gpu.max_registers_per_thread)
+
     @property
     def fingerprint(self) -> str:
         """What determines the generated code: the key for compile caches and tuning logs."""
@@ -148,9 +202,15 @@ class Target:
     def rows(self):
         """(label, value) pairs: what `describe()` and the Jupyter display show."""
         if self.kind in GPU_KINDS:
-            return [("target", self.key), ("warp size", str(self.warp_size)),
-                    ("max threads per block", str(self.max_threads_per_block)),
-                    ("shared memory per block", _size(self.shared_memory_bytes))]
+            g = self.gpu
+            return [("target", self.key), (f"SMs ({g.source})", str(g.sm_count)),
+                    ("warp size", str(g.warp_size)),
+                    ("registers", f"{g.registers_per_sm} per SM, {g.max_registers_per_thread} "
+                                  "per thread"),
+                    ("max threads", f"{g.max_threads_per_block} per block, "
+                                    f"{g.max_threads_per_sm} per SM"),
+                    ("shared memory", f"{_size(g.shared_memory_bytes)} per block, "
+                                      f"{_size(g.shared_memory_per_sm)} per SM")]
         return [
             ("target", self.key),
             ("cpu", f"{self.cpu} ({self.triple}){'' if self.runs_here else ', compile only'}"),
@@ -195,14 +255,20 @@ def _parse(spec: str):
     opts = {}
     for p in parts[1:]:
         name, eq, value = p.partition("=")
-        if not eq or name not in ("-mcpu", "-mattr", "-mtriple", "-num-cores"):
+        if kind == "cuda" and name == "-arch" and eq:
+            if not re.fullmatch(r"sm_\d+", value):
+                raise BuildError(f"-arch must name a compute capability such as sm_90, got "
+                                 f"{value!r} in {spec!r}")
+        elif not eq or name not in ("-mcpu", "-mattr", "-mtriple", "-num-cores"):
             if p == "-keys=cpu":
                 continue
             raise BuildError(f"unknown target option {p!r} in {spec!r}; supported: -mcpu=NAME, "
                              "-mattr=+feat,-feat, -mtriple=TRIPLE, -num-cores=N")
         opts[name] = value
+    gpu_arch = opts.pop("-arch", None)
     if kind != "llvm" and opts:
-        raise BuildError(f"target {kind!r} takes no options, got {spec!r}")
+        raise BuildError(f"target {kind!r} takes no options{' but -arch=sm_NN' if kind == 'cuda' else ''}, "
+                         f"got {spec!r}")
     mattr = tuple(a for a in opts.get("-mattr", "").split(",") if a)
     for a in mattr:
         if a[0] not in "+-":
@@ -210,7 +276,8 @@ def _parse(spec: str):
     cores = opts.get("-num-cores")
     if cores is not None and (not cores.isdigit() or int(cores) < 1):
         raise BuildError(f"-num-cores must be a positive integer, got {cores!r} in {spec!r}")
-    return kind, opts.get("-mcpu"), mattr, opts.get("-mtriple"), int(cores) if cores else None
+    return (kind, opts.get("-mcpu"), mattr, opts.get("-mtriple"), int(cores) if cores else None,
+            gpu_arch)
 
 
 # ------------------------------------------------------------------------------ describing
@@ -264,22 +331,55 @@ def _os_caches():
     return found[1], found[2], found.get(3, found[2])
 
 
-def _describe(kind, cpu, mattr, triple, cores):
-    key = " ".join([kind] + ([f"-mtriple={triple}"] if triple else []) +
+def _describe(kind, cpu, mattr, triple, cores, gpu_arch=None):
+    key = " ".join([kind] + ([f"-arch={gpu_arch}"] if gpu_arch else []) +
+                   ([f"-mtriple={triple}"] if triple else []) +
                    ([f"-mcpu={cpu}"] if cpu else []) +
                    ([f"-mattr={','.join(mattr)}"] if mattr else []) +
                    ([f"-num-cores={cores}"] if cores else []))
     d = {"kind": kind, "key": key, "num_cores": cores or host_cores()}
     if kind in GPU_KINDS:
-        d.update(triple=kind, cpu="", features="", vector_bits=32, vector_registers=0, fma=True,
-                 fma_units=1, fma_latency=4, caches=(0, 0, 0), caches_from_os=False,
-                 runs_here=True, arch=kind, warp_size=32, max_threads_per_block=1024,
-                 shared_memory_bytes=48 * KiB)
+        # the architecture stands in the fingerprint's CPU field: it changes the schedules
+        d.update(triple=kind, cpu=gpu_arch or "", features="", vector_bits=32, vector_registers=0,
+                 fma=True, fma_units=1, fma_latency=4, caches=(0, 0, 0), caches_from_os=False,
+                 runs_here=True, arch=kind, gpu_arch=gpu_arch)
         return d
     d.update(_cpu_facts(cpu, mattr, triple))
     if kind == "c":
         d["key"] = "c"
     return d
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_facts() -> GPUFacts:
+    """The facts of CUDA device 0 when a driver and a device are present, else the table's
+    for TDSL_CUDA_ARCH (default sm_80, what PTX is compiled for without a device)."""
+    arch = os.environ.get("TDSL_CUDA_ARCH", "compute_80").replace("compute_", "sm_")
+    if not os.path.exists("/dev/nvidiactl"):       # no driver: do not even import the bindings
+        return gpu_arch_facts(arch)
+    try:
+        from cuda.bindings import driver as drv
+        if int(drv.cuInit(0)[0]) != 0:
+            return gpu_arch_facts(arch)
+        err, dev = drv.cuDeviceGet(0)
+        if int(err) != 0:
+            return gpu_arch_facts(arch)
+        A = drv.CUdevice_attribute
+
+        def get(name):
+            e, v = drv.cuDeviceGetAttribute(getattr(A, name), dev)
+            if int(e) != 0:
+                raise RuntimeError(name)
+            return int(v)
+        return GPUFacts(get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+                        get("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"), 255,
+                        get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+                        get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK"),
+                        get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
+                        get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+                        get("CU_DEVICE_ATTRIBUTE_WARP_SIZE"), "device")
+    except Exception:           # bindings missing or a driver that cannot answer: the table
+        return gpu_arch_facts(arch)
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,7 +18,14 @@ class AutoParams:
     pack: Optional[bool] = None              # copy the reused operand's panel (None: decide)
     parallel: bool = True
     vectorize: bool = True
-    threads: int = 128                       # GPU targets: threads per block
+    threads: int = 128                       # GPU targets: threads per block (elementwise)
+    # GPU contractions; None: sized from the target (SMs, shared memory)
+    block: Optional[Tuple[int, int]] = None        # threads per block (y, x)
+    thread_tile: Optional[Tuple[int, int]] = None  # outputs per thread (rows, columns)
+    k_tile: Optional[int] = None             # reduction steps per shared-memory refill
+    double_buffer: Optional[bool] = None     # refill one shared buffer while using the other
+    # GPU reductions: threads that reduce one row together (None: from the row's length)
+    reduce_threads: Optional[int] = None
 
     @classmethod
     def of(cls, params) -> "AutoParams":
@@ -40,12 +47,23 @@ class AutoParams:
                 raise ScheduleError(f"auto_schedule: params 'tile' must be (rows, vectors) of "
                                     f"positive ints, got {p.tile!r}")
             p.tile = tuple(p.tile)
+        for name in ("block", "thread_tile"):
+            v = getattr(p, name)
+            if v is None:
+                continue
+            if (not isinstance(v, (tuple, list)) or len(v) != 2
+                    or not all(isinstance(x, int) and x >= 1 for x in v)):
+                raise ScheduleError(f"auto_schedule: params '{name}' must be (rows, columns) of "
+                                    f"positive ints, got {v!r}")
+            setattr(p, name, tuple(v))
         for name in ("unroll", "threads"):
             v = getattr(p, name)
             if not isinstance(v, int) or v < 1:
                 raise ScheduleError(f"auto_schedule: params '{name}' must be a positive int, got {v!r}")
-        if p.chunks is not None and (not isinstance(p.chunks, int) or p.chunks < 1):
-            raise ScheduleError(f"auto_schedule: params 'chunks' must be a positive int, got {p.chunks!r}")
+        for name in ("chunks", "k_tile", "reduce_threads"):
+            v = getattr(p, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ScheduleError(f"auto_schedule: params '{name}' must be a positive int, got {v!r}")
         return p
 
     def changed(self) -> dict:

@@ -17,11 +17,12 @@ import numpy as np
 
 from ..autosched import auto_schedule
 from ..autosched.analysis import stage_infos
+from ..autosched.gpu_contraction import BLOCK, THREAD_TILE
 from ..autosched.params import AutoParams
 from ..build import build
 from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
-from ..target import as_target
+from ..target import GPU_KINDS, as_target
 from .task import create_task, get_template, template
 from .tune import tune
 
@@ -51,14 +52,58 @@ def _definition(name, args):
     return (outs if isinstance(outs, (list, tuple)) else [outs]), list(tensors)
 
 
+def _infos(outs):
+    return stage_infos(Schedule(list(outs))).values()
+
+
 def _has_contraction(outs):
-    return any(i.is_reuse_reduction() for i in stage_infos(Schedule(list(outs))).values())
+    return any(i.is_reuse_reduction() for i in _infos(outs))
+
+
+# GPU knobs: None is the rules' own choice; pairs are two knobs (JSON-plain values in logs)
+_GPU_KNOBS = {
+    "block_y": [None, 8, 16, 32], "block_x": [None, 8, 16, 32],
+    "tile_i": [None, 2, 4, 8], "tile_j": [None, 2, 4, 8],
+    "k_tile": [None, 4, 8, 16], "double_buffer": [None, True, False],
+}
+
+
+def _gpu_space(cfg, outs):
+    if _has_contraction(outs):
+        for name, values in _GPU_KNOBS.items():
+            cfg.define_knob(name, values, default=None)
+    if any(i.is_reduction and not i.is_reuse_reduction() for i in _infos(outs)):
+        # 1: one thread per output (no cross-thread reduction)
+        cfg.define_knob("reduce_threads", [None, 1, 32, 64, 128, 256, 512, 1024], default=None)
+    cfg.define_knob("threads", [128, 64, 256, 512], default=128)
+
+
+def _pair(config, a, b):
+    x, y = config.get(a), config.get(b)
+    return None if x is None and y is None else (x, y)
+
+
+def _gpu_params(config) -> AutoParams:
+    p = AutoParams(threads=config.get("threads", 128), k_tile=config.get("k_tile"),
+                   double_buffer=config.get("double_buffer"),
+                   reduce_threads=config.get("reduce_threads"))
+    block, tile = _pair(config, "block_y", "block_x"), _pair(config, "tile_i", "tile_j")
+    # one side of a pair given: the other is the rules' default
+    if block or tile:
+        p.block = tuple(d if x is None else x for x, d in zip(block or (None, None), BLOCK))
+        p.thread_tile = tuple(d if x is None else x for x, d in zip(tile or (None, None), THREAD_TILE))
+    return p
 
 
 def _template():
     def auto_template(cfg, defname, target, *args):
         outs, tensors = _definition(defname, args)
         t = as_target(target)
+        if t.kind in GPU_KINDS:
+            _gpu_space(cfg, outs)
+            p = _gpu_params({k: cfg[k].val for k in [*_GPU_KNOBS, "reduce_threads", "threads"]
+                             if k in cfg})
+            return auto_schedule(outs, target=t, params=p), tensors
         if _has_contraction(outs):
             # None: the rules' own choice (the default config is the untuned auto schedule)
             cfg.define_knob("tile_rows", [None, 1, 2, 3, 4, 6, 7, 8, 12, 14, 16], default=None)
@@ -87,8 +132,10 @@ def create_auto_schedule_task(definition, args=(), target="llvm", **kw):
                        target=str(as_target(target)), **kw)
 
 
-def params_of(config: dict) -> AutoParams:
+def params_of(config: dict, target="llvm") -> AutoParams:
     """The AutoParams a tuned config stands for."""
+    if as_target(target).kind in GPU_KINDS:
+        return _gpu_params(config)
     p = AutoParams(unroll=config.get("unroll", 4), chunks=config.get("chunks"))
     rows, vecs = config.get("tile_rows"), config.get("tile_vecs")
     if rows or vecs:
@@ -138,5 +185,5 @@ def tune_auto_schedule(definition, args=(), target="llvm", timeout_s=60.0, n_tri
             cands.append(default)
         if len(cands) > 1:
             config = _confirm(task, cands)
-    p = params_of(config) if config else None
+    p = params_of(config, target) if config else None
     return auto_schedule(outs, target=target, params=p), tensors, res
