@@ -51,8 +51,10 @@ def gemm_plan(out_shape, target):
     *batch, M, N = out_shape
     rm = REG if M >= REG else 1
     tm = _even_threads(M, rm, BLOCK_M)
-    rn = REG if M >= REG else 2      # a matrix-vector product: more blocks, fewer columns each
-    tn = _even_threads(N, rn, BLOCK_N * BLOCK_M // tm if tm < 4 else BLOCK_N)
+    # a matrix-vector product (a batch-1 dense) is bound by reading the weights: a warp of
+    # single columns per block spreads them over as many blocks as there are 32 columns
+    rn = REG if M >= REG else 1
+    tn = _even_threads(N, rn, BLOCK_N if M >= REG else 32)
     tn = min(tn, gpu_facts(target).max_threads_per_block // tm)
     return [None] * len(batch) + [(tm, rm), (tn, rn)]
 
