@@ -70,6 +70,7 @@ CONVS = {
     "1x1": (8, 9, 16, 1, 1, (1, 1), (1, 1), [0, 0, 0, 0], None, False),
     "3x3_dilation2": (4, 9, 8, 1, 3, (1, 1), (2, 2), None, "relu", False),
     "groups2": (8, 9, 8, 2, 3, (1, 1), (1, 1), None, "relu", False),
+    "groups2_cog6_stride2": (8, 7, 12, 2, 3, (2, 2), (1, 1), None, "relu", False),
     "depthwise_relu_residual": (8, 9, 8, 8, 3, (1, 1), (1, 1), None, "relu", True),
 }
 

@@ -50,7 +50,7 @@ def schedule(s, out, red, target):
 def _conv_sizes(red, info, target):
     CO, CIG, KH, KW = _ishape(info["weight"])
     (sh, sw), (dh, dw) = info["strides"][:2], info["dilation"][:2]
-    plan = conv_plan(_ishape(red), CO // info["groups"], target)
+    plan = conv_plan(_ishape(red), info["groups"], target)
     (ty, _), (tx, rx) = plan[2], plan[3]
     # the input rows and columns one block's tile reads per input channel
     patch = ((ty - 1) * sh + (KH - 1) * dh + 1) * ((tx * rx - 1) * sw + (KW - 1) * dw + 1)

@@ -28,20 +28,22 @@ def _even_threads(extent, per, cap):
     return _cdiv(need, _cdiv(need, cap))
 
 
-def conv_plan(out_shape, co_per_group, target):
-    """(plan, m_threads) of an NCHW conv: channels of one group along M, a block of output
-    rows x columns along N (a thread REG columns of one row)."""
+def conv_plan(out_shape, groups, target):
+    """Plan of an NCHW conv: output channels along M, a block of output rows x columns
+    along N (a thread REG columns of one row)."""
     N, CO, OH, OW = out_shape
-    rm = REG if co_per_group >= REG else 1
-    tm = _even_threads(co_per_group, rm, BLOCK_M)
-    if co_per_group % (tm * rm):
+    cog = CO // groups
+    rm = REG if cog >= REG else 1
+    tm = _even_threads(cog, rm, BLOCK_M)
+    if groups > 1:
         # a channel tile must not straddle two groups: the input slice it reads is one group's
-        tm = max(t for t in range(1, tm + 1) if co_per_group % (t * rm) == 0)
+        rm = max(r for r in (REG, 2, 1) if cog % r == 0)
+        tm = max(t for t in range(1, _even_threads(cog, rm, BLOCK_M) + 1) if cog % (t * rm) == 0)
     rx = min(REG, OW)
     tx = _even_threads(OW, rx, BLOCK_N)
     ty = min(OH, max(1, BLOCK_N // tx))
     facts = gpu_facts(target)
-    while tm * tx * ty > facts.max_threads_per_block:
+    while ty > 1 and tm * tx * ty > facts.max_threads_per_block:
         ty = max(1, ty // 2)
     return [None, (tm, rm), (ty, 1), (tx, rx)]
 
