@@ -20,11 +20,18 @@ then a schedule is chosen per target:
   input (`conv_grouped`; `anchors.depthwise_strided_fast` only when the weights are not
   constants). 2-D max and average pools are two separable passes without gathers per tap
   (`pool`).
-* cuda / opencl: the output is fused and bound to blockIdx.x/threadIdx.x; reductions and
-  anchors keep a plain per-thread loop (correct first, tuned later).
+* cuda / opencl (gpu/, sized by the target's threads and shared memory per block): a
+  conv (not depthwise), dense or matmul is a tiled GEMM (`contraction`: a block per output
+  tile, a 4x4 register tile per thread, operand slices staged in shared memory per
+  reduction step) with the group's epilogue applied by the thread holding the
+  accumulator, one kernel; softmax and layer norm reduce each row across a block's
+  threads (`rows`); pools, depthwise convs and elementwise chains are one output per
+  thread with the reductions that make it computed in a register (`flat`).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.
 
-`register_schedule(target_kind, fn)` plugs a schedule for a new target.
+`register_schedule(target_kind, fn, family)` plugs a schedule for a new target; family
+"gpu" gives its groups the definitions the GPU schedules take (`register_schedule("c",
+schedule_gpu, "gpu")` runs the GPU strategies on the emulated GPU of "c").
 
 Imports point down: dispatch -> groupdef -> cpu/anchors and the other cpu definitions ->
 cpu/loops, stages, topi; cpu/generic (kernels generic in the channel count) builds a

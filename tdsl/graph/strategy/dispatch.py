@@ -41,9 +41,17 @@ SCHEDULES: Dict[str, Callable] = {
 }
 
 
-def register_schedule(target_kind: str, fn: Callable):
-    """fn(schedule, output_tensor, group_def) schedules a fused group for `target_kind`."""
+# which definitions a target's groups take: "cpu" (the fast definitions of cpu/, packed
+# weights) or "gpu" (topi's, as the GPU schedules expect them)
+FAMILIES: Dict[str, str] = {"llvm": "cpu", "c": "cpu", "cuda": "gpu", "opencl": "gpu"}
+
+
+def register_schedule(target_kind: str, fn: Callable, family: str = "cpu"):
+    """fn(schedule, output_tensor, group_def) schedules a fused group for `target_kind`;
+    `family` "gpu" gives it the definitions the GPU schedules take (so "c" with
+    `schedule_gpu` emulates the GPU kernels on the CPU)."""
     SCHEDULES[target_kind] = fn
+    FAMILIES[target_kind] = family
 
 
 AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran
@@ -59,7 +67,7 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
     sched = SCHEDULES.get(kind)
     if sched is None or kind not in ("llvm", "c"):
         return None
-    g = GroupDef(fn, consts, target)
+    g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         return None
@@ -97,7 +105,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     if sched is None:
         raise GraphError(f"build: no schedules for target '{kind}'; known: {', '.join(SCHEDULES)} "
                          "(tdsl.graph.strategy.register_schedule adds one)")
-    g = GroupDef(fn, consts, target)
+    g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     g.auto_params = auto_params
     sizes = {}
     if erasure is not None:

@@ -21,11 +21,12 @@ from .cpu.anchors import conv2d_fast, dense_fast, depthwise_strided_fast
 class GroupDef:
     """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
 
-    def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target):
+    def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target, family="cpu"):
         self.fn = fn
         self.consts = consts
         self.target = as_target(target)
         self.kind = self.target.kind
+        self.family = family       # "cpu": the fast definitions below; "gpu": topi's
         self.pidx = {id(p): i for i, p in enumerate(fn.params)}
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
@@ -70,7 +71,7 @@ class GroupDef:
         for i, p in enumerate(self.fn.params):
             env[id(p)] = i
         tensors = {}
-        fast = self.kind in ("llvm", "c")
+        fast = self.family == "cpu" and self.kind in ("llvm", "c")
         for n in self.fn.nodes():
             ins = []
             for a in n.args:

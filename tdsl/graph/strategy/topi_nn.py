@@ -191,7 +191,8 @@ def conv_generic(ins, attrs, out):
         return tdsl.sum(xp[(n, ci) + tuple(sp[d] * s[d] + rk[d] * dl[d] for d in range(nd))] * w[(co, rc) + tuple(rk)],
                         axis=[rc] + rk)
     y = tdsl.compute(out.shape, f, name=uname("conv"))
-    y._graph_info = {"kind": "conv_generic", "pad": xp if xp is not x else None, "depthwise": cig == 1 and g > 1}
+    y._graph_info = {"kind": "conv_generic", "pad": xp if xp is not x else None, "depthwise": cig == 1 and g > 1,
+                     "weight": w, "strides": s, "dilation": dl, "groups": g}
     return y
 
 

@@ -1,28 +1,20 @@
-"""The cuda / opencl schedule of a group: the output fused and bound to blockIdx.x /
-threadIdx.x; reductions and anchors keep a plain per-thread loop."""
+"""The cuda / opencl schedule of a group (also the emulation of one on "c"): a conv, dense
+or matmul with its epilogue as one tiled GEMM kernel (contraction.py); softmax and layer
+norm a block per row (rows.py); anything else (pools, depthwise convs, elementwise chains)
+one output per thread, the reductions that make one output computed by its thread."""
 from __future__ import annotations
 
-import tdsl
+from . import contraction, rows
+from .flat import schedule_pointwise
+from .tiles import gpu_facts
 
-from ..stages import _stages
-
-
-def schedule_gpu(s, out, g, threads=128):
-    for t in _stages(out):
-        if t is out:
-            continue
-        if t.op.reduce_axis:
-            _bind(s, t, threads)
-        else:
-            s[t].compute_inline()
-    _bind(s, out, threads)
+THREADS = 256     # per block for one-output-per-thread kernels: 8 warps, many blocks per SM
 
 
-def _bind(s, t, threads):
-    axes = list(s[t].op.axis)
-    if not axes:
-        return
-    f = s[t].fuse(*axes) if len(axes) > 1 else axes[0]
-    bo, ti = s[t].split(f, factor=threads)
-    s[t].bind(bo, tdsl.thread_axis("blockIdx.x"))
-    s[t].bind(ti, tdsl.thread_axis("threadIdx.x"))
+def schedule_gpu(s, out, g):
+    red = contraction.anchor(out)
+    if red is not None:
+        return contraction.schedule(s, out, red, g.target)
+    if rows.applies(out):
+        return rows.schedule(s, out, min(THREADS, gpu_facts(g.target).max_threads_per_block))
+    schedule_pointwise(s, out, min(THREADS, gpu_facts(g.target).max_threads_per_block))

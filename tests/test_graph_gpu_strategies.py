@@ -1,0 +1,193 @@
+"""The GPU strategies of the graph layer (tdsl/graph/strategy/gpu/): every strategy against
+onnxruntime on OpenCL (PoCL on the CPU) and on the emulated GPU of target "c"; a conv's
+epilogue in the same kernel as its sum; the CUDA source compiles with NVRTC and ptxas
+finds no spills in the conv and dense kernels; the conv kernel stages tiles in shared
+memory and gives each thread a register tile."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tdsl
+import tdsl.graph as G
+from tdsl.graph import executor
+from tdsl.graph.strategy import dispatch
+from tdsl.graph.strategy.gpu.schedule import schedule_gpu
+from tdsl.runtime import cuda as rcuda
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from test_graph_conv_grouped import _model as conv_model  # noqa: E402
+
+TARGETS = ["opencl", "c"]
+
+
+@pytest.fixture
+def gpu_target(request):
+    """The target name, with "c" taking the GPU strategies (emulated blocks and threads)."""
+    target = request.param
+    if target == "opencl" and not tdsl.runtime.ndarray.opencl(0).exist:
+        pytest.skip("no OpenCL device")
+    saved = dispatch.SCHEDULES["c"], dispatch.FAMILIES["c"]
+    if target == "c":
+        dispatch.register_schedule("c", schedule_gpu, family="gpu")
+    executor.clear_kernel_cache()
+    yield target
+    dispatch.register_schedule("c", saved[0], family=saved[1])
+    executor.clear_kernel_cache()
+
+
+def _model(nodes, inputs, inits=()):
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    g = helper.make_graph(nodes, "m", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, n) for n, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check(model, target, kernels=None):
+    rng = np.random.default_rng(1)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = G.build(G.optimize(G.from_onnx(model)), target=target)
+    got = exe.run(**feeds)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    if kernels is not None:
+        assert len(exe.steps) == kernels, [st[0].name for st in exe.steps]
+        for st in exe.steps:
+            assert len(st[0].module.kernels) == 1, st[0].name
+    return exe
+
+
+# (cin, hw, cout, groups, k, strides, dilation, pads, act, residual)
+CONVS = {
+    "3x3_s1_relu_residual": (8, 9, 16, 1, 3, (1, 1), (1, 1), None, "relu", True),
+    "3x3_s2_bn_relu": (8, 9, 12, 1, 3, (2, 2), (1, 1), None, "relu", False),
+    "1x1": (8, 9, 16, 1, 1, (1, 1), (1, 1), [0, 0, 0, 0], None, False),
+    "3x3_dilation2": (4, 9, 8, 1, 3, (1, 1), (2, 2), None, "relu", False),
+    "groups2": (8, 9, 8, 2, 3, (1, 1), (1, 1), None, "relu", False),
+    "groups2_cog6_stride2": (8, 7, 12, 2, 3, (2, 2), (1, 1), None, "relu", False),
+    "depthwise_relu_residual": (8, 9, 8, 8, 3, (1, 1), (1, 1), None, "relu", True),
+}
+
+
+@pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
+@pytest.mark.parametrize("name", list(CONVS))
+def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target):
+    cin, hw, cout, groups, k, s, d, pads, act, res = CONVS[name]
+    model, _ = conv_model(cin, hw, cout, groups, k, s, d, pads, act, residual=res, bn="bn" in name)
+    exe = _check(model, gpu_target, kernels=1)
+    if gpu_target == "opencl" and groups == 1:
+        src = exe.steps[0][0].module.get_source()
+        assert "__local" in src and "barrier(" in src
+
+
+def _gemm(m, k, n, relu=True):
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"])] + \
+        [helper.make_node("Relu" if relu else "Identity", ["g"], ["y"])]
+    return _model(nodes, [("x", [m, k])], [("w", rng.standard_normal((k, n)).astype(np.float32)),
+                                          ("b", rng.standard_normal(n).astype(np.float32))])
+
+
+OTHERS = {
+    "dense_relu": lambda: _gemm(5, 24, 19),
+    "dense_batch1": lambda: _gemm(1, 40, 70, relu=False),
+    "matmul": lambda: _model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [9, 13]), ("b", [13, 11])]),
+    "batch_matmul": lambda: _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                                   [("a", [3, 6, 10]), ("b", [3, 10, 7])]),
+    "maxpool_pad": lambda: _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                                    pads=[1, 1, 1, 1])], [("x", [2, 3, 9, 9])]),
+    "avgpool_pad": lambda: _model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                                    pads=[1, 1, 1, 1])], [("x", [2, 3, 9, 9])]),
+    "softmax": lambda: _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", [4, 37])]),
+}
+
+
+@pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
+@pytest.mark.parametrize("name", list(OTHERS))
+def test_dense_matmul_pool_softmax(name, gpu_target):
+    _check(OTHERS[name](), gpu_target, kernels=None if name == "softmax" else 1)
+
+
+def _small_cnn():
+    rng = np.random.default_rng(3)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    inits = [("w1", w(8, 3, 3, 3)), ("b1", w(8)), ("w2", w(8, 8, 3, 3)), ("b2", w(8)), ("wd", w(8, 1, 3, 3)),
+             ("w3", w(16, 8, 1, 1)), ("wf", w(16, 10)), ("bf", w(10))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Add", ["r2", "p1"], ["a2"]),
+        helper.make_node("Conv", ["a2", "wd"], ["d"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Conv", ["d", "w3"], ["c3"]),
+        helper.make_node("GlobalAveragePool", ["c3"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["z"]),
+        helper.make_node("Softmax", ["z"], ["y"]),
+    ]
+    return _model(nodes, [("x", [2, 3, 20, 20])], inits)
+
+
+def test_small_cnn_end_to_end_on_opencl():
+    if not tdsl.runtime.ndarray.opencl(0).exist:
+        pytest.skip("no OpenCL device")
+    executor.clear_kernel_cache()
+    _check(_small_cnn(), "opencl")
+
+
+# ---------------------------------------------------------------------------- CUDA
+
+def _cuda_kernel(model):
+    if not rcuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)")
+    exe = G.build(G.optimize(G.from_onnx(model)), target="cuda")
+    (step,) = exe.steps
+    return step[0].module
+
+
+def _ptxas(ptx):
+    """(registers, spill bytes, shared bytes) from `ptxas -v`; a PTX newer than this ptxas
+    (NVRTC from a later CUDA) is declared at the newest version ptxas names."""
+    if not shutil.which("ptxas"):
+        pytest.skip("ptxas is not on the PATH")
+
+    def run(text):
+        return subprocess.run(["ptxas", "-v", "-arch=sm_90", "-", "-o", "/dev/null"], input=text,
+                              capture_output=True, text=True)
+    r = run(ptx)
+    newest = re.search(r"current version is '([\d.]+)'", r.stderr)
+    if r.returncode and newest:
+        r = run(re.sub(r"^\.version [\d.]+", f".version {newest.group(1)}", ptx, flags=re.M))
+    assert r.returncode == 0, r.stderr
+    regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
+    spills = sum(int(v) for v in re.findall(r"(\d+) bytes spill", r.stderr))
+    smem = re.search(r"(\d+) bytes smem", r.stderr)
+    return regs, spills, int(smem.group(1)) if smem else 0
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
+    model, _ = conv_model(64, 56, 64, 1, 3, act="relu", residual=True, batch=batch)
+    mod = _cuda_kernel(model)
+    (k,) = mod.kernels
+    assert k.shared_bytes > 0 and "__shared__" in mod.get_source()
+    threads = int(np.prod(k.block)) * int(np.prod([int(g.value) for g in k.grid]))
+    assert batch * 64 * 56 * 56 / threads >= 4, "fewer than 4 outputs per thread"
+    regs, spills, smem = _ptxas(mod.get_source("ptx"))
+    assert spills == 0 and smem == k.shared_bytes
+
+
+def test_cuda_dense_without_spills():
+    mod = _cuda_kernel(_gemm(1, 512, 1000, relu=False))
+    regs, spills, smem = _ptxas(mod.get_source("ptx"))
+    assert spills == 0 and smem > 0
