@@ -54,9 +54,12 @@ def binds_threads(sched) -> bool:
 
 
 def target_kind(target) -> str:
-    """'llvm', 'c', 'cuda' or 'opencl' from a target string (None means 'llvm')."""
+    """'llvm', 'c', 'cuda' or 'opencl' from a target string (None: the enclosing
+    `with Target(...)` block's, else 'llvm')."""
     if target is None:
-        return "llvm"
+        from .target import Target
+        cur = Target.current()
+        return cur.kind if cur is not None else "llvm"
     kind = getattr(target, "kind", None)    # a tdsl.target.Target
     if kind is not None:
         return kind
@@ -89,6 +92,7 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
 
     With a GPU `target` ("cuda", "opencl") the schedule is checked for the grid, barriers
     are inserted and the kernels are recorded in `func.attrs["kernels"]`. Without one, the
+    target of an enclosing `with tdsl.target.Target(...)` block applies; with neither, the
     function is target-neutral: `build(func, target=...)` adds what a GPU target needs."""
     if not isinstance(s, Schedule):
         raise LoweringError(f"lower: expected a schedule from tdsl.create_schedule, got {s!r}")

@@ -182,6 +182,12 @@ def _full_ranges(op):
     return {iv: iv.dom for iv in list(op.axis) + list(op.reduce_axis)}
 
 
+def root_bound(stage) -> StageBound:
+    """The bound of a stage computed whole, into a buffer of its own shape."""
+    op = stage.op
+    return StageBound(pass_down(stage, _full_ranges(op)), tuple(E.const(0) for _ in op.shape), op.shape)
+
+
 def infer_bounds(sched) -> Dict[object, StageBound]:
     result: Dict[object, StageBound] = {}
     bodies = {}
@@ -190,8 +196,7 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
         if isinstance(op, PlaceholderOp) or stage.attach_type == "inline":
             continue
         if stage.attach_type == "root":
-            root = _full_ranges(op)
-            result[stage] = StageBound(pass_down(stage, root), tuple(E.const(0) for _ in op.shape), op.shape)
+            result[stage] = root_bound(stage)
             continue
         parent = stage.attach_stage
         if parent.attach_type == "inline":

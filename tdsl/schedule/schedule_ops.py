@@ -27,7 +27,7 @@ from ..ir import stmt as S
 from ..ir.visitor import Mutator, substitute, free_vars, walk
 from ..te.compute import THREAD_TAGS
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
+from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
 
@@ -81,9 +81,10 @@ class ScheduleLowering:
                 st = self.sched.stage_map.get(a.op)
                 if st is None:
                     raise LoweringError(f"argument {k} '{a.name}' is not part of the schedule")
-                if st.attach_type == "inline":
-                    raise LoweringError(f"argument {k} '{a.name}' is inlined, so it has no buffer "
-                                        "to pass; remove it from args or do not inline it")
+                if st.attach_type == "inline" and st not in self.bounds:
+                    # TVM leaves such an argument unwritten; the caller would read stale data,
+                    # so it is computed at root as well as inlined into its readers
+                    self.bounds[st] = root_bound(st)
                 key = (st, a.value_index)
                 if key in self.arg_keys:
                     raise LoweringError(f"argument {k} '{a.name}' is passed twice")
@@ -147,7 +148,7 @@ class ScheduleLowering:
                 raise ScheduleError(
                     f"double_buffer: stage '{st.name}' is {where}; attach it (compute_at) "
                     "inside the loop over whose iterations it alternates")
-            if st.attach_type != "root":
+            if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
                 continue
             stmts.append(self.make_nest(st))
             roots.append(st)
