@@ -18,6 +18,7 @@ from .schedule.stage import Stage
 from .lower import lower
 from .build import build
 from . import utils  # noqa: E402  (get_const_tuple)
+from . import contrib  # noqa: E402  (contrib.cc.create_shared: link saved object files)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
 from .autosched import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.autosched)
 from .runtime import ndarray as nd
