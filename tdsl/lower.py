@@ -19,6 +19,7 @@ from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
 from .te.regions import check_reads
+from .te.scan import scan_roles
 from .te.tensor import PlaceholderOp, Tensor
 
 PASSES = [
@@ -70,8 +71,9 @@ def target_kind(target) -> str:
 
 def default_args(sched: Schedule):
     """The placeholders read by the schedule, then its outputs."""
+    states = scan_roles([st.op for st in sched.stages])    # a scan's state is its output
     ins = [st.op.output(0) for st in sched.stages if isinstance(st.op, PlaceholderOp)
-           and any(st in sched.producers(c) for c in sched.stages)]
+           and st.op not in states and any(st in sched.producers(c) for c in sched.stages)]
     outs = [t for op in sched.outputs for t in sched.stage_map[op].origin_op.outputs]
     return ins + outs
 
