@@ -8,7 +8,7 @@ from .errors import (TdslError, ScheduleError, LoweringError, BuildError, Argume
 from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
                  sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
                  ceil, round, sin, cos, exp2, log2, trunc, abs, power, if_then_else, select, const,
-                 cast, Tensor, IterVar)
+                 cast, Tensor, IterVar, scan)
 from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, asinh, acosh,
                  atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
                  popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
@@ -18,6 +18,7 @@ from .schedule.stage import Stage
 from .lower import lower
 from .build import build
 from . import utils  # noqa: E402  (get_const_tuple)
+from . import contrib  # noqa: E402  (contrib.cc.create_shared: link saved object files)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
 from .autosched import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.autosched)
 from .runtime import ndarray as nd

@@ -21,10 +21,11 @@ from .lower import lower, lower_for_target
 from .target import KINDS as TARGETS, as_target
 
 
-def build(s, args=None, target="llvm", name=None):
+def build(s, args=None, target=None, name=None):
     """Compiles schedule `s` into a callable Module for `target`; `s` may also be the
-    PrimFunc of `tdsl.lower(s, args)` (its arguments are fixed then)."""
-    if target is None or (isinstance(target, str) and not target.strip()):
+    PrimFunc of `tdsl.lower(s, args)` (its arguments are fixed then). With no target, the
+    one of the enclosing `with tdsl.target.Target(...)` block, else "llvm"."""
+    if isinstance(target, str) and not target.strip():
         raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
     t = as_target(target)
     if isinstance(s, PrimFunc):

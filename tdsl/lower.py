@@ -19,6 +19,7 @@ from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
 from .te.regions import check_reads
+from .te.scan import ScanOp, scan_roles
 from .te.tensor import PlaceholderOp, Tensor
 
 PASSES = [
@@ -54,9 +55,12 @@ def binds_threads(sched) -> bool:
 
 
 def target_kind(target) -> str:
-    """'llvm', 'c', 'cuda' or 'opencl' from a target string (None means 'llvm')."""
+    """'llvm', 'c', 'cuda' or 'opencl' from a target string (None: the enclosing
+    `with Target(...)` block's, else 'llvm')."""
     if target is None:
-        return "llvm"
+        from .target import Target
+        cur = Target.current()
+        return cur.kind if cur is not None else "llvm"
     kind = getattr(target, "kind", None)    # a tdsl.target.Target
     if kind is not None:
         return kind
@@ -67,8 +71,9 @@ def target_kind(target) -> str:
 
 def default_args(sched: Schedule):
     """The placeholders read by the schedule, then its outputs."""
+    states = scan_roles([st.op for st in sched.stages])    # a scan's state is its output
     ins = [st.op.output(0) for st in sched.stages if isinstance(st.op, PlaceholderOp)
-           and any(st in sched.producers(c) for c in sched.stages)]
+           and st.op not in states and any(st in sched.producers(c) for c in sched.stages)]
     outs = [t for op in sched.outputs for t in sched.stage_map[op].origin_op.outputs]
     return ins + outs
 
@@ -89,6 +94,7 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
 
     With a GPU `target` ("cuda", "opencl") the schedule is checked for the grid, barriers
     are inserted and the kernels are recorded in `func.attrs["kernels"]`. Without one, the
+    target of an enclosing `with tdsl.target.Target(...)` block applies; with neither, the
     function is target-neutral: `build(func, target=...)` adds what a GPU target needs."""
     if not isinstance(s, Schedule):
         raise LoweringError(f"lower: expected a schedule from tdsl.create_schedule, got {s!r}")
@@ -100,6 +106,10 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         raise LoweringError(f"lower: the name must be an identifier, got {name!r}")
     kind = target_kind(target)
     gpu = _needs_gpu_passes(s, kind)
+    if gpu and any(isinstance(st.op, ScanOp) for st in s.stages):
+        # the step loop would run on the host between kernel launches: not written yet
+        raise LoweringError(f"lower: target '{kind}': a tdsl.scan runs on CPU targets only "
+                            "('llvm', or 'c' without GPU bindings) for now")
     if gpu:     # before any work: a schedule that cannot run on the grid fails at once
         from .passes.gpu import check_gpu_schedule
         check_gpu_schedule(s, kind)

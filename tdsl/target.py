@@ -26,6 +26,7 @@ that describing a target never initialises a driver), else from the table for
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import html
 import os
@@ -137,6 +138,24 @@ class Target:
     def __setattr__(self, name, value):
         raise AttributeError("a Target is immutable")
 
+    # -- the target context -----------------------------------------------------------------
+    def __enter__(self):
+        _scope.set(_scope.get() + (self,))
+        return self
+
+    def __exit__(self, *exc):
+        _scope.set(_scope.get()[:-1])
+        return False
+
+    @staticmethod
+    def current(allow_none=True):
+        """The target of the innermost `with Target(...)` block of this thread, else None
+        (with `allow_none=False`, a BuildError instead)."""
+        stack = _scope.get()
+        if not stack and not allow_none:
+            raise BuildError("Target.current(): no `with tdsl.target.Target(...)` block is active")
+        return stack[-1] if stack else None
+
     # -- facts ------------------------------------------------------------------------------
     def vector_lanes(self, dtype="float32") -> int:
         """Elements of `dtype` in one vector register (1 for GPU targets)."""
@@ -231,9 +250,17 @@ class Target:
         return f"<table>{body}</table>"
 
 
+# the `with Target(...)` blocks entered, innermost last; a context variable, so each thread
+# (and each asyncio task) has its own
+_scope = contextvars.ContextVar("tdsl_target_scope", default=())
+
+
 def as_target(target) -> Target:
-    """A `Target` from a Target, a target string or None (the host)."""
-    return target if isinstance(target, Target) else _cached(target if target is not None else "llvm")
+    """A `Target` from a Target or a target string; None means the target of the enclosing
+    `with Target(...)` block, else the host."""
+    if target is None:
+        target = Target.current() or "llvm"
+    return target if isinstance(target, Target) else _cached(target)
 
 
 @functools.lru_cache(maxsize=256)

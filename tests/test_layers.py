@@ -22,7 +22,7 @@ LEVELS = (
     ("schedule", ("tdsl.schedule",)),
     ("passes", ("tdsl.passes",)),
     ("lower", ("tdsl.lower",)),
-    ("runtime", ("tdsl.runtime",)),
+    ("runtime", ("tdsl.runtime", "tdsl.contrib")),
     ("codegen", ("tdsl.codegen",)),
     ("build", ("tdsl.build", "tdsl.fingerprint")),
     ("autosched", ("tdsl.autosched",)),

@@ -29,10 +29,10 @@ class AutoSchedule(Schedule):
         return self.explanation
 
 
-def auto_schedule(outputs, target="llvm", params=None) -> AutoSchedule:
+def auto_schedule(outputs, target=None, params=None) -> AutoSchedule:
     """A schedule for `outputs` (a tensor or a list of them) on `target` (a string or a
-    `tdsl.target.Target`), sized from the target's vector lanes, registers, FMA units and
-    cores. `params` (a dict or `AutoParams`) overrides the sizes the rules would derive."""
+    `tdsl.target.Target`; None: the enclosing `with Target(...)` block's, else "llvm"),
+    sized from the target's vector lanes, registers, FMA units and cores. `params` (a dict or `AutoParams`) overrides the sizes the rules would derive."""
     t = as_target(target)
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     if not outs:
@@ -50,7 +50,7 @@ def auto_schedule(outputs, target="llvm", params=None) -> AutoSchedule:
     return s
 
 
-def apply_rules(s, target="llvm", params=None) -> Explanation:
+def apply_rules(s, target=None, params=None) -> Explanation:
     """Applies the rules to `s`, a schedule nothing was done to yet (the graph layer's
     fallback for groups without a hand strategy); returns the explanation."""
     t = as_target(target)

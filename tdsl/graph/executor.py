@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ArgumentError, GraphError
 from ..runtime import cpu
+from ..target import Target
 from .ir import Const, Function, Module
 from .ir.text import print_function
 from .passes import fuse_ops, plan_memory
@@ -111,7 +112,9 @@ class Executor:
     always takes) leaves its own inputs there.
     """
 
-    def __init__(self, mod: Module, target="llvm", tune_minutes=0.0, log_file=None):
+    def __init__(self, mod: Module, target=None, tune_minutes=0.0, log_file=None):
+        if target is None:      # fixed now: the executor outlives the `with Target` block
+            target = Target.current() or "llvm"
         if not isinstance(mod, Module):
             raise GraphError(f"build: expected a tdsl.graph.Module, got {type(mod).__name__}")
         if not isinstance(tune_minutes, (int, float)) or tune_minutes < 0:
@@ -312,8 +315,9 @@ def describe_group(fn: Function) -> str:
     return f"{'x'.join(map(str, out.type.shape))}" if out.type.ndim else ""
 
 
-def build(mod: Module, target: str = "llvm", tune_minutes: float = 0.0, log_file=None) -> Executor:
-    """Compiles every fused group of `mod` for `target` and returns an Executor. An
+def build(mod: Module, target=None, tune_minutes: float = 0.0, log_file=None) -> Executor:
+    """Compiles every fused group of `mod` for `target` (None: the enclosing `with
+    tdsl.target.Target(...)` block's, else "llvm") and returns an Executor. An
     unoptimized module is fused first (one kernel per operator chain). `tune_minutes`: the
     groups without a hand strategy share that much search of the auto-scheduler's
     parameters (records in `log_file`, reused by later builds)."""

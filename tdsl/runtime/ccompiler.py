@@ -41,10 +41,10 @@ def identity(cc: str) -> str:
         return real
 
 
-def shared_object(files: dict, flags: list, what: str) -> bytes:
+def shared_object(files: dict, flags: list, what: str, cc: str = None) -> bytes:
     """Compiles and links `files` ({name: bytes or str}; `.c` sources and `.o` objects,
     or paths given as `None` values) into a shared object and returns its bytes."""
-    cc = compiler(what)
+    cc = cc or compiler(what)
     with tempfile.TemporaryDirectory(prefix="tdsl_cc_") as tmp:
         inputs = []
         for name, content in files.items():

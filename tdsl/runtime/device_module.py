@@ -90,6 +90,17 @@ class DeviceModule:
         raise TdslError(f"get_source: unknown format {fmt!r} for target {self.target!r}; use '' "
                         "or 'ptx'")
 
+    def save(self, path, fmt: str = ""):
+        """Writes the kernel source (`.cu`, `.cl`, `.c`) or, for CUDA, its PTX (`.ptx`)."""
+        path = str(path)
+        fmt = fmt or path.rsplit(".", 1)[-1]
+        if fmt not in ("cu", "cl", "c", "ptx"):
+            raise TdslError(f"save({path!r}): a {self.target} module saves its source (.cu, .cl, "
+                            ".c) or PTX (.ptx)")
+        from .libfile import write_atomic
+        write_atomic(path, self.get_source("ptx" if fmt == "ptx" else "").encode())
+        return path
+
     def export_library(self, path):
         raise TdslError(f"export_library is for CPU modules; a {self.target} module keeps its "
                         "source (get_source()) instead")

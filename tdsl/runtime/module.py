@@ -512,3 +512,23 @@ class Module:
         (a path ending in `.o` gets the bare object file instead)."""
         self._backend.export(str(path), self.signature.raw)
         return str(path)
+
+    def save(self, path, fmt: str = ""):
+        """Writes the module's code by the file's suffix (or `fmt`): `.o` the
+        position-independent object file (link it with `tdsl.contrib.cc.create_shared`),
+        `.ll` the optimised LLVM IR, `.s` the assembly."""
+        path = str(path)
+        if not fmt:
+            base = path.replace("\\", "/").rsplit("/", 1)[-1]
+            fmt = base.rsplit(".", 1)[-1] if "." in base else ""
+        if fmt == "o":
+            if not path.endswith(".o"):
+                raise BuildError(f"save({path!r}, 'o'): name an object file with the suffix .o")
+            self._backend.export(path, self.signature.raw)
+        elif fmt in ("ll", "s"):
+            from .libfile import write_atomic
+            write_atomic(path, self.get_source("ll" if fmt == "ll" else "asm").encode())
+        else:
+            raise BuildError(f"save({path!r}): unknown format {fmt!r}; use a path ending in .o, "
+                             ".ll or .s")
+        return path

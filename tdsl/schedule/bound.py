@@ -25,6 +25,7 @@ from ..errors import LoweringError
 from ..ir import expr as E
 from ..ir.expr import Range
 from ..ir.visitor import Mutator, substitute, walk
+from ..te.scan import scan_roles
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp
 from .relations import Fuse, Split
 
@@ -182,16 +183,28 @@ def _full_ranges(op):
     return {iv: iv.dom for iv in list(op.axis) + list(op.reduce_axis)}
 
 
+def root_bound(stage, step=None) -> StageBound:
+    """The bound of a stage computed whole, into a buffer of its own shape; a scan's update
+    (`step`: the scan's step variable) computes one row per step."""
+    op = stage.op
+    ranges = _full_ranges(op)
+    if step is not None:
+        ranges[op.axis[0]] = Range(step, E.const(1))
+    return StageBound(pass_down(stage, ranges), tuple(E.const(0) for _ in op.shape), op.shape)
+
+
 def infer_bounds(sched) -> Dict[object, StageBound]:
     result: Dict[object, StageBound] = {}
     bodies = {}
+    roles = scan_roles([st.op for st in sched.stages])
     for stage in reversed(sched.stages):
         op = stage.op
         if isinstance(op, PlaceholderOp) or stage.attach_type == "inline":
             continue
         if stage.attach_type == "root":
-            root = _full_ranges(op)
-            result[stage] = StageBound(pass_down(stage, root), tuple(E.const(0) for _ in op.shape), op.shape)
+            role = roles.get(op)
+            step = role[0].scan_axis.var if role is not None and role[2] == "update" else None
+            result[stage] = root_bound(stage, step)
             continue
         parent = stage.attach_stage
         if parent.attach_type == "inline":

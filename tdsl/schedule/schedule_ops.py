@@ -26,8 +26,9 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, substitute, free_vars, walk
 from ..te.compute import THREAD_TAGS
+from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from .bound import (StageBound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
+from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
 
@@ -53,6 +54,7 @@ class ScheduleLowering:
     def __init__(self, sched, args, name):
         self.sched = sched
         self.name = name
+        self.roles = scan_roles([st.op for st in sched.stages])
         self.bounds: Dict[object, StageBound] = infer_bounds(sched)
         self.bodies = {}
         self.buffers = {}         # (stage, output index) -> Buffer
@@ -81,9 +83,15 @@ class ScheduleLowering:
                 st = self.sched.stage_map.get(a.op)
                 if st is None:
                     raise LoweringError(f"argument {k} '{a.name}' is not part of the schedule")
-                if st.attach_type == "inline":
-                    raise LoweringError(f"argument {k} '{a.name}' is inlined, so it has no buffer "
-                                        "to pass; remove it from args or do not inline it")
+                if st.attach_type == "inline" and st not in self.bounds:
+                    # TVM leaves such an argument unwritten; the caller would read stale data,
+                    # so it is computed at root as well as inlined into its readers
+                    self.bounds[st] = root_bound(st)
+                role = self.roles.get(a.op)
+                if role is not None:
+                    raise LoweringError(f"argument {k} '{a.name}' is the {role[2]} of scan "
+                                        f"'{role[0].name}', which lives in the scan's output; "
+                                        "pass the scan's output instead")
                 key = (st, a.value_index)
                 if key in self.arg_keys:
                     raise LoweringError(f"argument {k} '{a.name}' is passed twice")
@@ -100,12 +108,16 @@ class ScheduleLowering:
         for st in self.sched.stages:
             if st.is_output and st not in self.arg_stages:
                 raise LoweringError(f"output '{st.name}' is not in the argument list")
-            if isinstance(st.op, PlaceholderOp) and st not in self.arg_stages:
+            if isinstance(st.op, PlaceholderOp) and st not in self.arg_stages \
+                    and st.op not in self.roles:
                 if any(st in self.sched.producers(c) for c in self.sched.stages):
                     raise LoweringError(f"placeholder '{st.name}' is read but not in the argument list")
 
     def buffer(self, st, k=0) -> S.Buffer:
         """The buffer of output `k` of stage `st`."""
+        role = self.roles.get(st.op)
+        if role is not None:     # a scan's init, update and state are rows of its output
+            return self.buffer(self.sched.stage_map[role[0]], role[1])
         buf = self.buffers.get((st, k))
         if buf is None:
             b = self.bounds[st]
@@ -147,14 +159,44 @@ class ScheduleLowering:
                 raise ScheduleError(
                     f"double_buffer: stage '{st.name}' is {where}; attach it (compute_at) "
                     "inside the loop over whose iterations it alternates")
-            if st.attach_type != "root":
+            if st.op in self.roles:
+                continue        # emitted with its scan
+            if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
                 continue
-            stmts.append(self.make_nest(st))
+            stmts.append(self.make_scan(st) if isinstance(st.op, ScanOp) else self.make_nest(st))
             roots.append(st)
         body = S.seq(*stmts)
         for st in reversed(roots):
             body = self._allocate(st, body)
         return body
+
+    def make_scan(self, st) -> S.Stmt:
+        """The init nests, then the serial loop over the steps with each update's nest (one
+        row per step) inside."""
+        op = st.op
+        for t in op.init + op.update:
+            m = self.sched.stage_map[t.op]
+            if m.attach_type != "root":
+                raise ScheduleError(f"scan '{op.name}': '{m.name}' is part of the scan and is "
+                                    "computed by it; it cannot be inlined or attached elsewhere")
+        self._check_state_readers(op)
+        inits = [self.make_nest(self.sched.stage_map[t.op]) for t in op.init]
+        updates = [self.make_nest(self.sched.stage_map[t.op]) for t in op.update]
+        ax = op.scan_axis
+        loop = S.For(ax.var, ax.dom.min, ax.dom.extent, S.ForKind.SERIAL, S.seq(*updates))
+        return S.seq(*inits, loop)
+
+    def _check_state_readers(self, op):
+        """A compute that reads the state needs the step it runs in: it must be inside the
+        update (attached or inlined), or be the update."""
+        states = {t.op for t in op.state_placeholder}
+        for st in self.sched.stages:
+            if st.attach_type != "root" or not isinstance(st.op, ComputeOp) or st.op in self.roles:
+                continue
+            if _reads_any(effective_bodies(self.sched, st, self.bodies), states):
+                raise ScheduleError(f"scan '{op.name}': stage '{st.name}' reads the scan state at "
+                                    "root, before the steps exist; compute_at it inside the "
+                                    "update or compute_inline it")
 
     def _for(self, st, iv, body):
         rng = self.bounds[st].ranges[iv]
@@ -409,6 +451,17 @@ class ScheduleLowering:
             return S.IfThenElse(E.EQ(v, E.const(0)), _wrap_threads(wraps, store))
         parts.append(thread_loop("w", write))
         return self._wrap(st, leaves[:p], _allocate_all(reds, S.seq(*parts)))
+
+
+def _reads_any(bodies, ops) -> bool:
+    found = []
+
+    def f(n):
+        if isinstance(n, E.ProducerLoad) and n.tensor.op in ops:
+            found.append(n)
+    for b in bodies:
+        walk(b, f)
+    return bool(found)
 
 
 def _bound_tag(st, iv) -> str:

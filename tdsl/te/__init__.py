@@ -10,3 +10,4 @@ from .compute import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, c
                       isfinite, popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not,
                       shift_left, shift_right, min_value, max_value)
 from .tensor import TensorSlice
+from .scan import ScanOp, scan

@@ -30,7 +30,8 @@ def _shape(shape, what):
     if isinstance(shape, (int, E.Expr)):
         shape = (shape,)
     out = []
-    for s in shape:
+    for k, s in enumerate(shape):
+        s = _integral_float(s, k, what)
         if isinstance(s, bool) or not isinstance(s, (int, E.Expr)) and not hasattr(s, "item"):
             raise TdslError(f"{what}: shape entries must be integers or tdsl.var sizes, got {s!r}")
         s = E.convert(s)
@@ -40,6 +41,18 @@ def _shape(shape, what):
             raise TdslError(f"{what}: negative size {s.value} in shape")
         out.append(s)
     return tuple(out)
+
+
+def _integral_float(s, k, what):
+    """`N / bn` in Python 3 is a float even when bn divides N (TVM users write shapes that
+    way): an integral float is that integer; any other float is a mistake worth naming."""
+    if isinstance(s, float) or (hasattr(s, "dtype") and getattr(s.dtype, "kind", "") == "f"):
+        v = float(s)
+        if not v.is_integer():
+            raise TdslError(f"{what}: shape entry {k} is {v!r}, not a whole number; "
+                            "sizes must be integers (use // for an integer division)")
+        return int(v)
+    return s
 
 
 def placeholder(shape, dtype="float32", name="placeholder"):
