@@ -159,3 +159,110 @@ def test_cuda_executor_builds_without_a_gpu():
         pytest.skip("a GPU is here: the run is checked by the OpenCL tests' twins on CUDA")
     with pytest.raises(tdsl.TdslError, match="GPU that is not here"):
         exe.run(np.zeros((2, 16), np.float32))
+
+
+class _FakeDriver:
+    """cuda-bindings' driver API with host memory and no kernels: records what the CUDA
+    executor asks of the driver, so its launch path (streams, bound launches, graph capture,
+    copies) runs here without a GPU. Results are meaningless; the calls are the test."""
+
+    class _Enum:
+        def __getattr__(self, name):
+            return type("V", (), {"value": 1})()
+
+    CUdevice_attribute = CUstream_flags = CUstreamCaptureMode = _Enum()
+
+    def __init__(self):
+        self.calls, self.mem, self.capturing = [], {}, False
+
+    def CUdeviceptr(self, p):
+        return p
+
+    def __getattr__(self, name):            # anything not modelled: succeed, return nothing
+        def call(*args):
+            self.calls.append(name)
+            return (0, None)
+        return call
+
+    def cuMemAlloc(self, n):
+        self.calls.append("cuMemAlloc")
+        buf = np.zeros(n, np.uint8)
+        self.mem[buf.ctypes.data] = buf
+        return (0, buf.ctypes.data)
+
+    def _copy(self, name, dst, src, n, *stream):
+        import ctypes
+        self.calls.append(name)
+        ctypes.memmove(dst, src, n)
+        return (0,)
+
+    def cuMemcpyHtoDAsync(self, *a):
+        return self._copy("cuMemcpyHtoDAsync", *a)
+
+    def cuMemcpyDtoHAsync(self, *a):
+        return self._copy("cuMemcpyDtoHAsync", *a)
+
+    def cuMemcpyDtoDAsync(self, *a):
+        return self._copy("cuMemcpyDtoDAsync", *a)
+
+    def cuMemcpyHtoD(self, *a):
+        return self._copy("cuMemcpyHtoD", *a)
+
+    def cuLaunchKernel(self, *a):
+        assert len(a) == 11 and a[10] == 0
+        self.calls.append("cuLaunchKernel(captured)" if self.capturing else "cuLaunchKernel")
+        return (0,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self.capturing = True
+        self.calls.append("cuStreamBeginCapture")
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        self.capturing = False
+        self.calls.append("cuStreamEndCapture")
+        return (0, "graph")
+
+    def cuEventElapsedTime(self, start, end):
+        return (0, 1.0)
+
+    def cuStreamCreate(self, flags):
+        self.calls.append("cuStreamCreate")
+        return (0, object())
+
+
+def test_cuda_run_path_through_a_fake_driver(monkeypatch):
+    from tdsl.graph import models
+    from tdsl.runtime import cuda
+    if not cuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed")
+    if tdsl.cuda(0).exist:
+        pytest.skip("a real GPU is here")
+    fake = _FakeDriver()
+    dev = cuda._DriverDevice.__new__(cuda._DriverDevice)
+    dev.d, dev.ctx, dev.name, dev.compute_capability = fake, None, "fake", (9, 0)
+    dev._modules, dev.counts = {}, cuda.Counts()
+    monkeypatch.setitem(cuda._devices, 0, dev)
+    exe = _build(models.mlp(batch=2, sizes=(16, 32, 8)), "cuda")
+    n_launches = sum(len(k.module.kernels) for k, _, _ in exe.steps)
+    assert fake.calls.count("cuLaunchKernel(captured)") == n_launches
+    assert "cuGraphInstantiate" in fake.calls and "cuLaunchKernel" not in fake.calls
+    fake.calls.clear()
+    x = _x((2, 16))
+    out = exe.run(x)[0]
+    assert out.shape == (2, 8)
+    assert [c for c in fake.calls if c != "cuCtxSetCurrent"] == [
+        "cuMemcpyHtoDAsync", "cuGraphLaunch", "cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+    fake.calls.clear()
+    res = exe.run(tdsl.nd.array(x, tdsl.cuda(0)), output="device")
+    assert isinstance(res[0], tdsl.nd.NDArray)
+    assert "cuMemcpyDtoHAsync" not in fake.calls and fake.calls.count("cuMemcpyDtoDAsync") == 2
+    exe.profile(number=1)
+    assert set(exe.stats["cuda_graph"]) == {"launches_s", "graph_s", "saved_s"}
+    assert "CUDA graph:" in exe.profile_text(number=1)
+    monkeypatch.setenv("TDSL_CUDA_GRAPHS", "0")
+    exe = _build(models.mlp(batch=2, sizes=(16, 32, 8)), "cuda")
+    fake.calls.clear()
+    exe.run(x)
+    assert fake.calls.count("cuLaunchKernel") == n_launches and "cuGraphLaunch" not in fake.calls
+    exe.profile(number=1)
