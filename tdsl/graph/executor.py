@@ -1,6 +1,8 @@
 """`build(mod, target)` -> `Executor`: one tdsl kernel per fused group, buffers preallocated
 from the memory plan (one arena per run state, see runstate.py), constants re-laid out
-once for their kernels.
+once for their kernels. For GPU targets (cuda, opencl) all of it lives on the device:
+constants are uploaded once at build, each run state is a device arena with its kernels
+bound (device_state.py), and a run copies only its inputs in and its outputs out.
 
 Kernels are cached by (target, group text with parameter types, which parameters are
 constants): identical layers compile once per process.
@@ -13,12 +15,15 @@ from typing import Dict, List
 
 import numpy as np
 
-from ..errors import ArgumentError, GraphError
+from ..errors import ArgumentError, GraphError, TdslError
 from ..runtime import cpu
-from ..target import Target
+from ..runtime import ndarray as nd
+from ..target import Target, as_target
+from .device_state import make_device_state, upload_constants
 from .ir import Const, Function, Module
 from .ir.text import print_function
 from .passes import fuse_ops, plan_memory
+from .passes.memory import ALIGN
 from .runstate import StatePool, make_state
 from .strategy import compile_group, tune_group
 from .strategy.cpu import generic
@@ -122,7 +127,16 @@ class Executor:
         fused = fuse_ops(mod)
         self.mod = fused
         self.target = target
-        self.plan = plan_memory(fused)
+        kind = as_target(target).kind
+        # GPU targets keep their buffers on the device; "c" emulates GPU schedules on the host
+        self.device = nd.Device(kind, 0) if kind in ("cuda", "opencl") else None
+        api, self._unavailable = None, None
+        if self.device is not None:
+            try:
+                api = self.device._api()
+            except TdslError as e:      # build anyway (kernels need no GPU); runs say why
+                self._unavailable = str(e)
+        self.plan = plan_memory(fused, max(ALIGN, getattr(api, "view_alignment", 1)))
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
         fn = fused.main
         self.input_vars = list(fn.params)
@@ -163,7 +177,17 @@ class Executor:
         for _, args, _ in self.steps:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
-        self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
+        if self.device is None:
+            self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
+        else:
+            if kind == "cuda":       # NVRTC errors at build, GPU or not
+                for src in {id(k.module): k.module for k, _, _ in self.steps}.values():
+                    src.get_source("ptx")
+            if self._unavailable is None:
+                self.steps = upload_constants(self.steps, self.device)
+                self._pool = StatePool(lambda: make_device_state(self.plan, fn, self.steps, self.device))
+            else:
+                self._pool = _NoDevice(self._unavailable)
         self.inputs = self._pool.default.inputs
 
     def _tune(self, fused, target, minutes, log_file):
@@ -205,18 +229,38 @@ class Executor:
         if name not in state.inputs:
             raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
         buf = state.inputs[name]
+        if isinstance(value, nd.NDArray):
+            if value._host is not None:
+                value = value._host
+            elif self.device is None or value.device != self.device:
+                value = value.numpy()
+            else:        # already on this device: one copy on the device, in the run's order
+                if value.shape != buf.shape or value.dtype != buf.dtype:
+                    raise ArgumentError(f"input '{name}': expected shape {buf.shape} and dtype "
+                                        f"{buf.dtype}, got {value.shape} {value.dtype}")
+                buf.copyfrom(value, state.launches.stream)
+                return
         arr = np.asarray(value)
         if arr.shape != buf.shape:
             raise ArgumentError(f"input '{name}': expected shape {buf.shape}, got {arr.shape}")
         if arr.dtype != buf.dtype:
             if not np.can_cast(arr.dtype, buf.dtype, casting="same_kind"):
                 raise ArgumentError(f"input '{name}': expected dtype {buf.dtype}, got {arr.dtype}")
-        np.copyto(buf, arr, casting="unsafe")
+        if isinstance(buf, np.ndarray):
+            np.copyto(buf, arr, casting="unsafe")
+        else:
+            buf.copyfrom(arr.astype(buf.dtype, copy=False), state.launches.stream)
 
-    def run(self, *args, **inputs):
-        """Sets the inputs (positional in parameter order, or by name), runs every kernel,
-        returns the outputs as a list of new numpy arrays. Safe to call from several
-        threads at once: each concurrent call runs on a state of its own."""
+    def run(self, *args, output="numpy", **inputs):
+        """Sets the inputs (positional in parameter order, or by name: numpy arrays, or
+        `tdsl.nd` arrays, which on the executor's GPU are copied on the device), runs every
+        kernel, returns the outputs as a list of new arrays: numpy (`output="numpy"`), or
+        `tdsl.nd` arrays on the executor's device (`output="device"`: copied on the device,
+        never to the host; each is a new allocation). An input named `output` is set
+        positionally. Safe to call from several threads at once: each concurrent call runs
+        on a state of its own."""
+        if output not in ("numpy", "device"):
+            raise ArgumentError(f"output must be 'numpy' or 'device', got {output!r}")
         if len(args) > len(self.input_vars):
             raise ArgumentError(f"expected {len(self.input_vars)} inputs, got {len(args)}")
         state = self._pool.take()
@@ -229,9 +273,20 @@ class Executor:
             missing = [p.name for p in self.input_vars if p.name not in given]
             if missing:
                 raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
-            _run_calls(state.calls)
-            # copies: the state goes back to the pool, and its buffers to the next run
-            return [o.copy() for o in state.outputs]
+            if state.launches is None:
+                _run_calls(state.calls)
+                # copies: the state goes back to the pool, and its buffers to the next run
+                if output == "device":
+                    return [nd.array(o) for o in state.outputs]
+                return [o.copy() for o in state.outputs]
+            seq = state.launches
+            seq()
+            if output == "device":
+                outs = [nd.empty(o.shape, o.dtype, self.device).copyfrom(o, seq.stream)
+                        for o in state.outputs]
+                seq.sync()
+                return outs
+            return [o.numpy(seq.stream) for o in state.outputs]
         finally:
             self._pool.give(state)
 
@@ -241,14 +296,18 @@ class Executor:
         """Latency of one inference (inputs as last set on the default state, by set_input
         or a run that took it): dict of mean/min/median seconds."""
         state = self._pool.take(default=True)
+        run = state.launches or (lambda: _run_calls(state.calls))
+        wait = state.launches.sync if state.launches else (lambda: None)
         try:
             for _ in range(warmup):
-                _run_calls(state.calls)
+                run()
+            wait()
             res = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 for _ in range(number):
-                    _run_calls(state.calls)
+                    run()
+                wait()
                 res.append((time.perf_counter() - t0) / number)
         finally:
             self._pool.give(state)
@@ -257,21 +316,36 @@ class Executor:
 
     def profile(self, number=10):
         """Per-kernel time on the default state: list of (kernel name, seconds per call,
-        share), slowest first."""
+        share), slowest first. On a GPU the times are device times (events); where the run
+        is a captured CUDA graph, `stats["cuda_graph"]` then says what the graph saved over
+        launching kernel by kernel (device seconds per run, both ways)."""
         state = self._pool.take(default=True)
         try:
-            _run_calls(state.calls)
-            times = [0.0] * len(self.steps)
-            for _ in range(number):
-                for i, call in enumerate(state.calls):
-                    t0 = time.perf_counter()
-                    call()
-                    times[i] += time.perf_counter() - t0
+            if state.launches is not None:
+                times = self._profile_device(state, number)
+            else:
+                _run_calls(state.calls)
+                times = [0.0] * len(self.steps)
+                for _ in range(number):
+                    for i, call in enumerate(state.calls):
+                        t0 = time.perf_counter()
+                        call()
+                        times[i] += time.perf_counter() - t0
         finally:
             self._pool.give(state)
         total = sum(times) or 1.0
         rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(self.steps, times))]
         return sorted(rows, key=lambda r: -r[1])
+
+    def _profile_device(self, state, number):
+        seq = state.launches
+        seq()
+        seq.sync()
+        times = [call.time(number) * number for call in state.calls]
+        if seq.captured:
+            each, graph = seq.time(number, each=True), seq.time(number)
+            self.stats["cuda_graph"] = {"launches_s": each, "graph_s": graph, "saved_s": each - graph}
+        return times
 
     def profile_text(self, number=10, top=20):
         """The slowest kernels, each with what it computes (`describe_group`)."""
@@ -281,6 +355,10 @@ class Executor:
         for name, t, sh in rows[:top]:
             lines.append(f"{name:40s} {t * 1e3:8.3f} {sh * 100:5.1f}%  {what.get(name, '')}")
         lines.append(f"{'total':48s} {sum(r[1] for r in rows) * 1e3:9.3f}")
+        g = self.stats.get("cuda_graph")
+        if g:
+            lines.append(f"CUDA graph: {g['graph_s'] * 1e3:.3f} ms a run, kernel by kernel "
+                         f"{g['launches_s'] * 1e3:.3f} ms: saved {g['saved_s'] * 1e3:.3f} ms")
         return "\n".join(lines)
 
     @property
@@ -291,6 +369,24 @@ class Executor:
     def __repr__(self):
         return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "
                 f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
+
+
+class _NoDevice:
+    """The state pool of a GPU executor built where its device is missing (kernels build
+    without one): every run says why it cannot run."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    @property
+    def default(self):
+        return self
+
+    inputs = property(lambda self: {})
+    made = 0
+
+    def take(self, default=False):
+        raise TdslError(f"this executor was built for a GPU that is not here: {self.reason}")
 
 
 def _run_calls(calls):

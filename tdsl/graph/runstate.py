@@ -1,6 +1,7 @@
 """The buffers one run of an Executor writes: its arena, input buffers, non-constant output
 buffers and the prepared kernel calls bound to them (`RunState`), made from the memory
-plan by `make_state`, and the pool that gives each concurrent run its own (`StatePool`).
+plan by `make_state` (on the host, or on a GPU through device_state.DeviceMemory), and the
+pool that gives each concurrent run its own (`StatePool`).
 
 Kernels bind fixed arrays (Module.prepared), so two runs on one state would overwrite each
 other's inputs and intermediates; constants (packed weights) are read-only and shared by
@@ -17,23 +18,55 @@ from .ir import Const, Expr
 
 
 class RunState:
-    __slots__ = ("arena", "inputs", "outputs", "calls")
+    __slots__ = ("arena", "inputs", "outputs", "calls", "launches")
 
-    def __init__(self, arena, inputs, outputs, calls):
+    def __init__(self, arena, inputs, outputs, calls, launches=None):
         self.arena = arena
         self.inputs: Dict[str, np.ndarray] = inputs
         self.outputs: List[np.ndarray] = outputs
         self.calls: list = calls
+        self.launches = launches      # GPU: every call joined into one LaunchSequence
 
 
-def make_state(plan, fn, steps) -> RunState:
-    """One set of buffers for `plan` (of the fused @main `fn`), with the calls of `steps`
-    ((kernel, arguments, node) where an argument is a graph node, standing for its buffer,
-    or a constant array; the last is the node itself) bound to them."""
-    inputs = {p.name: np.empty(p.type.shape, p.type.dtype) for p in fn.params}
-    arena = np.empty(plan.peak_bytes + 64, np.uint8)
-    base = (-arena.ctypes.data) % 64
-    bufs: Dict[int, np.ndarray] = {id(p): inputs[p.name] for p in fn.params}
+class HostMemory:
+    """Where make_state puts buffers on the host: numpy arrays, the arena 64-byte aligned.
+    A device executor passes its own (device_state.DeviceMemory) with the same methods."""
+
+    def __init__(self, plan):
+        self.arena = np.empty(plan.peak_bytes + 64, np.uint8)
+        self.base = (-self.arena.ctypes.data) % 64
+
+    def new(self, t):
+        return np.empty(t.shape, t.dtype)
+
+    def arena_view(self, offset, t):
+        off = self.base + offset
+        return self.arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+
+    def view(self, buf, offset, t):
+        flat = buf.reshape(-1).view(np.uint8)
+        return flat[offset:offset + t.nbytes].view(t.dtype).reshape(t.shape)
+
+    def const(self, data):
+        return data
+
+    def bind(self, module, args):
+        """A no-argument callable running `module` on the fixed buffers, with the arguments
+        checked once (Module.prepared) where the module offers it."""
+        prepared = getattr(module, "prepared", None)
+        if prepared is not None:
+            return prepared(*args)
+        return lambda: module(*args)
+
+
+def make_state(plan, fn, steps, mem=None) -> RunState:
+    """One set of buffers for `plan` (of the fused @main `fn`) made by `mem` (HostMemory
+    by default), with the calls of `steps` ((kernel, arguments, node) where an argument is
+    a graph node, standing for its buffer, or a constant array; the last is the node
+    itself) bound to them."""
+    mem = mem or HostMemory(plan)
+    inputs = {p.name: mem.new(p.type) for p in fn.params}
+    bufs: Dict[int, object] = {id(p): inputs[p.name] for p in fn.params}
     outputs = {id(o) for o in fn.outputs}
     views = plan.output_views
     node_of = {id(n): n for n in plan.order}
@@ -42,41 +75,29 @@ def make_state(plan, fn, steps) -> RunState:
         t = n.type
         if id(n) not in bufs:
             if id(n) in outputs:
-                bufs[id(n)] = np.empty(t.shape, t.dtype)
+                bufs[id(n)] = mem.new(t)
             else:
-                off = base + plan.offsets[id(n)]
-                bufs[id(n)] = arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+                bufs[id(n)] = mem.arena_view(plan.offsets[id(n)], t)
         return bufs[id(n)]
     for n in plan.order:
         t = n.type
         if id(n) in views:        # computed straight into the output that reshapes it
-            bufs[id(n)] = own_buffer(node_of[views[id(n)]]).reshape(t.shape)
+            bufs[id(n)] = mem.view(own_buffer(node_of[views[id(n)]]), 0, t)
         elif id(n) in plan.aliases:
-            bufs[id(n)] = bufs[id(n.args[0])].reshape(t.shape)
+            bufs[id(n)] = mem.view(bufs[id(n.args[0])], 0, t)
         elif id(n) in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
-            flat = own_buffer(node_of[plan.prefix_views[id(n)]]).reshape(-1)
-            bufs[id(n)] = flat[:t.size].reshape(t.shape)
+            bufs[id(n)] = mem.view(own_buffer(node_of[plan.prefix_views[id(n)]]), 0, t)
         elif id(n) in plan.concat_parts:
             # written in place: a contiguous slice of the concatenation's buffer
             owner, off = plan.concat_parts[id(n)]
-            flat = own_buffer(owner).reshape(-1).view(np.uint8)
-            bufs[id(n)] = flat[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
+            bufs[id(n)] = mem.view(own_buffer(owner), off, t)
         else:
             own_buffer(n)
-    calls = [_bind(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
+    calls = [mem.bind(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
              for k, args, _ in steps]
-    outs = [o.data if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
-    return RunState(arena, inputs, outs, calls)
-
-
-def _bind(module, args):
-    """A no-argument callable running `module` on the fixed buffers, with the arguments
-    checked once (Module.prepared) where the module offers it."""
-    prepared = getattr(module, "prepared", None)
-    if prepared is not None:
-        return prepared(*args)
-    return lambda: module(*args)
+    outs = [mem.const(o.data) if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
+    return RunState(mem.arena, inputs, outs, calls)
 
 
 class StatePool:

@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from ..errors import BuildError, TdslError
+from .devstats import Counts
 
 _lock = threading.Lock()
 _devices = {}
@@ -222,10 +223,24 @@ class _DeviceMemory:
             pass
 
 
+class _DeviceView:
+    """Bytes inside another allocation (an arena slice): a pointer, never freed; holds its
+    base so the allocation outlives it."""
+
+    def __init__(self, base, offset, nbytes):
+        self.base = base
+        self.ptr = int(base) + int(offset)
+        self.nbytes = nbytes
+
+    def __int__(self):
+        return self.ptr
+
+
 class _DriverDevice:
     """CUDA through NVIDIA's cuda-bindings driver API."""
 
     kind = "cuda"
+    view_alignment = 1      # a pointer plus an offset; kernels ask no more than the plan gives
 
     def __init__(self, index):
         try:
@@ -252,6 +267,7 @@ class _DriverDevice:
         self.name = bytes(name).split(b"\x00")[0].decode(errors="replace")
         self.compute_capability = (int(major), int(minor))
         self._modules = {}
+        self.counts = Counts()
 
     def _check(self, res, what):
         if not isinstance(res, tuple):
@@ -273,21 +289,51 @@ class _DriverDevice:
     def alloc(self, nbytes):
         self._current()
         (ptr,) = self._call(self.d.cuMemAlloc(max(int(nbytes), 4)), "cuMemAlloc")
+        self.counts.alloc(nbytes)
         return _DeviceMemory(self, int(ptr), nbytes)
+
+    def view(self, mem, offset, nbytes):
+        base = getattr(mem, "base", mem)
+        return _DeviceView(base, int(mem) - int(base) + offset, nbytes)
 
     def _free(self, ptr):
         self.d.cuMemFree(self.d.CUdeviceptr(ptr))
 
-    def copy_in(self, mem, array):
+    def stream(self):
+        """A stream of its own (for one run state: concurrent runs overlap, and a graph can
+        be captured from it, which the legacy default stream does not allow)."""
+        self._current()
+        (s,) = self._call(self.d.cuStreamCreate(self.d.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                          "cuStreamCreate")
+        return s
+
+    def copy_in(self, mem, array, stream=None):
         array = np.ascontiguousarray(array)
         self._current()
-        self._call(self.d.cuMemcpyHtoD(self.d.CUdeviceptr(mem.ptr), array.ctypes.data,
-                                       array.nbytes), "cuMemcpyHtoD")
+        self.counts.to_device += 1
+        if stream is None:
+            self._call(self.d.cuMemcpyHtoD(self.d.CUdeviceptr(mem.ptr), array.ctypes.data,
+                                           array.nbytes), "cuMemcpyHtoD")
+        else:    # pageable host memory: staged, so `array` may be reused when this returns
+            self._call(self.d.cuMemcpyHtoDAsync(self.d.CUdeviceptr(mem.ptr), array.ctypes.data,
+                                                array.nbytes, stream), "cuMemcpyHtoDAsync")
 
-    def copy_out(self, mem, array):
+    def copy_out(self, mem, array, stream=None):
         self._current()
-        self._call(self.d.cuMemcpyDtoH(array.ctypes.data, self.d.CUdeviceptr(mem.ptr),
-                                       array.nbytes), "cuMemcpyDtoH")
+        self.counts.to_host += 1
+        if stream is None:
+            self._call(self.d.cuMemcpyDtoH(array.ctypes.data, self.d.CUdeviceptr(mem.ptr),
+                                           array.nbytes), "cuMemcpyDtoH")
+        else:
+            self._call(self.d.cuMemcpyDtoHAsync(array.ctypes.data, self.d.CUdeviceptr(mem.ptr),
+                                                array.nbytes, stream), "cuMemcpyDtoHAsync")
+            self.sync(stream)
+
+    def copy_dd(self, dst, src, nbytes, stream=None):
+        self._current()
+        self.counts.on_device += 1
+        self._call(self.d.cuMemcpyDtoDAsync(self.d.CUdeviceptr(dst.ptr), self.d.CUdeviceptr(src.ptr),
+                                            nbytes, _s(stream)), "cuMemcpyDtoDAsync")
 
     def span(self, mem, nbytes):
         return ("cuda", mem.ptr, mem.ptr + nbytes)
@@ -311,32 +357,81 @@ class _DriverDevice:
     def scalar(self, value, dtype):
         return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
 
-    def launch(self, fn, grid, block, args):
+    @staticmethod
+    def _pack(args):
+        """(holders, pointer array) for cuLaunchKernel: each parameter's bytes, kept alive
+        by the holders."""
         holders = []
         for a in args:
-            if isinstance(a, _DeviceMemory):
+            if isinstance(a, (_DeviceMemory, _DeviceView)):
                 holders.append(ctypes.c_uint64(a.ptr))
             else:
                 holders.append(np.array(a))  # a numpy scalar: its bytes are the parameter
         ptrs = (ctypes.c_void_p * max(len(holders), 1))()
         for i, h in enumerate(holders):
             ptrs[i] = ctypes.addressof(h) if isinstance(h, ctypes.c_uint64) else h.ctypes.data
+        return holders, ptrs
+
+    def launch(self, fn, grid, block, args, stream=None):
+        holders, ptrs = self._pack(args)
         self._current()
         self._call(self.d.cuLaunchKernel(fn, *[int(g) for g in grid], *[int(b) for b in block],
-                                         0, 0, ctypes.addressof(ptrs), 0), "cuLaunchKernel")
+                                         0, _s(stream), ctypes.addressof(ptrs), 0), "cuLaunchKernel")
         return holders
 
-    def sync(self):
-        self._current()
-        self._call(self.d.cuCtxSynchronize(), "cuCtxSynchronize")
+    def prepare(self, fn, grid, block, args, stream=None):
+        """A no-argument launch of `fn` on fixed arguments: sizes and the parameter pointer
+        array are made once (the per-launch Python work is then one driver call)."""
+        holders, ptrs = self._pack(args)
+        g = [int(x) for x in grid] + [int(x) for x in block]
+        address, launch, call, s = ctypes.addressof(ptrs), self.d.cuLaunchKernel, self._call, _s(stream)
 
-    def time(self, run, number):
+        def run(_keep=(holders, ptrs, args)):
+            call(launch(fn, *g, 0, s, address, 0), "cuLaunchKernel")
+        return run
+
+    def capture(self, run, stream):
+        """`run` (launches on `stream`, nothing else) recorded once as a CUDA graph; returns
+        a no-argument replay that launches the whole sequence with one driver call, or None
+        when the stream cannot be captured (the caller keeps `run`)."""
+        if stream is None:
+            return None
+        d = self.d
+        self._current()
+        try:
+            self._check(d.cuStreamBeginCapture(
+                stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
+        except _Unavailable:
+            return None
+        try:
+            run()
+        finally:
+            res = d.cuStreamEndCapture(stream)
+        (graph,) = self._call(res, "cuStreamEndCapture")
+        try:
+            (exe,) = self._call(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            d.cuGraphDestroy(graph)
+        call, launch = self._call, d.cuGraphLaunch
+
+        def replay(_exe=_GraphExec(d, exe)):
+            call(launch(_exe.handle, stream), "cuGraphLaunch")
+        return replay
+
+    def sync(self, stream=None):
+        self._current()
+        if stream is None:
+            self._call(self.d.cuCtxSynchronize(), "cuCtxSynchronize")
+        else:
+            self._call(self.d.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def time(self, run, number, stream=None):
         self._current()
         (start,) = self._call(self.d.cuEventCreate(0), "cuEventCreate")
         (end,) = self._call(self.d.cuEventCreate(0), "cuEventCreate")
-        self._call(self.d.cuEventRecord(start, 0), "cuEventRecord")
+        self._call(self.d.cuEventRecord(start, _s(stream)), "cuEventRecord")
         keep = [run() for _ in range(number)]
-        self._call(self.d.cuEventRecord(end, 0), "cuEventRecord")
+        self._call(self.d.cuEventRecord(end, _s(stream)), "cuEventRecord")
         self._call(self.d.cuEventSynchronize(end), "cuEventSynchronize")
         (ms,) = self._call(self.d.cuEventElapsedTime(start, end), "cuEventElapsedTime")
         del keep
@@ -345,10 +440,28 @@ class _DriverDevice:
         return float(ms) * 1e-3 / number
 
 
+def _s(stream):
+    return 0 if stream is None else stream
+
+
+class _GraphExec:
+    """An instantiated CUDA graph, destroyed with the object."""
+
+    def __init__(self, d, handle):
+        self.d, self.handle = d, handle
+
+    def __del__(self):
+        try:
+            self.d.cuGraphExecDestroy(self.handle)
+        except Exception:
+            pass
+
+
 class _PyCudaDevice:
     """CUDA through pycuda (used when it is installed and finds a driver)."""
 
     kind = "cuda"
+    view_alignment = 1
 
     def __init__(self, index):
         try:
@@ -364,6 +477,7 @@ class _PyCudaDevice:
         self.name = self.device.name()
         self.compute_capability = tuple(self.device.compute_capability())
         self._modules = {}
+        self.counts = Counts()
 
     def _push(self):
         self.ctx.push()
@@ -374,21 +488,40 @@ class _PyCudaDevice:
     def alloc(self, nbytes):
         self._push()
         try:
-            return self.drv.mem_alloc(max(int(nbytes), 4))
+            mem = self.drv.mem_alloc(max(int(nbytes), 4))
+            self.counts.alloc(nbytes)
+            return mem
         finally:
             self._pop()
 
-    def copy_in(self, mem, array):
+    def view(self, mem, offset, nbytes):
+        base = getattr(mem, "base", mem)
+        return _DeviceView(base, int(mem) - int(base) + offset, nbytes)
+
+    def stream(self):
+        return None     # runs go on the default stream; no graph capture through pycuda
+
+    def copy_in(self, mem, array, stream=None):
         self._push()
         try:
-            self.drv.memcpy_htod(mem, np.ascontiguousarray(array))
+            self.counts.to_device += 1
+            self.drv.memcpy_htod(int(mem), np.ascontiguousarray(array))
         finally:
             self._pop()
 
-    def copy_out(self, mem, array):
+    def copy_out(self, mem, array, stream=None):
         self._push()
         try:
-            self.drv.memcpy_dtoh(array, mem)
+            self.counts.to_host += 1
+            self.drv.memcpy_dtoh(array, int(mem))
+        finally:
+            self._pop()
+
+    def copy_dd(self, dst, src, nbytes, stream=None):
+        self._push()
+        try:
+            self.counts.on_device += 1
+            self.drv.memcpy_dtod(int(dst), int(src), nbytes)
         finally:
             self._pop()
 
@@ -413,21 +546,28 @@ class _PyCudaDevice:
     def scalar(self, value, dtype):
         return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
 
-    def launch(self, fn, grid, block, args):
+    def launch(self, fn, grid, block, args, stream=None):
+        args = [np.uintp(a.ptr) if isinstance(a, _DeviceView) else a for a in args]
         self._push()
         try:
             fn(*args, grid=tuple(int(g) for g in grid), block=tuple(int(b) for b in block))
         finally:
             self._pop()
 
-    def sync(self):
+    def prepare(self, fn, grid, block, args, stream=None):
+        return lambda: self.launch(fn, grid, block, args)
+
+    def capture(self, run, stream):
+        return None
+
+    def sync(self, stream=None):
         self._push()
         try:
             self.drv.Context.synchronize()
         finally:
             self._pop()
 
-    def time(self, run, number):
+    def time(self, run, number, stream=None):
         self._push()
         try:
             start, end = self.drv.Event(), self.drv.Event()

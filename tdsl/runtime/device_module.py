@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ArgumentError, BuildError, TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
+from .launches import LaunchSequence
 from .module import ProfileResult, Signature
 
 
@@ -131,11 +132,26 @@ class DeviceModule:
             return _host_array(a, p, i, sig)
         return convert
 
-    def _setup(self, args):
+    def _setup(self, args, in_place=False):
+        """Binds `args`: (api, launches, copy_back, writebacks, handles). `in_place`: host
+        arrays are used as device memory, never copied (target "c", whose memory is host
+        memory; `prepared` refuses them on a GPU)."""
         api = self._api()
         from .ndarray import NDArray
         sig = self.signature
         values, arrays, writebacks = sig.bind(args, self._convert(api))
+        if in_place:
+            for i, (a, arr) in enumerate(zip(args, arrays)):
+                if arr is None or isinstance(arr, NDArray):
+                    continue
+                if not hasattr(api, "wrap"):
+                    raise ArgumentError(f"{self.name}: prepared launches on {self.target} take "
+                                        "device arrays (tdsl.nd.array(x, device)), got a host array "
+                                        f"for argument {i}")
+                src = a._host if isinstance(a, NDArray) else a
+                if not isinstance(src, np.ndarray) or arr.ctypes.data != src.ctypes.data:
+                    raise ArgumentError(f"{self.name}: argument {i} of a prepared launch must be a "
+                                        "contiguous array of the parameter's dtype (it is used in place)")
 
         def span(arr):
             if isinstance(arr, NDArray):
@@ -155,6 +171,8 @@ class DeviceModule:
                 continue
             if isinstance(arr, NDArray):
                 handles[p] = arr._handle
+            elif in_place:
+                handles[p] = api.wrap(arr)
             else:
                 mem = api.alloc(arr.nbytes)
                 if arr.nbytes:
@@ -194,6 +212,21 @@ class DeviceModule:
         api.sync()
         for wb in writebacks:
             wb()
+
+    def prepared(self, *args, stream=None) -> LaunchSequence:
+        """Binds `args` once (device arrays of this module's device, used in place; host
+        arrays too for target "c") and returns the launches as a `LaunchSequence`: calling
+        it queues every kernel on `stream` (None: the device's default queue) with no
+        argument checks, no allocation and no copy, and does not wait (`.sync()`).
+        Buffers between this module's kernels are allocated here, once.
+
+        Threads: one sequence writes fixed buffers, so two threads must not run the same
+        one at once; make one per thread (as the graph executor makes one per run state)."""
+        api, launches, copy_back, writebacks, handles = self._setup(args, in_place=True)
+        if copy_back or writebacks:
+            raise ArgumentError(f"{self.name}: a prepared launch cannot stage its arguments")
+        runs = [api.prepare(fn, grid, block, kargs, stream) for fn, grid, block, kargs in launches]
+        return LaunchSequence(api, stream, runs, keep=[args, handles])
 
     def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
         """f(*args) -> ProfileResult: device time per run (all kernels), from device events

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from ..errors import BuildError
+from .devstats import Counts
 
 _libs = {}
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,
@@ -20,24 +21,47 @@ _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes
 
 
 class _Mem:
-    def __init__(self, nbytes):
-        self.array = np.zeros(max(int(nbytes), 8), np.uint8)
+    def __init__(self, nbytes=0, array=None):
+        self.array = np.zeros(max(int(nbytes), 8), np.uint8) if array is None else array
         self.ptr = self.array.ctypes.data
 
 
 class EmuDevice:
     kind = "c"
     name = "GPU emulation on the host CPU"
+    view_alignment = 1
+
+    def __init__(self):
+        self.counts = Counts()
 
     def alloc(self, nbytes):
+        self.counts.alloc(nbytes)
         return _Mem(nbytes)
 
-    def copy_in(self, mem, array):
+    def wrap(self, array):
+        """A host array used in place as device memory (memory is host memory here)."""
+        return _Mem(array=array)
+
+    def view(self, mem, offset, nbytes):
+        v = _Mem(array=mem.array)
+        v.ptr = mem.ptr + int(offset)
+        return v
+
+    def stream(self):
+        return None
+
+    def copy_in(self, mem, array, stream=None):
+        self.counts.to_device += 1
         a = np.ascontiguousarray(array)
         ctypes.memmove(mem.ptr, a.ctypes.data, a.nbytes)
 
-    def copy_out(self, mem, array):
+    def copy_out(self, mem, array, stream=None):
+        self.counts.to_host += 1
         ctypes.memmove(array.ctypes.data, mem.ptr, array.nbytes)
+
+    def copy_dd(self, dst, src, nbytes, stream=None):
+        self.counts.on_device += 1
+        ctypes.memmove(dst.ptr, src.ptr, int(nbytes))
 
     def span(self, mem, nbytes):
         return ("host", mem.ptr, mem.ptr + nbytes)
@@ -65,7 +89,13 @@ class EmuDevice:
     def scalar(self, value, dtype):
         return _CTYPES[dtype](value)
 
-    def launch(self, fn, grid, block, args):
+    def prepare(self, fn, grid, block, args, stream=None):
+        return lambda: self.launch(fn, grid, block, args)
+
+    def capture(self, run, stream):
+        return None
+
+    def launch(self, fn, grid, block, args, stream=None):
         argv = (ctypes.c_void_p * max(len(args), 1))()
         for i, a in enumerate(args):
             argv[i] = a.ptr if isinstance(a, _Mem) else ctypes.addressof(a)
@@ -76,10 +106,10 @@ class EmuDevice:
             raise BuildError("the emulated kernel could not allocate its thread stacks")
         return None
 
-    def sync(self):
+    def sync(self, stream=None):
         pass
 
-    def time(self, run, number):
+    def time(self, run, number, stream=None):
         t0 = time.perf_counter()
         for _ in range(number):
             run()

@@ -63,6 +63,16 @@ class Device:
         if api is not None:
             api.sync()
 
+    def counts(self) -> dict:
+        """What the runtime did on this device so far: allocations (`allocs`,
+        `alloc_bytes`) and copies (`to_device`, `to_host`, `on_device`); compare two
+        snapshots."""
+        api = self._api()
+        if api is None:
+            from .devstats import Counts
+            return Counts().snapshot()
+        return api.counts.snapshot()
+
     def __eq__(self, other):
         return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
 
@@ -115,18 +125,42 @@ class NDArray:
     def nbytes(self):
         return self.size * self.dtype.itemsize
 
-    def numpy(self) -> np.ndarray:
-        """A numpy copy of the contents."""
+    def numpy(self, stream=None) -> np.ndarray:
+        """A numpy copy of the contents (after the work queued on `stream` before it)."""
         if self._host is not None:
             return self._host.copy()
         out = np.empty(self.shape, self.dtype)
         if out.nbytes:
-            self.device._api().copy_out(self._handle, out)
+            self.device._api().copy_out(self._handle, out, stream)
         return out
 
-    def copyfrom(self, source):
-        """Copies a numpy array (or another NDArray) of the same shape and dtype in."""
+    def view(self, offset, shape, dtype=None) -> "NDArray":
+        """An array over bytes [offset, offset + its size) of this one's memory, no copy
+        (an arena slice). OpenCL needs `offset` from the allocation's start to be a
+        multiple of the device's `view_alignment`."""
+        dtype = np.dtype(dtype or self.dtype)
+        out = NDArray(shape, dtype, self.device)
+        if offset < 0 or offset + out.nbytes > self.nbytes:
+            raise TdslError(f"view: bytes [{offset}, {offset + out.nbytes}) are outside an array "
+                            f"of {self.nbytes} bytes")
+        if self._host is not None:
+            flat = self._host.reshape(-1).view(np.uint8)
+            out._host = flat[offset:offset + out.nbytes].view(dtype).reshape(out.shape)
+        else:
+            out._handle = self.device._api().view(self._handle, offset, out.nbytes)
+        return out
+
+    def copyfrom(self, source, stream=None):
+        """Copies a numpy array (or another NDArray) of the same shape and dtype in; an
+        NDArray on the same GPU is copied on the device."""
         if isinstance(source, NDArray):
+            if source.device == self.device and self._host is None:
+                if source.shape != self.shape or source.dtype != self.dtype:
+                    raise TdslError(f"copyfrom: expected shape {self.shape} and dtype {self.dtype}, "
+                                    f"got {source.shape} {source.dtype}")
+                if self.nbytes:
+                    self.device._api().copy_dd(self._handle, source._handle, self.nbytes, stream)
+                return self
             source = source.numpy()
         source = np.ascontiguousarray(source)
         if source.shape != self.shape or source.dtype != self.dtype:
@@ -135,7 +169,7 @@ class NDArray:
         if self._host is not None:
             self._host[...] = source
         elif source.nbytes:
-            self.device._api().copy_in(self._handle, source)
+            self.device._api().copy_in(self._handle, source, stream)
         return self
 
     def _tdsl_host_array(self):

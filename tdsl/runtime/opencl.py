@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from ..errors import BuildError, TdslError
+from .devstats import Counts
 
 _lock = threading.Lock()
 _devices = {}
@@ -67,20 +68,50 @@ class OpenCLDevice:
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.max_group = device.max_work_group_size
+        # a sub-buffer must start at a multiple of this (CL_DEVICE_MEM_BASE_ADDR_ALIGN, bits)
+        self.view_alignment = max(device.mem_base_addr_align // 8, 1)
         self._programs = {}
+        self.counts = Counts()
 
     # memory ------------------------------------------------------------------------------
     def alloc(self, nbytes):
+        self.counts.alloc(nbytes)
         return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
 
-    def copy_in(self, buf, array):
+    def view(self, buf, offset, nbytes):
+        """Bytes [offset, offset + nbytes) of `buf` as a sub-buffer; `offset` (from the start
+        of the allocation) must be a multiple of `view_alignment`."""
+        base = getattr(buf, "tdsl_base", None) or (buf, 0)
+        start = base[1] + int(offset)
+        if start % self.view_alignment:
+            raise TdslError(f"OpenCL: a sub-buffer at byte {start} is not aligned to "
+                            f"{self.view_alignment} (CL_DEVICE_MEM_BASE_ADDR_ALIGN)")
+        if start == 0 and nbytes == base[0].size:
+            return base[0]
+        sub = base[0].get_sub_region(start, max(int(nbytes), 1))
+        sub.tdsl_base = (base[0], start)
+        return sub
+
+    def stream(self):
+        return None     # one in-order queue per device: commands of one run stay in order
+
+    def copy_in(self, buf, array, stream=None):
+        self.counts.to_device += 1
         self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array), is_blocking=True)
 
-    def copy_out(self, buf, array):
+    def copy_out(self, buf, array, stream=None):
+        self.counts.to_host += 1
         self.cl.enqueue_copy(self.queue, array, buf, is_blocking=True)
 
+    def copy_dd(self, dst, src, nbytes, stream=None):
+        self.counts.on_device += 1
+        self.cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes))
+
     def span(self, buf, nbytes):
-        return (id(buf), 0, nbytes)
+        base = getattr(buf, "tdsl_base", None)
+        if base is None:
+            return (id(buf), 0, nbytes)
+        return (id(base[0]), base[1], base[1] + nbytes)
 
     # programs ----------------------------------------------------------------------------
     def load(self, source, names):
@@ -94,19 +125,36 @@ class OpenCLDevice:
             self._programs[source] = prog
         return {n: self.cl.Kernel(prog, n) for n in names}
 
-    def launch(self, kernel, grid, block, args):
+    def launch(self, kernel, grid, block, args, stream=None):
         for i, a in enumerate(args):
             kernel.set_arg(i, a)
         gsize = tuple(g * b for g, b in zip(grid, block))
         return self.cl.enqueue_nd_range_kernel(self.queue, kernel, gsize, tuple(block))
 
+    def prepare(self, kernel, grid, block, args, stream=None):
+        """A no-argument launch on fixed arguments. `kernel` must be this launch's own
+        object (load() makes new ones): its arguments are set once, here, and setting
+        arguments is the one OpenCL call that is not thread-safe."""
+        for i, a in enumerate(args):
+            kernel.set_arg(i, a)
+        gsize = tuple(int(g) * int(b) for g, b in zip(grid, block))
+        lsize = tuple(int(b) for b in block)
+        enqueue, queue = self.cl.enqueue_nd_range_kernel, self.queue
+
+        def run(_keep=args):
+            return enqueue(queue, kernel, gsize, lsize)
+        return run
+
+    def capture(self, run, stream):
+        return None
+
     def scalar(self, value, dtype):
         return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
 
-    def sync(self):
+    def sync(self, stream=None):
         self.queue.finish()
 
-    def time(self, run, number):
+    def time(self, run, number, stream=None):
         """Device seconds per run of `run()` (which returns its kernel events)."""
         events = []
         for _ in range(number):

@@ -1,6 +1,7 @@
 """Static memory planning: every intermediate of @main gets an offset in one arena; values
 whose lifetimes (first definition to last use, in execution order) do not overlap share
-bytes. Greedy first fit over the values in order of definition, offsets aligned to 64.
+bytes. Greedy first fit over the values in order of definition, offsets aligned to 64
+(or more: a GPU's sub-buffer alignment).
 A group that only reshapes an intermediate or an input is an alias: it gets no buffer and
 no kernel (the executor views its input), and its input lives as long as the alias. When
 such a reshape is an output of the graph, its input is computed straight into the output's
@@ -35,8 +36,22 @@ class MemoryPlan:
                 f"{self.total_bytes / 2**20:.2f} MiB without reuse)")
 
 
-def _align(n):
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _align(n, align=ALIGN):
+    return (n + align - 1) // align * align
+
+
+def _offsets_aligned(args, align):
+    """Whether every part of a concatenation of `args` starts at a multiple of `align`
+    (a GPU view of it is a sub-buffer, which OpenCL requires aligned). The host views any
+    byte offset, so the default alignment asks nothing."""
+    if align <= ALIGN:
+        return True
+    off = 0
+    for a in args:
+        if off % align:
+            return False
+        off += a.type.nbytes
+    return True
 
 
 def is_alias(n, outputs=()) -> bool:
@@ -47,7 +62,7 @@ def is_alias(n, outputs=()) -> bool:
     return len(body) == 1 and body[0].op == "reshape" and isinstance(n.args[0], (Call, Var))
 
 
-def _concat_parts(n, uses, outputs, taken, owners):
+def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
     """{id(input): byte offset} when concat group call `n` can be written in place."""
     if not isinstance(n.op, Function):
         return None
@@ -56,6 +71,8 @@ def _concat_parts(n, uses, outputs, taken, owners):
         return None
     axis = body[0].attrs["axis"] % n.type.ndim
     if any(d != 1 for d in n.type.shape[:axis]) or [p for p in body[0].args] != list(n.op.params):
+        return None
+    if not _offsets_aligned(n.args, align):
         return None
     parts, off = {}, 0
     for a in n.args:
@@ -68,14 +85,14 @@ def _concat_parts(n, uses, outputs, taken, owners):
     return parts
 
 
-def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order):
+def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order, align=ALIGN):
     """`n` when it owns a concat prefix family (`fams`, from concat_prefix.families) that
     can share its buffer, recording the shorter members in `prefix_views`; None
     otherwise. Parts may have other readers, unlike `_concat_parts`'s."""
     own = fams.get(id(n))
     if own is not n or id(n) in outputs or id(n) in root or id(n) in owners:
         return None
-    if len({id(a) for a in n.args}) != len(n.args):
+    if len({id(a) for a in n.args}) != len(n.args) or not _offsets_aligned(n.args, align):
         return None
     for a in n.args:
         if not isinstance(a.op, Function) or id(a) in outputs or id(a) in taken or id(a) in owners \
@@ -89,7 +106,10 @@ def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, or
     return n
 
 
-def plan_memory(mod: Module) -> MemoryPlan:
+def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
+    """`align`: every offset (and every in-place concat part's) is a multiple of it; a GPU
+    executor asks for its device's sub-buffer alignment."""
+    align = max(int(align), ALIGN)
     fn = mod.main
     order: List[Call] = fn.nodes()
     pos = {id(n): i for i, n in enumerate(order)}
@@ -108,7 +128,7 @@ def plan_memory(mod: Module) -> MemoryPlan:
     concat_parts: Dict[int, tuple] = {}       # id(part) -> (concat call, byte offset)
     owners = set()
     for n in order:
-        parts = _concat_parts(n, uses, outputs, concat_parts, owners)
+        parts = _concat_parts(n, uses, outputs, concat_parts, owners, align)
         if parts and id(n) not in root:
             owners.add(id(n))
             for a in n.args:
@@ -116,7 +136,7 @@ def plan_memory(mod: Module) -> MemoryPlan:
     prefix_views: Dict[int, int] = {}     # concat -> the family owner whose prefix it is
     fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
     for n in order:
-        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order)
+        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align)
         if own is not None:
             off = 0
             for a in own.args:
@@ -153,7 +173,7 @@ def plan_memory(mod: Module) -> MemoryPlan:
             if id(n) in offsets or id(n) in outputs:
                 continue
         live = [b for b in live if b[2] >= i]
-        size = _align(max(n.type.nbytes, 1))
+        size = _align(max(n.type.nbytes, 1), align)
         total += size
         off = 0
         for b in sorted(live):
