@@ -16,9 +16,8 @@ that holds them, under the `Select` conditions on the way to the load (a load on
 untaken side of an `if_then_else` is never made, and must not be reported).
 
 A vectorized loop whose indices are all affine in its variable is versioned: the
-original loop runs when the first and last lane of every access are inside, the checked
-one (which backends run lane by lane) otherwise, so a correct vector loop stays a vector
-loop.
+original loop runs when the first and last lane of every access are inside, a serial
+checked copy otherwise, so a correct vector loop stays a vector loop.
 """
 from __future__ import annotations
 
@@ -178,7 +177,10 @@ class _Checker(Mutator):
         if s.kind is S.ForKind.VECTORIZED:
             fast = self._all_lanes_inside(s)
             if fast is not None:
-                return S.seq(*pre, S.IfThenElse(fast, head, checked))
+                # the checked copy runs only for lanes near an edge or past it: a plain
+                # loop, so that C compilers do not unroll and vectorize a second copy
+                slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=())
+                return S.seq(*pre, S.IfThenElse(fast, head, slow))
         return S.seq(*pre, checked)
 
     def _all_lanes_inside(self, loop):

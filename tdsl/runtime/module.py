@@ -12,6 +12,11 @@ Signature format (`abi` 1)::
                 ...,
                 {"kind": "scalar", "name": "n", "dtype": "int32"}]}
 
+A bounds-checked build (`tdsl.passes.bounds_check`) has one more buffer param, after the
+sizes, marked `"record": true`, and `"bounds_checks"`: `[kernel, buffer, "load"|"store"]`
+per check id. The host passes a zeroed int64 record of the param's shape on each call and
+raises `BoundsError` from what the kernel wrote there.
+
 A dimension is an int, `["p", i]` (the value of scalar parameter i) or `[op, a, b]` with op
 in `+ - * // % min max`. The user passes the first `num_user_args` params; the remaining
 (size variables) are bound from the arrays' shapes: a size takes its value from the first
