@@ -4,7 +4,7 @@ Define computations with `compute`/`placeholder`, schedule them with `create_sch
 inspect them with `lower`, and compile them with `build`.
 """
 from .errors import (TdslError, ScheduleError, LoweringError, BuildError, ArgumentError, LibraryError,
-                     GraphError, InternalError)
+                     GraphError, InternalError, BoundsError)
 from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, comm_reducer,
                  sum, prod, max, min, all, any, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, floor,
                  ceil, round, sin, cos, exp2, log2, trunc, abs, power, if_then_else, select, const,

@@ -10,7 +10,12 @@ compile-only module (`get_source("asm")`, `export_library(".o")`).
 Runnable LLVM builds go through the persistent compile cache twice: `jit.compile_ir` keeps
 the object file of each generated IR text, and here a build of a schedule whose
 fingerprint (`tdsl.fingerprint`) was built before, in any process, skips lowering and IR
-generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers."""
+generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers.
+
+`bounds_check=True` (or `TDSL_BOUNDS_CHECK=1` in the environment, for every build that
+does not say) checks every buffer access of the generated code
+(`tdsl.passes.bounds_check`); a call that meets an index outside its buffer skips that
+access and raises `tdsl.BoundsError` after the kernel returns."""
 from __future__ import annotations
 
 import os
@@ -21,10 +26,12 @@ from .lower import lower, lower_for_target
 from .target import KINDS as TARGETS, as_target
 
 
-def build(s, args=None, target=None, name=None):
+def build(s, args=None, target=None, name=None, bounds_check=None):
     """Compiles schedule `s` into a callable Module for `target`; `s` may also be the
     PrimFunc of `tdsl.lower(s, args)` (its arguments are fixed then). With no target, the
-    one of the enclosing `with tdsl.target.Target(...)` block, else "llvm"."""
+    one of the enclosing `with tdsl.target.Target(...)` block, else "llvm". `bounds_check`:
+    True, False, or None for the environment's `TDSL_BOUNDS_CHECK`."""
+    checked = _bounds_check_flag(bounds_check)
     if isinstance(target, str) and not target.strip():
         raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
     t = as_target(target)
@@ -32,14 +39,14 @@ def build(s, args=None, target=None, name=None):
         if args is not None and list(args) != list(s.attrs.get("args", args)):
             raise BuildError(f"build: function '{s.name}' was lowered with its arguments; "
                              "build(func) takes no other args")
-        func = lower_for_target(s, t.kind, name)
+        func = _checked(lower_for_target(s, t.kind, name), checked)
         if t.kind == "llvm" and t.runs_here:
             from .codegen import llvm
             return llvm.build(func, t)
     elif t.kind == "llvm" and t.runs_here:
-        return _build_llvm(s, args, t, name or "main")
+        return _build_llvm(s, args, t, name or "main", checked)
     else:
-        func = lower(s, args, name or "main", target=t.kind)
+        func = _checked(lower(s, args, name or "main", target=t.kind), checked)
     if t.kind == "llvm":
         from .codegen.llvm import cross
         return cross.build(func, t)
@@ -49,7 +56,28 @@ def build(s, args=None, target=None, name=None):
     return source_build.build_gpu(func, t.kind)
 
 
-def _build_llvm(s, args, t, name):
+def _bounds_check_flag(value):
+    if value is None:
+        env = os.environ.get("TDSL_BOUNDS_CHECK", "").strip().lower()
+        if env in ("", "0", "false", "no", "off"):
+            return False
+        if env in ("1", "true", "yes", "on"):
+            return True
+        raise BuildError(f"build: the environment variable TDSL_BOUNDS_CHECK must be 0 or 1, "
+                         f"got {env!r}")
+    if not isinstance(value, bool):
+        raise BuildError(f"build: bounds_check must be True, False or None, got {value!r}")
+    return value
+
+
+def _checked(func, checked):
+    if not checked:
+        return func
+    from .passes.bounds_check import bounds_check
+    return bounds_check(func)
+
+
+def _build_llvm(s, args, t, name, checked):
     from .codegen import llvm
     from .codegen.llvm import jit
     from .runtime import diskcache, threadpool
@@ -58,12 +86,15 @@ def _build_llvm(s, args, t, name):
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
         from .fingerprint import fingerprint
         # the worker pool's availability changes the generated IR
-        fp = fingerprint(s, args, name, threadpool.load_into_jit())
+        # checked builds never share an entry with unchecked ones; unchecked keys stay as
+        # they were before the flag existed
+        fp = fingerprint(s, args, name, threadpool.load_into_jit(),
+                         *(("bounds_check",) if checked else ()))
         if fp is not None:
             mod = jit.load_build(fp, tgt)
             if mod is not None:
                 return mod
-    mod = llvm.build(lower(s, args, name, target="llvm"), tgt)
+    mod = llvm.build(_checked(lower(s, args, name, target="llvm"), checked), tgt)
     if fp is not None:
         jit.remember_build(fp, tgt, mod)
     return mod

@@ -32,3 +32,8 @@ class InternalError(TdslError):
 class LibraryError(TdslError):
     """A compiled library (an exported `.so` or a disk-cache entry) is missing, truncated,
     altered or not written by tdsl; it is checked before it is mapped into the process."""
+
+
+class BoundsError(TdslError, IndexError):
+    """A module built with `bounds_check=True` met an index outside its buffer; the access
+    was skipped and the message names the kernel, the buffer, the index and the extent."""

@@ -67,6 +67,7 @@ def make_signature(func: S.PrimFunc, symbol: str) -> dict:
     if not 0 <= nua <= len(params):
         raise BuildError(f"num_user_args={nua} but the function has {len(params)} params")
     written = stored_buffers(func.body)
+    record = func.attrs.get("bounds_record")
     out = []
     seen = set()
     for i, p in enumerate(params):
@@ -78,7 +79,9 @@ def make_signature(func: S.PrimFunc, symbol: str) -> dict:
             out.append({"kind": "buffer", "name": p.name, "dtype": dtype,
                         "shape": [_dim_code(d, param_index) for d in p.shape],
                         "shape_text": [str(d) for d in p.shape],
-                        "written": p in written})
+                        "written": p in written or p is record})
+            if p is record:
+                out[-1]["record"] = True
         elif isinstance(p, E.Var):
             out.append({"kind": "scalar", "name": p.name, "dtype": dt.check(p.dtype)})
         else:
@@ -89,6 +92,9 @@ def make_signature(func: S.PrimFunc, symbol: str) -> dict:
     regions = _region_codes(func.attrs.get("region_checks") or (), param_index)
     if regions:
         sig["regions"] = regions
+    if record is not None:
+        sig["bounds_checks"] = [[c.kernel, c.buffer, c.access]
+                                for c in func.attrs["bounds_checks"]]
     return sig
 
 

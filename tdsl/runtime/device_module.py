@@ -180,6 +180,12 @@ class DeviceModule:
                 handles[p] = mem
                 if sig.params[i]["written"]:
                     copy_back.append((mem, arr))
+        rec = sig.new_record()
+        if rec is not None:     # a bounds-checked build: its record comes back like an output
+            mem = handles[self.params[sig.record]] = api.alloc(rec.nbytes)
+            api.copy_in(mem, rec)
+            copy_back.append((mem, rec))
+            writebacks = writebacks + [lambda: sig.check_record(rec)]
         for b in self.host_buffers:
             n = 1
             for d in b.shape:

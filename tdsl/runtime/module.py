@@ -12,6 +12,11 @@ Signature format (`abi` 1)::
                 ...,
                 {"kind": "scalar", "name": "n", "dtype": "int32"}]}
 
+A bounds-checked build (`tdsl.passes.bounds_check`) has one more buffer param, after the
+sizes, marked `"record": true`, and `"bounds_checks"`: `[kernel, buffer, "load"|"store"]`
+per check id. The host passes a zeroed int64 record of the param's shape on each call and
+raises `BoundsError` from what the kernel wrote there.
+
 A dimension is an int, `["p", i]` (the value of scalar parameter i) or `[op, a, b]` with op
 in `+ - * // % min max`. The user passes the first `num_user_args` params; the remaining
 (size variables) are bound from the arrays' shapes: a size takes its value from the first
@@ -41,7 +46,7 @@ from typing import Any, List
 
 import numpy as np
 
-from ..errors import ArgumentError, BuildError, TdslError
+from ..errors import ArgumentError, BoundsError, BuildError, TdslError
 
 _INT_RANGES = {
     "int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "int32": (-2**31, 2**31 - 1),
@@ -130,6 +135,28 @@ class Signature:
                              for p in self.params]
         self.user_names = [p["name"] for p in self.params[:self.num_user_args]]
         self.regions = sig.get("regions") or ()
+        # a bounds-checked build: the record buffer the kernel fills (`passes.bounds_check`)
+        self.record = next((i for i, p in enumerate(self.params) if p.get("record")), None)
+        self.bounds_checks = sig.get("bounds_checks") or ()
+
+    def new_record(self):
+        """A zeroed record for one call of a bounds-checked build, or None."""
+        if self.record is None:
+            return None
+        return np.zeros(self.params[self.record]["shape"][0], np.int64)
+
+    def check_record(self, rec):
+        """Raises BoundsError for the failure the kernel recorded in `rec` (and clears it,
+        so a prepared call can run again)."""
+        c = int(rec[0]) - 1
+        if c < 0:
+            return
+        rec[0] = 0
+        kernel, buf, access = self.bounds_checks[c]
+        index, extent = int(rec[1 + 2 * c]), int(rec[2 + 2 * c])
+        raise BoundsError(f"kernel {kernel}: a {access} of buffer '{buf}' at flat index "
+                          f"{index} is outside its extent {extent}; it was skipped "
+                          "(bounds_check)")
 
     def describe_shape(self, p, values):
         parts = []
@@ -295,6 +322,11 @@ class Signature:
         ptrs = self.check_overlap(arrays)      # on the caller's memory, not on the copies
         keep, before = list(arrays), []
         cargs = []
+        rec = self.new_record()
+        if rec is not None:
+            arrays[self.record] = rec
+            ptrs[self.record] = rec.ctypes.data
+            after.append(functools.partial(self.check_record, rec))
         for i, p in enumerate(params):
             arr = arrays[i]
             if arr is not None:

@@ -303,7 +303,7 @@ class CFamilyPrinter(CExprPrinter):
         if kernels is None:
             raise BuildError("print_kernels needs a function lowered for a GPU target")
         self.note_types(func)
-        written = written_buffers(func.body)
+        written = set().union(*(written_buffers(k.body) for k in kernels))
         texts = [self.print_kernel(k, written) for k in kernels]
         helpers = "".join(self.helpers.values())
         return self.preamble() + ("\n" + helpers if helpers else "") + "\n" + "\n".join(texts)

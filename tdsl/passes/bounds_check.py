@@ -1,0 +1,269 @@
+"""bounds_check: every access to a buffer checks its flat index against the buffer's extent.
+
+Run by `build(..., bounds_check=True)` on the fully lowered function (after
+storage_flatten, and after split_kernels for GPU targets, so buffers and kernels are
+final). An index outside [0, extent) skips its access (a load yields 0, a store does
+nothing) and records the failure in a record buffer that the pass appends to the
+function's parameters (and to each kernel's): `rec[0]` holds check id + 1 of the first
+failure seen, `rec[1 + 2c]`, `rec[2 + 2c]` the index and extent of check `c`. The record
+is written in plain IR, so every backend runs it as it runs any other store and the host
+reads it back like any written buffer. Racing writers (parallel loops, GPU threads) are
+harmless: each check has its own slots, written before the flag, so the flag always
+names a check whose slots hold a real failure.
+
+Loads sit inside expressions, so their record statements go just before the statement
+that holds them, under the `Select` conditions on the way to the load (a load on the
+untaken side of an `if_then_else` is never made, and must not be reported).
+
+A vectorized loop whose indices are all affine in its variable is versioned: the
+original loop runs when the first and last lane of every access are inside, a serial
+checked copy otherwise, so a correct vector loop stays a vector loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .. import arith
+from ..ir import expr as E
+from ..ir import stmt as S
+from ..ir.expr import Range
+from ..ir.visitor import Mutator, free_vars, substitute, walk
+
+RECORD_NAME = "__tdsl_oob"
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one check id guards, for the host's error message."""
+    kernel: str
+    buffer: str
+    access: str  # "load" or "store"
+
+
+def _extent(buf):
+    n = E.const(1, "int64")
+    for d in buf.shape:
+        n = n * E.cast(d, "int64")
+    return arith.simplify(n)
+
+
+def _in_bounds(idx, extent):
+    i = E.cast(idx, "int64")
+    return E.logical_and(i >= E.const(0, "int64"), i < extent)
+
+
+class _Checker(Mutator):
+    """Checks the accesses of one kernel (or of the whole CPU function)."""
+
+    def __init__(self, kernel, known, record, table, ranges):
+        self.kernel = kernel
+        self.ranges = dict(ranges)     # loop and let variables in scope -> Range
+        self.known = dict(known)       # buffer -> extent (int64 expression)
+        self.record = record
+        self.table = table
+        self.path = []                 # Select conditions above the current expression
+        self.pending = []              # record statements for loads of the current statement
+
+    # the record ---------------------------------------------------------------------
+    def _report(self, buf, access, idx):
+        c = len(self.table)
+        self.table.append(Check(self.kernel, buf.name, access))
+        rec = self.record
+
+        def put(slot, value):
+            return S.BufferStore(rec, E.cast(value, "int64"), (E.const(slot, "int32"),))
+        first = E.BufferLoad(rec, (E.const(0, "int32"),)) == E.const(0, "int64")
+        return S.IfThenElse(first, S.seq(put(1 + 2 * c, idx), put(2 + 2 * c, self.known[buf]),
+                                         put(0, c + 1)))
+
+    def _needs_check(self, buf, idx):
+        """Whether the access may fall outside: unless the loop ranges prove it inside
+        (an index read from memory never is)."""
+        if buf not in self.known or buf is self.record:
+            return False
+        reads = []
+        walk(idx, lambda n: reads.append(n) if isinstance(n, E.BufferLoad) else None)
+        if reads:
+            return True
+        lo, hi = arith.const_bound(idx, self.ranges)
+        ext = self.known[buf]
+        if lo is None or lo < 0 or hi is None:
+            return True
+        if isinstance(ext, E.IntImm):
+            return hi >= ext.value
+        return not arith.can_prove(E.cast(idx, "int64") < ext, self.ranges)
+
+    # expressions --------------------------------------------------------------------
+    def visit_Select(self, e):
+        cond = self.visit(e.cond)
+        self.path.append(cond)
+        t = self.visit(e.t)
+        self.path[-1] = E.logical_not(cond)
+        f = self.visit(e.f)
+        self.path.pop()
+        if cond is e.cond and t is e.t and f is e.f:
+            return e
+        return E.Select(cond, t, f)
+
+    def visit_BufferLoad(self, e):
+        idx = self.visit(e.indices[0])
+        load = e if idx is e.indices[0] else E.BufferLoad(e.buffer, (idx,))
+        if not self._needs_check(e.buffer, idx):
+            return load
+        ok = _in_bounds(idx, self.known[e.buffer])
+        bad = E.logical_not(ok)
+        for c in self.path:
+            bad = E.logical_and(c, bad)
+        self.pending.append(S.IfThenElse(bad, self._report(e.buffer, "load", idx)))
+        return E.Select(ok, load, E.const(0, e.dtype))
+
+    def _exprs(self, s, fields):
+        """`s` with its expression fields checked, and the record statements they need."""
+        saved, self.pending = self.pending, []
+        new = {f: self.visit(getattr(s, f)) for f in fields}
+        pre, self.pending = self.pending, saved
+        changed = {f: v for f, v in new.items() if v is not getattr(s, f)}
+        return (dataclasses.replace(s, **changed) if changed else s), pre
+
+    # statements ---------------------------------------------------------------------
+    def visit_BufferStore(self, s):
+        saved, self.pending = self.pending, []
+        value = self.visit(s.value)
+        idx = self.visit(s.indices[0])
+        pre, self.pending = self.pending, saved
+        store = S.BufferStore(s.buffer, value, (idx,))
+        if self._needs_check(s.buffer, idx):
+            store = S.IfThenElse(_in_bounds(idx, self.known[s.buffer]), store,
+                                 self._report(s.buffer, "store", idx))
+        return S.seq(*pre, store)
+
+    def visit_Evaluate(self, s):
+        new, pre = self._exprs(s, ("value",))
+        return S.seq(*pre, new)
+
+    def visit_LetStmt(self, s):
+        value, pre = self._exprs(s, ("value",))
+        with self._scope(s.var, Range(s.value, E.const(1, s.value.dtype))):
+            body = self.visit(s.body)
+        return S.seq(*pre, S.LetStmt(s.var, value.value, body))
+
+    @contextmanager
+    def _scope(self, var, rng):
+        old = self.ranges.get(var)
+        self.ranges[var] = rng
+        try:
+            yield
+        finally:
+            if old is None:
+                del self.ranges[var]
+            else:
+                self.ranges[var] = old
+
+    def visit_IfThenElse(self, s):
+        cond, pre = self._exprs(s, ("cond",))
+        return S.seq(*pre, S.IfThenElse(cond.cond, self.visit(s.then_case),
+                                        self.visit(s.else_case)))
+
+    def visit_Allocate(self, s):
+        self.known[s.buffer] = _extent(s.buffer)
+        return S.Allocate(s.buffer, self.visit(s.body))
+
+    def visit_For(self, s):
+        head, pre = self._exprs(s, ("min", "extent"))
+        with self._scope(s.var, Range(s.min, s.extent)):
+            checked = dataclasses.replace(head, body=self.visit(s.body))
+        if s.kind is S.ForKind.VECTORIZED:
+            fast = self._all_lanes_inside(s)
+            if fast is not None:
+                # the checked copy runs only for lanes near an edge or past it: a plain
+                # loop, so that C compilers do not unroll and vectorize a second copy
+                slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=())
+                return S.seq(*pre, S.IfThenElse(fast, head, slow))
+        return S.seq(*pre, checked)
+
+    def _all_lanes_inside(self, loop):
+        """A condition under which every access of the vector loop `loop` is inside its
+        buffer (its first and last lane are), or None when an index is not affine in the
+        loop variable, reads memory or depends on what the body defines."""
+        inner, accesses = set(), []
+
+        def f(n):
+            if isinstance(n, (S.For, S.LetStmt)):
+                inner.add(n.var)
+            elif isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer in self.known:
+                accesses.append(n)
+            elif isinstance(n, S.Allocate):
+                inner.add(None)
+        walk(loop.body, f)
+        if None in inner:
+            return None
+        last = loop.min + loop.extent - 1
+        conds = []
+        for a in accesses:
+            idx = a.indices[0]
+            has_load = []
+            walk(idx, lambda n: has_load.append(n) if isinstance(n, E.BufferLoad) else None)
+            if has_load or free_vars(idx) & inner or arith.linear_coeff(idx, loop.var) is None:
+                return None
+            ext = self.known[a.buffer]
+            for v in (loop.min, last):
+                conds.append(_in_bounds(arith.simplify(substitute(idx, {loop.var: v})), ext))
+        if not conds:
+            return None
+        out = conds[0]
+        for c in conds[1:]:
+            out = E.logical_and(out, c)
+        return out
+
+
+def bounds_check(func: S.PrimFunc) -> S.PrimFunc:
+    """`func` with checked accesses and the record buffer as its last parameter; unchanged
+    when it has no access to check or was checked already."""
+    if "bounds_record" in func.attrs:
+        return func
+    record = S.Buffer(RECORD_NAME, (E.const(1),), "int64")
+    table = []
+    known = {b: _extent(b) for b in func.params if isinstance(b, S.Buffer)}
+    ranges = func.attrs.get("size_ranges", {})
+    kernels = func.attrs.get("kernels")
+    if kernels is None:
+        body = _Checker(func.name, known, record, table, ranges).visit(func.body)
+        new_kernels = None
+    else:
+        known.update((b, _extent(b)) for b in func.attrs.get("host_buffers", ()))
+        body, new_kernels = func.body, []
+        for k in kernels:
+            n = len(table)
+            chk = _Checker(k.name, known, record, table, ranges)
+            chk.known.update((b, _extent(b)) for b in k.shared)
+            kbody = chk.visit(k.body)
+            params = list(k.params) + ([record] if len(table) > n else [])
+            new_kernels.append(dataclasses.replace(k, body=kbody, params=params))
+    if not table:
+        return func
+    # the record's true size is known only now: rename the placeholder buffer everywhere
+    sized = S.Buffer(RECORD_NAME, (E.const(1 + 2 * len(table)),), "int64")
+    swap = _Rebind(record, sized)
+    out = S.PrimFunc(func.name, list(func.params) + [sized], swap.visit(body), dict(func.attrs))
+    if new_kernels is not None:
+        out.attrs["kernels"] = [dataclasses.replace(
+            k, body=swap.visit(k.body), params=[sized if p is record else p for p in k.params])
+            for k in new_kernels]
+    out.attrs["bounds_record"] = sized
+    out.attrs["bounds_checks"] = table
+    return out
+
+
+class _Rebind(Mutator):
+    def __init__(self, old, new):
+        self.old, self.new = old, new
+
+    def visit_BufferLoad(self, e):
+        idx = self.visit(e.indices[0])
+        return E.BufferLoad(self.new if e.buffer is self.old else e.buffer, (idx,))
+
+    def visit_BufferStore(self, s):
+        b = self.new if s.buffer is self.old else s.buffer
+        return S.BufferStore(b, self.visit(s.value), tuple(self.visit(i) for i in s.indices))

@@ -1,0 +1,188 @@
+"""build(..., bounds_check=True): an access outside its buffer is skipped and reported as a
+BoundsError naming the kernel, the buffer, the index and the extent (issue 21, item 2)."""
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.ir import expr as E
+from tdsl.ir import stmt as S
+from tdsl.runtime import cuda as rcuda
+from tdsl.runtime.ndarray import opencl
+
+N = 64
+
+
+def _opencl_or_skip():
+    pytest.importorskip("pyopencl")
+    if not opencl(0).exist:
+        pytest.skip("no OpenCL device")
+    from tdsl.runtime import opencl as rocl
+    reason = rocl.unusable_reason()
+    if reason:
+        pytest.skip("no working OpenCL device: " + reason.splitlines()[0])
+
+
+def gather(schedule="plain", n=N):
+    """B[i] = A[I[i]] * 2: the indices come from memory, no proof can hold."""
+    A = tdsl.placeholder((n,), name="A")
+    I = tdsl.placeholder((n,), name="I", dtype="int32")
+    B = tdsl.compute((n,), lambda i: A[I[i]] * 2.0, name="B")
+    s = tdsl.create_schedule(B)
+    i = B.op.axis[0]
+    if schedule == "vector":
+        s[B].vectorize(s[B].split(i, factor=8)[1])
+    elif schedule == "parallel":
+        s[B].parallel(s[B].split(i, factor=8)[0])
+    elif schedule == "gpu":
+        bx, tx = s[B].split(i, factor=16)
+        s[B].bind(bx, tdsl.thread_axis("blockIdx.x"))
+        s[B].bind(tx, tdsl.thread_axis("threadIdx.x"))
+    return s, [A, I, B]
+
+
+def gather_data(bad_at=3, bad=100, n=N):
+    a = np.arange(n, dtype="float32") + 1
+    idx = np.arange(n, dtype="int32")[::-1].copy()
+    idx[bad_at] = bad
+    want = a[np.clip(idx, 0, n - 1)] * 2
+    want[bad_at] = 0          # the skipped load reads as 0
+    return a, idx, want
+
+
+def _expect_error(mod, kernel, *args, index=100, extent=N, buffer="A", access="load"):
+    with pytest.raises(tdsl.BoundsError) as ei:
+        mod(*args)
+    msg = str(ei.value)
+    assert kernel in msg and f"'{buffer}'" in msg and access in msg, msg
+    assert f"index {index}" in msg and f"extent {extent}" in msg, msg
+    assert isinstance(ei.value, IndexError)
+
+
+@pytest.mark.parametrize("target,schedule,kernel", [
+    ("llvm", "plain", "main"), ("llvm", "vector", "main"), ("llvm", "parallel", "main"),
+    ("c", "plain", "main"), ("c", "vector", "main"), ("c", "gpu", "main_kernel"),
+    ("opencl", "gpu", "main_kernel")])
+def test_gather_out_of_range_raises_and_the_rest_is_right(target, schedule, kernel):
+    if target == "opencl":
+        _opencl_or_skip()
+    s, args = gather(schedule)
+    mod = tdsl.build(s, args, target=target, bounds_check=True)
+    a, idx, want = gather_data()
+    b = np.full(N, -1, "float32")
+    _expect_error(mod, kernel, a, idx, b)
+    np.testing.assert_array_equal(b, want)
+    # in range: no error, and the checks change no result
+    idx[3] = 5
+    mod(a, idx, b)
+    np.testing.assert_array_equal(b, a[idx] * 2)
+
+
+def test_negative_index_and_a_prepared_call_runs_again():
+    s, args = gather()
+    mod = tdsl.build(s, args, bounds_check=True)
+    a, idx, _ = gather_data(bad_at=7, bad=-5)
+    b = np.zeros(N, "float32")
+    run = mod.prepared(a, idx, b)
+    for _ in range(2):       # the record is cleared after it is reported
+        with pytest.raises(tdsl.BoundsError, match="index -5 is outside its extent 64"):
+            run()
+    idx[7] = 0
+    run()
+
+
+def _sources(s, args, bounds_check, targets):
+    kw = {} if bounds_check == "absent" else {"bounds_check": bounds_check}
+    return {t: tdsl.build(s, args, target=t, **kw).get_source() for t in targets}
+
+
+def test_flag_off_generates_the_code_of_today_and_on_differs():
+    for schedule, targets in (("plain", ("c", "llvm")), ("vector", ("c", "llvm")),
+                              ("gpu", ("c", "opencl", "cuda"))):
+        s, args = gather(schedule)
+        today = _sources(s, args, "absent", targets)
+        assert _sources(s, args, False, targets) == today
+        checked = _sources(s, args, True, targets)
+        for t in today:
+            assert "__tdsl_oob" not in today[t]
+            assert checked[t] != today[t] and "__tdsl_oob" in checked[t], t
+
+
+def test_scatter_store_out_of_range_is_skipped():
+    """B[I[i]] = A[i], written as loop IR (a tensor expression cannot scatter)."""
+    A = S.Buffer("A", (E.const(N),), "float32")
+    I = S.Buffer("I", (E.const(N),), "int32")
+    B = S.Buffer("B", (E.const(N),), "float32")
+    i = E.Var("i", "int32")
+    body = S.For(i, E.const(0), E.const(N), S.ForKind.SERIAL,
+                 S.BufferStore(B, E.BufferLoad(A, (i,)), (E.BufferLoad(I, (i,)),)))
+    func = S.PrimFunc("scatter", [A, I, B], body, {"num_user_args": 3})
+    a = np.arange(N, dtype="float32")
+    idx = np.arange(N, dtype="int32")
+    idx[10] = N
+    for target in ("llvm", "c"):
+        mod = tdsl.build(func, target=target, bounds_check=True)
+        b = np.full(N, -1, "float32")
+        _expect_error(mod, "scatter", a, idx, b, index=N, buffer="B", access="store")
+        want = a.copy()
+        want[10] = -1
+        np.testing.assert_array_equal(b, want)
+
+
+def test_in_bounds_vector_loop_keeps_its_vector_code():
+    """An affine vector loop runs unchanged when its first and last lanes are inside."""
+    A = tdsl.placeholder((N,), name="A")
+    B = tdsl.compute((N,), lambda i: A[i] + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    s[B].vectorize(s[B].split(B.op.axis[0], factor=8)[1])
+    mod = tdsl.build(s, [A, B], bounds_check=True)
+    a = np.arange(N, dtype="float32")
+    b = np.zeros(N, "float32")
+    mod(a, b)
+    np.testing.assert_array_equal(b, a + 1)
+    assert "<8 x float>" in mod.get_source()
+
+
+def test_environment_turns_it_on(monkeypatch):
+    s, args = gather()
+    a, idx, _ = gather_data()
+    monkeypatch.setenv("TDSL_BOUNDS_CHECK", "1")
+    with pytest.raises(tdsl.BoundsError):
+        tdsl.build(s, args)(a, idx, np.zeros(N, "float32"))
+    # an explicit False wins over the environment
+    assert "__tdsl_oob" not in tdsl.build(s, args, target="c", bounds_check=False).get_source()
+    monkeypatch.setenv("TDSL_BOUNDS_CHECK", "maybe")
+    with pytest.raises(tdsl.TdslError, match="TDSL_BOUNDS_CHECK"):
+        tdsl.build(s, args)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, 0.0])
+def test_bad_bounds_check_values(bad):
+    s, args = gather()
+    with pytest.raises(tdsl.TdslError, match="bounds_check"):
+        tdsl.build(s, args, bounds_check=bad)
+
+
+def test_checked_and_unchecked_builds_share_no_cache_entry():
+    s, args = gather()
+    a, idx, _ = gather_data(bad=N + 1)
+    tdsl.build(s, args)                 # cached unchecked
+    with pytest.raises(tdsl.BoundsError):
+        tdsl.build(s, args, bounds_check=True)(a, idx, np.zeros(N, "float32"))
+
+
+def test_exported_library_keeps_its_checks(tmp_path):
+    s, args = gather()
+    path = tdsl.build(s, args, bounds_check=True).export_library(tmp_path / "g.so")
+    a, idx, _ = gather_data()
+    with pytest.raises(tdsl.BoundsError, match="'A'"):
+        tdsl.load_module(path)(a, idx, np.zeros(N, "float32"))
+
+
+def test_cuda_source_has_the_checks_and_compiles():
+    s, args = gather("gpu")
+    mod = tdsl.build(s, args, target="cuda", bounds_check=True)
+    src = mod.get_source()
+    assert "__tdsl_oob" in src and "long long* __restrict__ __tdsl_oob" in src
+    if not rcuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed")
+    assert ".entry" in mod.get_source("ptx")
