@@ -111,3 +111,20 @@ def test_cuda_include_dir_and_nvrtc_report():
     # informative: both return without raising on any machine
     rcuda.cuda_include_dir()
     assert isinstance(rcuda.have_nvrtc(), bool)
+
+
+def test_nvrtc_leaves_interned_bytes_alone():
+    """NVRTC writes its log and PTX into the buffers it is given; an immutable `b" " * 1`
+    is the interpreter's shared b" ", which an empty log once overwrote with a NUL."""
+    pytest.importorskip("cuda.bindings")
+    from tdsl.runtime import cuda
+    if not cuda.have_nvrtc():
+        pytest.skip("NVRTC is not installed")
+    A = tdsl.placeholder((64,), name="A")
+    B = tdsl.compute((64,), lambda i: A[i] * 2.0, name="B")
+    s = tdsl.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, tdsl.thread_axis("blockIdx.x"))
+    s[B].bind(tx, tdsl.thread_axis("threadIdx.x"))
+    tdsl.build(s, [A, B], target="cuda").get_source("ptx")
+    assert b" ".join([b"32", b"32"]) == b"32 32"

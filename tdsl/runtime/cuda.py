@@ -115,9 +115,12 @@ def nvrtc_compile(source: str, arch: str, extra=()):
         _nvrtc_check(nvrtc, err, "nvrtcCreateProgram")
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * n
+        # NVRTC writes into the buffer it is given: it must be a mutable one. `b" " * n`
+        # is the interpreter's shared b" " when n == 1 (an empty log), and writing its
+        # NUL there turned every later b" " into b"\x00" in the whole process.
+        log = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, log)
-        log = log.decode(errors="replace").rstrip(chr(0))
+        log = bytes(log).decode(errors="replace").rstrip(chr(0))
         if int(err) != 0:
             raise BuildError(f"NVRTC rejected the generated CUDA source:\n{log}\n"
                              f"--- source ---\n{source}")
@@ -125,10 +128,10 @@ def nvrtc_compile(source: str, arch: str, extra=()):
         if arch.startswith("compute_"):
             err, n = nvrtc.nvrtcGetPTXSize(prog)
             _nvrtc_check(nvrtc, err, "nvrtcGetPTXSize")
-            buf = b" " * n
+            buf = bytearray(n)
             (err,) = nvrtc.nvrtcGetPTX(prog, buf)
             _nvrtc_check(nvrtc, err, "nvrtcGetPTX")
-            ptx = buf.rstrip(b"\x00").decode()
+            ptx = bytes(buf).rstrip(b"\x00").decode()
         nvrtc.nvrtcDestroyProgram(prog)
     except BuildError:
         raise
