@@ -39,6 +39,7 @@ def build(s, args=None, target=None, name=None):
     elif t.kind == "llvm" and t.runs_here:
         return _build_llvm(s, args, t, name or "main")
     else:
+        _check_externs(s, t.kind)
         func = lower(s, args, name or "main", target=t.kind)
     if t.kind == "llvm":
         from .codegen.llvm import cross
@@ -47,6 +48,26 @@ def build(s, args=None, target=None, name=None):
     if t.kind == "c":
         return source_build.build_c(func)
     return source_build.build_gpu(func, t.kind)
+
+
+def _extern_names(s):
+    from .te.extern import ExternOp
+    return sorted({st.op.call.name for st in s.stages if isinstance(st.op, ExternOp)})
+
+
+def _check_externs(s, kind):
+    names = _extern_names(s)
+    if names and kind != "llvm":
+        raise BuildError(f"build: target '{kind}' cannot call extern functions "
+                         f"({', '.join(names)}); tdsl.extern stages build for 'llvm' only")
+
+
+def _build_key_extras(s):
+    """What a build reads besides the schedule: the registrations its extern stages call
+    (each has its own linker symbol) and the intrinsic lowering rules."""
+    from .passes import intrin_rules
+    from .runtime import extern
+    return ([extern.lookup(n).symbol for n in _extern_names(s)], intrin_rules.digest())
 
 
 def _build_llvm(s, args, t, name):
@@ -58,11 +79,11 @@ def _build_llvm(s, args, t, name):
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
         from .fingerprint import fingerprint
         # the worker pool's availability changes the generated IR
-        fp = fingerprint(s, args, name, threadpool.load_into_jit())
+        fp = fingerprint(s, args, name, threadpool.load_into_jit(), _build_key_extras(s))
         if fp is not None:
             mod = jit.load_build(fp, tgt)
             if mod is not None:
-                return mod
+                return llvm.keep_externs(mod)
     mod = llvm.build(lower(s, args, name, target="llvm"), tgt)
     if fp is not None:
         jit.remember_build(fp, tgt, mod)

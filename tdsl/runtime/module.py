@@ -52,6 +52,16 @@ _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.
         "%": operator.mod, "min": min, "max": max}
 
 
+def failure(name, rc, sig=None) -> str:
+    """The message for a kernel that returned `rc`."""
+    from . import extern
+    if rc == extern.EXTERN_FAILED:
+        called = ", ".join(repr(n) for n in (sig or {}).get("externs", ()))
+        return f"kernel {name} failed: " + extern.take_error(
+            f"an extern function ({called}) returned a non-zero status")
+    return f"kernel {name} failed (code {rc}): a heap allocation inside the kernel failed"
+
+
 def _eval_dim(code, values):
     if isinstance(code, int):
         return code
@@ -424,8 +434,7 @@ class Module:
             copy()
         rc = self._cfunc(*cargs)
         if rc:
-            raise TdslError(f"kernel {self.name} failed (code {rc}): a heap allocation "
-                            "inside the kernel failed")
+            raise TdslError(failure(self.name, rc, self.signature.raw))
         for copy in after:
             copy()
         del keep
@@ -442,13 +451,14 @@ class Module:
         finds the worker pool busy with another thread's loop runs on its own thread,
         see threadpool.c)."""
         cargs, keep, before, after = self.signature.prepare(args)
-        fn, name = self._cfunc, self.name
+        fn, name, sig = self._cfunc, self.name, self.signature.raw
 
         def run(_keep_alive=keep):
             for copy in before:
                 copy()
-            if fn(*cargs):
-                raise TdslError(f"kernel {name} failed: a heap allocation inside the kernel failed")
+            rc = fn(*cargs)
+            if rc:
+                raise TdslError(failure(name, rc, sig))
             for copy in after:
                 copy()
         return run
@@ -481,7 +491,7 @@ class Module:
             while True:
                 rc = fn(*cargs)
                 if rc:
-                    raise TdslError(f"kernel {self.name} failed (code {rc})")
+                    raise TdslError(failure(self.name, rc, self.signature.raw))
                 if time.perf_counter() >= t_end:
                     break
             results = []
