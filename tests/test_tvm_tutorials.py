@@ -471,6 +471,8 @@ def test_extern_mistakes_are_named():
         tdsl.call_packed("test.boom", A, "text")
     with pytest.raises(tdsl.BuildError, match="'llvm' only"):
         tdsl.build(te.create_schedule(C.op), [A, C], target="c")
+    with pytest.raises(tdsl.BuildError, match="registered in this process only"):
+        f.export_library("c.so")
     E = te.compute((4,), lambda i: C[i] * 2, name="E")
     s = te.create_schedule(E.op)
     s[C].compute_inline()

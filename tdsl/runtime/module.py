@@ -520,8 +520,15 @@ class Module:
     def export_library(self, path: str):
         """Writes a self-describing shared library loadable by `tdsl.load_module`
         (a path ending in `.o` gets the bare object file instead)."""
+        self._check_portable(path)
         self._backend.export(str(path), self.signature.raw)
         return str(path)
+
+    def _check_portable(self, path):
+        names = self.signature.raw.get("externs")
+        if names:   # their addresses exist only in this process
+            raise BuildError(f"cannot write {str(path)!r}: the module calls the extern functions "
+                             f"{', '.join(names)}, registered in this process only")
 
     def save(self, path, fmt: str = ""):
         """Writes the module's code by the file's suffix (or `fmt`): `.o` the
@@ -534,6 +541,7 @@ class Module:
         if fmt == "o":
             if not path.endswith(".o"):
                 raise BuildError(f"save({path!r}, 'o'): name an object file with the suffix .o")
+            self._check_portable(path)
             self._backend.export(path, self.signature.raw)
         elif fmt in ("ll", "s"):
             from .libfile import write_atomic
