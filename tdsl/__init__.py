@@ -13,6 +13,10 @@ from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, 
                  atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
                  popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
                  shift_right, min_value, max_value)
+from .te import extern, call_packed
+from .ir.expr import call_pure_extern
+from .runtime.extern import register_func
+from .passes.intrin_rules import register_intrin_lowering, remove_intrin_lowering
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower

@@ -46,6 +46,7 @@ def build(s, args=None, target=None, name=None, bounds_check=None):
     elif t.kind == "llvm" and t.runs_here:
         return _build_llvm(s, args, t, name or "main", checked)
     else:
+        _check_externs(s, t.kind)
         func = _checked(lower(s, args, name or "main", target=t.kind), checked)
     if t.kind == "llvm":
         from .codegen.llvm import cross
@@ -77,6 +78,26 @@ def _checked(func, checked):
     return bounds_check(func)
 
 
+def _extern_names(s):
+    from .te.extern import ExternOp
+    return sorted({st.op.call.name for st in s.stages if isinstance(st.op, ExternOp)})
+
+
+def _check_externs(s, kind):
+    names = _extern_names(s)
+    if names and kind != "llvm":
+        raise BuildError(f"build: target '{kind}' cannot call extern functions "
+                         f"({', '.join(names)}); tdsl.extern stages build for 'llvm' only")
+
+
+def _build_key_extras(s):
+    """What a build reads besides the schedule: the registrations its extern stages call
+    (each has its own linker symbol) and the intrinsic lowering rules."""
+    from .passes import intrin_rules
+    from .runtime import extern
+    return ([extern.lookup(n).symbol for n in _extern_names(s)], intrin_rules.digest())
+
+
 def _build_llvm(s, args, t, name, checked):
     from .codegen import llvm
     from .codegen.llvm import jit
@@ -85,15 +106,14 @@ def _build_llvm(s, args, t, name, checked):
     fp = None
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
         from .fingerprint import fingerprint
-        # the worker pool's availability changes the generated IR
-        # checked builds never share an entry with unchecked ones; unchecked keys stay as
-        # they were before the flag existed
-        fp = fingerprint(s, args, name, threadpool.load_into_jit(),
+        # the worker pool's availability changes the generated IR; checked builds never
+        # share an entry with unchecked ones
+        fp = fingerprint(s, args, name, threadpool.load_into_jit(), _build_key_extras(s),
                          *(("bounds_check",) if checked else ()))
         if fp is not None:
             mod = jit.load_build(fp, tgt)
             if mod is not None:
-                return mod
+                return llvm.keep_externs(mod)
     mod = llvm.build(_checked(lower(s, args, name, target="llvm"), checked), tgt)
     if fp is not None:
         jit.remember_build(fp, tgt, mod)

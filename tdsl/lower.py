@@ -12,6 +12,7 @@ from .ir import expr as E
 from .ir import stmt as S
 from .ir.expr import Range
 from .passes.double_buffer import inject_double_buffer
+from .passes.intrin_rules import lower_intrinsics
 from .passes.loop_partition import loop_partition
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
@@ -120,7 +121,11 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         func.attrs["size_ranges"] = _size_ranges(func)
         func.attrs["region_checks"] = checks
         return func
-    func = _run(start, PASSES + (_gpu_passes() if gpu else _cpu_passes(s)), "schedule_ops")
+    # a function lowered for no target gets the rules of the one it is built for
+    rules = [] if target is None and _current_target() is None else \
+        [("lower_intrinsics", lambda f: lower_intrinsics(f, kind))]
+    func = _run(start, PASSES + rules + (_gpu_passes() if gpu else _cpu_passes(s)),
+                "schedule_ops")
     func.attrs["target"] = kind
     return func
 
@@ -142,14 +147,23 @@ def lower_for_target(func: S.PrimFunc, target, name=None) -> S.PrimFunc:
     if "kernels" in func.attrs and not gpu:
         raise LoweringError(f"build: function '{func.name}' was lowered for the GPU target "
                             f"'{lowered_for}'; lower the schedule again for target '{kind}'")
+    rules = [("lower_intrinsics", lambda f: lower_intrinsics(f, kind))] \
+        if func.attrs.get("intrinsics_lowered_for") != kind and "kernels" not in func.attrs else []
     if gpu and "kernels" not in func.attrs:
         from .passes.gpu import check_gpu_schedule
         check_gpu_schedule(sched, kind)
-        func = _run(lambda: func, _gpu_passes(), "lower")
+        func = _run(lambda: func, rules + _gpu_passes(), "lower")
+    elif rules:
+        func = _run(lambda: func, rules, "lower")
     if func.attrs.get("target") != kind:
         func = func.with_body(func.body)
         func.attrs["target"] = kind
     return func
+
+
+def _current_target():
+    from .target import Target
+    return Target.current()
 
 
 def _needs_gpu_passes(sched, kind):

@@ -208,3 +208,36 @@ def test_keys_follow_the_tdsl_source(monkeypatch):
         assert diskcache.key("x") != k
     finally:
         diskcache.tdsl_identity.cache_clear()
+
+
+def test_build_cache_keys_on_extern_registrations_and_intrinsic_rules(tmp_path, monkeypatch):
+    monkeypatch.setenv("TDSL_CACHE_DIR", str(tmp_path))
+
+    def kernel():
+        A = tdsl.placeholder((8,), name="A")
+        B = tdsl.extern(A.shape, [A], lambda ins, outs: tdsl.call_packed(
+            "test.cache_fn", ins[0], outs[0]), name="B")
+        C = tdsl.compute(A.shape, lambda i: tdsl.exp(B[i]), name="C")
+        return tdsl.create_schedule(C.op), [A, C]
+
+    def run(f):
+        c = np.zeros(8, "float32")
+        f(np.arange(8, dtype="float32"), c)
+        return c
+    tdsl.register_func("test.cache_fn", lambda x, y: y.__setitem__(slice(None), x), override=True)
+    run(tdsl.build(*kernel()))
+    hits = jit.stats["build_hits"]
+    np.testing.assert_allclose(run(tdsl.build(*kernel())), np.exp(np.arange(8)), rtol=1e-6)
+    assert jit.stats["build_hits"] == hits + 1          # an equal schedule: a hit
+    # a new registration of the name: no hit, and the new function runs
+    tdsl.register_func("test.cache_fn", lambda x, y: y.__setitem__(slice(None), -x), override=True)
+    np.testing.assert_allclose(run(tdsl.build(*kernel())), np.exp(-np.arange(8)), rtol=1e-6)
+    assert jit.stats["build_hits"] == hits + 1
+    # a rule registered later: no hit on the build made without it
+    tdsl.register_intrin_lowering("exp", "llvm", lambda op: tdsl.call_pure_extern(
+        "float32", "expf", op.args[0]))
+    try:
+        f = tdsl.build(*kernel())
+        assert "@expf" in f.get_source() and jit.stats["build_hits"] == hits + 1
+    finally:
+        tdsl.remove_intrin_lowering("exp", "llvm")

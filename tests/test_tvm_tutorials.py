@@ -268,3 +268,316 @@ def test_scan_mistakes_are_named():
     state = s_scan.op.state_placeholder[0]
     with pytest.raises(tdsl.LoweringError, match="pass the scan's output"):
         tdsl.lower(s, [X, state, s_scan])
+
+
+# ------------------------------------------------------------------ extern_op.py
+# tvm.tir.call_packed -> tdsl.call_packed, tvm.register_func -> tdsl.register_func
+def _extern_matmul_bias(n=64, l=16, m=23):
+    bias = te.var("bias", dtype="float32")
+    A = te.placeholder((n, l), name="A")
+    B = te.placeholder((l, m), name="B")
+    C = te.extern(
+        (n, m),
+        [A, B],
+        lambda ins, outs: tdsl.call_packed(
+            "tvm.contrib.cblas.matmul", ins[0], ins[1], outs[0], False, False
+        ),
+        name="C",
+    )
+    return A, B, C, bias
+
+
+def test_extern_op_cblas_matmul():
+    n, l, m = 64, 16, 23
+    A, B, C, bias = _extern_matmul_bias(n, l, m)
+    D = te.compute(C.shape, lambda i, j: C[i, j] + bias, name="D")
+    s = te.create_schedule(D.op)
+    assert 'call_packed("tvm.contrib.cblas.matmul", A, B, C, False, False)' in \
+        str(tdsl.lower(s, [A, B, D, bias]))
+    dev = tdsl.cpu(0)
+    f = tdsl.build(s, [A, B, D, bias], "llvm")
+    a = tdsl.nd.array(np.random.uniform(size=(n, l)).astype(A.dtype), dev)
+    b = tdsl.nd.array(np.random.uniform(size=(l, m)).astype(B.dtype), dev)
+    d = tdsl.nd.array(np.zeros((n, m), dtype=D.dtype), dev)
+    bb = 10.0
+    f(a, b, d, bb)
+    np.testing.assert_allclose(d.numpy(), np.dot(a.numpy(), b.numpy()) + 10, rtol=1e-5)
+
+    from tdsl.contrib import cblas     # the contrib wrapper: the same stage
+    C = cblas.matmul(A, B)
+    D = te.compute(C.shape, lambda i, j: C[i, j] + bias, name="D")
+    s = te.create_schedule(D.op)
+    f = tdsl.build(s, [A, B, D, bias], "llvm")
+    d2 = np.zeros((n, m), dtype="float32")
+    f(a.numpy(), b.numpy(), d2, bb)
+    np.testing.assert_allclose(d2, d.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("transa,transb,dtype", [(True, False, "float32"),
+                                                 (False, True, "float64")])
+def test_extern_cblas_transposes(transa, transb, dtype):
+    from tdsl.contrib import cblas
+    A = te.placeholder((7, 5) if transa else (5, 7), name="A", dtype=dtype)
+    B = te.placeholder((9, 7) if transb else (7, 9), name="B", dtype=dtype)
+    C = cblas.matmul(A, B, transa, transb)
+    f = tdsl.build(te.create_schedule(C.op), [A, B, C])
+    rng = np.random.default_rng(1)
+    a, b = rng.random(A.shape).astype(dtype), rng.random(B.shape).astype(dtype)
+    c = np.zeros((5, 9), dtype)
+    f(a, b, c)
+    np.testing.assert_allclose(c, (a.T if transa else a) @ (b.T if transb else b), rtol=1e-5)
+
+
+def test_extern_op_python_callback():
+    n = 100
+    seen = []
+
+    @tdsl.register_func("tvm.contrib.my_tvm_addone", override=True)
+    def my_tvm_addone(x, y):
+        seen.append((type(x), type(y)))
+        y[:] = x + 1
+
+    A = te.placeholder((n,), name="A")
+    B = te.extern(
+        A.shape,
+        [A],
+        lambda ins, outs: tdsl.call_packed("tvm.contrib.my_tvm_addone", ins[0], outs[0]),
+        name="C",
+    )
+    s = te.create_schedule(B.op)
+    f = tdsl.build(s, [A, B], "llvm")
+    dev = tdsl.cpu(0)
+    a = tdsl.nd.array(np.random.uniform(size=(n,)).astype(A.dtype), dev)
+    b = tdsl.nd.array(np.random.uniform(size=(n,)).astype(B.dtype), dev)
+    f(a, b)
+    np.testing.assert_allclose(b.numpy(), a.numpy() + 1, rtol=1e-5)
+    assert seen == [(np.ndarray, np.ndarray)]
+    assert f.externs["tvm.contrib.my_tvm_addone"] is not None    # kept alive by the module
+
+    # registered again: new builds call the new function, the old module the old one
+    tdsl.register_func("tvm.contrib.my_tvm_addone", lambda x, y: y.__setitem__(slice(None), x * 2),
+                       override=True)
+    g = tdsl.build(s, [A, B], "llvm")
+    x = np.arange(n, dtype="float32")
+    y = np.zeros(n, "float32")
+    g(x, y)
+    np.testing.assert_array_equal(y, x * 2)
+    f(x, y)
+    np.testing.assert_array_equal(y, x + 1)
+
+
+def test_extern_scalars_and_several_outputs():
+    got = []
+    tdsl.register_func("test.split_scale", lambda x, k, flag, lo, hi: (
+        got.append((k, flag)), lo.__setitem__(slice(None), x[:4] * k),
+        hi.__setitem__(slice(None), x[4:] * k)), override=True)
+    n = te.var("n")
+    A = te.placeholder((8,), name="A")
+    lo, hi = te.extern([(4,), (4,)], [A], lambda ins, outs: tdsl.call_packed(
+        "test.split_scale", ins[0], n * 2 + 1, True, outs[0], outs[1]), name="S")
+    E = te.compute((4,), lambda i: lo[i] + hi[i], name="E")
+    f = tdsl.build(te.create_schedule(E.op), [A, E, n])
+    a = np.arange(8, dtype="float32")
+    e = np.zeros(4, "float32")
+    f(a, e, 1)
+    assert got == [(3, True)]
+    np.testing.assert_array_equal(e, (a[:4] + a[4:]) * 3)
+
+
+def test_extern_composes_with_a_scheduled_stage():
+    n, l, m = 64, 16, 48
+    A, B, C, bias = _extern_matmul_bias(n, l, m)
+    D = te.compute(C.shape, lambda i, j: te.max(C[i, j] + bias, 0.0), name="D")
+    s = te.create_schedule(D.op)
+    jo, ji = s[D].split(D.op.axis[1], factor=16)
+    s[D].vectorize(ji)
+    s[D].parallel(D.op.axis[0])
+    f = tdsl.build(s, [A, B, D, bias])
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((n, l)).astype("float32")
+    b = rng.standard_normal((l, m)).astype("float32")
+    d = np.zeros((n, m), "float32")
+    f(a, b, d, 0.5)
+    np.testing.assert_allclose(d, np.maximum(a @ b + 0.5, 0), rtol=1e-4, atol=1e-5)
+    assert not [x for x in f.notes if "serially" in x]
+
+
+def test_extern_c_symbol(tmp_path):
+    import shutil
+    import subprocess
+    cc_ = shutil.which("cc") or shutil.which("gcc")
+    if cc_ is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "neg.c"
+    src.write_text(
+        "#include <stdint.h>\n"
+        "typedef struct { void *data; const int64_t *shape; int32_t ndim; int32_t dtype; } "
+        "tdsl_arg;\n"
+        "int32_t negate(const tdsl_arg *args, int32_t nargs) {\n"
+        "  if (nargs != 2 || args[1].ndim != 1) return 1;\n"
+        "  const float *x = args[0].data; float *y = args[1].data;\n"
+        "  for (int64_t i = 0; i < args[0].shape[0]; i++) y[i] = -x[i];\n"
+        "  return 0;\n}\n")
+    lib = tmp_path / "libneg.so"
+    subprocess.run([cc_, "-shared", "-fPIC", "-O2", str(src), "-o", str(lib)], check=True)
+    tdsl.register_func("test.negate", "negate", library=str(lib), override=True)
+    A = te.placeholder((10,), name="A")
+    B = te.extern(A.shape, [A], lambda ins, outs: tdsl.call_packed("test.negate", ins[0], outs[0]),
+                  name="B")
+    C = te.extern((10, 1), [A], lambda ins, outs: tdsl.call_packed("test.negate", ins[0], outs[0]),
+                  name="C")
+    f = tdsl.build(te.create_schedule(B.op), [A, B])
+    a = np.arange(10, dtype="float32")
+    b = np.zeros(10, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, -a)
+    g = tdsl.build(te.create_schedule(C.op), [A, C])     # the C function refuses: code 1
+    with pytest.raises(tdsl.TdslError, match="'test.negate'.*non-zero"):
+        g(a, np.zeros((10, 1), "float32"))
+    with pytest.raises(tdsl.TdslError, match="no symbol 'nope'"):
+        tdsl.register_func("test.nope", "nope", library=str(lib))
+
+
+def test_extern_mistakes_are_named():
+    A = te.placeholder((4,), name="A")
+    B = te.extern(A.shape, [A], lambda ins, outs: tdsl.call_packed("no.such.function", ins[0],
+                                                                    outs[0]), name="B")
+    with pytest.raises(tdsl.BuildError, match="no function is registered as 'no.such.function'"):
+        tdsl.build(te.create_schedule(B.op), [A, B])
+
+    def boom(x, y):
+        raise ValueError("boom")
+    tdsl.register_func("test.boom", boom, override=True)
+    C = te.extern(A.shape, [A], lambda ins, outs: tdsl.call_packed("test.boom", ins[0], outs[0]),
+                  name="C")
+    f = tdsl.build(te.create_schedule(C.op), [A, C])
+    with pytest.raises(tdsl.TdslError, match="'test.boom' raised ValueError: boom"):
+        f(np.zeros(4, "float32"), np.zeros(4, "float32"))
+
+    with pytest.raises(tdsl.TdslError, match="already registered"):
+        tdsl.register_func("test.boom", boom)
+    with pytest.raises(tdsl.TdslError, match="must return tdsl.call_packed"):
+        te.extern((4,), [A], lambda ins, outs: ins[0], name="D")
+    with pytest.raises(tdsl.TdslError, match="never receives an output"):
+        te.extern((4,), [A], lambda ins, outs: tdsl.call_packed("test.boom", ins[0]), name="D")
+    Z = te.placeholder((4,), name="Z")
+    with pytest.raises(tdsl.TdslError, match="neither an input nor an output"):
+        te.extern((4,), [A], lambda ins, outs: tdsl.call_packed("test.boom", Z, outs[0]), name="D")
+    with pytest.raises(tdsl.TdslError, match="inputs must be a list of tensors"):
+        te.extern((4,), A, lambda ins, outs: tdsl.call_packed("test.boom", outs[0]), name="D")
+    with pytest.raises(tdsl.TdslError, match="shape"):
+        te.extern((), [A], lambda ins, outs: tdsl.call_packed("test.boom", outs[0]), name="D")
+    with pytest.raises(tdsl.TdslError, match="argument 1"):
+        tdsl.call_packed("test.boom", A, "text")
+    with pytest.raises(tdsl.BuildError, match="'llvm' only"):
+        tdsl.build(te.create_schedule(C.op), [A, C], target="c")
+    with pytest.raises(tdsl.BuildError, match="registered in this process only"):
+        f.export_library("c.so")
+    E = te.compute((4,), lambda i: C[i] * 2, name="E")
+    s = te.create_schedule(E.op)
+    s[C].compute_inline()
+    with pytest.raises(tdsl.ScheduleError, match="cannot be inlined or attached"):
+        tdsl.build(s, [A, E])
+
+
+# ------------------------------------------------------------------ intrin_math.py
+# tvm.tir.call_pure_extern -> tdsl.call_pure_extern, tvm.ir.register_intrin_lowering ->
+# tdsl.register_intrin_lowering(op, target, f, override=...)
+def _exp_schedule(gpu=False):
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute(A.shape, lambda i: te.exp(A[i]), name="B")
+    s = te.create_schedule(B.op)
+    if gpu:
+        bx, tx = s[B].split(B.op.axis[0], factor=64)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    return s, A, B
+
+
+@pytest.fixture
+def exp_rules():
+    yield
+    for target in ("llvm", "c", "cuda"):
+        tdsl.remove_intrin_lowering("exp", target)
+
+
+def test_intrin_math_direct_extern_call_cuda_source():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute(A.shape, lambda i: tdsl.call_pure_extern("float32", "__expf", A[i]), name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    assert 'call_pure_extern("float32", "__expf", A[' in str(tdsl.lower(s, [A, B], target="cuda"))
+    f = tdsl.build(s, [A, B], "cuda", name="myexp")
+    assert "__expf(A[" in f.get_source()
+
+
+def test_intrin_math_rule_for_llvm_changes_the_code(exp_rules):
+    import math
+    s, A, B = _exp_schedule()
+    before = tdsl.build(s, [A, B], "llvm")
+
+    def exp_by_exp2(op):
+        return te.exp2(op.args[0] * tdsl.const(1 / math.log(2), op.dtype))
+    tdsl.register_intrin_lowering("tir.exp", target="llvm", f=exp_by_exp2)
+    assert "exp2(A[i] * 1.44269" in str(tdsl.lower(s, [A, B], target="llvm"))
+    f = tdsl.build(s, [A, B], "llvm")     # the cached build without the rule is not reused
+    assert f.get_source() != before.get_source()
+    a = np.random.default_rng(3).uniform(-3, 3, 37).astype("float32")
+    b = np.zeros_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, np.exp(a), rtol=1e-5)
+    with pytest.raises(tdsl.TdslError, match="already has a rule.*override=True"):
+        tdsl.register_intrin_lowering("exp", "llvm", exp_by_exp2)
+
+    # a named C function, per lane in a vectorized loop
+    tdsl.register_intrin_lowering("exp", "llvm", lambda op: tdsl.call_pure_extern(
+        op.dtype, "expf" if op.dtype == "float32" else "exp", op.args[0]), override=True)
+    s, A, B = _exp_schedule()
+    xo, xi = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(xi)
+    f = tdsl.build(s, [A, B], "llvm")
+    assert "@expf" in f.get_source()
+    f(a, b)
+    np.testing.assert_allclose(b, np.exp(a), rtol=1e-6)
+
+
+def _my_math_rule(op):
+    """TVM's my_cuda_math_rule: the libm function of the dtype."""
+    if op.dtype == "float32":
+        return tdsl.call_pure_extern("float32", "%sf" % op.name, op.args[0])
+    if op.dtype == "float64":
+        return tdsl.call_pure_extern("float64", op.name, op.args[0])
+    return op
+
+
+def test_intrin_math_rule_for_cuda_and_c(exp_rules):
+    s, A, B = _exp_schedule(gpu=True)
+    assert "__expf(" in tdsl.build(s, [A, B], "cuda", name="myexp").get_source()
+    tdsl.register_intrin_lowering("exp", target="cuda", f=_my_math_rule, override=True)
+    src = tdsl.build(s, [A, B], "cuda", name="myexp").get_source()
+    assert " expf(A[" in src and "__expf" not in src
+
+    # the "c" target: exp through exp2f, a rule only for "c"
+    tdsl.register_intrin_lowering("exp", "c", lambda op: tdsl.call_pure_extern(
+        "float32", "exp2f", op.args[0] * tdsl.const(1.4426950408889634, "float32")))
+    s, A, B = _exp_schedule()
+    f = tdsl.build(s, [A, B], "c")
+    assert "exp2f(" in f.get_source()
+    a = np.linspace(-4, 4, 29).astype("float32")
+    b = np.zeros_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, np.exp(a), rtol=1e-5)
+    assert "exp2f" not in tdsl.build(s, [A, B], "llvm").get_source("ll-unopt")
+
+
+def test_intrin_rule_mistakes_are_named(exp_rules):
+    s, A, B = _exp_schedule()
+    tdsl.register_intrin_lowering("exp", "llvm", lambda op: op.args[0].astype("float64"))
+    with pytest.raises(tdsl.LoweringError, match="must return an expression of type float32"):
+        tdsl.build(s, [A, B], "llvm")
+    with pytest.raises(tdsl.TdslError, match="must be a function"):
+        tdsl.register_intrin_lowering("exp", "c", 3)

@@ -34,6 +34,8 @@ def stored_buffers(stmt) -> set:
                 st(s.else_case)
         elif isinstance(s, S.BufferStore):
             out.add(s.buffer)
+        elif isinstance(s, S.ExternCall):
+            out.update(s.args[k] for k in s.writes)
     st(stmt)
     return out
 

@@ -233,10 +233,13 @@ class Cast(Expr):
 
 @_node
 class Call(Expr):
-    """A math intrinsic (`exp`, `sqrt`, ...) or a hint such as `likely`."""
+    """A math intrinsic (`exp`, `sqrt`, ...) or a hint such as `likely`; with `extern`, a
+    call of the C function `name` itself (`call_pure_extern`), which code generators emit
+    as written."""
     name: str
     args: Tuple[Expr, ...]
     dtype: str
+    extern: bool = False
 
 
 @_node
@@ -521,6 +524,16 @@ def call(name, *args) -> Expr:
     if name == "clz":
         dtype = "int32"
     return Call(name, args, dtype)
+
+
+def call_pure_extern(dtype, func_name, *args) -> Expr:
+    """A call of the C function `func_name` (no side effects) returning `dtype`: TVM's
+    `tir.call_pure_extern`. The function must exist on the target (`__expf` on CUDA,
+    `expf` in libm)."""
+    if not isinstance(func_name, str) or not func_name.isidentifier():
+        raise TdslError(f"call_pure_extern: the function name must be a C identifier, got "
+                        f"{func_name!r}")
+    return Call(func_name, tuple(convert(a) for a in args), dt.check(dtype), True)
 
 
 def classify(name, x) -> Expr:

@@ -73,6 +73,9 @@ class Printer:
         if t is E.Cast:
             return f"{e.dtype}({self.expr(e.value)})"
         if t is E.Call:
+            if e.extern:
+                args = "".join(", " + self.expr(a) for a in e.args)
+                return f'call_pure_extern("{e.dtype}", "{e.name}"{args})'
             if e.name in _BIT_INFIX:       # always parenthesised: Python's precedence differs
                 return f"({self.expr(e.args[0])} {_BIT_INFIX[e.name]} {self.expr(e.args[1])})"
             if e.name == "bitwise_not":
@@ -143,6 +146,10 @@ class Printer:
             out.append(f"{pad}{self.expr(s.value)}")
         elif t is S.Barrier:
             out.append(f"{pad}barrier(\"{s.scope}\")")
+        elif t is S.ExternCall:
+            args = "".join(", " + (self.name(a, a.name) if isinstance(a, S.Buffer) else self.expr(a))
+                           for a in s.args)
+            out.append(f'{pad}call_packed("{s.name}"{args})')
         else:
             out.append(f"{pad}{s!r}")
         return out

@@ -99,6 +99,19 @@ class Barrier(Stmt):
     scope: str = "shared"
 
 
+@_node
+class ExternCall(Stmt):
+    """A call of the function registered as `name` (`tdsl.register_func`) on whole buffers
+    and scalars: the body of a `tdsl.extern` stage. `shapes` holds each buffer argument's
+    shape as the stage saw it (None for scalars): storage_flatten makes the buffers flat,
+    but the callee is handed n-d arrays. `writes` holds the indices of the arguments the
+    call writes (the stage's outputs); the others are only read."""
+    name: str
+    args: Tuple[Any, ...]       # Buffer | Expr
+    shapes: Tuple[Any, ...]     # Tuple[Expr, ...] per Buffer argument, None per scalar
+    writes: Tuple[int, ...] = ()
+
+
 def seq(*stmts) -> Stmt:
     """A sequence without nesting or empty parts."""
     flat: List[Stmt] = []

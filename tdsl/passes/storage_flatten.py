@@ -63,6 +63,11 @@ class _Flatten(Mutator):
         new, idx = self._index(s.buffer, s.indices)
         return S.BufferStore(new, self.visit(s.value), idx)
 
+    def visit_ExternCall(self, s):
+        args = tuple(self._info(a)[0] if isinstance(a, S.Buffer) else self.visit(a)
+                     for a in s.args)
+        return S.ExternCall(s.name, args, s.shapes, s.writes)
+
     def visit_Allocate(self, s):
         new, _ = self._info(s.buffer)
         return S.Allocate(new, self.visit(s.body))

@@ -57,6 +57,16 @@ _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.
         "%": operator.mod, "min": min, "max": max}
 
 
+def failure(name, rc, sig=None) -> str:
+    """The message for a kernel that returned `rc`."""
+    from . import extern
+    if rc == extern.EXTERN_FAILED:
+        called = ", ".join(repr(n) for n in (sig or {}).get("externs", ()))
+        return f"kernel {name} failed: " + extern.take_error(
+            f"an extern function ({called}) returned a non-zero status")
+    return f"kernel {name} failed (code {rc}): a heap allocation inside the kernel failed"
+
+
 def _eval_dim(code, values):
     if isinstance(code, int):
         return code
@@ -456,8 +466,7 @@ class Module:
             copy()
         rc = self._cfunc(*cargs)
         if rc:
-            raise TdslError(f"kernel {self.name} failed (code {rc}): a heap allocation "
-                            "inside the kernel failed")
+            raise TdslError(failure(self.name, rc, self.signature.raw))
         for copy in after:
             copy()
         del keep
@@ -474,13 +483,14 @@ class Module:
         finds the worker pool busy with another thread's loop runs on its own thread,
         see threadpool.c)."""
         cargs, keep, before, after = self.signature.prepare(args)
-        fn, name = self._cfunc, self.name
+        fn, name, sig = self._cfunc, self.name, self.signature.raw
 
         def run(_keep_alive=keep):
             for copy in before:
                 copy()
-            if fn(*cargs):
-                raise TdslError(f"kernel {name} failed: a heap allocation inside the kernel failed")
+            rc = fn(*cargs)
+            if rc:
+                raise TdslError(failure(name, rc, sig))
             for copy in after:
                 copy()
         return run
@@ -513,7 +523,7 @@ class Module:
             while True:
                 rc = fn(*cargs)
                 if rc:
-                    raise TdslError(f"kernel {self.name} failed (code {rc})")
+                    raise TdslError(failure(self.name, rc, self.signature.raw))
                 if time.perf_counter() >= t_end:
                     break
             results = []
@@ -542,8 +552,15 @@ class Module:
     def export_library(self, path: str):
         """Writes a self-describing shared library loadable by `tdsl.load_module`
         (a path ending in `.o` gets the bare object file instead)."""
+        self._check_portable(path)
         self._backend.export(str(path), self.signature.raw)
         return str(path)
+
+    def _check_portable(self, path):
+        names = self.signature.raw.get("externs")
+        if names:   # their addresses exist only in this process
+            raise BuildError(f"cannot write {str(path)!r}: the module calls the extern functions "
+                             f"{', '.join(names)}, registered in this process only")
 
     def save(self, path, fmt: str = ""):
         """Writes the module's code by the file's suffix (or `fmt`): `.o` the
@@ -556,6 +573,7 @@ class Module:
         if fmt == "o":
             if not path.endswith(".o"):
                 raise BuildError(f"save({path!r}, 'o'): name an object file with the suffix .o")
+            self._check_portable(path)
             self._backend.export(path, self.signature.raw)
         elif fmt in ("ll", "s"):
             from .libfile import write_atomic

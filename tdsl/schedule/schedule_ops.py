@@ -26,6 +26,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, substitute, free_vars, walk
 from ..te.compute import THREAD_TAGS
+from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
@@ -159,11 +160,16 @@ class ScheduleLowering:
                 raise ScheduleError(
                     f"double_buffer: stage '{st.name}' is {where}; attach it (compute_at) "
                     "inside the loop over whose iterations it alternates")
+            if isinstance(st.op, ExternOp) and st.attach_type != "root":
+                raise ScheduleError(f"extern stage '{st.name}' is a call on whole arrays: it "
+                                    "runs at root and cannot be inlined or attached")
             if st.op in self.roles:
                 continue        # emitted with its scan
             if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
                 continue
-            stmts.append(self.make_scan(st) if isinstance(st.op, ScanOp) else self.make_nest(st))
+            make = self.make_scan if isinstance(st.op, ScanOp) else \
+                self.make_extern if isinstance(st.op, ExternOp) else self.make_nest
+            stmts.append(make(st))
             roots.append(st)
         body = S.seq(*stmts)
         for st in reversed(roots):
@@ -185,6 +191,26 @@ class ScheduleLowering:
         ax = op.scan_axis
         loop = S.For(ax.var, ax.dom.min, ax.dom.extent, S.ForKind.SERIAL, S.seq(*updates))
         return S.seq(*inits, loop)
+
+    def make_extern(self, st) -> S.Stmt:
+        """The call on the whole buffers of its tensors."""
+        args, shapes, writes = [], [], []
+        for k, a in enumerate(st.op.call.args):
+            if isinstance(a, Tensor):
+                src = self.sched.stage_map[a.op]
+                if src.attach_type != "root" and src not in self.arg_stages \
+                        and not isinstance(src.op, PlaceholderOp):
+                    raise ScheduleError(f"extern stage '{st.name}' passes '{a.name}' whole to "
+                                        f"'{st.op.call.name}'; compute '{src.name}' at root "
+                                        "(it is inlined or attached)")
+                args.append(self.buffer(src, a.value_index))
+                shapes.append(tuple(a.shape))
+                if a.op is st.op:
+                    writes.append(k)
+            else:
+                args.append(a)
+                shapes.append(None)
+        return S.ExternCall(st.op.call.name, tuple(args), tuple(shapes), tuple(writes))
 
     def _check_state_readers(self, op):
         """A compute that reads the state needs the step it runs in: it must be inside the

@@ -11,3 +11,4 @@ from .compute import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, c
                       shift_left, shift_right, min_value, max_value)
 from .tensor import TensorSlice
 from .scan import ScanOp, scan
+from .extern import ExternOp, PackedCall, extern, call_packed

@@ -99,6 +99,8 @@ def codegen(func: S.PrimFunc, target="llvm"):
                             "with the code that built this function.") from e
     em.finish()
     mb.num_threads_global  # always present: the runtime sets it
+    if mb.externs:
+        sig["externs"] = sorted(mb.externs)
     mb.add_signature(json.dumps(sig, separators=(",", ":")))
     global _last_notes
     _last_notes = list(mb.notes)
@@ -114,4 +116,12 @@ def build(func: S.PrimFunc, target="llvm"):
     art = jit.compile_ir(ir_text, tgt, sig["symbol"])
     mod = Module(sig, jit.JITBackend(art, sig))
     mod.notes = list(notes)
+    return keep_externs(mod)
+
+
+def keep_externs(mod):
+    """Ties the registrations a module calls to it (the registry never drops them either:
+    this is what a reader of the module sees), and checks they are still registered."""
+    from ...runtime import extern
+    mod.externs = {name: extern.lookup(name) for name in mod.signature.raw.get("externs", ())}
     return mod

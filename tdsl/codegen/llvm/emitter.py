@@ -16,7 +16,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import memory, parallel
+from . import externs, memory, parallel
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
 from .types import I1, I32, int_const_value, lanes_of, sanitize, scalar_type
@@ -38,7 +38,9 @@ class FunctionEmitter(ExprEmitter):
 
     def finish(self):
         if not self.builder.block.is_terminated:
-            self.builder.ret(ir.Constant(I32, 0))
+            status = getattr(self, "_extern_status", None)
+            self.builder.ret(ir.Constant(I32, 0) if status is None else
+                             self.builder.load(status))
         self.alloca_builder.branch(self._start)
 
     def fail(self, code):
@@ -62,6 +64,9 @@ class FunctionEmitter(ExprEmitter):
 
     def s_Barrier(self, s):
         pass  # one thread per "block" on the CPU: nothing to synchronise
+
+    def s_ExternCall(self, s):
+        externs.emit_call(self, s)
 
     def s_BufferStore(self, s):
         memory.store(self, s)
@@ -224,4 +229,4 @@ class FunctionEmitter(ExprEmitter):
 
 _STMT_DISPATCH = {cls: getattr(FunctionEmitter, "s_" + cls.__name__)
                   for cls in (S.SeqStmt, S.Evaluate, S.Barrier, S.LetStmt, S.IfThenElse,
-                              S.BufferStore, S.Allocate, S.For)}
+                              S.BufferStore, S.Allocate, S.For, S.ExternCall)}

@@ -290,6 +290,9 @@ def _ldexp(em, x, n):
 def emit_call(em, e):
     """Emits the intrinsic call `e` (a tdsl `Call`) through emitter `em`."""
     name = e.name
+    if e.extern:
+        from .externs import emit_pure
+        return emit_pure(em, e, [em.expr(a) for a in e.args])
     if name not in SUPPORTED:
         raise BuildError(f"the LLVM backend does not know the intrinsic {name!r} in {e}; "
                          f"known: {', '.join(sorted(SUPPORTED))}")

@@ -22,6 +22,7 @@ class ModuleBuilder:
         self._decls = {}
         self._counter = 0
         self.notes: List[str] = []
+        self.externs = {}         # registered name -> registry entry, for extern stages
         self._threads = None
         from ...runtime import threadpool
         self.use_pool = threadpool.load_into_jit()

@@ -62,6 +62,10 @@ class CFamilyPrinter(CExprPrinter):
     def s_Evaluate(self, s):
         self.emit(f"(void)({self.expr(s.value)});")
 
+    def s_ExternCall(self, s):
+        raise BuildError(f"the {self.target} code generator cannot call the extern function "
+                         f"'{s.name}'; tdsl.extern stages build for 'llvm' only")
+
     def s_Barrier(self, s):
         b = self.barrier()
         if b:

@@ -284,6 +284,8 @@ class CExprPrinter:
 
     def call(self, e):
         name, args, dtype = e.name, e.args, e.dtype
+        if e.extern:        # call_pure_extern: the function as named, the target's to have
+            return f"{name}({', '.join(self.expr(a) for a in args)})"
         if name == "likely":
             return self.expr(args[0])
         if name in _INT_OPS:

@@ -1,0 +1,124 @@
+"""`extern(shape, inputs, fcompute)`: TVM's `te.extern`, a stage computed by a call.
+
+`fcompute(ins, outs)` gets the input tensors and the stage's output tensors and returns
+`call_packed("name", *args)`: the function registered under that name
+(`tdsl.register_func`) is called once with whole arrays (the tensors among `args`) and
+scalars (numbers and scalar expressions). tdsl does not see inside the call, so the stage
+has no loops to schedule; it runs at root, after its inputs are complete, and its outputs
+are ordinary tensors for the stages that read them. Lowering makes it one `ExternCall`
+statement (`tdsl.schedule.schedule_ops`).
+"""
+from __future__ import annotations
+
+from typing import List
+
+from ..errors import TdslError
+from ..ir import expr as E
+from .tensor import Operation, Tensor
+
+
+class PackedCall:
+    """What `call_packed` returns: the registered name and its arguments, as given."""
+
+    def __init__(self, name, args):
+        self.name = name
+        self.args = args
+
+    def __repr__(self):
+        return f"call_packed({self.name!r}, {', '.join(map(repr, self.args))})"
+
+
+def call_packed(name, *args) -> PackedCall:
+    """A call of the function registered as `name` (TVM's `tir.call_packed`): tensors are
+    passed as arrays, numbers, bools and scalar expressions as scalars."""
+    if not isinstance(name, str) or not name:
+        raise TdslError(f"call_packed: the first argument must be the registered function's "
+                        f"name, got {name!r}")
+    out = []
+    for k, a in enumerate(args):
+        if isinstance(a, Tensor):
+            out.append(a)
+            continue
+        try:
+            e = E.convert(a)
+        except TdslError:
+            e = None
+        if not isinstance(e, E.Expr):
+            raise TdslError(f"call_packed('{name}'): argument {k} is {a!r}; pass tensors, "
+                            "numbers, bools or scalar expressions")
+        out.append(e)
+    return PackedCall(name, tuple(out))
+
+
+class ExternOp(Operation):
+    """The outputs of one `call_packed`; `call` is that call."""
+
+    def __init__(self, name, tag, attrs, inputs, shapes, dtypes, fcompute):
+        self.name = name
+        self.tag = tag
+        self.attrs = dict(attrs or {})
+        self.inputs: List[Tensor] = list(inputs)
+        self.axis = []
+        self.reduce_axis = []
+        self.bodies = ()
+        n = len(shapes)
+        self.outputs = [Tensor(self, s, d, name if n == 1 else f"{name}.v{k}", k)
+                        for k, (s, d) in enumerate(zip(shapes, dtypes))]
+        self.shape = self.outputs[0].shape
+        self.dtype = self.outputs[0].dtype
+        call = fcompute(list(self.inputs), list(self.outputs))
+        if not isinstance(call, PackedCall):
+            raise TdslError(f"extern '{name}': fcompute(ins, outs) must return "
+                            f"tdsl.call_packed(name, ...), got {call!r}")
+        for a in call.args:
+            if isinstance(a, Tensor) and a not in self.inputs and a not in self.outputs:
+                raise TdslError(f"extern '{name}': the call passes tensor '{a.name}', which is "
+                                "neither an input nor an output of the stage; list it in inputs")
+        if not any(a in self.outputs for a in call.args if isinstance(a, Tensor)):
+            raise TdslError(f"extern '{name}': the call never receives an output (outs[0]), so "
+                            "nothing would write the stage's result")
+        self.call = call
+
+    def input_tensors(self):
+        return list(self.inputs)
+
+    def __repr__(self):
+        return f"ExternOp({self.name})"
+
+
+def _shape(s, name):
+    if not isinstance(s, (list, tuple)) or not s:
+        raise TdslError(f"extern '{name}': a shape must be a non-empty tuple of sizes, got {s!r}")
+    out = []
+    for x in s:
+        e = E.convert(x) if not isinstance(x, E.Expr) else x
+        if not isinstance(e, E.Expr) or not e.dtype.startswith(("int", "uint")):
+            raise TdslError(f"extern '{name}': shape {s!r} has the size {x!r}; sizes are integers "
+                            "or integer variables")
+        out.append(e)
+    return tuple(out)
+
+
+def extern(shape, inputs, fcompute, name="extern", dtype=None, tag="", attrs=None):
+    """A stage whose outputs are written by `fcompute(ins, outs)`, which returns
+    `call_packed(...)`. `shape` is one shape or a list of shapes (one output each); `dtype`
+    one dtype or a list (default: the first input's, else float32). Returns a tensor, or
+    a list for several shapes."""
+    from .. import dtype as dt
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TdslError(f"extern: the name must be an identifier, got {name!r}")
+    if not callable(fcompute):
+        raise TdslError(f"extern '{name}': fcompute must be a function (ins, outs) -> "
+                        f"call_packed(...), got {fcompute!r}")
+    if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, Tensor) for t in inputs):
+        raise TdslError(f"extern '{name}': inputs must be a list of tensors, got {inputs!r}")
+    single = isinstance(shape, (list, tuple)) and not any(isinstance(s, (list, tuple)) for s in shape)
+    shapes = [_shape(shape, name)] if single else [_shape(s, name) for s in (shape or [None])]
+    if dtype is None:
+        dtype = inputs[0].dtype if inputs else "float32"
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
+    if len(dtypes) != len(shapes):
+        raise TdslError(f"extern '{name}': {len(shapes)} shapes but {len(dtypes)} dtypes")
+    dtypes = [dt.check(d) for d in dtypes]
+    op = ExternOp(name, tag, attrs, inputs, shapes, dtypes, fcompute)
+    return op.outputs[0] if single else op.outputs
