@@ -13,6 +13,8 @@ from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, 
                  atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
                  popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
                  shift_right, min_value, max_value)
+from .te.tensor_intrin import decl_tensor_intrin, TensorIntrin, Region  # noqa: E402
+from .te import intrin_x86  # noqa: E402  (the shipped CPU tensor intrinsics: VNNI, BF16)
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ... import dtype as dt
 from ...errors import BuildError
-from . import bits
+from . import bits, tensor_ops
 from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
                     with_elem as _with_elem)
 
@@ -290,6 +290,8 @@ def _ldexp(em, x, n):
 def emit_call(em, e):
     """Emits the intrinsic call `e` (a tdsl `Call`) through emitter `em`."""
     name = e.name
+    if name in tensor_ops.OPS:
+        return tensor_ops.emit(em, e)
     if name not in SUPPORTED:
         raise BuildError(f"the LLVM backend does not know the intrinsic {name!r} in {e}; "
                          f"known: {', '.join(sorted(SUPPORTED))}")
