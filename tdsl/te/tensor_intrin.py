@@ -35,8 +35,9 @@ class Region:
         return self.buffer.dtype
 
     def access_ptr(self) -> E.Expr:
-        """The address of the block's first element (for the code generator)."""
-        return E.Call("address_of", (E.BufferLoad(self.buffer, self.indices),), self.dtype)
+        """The address of the block's first element (for the code generator); its dtype
+        "handle" keeps value passes (such as legalize_bf16) off it."""
+        return E.Call("address_of", (E.BufferLoad(self.buffer, self.indices),), "handle")
 
 
 class TensorIntrin:
