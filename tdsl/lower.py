@@ -13,6 +13,7 @@ from .ir import stmt as S
 from .ir.expr import Range
 from .passes.double_buffer import inject_double_buffer
 from .passes.intrin_rules import lower_intrinsics
+from .passes.legalize_bf16 import legalize_bf16
 from .passes.loop_partition import loop_partition
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
@@ -29,6 +30,7 @@ PASSES = [
     ("loop_partition", loop_partition),
     ("storage_flatten", storage_flatten),
     ("simplify", simplify_func),
+    ("legalize_bf16", legalize_bf16),
 ]
 
 GPU_TARGETS = ("cuda", "opencl")

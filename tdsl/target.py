@@ -96,6 +96,20 @@ _UARCH = {
 }
 _DEFAULT_UARCH = (2, 4, 32 * KiB, 512 * KiB, 8 * MiB)
 
+# The 512-bit dot-product extensions of CPUs named with -mcpu (whose feature string is empty:
+# LLVM fills it in, and llvmlite cannot ask LLVM for it); a host or -mattr feature wins.
+_VNNI_CPUS = {"cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake",
+              "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+              "graniterapids-d", "znver4", "znver5"}
+_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+              "graniterapids-d", "znver4", "znver5"}
+
+
+def _has(feats, name, cpus, cpu):
+    if f"+{name}" in feats:
+        return True
+    return f"-{name}" not in feats and cpu in cpus
+
 _lock = threading.Lock()
 _llvm_ready = False
 
@@ -239,6 +253,9 @@ class Target:
             ("caches", f"L1d {_size(self.caches[0])}, L2 {_size(self.caches[1])}, "
                        f"L3 {_size(self.caches[2])}{' (from the OS)' if self.caches_from_os else ''}"),
             ("cores", str(self.num_cores)),
+            ("dot products", ", ".join(n for n, f in (("avx512_vnni", self.has_vnni),
+                                                      ("avx512_bf16", self.has_bf16)) if f)
+             or "none"),
         ]
 
     def describe(self) -> str:
@@ -369,7 +386,7 @@ def _describe(kind, cpu, mattr, triple, cores, gpu_arch=None):
         # the architecture stands in the fingerprint's CPU field: it changes the schedules
         d.update(triple=kind, cpu=gpu_arch or "", features="", vector_bits=32, vector_registers=0,
                  fma=True, fma_units=1, fma_latency=4, caches=(0, 0, 0), caches_from_os=False,
-                 runs_here=True, arch=kind, gpu_arch=gpu_arch)
+                 runs_here=True, arch=kind, gpu_arch=gpu_arch, has_vnni=False, has_bf16=False)
         return d
     d.update(_cpu_facts(cpu, mattr, triple))
     if kind == "c":
@@ -450,6 +467,10 @@ def _cpu_facts(cpu, mattr, triple):
         # width and FMA (the features schedules use); other triples are compile-only.
         "runs_here": triple == host_triple and bits <= host_bits and (host_fma or not fma),
         "native": native and not mattr,
+        # AVX512-VNNI (vpdpbusd: u8 x s8 dot products into int32) and AVX512-BF16
+        # (vdpbf16ps: bfloat16 pairs into float32), what tdsl's CPU tensor intrinsics need
+        "has_vnni": _has(feats, "avx512vnni", _VNNI_CPUS, cpu),
+        "has_bf16": _has(feats, "avx512bf16", _BF16_CPUS, cpu),
     }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from .. import dtype as dt
+
 
 def ctypes_signature(sig):
     """ctypes function type of the generated entry point for a signature dict."""
@@ -14,7 +16,7 @@ def ctypes_signature(sig):
     for p in sig["params"]:
         if p["kind"] == "buffer":
             types.append(ctypes.c_void_p)
-        elif p["dtype"].startswith("float"):
+        elif dt.is_float(p["dtype"]):
             types.append(ctypes.c_double)
         else:
             types.append(ctypes.c_int64)

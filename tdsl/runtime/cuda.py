@@ -72,7 +72,7 @@ def have_nvrtc() -> bool:
 
 
 def _needs_headers(source):
-    return "#include <cuda_fp16.h>" in source
+    return "#include <cuda_fp16.h>" in source or "#include <cuda_bf16.h>" in source
 
 
 def compile_ptx(source: str, arch: str = None) -> str:
@@ -107,7 +107,8 @@ def nvrtc_compile(source: str, arch: str, extra=()):
     if _needs_headers(source):
         inc = cuda_include_dir()
         if inc is None:
-            raise BuildError("the kernel uses float16 and includes cuda_fp16.h, which NVRTC "
+            raise BuildError("the kernel uses float16 or bfloat16 and includes cuda_fp16.h or "
+                             "cuda_bf16.h, which NVRTC "
                              "cannot find: install a CUDA toolkit or set CUDA_HOME")
         opts.append(f"-I{inc}".encode())
     try:

@@ -13,6 +13,7 @@ from typing import List
 
 import numpy as np
 
+from .. import dtype as dt
 from ..errors import ArgumentError, BuildError, TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
@@ -125,7 +126,7 @@ class DeviceModule:
                     raise sig._err(i, f"is on {a.device}, the module runs on {dev}; copy it "
                                       "with tdsl.nd.array(x.numpy(), device)")
                 else:
-                    if a.dtype != sig.np_dtypes[i]:
+                    if a.dtype != sig.np_dtypes[i] and not dt.accepts(p["dtype"], a.dtype):
                         raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
                     return a, None
             from .module import _host_array
@@ -190,7 +191,7 @@ class DeviceModule:
             n = 1
             for d in b.shape:
                 n *= eval_int(d, env)
-            handles[b] = api.alloc(max(n, 1) * np.dtype(b.dtype if b.dtype != "bool" else "uint8").itemsize)
+            handles[b] = api.alloc(max(n, 1) * dt.to_numpy(b.dtype if b.dtype != "bool" else "uint8").itemsize)
         fns = api.load(self.source, [k.name for k in self.kernels])
         launches = []
         for k in self.kernels:

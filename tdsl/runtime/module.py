@@ -46,6 +46,7 @@ from typing import Any, List
 
 import numpy as np
 
+from .. import dtype as dt
 from ..errors import ArgumentError, BoundsError, BuildError, TdslError
 
 _INT_RANGES = {
@@ -139,9 +140,9 @@ class Signature:
         self.symbol = sig["symbol"]
         self.params = sig["params"]
         self.num_user_args = sig["num_user_args"]
-        self.np_dtypes = [np.dtype(p["dtype"]) if p["kind"] == "buffer" else None
+        self.np_dtypes = [dt.to_numpy(p["dtype"]) if p["kind"] == "buffer" else None
                           for p in self.params]
-        self.float_scalar = [p["kind"] == "scalar" and p["dtype"].startswith("float")
+        self.float_scalar = [p["kind"] == "scalar" and dt.is_float(p["dtype"])
                              for p in self.params]
         self.user_names = [p["name"] for p in self.params[:self.num_user_args]]
         self.regions = sig.get("regions") or ()
@@ -366,7 +367,7 @@ class Signature:
             a = a.item()
         elif isinstance(a, np.generic):
             a = a.item()
-        if dtype.startswith("float"):
+        if dt.is_float(dtype):
             if isinstance(a, bool) or not isinstance(a, (int, float)):
                 raise self._err(i, f"expected a {dtype} scalar (a Python float or int), "
                                    f"got {type(a).__name__}")
@@ -410,8 +411,7 @@ def _host_array(a, p, i, sig):
                               f"got {type(a).__name__}")
         if not isinstance(a, np.ndarray):
             raise sig._err(i, f"expected a numpy array, got {type(a).__name__}")
-    want = sig.np_dtypes[i]
-    if a.dtype != want:
+    if a.dtype != sig.np_dtypes[i] and not dt.accepts(p["dtype"], a.dtype):
         raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
     if not a.dtype.isnative:
         raise sig._err(i, f"expected native byte order, got {a.dtype.str}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtype as dt
+from ..dtype import bfloat16_to_float32, float32_to_bfloat16  # noqa: F401 (tdsl.nd.*)
 from ..errors import TdslError
 
 _KINDS = ("cpu", "cuda", "opencl")
@@ -105,7 +107,7 @@ class NDArray:
 
     def __init__(self, shape, dtype, device, handle=None, host=None):
         self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = dt.to_numpy(dtype)
         self.device = device
         self._host = host          # the numpy array of a CPU NDArray
         self._handle = handle      # runtime memory object of a GPU NDArray
@@ -138,7 +140,7 @@ class NDArray:
         """An array over bytes [offset, offset + its size) of this one's memory, no copy
         (an arena slice). OpenCL needs `offset` from the allocation's start to be a
         multiple of the device's `view_alignment`."""
-        dtype = np.dtype(dtype or self.dtype)
+        dtype = dt.to_numpy(dtype or self.dtype)
         out = NDArray(shape, dtype, self.device)
         if offset < 0 or offset + out.nbytes > self.nbytes:
             raise TdslError(f"view: bytes [{offset}, {offset + out.nbytes}) are outside an array "
@@ -186,7 +188,7 @@ def empty(shape, dtype="float32", device=None) -> NDArray:
     device = device or cpu(0)
     if isinstance(shape, int):
         shape = (shape,)
-    dtype = np.dtype(dtype)
+    dtype = dt.to_numpy(dtype)
     if device.kind == "cpu":
         return NDArray(shape, dtype, device, host=np.empty(shape, dtype))
     api = device._api()

@@ -29,6 +29,7 @@ from ..te.compute import THREAD_TAGS
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from .tensorize import tensorize_update
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -290,7 +291,13 @@ class ScheduleLowering:
         lower = _LowerExpr(self, vmap)
         pred, wraps = self._predicate(st, lower)
         guard = spatial + pred
+        tz = self._tensorized(st, leaves, guard + reduce_conds + wraps)
+        if tz is not None:
+            call = tensorize_update(self, st, leaves, tz, vals, off, bufs,
+                                    lambda m: _LowerExpr(self, m), bodies[0])
         if not isinstance(bodies[0], E.Reduce):
+            if tz is not None:
+                return self._wrap(st, leaves[:tz], call)
             store = S.seq(*[S.BufferStore(b, lower.visit(x), idx) for b, x in zip(bufs, bodies)])
             return self._wrap(st, leaves, _wrap_threads(wraps, _guard(guard, store)))
         red = bodies[0]
@@ -305,6 +312,11 @@ class ScheduleLowering:
         init_store = _wrap_threads(wraps, _guard(guard, S.seq(*[
             S.BufferStore(b, v, idx) for b, v in zip(bufs, inits)])))
         p = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+        if tz is not None:      # the intrinsic is the update; tdsl's own loops initialise
+            q = min(p, tz)
+            init_nest = self._wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
+                                   init_store, with_attached=False)
+            return self._wrap(st, leaves[:q], S.seq(init_nest, self._wrap(st, leaves[q:tz], call)))
         threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and _bound_tag(st, iv)]
         if threads:
             return self._cross_thread_reduce(st, leaves, p, threads, red, bufs, idx, spatial,
@@ -313,6 +325,30 @@ class ScheduleLowering:
                                with_attached=False)
         update_nest = self._wrap(st, leaves[p:], update)
         return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
+
+    def _tensorized(self, st, leaves, guards):
+        """The position of the tensorized leaf of `st`, or None; the block must run whole
+        (no guards, no thread bindings or stages attached inside it)."""
+        tz = next((k for k, iv in enumerate(leaves) if st.iter_var_attrs.get(iv) is not None
+                   and st.iter_var_attrs[iv].tensor_intrin is not None), None)
+        if tz is None:
+            return None
+        iv = leaves[tz]
+        where = f"tensorize: stage '{st.name}': axis '{iv.var.name}': "
+        if guards:
+            raise ScheduleError(where + "the block has guards (a split that does not divide "
+                                "its axis, a store predicate, a condition): each call must "
+                                "compute a whole block")
+        for x in leaves[tz:]:
+            attr = st.iter_var_attrs.get(x)
+            if attr is not None and x is not iv and (attr.kind is not S.ForKind.SERIAL
+                                                     or attr.tensor_intrin is not None):
+                raise ScheduleError(where + f"loop '{x.var.name}' inside the block is marked "
+                                    f"{attr.kind.value}; the intrinsic replaces it")
+            if self.attach_map.get((st, x)):
+                raise ScheduleError(where + f"a stage is computed at '{x.var.name}', inside "
+                                    "the block the intrinsic replaces")
+        return tz
 
     # ------------------------------------------------------------------ predicates
     @staticmethod

@@ -9,6 +9,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Var
 from ..ir.stmt import ForKind
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ..te.tensor_intrin import TensorIntrin
 from .relations import Fuse, Split
 
 
@@ -17,6 +18,7 @@ class IterAttr:
     kind: ForKind = ForKind.SERIAL
     thread: Optional[IterVar] = None
     pragmas: List[Tuple[str, Any]] = field(default_factory=list)
+    tensor_intrin: Any = None       # te.tensor_intrin.TensorIntrin replacing the loops from here
 
 
 def _fmt_axis(iv):
@@ -214,6 +216,21 @@ class Stage:
             raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")
         self._attr(iv).pragmas.append((key, value))
         self._log(f"pragma({iv.var.name}, {key!r}, {value!r})")
+
+    def tensorize(self, iv, intrin):
+        """Replaces the loops from `iv` inward by one call of tensor intrinsic `intrin`
+        (`tdsl.decl_tensor_intrin`); lowering checks that they compute what it computes."""
+        self._check_leaf("tensorize", iv)
+        if not isinstance(intrin, TensorIntrin):
+            raise self._error("tensorize", f"expected a tensor intrinsic from "
+                              f"tdsl.decl_tensor_intrin, got {intrin!r}")
+        attr = self._attr(iv)
+        if attr.kind is not ForKind.SERIAL or any(
+                a.tensor_intrin is not None for a in self.iter_var_attrs.values()):
+            raise self._error("tensorize", f"axis '{iv.var.name}' is already marked "
+                              f"{attr.kind.value}, or another axis is tensorized")
+        attr.tensor_intrin = intrin
+        self._log(f"tensorize({iv.var.name}, {intrin.name})")
 
     def storage_align(self, iv, factor, offset):
         """Pads the row stride of this stage's buffer at dimension `iv` so that

@@ -67,7 +67,9 @@ def _bind_params(em, func, fn):
             em.bufs[p] = a
             continue
         v = a
-        if dt.is_float(p.dtype):
+        if p.dtype == "bfloat16":
+            v = em.cast(a, "float64", "bfloat16")
+        elif dt.is_float(p.dtype):
             if p.dtype != "float64":
                 v = em.builder.fptrunc(a, scalar_type(p.dtype))
         elif p.dtype == "bool":

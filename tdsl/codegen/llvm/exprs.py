@@ -17,7 +17,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import intdiv, intrinsics, memory
+from . import bf16, intdiv, intrinsics, memory
 from .irscan import has_load
 from .lanes import VecCtx
 from .cse import ReusingBuilder
@@ -118,6 +118,10 @@ class ExprEmitter:
         if src == dst:
             return v
         b = self.builder
+        if src == "bfloat16":
+            return self.cast(bf16.to_f32(b, v), "float32", dst)
+        if dst == "bfloat16":
+            return bf16.from_f32(b, self.cast(v, src, "float32"))
         lanes = lanes_of(v)
         tt = vec_type(dst, lanes)
         if dst == "bool":

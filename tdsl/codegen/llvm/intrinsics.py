@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ... import dtype as dt
 from ...errors import BuildError
-from . import bits
+from . import bits, tensor_ops
 from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
                     with_elem as _with_elem)
 
@@ -293,6 +293,8 @@ def emit_call(em, e):
     if e.extern:
         from .externs import emit_pure
         return emit_pure(em, e, [em.expr(a) for a in e.args])
+    if name in tensor_ops.OPS:
+        return tensor_ops.emit(em, e)
     if name not in SUPPORTED:
         raise BuildError(f"the LLVM backend does not know the intrinsic {name!r} in {e}; "
                          f"known: {', '.join(sorted(SUPPORTED))}")

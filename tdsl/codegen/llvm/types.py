@@ -27,6 +27,8 @@ def scalar_type(dtype: str, mem: bool = False):
         return I8 if mem else I1
     if dtype in FLOATS:
         return FLOATS[dtype]
+    if dtype == "bfloat16":     # bits only: see tdsl.codegen.llvm.bf16
+        return ir.IntType(16)
     if dt.is_int(dtype):
         return ir.IntType(dt.bits(dtype))
     raise BuildError(f"the LLVM backend does not support dtype {dtype!r}")

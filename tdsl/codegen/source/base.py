@@ -289,12 +289,16 @@ class CFamilyPrinter(CExprPrinter):
                 d = n.buffer.dtype
             if d == "float16":
                 self.features.add("fp16")
+            elif d == "bfloat16":
+                self.features.add("bf16")
             elif d == "float64":
                 self.features.add("fp64")
         walk(func.body, f)
         for p in func.params:
             if p.dtype == "float16":
                 self.features.add("fp16")
+            elif p.dtype == "bfloat16":
+                self.features.add("bf16")
             elif p.dtype == "float64":
                 self.features.add("fp64")
 

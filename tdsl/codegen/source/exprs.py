@@ -72,6 +72,7 @@ class CExprPrinter:
     # ------------------------------------------------------------------ spelling hooks
     def type_name(self, dtype) -> str:
         return {"float32": "float", "float64": "double", "float16": "_Float16",
+                "bfloat16": "uint16_t",
                 "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
                 "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
                 "uint64": "uint64_t", "bool": "bool"}[dtype]
@@ -120,6 +121,10 @@ class CExprPrinter:
         return table.get(name)
 
     def cast_text(self, x, src, dst):
+        if src == "bfloat16":
+            return self.cast_text(f"{self.helper_bf16(False)}({x})", "float32", dst)
+        if dst == "bfloat16":
+            return f"{self.helper_bf16(True)}({self.cast_text(x, src, 'float32')})"
         if dst == "bool":
             return f"(({x}) != 0)"
         return f"(({self.type_name(dst)})({x}))"
@@ -154,6 +159,21 @@ class CExprPrinter:
             f"{q} {t} {name}({t} a, {t} b) {{\n"
             f"  {t} q = a / b;\n"
             f"  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}\n"))
+
+    def helper_bf16(self, from_f32):
+        """bfloat16 is its bits in an unsigned short; the conversions are tdsl.dtype's
+        (round to nearest even, NaN kept quiet)."""
+        u16, u32 = self.type_name("uint16"), self.type_name("uint32")
+        q = self.helper_qual()
+        pun = f"union {{ {u32} u; float f; }} v;"
+        if not from_f32:
+            return self._add_helper("tdsl_bf16_to_f32", (
+                f"{q} float tdsl_bf16_to_f32({u16} h) {{ {pun} v.u = ({u32})h << 16; "
+                "return v.f; }\n"))
+        return self._add_helper("tdsl_f32_to_bf16", (
+            f"{q} {u16} tdsl_f32_to_bf16(float f) {{\n  {pun} v.f = f;\n"
+            f"  if (f != f) return ({u16})((v.u >> 16) | 0x40u);\n"
+            f"  return ({u16})((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);\n}}\n"))
 
     def helper_minmax(self, is_max, dtype):
         t = self.type_name(dtype)

@@ -13,6 +13,7 @@ class OpenCLPrinter(CFamilyPrinter):
 
     def type_name(self, dtype):
         return {"float32": "float", "float64": "double", "float16": "half", "int8": "char",
+                "bfloat16": "ushort",
                 "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
                 "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "bool": "bool"}[dtype]
 
@@ -64,11 +65,6 @@ class OpenCLPrinter(CFamilyPrinter):
         if dt.is_float(dtype):
             return f"{'fmax' if is_max else 'fmin'}({a}, {b})"
         return f"{'max' if is_max else 'min'}({a}, {b})"
-
-    def cast_text(self, x, src, dst):
-        if dst == "bool":
-            return f"(({x}) != 0)"
-        return f"(({self.type_name(dst)})({x}))"
 
     def vector_load(self, vt, ptr):
         return f"vload{vt[-1]}(0, {ptr})"

@@ -1,0 +1,75 @@
+"""Tensor intrinsics (TVM's `decl_tensor_intrin`): a small computation, written as a
+tensor expression over placeholders, with the code that does it in one step.
+
+`s[C].tensorize(axis, intrin)` replaces the loops of `C` from `axis` inward by
+`intrin.fimpl(ins, outs)` when they compute what `intrin.op` computes
+(`tdsl.schedule.tensorize` checks that). `fimpl` receives one `Region` per input placeholder
+of `op` and one for its output: where in the real buffers the block starts, with
+`access_ptr()` to hand to a machine instruction. It returns a statement, usually
+`call(name, ...)` of an instruction a code generator knows (`tdsl.codegen.llvm.tensor_ops`).
+
+For a reduction the intrinsic is the update (`out += ...`): the loops that set the output
+to the reduction's identity stay tdsl's own.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from ..errors import TdslError
+from ..ir import expr as E
+from ..ir import stmt as S
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+class Region:
+    """The block of a buffer one tensor-intrinsic call reads or writes: `buffer` indexed
+    from `indices`, laid out as the intrinsic's placeholder `tensor` (row-major)."""
+
+    def __init__(self, tensor: Tensor, buffer: S.Buffer, indices):
+        self.tensor = tensor
+        self.buffer = buffer
+        self.indices = tuple(indices)
+
+    @property
+    def dtype(self):
+        return self.buffer.dtype
+
+    def access_ptr(self) -> E.Expr:
+        """The address of the block's first element (for the code generator); its dtype
+        "handle" keeps value passes (such as legalize_bf16) off it."""
+        return E.Call("address_of", (E.BufferLoad(self.buffer, self.indices),), "handle")
+
+
+class TensorIntrin:
+    def __init__(self, op: ComputeOp, fimpl: Callable, name: str, inputs: List[Tensor]):
+        self.op = op
+        self.fimpl = fimpl
+        self.name = name
+        self.inputs = inputs
+
+    def __repr__(self):
+        return f"TensorIntrin({self.name!r})"
+
+
+def decl_tensor_intrin(op, fimpl, name: Optional[str] = None, inputs=None) -> TensorIntrin:
+    """A tensor intrinsic computing `op` (a compute over placeholders) by `fimpl(ins,
+    outs) -> statement`; `ins` follow `inputs` (default: the placeholders in the order
+    `op` first reads them)."""
+    if isinstance(op, Tensor):
+        op = op.op
+    if not isinstance(op, ComputeOp) or len(op.outputs) != 1:
+        raise TdslError(f"decl_tensor_intrin: expected one compute with one output, got {op!r}")
+    if not callable(fimpl):
+        raise TdslError(f"decl_tensor_intrin: fimpl must be callable, got {fimpl!r}")
+    reads = list(inputs) if inputs is not None else list(op.input_tensors())
+    for t in reads:
+        if not isinstance(t.op, PlaceholderOp):
+            raise TdslError(f"decl_tensor_intrin: '{t.name}' is computed; an intrinsic's "
+                            "definition reads placeholders only")
+    return TensorIntrin(op, fimpl, name or op.name, reads)
+
+
+def call(name: str, *args, dtype: str = "int32") -> S.Stmt:
+    """A statement calling the machine operation `name` on `args` (pointers from
+    `Region.access_ptr()`, or values)."""
+    return S.Evaluate(E.Call(name, tuple(E.convert(a) for a in args), dtype))
