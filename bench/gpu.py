@@ -1,6 +1,7 @@
 """The GPU suite: tdsl beside torch (TF32 off) in the same run, on a CUDA GPU.
 
     python bench/gpu.py [--quick] [--number 20]
+    python bench/gpu.py --sanitize [pytest args]
 
 Rows: hand SGEMM (tdsl.examples.gpu.matmul_fast_schedule) and auto-scheduled GEMM at 1024
 and 4096, the ResNet conv layer (3x3 64->64 56x56 batch 8), row sum 8192x8192, softmax
@@ -12,19 +13,22 @@ inference. Prints TFLOP/s (GB/s for memory-bound rows) and tdsl's speed as a sha
 torch's.
 
 With no GPU it prints "no GPU" and runs the compile-only checks: every row's kernels are
-built for cuda (PTX through NVRTC) and, when `ptxas` is on the PATH, assembled for sm_90
-to report registers, spills and shared memory per kernel. `--quick` checks the networks at
+built for cuda (PTX through NVRTC) and reports ptxas's registers, spills, shared memory and
+occupancy on sm_90 (`module.resources`). `--quick` checks the networks at
 batch 1 only.
+
+`--sanitize` runs the tests that launch CUDA kernels (`SANITIZE_TESTS`, or the pytest
+arguments given after it) under `compute-sanitizer --tool memcheck` and prints its
+summary; it exits 1 when memcheck reports an error or a test fails. With no GPU it says
+so and exits 0.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -128,54 +132,34 @@ def build_network(model, shape):
 
 # -------------------------------------------------------------------- compile only
 
-def sm90_ptx(module) -> str:
-    """PTX for sm_90 from nvcc when it is on the PATH (its PTX version is the one the ptxas
-    beside it reads: NVRTC's newer wheel writes a version ptxas 13.0 refuses), else NVRTC's."""
-    if shutil.which("nvcc"):
-        from tdsl.runtime.cuda import nvcc_ptx
-        return nvcc_ptx(module.get_source(), "sm_90")
-    from tdsl.runtime.cuda import compile_ptx
-    return compile_ptx(module.get_source(), "compute_90")
-
-
 def ptxas_report(modules) -> str:
-    """Registers, spills and shared memory over the kernels of `modules` from `ptxas -v`
-    for sm_90."""
-    regs, smem, spills = [], [0], 0
-    with tempfile.TemporaryDirectory(prefix="tdsl_bench_") as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        for m in modules:
-            with open(path, "w") as f:
-                f.write(sm90_ptx(m))
-            r = subprocess.run(["ptxas", "-v", "-arch=sm_90", path, "-o", os.devnull],
-                               capture_output=True, text=True)
-            if r.returncode:
-                return "ptxas failed: " + " ".join(r.stderr.strip().splitlines()[:1])
-            regs += [int(x) for x in re.findall(r"Used (\d+) registers", r.stderr)]
-            spills += sum(int(a) + int(b) for a, b in
-                          re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr))
-            smem += [int(x) for x in re.findall(r"(\d+) bytes smem", r.stderr)]
-    return f"{len(regs):3d} kernels, registers <= {max(regs, default=0):3d}, smem <= {max(smem):5d} B, " \
-           f"spill bytes {spills}"
+    """Registers, spills, shared memory and the lowest occupancy over the kernels of
+    `modules` on sm_90 (`module.resources`: NVRTC's ptxas, or the standalone one)."""
+    try:
+        recs = [r for m in modules for r in m.resources("sm_90")]
+    except tdsl.BuildError as e:
+        return "ptxas: " + str(e).splitlines()[0]
+    return (f"{len(recs):3d} kernels, registers <= {max((r.registers for r in recs), default=0):3d}, "
+            f"smem <= {max((r.shared_bytes for r in recs), default=0):5d} B, "
+            f"spill bytes {sum(r.spill_bytes for r in recs)}, occupancy >= "
+            f"{min((r.occupancy.fraction for r in recs), default=0):.0%}")
 
 
 def compile_only(rows, nets):
-    have_ptxas = shutil.which("ptxas") is not None
-    print("compile-only: every row's kernels built for cuda (PTX through NVRTC)"
-          + ("; ptxas -v -arch=sm_90 per row" if have_ptxas else "; ptxas is not on the PATH"))
+    print("compile-only: every row's kernels built for cuda (PTX through NVRTC); ptxas's "
+          "registers, spills and shared memory on sm_90 per row")
     for row in rows:
         t0 = time.perf_counter()
         f, _ = row.build()
         f.get_source("ptx")
         line = f"  {row.name:28s} built in {time.perf_counter() - t0:5.2f} s"
-        print(line + ("  " + ptxas_report([f]) if have_ptxas else ""), flush=True)
+        print(line + "  " + ptxas_report([f]), flush=True)
     for name, batch in nets:
         model, _, shape = network(name, batch)
         t0 = time.perf_counter()
         exe = build_network(model, shape)
         line = f"  {name} b{batch:<3d} {len(exe.steps):3d} kernels built in {time.perf_counter() - t0:5.1f} s"
-        if have_ptxas:
-            line += "  " + ptxas_report({id(k.module): k.module for k, _, _ in exe.steps}.values())
+        line += "  " + ptxas_report({id(k.module): k.module for k, _, _ in exe.steps}.values())
         print(line, flush=True)
 
 
@@ -233,11 +217,49 @@ def measure(rows, nets, number):
                   f"({g['launches_s'] * 1e3:.3f} -> {g['graph_s'] * 1e3:.3f} ms of device time)")
 
 
+# ------------------------------------------------------------------ compute-sanitizer
+
+# the tests that launch CUDA kernels on the device (test_gpu_errors.py is left out: it
+# checks that illegal schedules are refused, and runs nothing)
+SANITIZE_TESTS = ["tests/test_gpu_kernels.py", "tests/test_gpu_runtime.py", "tests/test_graph_device.py",
+                  "tests/test_guarded_loads.py"]
+
+
+def sanitize(pytest_args) -> int:
+    """memcheck over the GPU tests: 0 when clean (or no GPU), 1 otherwise."""
+    if not tdsl.cuda(0).exist:
+        print("no GPU: compute-sanitizer needs one; nothing checked")
+        return 0
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        print("compute-sanitizer is not on the PATH (it ships with the CUDA toolkit)")
+        return 1
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    cmd = [exe, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "20",
+           sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + (pytest_args or SANITIZE_TESTS)
+    print(" ".join(cmd), flush=True)
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    summary = [ln for ln in out.splitlines() if "ERROR SUMMARY" in ln or " passed" in ln or " failed" in ln]
+    errors = [ln for ln in out.splitlines() if ln.startswith("========= ") and "ERROR SUMMARY" not in ln]
+    print("\n".join(errors[:60] + summary))
+    if r.returncode == 99:
+        print("compute-sanitizer: memcheck found errors")
+    elif r.returncode:
+        print(f"tests failed under compute-sanitizer (exit {r.returncode})")
+    return 1 if r.returncode else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="networks at batch 1 only")
     ap.add_argument("--number", type=int, default=20)
+    ap.add_argument("--sanitize", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",
+                    help="run the GPU tests under compute-sanitizer memcheck (all further arguments "
+                         "go to pytest)")
     opt = ap.parse_args(argv)
+    if opt.sanitize is not None:
+        return sanitize(opt.sanitize)
     rows = kernel_rows()
     nets = [(n, b) for n in ("resnet18", "mobilenetv2") for b in ((1,) if opt.quick else (1, 8))]
     try:

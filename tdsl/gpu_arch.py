@@ -1,4 +1,10 @@
-"""NVIDIA SM limits per architecture, and the occupancy they allow a kernel.
+"""NVIDIA GPU architectures: one record each (`SMArch`) with every fact tdsl reads, and the
+occupancy a kernel's resources allow.
+
+The record is the one table of architectures: `Target("cuda -arch=sm_NN")` takes its SM
+count, shared memory and thread limits from it (`Target.gpu`, a `GPUFacts`), and the
+occupancy calculator its per-SM allocation rules. The SM count is the usual part's
+(the device itself answers for plain "cuda" when one is present).
 
 The rules are the CUDA occupancy calculator's (`cuda_occupancy.h`): a block's warps are
 placed whole; registers are allocated per warp in units of 256 and split between the SM's
@@ -17,7 +23,8 @@ KiB = 1 << 10
 @dataclass(frozen=True)
 class SMArch:
     name: str
-    max_warps: int = 64
+    sm_count: int                     # SMs of the usual part
+    max_warps: int = 64               # resident warps per SM
     max_blocks: int = 32
     max_threads_per_block: int = 1024
     registers: int = 65536
@@ -27,13 +34,25 @@ class SMArch:
     shared_bytes: int = 164 * KiB     # per SM, the largest carve-out
     shared_unit: int = 128
     shared_reserved_per_block: int = 1 * KiB
+    static_shared_per_block: int = 48 * KiB   # what one block may declare statically
     warp_size: int = 32
+
+    @property
+    def max_threads(self) -> int:
+        """Resident threads per SM."""
+        return self.max_warps * self.warp_size
 
 
 ARCHS = {
-    "sm_80": SMArch("sm_80", shared_bytes=164 * KiB),   # A100
-    "sm_90": SMArch("sm_90", shared_bytes=228 * KiB),   # H100
+    "sm_70": SMArch("sm_70", 80, shared_bytes=96 * KiB),                              # V100
+    "sm_75": SMArch("sm_75", 40, max_warps=32, max_blocks=16, shared_bytes=64 * KiB),  # T4
+    "sm_80": SMArch("sm_80", 108, shared_bytes=164 * KiB),                             # A100
+    "sm_86": SMArch("sm_86", 84, max_warps=48, max_blocks=16, shared_bytes=100 * KiB),  # RTX 3090, A40
+    "sm_89": SMArch("sm_89", 128, max_warps=48, max_blocks=24, shared_bytes=100 * KiB),  # RTX 4090, L40
+    "sm_90": SMArch("sm_90", 132, shared_bytes=228 * KiB),                             # H100 SXM
 }
+DEFAULT = "sm_80"    # what an unknown architecture is sized as
+REPORTED = ("sm_80", "sm_90")   # the architectures `resources()` reports when not told one
 
 
 @dataclass(frozen=True)

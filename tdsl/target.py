@@ -36,6 +36,7 @@ import threading
 from typing import NamedTuple
 
 from .errors import BuildError
+from .gpu_arch import ARCHS, DEFAULT as DEFAULT_ARCH
 
 KINDS = ("llvm", "c", "cuda", "opencl")
 GPU_KINDS = ("cuda", "opencl")
@@ -54,24 +55,17 @@ class GPUFacts(NamedTuple):
     warp_size: int
     source: str                   # where the facts came from: "table" or "device"
 
-
-# compute capability: (SMs of the usual part, shared memory per SM, threads per SM)
-_GPU_ARCH = {
-    "sm_70": (80, 96 * KiB, 2048),      # V100
-    "sm_75": (40, 64 * KiB, 1024),      # T4
-    "sm_80": (108, 164 * KiB, 2048),    # A100
-    "sm_86": (84, 100 * KiB, 1536),     # RTX 3090 / A40
-    "sm_89": (128, 100 * KiB, 1536),    # RTX 4090 / L40
-    "sm_90": (132, 228 * KiB, 2048),    # H100 SXM
-}
 # OpenCL: a mid-sized GPU; PoCL on the CPU accepts these sizes too
 _OPENCL_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 2048, 1024, 32, "table")
 
 
 def gpu_arch_facts(arch: str) -> GPUFacts:
-    """The facts of a CUDA architecture ("sm_90") from the table; unknown ones get sm_80's."""
-    sms, smem, threads = _GPU_ARCH.get(arch, _GPU_ARCH["sm_80"])
-    return GPUFacts(sms, 64 * 1024, 255, smem, 48 * KiB, threads, 1024, 32, "table")
+    """The facts of a CUDA architecture ("sm_90") from `gpu_arch.ARCHS`; unknown ones get
+    sm_80's."""
+    a = ARCHS.get(arch, ARCHS[DEFAULT_ARCH])
+    return GPUFacts(a.sm_count, a.registers, a.max_registers_per_thread, a.shared_bytes,
+                    a.static_shared_per_block, a.max_threads, a.max_threads_per_block, a.warp_size,
+                    "table")
 
 # name: (FMA issues per cycle at the full vector width, FMA latency, L1d, L2 per core, L3)
 _UARCH = {

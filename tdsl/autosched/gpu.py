@@ -55,15 +55,24 @@ def schedule_gpu(s, target, rec, params):
         if info.is_reduction:
             local = s.cache_write(st.op.output(0), "local")
             rec.add(st, "cache_write", "cache_write(local)", "each thread accumulates in a register")
-        axes = list(st.op.axis)
-        if not axes:
+        ti = bind_flat(st, threads)
+        if ti is None:
             rec.add(st, "serial", "one thread", "a scalar output")
             continue
-        f = st.fuse(*axes) if len(axes) > 1 else axes[0]
-        bo, ti = st.split(f, factor=threads)
-        st.bind(bo, thread_axis("blockIdx.x"))
-        st.bind(ti, thread_axis("threadIdx.x"))
         rec.add(st, "bind", f"fuse all; split {threads}; bind blockIdx.x / threadIdx.x",
                 f"one output element per thread, {threads} threads per block")
         if info.is_reduction:
             s[local].compute_at(st, ti)
+
+
+def bind_flat(st, threads):
+    """All spatial axes of stage `st` fused, `threads` outputs to a block; returns the
+    thread axis (None for a scalar output)."""
+    axes = list(st.op.axis)
+    if not axes:
+        return None
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    bo, ti = st.split(f, factor=threads)
+    st.bind(bo, thread_axis("blockIdx.x"))
+    st.bind(ti, thread_axis("threadIdx.x"))
+    return ti

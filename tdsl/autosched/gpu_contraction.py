@@ -8,16 +8,24 @@ and the vector axis; each thread a contiguous ti x tj sub-tile accumulated in re
 `k_tile` steps of the outer reduction loop the block copies what it reads into shared
 memory, every thread helping, consecutive threads on consecutive (float4 where the layout
 allows) elements so the global reads coalesce; with double buffering the next slice is
-copied while the current one is used. Other spatial axes go to blockIdx.z."""
+copied while the current one is used. Other spatial axes go to blockIdx.z.
+
+The graph layer's conv/dense/matmul kernels are this rule too, with an epilogue: `out`, an
+elementwise consumer of the contraction with its shape (bias, batchnorm, residual add,
+activation), is the stage tiled, and the thread that holds an accumulator applies it and
+writes the output once."""
 from __future__ import annotations
 
+from .. import arith
 from ..errors import ScheduleError
+from ..ir.visitor import walk
 from ..te import thread_axis
 from .analysis import vars_of
 
 BLOCK = (16, 16)        # threads per block (y, x): 256, what fast SGEMMs use
 THREAD_TILE = (8, 8)    # outputs per thread: 64 accumulators, ~130 registers with operands
 MIN_THREAD_TILE = 4     # below 4x4 a thread does too few multiply-adds per shared load
+MIN_BLOCK = 64          # threads per block below which a block hides too little latency
 WAVES = 2               # blocks per SM wanted, so the last wave is not mostly idle
 K_TILE = 8
 BLOCKS_PER_SM = 2       # resident blocks wanted, so one block's barrier does not idle the SM
@@ -33,7 +41,8 @@ def _fit(ext, threads, per):
         per //= 2
     while threads * per >= 2 * ext and threads > 1:
         threads //= 2
-    return threads, per
+    need = _ceil(ext, per)      # then the tiles spread evenly: 56 columns of 4 take 14
+    return _ceil(need, _ceil(need, threads)), per   # threads, not 16 with two idle
 
 
 def _ceil(a, b):
@@ -47,10 +56,24 @@ def footprint(info, extents):
     reads more than this says)."""
     boxes = {}
     for ld in info.loads:
-        box = [1 + sum(extents.get(v, 1) - 1 for v in vars_of(i)) for i in ld.indices]
+        box = [1 + sum(_stride(i, v) * (extents.get(id(v), 1) - 1) for v in _vars(i))
+               for i in ld.indices]
         old = boxes.get(ld.tensor)
         boxes[ld.tensor] = box if old is None else [max(a, b) for a, b in zip(old, box)]
     return boxes
+
+
+def _vars(expr):
+    ids, found = vars_of(expr), {}
+    walk(expr, lambda n: found.setdefault(id(n), n) if id(n) in ids else None)
+    return list(found.values())
+
+
+def _stride(index, var):
+    """How far `index` moves per step of `var` (`y * 2 + dy`: 2); 1 where not linear."""
+    lin = arith.linear_coeff(index, var)
+    c = getattr(lin[0], "value", None) if lin else None
+    return abs(c) if isinstance(c, int) and c else 1
 
 
 def _prod(xs):
@@ -79,20 +102,29 @@ def sizes(info, r, v, target, params):
             raise ScheduleError(f"auto_schedule: params block={ty}x{tx} is {ty * tx} threads; "
                                 f"{target} allows {target.max_threads_per_block} per block")
     else:
+        # threads a short row axis leaves unused go to the vector axis (a batch-1 dense:
+        # one row, a block of columns)
         ty, ti = _fit(info.extents[r], BLOCK[0], THREAD_TILE[0])
-        tx, tj = _fit(info.extents[v], BLOCK[1], THREAD_TILE[1])
+        tx, tj = _fit(info.extents[v], BLOCK[0] * BLOCK[1] // ty, THREAD_TILE[1])
+        ext_r, ext_v = (LARGE if info.extents[n] is None else info.extents[n] for n in (r, v))
         others = _prod(LARGE if e is None else e
                        for n, e in enumerate(info.extents) if n not in (r, v))
 
         def blocks():
-            return (_ceil(LARGE if info.extents[r] is None else info.extents[r], ty * ti)
-                    * _ceil(LARGE if info.extents[v] is None else info.extents[v], tx * tj) * others)
-        want = WAVES * target.sm_count
-        while blocks() < want and max(ti, tj) > MIN_THREAD_TILE:
-            if ti >= tj:
-                ti //= 2
-            else:
-                tj //= 2
+            return _ceil(ext_r, ty * ti) * _ceil(ext_v, tx * tj) * others
+        # too few blocks to fill the SMs: smaller register tiles first (down to 4x4), then
+        # fewer threads a block (down to two warps), then smaller tiles and blocks still,
+        # the last steps only until every SM has a block
+        steps = [(WAVES, "tile", MIN_THREAD_TILE), (1, "threads", MIN_BLOCK),
+                 (1, "tile", 1), (1, "threads", target.warp_size)]
+        for waves, what, floor in steps:
+            while blocks() < waves * target.sm_count:
+                if what == "tile" and max(ti, tj) > floor:
+                    ti, tj = (ti // 2, tj) if ti >= tj else (ti, tj // 2)
+                elif what == "threads" and ty * tx > floor:
+                    ty, tx = (_ceil(ty, 2), tx) if ty >= tx else (ty, _ceil(tx, 2))
+                else:
+                    break
         why.append(f"{blocks()} blocks for {target.sm_count} SMs")
     kt = params.k_tile or K_TILE
     ext0 = info.rextents[0]
@@ -118,7 +150,10 @@ def sizes(info, r, v, target, params):
     return ty, tx, ti, tj, kt, dbl, "; ".join(why)
 
 
-def contraction(s, st, info, target, params, rec):
+def contraction(s, st, info, target, params, rec, out=None):
+    """Tiles the contraction `st`; with `out` (an elementwise consumer of the same shape,
+    the rest of its chain inlined) the accumulators are computed per thread of `out`'s
+    tiling and `st` is inlined into it: one kernel with the epilogue."""
     n = len(info.axes)
     v, r = n - 1, info.row_axis()
     ty_n, tx_n, ti, tj, kt, dbl, why = sizes(info, r, v, target, params)
@@ -126,10 +161,12 @@ def contraction(s, st, info, target, params, rec):
     for ld in info.loads:
         if ld.tensor not in operands:
             operands.append(ld.tensor)
-    out = st.op.output(0)
-    CL = s.cache_write(out, "local")
+    CL = s.cache_write(st.op.output(0), "local")
     shared = [s.cache_read(t, "shared", [CL]) for t in operands]
     local = [s.cache_read(t, "local", [CL]) for t in shared]
+    if out is not None and out is not st:
+        st.compute_inline()
+        st = out
     ax = list(st.op.axis)
     by, yi = st.split(ax[r], factor=ty_n * ti)
     bx, xi = st.split(ax[v], factor=tx_n * tj)

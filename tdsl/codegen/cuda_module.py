@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..gpu_arch import ARCHS
+from ..gpu_arch import REPORTED
 from ..runtime.device_module import DeviceModule
 from . import ptxas
 
@@ -18,13 +18,13 @@ class CUDAModule(DeviceModule):
     def resources(self, arch: str = None, tool: str = "auto") -> List[ptxas.KernelResources]:
         """Registers, spills, stack, shared memory and occupancy of each kernel on `arch`
         ("sm_80", "sm_90"; both, in that order, when None). BuildError without NVRTC or ptxas."""
-        archs = list(ARCHS) if arch is None else [arch]
+        archs = list(REPORTED) if arch is None else [arch]
         return [r for a in archs for r in ptxas.resources(self.source, self.kernels, a, tool)]
 
     def get_source(self, fmt: str = ""):
         """As `DeviceModule.get_source`; 'ptxas' gives ptxas's `-v` report for each of
         sm_80 and sm_90 ('ptxas:sm_90' for one)."""
         if fmt == "ptxas" or fmt.startswith("ptxas:"):
-            archs = [fmt.partition(":")[2]] if ":" in fmt else list(ARCHS)
+            archs = [fmt.partition(":")[2]] if ":" in fmt else list(REPORTED)
             return "\n".join(ptxas.report(self.source, a) for a in archs)
         return super().get_source(fmt)
