@@ -5,14 +5,14 @@ partitioning can peel them).
 
 A stage with several outputs (a tuple-valued compute, a reduction over tuples) has one
 buffer per output and stores them all in one nest; a tuple reduction computes every new
-element before storing any (`_store_values`), since each reads all the old ones.
+element before storing any (`store_values`), since each reads all the old ones.
 
 `set_store_predicate(cond)` guards a stage's stores; thread axes in `cond` stand for the
 loops bound to their tags, and a tag no enclosing loop has gets a loop of its own around
 the store (TVM's meaning: "only thread 0 of the block writes").
 
 GPU: a reduction whose reduction loop is bound to threadIdx.* becomes a cross-thread
-reduction (`_cross_thread_reduce`): each thread accumulates its share in a local
+reduction (`cross_thread.py`): each thread accumulates its share in a local
 register, the partial results meet in a shared buffer and are combined by a tree, and one
 thread writes the result. Loops bound to thread tags are THREAD_BINDING loops; on a GPU
 every thread runs the kernel body, so nested loops with the same tag share the index."""
@@ -30,6 +30,8 @@ from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import tensorize_update
+from .cross_thread import cross_thread_reduce
+from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -299,7 +301,7 @@ class ScheduleLowering:
             if tz is not None:
                 return self._wrap(st, leaves[:tz], call)
             store = S.seq(*[S.BufferStore(b, lower.visit(x), idx) for b, x in zip(bufs, bodies)])
-            return self._wrap(st, leaves, _wrap_threads(wraps, _guard(guard, store)))
+            return self._wrap(st, leaves, wrap_threads(wraps, guarded(guard, store)))
         red = bodies[0]
         dtypes = [x.dtype for x in red.sources]
         inits = red.inits if red.inits is not None else red.combiner.identity_values(dtypes)
@@ -307,9 +309,9 @@ class ScheduleLowering:
         srcs = tuple(lower.visit(x) for x in red.sources)
         where = lower.visit(red.condition)
         rconds = reduce_conds + ([] if E.is_const_int(where, 1) else [where])
-        update = _wrap_threads(wraps, _guard(guard, _guard(rconds, _combine_into(
+        update = wrap_threads(wraps, guarded(guard, guarded(rconds, combine_into(
             red.combiner, bufs, idx, srcs))))
-        init_store = _wrap_threads(wraps, _guard(guard, S.seq(*[
+        init_store = wrap_threads(wraps, guarded(guard, S.seq(*[
             S.BufferStore(b, v, idx) for b, v in zip(bufs, inits)])))
         p = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         if tz is not None:      # the intrinsic is the update; tdsl's own loops initialise
@@ -317,9 +319,9 @@ class ScheduleLowering:
             init_nest = self._wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
                                    init_store, with_attached=False)
             return self._wrap(st, leaves[:q], S.seq(init_nest, self._wrap(st, leaves[q:tz], call)))
-        threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and _bound_tag(st, iv)]
+        threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and bound_tag(st, iv)]
         if threads:
-            return self._cross_thread_reduce(st, leaves, p, threads, red, bufs, idx, spatial,
+            return cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial,
                                              rconds, lower, srcs)
         init_nest = self._wrap(st, [iv for iv in leaves[p:] if iv.kind != "reduce"], init_store,
                                with_attached=False)
@@ -369,7 +371,7 @@ class ScheduleLowering:
         """tag -> the variable of the loop bound to it around the stores of `st`."""
         out = {}
         for s, iv in self._loops_outward(st, st.leaf_iter_vars):
-            tag = _bound_tag(s, iv)
+            tag = bound_tag(s, iv)
             if tag and tag != "vthread":
                 out.setdefault(tag, iv.var)
         return out
@@ -381,7 +383,7 @@ class ScheduleLowering:
         shared buffer."""
         out, seen = [], {tag}
         for s, iv in self._loops_outward(st, outer):
-            t = _bound_tag(s, iv)
+            t = bound_tag(s, iv)
             if t.startswith("threadIdx") and t not in seen:
                 seen.add(t)
                 out.append((iv, arith.simplify(self.bounds[s].ranges[iv].extent)))
@@ -433,87 +435,6 @@ class ScheduleLowering:
                                     f"'{iv.var.name}' of '{st.name}', which is {what}; attach it "
                                     "at a serial loop (e.g. the outer reduction loop)")
 
-    def _cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, rconds,
-                             lower, srcs):
-        """out[idx] = reduce over a threadIdx-bound reduction loop, through shared memory.
-
-        Inside the spatial loops: each thread folds its serial reduction loops into a local
-        accumulator and stores it to red[g*T + t] (g: the thread's group from the spatial
-        threadIdx loops, t: its index on the reduction tag); then a tree over red, halving
-        the active threads each step (any T: elements past T count as absent); thread 0 of
-        the group writes the result. A tuple reduction has an accumulator and a shared
-        buffer per element. thread_sync inserts the barriers."""
-        def err(msg):
-            return ScheduleError(f"bind: stage '{st.name}': {msg}")
-        if len(threads) > 1:
-            names = ", ".join(iv.var.name for iv in threads)
-            raise err(f"only one reduction axis may be bound to a thread index, got {names}; "
-                      "fuse them first")
-        tiv = threads[0]
-        tag = _bound_tag(st, tiv)
-        if not tag.startswith("threadIdx"):
-            raise err(f"the reduction axis '{tiv.var.name}' is bound to {tag}; blocks cannot "
-                      "combine partial results, bind it to a threadIdx tag (or rfactor the "
-                      "reduction and bind the factored stage's spatial axis)")
-        spatial_in = [iv for iv in leaves[p:] if iv.kind != "reduce"]
-        if spatial_in:
-            raise err(f"the spatial axis '{spatial_in[0].var.name}' is inside the reduction "
-                      "loops of a cross-thread reduction; reorder it outside them")
-        rng = self.bounds[st].ranges
-        T = arith.simplify(rng[tiv].extent)
-        if not isinstance(T, E.IntImm):
-            raise err(f"the thread-bound reduction axis '{tiv.var.name}' needs a constant "
-                      f"extent, got {T}")
-        T = T.value
-        group, G = E.const(0), 1
-        for iv, ext in self._thread_groups(st, leaves[:p], tag):
-            if not isinstance(ext, E.IntImm):
-                raise err(f"the thread-bound axis '{iv.var.name}' needs a constant extent")
-            group = group * ext.value + iv.var if G > 1 else iv.var
-            G *= ext.value
-        accs = [S.Buffer(f"{b.name}.acc", (E.const(1),), b.dtype, "local") for b in bufs]
-        reds = [S.Buffer(f"{b.name}.red", (E.const(G * T),), b.dtype, "shared") for b in bufs]
-        zero = (E.const(0),)
-        comb = red.combiner
-        identity = comb.identity_values([b.dtype for b in bufs])
-        update = _guard(spatial, _guard(rconds, _combine_into(comb, accs, zero, srcs)))
-        others = [iv for iv in leaves[p:] if iv is not tiv]
-        base = group * T if G > 1 else E.const(0)
-        per_thread = _allocate_all(accs, S.seq(
-            *[S.BufferStore(a, v, zero) for a, v in zip(accs, identity)],
-            self._wrap(st, others, update),
-            *[S.BufferStore(r, E.BufferLoad(a, zero), (base + tiv.var,))
-              for a, r in zip(accs, reds)]))
-        parts = [self._wrap(st, [tiv], per_thread)]
-        step = 1
-        while step < T:
-            step *= 2
-        step //= 2
-
-        def thread_loop(name, fn):
-            v = E.Var(f"{tiv.var.name}.{name}", tiv.var.dtype)
-            return S.For(v, E.const(0), E.const(T), S.ForKind.THREAD_BINDING, fn(v), tag)
-        while step >= 1:
-            s_ = step
-
-            def tree(v, s_=s_):
-                other = tuple(E.BufferLoad(r, (base + v + s_,)) for r in reds)
-                cond = E.And(E.LT(v, E.const(s_)), E.LT(v + s_, E.const(T)))
-                return S.IfThenElse(cond, _combine_into(comb, reds, (base + v,), other))
-            parts.append(thread_loop(f"s{s_}", tree))
-            step //= 2
-        result = tuple(E.BufferLoad(r, (base,)) for r in reds)
-        if red.inits is not None:
-            inits = tuple(E.cast(lower.visit(v), b.dtype) for v, b in zip(red.inits, bufs))
-            result = comb.combine_values(inits, result)
-
-        def write(v):
-            pred, wraps = self._predicate(st, lower, at={tag: v})
-            store = _guard(spatial + pred, _store_values(bufs, idx, result))
-            return S.IfThenElse(E.EQ(v, E.const(0)), _wrap_threads(wraps, store))
-        parts.append(thread_loop("w", write))
-        return self._wrap(st, leaves[:p], _allocate_all(reds, S.seq(*parts)))
-
 
 def _reads_any(bodies, ops) -> bool:
     found = []
@@ -526,63 +447,10 @@ def _reads_any(bodies, ops) -> bool:
     return bool(found)
 
 
-def _bound_tag(st, iv) -> str:
-    attr = st.iter_var_attrs.get(iv)
-    return attr.thread.thread_tag if attr is not None and attr.thread is not None else ""
 
 
-def _allocate_all(bufs, body):
-    for b in reversed(bufs):
-        body = S.Allocate(b, body)
-    return body
 
 
-def _store_values(bufs, idx, vals):
-    """bufs[k][idx] = vals[k]; with several buffers every value is computed (let-bound)
-    before any store, as each may read all the old elements (a tuple reduction)."""
-    reads = set()
-    for v in vals:
-        walk(v, lambda n: reads.add(n.buffer) if isinstance(n, E.BufferLoad) else None)
-    if len(bufs) == 1 or not reads & set(bufs):
-        return S.seq(*[S.BufferStore(b, v, idx) for b, v in zip(bufs, vals)])
-    tmps = [E.Var(f"{b.name}.next", b.dtype) for b in bufs]
-    body = S.seq(*[S.BufferStore(b, t, idx) for b, t in zip(bufs, tmps)])
-    for t, v in reversed(list(zip(tmps, vals))):
-        body = S.LetStmt(t, v, body)
-    return body
-
-
-def _combine_into(combiner, bufs, idx, rhs):
-    """bufs[idx] = combine(bufs[idx], rhs), element-wise over a tuple reduction. A tuple's
-    old and new elements are let-bound first: its combiner reads each several times, often
-    under selects, which would otherwise re-read (and, being lazy, guard) every load."""
-    lhs = tuple(E.BufferLoad(b, idx) for b in bufs)
-    rhs = tuple(rhs)
-    if len(bufs) == 1:
-        return _store_values(bufs, idx, combiner.combine_values(lhs, rhs))
-    xs = [E.Var(f"{b.name}.x", b.dtype) for b in bufs]
-    ys = [E.Var(f"{b.name}.y", b.dtype) for b in bufs]
-    body = _store_values(bufs, idx, combiner.combine_values(tuple(xs), tuple(ys)))
-    for v, value in reversed(list(zip(xs + ys, lhs + rhs))):
-        body = S.LetStmt(v, value, body)
-    return body
-
-
-def _wrap_threads(wraps, stmt):
-    """`stmt` inside loops bound to thread tags that no enclosing loop has (a store
-    predicate that reads them): on a GPU each thread runs its own index."""
-    for var, ext, tag in wraps:
-        stmt = S.For(var, E.const(0), ext, S.ForKind.THREAD_BINDING, stmt, tag)
-    return stmt
-
-
-def _guard(conds, stmt):
-    if not conds:
-        return stmt
-    c = conds[0]
-    for x in conds[1:]:
-        c = E.And(c, x)
-    return S.IfThenElse(c, stmt)
 
 
 def schedule_to_func(sched, args, name) -> S.PrimFunc:
