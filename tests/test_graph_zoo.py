@@ -117,3 +117,31 @@ def test_torch_exported_operators_dynamic_batch(name):
                       dynamic_axes={"input": {0: "batch"}}, dynamo=False)
     model = onnx.load_from_string(buf.getvalue())
     _compare(model, {"input": x.numpy()}, G.from_onnx(model, dims={"batch": 2}))
+
+
+@pytest.mark.parametrize("n_threads", [2, 4])
+def test_squeezenet_shared_by_threads(n_threads):
+    """The issue's case: one Executor of squeezenet1_1 run from several threads, each on its
+    own input, every output right (tests/test_graph_threads.py covers it without torch)."""
+    pytest.importorskip("torchvision")
+    import threading
+    exe = G.build(G.optimize(G.from_onnx(zoo.export("squeezenet1_1"))))
+    rng = np.random.default_rng(n_threads)
+    xs = [rng.standard_normal((1, 3, 224, 224)).astype(np.float32) for _ in range(n_threads)]
+    refs = [exe.run(x)[0] for x in xs]
+    barrier, wrong, errors = threading.Barrier(n_threads), [0] * n_threads, []
+
+    def body(i):
+        try:
+            barrier.wait()
+            for _ in range(10):
+                if not np.allclose(exe.run(xs[i])[0], refs[i], rtol=1e-5, atol=1e-6):
+                    wrong[i] += 1
+        except BaseException as e:      # noqa: BLE001 - re-raised below
+            errors.append(e)
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and wrong == [0] * n_threads
