@@ -1,6 +1,6 @@
-"""Conv2d and dense with constant weights re-laid out at build time: which definition a conv
-takes (`conv_path`), the blocked NCHW[x]c conv and the register-blocked dense with their
-schedules, and the depthwise conv with a column stride."""
+"""Convs and dense with constant weights re-laid out at build time: which definition a conv
+takes (`conv_path`; the blocked NCHW[x]c conv itself is conv_blocked.py), the
+register-blocked dense with its schedule, and the depthwise conv with a column stride."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +9,9 @@ import tdsl
 
 from .... import tiling
 from .. import topi
-from ..stages import _ishape, _stages
+from ..stages import _ishape
 from . import conv1x1, conv_blocked, conv_spatial, squeeze
-from .loops import PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
+from .loops import PAR_MIN_MACS, _inline_except
 
 
 def conv_fast(g, n, tensors):
