@@ -81,17 +81,25 @@ def test_dilated_conv2d_is_fast(ci, co, hw, k, d, s):
     assert len(kinds) == 1 and kinds[0] in ("conv2d_packed", "conv_rows_spatial"), kinds
 
 
-@pytest.mark.parametrize("x,w,attrs", [
-    ((1, 16, 10, 10), (16, 8, 3, 3), dict(pads=[1] * 4, strides=[2, 2], output_padding=[1, 1])),
-    ((2, 16, 9, 7), (16, 24, 4, 4), dict(pads=[1] * 4, strides=[2, 2])),
-    ((1, 8, 12, 12), (8, 16, 3, 3), dict(pads=[1] * 4)),
-    ((1, 8, 6, 6), (8, 4, 3, 3), dict(strides=[3, 3], dilations=[2, 2], pads=[0, 1, 2, 0])),
-    ((1, 16, 30), (16, 24, 4), dict(pads=[1, 1], strides=[2])),
-    ((1, 4, 3, 5, 5), (4, 8, 2, 2, 2), dict(strides=[2, 2, 2])),
+@pytest.mark.parametrize("x,w,attrs,phases", [
+    ((1, 16, 10, 10), (16, 8, 3, 3), dict(pads=[1] * 4, strides=[2, 2], output_padding=[1, 1]), True),
+    ((2, 16, 9, 7), (16, 24, 4, 4), dict(pads=[1] * 4, strides=[2, 2]), True),
+    ((1, 8, 7, 6), (8, 5, 5, 3), dict(pads=[2, 0, 1, 1], strides=[3, 2]), True),
+    ((1, 8, 5, 5), (8, 4, 2, 2), dict(strides=[2, 2]), True),
+    ((1, 8, 12, 12), (8, 16, 3, 3), dict(pads=[1] * 4), False),
+    ((1, 8, 6, 6), (8, 4, 3, 3), dict(strides=[3, 3], dilations=[2, 2], pads=[0, 1, 2, 0]), False),
+    ((1, 16, 30), (16, 24, 4), dict(pads=[1, 1], strides=[2]), True),
+    ((1, 4, 3, 5, 5), (4, 8, 2, 2, 2), dict(strides=[2, 2, 2]), False),
 ])
-def test_conv_transpose_is_blocked(x, w, attrs):
-    kinds = _anchors("ConvTranspose", {"x": f32(*x)}, {"w": f32(*w), "b": f32(w[1])}, **attrs)
-    assert "conv2d_packed" in kinds, kinds
+def test_conv_transpose_is_fast(x, w, attrs, phases):
+    """Strided (2-D, 1-D): one stride-1 conv2d per output phase, as one conv with
+    stride^2 x CO channels; otherwise the blocked conv of the input spread on the grid."""
+    inputs, consts = {"x": f32(*x)}, {"w": f32(*w), "b": f32(w[1])}
+    kinds = _anchors("ConvTranspose", inputs, consts, **attrs)
+    mod = G.optimize(G.from_onnx(_model("ConvTranspose", inputs, consts, **attrs)))
+    ops = [m.op for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()]
+    assert ("nn.conv2d" in ops and not any("transpose" in o for o in ops if o.startswith("nn."))) == phases, ops
+    assert any(k in FAST for k in kinds), kinds
 
 
 @pytest.mark.parametrize("mode,scales", [("nearest", [1, 1, 2, 2]), ("linear", [1, 1, 2, 2]),
