@@ -214,7 +214,7 @@ def main(argv=None):
         sess = _ort_session(model, threads)
         ref = sess.run(None, {"x": x})[0]
         err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-        t, t_ort = _interleaved(exe._run_kernels, lambda: sess.run(None, {"x": x}), a.number, a.repeat)
+        t, t_ort = _interleaved(lambda: exe.run(x), lambda: sess.run(None, {"x": x}), a.number, a.repeat)
         gf = 2 * macs / t / 1e9 if macs else 0.0
         print(f"{name:32s} {t * 1e3:8.3f} {t_ort * 1e3:8.3f} {t / t_ort:6.2f}x {gf:8.1f} {len(exe.steps):7d} {err:8.1e}",
               flush=True)

@@ -32,10 +32,21 @@ def print_target(t) -> float:
     print(t.describe())
     if t != host:
         print(f"{'host':>12s}: {host.cpu}, {host.vector_bits}-bit vectors")
-    gflops, chains = peak.measure(t)
+    gflops, chains = settled_peak(t)
     print(f"{'FMA peak':>12s}: {gflops:.1f} GFLOP/s fp32 (measured: {chains} FMA chains per core "
           f"on {t.num_cores} cores)\n")
     return gflops
+
+
+def settled_peak(t, tries=4, gap_s=0.3):
+    """The best of `tries` peak measurements `gap_s` apart: on a machine shared with other
+    jobs one measurement read half the peak while another job held a core for a moment."""
+    best = (0.0, 0)
+    for i in range(tries):
+        if i:
+            time.sleep(gap_s)
+        best = max(best, peak.measure(t))
+    return best
 
 
 def timings(fn, number=3, repeat=7, warmup_s=0.1):

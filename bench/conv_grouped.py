@@ -112,9 +112,9 @@ def main(argv=None):
         if a.cpu_time:
             for k, _, _ in exe.steps:
                 k.module.set_num_threads(1)
-            t, r = _cpu_time([exe._run_kernels, ort_run])
+            t, r = _cpu_time([lambda: exe.run(x), ort_run])
         else:
-            t, r = _interleaved(exe._run_kernels, ort_run, a.number, a.repeat)
+            t, r = _interleaved(lambda: exe.run(x), ort_run, a.number, a.repeat)
         macs = out.size * (spec[0] // spec[3]) * spec[4] ** 2
         print(f"{label:16s} {t * 1e6:9.1f} {r * 1e6:9.1f} {t / r:6.2f}x {2 * macs / t * 1e-9:8.1f} "
               f"{err:9.1e}", flush=True)

@@ -34,16 +34,18 @@ def _ort_session(model, threads=0):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _interleaved(f_a, f_b, number, repeat, warmup_s=0.2):
-    """Best-of-`repeat` mean seconds of two callables, measured alternately so that both
-    see the same machine load (the CPU may be shared). Each block of runs starts after
-    `warmup_s` of untimed runs of the same callable: onnxruntime's worker threads spin for
-    a while after a run and would take a core from the next kernels (measured: tdsl's
-    median ResNet-18 latency doubles right after an onnxruntime run)."""
+def _interleaved(f_a, f_b, number, repeat, warmup_s=0.2, pause_s=0.3):
+    """Best-of-`repeat` mean seconds of two callables, timed in blocks taken in turn so that
+    both see the same machine load (the CPU may be shared). A block is: a pause of
+    `pause_s` (onnxruntime's worker threads spin for a while after a run and would take a
+    core from the next kernels: tdsl's median ResNet-18 latency measured up to 2x right
+    after an onnxruntime run; sleeping lets them stop instead of competing with them),
+    `warmup_s` of untimed runs, then `number` timed runs."""
     f_a(), f_b()
     best = [float("inf"), float("inf")]
     for _ in range(repeat):
         for i, f in enumerate((f_a, f_b)):
+            time.sleep(pause_s)
             t_end = time.perf_counter() + warmup_s
             while time.perf_counter() < t_end:
                 f()
@@ -61,9 +63,9 @@ def flops(mod):
         if not isinstance(n.op, str):
             continue
         out = n.type.shape
-        if n.op == "nn.conv2d":
-            ci_per_group, kh, kw = n.args[1].type.shape[1:]
-            total += 2 * int(np.prod(out)) * ci_per_group * kh * kw
+        if n.op.startswith("nn.conv"):   # per output (per input when transposed) element
+            per = n.args[0].type.shape if n.op.endswith("transpose") else out
+            total += 2 * int(np.prod(per)) * int(np.prod(n.args[1].type.shape[1:]))
         elif n.op in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
             total += 2 * int(np.prod(out)) * n.args[0].type.shape[-1]
     return total
@@ -82,7 +84,7 @@ def bench(name, model, shape, number, repeat, profile=False, target="llvm", peak
     feed = {model.graph.input[0].name: x}
     ref = sess.run(None, feed)[0]
     err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
-    t_tdsl, t_ort = _interleaved(exe._run_kernels, lambda: sess.run(None, feed), number, repeat)
+    t_tdsl, t_ort = _interleaved(lambda: exe.run(x), lambda: sess.run(None, feed), number, repeat)
     share = work / t_tdsl / 1e9 / peak if peak else 0.0
     print(f"{name:28s} {build_s:8.1f} {len(exe.steps):8d} {t_tdsl * 1e3:10.2f} {t_ort * 1e3:10.2f} "
           f"{t_tdsl / t_ort:7.2f}x {share:6.0%} {err:10.1e} {exe.peak_memory_bytes / 2**20:9.2f}", flush=True)

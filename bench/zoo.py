@@ -6,12 +6,16 @@
     python bench/zoo.py --profile          # and the slowest kernels of each
     python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run
 
-Each model is exported from torch (random weights, tdsl.graph.zoo), imported, optimized and
-built (build seconds: cold, with an empty compile cache, and warm, a second build that
+Each model is exported from torch (random weights, tdsl.graph.zoo; skipped when torch is
+not installed) or built with onnx.helper (tdsl.graph.models: a 1-D and a 3-D CNN, the
+MobileNetV2 blocks; no torch needed), imported, optimized and built (build seconds: cold, with an empty compile cache, and warm, a second build that
 reads it, the first executor released; beside them, onnxruntime's session creation, its
 own build), checked against onnxruntime (max abs error over the
-output's max magnitude) and timed alternately with onnxruntime, best of repeats. The last
-line is the geometric mean of the latency ratios.
+output's max magnitude) and timed in blocks taken in turn with onnxruntime (a pause, a
+warm-up, 5 calls; best of 3 blocks: bench/graph._interleaved), so onnxruntime's spinning
+threads do not slow tdsl's next call. First the CPU and its measured FMA peak; per model
+tdsl's share of that peak (conv/dense/matmul flops over its latency). The last line is the
+geometric mean of the latency ratios.
 """
 from __future__ import annotations
 
@@ -28,8 +32,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
-from common import add_target_option, target_from  # noqa: E402
-from graph import _interleaved, _ort_session  # noqa: E402
+from tdsl.examples import peak  # noqa: E402
+from tdsl.graph import models  # noqa: E402
+from common import add_target_option, print_target, target_from  # noqa: E402
+from graph import _interleaved, _ort_session, flops  # noqa: E402
+
+# name -> onnx.helper builder, input shape
+HELPER = {
+    "conv1d_net": (models.conv1d_net, (1, 1, 16000)),
+    "conv3d_net": (models.conv3d_net, (1, 3, 8, 56, 56)),
+    "mobilenetv2_blocks": (lambda: models.mobilenetv2_blocks(1, 112), (1, 3, 112, 112)),
+}
+
+
+def _model_and_input(name):
+    if name in HELPER:
+        make, shape = HELPER[name]
+        return make(), np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return zoo.export(name), zoo.example_input(name)
 
 
 def _build(model, target):
@@ -39,9 +59,9 @@ def _build(model, target):
     return time.perf_counter() - t0, exe
 
 
-def run_one(name, target, profile, number, repeat, threads):
-    model = zoo.export(name)
-    x = zoo.example_input(name)
+def run_one(name, target, profile, number, repeat, threads, peak):
+    model, x = _model_and_input(name)
+    work = flops(G.from_onnx(model))
     with tempfile.TemporaryDirectory(prefix="zoo-cache-") as cache:
         os.environ["TDSL_CACHE_DIR"] = cache      # cold: an empty compile cache
         cold, exe = _build(model, target)
@@ -55,9 +75,10 @@ def run_one(name, target, profile, number, repeat, threads):
     feed = {model.graph.input[0].name: x}
     ref = sess.run(None, feed)[0]
     err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    t_tdsl, t_ort = _interleaved(exe._run_kernels, lambda: sess.run(None, feed), number, repeat)
+    t_tdsl, t_ort = _interleaved(lambda: exe.run(x), lambda: sess.run(None, feed), number, repeat)
+    share = work / t_tdsl / 1e9 / peak
     print(f"{name:20s} {cold:7.1f} {warm:7.2f} {ort_init:7.2f} {len(exe.steps):7d} {t_tdsl * 1e3:9.2f} {t_ort * 1e3:9.2f} "
-          f"{t_tdsl / t_ort:7.2f}x {err:9.1e}", flush=True)
+          f"{t_tdsl / t_ort:7.2f}x {share:6.1%} {err:9.1e}", flush=True)
     if profile:
         print(exe.profile_text(number=number, top=15))
     return t_tdsl / t_ort
@@ -68,23 +89,33 @@ def main(argv=None):
     p.add_argument("--only", default="", help="comma-separated substrings of model names")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--number", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=3)
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
     threads = target.num_cores
-    print(target.describe())
-    print(f"\nonnxruntime and tdsl: {threads} threads each\n")
-    names = [n for n in zoo.MODELS if not a.only or any(s in n for s in a.only.split(","))]
+    peak_gflops = print_target(target)
+    print(f"onnxruntime and tdsl: {threads} threads each\n")
+    try:
+        import torch  # noqa: F401
+        exported = list(zoo.MODELS)
+    except ImportError:
+        print("torch is not installed: only the onnx.helper networks\n")
+        exported = []
+    names = [n for n in list(HELPER) + exported if not a.only or any(s in n for s in a.only.split(","))]
     print(f"{'model':20s} {'build s':>7s} {'warm s':>7s} {'ort s':>7s} {'kernels':>7s} {'tdsl ms':>9s} {'ort ms':>9s} "
-          f"{'ratio':>8s} {'max err':>9s}")
+          f"{'ratio':>8s} {'peak':>6s} {'max err':>9s}")
     ratios, failed = [], []
     for name in names:
         try:
-            ratios.append(run_one(name, target, a.profile, a.number, a.repeat, threads))
+            ratios.append(run_one(name, target, a.profile, a.number, a.repeat, threads, peak_gflops))
         except Exception as e:  # a model that fails is reported and the list goes on
             failed.append(name)
             print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
+    again = peak.measure(target)[0]
+    if again > 1.05 * peak_gflops:
+        print(f"\nnote: the FMA peak measured {again:.1f} GFLOP/s at the end (the machine was "
+              f"busier at the start); shares above are of {peak_gflops:.1f}")
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"\ngeometric mean tdsl/onnxruntime over {len(ratios)} models: {geo:.2f}x; "

@@ -331,12 +331,28 @@ def _host_cpu():
     if name:
         _check_cpu(triple, name)
         return triple, name, ""
-    name = llvm.get_host_cpu_name()
+    name = _zen5_named_zen4(triple, llvm.get_host_cpu_name())
     try:
         feats = llvm.get_host_cpu_features().flatten()
     except RuntimeError:        # some platforms cannot report features
         feats = ""
     return triple, name, feats
+
+
+def _zen5_named_zen4(triple, name):
+    """Older LLVMs call a Zen 5 (family 26) "znver4", whose table entry (256-bit FMA pipes)
+    would halve the FMA units and the chains schedules and the peak probe use."""
+    if name != "znver4":
+        return name
+    try:
+        with open("/proc/cpuinfo") as f:
+            family = re.search(r"^cpu family\s*:\s*(\d+)", f.read(), re.M)
+        if family and int(family.group(1)) == 26:
+            _check_cpu(triple, "znver5")
+            return "znver5"
+    except (OSError, BuildError):
+        pass
+    return name
 
 
 def host_cores() -> int:

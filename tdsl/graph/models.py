@@ -1,5 +1,6 @@
 """Test and benchmark networks built with `onnx.helper` (random weights, no torch needed):
-a ResNet-18-shaped CNN, a MobileNetV2 block stack, an MLP and a transformer encoder layer,
+a ResNet-18-shaped CNN, a MobileNetV2 block stack, 1-D and 3-D CNNs, an MLP and a
+transformer encoder layer,
 written the way exporters write them (Conv + BatchNormalization, Clip as ReLU6, MatMul +
 Add, Reshape/Transpose for attention heads, Erf GELU, LayerNormalization)."""
 from __future__ import annotations
@@ -37,10 +38,10 @@ class _B:
         self.nodes.append(helper.make_node(op, ins, outs, name=self.name(op), **attrs))
         return outs[0] if n_out == 1 else outs
 
-    def conv_bn(self, x, cin, cout, k, stride=1, groups=1, act="relu"):
-        w = self.weight((cout, cin // groups, k, k), cin // groups * k * k)
-        y = self.node("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride],
-                      pads=[k // 2] * 4, group=groups)
+    def conv_bn(self, x, cin, cout, k, stride=1, groups=1, act="relu", nd=2, dilation=1):
+        w = self.weight((cout, cin // groups) + (k,) * nd, cin // groups * k ** nd)
+        y = self.node("Conv", [x, w], kernel_shape=[k] * nd, strides=[stride] * nd,
+                      pads=[dilation * (k // 2)] * (2 * nd), group=groups, dilations=[dilation] * nd)
         r = self.rng
         bn = [self.const((1 + 0.1 * r.standard_normal(cout)).astype(np.float32), "gamma"),
               self.const((0.1 * r.standard_normal(cout)).astype(np.float32), "beta"),
@@ -117,6 +118,42 @@ def mobilenetv2_blocks(batch=1, size=56, seed=0):
     x = b.node("Flatten", [x])
     y = b.linear(x, cin, 10, gemm=True)
     return b.model([("input", [batch, 3, size, size])], [y], "mobilenetv2_blocks")
+
+
+def conv1d_net(batch=1, length=16000, seed=0):
+    """A 1-D CNN over a signal (audio, sensors): a strided stem, residual stages of 1-D
+    convs (one dilated), a depthwise-separable block, global pool, classifier."""
+    b = _B(seed)
+    x = b.conv_bn("input", 1, 32, 11, stride=4, nd=1)
+    x = b.node("MaxPool", [x], kernel_shape=[3], strides=[2], pads=[1, 1])
+    cin = 32
+    for cout, stride, dil in [(64, 2, 1), (128, 2, 2), (256, 2, 1)]:
+        y = b.conv_bn(x, cin, cout, 3, stride, nd=1)
+        y = b.conv_bn(y, cout, cout, 3, 1, act=None, nd=1, dilation=dil)
+        sc = b.conv_bn(x, cin, cout, 1, stride, act=None, nd=1)
+        x = b.node("Relu", [b.node("Add", [y, sc])])
+        cin = cout
+    x = b.conv_bn(x, cin, cin, 5, groups=cin, nd=1)
+    x = b.conv_bn(x, cin, cin, 1, nd=1)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    y = b.linear(x, cin, 10, gemm=True)
+    return b.model([("input", [batch, 1, length])], [y], "conv1d_net")
+
+
+def conv3d_net(batch=1, frames=8, size=56, seed=0):
+    """A small video CNN: 3-D conv stem, residual 3x3x3 stages, global pool, classifier."""
+    b = _B(seed)
+    x = b.conv_bn("input", 3, 32, 3, stride=1, nd=3)
+    cin = 32
+    for cout, stride in [(32, 1), (64, 2), (128, 2)]:
+        y = b.conv_bn(x, cin, cout, 3, stride, nd=3)
+        y = b.conv_bn(y, cout, cout, 3, 1, act=None, nd=3)
+        sc = x if stride == 1 and cin == cout else b.conv_bn(x, cin, cout, 1, stride, act=None, nd=3)
+        x = b.node("Relu", [b.node("Add", [y, sc])])
+        cin = cout
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    y = b.linear(x, cin, 10, gemm=True)
+    return b.model([("input", [batch, 3, frames, size, size])], [y], "conv3d_net")
 
 
 def mlp(batch=8, sizes=(784, 512, 256, 10), seed=0):

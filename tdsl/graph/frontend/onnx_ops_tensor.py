@@ -188,8 +188,8 @@ def _resize_sizes(ctx, x, ins, attrs):
 
 @converter("Resize")
 def _resize(ctx, node, ins, attrs):
-    # Separable: each resized axis is a few takes of constant positions weighed by constant
-    # factors, both computed here as onnxruntime computes them (float32 coordinates).
+    # Separable: each resized axis is a take (nearest) or an interp (a few taps of constant
+    # positions weighed by constant factors), both computed here as onnxruntime computes them (float32 coordinates).
     # Multilinear and bicubic interpolation are products of 1-D weights, so axis after axis
     # gives the same values up to rounding.
     x = ins[0]
@@ -228,12 +228,10 @@ def _resize(ctx, node, ins, attrs):
         if len(taps) == 1 and n_in == n_out and np.array_equal(taps[0][0], np.arange(n_in)) and \
                 (taps[0][1] is None or np.all(taps[0][1] == 1)):
             continue           # this axis is not resized
-        wshape = [n_out] + [1] * (x.type.ndim - ax - 1)
-        acc = None
-        for i, w in taps:
-            t = ctx.call("take", [y, Const(i)], axis=ax)
-            if w is not None:
-                t = ctx.call("multiply", [t, Const(w.astype(x.type.dtype).reshape(wshape))])
-            acc = t if acc is None else ctx.call("add", [acc, t])
-        y = acc
+        if len(taps) == 1 and taps[0][1] is None:
+            y = ctx.call("take", [y, Const(taps[0][0])], axis=ax)
+        else:
+            idx = np.stack([i for i, _ in taps])
+            w = np.stack([np.ones(n_out) if w is None else w for _, w in taps]).astype(x.type.dtype)
+            y = ctx.call("interp", [y, Const(idx), Const(w)], axis=ax)
     return y if y is not x else ctx.call("copy", [x])

@@ -1,5 +1,5 @@
 """Graph operators whose value depends on element positions, not only on element values:
-triangular masks, running sums, top-k and max-pool argmax. Each has its registry entry
+triangular masks, running sums, top-k, max-pool argmax and interpolation along an axis. Each has its registry entry
 (kind, type inference, numpy reference) here, added to the registry on import (the package
 imports this module); their tensor-expression definitions are in strategy/topi_index.py.
 
@@ -24,6 +24,32 @@ def _axis_attr(attrs, ndim):
     if not isinstance(ax, int) or not 0 <= ax < ndim:
         raise GraphError(f"axis {ax} out of range for rank {ndim}")
     return ax
+
+
+# ---------------------------------------------------------------------------- interp
+
+def _interp_infer(types, attrs):
+    _nargs(types, 3)
+    x, idx, w = types
+    ax = _axis_attr(attrs, x.ndim)
+    if idx.ndim != 2 or w.shape != idx.shape or not idx.dtype.startswith("int") or w.dtype != x.dtype:
+        raise GraphError(f"interp: taps {idx} and weights {w} must be (taps, size), int and {x.dtype}")
+    return TensorType(x.shape[:ax] + (idx.shape[1],) + x.shape[ax + 1:], x.dtype)
+
+
+def _interp_ref(x, idx, w, a):
+    ax = a["axis"]
+    shape = (-1,) + (1,) * (x.ndim - ax - 1)
+    out = 0
+    for i, wt in zip(idx, w):
+        out = out + np.take(x, i, axis=ax) * wt.reshape(shape)
+    return out.astype(x.dtype)
+
+
+# Resize's linear and cubic modes, one axis: out[.., o, ..] = sum_t w[t, o] * x[.., idx[t, o], ..].
+# Injective, so the axes of a resize fuse into one gather kernel (a take-multiply-add chain
+# per axis reads x twice and does not fuse).
+register("interp", "injective", _interp_infer, _interp_ref, required=("axis",))
 
 
 # ---------------------------------------------------------------------------- trilu

@@ -109,7 +109,7 @@ def conv_transpose_ref(x, w, a):
 for _nd in (1, 2, 3):
     register(f"nn.conv{_nd}d", "anchor", _conv_infer(_nd), conv_ref,
              {"strides": [1] * _nd, "padding": [0] * (2 * _nd), "dilation": [1] * _nd, "groups": 1})
-    register(f"nn.conv{_nd}d_transpose", "opaque", _convt_infer(_nd), conv_transpose_ref,
+    register(f"nn.conv{_nd}d_transpose", "anchor", _convt_infer(_nd), conv_transpose_ref,
              {"strides": [1] * _nd, "padding": [0] * (2 * _nd), "dilation": [1] * _nd, "groups": 1,
               "output_padding": [0] * _nd})
 

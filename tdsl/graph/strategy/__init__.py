@@ -11,8 +11,10 @@ then a schedule is chosen per target:
   packed weights) get the schedules of `tdsl.examples`, with the group's epilogue (bias,
   activation, residual add) computed in the same loop nest. Every size (vector width,
   register tile, channel block) comes from the target description through `tdsl.tiling`.
-  Other conv shapes have their own modules in cpu/, dispatched from
-  `anchors._conv2d_strategy`: 1x1 convs vectorized along the flattened image (`conv1x1`),
+  The blocked conv (`conv_blocked`) takes any spatial rank (conv3d; conv1d arrives as a
+  conv2d one row high, passes/conv_forms.py) and transposed convs (groups 1: a blocked
+  conv of the input spread on the stride grid). Other conv shapes have their own modules
+  in cpu/, dispatched from `anchors._conv2d_strategy`: 1x1 convs vectorized along the flattened image (`conv1x1`),
   stems and convs whose blocked tile would be too small vectorized along the output row
   (`conv_spatial`), 1x1-image convs as
   mat-vec products and global average pool (`squeeze`), grouped and depthwise convs as

@@ -13,10 +13,12 @@ from ...target import as_target
 from ..ir import Function, Var
 from . import erasure, topi, topi_index, topi_nn  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu import conv_grouped, pool, squeeze
-from .cpu.anchors import conv2d_fast, dense_fast, depthwise_strided_fast
+from .cpu.anchors import conv_fast, dense_fast, depthwise_strided_fast
 
 
 # ---------------------------------------------------------------------------- definition
+
+CONV_FAST = ("nn.conv2d", "nn.conv3d", "nn.conv2d_transpose", "nn.conv3d_transpose")
 
 class GroupDef:
     """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
@@ -78,8 +80,8 @@ class GroupDef:
                 if id(a) in tensors:
                     ins.append(tensors[id(a)])
             out_t = None
-            if fast and n.op == "nn.conv2d":
-                out_t = conv2d_fast(self, n, tensors)
+            if fast and n.op in CONV_FAST:
+                out_t = conv_fast(self, n, tensors)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":

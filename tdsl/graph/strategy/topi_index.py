@@ -1,5 +1,5 @@
 """Tensor-expression definitions of the position-dependent graph operators (trilu, cumsum,
-top-k, max-pool indices; their registry entries are in ir/ops_index.py), added to `topi.TE`
+top-k, max-pool indices, interp; their registry entries are in ir/ops_index.py), added to `topi.TE`
 on import."""
 from __future__ import annotations
 
@@ -8,6 +8,25 @@ import tdsl
 from ..ir.ops_index import _to_column_major, _window_positions
 from . import topi
 from .topi import c, shape_of, uname
+
+
+# ---------------------------------------------------------------------------- interp
+
+def _interp_te(ins, attrs, out):
+    x, idx, w = ins
+    ax = attrs["axis"]
+
+    def f(*i):
+        o = i[ax]
+        acc = None
+        for t in range(shape_of(idx)[0]):
+            v = x[i[:ax] + (tdsl.cast(idx[t, o], "int32"),) + i[ax + 1:]] * w[t, o]
+            acc = v if acc is None else acc + v
+        return acc
+    return tdsl.compute(out.shape, f, name=uname("interp"))
+
+
+topi.TE["interp"] = _interp_te
 
 
 # ---------------------------------------------------------------------------- trilu

@@ -1,6 +1,6 @@
-"""Conv2d and dense with constant weights re-laid out at build time: which definition a conv
-takes (`conv_path`), the blocked NCHW[x]c conv and the register-blocked dense with their
-schedules, and the depthwise conv with a column stride."""
+"""Convs and dense with constant weights re-laid out at build time: which definition a conv
+takes (`conv_path`; the blocked NCHW[x]c conv itself is conv_blocked.py), the
+register-blocked dense with its schedule, and the depthwise conv with a column stride."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,20 +9,22 @@ import tdsl
 
 from .... import tiling
 from .. import topi
-from ..stages import _ishape, _stages
-from . import conv1x1, conv_spatial, squeeze
-from .loops import PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
+from ..stages import _ishape
+from . import conv1x1, conv_blocked, conv_spatial, squeeze
+from .loops import PAR_MIN_MACS, _inline_except
 
 
-def conv2d_fast(g, n, tensors):
+def conv_fast(g, n, tensors):
+    """nn.conv2d and nn.conv3d (conv1d arrives as a conv2d of one row: passes/conv_forms)
+    and their transposes, groups 1, constant weights."""
     x_e, w_e = n.args
-    a = n.attrs
     wi = g.const_param(w_e)
-    xt, wt = x_e.type, w_e.type
-    N, C, H, W = xt.shape
-    CO, CI, KH, KW = wt.shape
-    if wi is None or xt.dtype != "float32" or a["groups"] != 1:
+    if wi is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1:
         return None
+    if n.op.endswith("_transpose"):
+        if id(x_e) not in g.pidx:
+            return None
+        return conv_blocked.conv_transpose(g, n, g.param_tensor(g.pidx[id(x_e)]), wi)
     x = g.param_tensor(g.pidx[id(x_e)]) if id(x_e) in g.pidx else None
     if x is None:
         scaled = _channel_scaled_input(g, x_e, tensors)
@@ -52,7 +54,10 @@ def _channel_scaled_input(g, x_e, tensors):
 
 def conv_path(g, n):
     """Which definition takes conv node `n`: "matvec" (a 1x1 image), "rows" (stems, convs
-    whose blocked tile is latency-bound), "1x1" (conv1x1.py) or "blocked" (NCHW[x]c)."""
+    whose blocked tile is latency-bound), "1x1" (conv1x1.py) or "blocked" (NCHW[x]c; the
+    only one with other than two spatial dimensions)."""
+    if n.op != "nn.conv2d":
+        return "blocked"
     CO = n.args[1].type.shape[0]
     bn = g.target.vector_lanes(n.args[0].type.dtype)
     # the blocked conv's register tile: rows must divide the output row, so a prime width
@@ -77,38 +82,7 @@ def _conv2d_strategy(g, n, x, wi):
         return conv_spatial.conv2d_rows(g, n, x, wi)
     if path == "1x1":
         return conv1x1.conv1x1(g, n, x, wi)
-    a = n.attrs
-    xt, wt = n.args[0].type, n.args[1].type
-    N, _, H, W = xt.shape
-    C = CI = x.shape[1]         # a size variable in a kernel generic in it
-    CO, _, KH, KW = wt.shape
-    bn = g.target.vector_lanes(xt.dtype)
-    cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
-
-    def pack(w):
-        wp = np.zeros((cb_n * bn,) + w.shape[1:], w.dtype)
-        wp[:CO] = w
-        return np.ascontiguousarray(wp.reshape((cb_n, bn) + w.shape[1:]).transpose(0, 2, 3, 4, 1))
-    Wp = g.packed_param(wi, (cb_n, CI, KH, KW, bn), pack)
-    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    pt, pl, pb, pr = a["padding"]
-    OH, OW = n.type.shape[2:]
-    f0 = tdsl.const(0, "float32")
-    if any((pt, pl, pb, pr)):
-        pad = tdsl.compute((N, C, H + pt + pb, W + pl + pr), lambda b, ch, y, xx: tdsl.if_then_else(
-            tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl), x[b, ch, y - pt, xx - pl], f0), name=topi.uname("pad"))
-    else:
-        pad = x
-    ci = tdsl.reduce_axis((0, CI), "ci")
-    ky = tdsl.reduce_axis((0, KH), "ky")
-    kx = tdsl.reduce_axis((0, KW), "kx")
-    Cv = tdsl.compute((N, cb_n, OH, OW, bn), lambda b, cb, y, xx, cc: tdsl.sum(
-        pad[b, ci, y * sh + ky * dh, xx * sw + kx * dw] * Wp[cb, ci, ky, kx, cc], axis=[ci, ky, kx]),
-        name=topi.uname("conv"))
-    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // bn, y, xx, co % bn], name=topi.uname("unpack"))
-    g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": pad if pad is not x else None, "ow": OW,
-                    "bn": bn})
-    return O
+    return conv_blocked.conv_padded(g, n, x, wi)
 
 
 def dense_fast(g, n):
@@ -163,39 +137,6 @@ def depthwise_strided_fast(g, n, tensors):
         name=topi.uname("conv"))
     y._graph_info = {"kind": "conv_generic", "pad": ph, "depthwise": True}
     return y
-
-
-def _schedule_conv_packed(s, out, info, parallel, target):
-    Cv, pad, OW, bn = info["conv"], info["pad"], info["ow"], info["bn"]
-    keep = [Cv] + ([pad] if pad is not None else [])
-    _inline_except(s, out, keep)
-    for t in _stages(out):
-        if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, target, True, parallel)
-    b, co, y, x = out.op.axis
-    N, CB, OH, _, _ = _ishape(Cv)
-    xb, cbb = tiling.register_tile(target, OW, CB * bn, whole_rows=True, whole_vecs=True)
-    yb = 1
-    cob, coi = s[out].split(co, factor=bn * cbb)
-    yo, yi = s[out].split(y, factor=yb)
-    xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, yo, xo, yi, coi, xi)
-    par = s[out].fuse(b, cob, yo)
-    if parallel:
-        s[out].parallel(par)
-    s[Cv].compute_at(s[out], xo)
-    _, cl, yl, xl, ll = s[Cv].op.axis
-    r1, r2, r3 = s[Cv].op.reduce_axis
-    s[Cv].reorder(r1, r2, r3, yl, xl, cl, ll)
-    s[Cv].unroll(yl)
-    s[Cv].unroll(xl)
-    s[Cv].unroll(cl)
-    s[Cv].vectorize(ll)
-    if pad is not None:     # rows of the padded input in parallel, each one vectorized
-        pa = s[pad].fuse(*pad.op.axis[:-1])
-        if parallel:
-            s[pad].parallel(pa)
-        _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
 
 
 def _schedule_dense_packed(s, out, info, parallel, target):

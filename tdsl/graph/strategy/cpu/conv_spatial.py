@@ -2,7 +2,7 @@
 stem of a CNN: 3 channels, 7x7 s2 or 3x3 s2; squeezenet's first 3x3 expand), and for
 those whose blocked-conv register tile would be too small.
 
-The NCHW[x]c conv of anchors.conv2d_fast does few multiply-adds per output element
+The NCHW[x]c conv of anchors.conv_fast does few multiply-adds per output element
 there (3 * 3 * 3 = 27 in a 3x3 stem), so unpacking its blocked output back to NCHW (a
 transposing store per element) costs as much as the conv. Here the output stays NCHW:
 a register tile of `cb` output channels x `pv` vectors of one output row accumulates

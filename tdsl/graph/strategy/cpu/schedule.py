@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import topi
 from ..stages import _ishape, _stages
-from . import conv1x1, conv_grouped, conv_spatial, squeeze
-from .anchors import _schedule_conv_packed, _schedule_dense_packed
+from . import conv1x1, conv_blocked, conv_grouped, conv_spatial, squeeze
+from .anchors import _schedule_dense_packed
 from .loops import PAR_MIN_ELEMS, PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
 from .pool import _schedule_pool_sep
 
@@ -17,7 +17,7 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
     kind = info.get("kind")
     keep = set()
     if kind == "conv2d_packed" and vectorize:
-        return _schedule_conv_packed(s, out, info, parallel, g.target)
+        return conv_blocked.schedule(s, out, info, parallel, g.target)
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:

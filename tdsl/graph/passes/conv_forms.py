@@ -1,0 +1,115 @@
+"""Convolutions in forms the 2-D conv strategies (CPU: blocked, 1x1, grouped and depthwise,
+rows; GPU: the tiled GEMM) take.
+
+* Over one spatial dimension: a conv over two, one row high. The reshapes around it are
+  views (memory.py gives such groups no buffer) and the weights' reshape folds away.
+* Transposed with a stride s: s^2 stride-1 convs, one per output phase, as one conv2d with
+  s^2 x CO output channels over the input (each phase's taps, ceil(K/s) per dimension, set
+  in a shared window), then the phases interleaved (pixel shuffle). Spreading the input on
+  the stride grid instead would multiply s^2 more zeros than taps."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Call, Const, Module
+from .rewrite import rewrite, same
+
+_AFFINE = ("add", "subtract", "multiply", "divide")
+
+
+def _row(e):
+    shape = list(e.type.shape)
+    return Call("reshape", [e], {"newshape": shape[:2] + [1] + shape[2:]})
+
+
+def conv1d_as_conv2d(mod: Module) -> Module:
+    """nn.conv1d(x, w) -> reshape(nn.conv2d(x[:, :, None], w[:, :, None])), and the same
+    for nn.conv1d_transpose. A bias or a constant scale or shift on the result (a folded
+    batch norm) goes inside the reshape with the constant given the row axis, so that it
+    joins the conv's kernel (sink_reshapes moves activations after it)."""
+    rows = {}       # id(reshape made here) -> the 2-D tensor inside it
+
+    def wrap(y, n):
+        out = Call("reshape", [y], {"newshape": list(n.type.shape)}, n.span)
+        rows[id(out)] = y
+        return out
+
+    def visit(n, args):
+        if n.op == "nn.bias_add" and id(args[0]) in rows and n.attrs.get("axis") == 1:
+            return wrap(Call("nn.bias_add", [rows[id(args[0])], args[1]], n.attrs, n.span), n)
+        if n.op in _AFFINE and id(args[0]) in rows and isinstance(args[1], Const) \
+                and n.type.shape == args[0].type.shape:
+            c = args[1].data
+            c = c.reshape(c.shape[:-1] + (1,) + c.shape[-1:]) if c.ndim else c
+            return wrap(Call(n.op, [rows[id(args[0])], Const(c)], n.attrs, n.span), n)
+        if n.op not in ("nn.conv1d", "nn.conv1d_transpose"):
+            return same(n, args)
+        a = dict(n.attrs)
+        pb, pe = a["padding"]
+        a.update(strides=[1] + list(a["strides"]), dilation=[1] + list(a["dilation"]),
+                 padding=[0, pb, 0, pe])
+        if "output_padding" in a:
+            a["output_padding"] = [0] + list(a["output_padding"])
+        y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], a, n.span)
+        return wrap(y, n)
+    return rewrite(mod, visit)
+
+
+def _phase_taps(s, K, p):
+    """Per dimension, for the output phases r of a transposed conv (stride s, K taps, begin
+    padding p): the window start `lo` relative to the phase's input position, its length
+    T, and per phase r the (window index u, tap k) pairs: out[s*q + r] = sum over them of
+    x[q + lo + u] * w[k]."""
+    J = -(-K // s)
+    c = [(r + p) // s for r in range(s)]
+    lo = min(c) - (J - 1)
+    T = max(c) - lo + 1
+    pairs = [[(c[r] - j - lo, (r + p) % s + s * j) for j in range(J) if (r + p) % s + s * j < K]
+             for r in range(s)]
+    return lo, T, pairs
+
+
+def _phases(n, x, w):
+    """nn.conv2d_transpose(x, w) with constant weights, stride > 1 as conv2d + shuffle, or
+    None where the window would start inside the input (padding >= stride x taps)."""
+    a = n.attrs
+    N, CI, X, Y = x.type.shape
+    _, CO, KH, KW = w.type.shape
+    OH, OW = n.type.shape[2:]
+    (sh, sw), pads = a["strides"], a["padding"]
+    dims = [_phase_taps(sh, KH, pads[0]), _phase_taps(sw, KW, pads[1])]
+    Q = [-(-OH // sh), -(-OW // sw)]
+    pb = [-d[0] for d in dims]
+    pe = [Q[i] + dims[i][1] - 1 - (X, Y)[i] - pb[i] for i in range(2)]
+    if min(pb + pe) < 0:
+        return None
+    wd = w.data
+    w2 = np.zeros((sh, sw, CO, CI, dims[0][1], dims[1][1]), wd.dtype)
+    for ry in range(sh):
+        for uy, ky in dims[0][2][ry]:
+            for rx in range(sw):
+                for ux, kx in dims[1][2][rx]:
+                    w2[ry, rx, :, :, uy, ux] = wd[:, :, ky, kx].T
+    y = Call("nn.conv2d", [x, Const(w2.reshape(sh * sw * CO, CI, dims[0][1], dims[1][1]))],
+             {"strides": [1, 1], "padding": [pb[0], pb[1], pe[0], pe[1]], "dilation": [1, 1],
+              "groups": 1}, n.span)
+    y = Call("reshape", [y], {"newshape": [N, sh, sw, CO, Q[0], Q[1]]}, n.span)
+    y = Call("transpose", [y], {"axes": [0, 3, 4, 1, 5, 2]}, n.span)
+    y = Call("reshape", [y], {"newshape": [N, CO, Q[0] * sh, Q[1] * sw]}, n.span)
+    if (Q[0] * sh, Q[1] * sw) != (OH, OW):
+        y = Call("strided_slice", [y], {"begin": [0, 0, 0, 0], "end": [N, CO, OH, OW],
+                                        "strides": [1, 1, 1, 1]}, n.span)
+    return y
+
+
+def transposed_conv_as_phases(mod: Module) -> Module:
+    """nn.conv2d_transpose with constant weights, groups 1, no dilation and a stride > 1 ->
+    conv2d over the input and a pixel shuffle (module docstring)."""
+    def visit(n, args):
+        a = n.attrs
+        if n.op != "nn.conv2d_transpose" or not isinstance(args[1], Const) or a["groups"] != 1 \
+                or list(a["dilation"]) != [1, 1] or max(a["strides"]) == 1:
+            return same(n, args)
+        y = _phases(n, args[0], args[1])
+        return same(n, args) if y is None else y
+    return rewrite(mod, visit)
