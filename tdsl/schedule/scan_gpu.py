@@ -52,7 +52,7 @@ def scan_kernel(low, op, emit):
         for iv, r in zip(leads[st], grid):
             low.provided[iv] = r.var
     body = emit()
-    _check_own_columns(low, op, body)
+    _check_own_columns(low, op, body, {iv.var: bound_tag(ref, iv) for iv in grid})
     for k in reversed(range(len(grid))):
         # stages attached at a hoisted loop keep their storage there (shared memory for a
         # block loop), outside the step loop that reuses it
@@ -75,29 +75,35 @@ def _check_same_grid(low, op, ref, st, grid, lead):
         for a, b in zip(lead, grid))
     if not same:
         raise LoweringError(
-            f"scan '{op.name}' on the GPU: '{st.name}' binds its outer loops to "
-            f"[{_describe(low, st, lead)}] but '{ref.name}' to [{_describe(low, ref, grid)}]; "
+            f"scan '{op.name}' on the GPU: the {low.roles[st.op][2]} '{st.name}' binds its outer "
+            f"loops to [{_describe(low, st, lead)}] but the update '{ref.name}' to "
+            f"[{_describe(low, ref, grid)}]; "
             "the scan is one kernel whose threads run every step, so bind the init and every "
             "update the same way (the same splits, bound to the same tags in the same order)")
 
 
-def _check_own_columns(low, op, body):
+def _check_own_columns(low, op, body, grid_tags):
     bufs = [low.buffer(low.sched.stage_map[op], k) for k in range(len(op.update))]
     acc = _Accesses(set(bufs))
+    for v, tag in grid_tags.items():
+        acc.env[v] = acc.tag(tag)
     acc.visit(body)
     for buf in bufs:
         writes = acc.stores.get(buf, [])
-        first = writes[0] if writes else None
+        if not writes:
+            continue
+        first = writes[0]
         for idx in writes[1:] + acc.loads.get(buf, []):
             if not all(arith.equal(a, b) for a, b in zip(idx[1:], first[1:])):
                 kind = "writes" if any(idx is w for w in writes) else "reads"
                 raise LoweringError(
                     f"scan '{op.name}' on the GPU: a thread {kind} '{buf.name}' at "
                     f"[{', '.join(map(str, idx[1:]))}] but writes its rows at "
-                    f"[{', '.join(map(str, first[1:]))}]; each thread must read only the "
-                    "columns it writes itself, since threads of different blocks cannot wait "
-                    "for each other between steps inside one kernel (use a CPU target for a "
-                    "scan whose steps mix columns, such as an RNN's matrix product)")
+                    f"[{', '.join(map(str, first[1:]))}]; on the GPU each thread must read "
+                    "only the columns it writes itself: another thread's row of the previous "
+                    "step would need a barrier across the whole grid between steps, which a "
+                    "kernel does not have (use a CPU target for a scan whose steps mix "
+                    "columns, such as an RNN's matrix product)")
 
 
 class _Accesses:
@@ -111,6 +117,9 @@ class _Accesses:
         self.tags: Dict[str, E.Var] = {}
         self.stores: Dict[S.Buffer, List[tuple]] = {}
         self.loads: Dict[S.Buffer, List[tuple]] = {}
+
+    def tag(self, name):
+        return self.tags.setdefault(name, E.Var(name))
 
     def _norm(self, idx):
         return tuple(arith.simplify(substitute(i, self.env)) for i in idx)
@@ -128,7 +137,7 @@ class _Accesses:
         elif isinstance(s, S.For):
             self._expr(s.extent)
             if s.kind is S.ForKind.THREAD_BINDING and s.thread_tag != "vthread":
-                self.env[s.var] = self.tags.setdefault(s.thread_tag, E.Var(s.thread_tag))
+                self.env[s.var] = self.tag(s.thread_tag)
             elif E.is_const_int(arith.simplify(s.extent), 1):
                 self.env[s.var] = substitute(s.min, self.env)
             self.visit(s.body)
