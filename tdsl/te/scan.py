@@ -6,7 +6,8 @@ the update's first axis (and that of every compute between the state and the upd
 restricted to the steps after `init`, since step `t` can only be computed once step `t - 1`
 exists; the other axes stay free to schedule. Lowering (`tdsl.schedule.schedule_ops`) writes
 init, update and state into one buffer, the scan's output: the init nests, then one serial
-loop over the steps with every update's nest inside it (several states advance together).
+loop over the steps with every update's nest inside it (several states advance together);
+on the GPU all of it inside the grid loops that init and update share (`scan_gpu.py`).
 """
 from __future__ import annotations
 
