@@ -5,6 +5,7 @@ import pytest
 
 import tdsl
 from tdsl.contrib import cc
+from tdsl.runtime import cuda as rcuda
 from tdsl.target import Target
 
 te = tdsl
@@ -164,10 +165,30 @@ def test_scan_cumsum(target):
     np.testing.assert_allclose(out, np.cumsum(x, axis=0), rtol=1e-5)
 
 
-def test_scan_bound_to_gpu_threads_is_refused():
-    X, s_init, s_update, s_scan = _cumsum_scan()
+def _bind_columns(s, stage, num_thread):
+    block_x = te.thread_axis("blockIdx.x")
+    thread_x = te.thread_axis("threadIdx.x")
+    xo, xi = s[stage].split(stage.op.axis[1], factor=num_thread)
+    s[stage].bind(xo, block_x)
+    s[stage].bind(xi, thread_x)
+    return xo, xi
+
+
+def _gpu_targets():
+    return ["c"] + (["opencl"] if tdsl.opencl(0).exist else [])
+
+
+@pytest.mark.parametrize("target", ["c", "opencl", "cuda"])
+def test_scan_on_gpu_is_one_kernel_with_the_steps_inside(target):
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i])
+    s_scan = tdsl.scan(s_init, s_update, s_state, inputs=[X])
     s = te.create_schedule(s_scan.op)
-    num_thread = 8
+    num_thread = 256
     block_x = te.thread_axis("blockIdx.x")
     thread_x = te.thread_axis("threadIdx.x")
     xo, xi = s[s_init].split(s_init.op.axis[1], factor=num_thread)
@@ -176,10 +197,158 @@ def test_scan_bound_to_gpu_threads_is_refused():
     xo, xi = s[s_update].split(s_update.op.axis[1], factor=num_thread)
     s[s_update].bind(xo, block_x)
     s[s_update].bind(xi, thread_x)
-    # the step loop between kernel launches is not written yet: a clear error, not wrong code
-    for target in ["c", "cuda", "opencl"]:
-        with pytest.raises(tdsl.LoweringError, match="CPU targets only"):
-            tdsl.build(s, [X, s_scan], target=target)
+    func = tdsl.lower(s, [X, s_scan], target=target)
+    (kernel,) = func.attrs["kernels"]
+    assert "scan.idx" in str(kernel.body)
+    if target == "opencl" and not tdsl.opencl(0).exist:
+        pytest.skip("no OpenCL device")
+    f = tdsl.build(s, [X, s_scan], target=target)
+    if target == "cuda":
+        src = f.get_source()
+        assert src.count("__global__") == 1
+        kernel_src = src[src.index("__global__"):]
+        assert "for (int scan_idx = 1; scan_idx < m; ++scan_idx)" in kernel_src
+        if rcuda.have_nvrtc():
+            assert ".entry" in f.get_source("ptx")
+        return
+    for rows, cols in [(6, 300), (4, 256), (1, 5), (0, 7), (3, 0)]:
+        x = np.random.default_rng(rows + cols).random((rows, cols), dtype="float32")
+        out = np.full_like(x, np.nan)
+        f(x, out)
+        np.testing.assert_allclose(out, np.cumsum(x, axis=0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("at", ["xo", "xi"])
+def test_scan_multi_stage_on_gpu(at):
+    # TVM's multi-stage scan: s1 attached in s2 per block (shared, barriers inside the
+    # step loop) or per thread (a register)
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update_s1 = te.compute((m, n), lambda t, i: s_state[t - 1, i] * 2, name="s1")
+    s_update_s2 = te.compute((m, n), lambda t, i: s_update_s1[t, i] + X[t, i], name="s2")
+    s_scan = tdsl.scan(s_init, s_update_s2, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    _bind_columns(s, s_init, 32)
+    xo, xi = _bind_columns(s, s_update_s2, 32)
+    if at == "xo":
+        s[s_update_s1].compute_at(s[s_update_s2], xo)
+        s[s_update_s1].bind(s_update_s1.op.axis[1], te.thread_axis("threadIdx.x"))
+    else:
+        s[s_update_s1].compute_at(s[s_update_s2], xi)
+    x = np.random.default_rng(5).random((5, 40), dtype="float32")
+    ref = np.zeros_like(x)
+    ref[0] = x[0]
+    for t in range(1, 5):
+        ref[t] = ref[t - 1] * 2 + x[t]
+    for target in _gpu_targets():
+        f = tdsl.build(s, [X, s_scan], target=target)
+        out = np.zeros_like(x)
+        f(x, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    if rcuda.have_nvrtc():
+        src = tdsl.build(s, [X, s_scan], target="cuda").get_source()
+        assert ("__shared__" in src) == (at == "xo")
+
+
+def test_scan_two_states_on_gpu():
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state1 = te.placeholder((m, n))
+    s_state2 = te.placeholder((m, n))
+    s_init1 = te.compute((1, n), lambda _, i: X[0, i])
+    s_init2 = te.compute((1, n), lambda _, i: tdsl.const(0.0, "float32"))
+    s_update1 = te.compute((m, n), lambda t, i: s_state1[t - 1, i] + X[t, i])
+    s_update2 = te.compute((m, n), lambda t, i: s_state2[t - 1, i] + s_update1[t, i])
+    r1, r2 = tdsl.scan([s_init1, s_init2], [s_update1, s_update2], [s_state1, s_state2])
+    s = te.create_schedule(r1.op)
+    for stage in (s_init1, s_init2, s_update1, s_update2):
+        _bind_columns(s, stage, 8)
+    x = np.random.default_rng(7).random((4, 11), dtype="float32")
+    c = np.cumsum(x, axis=0)
+    ref2 = np.cumsum(c, axis=0) - c[0]
+    for target in _gpu_targets():
+        f = tdsl.build(s, [X, r1, r2], target=target)
+        o1, o2 = np.zeros_like(x), np.zeros_like(x)
+        f(x, o1, o2)
+        np.testing.assert_allclose(o1, c, rtol=1e-5)
+        np.testing.assert_allclose(o2, ref2, rtol=1e-5, atol=1e-6)
+
+
+def test_scan_on_gpu_refuses_what_one_kernel_cannot_do():
+    X, s_init, s_update, s_scan = _cumsum_scan()
+    s = te.create_schedule(s_scan.op)
+    _bind_columns(s, s_init, 16)
+    _bind_columns(s, s_update, 8)
+    with pytest.raises(tdsl.LoweringError, match="bind the init and every update the same way"):
+        tdsl.lower(s, [X, s_scan], target="cuda")
+
+    # each step reads the previous row reversed: columns other threads wrote
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, n - 1 - i] + X[t, i])
+    s_scan = tdsl.scan(s_init, s_update, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    _bind_columns(s, s_init, 8)
+    _bind_columns(s, s_update, 8)
+    for target in ["c", "opencl", "cuda"]:
+        with pytest.raises(tdsl.LoweringError, match="only the columns it writes itself"):
+            tdsl.lower(s, [X, s_scan], target=target)
+    s = te.create_schedule(s_scan.op)   # the same scan unbound runs on the CPU
+    f = tdsl.build(s, [X, s_scan], target="c")
+    x = np.random.default_rng(8).random((4, 6), dtype="float32")
+    out = np.zeros_like(x)
+    f(x, out)
+    ref = x.copy()
+    for t in range(1, 4):
+        ref[t] = ref[t - 1][::-1] + x[t]
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+    # an RNN cell: every hidden unit reads all of the previous hidden state
+    T, H = 4, 16
+    U = te.placeholder((H, H), name="U")
+    h = te.placeholder((T, H), name="h")
+    h0 = te.compute((1, H), lambda _, j: tdsl.const(0.0, "float32"), name="h0")
+    k = te.reduce_axis((0, H), name="k")
+    uh = te.compute((T, H), lambda t, j: te.sum(U[j, k] * h[t - 1, k], axis=k), name="uh")
+    hn = te.compute((T, H), lambda t, j: te.tanh(uh[t, j]) + 1.0, name="hn")
+    hs = tdsl.scan(h0, hn, h)
+    s = te.create_schedule(hs.op)
+    s[uh].compute_at(s[hn], hn.op.axis[1])
+    s[h0].bind(h0.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[hn].bind(hn.op.axis[1], te.thread_axis("threadIdx.x"))
+    with pytest.raises(tdsl.LoweringError, match=r"reads 'scan' at \[k\]"):
+        tdsl.lower(s, [U, hs], target="opencl")
+
+
+def test_scan_with_no_rows_writes_nothing():
+    # m == 0: the init's row does not exist either (TVM would write it out of bounds)
+    X, s_init, s_update, s_scan = _cumsum_scan()
+    s = te.create_schedule(s_scan.op)
+    f = tdsl.build(s, [X, s_scan], bounds_check=True)
+    out = np.zeros((0, 5), "float32")
+    f(np.zeros((0, 5), "float32"), out)
+    x = np.random.default_rng(9).random((1, 5), dtype="float32")
+    out = np.zeros_like(x)
+    f(x, out)
+    np.testing.assert_allclose(out, x)
+    # a constant init with no input to read: its writes alone are guarded
+    m = te.var("m")
+    s_state = te.placeholder((m, 3))
+    z = te.compute((1, 3), lambda _, i: tdsl.const(1.0, "float32"), name="z")
+    u = te.compute((m, 3), lambda t, i: s_state[t - 1, i] * 2.0, name="u")
+    r = tdsl.scan(z, u, s_state)
+    f = tdsl.build(te.create_schedule(r.op), [r], bounds_check=True)
+    f(np.zeros((0, 3), "float32"))
+    out = np.zeros((3, 3), "float32")
+    f(out)
+    np.testing.assert_allclose(out, [[1] * 3, [2] * 3, [4] * 3])
 
 
 def test_scan_multi_stage_and_multiple_states():

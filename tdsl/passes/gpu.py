@@ -25,6 +25,7 @@ from ..errors import BuildError, ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, walk, free_vars
+from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import PlaceholderOp
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -39,8 +40,9 @@ def _bound(stage, iv):
 
 def check_gpu_schedule(sched, target):
     """Raises ScheduleError for a schedule that cannot run as GPU kernels."""
+    roles = scan_roles([st.op for st in sched.stages])
     for st in sched.stages:
-        if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline":
+        if isinstance(st.op, (PlaceholderOp, ScanOp)) or st.attach_type == "inline":
             continue
         for iv in st.leaf_iter_vars:
             tag = _bound(st, iv)
@@ -52,6 +54,8 @@ def check_gpu_schedule(sched, target):
         if st.attach_type != "root":
             continue
         leaves = st.leaf_iter_vars
+        if st.op in roles and leaves and leaves[0] is st.op.axis[0]:
+            leaves = leaves[1:]     # the step (or init row): the scan runs it inside the kernel
         if not leaves:
             raise ScheduleError(f"stage '{st.name}' has no loops to bind to the GPU grid; give it "
                                 "at least one axis")

@@ -31,6 +31,7 @@ from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import tensorize_update
 from .cross_thread import cross_thread_reduce
+from .scan_gpu import scan_kernel
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
@@ -67,6 +68,7 @@ class ScheduleLowering:
         self.arg_keys = set()     # (stage, output index) passed as arguments
         self.scalar_args = []
         self.double_buffered = []  # buffers of double_buffer() stages, for that pass
+        self.provided = {}        # leaf -> variable of an enclosing loop that stands for it
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
         self._bind_args(args)
@@ -181,7 +183,7 @@ class ScheduleLowering:
 
     def make_scan(self, st) -> S.Stmt:
         """The init nests, then the serial loop over the steps with each update's nest (one
-        row per step) inside."""
+        row per step) inside; on the GPU all of it inside the grid loops (`scan_gpu.py`)."""
         op = st.op
         for t in op.init + op.update:
             m = self.sched.stage_map[t.op]
@@ -189,11 +191,14 @@ class ScheduleLowering:
                 raise ScheduleError(f"scan '{op.name}': '{m.name}' is part of the scan and is "
                                     "computed by it; it cannot be inlined or attached elsewhere")
         self._check_state_readers(op)
-        inits = [self.make_nest(self.sched.stage_map[t.op]) for t in op.init]
-        updates = [self.make_nest(self.sched.stage_map[t.op]) for t in op.update]
-        ax = op.scan_axis
-        loop = S.For(ax.var, ax.dom.min, ax.dom.extent, S.ForKind.SERIAL, S.seq(*updates))
-        return S.seq(*inits, loop)
+
+        def emit():
+            inits = [self.make_nest(self.sched.stage_map[t.op]) for t in op.init]
+            updates = [self.make_nest(self.sched.stage_map[t.op]) for t in op.update]
+            ax = op.scan_axis
+            loop = S.For(ax.var, ax.dom.min, ax.dom.extent, S.ForKind.SERIAL, S.seq(*updates))
+            return S.seq(*inits, loop)
+        return scan_kernel(self, op, emit)
 
     def make_extern(self, st) -> S.Stmt:
         """The call on the whole buffers of its tensors."""
@@ -259,8 +264,12 @@ class ScheduleLowering:
                     self._check_double_buffer(st, iv, attached)
                     nests = [self.make_nest(a) for a in attached]
                     body = S.seq(*nests, body)
-                    for a in reversed(attached):
+                    for a in reversed(attached if iv not in self.provided else ()):
                         body = self._allocate(a, body)
+            if iv in self.provided:     # its loop is open already (a scan's grid loops)
+                v = self.provided[iv]
+                body = body if v is iv.var else substitute(body, {iv.var: v})
+                continue
             body = self._for(st, iv, body)
         return body
 

@@ -143,7 +143,12 @@ class _Reads:
             return                # a condition the analysis cannot follow: undecided
         if lo is None or hi is None:
             return
-        domain = tuple(self.axes[v].extent for v in deps)
+        # a spatial axis with no iterations (a scan's init row when the state has none)
+        # means the stage reads nothing at all, whatever the index depends on
+        domain = [self.axes[v].extent for v in deps]
+        domain += [iv.dom.extent for iv in self.op.axis if all(iv.var is not d for d in deps)
+                   and not isinstance(iv.dom.extent, E.IntImm)]
+        domain = tuple(domain)
         if all(isinstance(x, E.IntImm) for x in (lo, hi, extent) + domain):
             if any(d.value <= 0 for d in domain):
                 return            # no iteration reads anything

@@ -6,7 +6,8 @@ the update's first axis (and that of every compute between the state and the upd
 restricted to the steps after `init`, since step `t` can only be computed once step `t - 1`
 exists; the other axes stay free to schedule. Lowering (`tdsl.schedule.schedule_ops`) writes
 init, update and state into one buffer, the scan's output: the init nests, then one serial
-loop over the steps with every update's nest inside it (several states advance together).
+loop over the steps with every update's nest inside it (several states advance together);
+on the GPU all of it inside the grid loops that init and update share (`scan_gpu.py`).
 """
 from __future__ import annotations
 
@@ -94,6 +95,13 @@ def scan(init, update, state_placeholder, inputs=None, name="scan", tag="", attr
             raise TdslError(f"{where}: init ({i.dtype}), update ({u.dtype}) and state "
                             f"({s.dtype}) must have one dtype")
     op = ScanOp(name, tag, attrs, init, update, states, _as_list(inputs or [], "inputs"))
+    total = E.convert(states[0].shape[0])
+    for i in init:
+        # a state with fewer rows than the init (m == 0) keeps only those: the init's reads
+        # and writes past them would be out of bounds
+        rows = E.convert(i.shape[0])
+        if not arith.can_prove(E.LE(rows, total), {}):
+            i.op.axis[0].dom = Range(E.const(0), arith.simplify(E.minimum(rows, total)))
     for c in _body_ops(update, states):
         ax = c.axis[0]
         if not _same(c.shape[:1], states[0].shape[:1]):
