@@ -22,12 +22,16 @@ type": lane l holds, with g = l >> 2 (groupID) and t = l % 4 (threadID_in_group)
   C, D (16 x 8):     c0,c1 = C[g][2t, 2t+1]    c2,c3 = C[g+8][2t, 2t+1]
 two 16-bit elements to a 32-bit register, the lower-numbered one in the low half."""
 
+# its own helper: a kernel with both the bf16 and the f16 instruction defines it once
+_PACK = r"""
+static __device__ __forceinline__ unsigned tdsl_mma_pack(const unsigned short *lo,
+                                                         const unsigned short *hi) {
+  return (unsigned)*lo | ((unsigned)*hi << 16);
+}
+"""
+
 _CUDA = r"""
 // {comment}
-static __device__ __forceinline__ unsigned tdsl_mma_pack(const unsigned short *lo,
-                                                         const unsigned short *hi) {{
-  return (unsigned)*lo | ((unsigned)*hi << 16);
-}}
 static __device__ __forceinline__ void {name}(float *c, const {t} *a_, const {t} *b_,
                                              int ldc, int lda, int ldb) {{
   const unsigned short *a = (const unsigned short *)a_, *b = (const unsigned short *)b_;
@@ -77,6 +81,7 @@ def _mma(printer, e):
     fields = dict(name=name, t=printer.mem_type(dtype), ptx=ptx,
                   lane=printer.thread_index("threadIdx.x"))
     if printer.target == "cuda":
+        printer._add_helper("tdsl_mma_pack", _PACK)
         text = _CUDA.format(comment=LAYOUT.replace("\n", "\n// "), **fields)
     elif printer.target == "c":
         text = _EMULATED.format(a_ik=printer.cast_text("a[i * lda + k]", dtype, "float32"),
