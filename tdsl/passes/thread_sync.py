@@ -16,10 +16,12 @@ from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import walk, free_vars
+from ..te.tensor_intrin import pointer_writes
 
 
 def shared_accesses(node):
-    """(buffers read, buffers written) among shared-scope buffers under `node`."""
+    """(buffers read, buffers written) among shared-scope buffers under `node`; a tensor
+    intrinsic's pointer (`Region.access_ptr`) reads, and writes where its mode says so."""
     reads, writes = set(), set()
 
     def f(n):
@@ -27,6 +29,9 @@ def shared_accesses(node):
             reads.add(n.buffer)
         elif isinstance(n, S.BufferStore) and n.buffer.scope == "shared":
             writes.add(n.buffer)
+        elif isinstance(n, E.Call) and n.name == "address_of" and pointer_writes(n):
+            if n.args[0].buffer.scope == "shared":
+                writes.add(n.args[0].buffer)
     walk(node, f)
     return reads, writes
 

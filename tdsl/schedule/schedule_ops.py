@@ -359,7 +359,24 @@ class ScheduleLowering:
             if self.attach_map.get((st, x)):
                 raise ScheduleError(where + f"a stage is computed at '{x.var.name}', inside "
                                     "the block the intrinsic replaces")
+        if st.iter_var_attrs[iv].tensor_intrin.warp:
+            self._check_warp(st, leaves[:tz], where)
         return tz
+
+    def _check_warp(self, st, outer, where):
+        """A warp intrinsic's call must be reached by the 32 lanes of each warp with the
+        same blocks: threadIdx.x is the lanes (extent 32, so a warp is one value of the
+        other thread indices) and binds no loop around the call."""
+        ext = self._tag_extent("threadIdx.x")
+        if ext is None or not E.is_const_int(ext, 32):
+            raise ScheduleError(where + f"a warp intrinsic needs threadIdx.x bound with "
+                                f"extent 32 (the warp's lanes) in the kernel, found {ext}")
+        for s, x in self._loops_outward(st, outer):
+            if bound_tag(s, x) == "threadIdx.x":
+                raise ScheduleError(where + f"loop '{x.var.name}' of stage '{s.name}' around "
+                                    "the warp intrinsic is bound to threadIdx.x: every lane "
+                                    "of the warp must make the same call; bind warps to "
+                                    "threadIdx.y/z")
 
     # ------------------------------------------------------------------ predicates
     @staticmethod

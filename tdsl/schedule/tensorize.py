@@ -8,7 +8,13 @@ every root axis replaced by its block start plus the intrinsic's axis, has the i
 body's shape (same operations, dtypes, constants, reducer), reading tensor for placeholder;
 (3) every tensor it reads, and the output, is laid out in its buffer as the placeholder is
 (row-major, so one pointer to the block's start describes it): the buffer's flat offset
-from the block start equals the placeholder's flat offset, for every intrinsic index.
+from the block start equals the placeholder's flat offset, for every intrinsic index. A
+`strided` intrinsic relaxes (3) to: that offset is a sum of one step per intrinsic axis, free
+of the intrinsic's variables (a tile of a larger buffer); the steps become `Region.strides`.
+
+A `warp` intrinsic's call stands for a block that the 32 lanes of a warp compute together;
+`schedule_ops` checks where it sits (threadIdx.x is the warp's lanes and binds no loop
+around it), the loops are matched here as for any other.
 """
 from __future__ import annotations
 
@@ -74,17 +80,33 @@ class _Match:
                 self.expr(x, y)
 
     def layout(self, load, indices, shape, ivars, what):
-        """Block start of `load` (a BufferLoad in intrinsic variables), after checking that
-        the buffer holds the block as the placeholder (`indices` into `shape`) does."""
+        """(block start, strides or None) of `load` (a BufferLoad in intrinsic variables),
+        after checking that the buffer holds the block as the placeholder (`indices` into
+        `shape`) does: contiguous, or for a strided intrinsic one step per axis."""
         zero = {v: E.const(0) for v in ivars}
         start = tuple(arith.simplify(substitute(i, zero), self.ranges) for i in load.indices)
         buf = load.buffer
-        delta = arith.simplify(_flat(load.indices, buf.shape) - _flat(start, buf.shape)
-                               - _flat(indices, shape), self.ranges)
-        if not E.is_const_int(delta, 0) or buf.align:
-            raise self.fail(f"{what} is not laid out in '{buf.name}' as the intrinsic's "
-                            f"{'x'.join(str(d) for d in shape)} block (row-major, contiguous)")
-        return start
+        offset = _flat(load.indices, buf.shape) - _flat(start, buf.shape)
+        if not self.intrin.strided:
+            delta = arith.simplify(offset - _flat(indices, shape), self.ranges)
+            if not E.is_const_int(delta, 0) or buf.align:
+                raise self.fail(f"{what} is not laid out in '{buf.name}' as the intrinsic's "
+                                f"{'x'.join(str(d) for d in shape)} block (row-major, "
+                                "contiguous)")
+            return start, None
+        # steps per placeholder axis: the offset at a unit index on that axis alone
+        axes = [free_vars(i) & set(ivars) for i in indices]
+        if buf.align or any(len(a) != 1 for a in axes):
+            raise self.fail(f"{what}: the intrinsic reads it with indices {indices}, not one "
+                            "axis per dimension")
+        unit = [{v: E.const(1 if v in a else 0) for v in ivars} for a in axes]
+        strides = [arith.simplify(substitute(offset, u), self.ranges) for u in unit]
+        rest = arith.simplify(offset - sum((st * i for st, i in zip(strides, indices)),
+                                           E.const(0)), self.ranges)
+        if not E.is_const_int(rest, 0) or any(free_vars(st) & set(ivars) for st in strides):
+            raise self.fail(f"{what} is not a strided {'x'.join(str(d) for d in shape)} "
+                            f"block of '{buf.name}' (one fixed step per axis)")
+        return start, strides
 
 
 def tensorize_update(ctx, st, leaves, t, vals, offset, bufs, make_lower, body):
@@ -152,16 +174,17 @@ def tensorize_update(ctx, st, leaves, t, vals, offset, bufs, make_lower, body):
             raise m.fail(f"nothing in the stage stands for the intrinsic's input '{p.name}'")
         first = None
         for a, b in loads:
-            s = m.layout(a, b.indices, p.shape, ivars, f"the block of '{a.buffer.name}'")
+            s, strides = m.layout(a, b.indices, p.shape, ivars,
+                                  f"the block of '{a.buffer.name}'")
             if first is not None and any(not arith.equal(x, y) for x, y in zip(s, first)):
                 raise m.fail(f"'{p.name}' is read from two places")
             first = s
-        ins.append(Region(p, loads[0][0].buffer, first))
+        ins.append(Region(p, loads[0][0].buffer, first, strides))
     out_idx = tuple(arith.simplify(vmap[ax.var] - o, known) for ax, o in zip(op.axis, offset))
     out_load = E.BufferLoad(bufs[0], out_idx)
-    out_start = m.layout(out_load, [ax.var for ax in iop.axis], iop.shape, ivars,
-                         "the output block")
-    outs = [Region(iop.output(0), bufs[0], out_start)]
+    out_start, out_strides = m.layout(out_load, [ax.var for ax in iop.axis], iop.shape,
+                                      ivars, "the output block")
+    outs = [Region(iop.output(0), bufs[0], out_start, out_strides)]
     stmt = intrin.fimpl(ins, outs)
     bad = [v for v in free_vars(stmt) if v in set(ivars)]
     if bad:

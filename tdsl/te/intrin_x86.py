@@ -32,7 +32,7 @@ def _dot(name, a_dtype, b_dtype, acc, group, op):
     C = compute((LANES,), lambda i: _sum(data[k].astype(acc) * kernel[i, k].astype(acc),
                                          axis=k), name=name)
     return decl_tensor_intrin(
-        C.op, lambda ins, outs: call(op, outs[0].access_ptr(), ins[0].access_ptr(),
+        C.op, lambda ins, outs: call(op, outs[0].access_ptr("rw"), ins[0].access_ptr(),
                                      ins[1].access_ptr(), dtype=acc),
         name=name, inputs=[data, kernel])
 

@@ -10,6 +10,13 @@ of `op` and one for its output: where in the real buffers the block starts, with
 
 For a reduction the intrinsic is the update (`out += ...`): the loops that set the output
 to the reduction's identity stay tdsl's own.
+
+Two options widen what a call may stand for. `strided=True`: a block may sit in a larger
+buffer (a tile of a shared-memory matrix) rather than be contiguous; each `Region` then
+carries `strides`, the buffer's element step per placeholder axis, for `fimpl` to pass on.
+`warp=True`: every lane of a warp executes the same call together, each doing its part (a
+CUDA `mma.sync`); lowering checks that the warp's 32 lanes are threadIdx.x and that no
+loop around the call is bound to threadIdx.x, so all of them reach it with the same blocks.
 """
 from __future__ import annotations
 
@@ -25,36 +32,54 @@ class Region:
     """The block of a buffer one tensor-intrinsic call reads or writes: `buffer` indexed
     from `indices`, laid out as the intrinsic's placeholder `tensor` (row-major)."""
 
-    def __init__(self, tensor: Tensor, buffer: S.Buffer, indices):
+    def __init__(self, tensor: Tensor, buffer: S.Buffer, indices, strides=None):
         self.tensor = tensor
         self.buffer = buffer
         self.indices = tuple(indices)
+        self.strides = tuple(strides) if strides is not None else None
 
     @property
     def dtype(self):
         return self.buffer.dtype
 
-    def access_ptr(self) -> E.Expr:
+    def access_ptr(self, mode: str = "r") -> E.Expr:
         """The address of the block's first element (for the code generator); its dtype
-        "handle" keeps value passes (such as legalize_bf16) off it."""
-        return E.Call("address_of", (E.BufferLoad(self.buffer, self.indices),), "handle")
+        "handle" keeps value passes (such as legalize_bf16) off it. `mode` ("r", "w",
+        "rw") says whether the callee writes through it: thread_sync must see a write into
+        shared memory to put a barrier before the threads that read it."""
+        if mode not in ACCESS:
+            raise TdslError(f"access_ptr: mode must be one of {sorted(ACCESS)}, got {mode!r}")
+        return E.Call("address_of", (E.BufferLoad(self.buffer, self.indices),
+                                     E.const(ACCESS[mode])), "handle")
+
+
+ACCESS = {"r": 1, "w": 2, "rw": 3}     # the mask address_of's second argument holds
+
+
+def pointer_writes(e) -> bool:
+    """Whether `e`, an address_of call, is a pointer the callee writes through."""
+    return len(e.args) > 1 and bool(e.args[1].value & ACCESS["w"])
 
 
 class TensorIntrin:
-    def __init__(self, op: ComputeOp, fimpl: Callable, name: str, inputs: List[Tensor]):
+    def __init__(self, op: ComputeOp, fimpl: Callable, name: str, inputs: List[Tensor],
+                 strided: bool = False, warp: bool = False):
         self.op = op
         self.fimpl = fimpl
         self.name = name
         self.inputs = inputs
+        self.strided = strided
+        self.warp = warp
 
     def __repr__(self):
         return f"TensorIntrin({self.name!r})"
 
 
-def decl_tensor_intrin(op, fimpl, name: Optional[str] = None, inputs=None) -> TensorIntrin:
+def decl_tensor_intrin(op, fimpl, name: Optional[str] = None, inputs=None,
+                       strided: bool = False, warp: bool = False) -> TensorIntrin:
     """A tensor intrinsic computing `op` (a compute over placeholders) by `fimpl(ins,
     outs) -> statement`; `ins` follow `inputs` (default: the placeholders in the order
-    `op` first reads them)."""
+    `op` first reads them). `strided` and `warp`: see the module's doc."""
     if isinstance(op, Tensor):
         op = op.op
     if not isinstance(op, ComputeOp) or len(op.outputs) != 1:
@@ -66,7 +91,7 @@ def decl_tensor_intrin(op, fimpl, name: Optional[str] = None, inputs=None) -> Te
         if not isinstance(t.op, PlaceholderOp):
             raise TdslError(f"decl_tensor_intrin: '{t.name}' is computed; an intrinsic's "
                             "definition reads placeholders only")
-    return TensorIntrin(op, fimpl, name or op.name, reads)
+    return TensorIntrin(op, fimpl, name or op.name, reads, strided=strided, warp=warp)
 
 
 def call(name: str, *args, dtype: str = "int32") -> S.Stmt:

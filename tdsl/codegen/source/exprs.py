@@ -17,6 +17,7 @@ from ... import dtype as dt
 from ...errors import BuildError
 from ...ir import expr as E
 from ...ir.printer import Namer
+from . import tensor_ops
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.EQ: "==", E.NE: "!=", E.LT: "<",
         E.LE: "<=", E.GT: ">", E.GE: ">=", E.And: "&&", E.Or: "||"}
@@ -308,6 +309,10 @@ class CExprPrinter:
             return f"{name}({', '.join(self.expr(a) for a in args)})"
         if name == "likely":
             return self.expr(args[0])
+        if name == "address_of":        # a tensor intrinsic's pointer (Region.access_ptr)
+            return f"(&{self.expr(args[0])})"
+        if name in tensor_ops.OPS:
+            return tensor_ops.emit(self, e)
         if name in _INT_OPS:
             return self.int_call(e)
         if name in _CLASSIFY or name == "ldexp":
