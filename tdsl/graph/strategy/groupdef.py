@@ -11,7 +11,7 @@ import tdsl
 from ...errors import GraphError
 from ...target import as_target
 from ..ir import Function, Var
-from . import erasure, topi, topi_index, topi_nn  # noqa: F401  (the families add their definitions to topi.TE)
+from . import erasure, topi, topi_index, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu import conv_grouped, pool, squeeze
 from .cpu.anchors import conv2d_fast, dense_fast, depthwise_strided_fast
 
