@@ -1,7 +1,7 @@
 """Graph passes. Each is a function Module -> Module (new expressions; the input is left as
 it is). `optimize` runs them in order:
 
-simplify -> fold_constants -> fold_batch_norm -> simplify -> fold_constants -> sink_reshapes
+quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> quantized_operators -> simplify -> fold_constants -> sink_reshapes
 -> simplify -> eliminate_common_subexpr -> eliminate_dead_code -> fuse_ops
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from ..ir import Module
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
+from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
 
@@ -18,7 +19,7 @@ def optimize(mod: Module, fuse: bool = True) -> Module:
     """The standard pipeline; `fuse=False` stops before operator fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
-    for p in (simplify, fold_constants, fold_batch_norm, simplify, fold_constants, sink_reshapes, simplify,
+    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, simplify, fold_constants, sink_reshapes, simplify,
               eliminate_common_subexpr, eliminate_dead_code):
         mod = p(mod)
     if fuse:
