@@ -8,8 +8,8 @@ import numpy as np
 
 import tdsl
 
-from .topi import TE, bidx, c, uname
-from .topi_nn import conv_generic, matmul
+from .topi import TE, bidx, c, shape_of, uname
+from .topi_nn import _Lead, conv_generic
 
 
 def saturate(v, z, dtype):
@@ -49,8 +49,21 @@ def qconv2d(ins, attrs, out):
 
 
 def qmatmul(ins, attrs, out):
+    """One stage, the shifts inside the sum: a stage of shifted weights would be
+    recomputed over all of them on every call."""
     a, b, az, bz = ins
-    return matmul([shifted(a, az, "as"), shifted(b, bz, "bs")], attrs, out)
+    n = len(out.shape)
+    k = tdsl.reduce_axis((0, shape_of(a)[-1]), name="k")
+
+    def f(*i):
+        ai = bidx(n - 2, _Lead(a), i[:-2]) + (i[-2], k)
+        bi = bidx(n - 2, _Lead(b), i[:-2]) + (k, i[-1])
+        da = tdsl.cast(a[ai], "int32") - tdsl.cast(az[bidx(len(a.shape), az, ai)], "int32")
+        db = tdsl.cast(b[bi], "int32") - tdsl.cast(bz[bidx(len(b.shape), bz, bi)], "int32")
+        return tdsl.sum(da * db, axis=k)
+    y = tdsl.compute(out.shape, f, name=uname("qmatmul"))
+    y._graph_info = {"kind": "matmul"}
+    return y
 
 
 TE.update({

@@ -79,6 +79,7 @@ def schedule(s, out, info, parallel, target):
     cob, coi = s[out].split(co, factor=LANES * cbb)
     xo, xi = s[out].split(x, factor=xb)
     s[out].reorder(b, cob, y, xo, coi, xi)
+    s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
     par = s[out].fuse(b, cob, y)
     if parallel:
         s[out].parallel(par)
