@@ -208,3 +208,34 @@ def onnxruntime_run(model, feeds):
     so.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def quantize_qdq(model, feeds=4, per_channel=True, seed=0):
+    """`model` quantized by onnxruntime's quantizer in the QDQ form (uint8 activations, int8
+    weights), calibrated on `feeds` random normal inputs; its pre-processing folds batch
+    norms and lets the quantizer drop the ReLUs that a quantized output's range covers."""
+    import os
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    rng = np.random.default_rng(seed)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    batches = [{n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()} for _ in range(feeds)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as d:
+        f, p, q = (os.path.join(d, n) for n in ("float.onnx", "pre.onnx", "qdq.onnx"))
+        onnx.save(model, f)
+        quant_pre_process(f, p)
+        quantize_static(p, q, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, per_channel=per_channel)
+        return onnx.load(q)

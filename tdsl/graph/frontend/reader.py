@@ -169,4 +169,4 @@ def _attr_value(a):
 
 # the operator families register their converters on import
 from . import onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape  # noqa: E402,F401
-from . import onnx_ops_einsum, onnx_ops_math, onnx_ops_tensor  # noqa: E402,F401
+from . import onnx_ops_einsum, onnx_ops_math, onnx_ops_quant, onnx_ops_tensor  # noqa: E402,F401

@@ -5,7 +5,9 @@ from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
 from .memory import plan_memory
 from .pipeline import optimize
+from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
 __all__ = ["optimize", "fold_constants", "fold_batch_norm", "simplify", "sink_reshapes",
-           "eliminate_common_subexpr", "eliminate_dead_code", "fuse_ops", "plan_memory"]
+           "eliminate_common_subexpr", "eliminate_dead_code", "fuse_ops", "plan_memory",
+           "quantized_operators"]

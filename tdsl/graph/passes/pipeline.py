@@ -1,8 +1,8 @@
 """Graph passes. Each is a function Module -> Module (new expressions; the input is left as
 it is). `optimize` runs them in order:
 
-simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify -> fold_constants
--> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
+quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify
+-> fold_constants -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
 -> eliminate_dead_code -> fuse_ops
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .conv_forms import conv1d_as_conv2d, transposed_conv_as_phases
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
+from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
 
@@ -20,8 +21,9 @@ def optimize(mod: Module, fuse: bool = True) -> Module:
     """The standard pipeline; `fuse=False` stops before operator fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
-    for p in (simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify, fold_constants,
-              transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr, eliminate_dead_code):
+    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify,
+              fold_constants, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
+              eliminate_dead_code):
         mod = p(mod)
     if fuse:
         mod = fuse_ops(mod)

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import topi
 from ..stages import _ishape, _stages
-from . import conv1x1, conv_blocked, conv_grouped, conv_spatial, squeeze
+from . import conv1x1, conv_blocked, conv_grouped, conv_int8, conv_spatial, squeeze
 from .anchors import _schedule_dense_packed
 from .loops import PAR_MIN_ELEMS, PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
 from .pool import _schedule_pool_sep
@@ -18,6 +18,8 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
     keep = set()
     if kind == "conv2d_packed" and vectorize:
         return conv_blocked.schedule(s, out, info, parallel, g.target)
+    if kind in ("qconv2d_vnni", "qconv2d_int32") and vectorize:
+        return conv_int8.schedule(s, out, info, parallel, g.target)
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:

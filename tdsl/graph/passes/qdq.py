@@ -1,0 +1,125 @@
+"""Quantized networks in the QDQ form (onnxruntime's quantizer: DequantizeLinear -> float
+operator -> QuantizeLinear) run as integer operators:
+
+    quantize(conv(dequantize(x), dequantize(W)) [+ dequantize(b)], s_y, z_y)
+        -> requantize(qnn.conv2d(x, W, z_x, z_W) [+ b], s_x * s_W / s_y, z_y)
+
+and likewise for dense and matmul with constant weights (qnn.matmul). The bias must be
+the int32 one the quantizer writes (scale s_x * s_W, zero point 0), so the integer sum is
+what onnxruntime's QLinearConv computes. Max pools and reshapes between a dequantize and a
+quantize of the same parameters run on the integers (both commute with a monotonic affine
+map). Runs before constant folding, which would turn the dequantized weights into floats."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Call, Const, Function, Module
+from ..ir.ops_quant import QTYPES
+from ..ir.registry import evaluate
+from .rewrite import rewrite, same
+
+# operators that commute with dequantize -> quantize of the same parameters
+_ORDER_PRESERVING = ("nn.max_pool2d", "reshape", "copy")
+
+
+def _static(e, memo):
+    """The value of `e` if it is computed from constants only, else None."""
+    if isinstance(e, Const):
+        return e.data
+    if not isinstance(e, Call) or isinstance(e.op, Function):
+        return None
+    if id(e) not in memo:
+        vals = [_static(a, memo) for a in e.args]
+        memo[id(e)] = (e, None if any(v is None for v in vals) else evaluate(e.op, e.attrs, vals))
+    return memo[id(e)][1]
+
+
+def _dq(e, memo, static_data=False):
+    """(data, scale, zero point) of a dequantize of 8-bit integers with constant parameters."""
+    if not (isinstance(e, Call) and e.op == "qnn.dequantize" and e.args[0].type.dtype in QTYPES + ("int32",)):
+        return None
+    s, z = _static(e.args[1], memo), _static(e.args[2], memo)
+    data = _static(e.args[0], memo) if static_data else e.args[0]
+    if s is None or z is None or data is None:
+        return None
+    return data, s, z
+
+
+def _weights(e, memo):
+    """(W, scale, zero point) of constant dequantized weights, seen through a transpose."""
+    if isinstance(e, Call) and e.op == "transpose" and e.args[0].type.ndim == 2:
+        r = _weights(e.args[0], memo)
+        return None if r is None else tuple(np.swapaxes(np.broadcast_to(v, r[0].shape), 0, 1) if v.size > 1 else v
+                                            for v in r)
+    r = _dq(e, memo, static_data=True)
+    return r if r is not None and r[0].dtype in QTYPES else None
+
+
+def _integer_anchor(n, args, memo):
+    y, sy, zy = args
+    sy, zy = _static(sy, memo), _static(zy, memo)
+    if sy is None or zy is None or sy.size != 1 or zy.size != 1:
+        return None
+    bias = None
+    if isinstance(y, Call) and y.op == "nn.bias_add":
+        y, bias = y.args
+    if not (isinstance(y, Call) and y.op in ("nn.conv2d", "nn.dense", "nn.matmul")):
+        return None
+    x, w = _dq(y.args[0], memo), _weights(y.args[1], memo)
+    if x is None or w is None or x[1].size != 1 or x[2].size != 1:
+        return None
+    (xq, sx, zx), (wq, sw, zw) = x, w
+    conv = y.op == "nn.conv2d"
+    if not conv and wq.ndim != 2:
+        return None
+    if y.op == "nn.dense":         # dense's weights are (N, K): as matmul's (K, N)
+        wq, sw, zw = (np.swapaxes(np.broadcast_to(v, wq.shape), 0, 1) if v.size > 1 else v for v in (wq, sw, zw))
+    # one scale per output channel: axis 0 of a conv's weights, axis 1 of matmul's
+    chan = (lambda v: v.reshape(-1, *v.shape[1:])[:, 0, 0, 0]) if conv else (lambda v: v[0, :])
+    sw_c = chan(np.broadcast_to(sw, wq.shape)).astype(np.float32) if sw.size > 1 else sw.reshape(())
+    mult = (sx.reshape(()).astype(np.float32) * sw_c / sy.reshape(()).astype(np.float32)).astype(np.float32)
+    if zw.size > 1:
+        zw = chan(np.broadcast_to(zw, wq.shape))
+        zw = zw.reshape((-1, 1, 1, 1)) if conv else zw
+    zw = np.asarray(zw, wq.dtype).reshape(zw.shape if zw.size > 1 else ())
+    if conv:
+        acc = Call("qnn.conv2d", [xq, Const(wq), Const(zx.reshape(())), Const(zw)], y.attrs)
+    else:
+        acc = Call("qnn.matmul", [xq, Const(np.ascontiguousarray(wq)), Const(zx.reshape(())), Const(zw)], {})
+    if bias is not None:
+        b = _dq(bias, memo, static_data=True)
+        if b is None or b[0].dtype != np.int32 or np.any(b[2] != 0) or \
+                not np.allclose(b[1].reshape(-1), sx.reshape(()) * sw_c.reshape(-1), rtol=1e-5, atol=0):
+            return None
+        acc = Call("nn.bias_add", [acc, Const(b[0].reshape(-1))], {"axis": 1})
+    if conv and mult.size > 1:
+        mult = mult.reshape(-1, 1, 1)
+    return Call("qnn.requantize", [acc, Const(mult), Const(zy.reshape(()))], {"out_dtype": n.attrs["out_dtype"]},
+                n.span)
+
+
+def _on_integers(n, args, memo):
+    """quantize(f(dequantize(x, s, z)), s, z) -> f(x) for an order-preserving f."""
+    f = args[0]
+    if not (isinstance(f, Call) and f.op in _ORDER_PRESERVING and len(f.args) == 1):
+        return None
+    d = _dq(f.args[0], memo)
+    q = (_static(args[1], memo), _static(args[2], memo))
+    if d is None or q[0] is None or q[1] is None or d[0].type.dtype != n.attrs["out_dtype"]:
+        return None
+    if d[1].size != 1 or q[0].size != 1 or d[1].reshape(()) != q[0].reshape(()) or \
+            d[2].reshape(()) != q[1].reshape(()):
+        return None
+    return Call(f.op, [d[0]], f.attrs, f.span)
+
+
+def quantized_operators(mod: Module) -> Module:
+    memo = {}
+
+    def visit(n, args):
+        if n.op == "qnn.quantize":
+            r = _integer_anchor(n, args, memo) or _on_integers(n, args, memo)
+            if r is not None:
+                return r
+        return same(n, args)
+    return rewrite(mod, visit)

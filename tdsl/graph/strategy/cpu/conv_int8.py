@@ -1,0 +1,100 @@
+"""The integer conv of quantized networks (qnn.conv2d: uint8 data, constant int8 weights
+with zero point 0) laid out for AVX512-VNNI: the data padded with its zero point into
+NCHW[4c] (4 input channels adjacent: one 32-bit lane of `vpdpbusd`), the weights packed
+once as [CO/16][CI/4][KH][KW][16][4], one instruction per 16 output channels x 4 input
+channels. sum((x - z) * w) = sum(x * w) - z * sum(w): the products stay unsigned x signed
+bytes, and the zero point's share is one int32 per output channel. Targets without VNNI
+get the same definition in int32 arithmetic, which LLVM vectorizes."""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .... import tiling
+from ....te import intrin_x86
+from .. import topi
+from ..stages import _ishape
+from .loops import _inline_except
+
+LANES, GROUP = intrin_x86.LANES, 4
+
+
+def qconv2d(g, n, tensors):
+    x_e, w_e, xz_e, wz_e = n.args
+    a = n.attrs
+    wi, xzi, wzi = g.const_param(w_e), g.const_param(xz_e), g.const_param(wz_e)
+    if None in (wi, xzi, wzi) or id(x_e) not in g.pidx or a["groups"] != 1 or x_e.type.dtype != "uint8" \
+            or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
+        return None
+    x = g.param_tensor(g.pidx[id(x_e)])
+    zx = int(np.asarray(g.consts[xzi]).reshape(()))
+    N, CI, H, W = x_e.type.shape
+    CO, _, KH, KW = w_e.type.shape
+    CB, C4 = -(-CO // LANES), -(-CI // GROUP)
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl, pb, pr = a["padding"]
+    OH, OW = n.type.shape[2:]
+
+    def pack(w):
+        wp = np.zeros((CB * LANES, C4 * GROUP, KH, KW), np.int8)
+        wp[:CO, :CI] = w
+        return np.ascontiguousarray(wp.reshape(CB, LANES, C4, GROUP, KH, KW).transpose(0, 2, 4, 5, 1, 3))
+    Wp = g.packed_param(wi, (CB, C4, KH, KW, LANES, GROUP), pack)
+    zero = tdsl.const(zx, "uint8")
+    # padding (and the channels that fill the last group of 4) read as the zero point
+    P = tdsl.compute((N, C4, H + pt + pb, W + pl + pr, GROUP), lambda b, c4, y, xx, j: tdsl.if_then_else(
+        tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl, c4 * GROUP + j < CI),
+        x[b, c4 * GROUP + j, y - pt, xx - pl], zero), name=topi.uname("pack4"))
+    c4 = tdsl.reduce_axis((0, C4), "c4")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    j = tdsl.reduce_axis((0, GROUP), "j")
+    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
+        P[b, c4, y * sh + ky * dh, xx * sw + kx * dw, j].astype("int32") * Wp[cb, c4, ky, kx, ln, j].astype("int32"),
+        axis=[c4, ky, kx, j]), name=topi.uname("qconv"))
+    corr = None
+    if zx:
+        r = [tdsl.reduce_axis((0, e), nm) for e, nm in ((C4, "q4"), (KH, "qy"), (KW, "qx"), (GROUP, "qj"))]
+        corr = tdsl.compute((CB * LANES,), lambda co: tdsl.sum(
+            Wp[co // LANES, r[0], r[1], r[2], co % LANES, r[3]].astype("int32") * tdsl.const(zx, "int32"), axis=r),
+            name=topi.uname("zp_share"))
+        corr.op._graph_root = True
+    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // LANES, y, xx, co % LANES] - corr[co]
+                     if corr is not None else Cv[b, co // LANES, y, xx, co % LANES], name=topi.uname("unpack"))
+    # bound inference narrows the lanes of a ragged last block, which no longer match the
+    # 16 of the instruction: such convs take the int32 loops
+    vnni = g.target.has_vnni and CO % LANES == 0
+    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P,
+                    "corr": corr, "ow": OW})
+    return O
+
+
+def schedule(s, out, info, parallel, target):
+    Cv, P, corr = info["conv"], info["pad"], info["corr"]
+    _inline_except(s, out, [t for t in (Cv, P, corr) if t is not None])
+    b, co, y, x = out.op.axis
+    _, CB, _, OW, _ = _ishape(Cv)
+    xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
+    cob, coi = s[out].split(co, factor=LANES * cbb)
+    xo, xi = s[out].split(x, factor=xb)
+    s[out].reorder(b, cob, y, xo, coi, xi)
+    s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
+    par = s[out].fuse(b, cob, y)
+    if parallel:
+        s[out].parallel(par)
+    s[Cv].compute_at(s[out], xo)
+    _, cl, yl, xl, ll = s[Cv].op.axis
+    r4, ry, rx, rj = s[Cv].op.reduce_axis
+    s[Cv].reorder(r4, ry, rx, yl, xl, cl, ll, rj)
+    s[Cv].unroll(yl)
+    s[Cv].unroll(xl)
+    s[Cv].unroll(cl)
+    if info["kind"] == "qconv2d_vnni":
+        s[Cv].tensorize(ll, intrin_x86.dot_u8s8_int32(target))
+    else:
+        s[Cv].unroll(rj)
+        s[Cv].vectorize(ll)
+    rows = s[P].fuse(*P.op.axis[:3])
+    if parallel:
+        s[P].parallel(rows)
