@@ -172,6 +172,17 @@ def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
     assert r.spill_bytes == 0 and r.shared_bytes == k.shared_bytes
 
 
+def test_cuda_conv_copies_its_weights_to_shared_memory_as_float4():
+    """A block's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9 consecutive floats:
+    the copy reads them 16 bytes at a time, like the GEMM's tiles."""
+    model, _ = conv_model(64, 56, 64, 1, 3, act="relu", residual=True, batch=1)
+    mod = _cuda_kernel(model)
+    src = mod.get_source()
+    w = mod.kernels[0].params[1].name        # x, w, bias, residual -> out
+    assert f"*(const float4*)({w} + " in src
+    assert _sm90(mod).spill_bytes == 0
+
+
 def test_cuda_dense_batch1_splits_k_to_fill_the_sms_without_spills():
     """32 tiles of 32 columns would leave most SMs idle: the reduction is split over
     blockIdx.z, and a second kernel adds the partials and the bias."""

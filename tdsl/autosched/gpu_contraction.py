@@ -69,6 +69,20 @@ def footprint(info, extents):
     return boxes
 
 
+def contiguous_run(box, shape):
+    """How many elements a box of an operand reads at consecutive addresses: its last
+    extent, times the extents before it while the dimensions after are read whole (a
+    conv's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9). A copy in runs that
+    are a multiple of VEC long moves float4s: the fused copy loop then walks them in
+    step with memory (the GEMM's case is a run of the tile's width)."""
+    run = 1
+    for b, n in zip(reversed(box), reversed(shape)):
+        run *= b
+        if getattr(n, "value", n) != b:
+            break
+    return run
+
+
 def _vars(expr):
     ids, found = vars_of(expr), {}
     walk(expr, lambda n: found.setdefault(id(n), n) if id(n) in ids else None)
@@ -239,13 +253,17 @@ def contraction(s, st, info, target, params, rec, out=None):
             "the thread's tile")
     box = footprint(info, {id(info.axes[r].var): ty_n * ti, id(info.axes[v].var): tx_n * tj,
                            id(info.raxes[0].var): kt})
+    # the copy at ko holds the inner reduction axes whole (a conv's dy, dx)
+    whole = footprint(info, {id(info.axes[r].var): ty_n * ti, id(info.axes[v].var): tx_n * tj,
+                             id(info.raxes[0].var): kt,
+                             **{id(iv.var): e or 1 for iv, e in zip(info.raxes[1:], info.rextents[1:])}})
     threads = ty_n * tx_n
     for t, sh in zip(operands, shared):
         S = s[sh]
         S.compute_at(L, ko)
         a = list(S.op.axis)
         f = S.fuse(*a) if len(a) > 1 else a[0]
-        if box[t][-1] % VEC == 0:
+        if box[t][-1] % VEC == 0 or contiguous_run(whole[t], t.shape) % VEC == 0:
             f, vec = S.split(f, factor=VEC)
             S.vectorize(vec)
         # factor splits on thread-bound loops keep their size on a short copy (extra
