@@ -69,6 +69,16 @@ def footprint(info, extents):
     return boxes
 
 
+def block_boxes(info, r, v, rows, cols, kt, unknown):
+    """footprint() of what a block's shared copies hold per refill: its rows x cols tile,
+    kt steps of the first reduction axis and the inner reduction axes whole (a conv's dy,
+    dx; `unknown` steps where symbolic)."""
+    ranges = {id(info.axes[r].var): rows, id(info.axes[v].var): cols, id(info.raxes[0].var): kt}
+    for iv, e in zip(info.raxes[1:], info.rextents[1:]):
+        ranges[id(iv.var)] = unknown if e is None else e
+    return footprint(info, ranges)
+
+
 def contiguous_run(box, shape):
     """How many elements a box of an operand reads at consecutive addresses: its last
     extent, times the extents before it while the dimensions after are read whole (a
@@ -174,11 +184,8 @@ def sizes(info, r, v, target, params):
     limit = target.shared_memory_bytes
 
     def smem(kt, dbl):
-        ranges = {id(info.axes[r].var): ty * ti, id(info.axes[v].var): tx * tj,
-                  id(info.raxes[0].var): kt}
-        for iv, e in zip(info.raxes[1:], info.rextents[1:]):
-            ranges[id(iv.var)] = 16 if e is None else e
-        return sum(4 * _prod(b) for b in footprint(info, ranges).values()) * (2 if dbl else 1)
+        boxes = block_boxes(info, r, v, ty * ti, tx * tj, kt, unknown=16)
+        return sum(4 * _prod(b) for b in boxes.values()) * (2 if dbl else 1)
     while smem(kt, dbl) > limit and (dbl or kt > 1):
         if dbl and params.double_buffer is None:
             dbl = False
@@ -253,16 +260,15 @@ def contraction(s, st, info, target, params, rec, out=None):
             "the thread's tile")
     box = footprint(info, {id(info.axes[r].var): ty_n * ti, id(info.axes[v].var): tx_n * tj,
                            id(info.raxes[0].var): kt})
-    # the copy at ko holds the inner reduction axes whole (a conv's dy, dx)
-    whole = footprint(info, {id(info.axes[r].var): ty_n * ti, id(info.axes[v].var): tx_n * tj,
-                             id(info.raxes[0].var): kt,
-                             **{id(iv.var): e or 1 for iv, e in zip(info.raxes[1:], info.rextents[1:])}})
+    whole = block_boxes(info, r, v, ty_n * ti, tx_n * tj, kt, unknown=1)
     threads = ty_n * tx_n
     for t, sh in zip(operands, shared):
         S = s[sh]
         S.compute_at(L, ko)
         a = list(S.op.axis)
         f = S.fuse(*a) if len(a) > 1 else a[0]
+        # float4 loads where memory runs allow; float4 stores to shared memory alone (lanes
+        # gathered) where the tile's last extent is a multiple of 4 (a padded conv input)
         if box[t][-1] % VEC == 0 or contiguous_run(whole[t], t.shape) % VEC == 0:
             f, vec = S.split(f, factor=VEC)
             S.vectorize(vec)

@@ -1,6 +1,8 @@
 """A reduction whose reduction loop is bound to threadIdx.*: each thread folds its share
 into a local accumulator, the partial results meet in a shared buffer and are combined by
-a tree, and one thread writes the result. `self` is the `ScheduleLowering` building the
+a tree, and one thread writes the result. On CUDA (`self.warp_size`), whole warps combine
+their lanes by shuffles instead and only one value per warp goes through shared memory:
+one barrier, not one per tree level. `self` is the `ScheduleLowering` building the
 stage's nest."""
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
     accumulator and stores it to red[g*T + t] (g: the thread's group from the spatial
     threadIdx loops, t: its index on the reduction tag); then a tree over red, halving
     the active threads each step (any T: elements past T count as absent); thread 0 of
-    the group writes the result. A tuple reduction has an accumulator and a shared
-    buffer per element. thread_sync inserts the barriers."""
+    the group writes the result (or by warps: `_warp_reduce`). A tuple reduction has an
+    accumulator and a shared buffer per element. thread_sync inserts the barriers."""
     def err(msg):
         return ScheduleError(f"bind: stage '{st.name}': {msg}")
     if len(threads) > 1:
