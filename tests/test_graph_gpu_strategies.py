@@ -82,6 +82,17 @@ def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target):
         assert "__local" in src and "barrier(" in src
 
 
+@pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
+def test_short_grid_conv_splits_k_and_keeps_its_epilogue(gpu_target):
+    """128 channels of 5x5 outputs leave a GPU's SMs idle even at the smallest tiles:
+    partial sums over channel slices, then a kernel that adds them, the bias, relu and the
+    residual. (PoCL's few compute units are filled without the split.)"""
+    model, _ = conv_model(128, 5, 64, 1, 3, act="relu", residual=True)
+    exe = _check(model, gpu_target)
+    (step,) = exe.steps
+    assert len(step[0].module.kernels) == (1 if gpu_target == "opencl" else 2)
+
+
 def _gemm(m, k, n, relu=True):
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"])] + \
