@@ -115,7 +115,7 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
 
     def start():
         checks = check_reads([st.op for st in s.stages])
-        func = schedule_to_func(s, list(args), name)
+        func = schedule_to_func(s, list(args), name, _warp_size(target, kind))
         func.attrs["size_ranges"] = _size_ranges(func)
         func.attrs["region_checks"] = checks
         return func
@@ -157,6 +157,17 @@ def lower_for_target(func: S.PrimFunc, target, name=None) -> S.PrimFunc:
         func = func.with_body(func.body)
         func.attrs["target"] = kind
     return func
+
+
+def _warp_size(target, kind):
+    """The warp cross-thread reductions shuffle within: CUDA's. OpenCL's sub-group shuffles
+    are not portable (PoCL) and "c" runs the lanes as fibers: both keep shared memory."""
+    if kind != "cuda":
+        return 0
+    from .target import Target
+    if not isinstance(target, Target):
+        target = Target.current() if target is None else Target(target)
+    return target.warp_size
 
 
 def _current_target():

@@ -121,6 +121,33 @@ def test_gemm_structure_fills_the_sms(n):
     assert (n == 4096) == (per == [8, 8])
 
 
+def test_batch1_dense_splits_k_to_fill_the_sms():
+    """1x512x1000 gives 32 blocks even at one output per thread: the reduction is split
+    into 8 parts on blockIdx.z (rfactor) and a second kernel adds them."""
+    t = Target("cuda -arch=sm_90")
+    A, B, C = _gemm(1, 1000, 512)
+    s = tdsl.auto_schedule(C, target=t)
+    assert "split-k" in s.explain().rules("C")
+    first, total = tdsl.build(s, [A, B, C], target="cuda").kernels
+    assert first.launch["blockIdx.x"] * first.launch["blockIdx.y"] * first.launch["blockIdx.z"] \
+        >= t.sm_count
+    assert total.launch["blockIdx.z"] == 1
+    A, B, C = _gemm(1, 1000, 509)   # a prime reduction has no equal parts: not split
+    assert "split-k" not in tdsl.auto_schedule(C, target=t).explain().rules("C")
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 77, 300), (2, 130, 1000), (1, 999, 500)])
+def test_split_k_matches_numpy(M, N, K):
+    A, B, C = _gemm(M, N, K)
+    s = tdsl.auto_schedule(C, target="cuda -arch=sm_90")
+    assert "split-k" in s.explain().rules("C")
+    a, b = _data((M, K)), _data((K, N))
+    for target in TARGETS:
+        c = np.full((M, N), np.nan, np.float32)
+        tdsl.build(s, [A, B, C], target=target)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4, err_msg=target)
+
+
 def test_gemm_sized_from_the_target():
     A, B, C = _gemm(1024, 1024, 1024)
     s80 = tdsl.auto_schedule(C, target="cuda -arch=sm_80")

@@ -82,6 +82,17 @@ def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target):
         assert "__local" in src and "barrier(" in src
 
 
+@pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
+def test_short_grid_conv_splits_k_and_keeps_its_epilogue(gpu_target):
+    """128 channels of 5x5 outputs leave a GPU's SMs idle even at the smallest tiles:
+    partial sums over channel slices, then a kernel that adds them, the bias, relu and the
+    residual. (PoCL's few compute units are filled without the split.)"""
+    model, _ = conv_model(128, 5, 64, 1, 3, act="relu", residual=True)
+    exe = _check(model, gpu_target)
+    (step,) = exe.steps
+    assert len(step[0].module.kernels) == (1 if gpu_target == "opencl" else 2)
+
+
 def _gemm(m, k, n, relu=True):
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"])] + \
@@ -172,7 +183,26 @@ def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
     assert r.spill_bytes == 0 and r.shared_bytes == k.shared_bytes
 
 
-def test_cuda_dense_without_spills():
+def test_cuda_conv_copies_its_weights_to_shared_memory_as_float4():
+    """A block's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9 consecutive floats:
+    the copy reads them 16 bytes at a time, like the GEMM's tiles."""
+    model, _ = conv_model(64, 56, 64, 1, 3, act="relu", residual=True, batch=1)
+    mod = _cuda_kernel(model)
+    src = mod.get_source()
+    w = mod.kernels[0].params[1].name        # x, w, bias, residual -> out
+    assert f"*(const float4*)({w} + " in src
+    assert _sm90(mod).spill_bytes == 0
+
+
+def test_cuda_dense_batch1_splits_k_to_fill_the_sms_without_spills():
+    """32 tiles of 32 columns would leave most SMs idle: the reduction is split over
+    blockIdx.z, and a second kernel adds the partials and the bias."""
     mod = _cuda_kernel(_gemm(1, 512, 1000, relu=False))
-    r = _sm90(mod)
-    assert r.spill_bytes == 0 and r.shared_bytes > 0
+    tiled, total = mod.kernels
+    blocks = int(np.prod([int(getattr(g, "value", g)) for g in tiled.grid]))
+    assert blocks >= tdsl.target.Target("cuda").sm_count
+    try:
+        res = mod.resources("sm_90")
+    except tdsl.BuildError as e:
+        pytest.skip(str(e))
+    assert all(r.spill_bytes == 0 for r in res) and res[0].shared_bytes > 0

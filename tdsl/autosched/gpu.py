@@ -12,9 +12,9 @@ the grid on the CPU).
   (short) reduction runs its loop inside one thread, accumulating in a register."""
 from __future__ import annotations
 
-from ..te import thread_axis
 from .analysis import stage_infos
 from .gpu_contraction import contraction
+from .gpu_flat import bind_flat
 from .gpu_reduce import cross_thread, wants_cross_thread
 
 
@@ -64,15 +64,3 @@ def schedule_gpu(s, target, rec, params):
         if info.is_reduction:
             s[local].compute_at(st, ti)
 
-
-def bind_flat(st, threads):
-    """All spatial axes of stage `st` fused, `threads` outputs to a block; returns the
-    thread axis (None for a scalar output)."""
-    axes = list(st.op.axis)
-    if not axes:
-        return None
-    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
-    bo, ti = st.split(f, factor=threads)
-    st.bind(bo, thread_axis("blockIdx.x"))
-    st.bind(ti, thread_axis("threadIdx.x"))
-    return ti

@@ -8,7 +8,9 @@ and the vector axis; each thread a contiguous ti x tj sub-tile accumulated in re
 `k_tile` steps of the outer reduction loop the block copies what it reads into shared
 memory, every thread helping, consecutive threads on consecutive (float4 where the layout
 allows) elements so the global reads coalesce; with double buffering the next slice is
-copied while the current one is used. Other spatial axes go to blockIdx.z.
+copied while the current one is used. Other spatial axes go to blockIdx.z. An output too
+small to give every SM a block even with the smallest tiles (a batch-1 dense) is split
+along its reduction: partial sums by more blocks, added by a second kernel (split-K).
 
 The graph layer's conv/dense/matmul kernels are this rule too, with an epilogue: `out`, an
 elementwise consumer of the contraction with its shape (bias, batchnorm, residual add,
@@ -16,11 +18,14 @@ activation), is the stage tiled, and the thread that holds an accumulator applie
 writes the output once."""
 from __future__ import annotations
 
+import dataclasses
+
 from .. import arith
 from ..errors import ScheduleError
 from ..ir.visitor import walk
 from ..te import thread_axis
-from .analysis import vars_of
+from .analysis import StageInfo, vars_of
+from .gpu_flat import bind_flat
 
 BLOCK = (16, 16)        # threads per block (y, x): 256, what fast SGEMMs use
 THREAD_TILE = (8, 8)    # outputs per thread: 64 accumulators, ~130 registers with operands
@@ -31,6 +36,7 @@ K_TILE = 8
 BLOCKS_PER_SM = 2       # resident blocks wanted, so one block's barrier does not idle the SM
 LARGE = 1024            # what a symbolic extent is assumed to be
 VEC = 4                 # float4 copies
+MIN_SPLIT = 32          # reduction steps a split-K partial sum gets at least
 
 
 def _fit(ext, threads, per):
@@ -63,6 +69,30 @@ def footprint(info, extents):
     return boxes
 
 
+def block_boxes(info, r, v, rows, cols, kt, unknown):
+    """footprint() of what a block's shared copies hold per refill: its rows x cols tile,
+    kt steps of the first reduction axis and the inner reduction axes whole (a conv's dy,
+    dx; `unknown` steps where symbolic)."""
+    ranges = {id(info.axes[r].var): rows, id(info.axes[v].var): cols, id(info.raxes[0].var): kt}
+    for iv, e in zip(info.raxes[1:], info.rextents[1:]):
+        ranges[id(iv.var)] = unknown if e is None else e
+    return footprint(info, ranges)
+
+
+def contiguous_run(box, shape):
+    """How many elements a box of an operand reads at consecutive addresses: its last
+    extent, times the extents before it while the dimensions after are read whole (a
+    conv's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9). A copy in runs that
+    are a multiple of VEC long moves float4s: the fused copy loop then walks them in
+    step with memory (the GEMM's case is a run of the tile's width)."""
+    run = 1
+    for b, n in zip(reversed(box), reversed(shape)):
+        run *= b
+        if getattr(n, "value", n) != b:
+            break
+    return run
+
+
 def _vars(expr):
     ids, found = vars_of(expr), {}
     walk(expr, lambda n: found.setdefault(id(n), n) if id(n) in ids else None)
@@ -81,6 +111,27 @@ def _prod(xs):
     for x in xs:
         p *= x
     return p
+
+
+def grid_blocks(info, r, v, rows, cols):
+    """Blocks of a grid of rows x cols output tiles."""
+    ext = [LARGE if e is None else e for e in info.extents]
+    return _ceil(ext[r], rows) * _ceil(ext[v], cols) * \
+        _prod(e for n, e in enumerate(ext) if n not in (r, v))
+
+
+def split_parts(info, blocks, target):
+    """Into how many partial sums the reduction is split (1: not split): when even the
+    smallest tiles leave SMs without a block (a batch-1 dense), the first reduction axis
+    is cut into equal parts (a divisor of its extent, so no part reads past the
+    operands), each still MIN_SPLIT long: the fewest that give every SM a block, else
+    the most there can be."""
+    ext = info.rextents[0]
+    if ext is None or blocks >= target.sm_count:
+        return 1
+    fits = [p for p in range(2, ext // MIN_SPLIT + 1) if ext % p == 0]
+    enough = [p for p in fits if blocks * p >= target.sm_count]
+    return enough[0] if enough else fits[-1] if fits else 1
 
 
 def _double_buffer_fits(live, threads, target):
@@ -106,12 +157,9 @@ def sizes(info, r, v, target, params):
         # one row, a block of columns)
         ty, ti = _fit(info.extents[r], BLOCK[0], THREAD_TILE[0])
         tx, tj = _fit(info.extents[v], BLOCK[0] * BLOCK[1] // ty, THREAD_TILE[1])
-        ext_r, ext_v = (LARGE if info.extents[n] is None else info.extents[n] for n in (r, v))
-        others = _prod(LARGE if e is None else e
-                       for n, e in enumerate(info.extents) if n not in (r, v))
 
         def blocks():
-            return _ceil(ext_r, ty * ti) * _ceil(ext_v, tx * tj) * others
+            return grid_blocks(info, r, v, ty * ti, tx * tj)
         # too few blocks to fill the SMs: smaller register tiles first (down to 4x4), then
         # fewer threads a block (down to two warps), then smaller tiles and blocks still,
         # the last steps only until every SM has a block
@@ -136,11 +184,8 @@ def sizes(info, r, v, target, params):
     limit = target.shared_memory_bytes
 
     def smem(kt, dbl):
-        ranges = {id(info.axes[r].var): ty * ti, id(info.axes[v].var): tx * tj,
-                  id(info.raxes[0].var): kt}
-        for iv, e in zip(info.raxes[1:], info.rextents[1:]):
-            ranges[id(iv.var)] = 16 if e is None else e
-        return sum(4 * _prod(b) for b in footprint(info, ranges).values()) * (2 if dbl else 1)
+        boxes = block_boxes(info, r, v, ty * ti, tx * tj, kt, unknown=16)
+        return sum(4 * _prod(b) for b in boxes.values()) * (2 if dbl else 1)
     while smem(kt, dbl) > limit and (dbl or kt > 1):
         if dbl and params.double_buffer is None:
             dbl = False
@@ -153,10 +198,14 @@ def sizes(info, r, v, target, params):
 def contraction(s, st, info, target, params, rec, out=None):
     """Tiles the contraction `st`; with `out` (an elementwise consumer of the same shape,
     the rest of its chain inlined) the accumulators are computed per thread of `out`'s
-    tiling and `st` is inlined into it: one kernel with the epilogue."""
+    tiling and `st` is inlined into it: one kernel with the epilogue. A grid too short
+    for the SMs is split along the reduction (`split_k`)."""
     n = len(info.axes)
     v, r = n - 1, info.row_axis()
     ty_n, tx_n, ti, tj, kt, dbl, why = sizes(info, r, v, target, params)
+    parts = split_parts(info, grid_blocks(info, r, v, ty_n * ti, tx_n * tj), target)
+    if parts > 1:
+        return split_k(s, st, info, parts, target, params, rec, out)
     operands = []
     for ld in info.loads:
         if ld.tensor not in operands:
@@ -211,13 +260,16 @@ def contraction(s, st, info, target, params, rec, out=None):
             "the thread's tile")
     box = footprint(info, {id(info.axes[r].var): ty_n * ti, id(info.axes[v].var): tx_n * tj,
                            id(info.raxes[0].var): kt})
+    whole = block_boxes(info, r, v, ty_n * ti, tx_n * tj, kt, unknown=1)
     threads = ty_n * tx_n
     for t, sh in zip(operands, shared):
         S = s[sh]
         S.compute_at(L, ko)
         a = list(S.op.axis)
         f = S.fuse(*a) if len(a) > 1 else a[0]
-        if box[t][-1] % VEC == 0:
+        # float4 loads where memory runs allow; float4 stores to shared memory alone (lanes
+        # gathered) where the tile's last extent is a multiple of 4 (a padded conv input)
+        if box[t][-1] % VEC == 0 or contiguous_run(whole[t], t.shape) % VEC == 0:
             f, vec = S.split(f, factor=VEC)
             S.vectorize(vec)
         # factor splits on thread-bound loops keep their size on a short copy (extra
@@ -233,3 +285,30 @@ def contraction(s, st, info, target, params, rec, out=None):
             f"{', double-buffered' if dbl else ''}",
             f"every {kt} steps of '{lr[0].var.name}' the block stages what it reads once, with "
             "coalesced reads, instead of each thread reading global memory")
+
+
+def split_k(s, st, info, parts, target, params, rec, out=None):
+    """rfactor: `parts` partial sums of the contraction, each over an equal slice of its
+    first reduction axis, tiled as a contraction with the slice on blockIdx.z; then a
+    second kernel sums the partials, one output per thread, with the epilogue of `out`.
+    Deterministic, unlike atomics, and the partials are small: the grid was short because
+    the output is."""
+    k = st.op.reduce_axis[0]
+    ko, _ = st.split(k, nparts=parts)
+    rf = s.rfactor(st.op.output(0), ko)
+    rec.add(st, "split-k", f"split {k.var.name} into {parts}; rfactor -> {rf.name}",
+            f"{grid_blocks(info, info.row_axis(), len(info.axes) - 1, 1, 1)} outputs leave "
+            f"SMs of the {target.sm_count} without a block even with the smallest tiles: "
+            f"{parts} blocks share each tile's reduction, a second kernel adds their results")
+    # a part's reduction is a few k_tile steps, too few for double buffering to pay for
+    # its unrolled copies (ptxas, the graph's 1x512x1000 dense on sm_90: 72 registers and
+    # 8 bytes spilled with it, 52 and none without)
+    if params.double_buffer is None:
+        params = dataclasses.replace(params, double_buffer=False)
+    contraction(s, s[rf], StageInfo(rf.op), target, params, rec)
+    # the sum accumulates in a register of the thread that writes the output
+    final, acc = (st, s[s.cache_write(st.op.output(0), "local")]) if out is None else (out, st)
+    acc.compute_at(final, bind_flat(final, min(params.threads, target.max_threads_per_block)))
+    rec.add(final, "bind", f"fuse all; split {params.threads}; bind blockIdx.x / threadIdx.x",
+            f"each thread adds the {parts} partial sums of its output"
+            + ("" if out is None else " and applies the epilogue"))

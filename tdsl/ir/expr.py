@@ -501,6 +501,10 @@ FLOAT_INTRINSICS = ("exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "ex
 # operands matched to one dtype (Python numbers take the other operand's)
 BINARY_INTRINSICS = ("power", "atan2", "hypot", "copysign", "fmod")
 INT_INTRINSICS = ("popcount", "clz")
+# warp_shuffle_down(v, offset): v of the lane `offset` above in the warp (its own v past the
+# warp's end); every lane of the warp must evaluate it. Emitted for CUDA only (cross-thread
+# reductions), so only the CUDA dialect prints it.
+WARP_SHUFFLE_DOWN = "warp_shuffle_down"
 
 
 def call(name, *args) -> Expr:

@@ -1,6 +1,8 @@
 """A reduction whose reduction loop is bound to threadIdx.*: each thread folds its share
 into a local accumulator, the partial results meet in a shared buffer and are combined by
-a tree, and one thread writes the result. `self` is the `ScheduleLowering` building the
+a tree, and one thread writes the result. On CUDA (`self.warp_size`), whole warps combine
+their lanes by shuffles instead and only one value per warp goes through shared memory:
+one barrier, not one per tree level. `self` is the `ScheduleLowering` building the
 stage's nest."""
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from .. import arith
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
+from ..ir.expr import WARP_SHUFFLE_DOWN
 from .nest import allocate_all, bound_tag, combine_into, guarded, store_values, wrap_threads
 
 
@@ -19,8 +22,8 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
     accumulator and stores it to red[g*T + t] (g: the thread's group from the spatial
     threadIdx loops, t: its index on the reduction tag); then a tree over red, halving
     the active threads each step (any T: elements past T count as absent); thread 0 of
-    the group writes the result. A tuple reduction has an accumulator and a shared
-    buffer per element. thread_sync inserts the barriers."""
+    the group writes the result (or by warps: `_warp_reduce`). A tuple reduction has an
+    accumulator and a shared buffer per element. thread_sync inserts the barriers."""
     def err(msg):
         return ScheduleError(f"bind: stage '{st.name}': {msg}")
     if len(threads) > 1:
@@ -50,27 +53,42 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
         group = group * ext.value + iv.var if G > 1 else iv.var
         G *= ext.value
     accs = [S.Buffer(f"{b.name}.acc", (E.const(1),), b.dtype, "local") for b in bufs]
-    reds = [S.Buffer(f"{b.name}.red", (E.const(G * T),), b.dtype, "shared") for b in bufs]
     zero = (E.const(0),)
     comb = red.combiner
     identity = comb.identity_values([b.dtype for b in bufs])
     update = guarded(spatial, guarded(rconds, combine_into(comb, accs, zero, srcs)))
     others = [iv for iv in leaves[p:] if iv is not tiv]
+    fold = S.seq(*[S.BufferStore(a, v, zero) for a, v in zip(accs, identity)],
+                 self._wrap(st, others, update))
+    init = None
+    if red.inits is not None:
+        init = tuple(E.cast(lower.visit(v), b.dtype) for v, b in zip(red.inits, bufs))
+
+    def thread_loop(name, fn):
+        v = E.Var(f"{tiv.var.name}.{name}", tiv.var.dtype)
+        return S.For(v, E.const(0), E.const(T), S.ForKind.THREAD_BINDING, fn(v), tag)
+
+    def write(v, result, first):
+        if init is not None:
+            result = comb.combine_values(init, result)
+        pred, wraps = self._predicate(st, lower, at={tag: v})
+        store = guarded(spatial + pred, store_values(bufs, idx, result))
+        return S.IfThenElse(first, wrap_threads(wraps, store))
+    warp = _warp_size(self, tag, T, bufs)
+    if warp:
+        return self._wrap(st, leaves[:p], _warp_reduce(
+            self, st, tiv, T, warp, group, G, accs, bufs, fold, identity, comb, thread_loop,
+            write))
     base = group * T if G > 1 else E.const(0)
+    reds = [S.Buffer(f"{b.name}.red", (E.const(G * T),), b.dtype, "shared") for b in bufs]
     per_thread = allocate_all(accs, S.seq(
-        *[S.BufferStore(a, v, zero) for a, v in zip(accs, identity)],
-        self._wrap(st, others, update),
-        *[S.BufferStore(r, E.BufferLoad(a, zero), (base + tiv.var,))
-          for a, r in zip(accs, reds)]))
+        fold, *[S.BufferStore(r, E.BufferLoad(a, zero), (base + tiv.var,))
+                for a, r in zip(accs, reds)]))
     parts = [self._wrap(st, [tiv], per_thread)]
     step = 1
     while step < T:
         step *= 2
     step //= 2
-
-    def thread_loop(name, fn):
-        v = E.Var(f"{tiv.var.name}.{name}", tiv.var.dtype)
-        return S.For(v, E.const(0), E.const(T), S.ForKind.THREAD_BINDING, fn(v), tag)
     while step >= 1:
         s_ = step
 
@@ -81,14 +99,84 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
         parts.append(thread_loop(f"s{s_}", tree))
         step //= 2
     result = tuple(E.BufferLoad(r, (base,)) for r in reds)
-    if red.inits is not None:
-        inits = tuple(E.cast(lower.visit(v), b.dtype) for v, b in zip(red.inits, bufs))
-        result = comb.combine_values(inits, result)
-
-    def write(v):
-        pred, wraps = self._predicate(st, lower, at={tag: v})
-        store = guarded(spatial + pred, store_values(bufs, idx, result))
-        return S.IfThenElse(E.EQ(v, E.const(0)), wrap_threads(wraps, store))
-    parts.append(thread_loop("w", write))
+    parts.append(thread_loop("w", lambda v: write(v, result, E.EQ(v, E.const(0)))))
     return self._wrap(st, leaves[:p], allocate_all(reds, S.seq(*parts)))
 
+
+# dtypes __shfl_down_sync moves in one call
+_SHUFFLED = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+
+
+def _warp_size(self, tag, T, bufs):
+    """The warp size when the reduction may combine within warps by shuffles: a CUDA target,
+    whole warps of reducing threads and dtypes a shuffle moves; else 0 (the shared-memory
+    tree). Warps are whole when T is a multiple of the warp size on threadIdx.x and either
+    the block is one-dimensional or every stage binds threadIdx.x to T threads (a warp then
+    never spans two rows of the block)."""
+    w = self.warp_size
+    if not w or tag != "threadIdx.x" or T % w or any(b.dtype not in _SHUFFLED for b in bufs):
+        return 0
+    rows, same = False, True
+    for s in self.sched.stages:
+        for iv, attr in s.iter_var_attrs.items():
+            t = attr.thread.thread_tag if attr.thread is not None else ""
+            if t in ("threadIdx.y", "threadIdx.z"):
+                rows = True
+            elif t == tag and s in self.bounds:
+                ext = arith.simplify(self.bounds[s].ranges[iv].extent)
+                same = same and isinstance(ext, E.IntImm) and ext.value == T
+    return w if same or not rows else 0
+
+
+def _shuffle_tree(comb, accs, width):
+    """Lane 0's accumulators become the combination over lanes [0, width) of its warp.
+    The shuffled values are let-bound: every lane must execute each shuffle, and a
+    combiner's select would evaluate one only on some lanes."""
+    zero = (E.const(0),)
+    parts, off = [], width // 2
+    while off >= 1:
+        ys = [E.Var(f"{a.name}.down{off}", a.dtype) for a in accs]
+        body = combine_into(comb, accs, zero, ys)
+        for y, a in reversed(list(zip(ys, accs))):
+            down = E.Call(WARP_SHUFFLE_DOWN, (E.BufferLoad(a, zero), E.const(off, "int32")),
+                          a.dtype)
+            body = S.LetStmt(y, down, body)
+        parts.append(body)
+        off //= 2
+    return parts
+
+
+def _warp_reduce(self, st, tiv, T, warp, group, G, accs, bufs, per_thread, identity, comb,
+                 thread_loop, write):
+    """Each warp combines its lanes by shuffles; with one warp its lane 0 writes the
+    result, with W warps lane 0 stores the warp's value to red[g*W + warp] and, after one
+    barrier, warp 0 of the group combines the W values by shuffles: one barrier instead
+    of log2(T)."""
+    zero = (E.const(0),)
+    t = tiv.var
+    W = T // warp
+    fold = _shuffle_tree(comb, accs, warp)
+    result = tuple(E.BufferLoad(a, zero) for a in accs)
+    if W == 1:
+        body = S.seq(per_thread, *fold, write(t, result, E.EQ(t, E.const(0))))
+        return self._wrap(st, [tiv], allocate_all(accs, body))
+    base = group * W if G > 1 else E.const(0)
+    reds = [S.Buffer(f"{b.name}.red", (E.const(G * W),), b.dtype, "shared") for b in bufs]
+    lane0 = E.EQ(E.FloorMod(t, E.const(warp)), E.const(0))
+    publish = S.IfThenElse(lane0, S.seq(*[
+        S.BufferStore(r, v, (base + E.FloorDiv(t, E.const(warp)),)) for r, v in zip(reds, result)]))
+    first = self._wrap(st, [tiv], allocate_all(accs, S.seq(per_thread, *fold, publish)))
+    width = 1
+    while width < W:
+        width *= 2
+    wacc = [S.Buffer(f"{b.name}.wacc", (E.const(1),), b.dtype, "local") for b in bufs]
+
+    def across(v):
+        body = S.seq(
+            *[S.BufferStore(a, x, zero) for a, x in zip(wacc, identity)],
+            S.IfThenElse(E.LT(v, E.const(W)), S.seq(*[
+                S.BufferStore(a, E.BufferLoad(r, (base + v,)), zero) for a, r in zip(wacc, reds)])),
+            *_shuffle_tree(comb, wacc, width),
+            write(v, tuple(E.BufferLoad(a, zero) for a in wacc), E.EQ(v, E.const(0))))
+        return S.IfThenElse(E.LT(v, E.const(warp)), allocate_all(wacc, body))
+    return allocate_all(reds, S.seq(first, thread_loop("w", across)))

@@ -56,9 +56,10 @@ class _LowerExpr(Mutator):
 
 
 class ScheduleLowering:
-    def __init__(self, sched, args, name):
+    def __init__(self, sched, args, name, warp_size=0):
         self.sched = sched
         self.name = name
+        self.warp_size = warp_size    # cross-thread reductions shuffle within such warps (0: never)
         self.roles = scan_roles([st.op for st in sched.stages])
         self.bounds: Dict[object, StageBound] = infer_bounds(sched)
         self.bodies = {}
@@ -479,8 +480,8 @@ def _reads_any(bodies, ops) -> bool:
 
 
 
-def schedule_to_func(sched, args, name) -> S.PrimFunc:
-    low = ScheduleLowering(sched, args, name)
+def schedule_to_func(sched, args, name, warp_size=0) -> S.PrimFunc:
+    low = ScheduleLowering(sched, args, name, warp_size)
     body = low.lower()
     params = list(low.params)
     # Sizes that appear in argument shapes become trailing parameters bound from the arrays.

@@ -49,6 +49,9 @@ class CUDAPrinter(CFamilyPrinter):
     def rsqrt_name(self, dtype):
         return "rsqrtf" if dtype == "float32" else "rsqrt"
 
+    def shuffle_down_text(self, x, offset):
+        return f"__shfl_down_sync(0xffffffffu, {x}, {offset})"
+
     def cast_text(self, x, src, dst):
         if dst == "bfloat16":
             return f"__float2bfloat16_rn({super().cast_text(x, src, 'float32')})"

@@ -313,6 +313,8 @@ class CExprPrinter:
             return f"(&{self.expr(args[0])})"
         if name in tensor_ops.OPS:
             return tensor_ops.emit(self, e)
+        if name == E.WARP_SHUFFLE_DOWN:
+            return self.shuffle_down_text(self.expr(args[0]), self.expr(args[1]))
         if name in _INT_OPS:
             return self.int_call(e)
         if name in _CLASSIFY or name == "ldexp":
@@ -350,6 +352,10 @@ class CExprPrinter:
 
     def rsqrt_name(self, dtype):
         return None
+
+    def shuffle_down_text(self, x, offset):
+        raise BuildError(f"the {self.target} target has no warp shuffle; lower the schedule "
+                         "for this target so that cross-thread reductions use shared memory")
 
     def int_call(self, e):
         """Bitwise operations, shifts, popcount and clz; results cast back to the operand

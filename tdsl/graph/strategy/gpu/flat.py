@@ -3,7 +3,7 @@ make one output (a window, the taps, a count) computed by that output's thread i
 register, so the group stays one kernel."""
 from __future__ import annotations
 
-from ....autosched.gpu import bind_flat
+from ....autosched.gpu_flat import bind_flat
 from ..stages import _ishape, _stages
 
 
