@@ -36,6 +36,35 @@ def _scaled(kind):
     return build
 
 
+def _round_saturate(v, dtype):
+    info = np.iinfo(dtype)
+    r = tdsl.min(tdsl.max(tdsl.nearbyint(v), c(float(info.min), "float32")), c(float(info.max), "float32"))
+    return tdsl.cast(r, dtype)
+
+
+def qadd(ins, attrs, out):
+    """QLinearAdd: a * r_a + b * r_b + offset in float32, multiplies only."""
+    a, b, ra, rb, off = ins
+    n = len(out.shape)
+    ra, rb, off = (v[bidx(n, v, (0,) * n)] for v in (ra, rb, off))
+    return tdsl.compute(out.shape, lambda *i: _round_saturate(
+        tdsl.cast(a[bidx(n, a, i)], "float32") * ra + tdsl.cast(b[bidx(n, b, i)], "float32") * rb + off,
+        attrs["out_dtype"]), name=uname("qadd"))
+
+
+def qgap(ins, attrs, out):
+    """QLinearGlobalAveragePool: the int32 sum, one multiply-add, round, saturate."""
+    x, m, off = ins
+    xs = shape_of(x)
+    rax = [tdsl.reduce_axis((0, s), name=f"k{d}") for d, s in enumerate(xs[2:])]
+    r = tdsl.compute(out.shape, lambda nn, ch, *_: tdsl.sum(tdsl.cast(x[(nn, ch) + tuple(rax)], "int32"), axis=rax),
+                     name=uname("qgap_sum"))
+    n = len(out.shape)
+    mv, ov = m[bidx(n, m, (0,) * n)], off[bidx(n, off, (0,) * n)]
+    return tdsl.compute(out.shape, lambda *i: _round_saturate(tdsl.cast(r[i], "float32") * mv + ov,
+                                                              attrs["out_dtype"]), name=uname("qgap"))
+
+
 def shifted(x, z, name):
     """x - z in int32, z broadcast against x."""
     n = len(x.shape)
@@ -69,4 +98,5 @@ def qmatmul(ins, attrs, out):
 TE.update({
     "qnn.quantize": _scaled("quantize"), "qnn.dequantize": _scaled("dequantize"),
     "qnn.requantize": _scaled("requantize"), "qnn.conv2d": qconv2d, "qnn.matmul": qmatmul,
+    "qnn.add": qadd, "qnn.global_avg_pool": qgap,
 })

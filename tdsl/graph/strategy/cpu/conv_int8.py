@@ -3,7 +3,8 @@ with zero point 0) laid out for AVX512-VNNI: the data padded with its zero point
 NCHW[4c] (4 input channels adjacent: one 32-bit lane of `vpdpbusd`), the weights packed
 once as [CO/16][CI/4][KH][KW][16][4], one instruction per 16 output channels x 4 input
 channels. sum((x - z) * w) = sum(x * w) - z * sum(w): the products stay unsigned x signed
-bytes, and the zero point's share is one int32 per output channel. Targets without VNNI
+bytes, and the zero point's share is one int32 per output channel (the sums of the
+weights are packed once with them, a derived constant). Targets without VNNI
 get the same definition in int32 arithmetic, which LLVM vectorizes."""
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ def qconv2d(g, n, tensors):
             or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
         return None
     x = g.param_tensor(g.pidx[id(x_e)])
-    zx = int(np.asarray(g.consts[xzi]).reshape(()))
     N, CI, H, W = x_e.type.shape
     CO, _, KH, KW = w_e.type.shape
     CB, C4 = -(-CO // LANES), -(-CI // GROUP)
@@ -41,7 +41,10 @@ def qconv2d(g, n, tensors):
         wp[:CO, :CI] = w
         return np.ascontiguousarray(wp.reshape(CB, LANES, C4, GROUP, KH, KW).transpose(0, 2, 4, 5, 1, 3))
     Wp = g.packed_param(wi, (CB, C4, KH, KW, LANES, GROUP), pack)
-    zero = tdsl.const(zx, "uint8")
+    # the zero point is read at run time (kernels are shared by groups that differ only in
+    # their constants' values)
+    xz = g.param_tensor(xzi)
+    zero = xz[()]
     # padding (and the channels that fill the last group of 4) read as the zero point
     P = tdsl.compute((N, C4, H + pt + pb, W + pl + pr, GROUP), lambda b, c4, y, xx, j: tdsl.if_then_else(
         tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl, c4 * GROUP + j < CI),
@@ -53,26 +56,24 @@ def qconv2d(g, n, tensors):
     Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
         P[b, c4, y * sh + ky * dh, xx * sw + kx * dw, j].astype("int32") * Wp[cb, c4, ky, kx, ln, j].astype("int32"),
         axis=[c4, ky, kx, j]), name=topi.uname("qconv"))
-    corr = None
-    if zx:
-        r = [tdsl.reduce_axis((0, e), nm) for e, nm in ((C4, "q4"), (KH, "qy"), (KW, "qx"), (GROUP, "qj"))]
-        corr = tdsl.compute((CB * LANES,), lambda co: tdsl.sum(
-            Wp[co // LANES, r[0], r[1], r[2], co % LANES, r[3]].astype("int32") * tdsl.const(zx, "int32"), axis=r),
-            name=topi.uname("zp_share"))
-        corr.op._graph_root = True
-    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // LANES, y, xx, co % LANES] - corr[co]
-                     if corr is not None else Cv[b, co // LANES, y, xx, co % LANES], name=topi.uname("unpack"))
+
+    def weight_sums(w):
+        return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
+    # the zero point's share z * sum(w): the sums are a constant laid out with the weights
+    sums = g.derived_param(wi, 1, (CO,), "int32", weight_sums)
+    zi = zero.astype("int32")
+    O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // LANES, y, xx, co % LANES] - zi * sums[co],
+                     name=topi.uname("unpack"))
     # bound inference narrows the lanes of a ragged last block, which no longer match the
     # 16 of the instruction: such convs take the int32 loops
     vnni = g.target.has_vnni and CO % LANES == 0
-    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P,
-                    "corr": corr, "ow": OW})
+    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW})
     return O
 
 
 def schedule(s, out, info, parallel, target):
-    Cv, P, corr = info["conv"], info["pad"], info["corr"]
-    _inline_except(s, out, [t for t in (Cv, P, corr) if t is not None])
+    Cv, P = info["conv"], info["pad"]
+    _inline_except(s, out, [Cv, P])
     b, co, y, x = out.op.axis
     _, CB, _, OW, _ = _ishape(Cv)
     xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
