@@ -2,9 +2,9 @@
 requantize (element-wise with broadcast scales: a per-axis scale arrives reshaped to
 broadcast along its axis), and the integer anchors `qnn.conv2d` and `qnn.matmul`, which
 accumulate (x - x_zp) * (w - w_zp) in int32 as ConvInteger and MatMulInteger do, and
-`qnn.add`, onnxruntime's QLinearAdd: two quantized tensors added straight into a third
-quantization, a * (s_a / s_y) + b * (s_b / s_y) + (z_y - z_a s_a / s_y - z_b s_b / s_y)
-in float32 with the ratios precomputed (no division), rounded half to even, saturated."""
+`qnn.add` and `qnn.global_avg_pool`, onnxruntime's QLinearAdd and
+QLinearGlobalAveragePool: quantized in, quantized out, the output scale's reciprocal or
+the whole multiplier precomputed (no division in the kernel)."""
 from __future__ import annotations
 
 import numpy as np
@@ -105,45 +105,55 @@ def _qmatmul_ref(a, b, az, bz, at):
 register("qnn.matmul", "anchor", _qmatmul_infer, _qmatmul_ref)
 
 
+
+def _scalars(types, dtypes, what):
+    for t, d in zip(types, dtypes):
+        if t.size != 1 or (t.dtype != d if d else t.dtype not in QTYPES):
+            raise GraphError(f"{what}: expected a scalar of {d or 'uint8/int8'}, got {t}")
+
+
+def _round_saturate(v, z, dtype):
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(v) + z.astype(np.float32), info.min, info.max).astype(dtype)
+
+
 def _qadd_infer(types, attrs):
-    _nargs(types, 5)
-    a, b, ra, rb, c = types
+    _nargs(types, 8)
+    a, b, sa, za, sb, zb, ry, zy = types
     _int_operands([a, b])
-    for t in (ra, rb, c):
-        if t.dtype != "float32" or t.size != 1:
-            raise GraphError(f"qnn.add: the ratios and the offset are float32 scalars, got {t}")
+    _scalars([sa, za, sb, zb, ry, zy], ["float32", None, "float32", None, "float32", None], "qnn.add")
     if attrs["out_dtype"] not in QTYPES:
         raise GraphError(f"qnn.add: unsupported output type {attrs['out_dtype']}")
     return TensorType(broadcast_shape(a.shape, b.shape), attrs["out_dtype"])
 
 
-def _qadd_ref(a, b, ra, rb, c, at):
-    v = a.astype(np.float32) * np.float32(ra) + b.astype(np.float32) * np.float32(rb) + np.float32(c)
-    info = np.iinfo(at["out_dtype"])
-    return np.clip(np.rint(v), info.min, info.max).astype(at["out_dtype"])
+def _qadd_ref(a, b, sa, za, sb, zb, ry, zy, at):
+    f = np.float32
+    v = (((a.astype(np.int32) - za.astype(np.int32)).astype(f) * f(sa)) +
+         ((b.astype(np.int32) - zb.astype(np.int32)).astype(f) * f(sb))) * f(ry)
+    return _round_saturate(v, zy, at["out_dtype"])
 
 
+# onnxruntime's QLinearAdd (its AVX2 kernel): the dequantized sum times the reciprocal of
+# the output scale (onnxruntime divides by it: the product differs by an ulp at most)
 register("qnn.add", "broadcast", _qadd_infer, _qadd_ref, required=("out_dtype",))
 
 
 def _qgap_infer(types, attrs):
-    _nargs(types, 3)
-    x, m, c = types
+    _nargs(types, 4)
+    x, m, bias, zy = types
     _int_operands([x])
-    if x.ndim < 3 or m.dtype != "float32" or c.dtype != "float32" or m.size != 1 or c.size != 1:
-        raise GraphError(f"qnn.global_avg_pool: input {x} of rank >= 3, float32 scalar multiplier and offset")
-    if attrs["out_dtype"] not in QTYPES:
-        raise GraphError(f"qnn.global_avg_pool: unsupported output type {attrs['out_dtype']}")
+    _scalars([m, bias, zy], ["float32", "int32", None], "qnn.global_avg_pool")
+    if x.ndim < 3 or attrs["out_dtype"] not in QTYPES:
+        raise GraphError(f"qnn.global_avg_pool: input {x} of rank >= 3, output {attrs['out_dtype']}")
     return TensorType(x.shape[:2] + (1,) * (x.ndim - 2), attrs["out_dtype"])
 
 
-def _qgap_ref(x, m, c, at):
-    s = x.astype(np.int32).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
-    v = s.astype(np.float32) * np.float32(m) + np.float32(c)
-    info = np.iinfo(at["out_dtype"])
-    return np.clip(np.rint(v), info.min, info.max).astype(at["out_dtype"])
+def _qgap_ref(x, m, bias, zy, at):
+    s = x.astype(np.int32).sum(axis=tuple(range(2, x.ndim)), keepdims=True) + bias.astype(np.int32)
+    return _round_saturate(s.astype(np.float32) * np.float32(m), zy, at["out_dtype"])
 
 
-# onnxruntime's QLinearGlobalAveragePool: the int32 sum times s_x / (s_y * count), plus
-# z_y - z_x * s_x / s_y, rounded and saturated
+# onnxruntime's QLinearGlobalAveragePool: (the int32 sum - z_x * count) times
+# s_x / (s_y * count), rounded, plus z_y, saturated
 register("qnn.global_avg_pool", "reduce", _qgap_infer, _qgap_ref, required=("out_dtype",))

@@ -10,7 +10,8 @@ what onnxruntime's QLinearConv computes. Max pools and reshapes between a dequan
 quantize of the same parameters run on the integers (both commute with a monotonic affine
 map). `quantize(dequantize(a) + dequantize(b))` becomes `qnn.add` (QLinearAdd) and
 `quantize(global_avg_pool(dequantize(x)))` `qnn.global_avg_pool`, with per-tensor
-parameters: their ratios are folded here, so the kernels multiply and never divide.
+parameters, as onnxruntime's QLinearAdd and QLinearGlobalAveragePool compute them (the
+multipliers folded here: the kernels multiply and never divide).
 Runs before constant folding, which would turn the dequantized weights into floats."""
 from __future__ import annotations
 
@@ -134,12 +135,13 @@ def _dq_scalar(e, memo):
     return d[0], _scalar(d[1]), _scalar(d[2])
 
 
-def _f32(v):
-    return Const(np.asarray(v, np.float32))
+def _c(v, dtype):
+    return Const(np.asarray(v, dtype))
 
 
 def _integer_add(n, args, memo):
-    """quantize(dequantize(a) + dequantize(b)) -> qnn.add (QLinearAdd)."""
+    """quantize(dequantize(a) + dequantize(b)) -> qnn.add (QLinearAdd); the output scale
+    arrives as its float32 reciprocal."""
     f, out = args[0], _out_params(n, args, memo)
     if out is None or not (isinstance(f, Call) and f.op == "add" and len(f.args) == 2):
         return None
@@ -147,15 +149,15 @@ def _integer_add(n, args, memo):
     if a is None or b is None:
         return None
     sy, zy = out
-    # the ratios in float32 as onnxruntime's QLinearAdd computes them
-    ra = np.float32(np.float32(a[1]) / np.float32(sy))
-    rb = np.float32(np.float32(b[1]) / np.float32(sy))
-    off = np.float32(zy) - (ra * np.float32(a[2]) + rb * np.float32(b[2]))
-    return Call("qnn.add", [a[0], b[0], _f32(ra), _f32(rb), _f32(off)], {"out_dtype": n.attrs["out_dtype"]}, n.span)
+    dt = n.attrs["out_dtype"]
+    return Call("qnn.add", [a[0], b[0], _c(a[1], np.float32), _c(a[2], a[0].type.dtype), _c(b[1], np.float32),
+                            _c(b[2], b[0].type.dtype), _c(np.float32(1) / np.float32(sy), np.float32), _c(zy, dt)],
+                {"out_dtype": dt}, n.span)
 
 
 def _integer_gap(n, args, memo):
-    """quantize(global_avg_pool(dequantize(x))) -> qnn.global_avg_pool."""
+    """quantize(global_avg_pool(dequantize(x))) -> qnn.global_avg_pool, with onnxruntime's
+    multiplier s_x / (s_y * count) in float32."""
     f, out = args[0], _out_params(n, args, memo)
     if out is None or not (isinstance(f, Call) and f.op == "nn.global_avg_pool"):
         return None
@@ -164,10 +166,12 @@ def _integer_gap(n, args, memo):
         return None
     sy, zy = out
     count = int(np.prod(x[0].type.shape[2:]))
-    r = np.float32(np.float32(x[1]) / np.float32(sy))
-    m = np.float32(r / np.float32(count))
-    off = np.float32(zy) - r * np.float32(x[2])
-    return Call("qnn.global_avg_pool", [x[0], _f32(m), _f32(off)], {"out_dtype": n.attrs["out_dtype"]}, n.span)
+    if count >= 1 << 23:
+        return None
+    m = np.float32(x[1]) / (np.float32(sy) * np.float32(count))
+    dt = n.attrs["out_dtype"]
+    return Call("qnn.global_avg_pool", [x[0], _c(m, np.float32), _c(-int(x[2]) * count, np.int32), _c(zy, dt)],
+                {"out_dtype": dt}, n.span)
 
 
 def quantized_operators(mod: Module) -> Module:

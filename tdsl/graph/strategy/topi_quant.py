@@ -36,33 +36,29 @@ def _scaled(kind):
     return build
 
 
-def _round_saturate(v, dtype):
-    info = np.iinfo(dtype)
-    r = tdsl.min(tdsl.max(tdsl.nearbyint(v), c(float(info.min), "float32")), c(float(info.max), "float32"))
-    return tdsl.cast(r, dtype)
-
-
 def qadd(ins, attrs, out):
-    """QLinearAdd: a * r_a + b * r_b + offset in float32, multiplies only."""
-    a, b, ra, rb, off = ins
+    """QLinearAdd: ((a - z_a) s_a + (b - z_b) s_b) * (1 / s_y), multiplies only."""
+    a, b, sa, za, sb, zb, ry, zy = ins
     n = len(out.shape)
-    ra, rb, off = (v[bidx(n, v, (0,) * n)] for v in (ra, rb, off))
-    return tdsl.compute(out.shape, lambda *i: _round_saturate(
-        tdsl.cast(a[bidx(n, a, i)], "float32") * ra + tdsl.cast(b[bidx(n, b, i)], "float32") * rb + off,
-        attrs["out_dtype"]), name=uname("qadd"))
+    sa, za, sb, zb, ry, zy = (v[bidx(n, v, (0,) * n)] for v in (sa, za, sb, zb, ry, zy))
+
+    def deq(t, z, sc, i):
+        return tdsl.cast(tdsl.cast(t[bidx(n, t, i)], "int32") - tdsl.cast(z, "int32"), "float32") * sc
+    return tdsl.compute(out.shape, lambda *i: saturate((deq(a, za, sa, i) + deq(b, zb, sb, i)) * ry, zy,
+                                                       attrs["out_dtype"]), name=uname("qadd"))
 
 
 def qgap(ins, attrs, out):
-    """QLinearGlobalAveragePool: the int32 sum, one multiply-add, round, saturate."""
-    x, m, off = ins
+    """QLinearGlobalAveragePool: the int32 sum, one multiply, round, saturate."""
+    x, m, bias, zy = ins
     xs = shape_of(x)
     rax = [tdsl.reduce_axis((0, s), name=f"k{d}") for d, s in enumerate(xs[2:])]
     r = tdsl.compute(out.shape, lambda nn, ch, *_: tdsl.sum(tdsl.cast(x[(nn, ch) + tuple(rax)], "int32"), axis=rax),
                      name=uname("qgap_sum"))
     n = len(out.shape)
-    mv, ov = m[bidx(n, m, (0,) * n)], off[bidx(n, off, (0,) * n)]
-    return tdsl.compute(out.shape, lambda *i: _round_saturate(tdsl.cast(r[i], "float32") * mv + ov,
-                                                              attrs["out_dtype"]), name=uname("qgap"))
+    mv, bv, zv = (v[bidx(n, v, (0,) * n)] for v in (m, bias, zy))
+    return tdsl.compute(out.shape, lambda *i: saturate(tdsl.cast(r[i] + bv, "float32") * mv, zv, attrs["out_dtype"]),
+                        name=uname("qgap"))
 
 
 def shifted(x, z, name):
