@@ -13,12 +13,14 @@ import numpy as np
 import tdsl
 
 from .... import tiling
+from ....target import as_target
 from ....te import intrin_x86
 from .. import topi
 from ..stages import _ishape
 from .loops import _inline_except
 
 LANES, GROUP = intrin_x86.LANES, 4
+TILE_RULE = "vnni"
 
 
 def qconv2d(g, n, tensors):
@@ -71,12 +73,39 @@ def qconv2d(g, n, tensors):
     return O
 
 
+# accumulators of the register tile of the VNNI conv: vpdpbusd takes the weights from
+# memory, so a tile needs its accumulators and one register for the broadcast data only
+VNNI_MAX_ACC = 28
+
+
+def vnni_tile(target, ow, cb):
+    """(output columns, 16-channel blocks) of the VNNI conv's register tile: the most
+    instructions per load (rows * vecs / (rows + vecs)) among tiles that divide the row and
+    the blocks, at most VNNI_MAX_ACC accumulators (of the registers there are, less 4)."""
+    regs = max(as_target(target).vector_registers, 8)
+    cap = min(VNNI_MAX_ACC, regs - 4)
+    best, key = (1, 1), None
+    for vecs in range(1, min(cb, 4) + 1):
+        if cb % vecs:
+            continue
+        for rows in range(1, min(ow, 16) + 1):
+            if ow % rows or rows * vecs > cap:
+                continue
+            k = (rows * vecs / (rows + vecs), vecs)
+            if key is None or k > key:
+                best, key = (rows, vecs), k
+    return best
+
+
 def schedule(s, out, info, parallel, target):
     Cv, P = info["conv"], info["pad"]
     _inline_except(s, out, [Cv, P])
     b, co, y, x = out.op.axis
     _, CB, _, OW, _ = _ishape(Cv)
-    xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
+    if info["kind"] == "qconv2d_vnni" and TILE_RULE == "vnni":
+        xb, cbb = vnni_tile(target, OW, CB)
+    else:
+        xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
     cob, coi = s[out].split(co, factor=LANES * cbb)
     xo, xi = s[out].split(x, factor=xb)
     s[out].reorder(b, cob, y, xo, coi, xi)
