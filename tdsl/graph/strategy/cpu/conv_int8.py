@@ -20,7 +20,11 @@ from ..stages import _ishape
 from .loops import _inline_except
 
 LANES, GROUP = intrin_x86.LANES, 4
+# schedule choices kept switchable for measurement: TILE_RULE "vnni" (vnni_tile) or "rt"
+# (tiling.register_tile, which budgets a register per weight vector); EPILOGUE "tile" (the
+# epilogue per register tile) or "row" (per output row, wide vectors; not faster so far)
 TILE_RULE = "vnni"
+EPILOGUE = "tile"
 
 
 def qconv2d(g, n, tensors):
@@ -107,16 +111,34 @@ def schedule(s, out, info, parallel, target):
     else:
         xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
     cob, coi = s[out].split(co, factor=LANES * cbb)
-    xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, y, xo, coi, xi)
-    s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
-    par = s[out].fuse(b, cob, y)
-    if parallel:
-        s[out].parallel(par)
-    s[Cv].compute_at(s[out], xo)
-    _, cl, yl, xl, ll = s[Cv].op.axis
-    r4, ry, rx, rj = s[Cv].op.reduce_axis
-    s[Cv].reorder(r4, ry, rx, yl, xl, cl, ll, rj)
+    if EPILOGUE == "row":
+        # the conv of a whole output row (OW x the tile's channels, int32, in L1) first, then
+        # the epilogue (requantize, residual adds) along the row in wide vectors rather
+        # than the register tile's few columns
+        ex = next((v for v in (16, 8) if OW % v == 0), OW if OW <= 32 else xb)
+        xo, xi = s[out].split(x, factor=ex)
+        s[out].reorder(b, cob, y, coi, xo, xi)
+        s[out].vectorize(xi)
+        par = s[out].fuse(b, cob, y)
+        if parallel:
+            s[out].parallel(par)
+        s[Cv].compute_at(s[out], par)
+        _, cl, yl, xl, ll = s[Cv].op.axis
+        r4, ry, rx, rj = s[Cv].op.reduce_axis
+        xlo, xli = s[Cv].split(xl, factor=xb)
+        s[Cv].reorder(xlo, r4, ry, rx, yl, xli, cl, ll, rj)
+        xl = xli
+    else:
+        xo, xi = s[out].split(x, factor=xb)
+        s[out].reorder(b, cob, y, xo, coi, xi)
+        s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
+        par = s[out].fuse(b, cob, y)
+        if parallel:
+            s[out].parallel(par)
+        s[Cv].compute_at(s[out], xo)
+        _, cl, yl, xl, ll = s[Cv].op.axis
+        r4, ry, rx, rj = s[Cv].op.reduce_axis
+        s[Cv].reorder(r4, ry, rx, yl, xl, cl, ll, rj)
     s[Cv].unroll(yl)
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
@@ -128,3 +150,4 @@ def schedule(s, out, info, parallel, target):
     rows = s[P].fuse(*P.op.axis[:3])
     if parallel:
         s[P].parallel(rows)
+    s[P].unroll(P.op.axis[4])      # the 4 channels of a group: 4 rows read side by side
