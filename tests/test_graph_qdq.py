@@ -164,3 +164,26 @@ def test_qconv_zero_points_read_at_run_time():
     assert sum(n.op == "qnn.conv2d" for f in mod.main.nodes() if isinstance(f.op, Function)
                for n in f.op.nodes()) == 2
     assert d.max() <= 1, d.max()
+
+
+@pytest.mark.parametrize("ci,k,stride,pad,dil", [(3, 7, 2, 3, 1), (1, 3, 1, 1, 1), (2, 5, 2, 1, 2)])
+def test_qconv_few_channels_taps_along_reduction(ci, k, stride, pad, dil):
+    """Convs of fewer than 4 input channels (the stem) put (kx, channel) pairs along the
+    reduction; they match onnxruntime, zero points included."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(8)
+    co, hw = 32, 23
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(117)), ("w", rng.integers(-90, 90, (co, ci, k, k)).astype(np.int8)),
+             ("sw", np.float32(0.004)), ("zw", np.int8(0)), ("b", rng.integers(-2000, 2000, co).astype(np.int32)),
+             ("sb", np.float32(0.02 * 0.004)), ("zb", np.int32(0)), ("sy", np.float32(0.06)), ("zy", np.uint8(70))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"]),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[pad] * 4, strides=[stride] * 2, dilations=[dil] * 2),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, ci, hw, hw])], TensorProto.UINT8)
+    mod, d = _steps(model, {"x": rng.standard_normal((1, ci, hw, hw)).astype(np.float32)})
+    assert "qnn.conv2d" in _ops(mod)
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+    if tdsl.target.as_target("llvm").has_vnni:
+        assert "qconv2d_vnni" in _kinds(mod, "llvm")

@@ -25,6 +25,66 @@ LANES, GROUP = intrin_x86.LANES, 4
 # epilogue per register tile) or "row" (per output row, wide vectors; not faster so far)
 TILE_RULE = "vnni"
 EPILOGUE = "tile"
+STEM_ROWS = True     # convs of fewer than 4 input channels take _taps_along_reduction
+
+
+def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_):
+    """NCHW[4c]: 4 input channels in each 32-bit lane of vpdpbusd."""
+    (N, CI, H, W), (CO, KH, KW), (OH, OW) = xs, ws, os_
+    CB, C4 = -(-CO // LANES), -(-CI // GROUP)
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl, pb, pr = a["padding"]
+
+    def pack(w):
+        wp = np.zeros((CB * LANES, C4 * GROUP, KH, KW), np.int8)
+        wp[:CO, :CI] = w
+        return np.ascontiguousarray(wp.reshape(CB, LANES, C4, GROUP, KH, KW).transpose(0, 2, 4, 5, 1, 3))
+    Wp = g.packed_param(wi, (CB, C4, KH, KW, LANES, GROUP), pack)
+    # padding (and the channels that fill the last group of 4) read as the zero point
+    P = tdsl.compute((N, C4, H + pt + pb, W + pl + pr, GROUP), lambda b, c4, y, xx, j: tdsl.if_then_else(
+        tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl, c4 * GROUP + j < CI),
+        x[b, c4 * GROUP + j, y - pt, xx - pl], zero), name=topi.uname("pack4"))
+    c4 = tdsl.reduce_axis((0, C4), "c4")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    j = tdsl.reduce_axis((0, GROUP), "j")
+    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
+        P[b, c4, y * sh + ky * dh, xx * sw + kx * dw, j].astype("int32") * Wp[cb, c4, ky, kx, ln, j].astype("int32"),
+        axis=[c4, ky, kx, j]), name=topi.uname("qconv"))
+    return P, Cv
+
+
+def _taps_along_reduction(g, wi, x, zero, a, xs, ws, os_):
+    """A conv of few input channels (the stem's 3): the (kx, channel) pairs of a kernel row
+    along the reduction, 4 to a lane (3 x 7 = 21 in 6 groups rather than 7 groups of 4
+    channels with one of padding), from the data laid out per output column:
+    P[b, y, ox, g, j] = x[b, c, y, ox * sw + kx] with (kx, c) = divmod(4 g + j, CI)."""
+    (N, CI, H, W), (CO, KH, KW), (OH, OW) = xs, ws, os_
+    CB = -(-CO // LANES)
+    G = -(-(KW * CI) // GROUP)
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+    pt, pl, pb, pr = a["padding"]
+
+    def pack(w):
+        wp = np.zeros((CB * LANES, KH, G * GROUP), np.int8)
+        wp[:CO, :, :KW * CI] = w.transpose(0, 2, 3, 1).reshape(CO, KH, KW * CI)
+        return np.ascontiguousarray(wp.reshape(CB, LANES, KH, G, GROUP).transpose(0, 2, 3, 1, 4))
+    Wp = g.packed_param(wi, (CB, KH, G, LANES, GROUP), pack)
+
+    def data(b, y, ox, gi, j):
+        t = gi * GROUP + j
+        kx, c = t // CI, t % CI
+        xx = ox * sw + kx * dw - pl
+        return tdsl.if_then_else(tdsl.all(y >= pt, y < H + pt, xx >= 0, xx < W, t < KW * CI),
+                                 x[b, c, y - pt, xx], zero)
+    P = tdsl.compute((N, H + pt + pb, OW, G, GROUP), data, name=topi.uname("packrow"))
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    gr = tdsl.reduce_axis((0, G), "g")
+    j = tdsl.reduce_axis((0, GROUP), "j")
+    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
+        P[b, y * sh + ky * dh, xx, gr, j].astype("int32") * Wp[cb, ky, gr, ln, j].astype("int32"),
+        axis=[ky, gr, j]), name=topi.uname("qconv"))
+    return P, Cv
 
 
 def qconv2d(g, n, tensors):
@@ -37,31 +97,16 @@ def qconv2d(g, n, tensors):
     x = g.param_tensor(g.pidx[id(x_e)])
     N, CI, H, W = x_e.type.shape
     CO, _, KH, KW = w_e.type.shape
-    CB, C4 = -(-CO // LANES), -(-CI // GROUP)
-    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    pt, pl, pb, pr = a["padding"]
     OH, OW = n.type.shape[2:]
-
-    def pack(w):
-        wp = np.zeros((CB * LANES, C4 * GROUP, KH, KW), np.int8)
-        wp[:CO, :CI] = w
-        return np.ascontiguousarray(wp.reshape(CB, LANES, C4, GROUP, KH, KW).transpose(0, 2, 4, 5, 1, 3))
-    Wp = g.packed_param(wi, (CB, C4, KH, KW, LANES, GROUP), pack)
     # the zero point is read at run time (kernels are shared by groups that differ only in
     # their constants' values)
     xz = g.param_tensor(xzi)
     zero = xz[()]
-    # padding (and the channels that fill the last group of 4) read as the zero point
-    P = tdsl.compute((N, C4, H + pt + pb, W + pl + pr, GROUP), lambda b, c4, y, xx, j: tdsl.if_then_else(
-        tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl, c4 * GROUP + j < CI),
-        x[b, c4 * GROUP + j, y - pt, xx - pl], zero), name=topi.uname("pack4"))
-    c4 = tdsl.reduce_axis((0, C4), "c4")
-    ky = tdsl.reduce_axis((0, KH), "ky")
-    kx = tdsl.reduce_axis((0, KW), "kx")
-    j = tdsl.reduce_axis((0, GROUP), "j")
-    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
-        P[b, c4, y * sh + ky * dh, xx * sw + kx * dw, j].astype("int32") * Wp[cb, c4, ky, kx, ln, j].astype("int32"),
-        axis=[c4, ky, kx, j]), name=topi.uname("qconv"))
+    rows = STEM_ROWS and CI < GROUP and KW > 1
+    if rows:
+        P, Cv = _taps_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW))
+    else:
+        P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW))
 
     def weight_sums(w):
         return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
@@ -73,7 +118,8 @@ def qconv2d(g, n, tensors):
     # bound inference narrows the lanes of a ragged last block, which no longer match the
     # 16 of the instruction: such convs take the int32 loops
     vnni = g.target.has_vnni and CO % LANES == 0
-    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW})
+    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW,
+                    "rows": rows})
     return O
 
 
@@ -124,9 +170,9 @@ def schedule(s, out, info, parallel, target):
             s[out].parallel(par)
         s[Cv].compute_at(s[out], par)
         _, cl, yl, xl, ll = s[Cv].op.axis
-        r4, ry, rx, rj = s[Cv].op.reduce_axis
+        *rs, rj = s[Cv].op.reduce_axis
         xlo, xli = s[Cv].split(xl, factor=xb)
-        s[Cv].reorder(xlo, r4, ry, rx, yl, xli, cl, ll, rj)
+        s[Cv].reorder(xlo, *rs, yl, xli, cl, ll, rj)
         xl = xli
     else:
         xo, xi = s[out].split(x, factor=xb)
@@ -137,8 +183,8 @@ def schedule(s, out, info, parallel, target):
             s[out].parallel(par)
         s[Cv].compute_at(s[out], xo)
         _, cl, yl, xl, ll = s[Cv].op.axis
-        r4, ry, rx, rj = s[Cv].op.reduce_axis
-        s[Cv].reorder(r4, ry, rx, yl, xl, cl, ll, rj)
+        *rs, rj = s[Cv].op.reduce_axis
+        s[Cv].reorder(*rs, yl, xl, cl, ll, rj)
     s[Cv].unroll(yl)
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
@@ -147,7 +193,7 @@ def schedule(s, out, info, parallel, target):
     else:
         s[Cv].unroll(rj)
         s[Cv].vectorize(ll)
-    rows = s[P].fuse(*P.op.axis[:3])
+    rows = s[P].fuse(*P.op.axis[:2 if info.get("rows") else 3])
     if parallel:
         s[P].parallel(rows)
     s[P].unroll(P.op.axis[4])      # the 4 channels of a group: 4 rows read side by side
