@@ -20,12 +20,13 @@ from ..stages import _ishape
 from .loops import _inline_except
 
 LANES, GROUP = intrin_x86.LANES, 4
-# schedule choices kept switchable for measurement: TILE_RULE "vnni" (vnni_tile) or "rt"
-# (tiling.register_tile, which budgets a register per weight vector); EPILOGUE "tile" (the
-# epilogue per register tile) or "row" (per output row, wide vectors; not faster so far)
+# schedule choices kept switchable for measurement: TILE_RULE "vnni" (vnni_tile; 24% faster
+# on the QDQ ResNet-18) or "rt" (tiling.register_tile, which budgets a register per weight
+# vector); STEM_ROWS: convs of fewer than 4 input channels take _taps_along_reduction (12%
+# fewer instructions on the 7x7 stem, but its larger data layout cost as much: the stem ran
+# 0.42 ms against 0.405 ms with the NCHW[4c] path, so off)
 TILE_RULE = "vnni"
-EPILOGUE = "tile"
-STEM_ROWS = True     # convs of fewer than 4 input channels take _taps_along_reduction
+STEM_ROWS = False
 
 
 def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_):
@@ -157,34 +158,16 @@ def schedule(s, out, info, parallel, target):
     else:
         xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
     cob, coi = s[out].split(co, factor=LANES * cbb)
-    if EPILOGUE == "row":
-        # the conv of a whole output row (OW x the tile's channels, int32, in L1) first, then
-        # the epilogue (requantize, residual adds) along the row in wide vectors rather
-        # than the register tile's few columns
-        ex = next((v for v in (16, 8) if OW % v == 0), OW if OW <= 32 else xb)
-        xo, xi = s[out].split(x, factor=ex)
-        s[out].reorder(b, cob, y, coi, xo, xi)
-        s[out].vectorize(xi)
-        par = s[out].fuse(b, cob, y)
-        if parallel:
-            s[out].parallel(par)
-        s[Cv].compute_at(s[out], par)
-        _, cl, yl, xl, ll = s[Cv].op.axis
-        *rs, rj = s[Cv].op.reduce_axis
-        xlo, xli = s[Cv].split(xl, factor=xb)
-        s[Cv].reorder(xlo, *rs, yl, xli, cl, ll, rj)
-        xl = xli
-    else:
-        xo, xi = s[out].split(x, factor=xb)
-        s[out].reorder(b, cob, y, xo, coi, xi)
-        s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
-        par = s[out].fuse(b, cob, y)
-        if parallel:
-            s[out].parallel(par)
-        s[Cv].compute_at(s[out], xo)
-        _, cl, yl, xl, ll = s[Cv].op.axis
-        *rs, rj = s[Cv].op.reduce_axis
-        s[Cv].reorder(*rs, yl, xl, cl, ll, rj)
+    xo, xi = s[out].split(x, factor=xb)
+    s[out].reorder(b, cob, y, xo, coi, xi)
+    s[out].vectorize(xi)       # the epilogue (requantize, residual adds) along a row
+    par = s[out].fuse(b, cob, y)
+    if parallel:
+        s[out].parallel(par)
+    s[Cv].compute_at(s[out], xo)
+    _, cl, yl, xl, ll = s[Cv].op.axis
+    *rs, rj = s[Cv].op.reduce_axis
+    s[Cv].reorder(*rs, yl, xl, cl, ll, rj)
     s[Cv].unroll(yl)
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
