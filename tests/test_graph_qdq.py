@@ -50,7 +50,7 @@ def test_qdq_resnet_matches_onnxruntime(qdq_resnet, target, kind):
     ref = models.onnxruntime_run(qdq_resnet, {"input": x})[0]
     got = G.build(mod, target=target).run(x)[0]
     steps = np.rint(np.abs(got - ref) / _output_step(qdq_resnet))
-    assert steps.max() <= 1 and np.mean(steps == 0) >= 0.9, (steps.max(), np.mean(steps == 0))
+    assert steps.max() <= 1 and np.mean(steps == 0) >= 0.95, (steps.max(), np.mean(steps == 0))
 
 
 def test_unmatched_qdq_stays_float():
@@ -75,3 +75,121 @@ def test_unmatched_qdq_stays_float():
     ref = models.onnxruntime_run(model, {"x": x})[0]
     got = G.build(G.optimize(G.from_onnx(model))).run(x)[0]
     assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
+
+
+def _model(nodes, inits, inputs, out_type):
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info("y", out_type, None)],
+                          [numpy_helper.from_array(v, n) for n, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _qdq_inputs(names):
+    from onnx import helper
+    return [n for x in names for n in (helper.make_node("QuantizeLinear", [x, f"s_{x}", f"z_{x}"], [f"{x}q"]),
+                                       helper.make_node("DequantizeLinear", [f"{x}q", f"s_{x}", f"z_{x}"], [f"{x}d"]))]
+
+
+def _steps(model, feeds):
+    ref = models.onnxruntime_run(model, feeds)[0]
+    mod = G.optimize(G.from_onnx(model))
+    got = G.build(mod).run(*feeds.values())[0]
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    return mod, np.abs(got.astype(int) - ref.astype(int))
+
+
+def _ops(mod):
+    return {m.op for n in mod.main.nodes() for m in ([n] if not isinstance(n.op, Function) else n.op.nodes())
+            if isinstance(m.op, str)}
+
+
+@pytest.mark.parametrize("zy", [0, 37])
+def test_qlinear_add_integer(zy):
+    """DequantizeLinear x2 -> Add -> QuantizeLinear is qnn.add (QLinearAdd: float ratios,
+    no division), one step from onnxruntime at most."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(5)
+    inits = [("s_a", np.float32(0.031)), ("z_a", np.uint8(120)), ("s_b", np.float32(0.047)), ("z_b", np.uint8(3)),
+             ("s_y", np.float32(0.052)), ("z_y", np.uint8(zy))]
+    nodes = _qdq_inputs(["a", "b"]) + [helper.make_node("Add", ["ad", "bd"], ["c"]),
+                                       helper.make_node("QuantizeLinear", ["c", "s_y", "z_y"], ["y"])]
+    shape = [1, 16, 9, 13]
+    model = _model(nodes, inits, [("a", shape), ("b", shape)], TensorProto.UINT8)
+    feeds = {"a": rng.standard_normal(shape).astype(np.float32) * 3,
+             "b": rng.standard_normal(shape).astype(np.float32) * 4}
+    mod, d = _steps(model, feeds)
+    ops = _ops(mod)
+    assert "qnn.add" in ops and "add" not in ops and "qnn.dequantize" not in ops, ops
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+
+
+def test_qlinear_global_avg_pool_integer():
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(6)
+    inits = [("s_a", np.float32(0.021)), ("z_a", np.uint8(7)), ("s_y", np.float32(0.013)), ("z_y", np.uint8(20))]
+    nodes = _qdq_inputs(["a"]) + [helper.make_node("GlobalAveragePool", ["ad"], ["c"]),
+                                  helper.make_node("QuantizeLinear", ["c", "s_y", "z_y"], ["y"])]
+    shape = [1, 32, 7, 7]
+    model = _model(nodes, inits, [("a", shape)], TensorProto.UINT8)
+    mod, d = _steps(model, {"a": np.abs(rng.standard_normal(shape)).astype(np.float32) * 2})
+    ops = _ops(mod)
+    assert "qnn.global_avg_pool" in ops and "nn.global_avg_pool" not in ops, ops
+    assert d.max() <= 1, d.max()
+
+
+def test_qconv_zero_points_read_at_run_time():
+    """Two convs alike but for the data's zero point share a kernel: the zero point (and
+    its share, z * the packed sums of the weights) must come from each group's own
+    constants."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(7)
+    w = rng.integers(-60, 60, (16, 8, 3, 3)).astype(np.int8)
+    b = rng.integers(-500, 500, 16).astype(np.int32)
+    inits = [("w", w), ("sw", np.float32(0.01)), ("zw", np.int8(0)), ("sy", np.float32(0.2)), ("zy", np.uint8(90))]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"])]
+    for x, zx in (("a", 0), ("c", 131)):
+        inits += [(f"s_{x}", np.float32(0.05)), (f"z_{x}", np.uint8(zx)), (f"b{x}", b), (f"sb{x}", np.float32(0.05 * 0.01)),
+                  (f"zb{x}", np.int32(0))]
+        nodes += _qdq_inputs([x]) + [
+            helper.make_node("DequantizeLinear", [f"b{x}", f"sb{x}", f"zb{x}"], [f"b{x}d"]),
+            helper.make_node("Conv", [f"{x}d", "wd", f"b{x}d"], [f"{x}c"], pads=[1, 1, 1, 1]),
+            helper.make_node("QuantizeLinear", [f"{x}c", "sy", "zy"], [f"{x}y"])]
+    nodes.append(helper.make_node("Concat", ["ay", "cy"], ["y"], axis=1))
+    shape = [1, 8, 6, 6]
+    model = _model(nodes, inits, [("a", shape), ("c", shape)], TensorProto.UINT8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    feeds = {"a": np.abs(x), "c": x}
+    mod, d = _steps(model, feeds)
+    assert sum(n.op == "qnn.conv2d" for f in mod.main.nodes() if isinstance(f.op, Function)
+               for n in f.op.nodes()) == 2
+    assert d.max() <= 1, d.max()
+
+
+@pytest.mark.parametrize("rows", [False, True])
+@pytest.mark.parametrize("ci,k,stride,pad,dil", [(3, 7, 2, 3, 1), (1, 3, 1, 1, 1), (2, 5, 2, 1, 2)])
+def test_qconv_few_channels(ci, k, stride, pad, dil, rows, monkeypatch):
+    """Convs of fewer than 4 input channels (the stem), NCHW[4c] with padded channels or
+    (STEM_ROWS) the (kx, channel) pairs along the reduction, match onnxruntime, zero points
+    included."""
+    from onnx import TensorProto, helper
+    from tdsl.graph import executor
+    from tdsl.graph.strategy.cpu import conv_int8
+    monkeypatch.setattr(conv_int8, "STEM_ROWS", rows)
+    monkeypatch.setattr(executor, "_KERNELS", {})
+    rng = np.random.default_rng(8)
+    co, hw = 32, 23
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(117)), ("w", rng.integers(-90, 90, (co, ci, k, k)).astype(np.int8)),
+             ("sw", np.float32(0.004)), ("zw", np.int8(0)), ("b", rng.integers(-2000, 2000, co).astype(np.int32)),
+             ("sb", np.float32(0.02 * 0.004)), ("zb", np.int32(0)), ("sy", np.float32(0.06)), ("zy", np.uint8(70))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"]),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[pad] * 4, strides=[stride] * 2, dilations=[dil] * 2),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, ci, hw, hw])], TensorProto.UINT8)
+    mod, d = _steps(model, {"x": rng.standard_normal((1, ci, hw, hw)).astype(np.float32)})
+    assert "qnn.conv2d" in _ops(mod)
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+    if tdsl.target.as_target("llvm").has_vnni:
+        assert "qconv2d_vnni" in _kinds(mod, "llvm")

@@ -27,6 +27,7 @@ from .passes.memory import ALIGN
 from .runstate import StatePool, make_state
 from .strategy import compile_group, tune_group
 from .strategy.cpu import generic
+from .strategy.groupdef import derived_source
 
 _KERNELS: Dict[tuple, object] = {}
 
@@ -160,13 +161,13 @@ class Executor:
                 k = _KERNELS[keys[id(n)]]
                 args = []
                 for i in k.param_order:
-                    a = n.args[i]
+                    a = n.args[derived_source(i)]
                     if isinstance(a, Const):
                         tf = k.transforms.get(i)
                         if tf is None:
                             args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
                         else:
-                            ck = (id(a), k.key or id(k))
+                            ck = (id(a), k.key or id(k), i)
                             if ck not in packed_cache:
                                 packed_cache[ck] = pool.submit(tf, a.data)
                             args.append(packed_cache[ck])

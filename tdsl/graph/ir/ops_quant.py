@@ -1,7 +1,10 @@
 """Quantized graph operators (ONNX's QuantizeLinear family): quantize, dequantize and
 requantize (element-wise with broadcast scales: a per-axis scale arrives reshaped to
 broadcast along its axis), and the integer anchors `qnn.conv2d` and `qnn.matmul`, which
-accumulate (x - x_zp) * (w - w_zp) in int32 as ConvInteger and MatMulInteger do."""
+accumulate (x - x_zp) * (w - w_zp) in int32 as ConvInteger and MatMulInteger do, and
+`qnn.add` and `qnn.global_avg_pool`, onnxruntime's QLinearAdd and
+QLinearGlobalAveragePool: quantized in, quantized out, the output scale's reciprocal or
+the whole multiplier precomputed (no division in the kernel)."""
 from __future__ import annotations
 
 import numpy as np
@@ -100,3 +103,57 @@ def _qmatmul_ref(a, b, az, bz, at):
 
 
 register("qnn.matmul", "anchor", _qmatmul_infer, _qmatmul_ref)
+
+
+
+def _scalars(types, dtypes, what):
+    for t, d in zip(types, dtypes):
+        if t.size != 1 or (t.dtype != d if d else t.dtype not in QTYPES):
+            raise GraphError(f"{what}: expected a scalar of {d or 'uint8/int8'}, got {t}")
+
+
+def _round_saturate(v, z, dtype):
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(v) + z.astype(np.float32), info.min, info.max).astype(dtype)
+
+
+def _qadd_infer(types, attrs):
+    _nargs(types, 8)
+    a, b, sa, za, sb, zb, ry, zy = types
+    _int_operands([a, b])
+    _scalars([sa, za, sb, zb, ry, zy], ["float32", None, "float32", None, "float32", None], "qnn.add")
+    if attrs["out_dtype"] not in QTYPES:
+        raise GraphError(f"qnn.add: unsupported output type {attrs['out_dtype']}")
+    return TensorType(broadcast_shape(a.shape, b.shape), attrs["out_dtype"])
+
+
+def _qadd_ref(a, b, sa, za, sb, zb, ry, zy, at):
+    f = np.float32
+    v = (((a.astype(np.int32) - za.astype(np.int32)).astype(f) * f(sa)) +
+         ((b.astype(np.int32) - zb.astype(np.int32)).astype(f) * f(sb))) * f(ry)
+    return _round_saturate(v, zy, at["out_dtype"])
+
+
+# onnxruntime's QLinearAdd (its AVX2 kernel): the dequantized sum times the reciprocal of
+# the output scale (onnxruntime divides by it: the product differs by an ulp at most)
+register("qnn.add", "broadcast", _qadd_infer, _qadd_ref, required=("out_dtype",))
+
+
+def _qgap_infer(types, attrs):
+    _nargs(types, 4)
+    x, m, bias, zy = types
+    _int_operands([x])
+    _scalars([m, bias, zy], ["float32", "int32", None], "qnn.global_avg_pool")
+    if x.ndim < 3 or attrs["out_dtype"] not in QTYPES:
+        raise GraphError(f"qnn.global_avg_pool: input {x} of rank >= 3, output {attrs['out_dtype']}")
+    return TensorType(x.shape[:2] + (1,) * (x.ndim - 2), attrs["out_dtype"])
+
+
+def _qgap_ref(x, m, bias, zy, at):
+    s = x.astype(np.int32).sum(axis=tuple(range(2, x.ndim)), keepdims=True) + bias.astype(np.int32)
+    return _round_saturate(s.astype(np.float32) * np.float32(m), zy, at["out_dtype"])
+
+
+# onnxruntime's QLinearGlobalAveragePool: (the int32 sum - z_x * count) times
+# s_x / (s_y * count), rounded, plus z_y, saturated
+register("qnn.global_avg_pool", "reduce", _qgap_infer, _qgap_ref, required=("out_dtype",))

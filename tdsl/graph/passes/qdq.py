@@ -8,7 +8,11 @@ and likewise for dense and matmul with constant weights (qnn.matmul). The bias m
 the int32 one the quantizer writes (scale s_x * s_W, zero point 0), so the integer sum is
 what onnxruntime's QLinearConv computes. Max pools and reshapes between a dequantize and a
 quantize of the same parameters run on the integers (both commute with a monotonic affine
-map). Runs before constant folding, which would turn the dequantized weights into floats."""
+map). `quantize(dequantize(a) + dequantize(b))` becomes `qnn.add` (QLinearAdd) and
+`quantize(global_avg_pool(dequantize(x)))` `qnn.global_avg_pool`, with per-tensor
+parameters, as onnxruntime's QLinearAdd and QLinearGlobalAveragePool compute them (the
+multipliers folded here: the kernels multiply and never divide).
+Runs before constant folding, which would turn the dequantized weights into floats."""
 from __future__ import annotations
 
 import numpy as np
@@ -113,12 +117,70 @@ def _on_integers(n, args, memo):
     return Call(f.op, [d[0]], f.attrs, f.span)
 
 
+def _scalar(v):
+    return None if v is None or v.size != 1 else v.reshape(()).astype(np.float64)
+
+
+def _out_params(n, args, memo):
+    sy, zy = _scalar(_static(args[1], memo)), _scalar(_static(args[2], memo))
+    if sy is None or zy is None or n.attrs["out_dtype"] not in QTYPES:
+        return None
+    return sy, zy
+
+
+def _dq_scalar(e, memo):
+    d = _dq(e, memo)
+    if d is None or d[0].type.dtype not in QTYPES or _scalar(d[1]) is None or _scalar(d[2]) is None:
+        return None
+    return d[0], _scalar(d[1]), _scalar(d[2])
+
+
+def _c(v, dtype):
+    return Const(np.asarray(v, dtype))
+
+
+def _integer_add(n, args, memo):
+    """quantize(dequantize(a) + dequantize(b)) -> qnn.add (QLinearAdd); the output scale
+    arrives as its float32 reciprocal."""
+    f, out = args[0], _out_params(n, args, memo)
+    if out is None or not (isinstance(f, Call) and f.op == "add" and len(f.args) == 2):
+        return None
+    a, b = _dq_scalar(f.args[0], memo), _dq_scalar(f.args[1], memo)
+    if a is None or b is None:
+        return None
+    sy, zy = out
+    dt = n.attrs["out_dtype"]
+    return Call("qnn.add", [a[0], b[0], _c(a[1], np.float32), _c(a[2], a[0].type.dtype), _c(b[1], np.float32),
+                            _c(b[2], b[0].type.dtype), _c(np.float32(1) / np.float32(sy), np.float32), _c(zy, dt)],
+                {"out_dtype": dt}, n.span)
+
+
+def _integer_gap(n, args, memo):
+    """quantize(global_avg_pool(dequantize(x))) -> qnn.global_avg_pool, with onnxruntime's
+    multiplier s_x / (s_y * count) in float32."""
+    f, out = args[0], _out_params(n, args, memo)
+    if out is None or not (isinstance(f, Call) and f.op == "nn.global_avg_pool"):
+        return None
+    x = _dq_scalar(f.args[0], memo)
+    if x is None:
+        return None
+    sy, zy = out
+    count = int(np.prod(x[0].type.shape[2:]))
+    if count >= 1 << 23:
+        return None
+    m = np.float32(x[1]) / (np.float32(sy) * np.float32(count))
+    dt = n.attrs["out_dtype"]
+    return Call("qnn.global_avg_pool", [x[0], _c(m, np.float32), _c(-int(x[2]) * count, np.int32), _c(zy, dt)],
+                {"out_dtype": dt}, n.span)
+
+
 def quantized_operators(mod: Module) -> Module:
     memo = {}
 
     def visit(n, args):
         if n.op == "qnn.quantize":
-            r = _integer_anchor(n, args, memo) or _on_integers(n, args, memo)
+            r = _integer_anchor(n, args, memo) or _on_integers(n, args, memo) or \
+                _integer_add(n, args, memo) or _integer_gap(n, args, memo)
             if r is not None:
                 return r
         return same(n, args)

@@ -20,6 +20,14 @@ from .cpu.anchors import conv_fast, dense_fast, depthwise_strided_fast
 
 CONV_FAST = ("nn.conv2d", "nn.conv3d", "nn.conv2d_transpose", "nn.conv3d_transpose")
 
+DERIVED = 1 << 16      # slots of derived params: DERIVED * tag + the source param's index
+
+
+def derived_source(slot):
+    """The group param a kernel parameter slot reads (itself unless derived)."""
+    return slot % DERIVED
+
+
 class GroupDef:
     """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
 
@@ -66,6 +74,17 @@ class GroupDef:
         ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
         ws.op._graph_root = True      # computed once per call, never inlined into the conv
         return ws
+
+    def derived_param(self, i, tag, shape, dtype, transform):
+        """A placeholder bound to `transform(constant param i)`, computed once at build
+        time like a packed param (e.g. a per-channel sum of weights), beside param i's own;
+        `tag` (1, 2, ...) tells several apart. Its slot in the kernel's parameter order is
+        DERIVED * tag + i (the executor reads `derived_source`)."""
+        slot = DERIVED * tag + i
+        self.transforms[slot] = transform
+        t = tdsl.placeholder(shape, dtype, name=f"p{i}_derived{tag}")
+        self.placeholders[slot] = t
+        return t
 
     def build(self):
         topi.reset_names()

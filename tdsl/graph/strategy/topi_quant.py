@@ -36,6 +36,31 @@ def _scaled(kind):
     return build
 
 
+def qadd(ins, attrs, out):
+    """QLinearAdd: ((a - z_a) s_a + (b - z_b) s_b) * (1 / s_y), multiplies only."""
+    a, b, sa, za, sb, zb, ry, zy = ins
+    n = len(out.shape)
+    sa, za, sb, zb, ry, zy = (v[bidx(n, v, (0,) * n)] for v in (sa, za, sb, zb, ry, zy))
+
+    def deq(t, z, sc, i):
+        return tdsl.cast(tdsl.cast(t[bidx(n, t, i)], "int32") - tdsl.cast(z, "int32"), "float32") * sc
+    return tdsl.compute(out.shape, lambda *i: saturate((deq(a, za, sa, i) + deq(b, zb, sb, i)) * ry, zy,
+                                                       attrs["out_dtype"]), name=uname("qadd"))
+
+
+def qgap(ins, attrs, out):
+    """QLinearGlobalAveragePool: the int32 sum, one multiply, round, saturate."""
+    x, m, bias, zy = ins
+    xs = shape_of(x)
+    rax = [tdsl.reduce_axis((0, s), name=f"k{d}") for d, s in enumerate(xs[2:])]
+    r = tdsl.compute(out.shape, lambda nn, ch, *_: tdsl.sum(tdsl.cast(x[(nn, ch) + tuple(rax)], "int32"), axis=rax),
+                     name=uname("qgap_sum"))
+    n = len(out.shape)
+    mv, bv, zv = (v[bidx(n, v, (0,) * n)] for v in (m, bias, zy))
+    return tdsl.compute(out.shape, lambda *i: saturate(tdsl.cast(r[i] + bv, "float32") * mv, zv, attrs["out_dtype"]),
+                        name=uname("qgap"))
+
+
 def shifted(x, z, name):
     """x - z in int32, z broadcast against x."""
     n = len(x.shape)
@@ -69,4 +94,5 @@ def qmatmul(ins, attrs, out):
 TE.update({
     "qnn.quantize": _scaled("quantize"), "qnn.dequantize": _scaled("dequantize"),
     "qnn.requantize": _scaled("requantize"), "qnn.conv2d": qconv2d, "qnn.matmul": qmatmul,
+    "qnn.add": qadd, "qnn.global_avg_pool": qgap,
 })
