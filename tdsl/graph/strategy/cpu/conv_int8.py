@@ -20,13 +20,6 @@ from ..stages import _ishape
 from .loops import _inline_except
 
 LANES, GROUP = intrin_x86.LANES, 4
-# schedule choices kept switchable for measurement: TILE_RULE "vnni" (vnni_tile; 24% faster
-# on the QDQ ResNet-18) or "rt" (tiling.register_tile, which budgets a register per weight
-# vector); STEM_ROWS: convs of fewer than 4 input channels take _taps_along_reduction (12%
-# fewer instructions on the 7x7 stem, but its larger data layout cost as much: the stem ran
-# 0.42 ms against 0.405 ms with the NCHW[4c] path, so off)
-TILE_RULE = "vnni"
-STEM_ROWS = False
 
 
 def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_):
@@ -55,39 +48,6 @@ def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_):
     return P, Cv
 
 
-def _taps_along_reduction(g, wi, x, zero, a, xs, ws, os_):
-    """A conv of few input channels (the stem's 3): the (kx, channel) pairs of a kernel row
-    along the reduction, 4 to a lane (3 x 7 = 21 in 6 groups rather than 7 groups of 4
-    channels with one of padding), from the data laid out per output column:
-    P[b, y, ox, g, j] = x[b, c, y, ox * sw + kx] with (kx, c) = divmod(4 g + j, CI)."""
-    (N, CI, H, W), (CO, KH, KW), (OH, OW) = xs, ws, os_
-    CB = -(-CO // LANES)
-    G = -(-(KW * CI) // GROUP)
-    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
-    pt, pl, pb, pr = a["padding"]
-
-    def pack(w):
-        wp = np.zeros((CB * LANES, KH, G * GROUP), np.int8)
-        wp[:CO, :, :KW * CI] = w.transpose(0, 2, 3, 1).reshape(CO, KH, KW * CI)
-        return np.ascontiguousarray(wp.reshape(CB, LANES, KH, G, GROUP).transpose(0, 2, 3, 1, 4))
-    Wp = g.packed_param(wi, (CB, KH, G, LANES, GROUP), pack)
-
-    def data(b, y, ox, gi, j):
-        t = gi * GROUP + j
-        kx, c = t // CI, t % CI
-        xx = ox * sw + kx * dw - pl
-        return tdsl.if_then_else(tdsl.all(y >= pt, y < H + pt, xx >= 0, xx < W, t < KW * CI),
-                                 x[b, c, y - pt, xx], zero)
-    P = tdsl.compute((N, H + pt + pb, OW, G, GROUP), data, name=topi.uname("packrow"))
-    ky = tdsl.reduce_axis((0, KH), "ky")
-    gr = tdsl.reduce_axis((0, G), "g")
-    j = tdsl.reduce_axis((0, GROUP), "j")
-    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
-        P[b, y * sh + ky * dh, xx, gr, j].astype("int32") * Wp[cb, ky, gr, ln, j].astype("int32"),
-        axis=[ky, gr, j]), name=topi.uname("qconv"))
-    return P, Cv
-
-
 def qconv2d(g, n, tensors):
     x_e, w_e, xz_e, wz_e = n.args
     a = n.attrs
@@ -103,11 +63,10 @@ def qconv2d(g, n, tensors):
     # their constants' values)
     xz = g.param_tensor(xzi)
     zero = xz[()]
-    rows = STEM_ROWS and CI < GROUP and KW > 1
-    if rows:
-        P, Cv = _taps_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW))
-    else:
-        P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW))
+    # a stem of 3 channels is padded to a group of 4: putting a kernel row's (kx, channel)
+    # pairs along the reduction instead saved 12% of the instructions but ran no faster
+    # (0.42 against 0.405 ms), its data layout being larger
+    P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW))
 
     def weight_sums(w):
         return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
@@ -119,8 +78,7 @@ def qconv2d(g, n, tensors):
     # bound inference narrows the lanes of a ragged last block, which no longer match the
     # 16 of the instruction: such convs take the int32 loops
     vnni = g.target.has_vnni and CO % LANES == 0
-    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW,
-                    "rows": rows})
+    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW})
     return O
 
 
@@ -153,7 +111,7 @@ def schedule(s, out, info, parallel, target):
     _inline_except(s, out, [Cv, P])
     b, co, y, x = out.op.axis
     _, CB, _, OW, _ = _ishape(Cv)
-    if info["kind"] == "qconv2d_vnni" and TILE_RULE == "vnni":
+    if info["kind"] == "qconv2d_vnni":      # 24% faster on the QDQ ResNet-18 than register_tile
         xb, cbb = vnni_tile(target, OW, CB)
     else:
         xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
@@ -176,7 +134,7 @@ def schedule(s, out, info, parallel, target):
     else:
         s[Cv].unroll(rj)
         s[Cv].vectorize(ll)
-    rows = s[P].fuse(*P.op.axis[:2 if info.get("rows") else 3])
+    rows = s[P].fuse(*P.op.axis[:3])
     if parallel:
         s[P].parallel(rows)
     s[P].unroll(P.op.axis[4])      # the 4 channels of a group: 4 rows read side by side
