@@ -150,3 +150,17 @@ STEPS = [
     ("parallel", parallel),
     ("register blocked", register_blocked),
 ]
+
+
+def run_checked(f, M, N, K, seed=0):
+    """Runs matmul module `f` on random (M, K) x (K, N) float32 inputs: (a, b, c, ok, err)
+    with `err` the max error relative to numpy's largest value (the demos' check)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    c = np.zeros((M, N), dtype=np.float32)
+    f(a, b, c)
+    ref = a @ b
+    err = float(np.max(np.abs(c - ref)) / np.max(np.abs(ref)))
+    return a, b, c, bool(np.allclose(c, ref, rtol=1e-3, atol=1e-3)), err

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 import tdsl
-from tdsl.examples import gpu
+from tdsl.examples import gemm, gpu
 from tdsl.runtime.display import summary_line
 
 IR_LINES = 40
@@ -66,14 +66,7 @@ def _print_resources(f):
 
 
 def _run(f, dev, M, N, K):
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K), dtype=np.float32)
-    b = rng.standard_normal((K, N), dtype=np.float32)
-    c = np.zeros((M, N), dtype=np.float32)
-    f(a, b, c)
-    ref = a @ b
-    err = float(np.max(np.abs(c - ref)) / np.max(np.abs(ref)))
-    ok = np.allclose(c, ref, rtol=1e-3, atol=1e-3)
+    a, b, c, ok, err = gemm.run_checked(f, M, N, K)
     da, db, dc = (tdsl.nd.array(x, dev) for x in (a, b, c))
     t = f.time_evaluator(number=10, repeat=5)(da, db, dc).median
     flops = 2.0 * M * N * K
