@@ -1,0 +1,206 @@
+"""CPU rules for contractions (an operand reused along a spatial axis: matmul, conv, batch
+matmul): a register tile accumulating in registers with the reused operand's strided panel
+packed, or, when the operands are contiguous along the reduction (A @ B.T), a dot-product
+tile of vectors of partial sums."""
+from __future__ import annotations
+
+from .. import tiling
+from .cpu_base import BIG, CPUBase
+
+
+class ContractionRules(CPUBase):
+    # ------------------------------------------------------------------ contractions
+    def dot_layout(self, R) -> bool:
+        """No operand is contiguous along the output's last axis, but every operand read
+        moves contiguously with the innermost reduction axis (A @ B.T, attention's Q K^T):
+        vectors along the reduction, not along the outputs."""
+        info = self.infos[R]
+        if not self.can_vectorize(R.op.output(0).dtype) or self.lanes(R.op.output(0).dtype) < 2:
+            return False
+        v, k = info.axes[-1], info.raxes[-1]
+        if any(ld.contiguous_in(v) for ld in info.loads):
+            return False
+        ext = info.rextents[-1]
+        return all(ld.contiguous_in(k) for ld in info.loads if ld.uses(k)) and (ext is None or ext >= self.lanes(R.op.output(0).dtype))
+
+    def dot_tile(self, R, T):
+        """A tile of rows x cols outputs, each accumulating a vector of partial sums along the
+        contiguous reduction axis (rfactor over the lanes): per step, rows + cols vector loads
+        feed rows x cols FMAs; the lanes are summed once per output at the end."""
+        s, info = self.s, self.infos[R]
+        n = len(info.axes)
+        v, r = n - 1, info.row_axis()
+        dtype = R.op.output(0).dtype
+        lanes = self.lanes(dtype)
+        regs = self.t.vector_registers
+        side = max(x for x in range(1, 9) if x * x + 2 * x + 1 <= regs and x * x <= 3 * regs // 4)
+        rows, cols = side, side
+        why = (f"{rows * cols} vector accumulators and {rows + cols} loaded vectors fit "
+               f"{regs} vector registers")
+        if self.p.tile:
+            rows, cols = self.p.tile[0] or rows, self.p.tile[1] or cols
+            why = "given in params"
+        ext_r, ext_v = info.extents[r], info.extents[v]
+        rows, cols = min(rows, ext_r or BIG), min(cols, ext_v or BIG)
+        k = list(s[R].op.reduce_axis)[-1]
+        ko, ki = s[R].split(k, factor=lanes)
+        rf = s.rfactor(R.op.output(0), ki, factor_axis=n)   # lanes last: contiguous partial sums
+        F = s[rf]
+        owner = T if T is not None else R
+        O = s[owner.op.output(0)]
+        if T is not None:
+            self.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s tile",
+                         "the elementwise consumer reads the sums while they are in cache")
+        ax = list(O.op.axis)
+        ro, ri = O.split(ax[r], factor=rows)
+        vo, vi = O.split(ax[v], factor=cols)
+        others = [ax[i] for i in range(n) if i not in (r, v)]
+        O.reorder(*others, ro, vo, ri, vi)
+        self.rec.add(R, "dot-tile", f"split({k.var.name}, {lanes}); rfactor; tile {ax[r].var.name} x "
+                     f"{ax[v].var.name} by {rows} x {cols}, each a vector of {lanes} partial sums", why)
+        work = info.outputs(BIG) * info.reduce_size(BIG)
+        ro_rag = ext_r is None or ext_r % rows != 0
+        vo_rag = ext_v is None or ext_v % cols != 0
+        loops = [(iv, info.extents[i], False) for i, iv in enumerate(ax) if i not in (r, v)]
+        loops += [(ro, None if ext_r is None else -(-ext_r // rows), ro_rag),
+                  (vo, None if ext_v is None else -(-ext_v // cols), vo_rag)]
+        self.parallel_prefix(O, loops, work, "tiles")
+        leaves = O.leaf_iter_vars
+        at = leaves[leaves.index(ri) - 1]
+        if T is not None:
+            s[R].compute_at(O, at)
+        F.compute_at(O, at)
+        fa, fr = list(F.op.axis), list(F.op.reduce_axis)
+        kv, sp = fa[n], fa[:n]
+        F.reorder(*[sp[i] for i in range(n) if i not in (r, v)], *fr, sp[r], sp[v], kv)
+        F.unroll(sp[r])
+        F.unroll(sp[v])
+        F.vectorize(kv)
+        self.rec.add(rf.op.name, "micro-kernel", "reduction outside; rows and columns unrolled; the "
+                     "lanes of the reduction vectorized", "each step: rows + cols vector loads, "
+                     "rows x cols vector FMAs")
+
+    def tile(self, R, T):
+        """A register tile for contraction R; T: its elementwise consumer (epilogue) or None."""
+        s, info = self.s, self.infos[R]
+        n = len(info.axes)
+        v, r = n - 1, info.row_axis()
+        dtype = R.op.output(0).dtype
+        lanes = self.lanes(dtype) if self.can_vectorize(dtype) else 1
+        ext_r, ext_v = info.extents[r], info.extents[v]
+        mr, mv = ext_r or BIG, ext_v or BIG
+        rows, vecs = tiling.register_tile(self.t, mr, mv, dtype, whole_rows=True)
+        alt = tiling.register_tile(self.t, mr, mv, dtype)
+        if rows * vecs < self.t.fma_chains and alt[0] * alt[1] > rows * vecs:
+            rows, vecs = alt
+        why = (f"{rows * vecs} accumulators fit {self.t.vector_registers} vector registers with the "
+               f"loaded vectors; >= {self.t.fma_chains} independent FMA chains "
+               f"({self.t.fma_units} units x latency {self.t.fma_latency})")
+        if self.p.tile:
+            rows, vecs = self.p.tile[0] or rows, self.p.tile[1] or vecs
+            why = f"given in params (the target's own tile: {why})"
+        rows = max(1, min(rows, mr))
+        nr = max(1, min(vecs * lanes, mv))
+        owner = T if T is not None else R
+        out = owner.op.output(0)
+        if T is None:
+            local = s.cache_write(R.op.output(0), "local")
+            L = s[local]
+            self.rec.add(R, "cache_write", "cache_write(local)", "the accumulator tile lives in "
+                         "registers across the whole reduction; written out once")
+        else:
+            L = R
+            self.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s tile",
+                         "the elementwise consumer reads the accumulators straight from registers")
+        O = s[out]
+        ax = list(O.op.axis)
+        ro, ri = O.split(ax[r], factor=rows)
+        vo, vi = O.split(ax[v], factor=nr)
+        others = [ax[i] for i in range(n) if i not in (r, v)]
+        oexts = [info.extents[i] for i in range(n) if i not in (r, v)]
+        ro_ext = None if ext_r is None else -(-ext_r // rows)
+        vo_ext = None if ext_v is None else -(-ext_v // nr)
+        ro_rag, vo_rag = ext_r is None or ext_r % rows != 0, ext_v is None or ext_v % nr != 0
+        operand = self.pack_operand(R, r, v, nr) if self.p.pack is not False else None
+        if operand is not None and self.p.pack is None and not self.pays_to_pack(R, operand, nr):
+            operand = None
+        if operand is not None:
+            outer = [(vo, vo_ext, vo_rag), (ro, ro_ext, ro_rag)]
+        else:
+            outer = [(ro, ro_ext, ro_rag), (vo, vo_ext, vo_rag)]
+        O.reorder(*others, *[x[0] for x in outer], ri, vi)
+        if lanes > 1:
+            O.vectorize(vi)
+        self.rec.add(R, "register-tile", f"tile {ax[r].var.name} x {ax[v].var.name} by {rows} x {nr} "
+                     f"({rows} rows x {-(-nr // lanes)} vectors of {lanes})", why)
+        work = info.outputs(BIG) * info.reduce_size(BIG)
+        loops = [(iv, e, False) for iv, e in zip(others, oexts)] + outer
+        par = self.parallel_prefix(O, loops, work, "tiles")
+        leaves = O.leaf_iter_vars
+        at = leaves[leaves.index(ri) - 1]
+        L.compute_at(O, at)
+        if operand is not None:
+            pk = s.cache_read(operand, "global", [L.op.output(0)])
+            P = s[pk]
+            # the panel is copied at the loop over column tiles (or the parallel loop that
+            # contains it), so every row tile of that column reuses it
+            pat = vo if vo in leaves else par
+            P.compute_at(O, pat)
+            pax = list(P.op.axis)
+            self.rec.add(R, "pack", f"cache_read({operand.name}) at {pat.var.name}",
+                         f"the reused operand's {nr}-wide panel is strided in '{operand.name}': copied "
+                         "once per column of tiles into contiguous memory")
+            self.vector_split(P, pax[-1], None, operand.dtype, unroll=False)
+        la = list(L.op.axis)
+        lr = list(L.op.reduce_axis)
+        if lanes > 1 and nr > lanes:
+            lvo, lvi = L.split(la[v], factor=lanes)
+            L.reorder(*[la[i] for i in range(n) if i not in (r, v)], *lr, la[r], lvo, lvi)
+            L.unroll(lvo)
+        else:
+            lvi = la[v]
+            L.reorder(*[la[i] for i in range(n) if i not in (r, v)], *lr, la[r], lvi)
+        L.unroll(la[r])
+        if lanes > 1 and nr >= 2:
+            L.vectorize(lvi)
+        elif nr <= 16:
+            L.unroll(lvi)
+        self.rec.add(L, "micro-kernel", "reduction loops outside the tile; rows and vectors "
+                     "unrolled, lanes vectorized", "each reduction step: load the vectors, "
+                     "broadcast one value per row, one FMA per accumulator")
+
+    def pack_operand(self, R, r, v, nr):
+        """The operand loaded as vectors and reused across rows whose panel is strided: its
+        last index moves with the vector axis, it does not use the row axis, and its rows are
+        longer than the tile."""
+        info = self.infos[R]
+        row, vec = info.axes[r], info.axes[v]
+        for ld in info.loads:
+            if ld.uses(row) or not ld.contiguous_in(vec):
+                continue
+            if len(ld.pos_vars) < 2 or not any(ld.uses(k) for k in info.raxes):
+                continue
+            last = _static(ld.tensor.shape[-1])
+            if last is None or last > nr:
+                if len(info.loads_of(ld.tensor)) == 1:
+                    return ld.tensor
+        return None
+
+    def pays_to_pack(self, R, operand, nr):
+        """A copy pays when the panel (reduction steps x tile width) outgrows the L1 cache:
+        then the strided rows keep missing; a small panel stays cached as it is."""
+        info = self.infos[R]
+        (ld,) = info.loads_of(operand)
+        steps = 1
+        for k, e in zip(info.raxes, info.rextents):
+            if ld.uses(k):
+                steps *= BIG if e is None else e
+        from .. import dtype as dt
+        return steps * nr * dt.bits(operand.dtype) // 8 > self.t.cache_bytes(1) // 2
+
+
+def _static(e):
+    from .analysis import const_extent
+    return e if isinstance(e, int) else const_extent(e)
+
+

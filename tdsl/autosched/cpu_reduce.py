@@ -1,0 +1,94 @@
+"""CPU rule for reductions: vectorized along the contiguous axis (rfactor over the lanes when
+that is the reduction axis, with several vectors of independent partial sums); long
+reductions with too few outputs to keep the cores busy are split by rfactor into parallel
+partial sums."""
+from __future__ import annotations
+
+from .. import tiling
+from .analysis import StageInfo
+from .cpu_base import BIG, PAR_MIN_WORK, RFACTOR_MIN_REDUCE, CPUBase
+
+
+class ReductionRules(CPUBase):
+    def reduction(self, st, lvl, members):
+        info = self.infos[st]
+        axes = list(st.op.axis)
+        work = info.outputs(BIG) * info.reduce_size(BIG)
+        if not members and info.outputs(BIG) < self.chunks and info.reduce_size(BIG) >= RFACTOR_MIN_REDUCE \
+                and self.p.parallel:
+            self.parallel_rfactor(st)
+            return
+        if lvl:
+            loop = self.row_loop(st, axes[:lvl], info.extents[:lvl], work)
+            self.attach_members(st, loop, members, lvl)
+            self.reduce_inner(st, axes[lvl:], None)
+            return
+        self.reduce_inner(st, axes, work)
+
+    def reduce_inner(self, st, axes, work):
+        """Vectorizes a reduction's loops over `axes` (its spatial axes still unscheduled);
+        with `work`, the outer spatial loops are made parallel too."""
+        info = self.infos.get(st) or StageInfo(st.op)
+        dtype = st.op.output(0).dtype
+        lanes = self.lanes(dtype)
+        raxes = list(st.op.reduce_axis)
+        k, kext = raxes[-1], info.rextents[-1]
+        if info.reduce_contiguous() and self.can_vectorize(dtype) and lanes >= 2 and \
+                (kext is None or kext >= lanes):
+            # several vectors of partial sums: independent add chains hide the add latency
+            nvec = max(1, min(self.p.unroll, (kext or BIG) // lanes))
+            width = lanes * nvec
+            ko, ki = st.split(k, factor=width)
+            loop = None
+            if work is not None and axes:
+                loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in
+                                                 zip(axes, info.extents[-len(axes):])], work, "outputs")
+            rf = self.s.rfactor(st.op.output(0), ki)
+            rst = self.s[rf]
+            leaves = [iv for iv in st.leaf_iter_vars if iv.kind != "reduce"]
+            at = leaves[-1] if leaves else loop
+            if at is not None:
+                rst.compute_at(st, at)
+            rst.reorder(*rst.op.reduce_axis, rst.op.axis[0])
+            rst.vectorize(rst.op.axis[0])
+            self.rec.add(st, "rfactor-vectorize", f"split({k.var.name}, {width}); rfactor; "
+                         "vectorize the partial sums", f"the reduction axis is the contiguous one: "
+                         f"{width} partial results per output ({nvec} vectors of {lanes} lanes: "
+                         "independent add chains)")
+            return
+        if axes and self.can_vectorize(dtype):
+            last = axes[-1]
+            ext = info.extents[-1] if info.extents else None
+            if ext is None or ext >= max(2, lanes // 2):
+                width = tiling.row_vector(self.t, ext, dtype) if ext is not None else lanes
+                vo, vi = st.split(last, factor=width)
+                st.reorder(*axes[:-1], vo, *raxes, vi)
+                st.vectorize(vi)
+                self.rec.add(st, "vectorize", f"split({last.var.name}, {width}); reduction loops "
+                             "outside the lanes; vectorize", "the last spatial axis is contiguous: "
+                             "a vector of outputs accumulates in a register")
+                if work is not None:
+                    oext = None if ext is None else -(-ext // width)
+                    self.parallel_prefix(st, [(iv, e, False) for iv, e in zip(axes[:-1], info.extents[:-1])]
+                                         + [(vo, oext, ext is None or ext % width != 0)], work, "outputs")
+                return
+        if work is not None and axes:
+            self.parallel_prefix(st, [(iv, e, False) for iv, e in zip(axes, info.extents)], work, "outputs")
+
+    def parallel_rfactor(self, st):
+        info = self.infos[st]
+        raxes = list(st.op.reduce_axis)
+        # the outermost reduction axis with enough steps: splitting it keeps the inner one
+        # contiguous inside each task
+        n = next((i for i, e in enumerate(info.rextents) if e is None or e >= self.chunks), len(raxes) - 1)
+        k = raxes[n]
+        ko, ki = st.split(k, nparts=self.chunks)
+        rf = self.s.rfactor(st.op.output(0), ko)
+        rst = self.s[rf]
+        rinfo = StageInfo(rf.op)
+        self.infos[rst] = rinfo
+        self.rec.add(st, "rfactor-parallel", f"split({k.var.name}, nparts={self.chunks}); rfactor",
+                     f"{info.outputs(BIG)} output(s) and {info.reduce_size(BIG)} reduction steps: "
+                     "partial sums in parallel, then one short sum")
+        self.reduce_inner(rst, list(rst.op.axis), rinfo.outputs(BIG) * rinfo.reduce_size(BIG) + PAR_MIN_WORK)
+
