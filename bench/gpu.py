@@ -4,8 +4,8 @@
     python bench/gpu.py --sanitize [pytest args]
 
 Rows: hand SGEMM (tdsl.examples.gpu.matmul_fast_schedule) and auto-scheduled GEMM at 1024
-and 4096, the ResNet conv layer (3x3 64->64 56x56 batch 8), row sum 8192x8192, softmax
-16384x1024, add of 64M floats, and ResNet-18 and MobileNetV2 through the graph executor at
+and 4096; auto-scheduled (`tdsl.auto_schedule`, no schedule written) the ResNet conv layer
+(3x3 64->64 56x56 batch 8), row sum 8192x8192, softmax 16384x1024 and add of 64M floats; and ResNet-18 and MobileNetV2 through the graph executor at
 batch 1 and 8 (torchvision models exported by tdsl.graph.zoo; tdsl.graph.models' own
 ResNet-18 and MobileNetV2 blocks when torch is missing). Each side is timed in blocks
 (warm-up, N calls, one wait): kernels by device events, networks by wall time of a whole
@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl  # noqa: E402
-from tdsl.examples import gpu as ex  # noqa: E402
+from tdsl.examples import gpu as ex, kernels  # noqa: E402
 
 
 # ------------------------------------------------------------------------- the rows
@@ -55,6 +55,28 @@ def _gemm_auto(n):
     k = tdsl.reduce_axis((0, n), name="k")
     C = tdsl.compute((n, n), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
     return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
+
+
+def _conv_auto(N, C, H, W, F):
+    """The ResNet layer as the issue times it: 3x3, the input already padded (torch pads)."""
+    X = tdsl.placeholder((N, C, H + 2, W + 2), name="X")
+    Wt = tdsl.placeholder((F, C, 3, 3), name="Wt")
+    c, dy, dx = (tdsl.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (3, "dy"), (3, "dx")))
+    Y = tdsl.compute((N, F, H, W), lambda n, f, y, x: tdsl.sum(
+        X[n, c, y + dy, x + dx] * Wt[f, c, dy, dx], axis=[c, dy, dx]), name="Y")
+    return tdsl.auto_schedule(Y, target="cuda"), [X, Wt, Y]
+
+
+def _rowsum_auto(M, N):
+    A = tdsl.placeholder((M, N), name="A")
+    k = tdsl.reduce_axis((0, N), name="k")
+    B = tdsl.compute((M,), lambda i: tdsl.sum(A[i, k], axis=k), name="B")
+    return tdsl.auto_schedule(B, target="cuda"), [A, B]
+
+
+def _softmax_auto(M, N):
+    X, _, _, _, Y = kernels.softmax(M, N)
+    return tdsl.auto_schedule(Y, target="cuda"), [X, Y]
 
 
 def _add(n):
@@ -83,19 +105,19 @@ def kernel_rows():
     def conv(t, d):
         x, w = t.rand(8, 64, 56, 56, device=d), t.rand(64, 64, 3, 3, device=d)
         return lambda: t.nn.functional.conv2d(x, w, padding=1)
-    rows.append(Row("conv 3x3 64->64 56x56 b8", _kernel(lambda: ex.conv2d_schedule(8, 64, 58, 58, 64), "conv"),
+    rows.append(Row("conv 3x3 64->64 56x56 b8 auto", _kernel(lambda: _conv_auto(8, 64, 56, 56, 64), "conv"),
                     2.0 * 8 * 64 * 64 * 9 * 56 * 56, "TFLOP/s", conv))
 
     def rowsum(t, d):
         a = t.rand(8192, 8192, device=d)
         return lambda: a.sum(dim=1)
-    rows.append(Row("row sum 8192x8192", _kernel(lambda: ex.sum_schedule(8192, 8192), "rowsum"),
+    rows.append(Row("row sum 8192x8192 auto", _kernel(lambda: _rowsum_auto(8192, 8192), "rowsum"),
                     4.0 * 8192 * 8192, "GB/s", rowsum))
 
     def softmax(t, d):
         a = t.rand(16384, 1024, device=d)
         return lambda: t.softmax(a, dim=1)
-    rows.append(Row("softmax 16384x1024", _kernel(lambda: ex.softmax_schedule(16384, 1024), "softmax"),
+    rows.append(Row("softmax 16384x1024 auto", _kernel(lambda: _softmax_auto(16384, 1024), "softmax"),
                     8.0 * 16384 * 1024, "GB/s", softmax))
     n = 64 << 20
 

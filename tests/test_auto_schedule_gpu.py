@@ -208,6 +208,58 @@ def test_softmax_layernorm_symbolic_rows():
         np.testing.assert_allclose(zc, z - z.mean(axis=1, keepdims=True), rtol=1e-4, atol=1e-5)
 
 
+def _layernorm(M, N):
+    X = tdsl.placeholder((M, N), name="X")
+    k1, k2 = tdsl.reduce_axis((0, N), name="k1"), tdsl.reduce_axis((0, N), name="k2")
+    mean = tdsl.compute((M,), lambda i: tdsl.sum(X[i, k1] * (1.0 / N), axis=k1), name="mean")
+    d = tdsl.compute((M, N), lambda i, j: X[i, j] - mean[i], name="d")
+    var = tdsl.compute((M,), lambda i: tdsl.sum(d[i, k2] * d[i, k2] * (1.0 / N), axis=k2), name="var")
+    Y = tdsl.compute((M, N), lambda i, j: d[i, j] / tdsl.sqrt(var[i] + 1e-5), name="Y")
+    return X, Y
+
+
+@pytest.mark.parametrize("M,N", [(6, 1000), (9, 45), (3, 4100)])
+def test_row_groups_one_kernel(M, N):
+    """Softmax and layer norm: the row's reductions are computed by the block that writes
+    the row, so each is one kernel (one block per row), and matches numpy."""
+    from tdsl.examples import kernels
+    X, mx, ex, sm, Y = kernels.softmax(M, N)
+    X2, Y2 = _layernorm(M, N)
+    x = _data((M, N))
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    refs = (e / e.sum(axis=1, keepdims=True),
+            (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5))
+    for (Xt, Yt, members), ref in zip(((X, Y, ("rowmax", "rowsum")), (X2, Y2, ("mean", "var"))), refs):
+        s = tdsl.auto_schedule(Yt, target="cuda")
+        assert s.explain().rules("Y") == ["row-group"]
+        for m in members:
+            assert s.explain().rules(m) == ["cross-thread"]
+        assert tdsl.build(s, [Xt, Yt], target="cuda").get_source().count("__global__") == 1
+        for target in TARGETS:
+            y = np.full((M, N), np.nan, np.float32)
+            tdsl.build(s, [Xt, Yt], target=target)(x, y)
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=target)
+
+
+def test_row_group_needs_one_owner():
+    """A row max read by two outputs is no one's member: it is reduced on its own, and
+    both outputs read its buffer."""
+    X = tdsl.placeholder((5, 300), name="X")
+    k = tdsl.reduce_axis((0, 300), name="k")
+    mx = tdsl.compute((5,), lambda i: tdsl.max(X[i, k], axis=k), name="mx")
+    Y1 = tdsl.compute((5, 300), lambda i, j: X[i, j] - mx[i], name="Y1")
+    Y2 = tdsl.compute((5, 300), lambda i, j: X[i, j] * mx[i], name="Y2")
+    s = tdsl.auto_schedule([Y1, Y2], target="cuda")
+    assert "row-group" not in s.explain().rules("Y1") + s.explain().rules("Y2")
+    x = _data((5, 300))
+    for target in TARGETS:
+        y1, y2 = np.zeros((5, 300), np.float32), np.zeros((5, 300), np.float32)
+        tdsl.build(s, [X, Y1, Y2], target=target)(x, y1, y2)
+        m = x.max(axis=1, keepdims=True)
+        np.testing.assert_allclose(y1, x - m, rtol=1e-5, err_msg=target)
+        np.testing.assert_allclose(y2, x * m, rtol=1e-5, err_msg=target)
+
+
 def test_target_gpu_facts():
     assert Target("cuda -arch=sm_80").sm_count == 108
     assert Target("cuda -arch=sm_90").gpu.shared_memory_per_sm == 228 * 1024

@@ -6,7 +6,9 @@ the grid on the CPU).
 - Contractions (a spatial axis along which an operand is reused: matmul, conv, batch
   matmul): block tiles staged through shared memory, register tiles per thread
   (`gpu_contraction`).
-- Long reductions read along the row, or too few to fill the GPU a thread each: a block's
+- Reductions that feed one elementwise stage row by row (softmax, layer norm): one block
+  per row computes them and then the row's outputs, in one kernel (`gpu_rows`).
+- Other long reductions read along the row, or too few to fill the GPU a thread each: a block's
   threads reduce a row together (`gpu_reduce`).
 - Every other stage: spatial axes fused and split into blocks of `threads` threads; a
   (short) reduction runs its loop inside one thread, accumulating in a register."""
@@ -16,6 +18,7 @@ from .analysis import stage_infos
 from .gpu_contraction import contraction
 from .gpu_flat import bind_flat
 from .gpu_reduce import cross_thread, wants_cross_thread
+from .gpu_rows import row_groups, schedule_row_group
 
 
 def schedule_gpu(s, target, rec, params):
@@ -42,10 +45,15 @@ def schedule_gpu(s, target, rec, params):
         st.compute_inline()
         inlined.add(st)
         rec.add(st, "inline", "compute_inline", "elementwise: computed by the thread that reads it")
+    groups = row_groups(s, comp, infos, readers, inlined, target, params)
+    members = {m for _, ms in groups.values() for m in ms}
     for st in comp:
-        if st in inlined:
+        if st in inlined or st in members:
             continue
         info = infos[st]
+        if st in groups:
+            schedule_row_group(s, st, *groups[st], infos, target, params, rec)
+            continue
         if info.is_reuse_reduction():
             contraction(s, st, info, target, params, rec)
             continue

@@ -33,11 +33,18 @@ def wants_cross_thread(info, target, params) -> bool:
     return info.reduce_contiguous() or info.outputs(LARGE) < target.sm_count * BLOCK_THREADS
 
 
-def cross_thread(s, st, info, target, params, rec):
+def row_threads(info, target, params) -> int:
+    """Threads that reduce one row together: enough that each folds ELEMS_PER_THREAD
+    elements, a warp at least, MAX_ROW_THREADS at most (or the `reduce_threads` knob)."""
     rsize = info.reduce_size(LARGE)
     T = params.reduce_threads or min(MAX_ROW_THREADS, max(target.warp_size,
                                                           _pow2_floor(rsize // ELEMS_PER_THREAD)))
-    T = min(T, target.max_threads_per_block)
+    return min(T, target.max_threads_per_block)
+
+
+def cross_thread(s, st, info, target, params, rec):
+    rsize = info.reduce_size(LARGE)
+    T = row_threads(info, target, params)
     rows = info.outputs(LARGE)
     R = max(1, min(BLOCK_THREADS // T, _pow2_floor(rows))) if not params.reduce_threads else 1
     raxes = list(st.op.reduce_axis)
