@@ -230,6 +230,10 @@ def contraction(s, st, info, target, params, rec, out=None):
     st.bind(bx, thread_axis("blockIdx.x"))
     st.bind(ty, thread_axis("threadIdx.y"))
     st.bind(tx, thread_axis("threadIdx.x"))
+    # the thread's outputs index its accumulator array: unrolled, the array stays in
+    # registers (a rolled epilogue loop put it on the stack: ptxas, the graph's convs)
+    st.unroll(yi)
+    st.unroll(xi)
     rec.add(st, "block-tile", f"blocks of {ty_n}x{tx_n} threads, {ti}x{tj} outputs per thread "
             f"({ax[r].var.name} x {ax[v].var.name})", "a contraction: the block's threads share "
             f"the operand slices they read; each thread's outputs stay in registers ({why})")
