@@ -30,9 +30,11 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from .. import dtype as dt
 from ..ir import expr as E
 from ..ir.visitor import walk
+from .analysis import EXPENSIVE_CALLS
 from .cpu_base import BIG, CPUBase
 
 STENCIL_MIN_SAVED = 8       # arithmetic operations saved per point to pay a store and loads
+CALL_OPS = 16               # a vectorized exp/log/tanh: a polynomial and a range reduction
 COL_VECTORS = 16            # columns of a tile, in vectors: long rows for the prefetcher
 L2_SHARE = 4                # the members' tiles together take this fraction of L2, leaving
 #                             room for the input rows they read and the output tile
@@ -56,11 +58,14 @@ def index_offset(e, var) -> Optional[int]:
 
 
 def arith_ops(body) -> int:
-    """Arithmetic nodes of a body, index arithmetic inside loads not counted."""
+    """Arithmetic nodes of a body, index arithmetic inside loads not counted; a costly
+    intrinsic (exp, sqrt, ...) counts as the CALL_OPS operations its expansion takes."""
     n = [0]
 
     def f(node):
-        if isinstance(node, (E.BinaryOp, E.Call, E.Select)):
+        if isinstance(node, E.Call) and node.name in EXPENSIVE_CALLS:
+            n[0] += CALL_OPS
+        elif isinstance(node, (E.BinaryOp, E.Call, E.Select)):
             n[0] += 1
         elif isinstance(node, E.ProducerLoad):
             for ix in node.indices:
