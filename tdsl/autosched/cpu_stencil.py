@@ -227,8 +227,12 @@ class StencilRules(CPUBase):
         for m in members:
             ms = self.s[m]
             ms.compute_at(owner, at)
-            self.rec.add(m, "stencil", f"compute_at({owner.op.name}, {at.var.name})",
+            maxes, mlanes = list(m.op.axis), self.lanes(m.op.output(0).dtype)
+            self.rec.add(m, "stencil", f"compute_at({owner.op.name}, {at.var.name}); "
+                         f"storage_align({maxes[-2].var.name}, {mlanes}, 0)",
                          f"computed per tile of '{owner.op.name}' with its halo: produced and "
-                         "consumed while in cache")
-            maxes = list(m.op.axis)
+                         "consumed while in cache; rows padded to whole vectors")
+            # rows start on a vector boundary (Halide rounds them up likewise): the
+            # consumer's unshifted tap is an aligned load
+            ms.storage_align(maxes[-2], mlanes, 0)
             self.vector_split(m, maxes[-1], None, m.op.output(0).dtype)
