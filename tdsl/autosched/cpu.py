@@ -5,6 +5,8 @@ The order of the rules, and why:
    memory), except the operands of contractions (materialized once: the tile's inner loop
    then reads plain memory instead of recomputing per use) and expensive stages read more
    than once (an exp read by a row sum and a division is computed once).
+   A pointwise stage read at several shifted taps whose recomputation would cost more than
+   a store and loads is instead computed per tile of its consumer (cpu_stencil.py).
 2. groups: a stage that is read only by one loop nest, at indices that are that nest's own
    leading loop variables, is computed at that loop (softmax's row max and row sum inside the
    output's row loop): its data is produced and consumed while in cache.
