@@ -5,6 +5,8 @@ The order of the rules, and why:
    memory), except the operands of contractions (materialized once: the tile's inner loop
    then reads plain memory instead of recomputing per use) and expensive stages read more
    than once (an exp read by a row sum and a division is computed once).
+   A pointwise stage read at several shifted taps whose recomputation would cost more than
+   a store and loads is instead computed per tile of its consumer (cpu_stencil.py).
 2. groups: a stage that is read only by one loop nest, at indices that are that nest's own
    leading loop variables, is computed at that loop (softmax's row max and row sum inside the
    output's row loop): its data is produced and consumed while in cache.
@@ -29,12 +31,14 @@ from __future__ import annotations
 from .cpu_base import BIG
 from .cpu_contraction import ContractionRules
 from .cpu_reduce import ReductionRules
+from .cpu_stencil import StencilRules
 
 
-class CPUScheduler(ContractionRules, ReductionRules):
+class CPUScheduler(ContractionRules, ReductionRules, StencilRules):
     # ------------------------------------------------------------------ rule 1: inline
     def inline(self):
         inlined = set()
+        plan, self.stencil = self.stencil_plan(), set()
         for st in reversed(self.comp):
             info = self.infos[st]
             if st.is_output or info.is_reduction:
@@ -45,6 +49,10 @@ class CPUScheduler(ContractionRules, ReductionRules):
                 self.rec.add(st, "materialize", "compute_root",
                              f"operand of contraction '{tiled[0].op.name}': computed once, not per "
                              "use in the register tile")
+                continue
+            if st in plan:
+                self.stencil.add(st)
+                self.rec.add(st, "stencil", "materialize per tile", plan[st])
                 continue
             nreads = sum(len(self.infos[c].loads_of(st.op.output(0))) for c in self.readers[st])
             if info.expensive and (len(readers) > 1 or nreads > 1):
@@ -61,9 +69,12 @@ class CPUScheduler(ContractionRules, ReductionRules):
         """attach[st] = (owner, level): st is computed inside owner's first `level` loops."""
         attach, level = {}, {}
         for st in reversed(self.comp):
-            if st in inlined or st.is_output or self.infos[st].is_reuse_reduction():
+            if st in inlined or st.is_output or self.infos[st].is_reuse_reduction() or \
+                    st in self.stencil:
                 continue
             readers = self.eff_readers(st, inlined)
+            if any(c in self.stencil for c in readers):
+                continue
             owners = {attach[c][0] if c in attach else c for c in readers}
             if len(owners) != 1 or any(c not in self.readers[st] for c in readers):
                 continue      # read by several loop nests, or through inlined stages: root
@@ -90,6 +101,7 @@ class CPUScheduler(ContractionRules, ReductionRules):
     def run(self):
         inlined = self.inline()
         attach, level = self.groups(inlined)
+        tiles = self.stencil_groups(inlined, attach, level)
         epilogue = {}
         for st in self.comp:
             if st in inlined or not self.infos[st].is_reuse_reduction() or st.is_output:
@@ -102,9 +114,13 @@ class CPUScheduler(ContractionRules, ReductionRules):
                         len(ti.axes) == len(self.infos[st].axes) and self.identity_reads(st, T, inlined):
                     epilogue[T] = st
         for st in reversed(self.comp):
-            if st in inlined or st in attach or any(st is r for r in epilogue.values()):
+            if st in inlined or st in attach or st in self.stencil or \
+                    any(st is r for r in epilogue.values()):
                 continue
             info = self.infos[st]
+            if st in tiles:
+                self.stencil_tile(st, tiles[st], inlined)
+                continue
             members = [m for m in self.comp if attach.get(m, (None,))[0] is st]
             if st in epilogue:
                 R = epilogue[st]

@@ -1,0 +1,323 @@
+"""Multi-stage image pipelines, as Halide's apps define them: tdsl.auto_schedule beside
+Halide's CPU autoschedulers, in the same run: `python bench/pipelines.py` (`--quick`: 2048^2
+instead of 4096^2; `--mcpu haswell` builds tdsl, and Halide, for AVX2; `--explain` prints
+tdsl's decisions).
+
+Pipelines (float32, single channel; the output is smaller than the input by the halo, so
+neither side clamps at the borders):
+- harris: Sobel x and y, the products Ixx Iyy Ixy, 3x3 box sums, det - 0.04 trace^2
+  (apps/harris without the gray conversion);
+- unsharp: a 5-tap Gaussian in x then in y, sharpen = 2 in - blur, ratio = sharpen / in,
+  out = ratio * in (apps/unsharp on one channel);
+- blur: a 3x3 box blur as two separable passes (apps/blur on float32).
+
+Each row is one implementation: tdsl's auto schedule (no search), then Halide's
+Mullapudi2016, Adams2019 and Li2018 autoschedulers (those whose plugin loads), each given
+the target's core count (HL_NUM_THREADS, and `parallelism` in its parameters). Each is timed
+in blocks (a warm-up, N calls, a pause), blocks interleaved between implementations, best
+block kept: the machine may be shared. GB/s counts the input read and the output written
+once. tdsl is checked against numpy and every Halide output against tdsl's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import add_target_option, print_target, target_from  # noqa: E402
+
+import tdsl  # noqa: E402
+
+warnings.filterwarnings("ignore", message=".*will be interpreted as a float32 by Halide")
+
+K_HARRIS = 0.04
+GAUSS5 = (0.0625, 0.25, 0.375, 0.25, 0.0625)
+
+
+# --------------------------------------------------------------------------- definitions
+# Each pipeline: halo (input = output + halo on each axis), a tdsl definition, a Halide one
+# and numpy's. Arrays are [y, x] (x contiguous); Halide funcs are f(x, y), the same memory.
+
+def harris_tdsl(n_out_y, n_out_x):
+    H, W = n_out_y, n_out_x
+    inp = tdsl.placeholder((H + 4, W + 4), name="input")
+
+    Ix = tdsl.compute((H + 2, W + 2), lambda y, x: (
+        inp[y, x + 2] - inp[y, x] + 2.0 * (inp[y + 1, x + 2] - inp[y + 1, x])
+        + inp[y + 2, x + 2] - inp[y + 2, x]) * (1.0 / 12), name="Ix")
+    Iy = tdsl.compute((H + 2, W + 2), lambda y, x: (
+        inp[y + 2, x] - inp[y, x] + 2.0 * (inp[y + 2, x + 1] - inp[y, x + 1])
+        + inp[y + 2, x + 2] - inp[y, x + 2]) * (1.0 / 12), name="Iy")
+    Ixx = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Ix[y, x], name="Ixx")
+    Iyy = tdsl.compute((H + 2, W + 2), lambda y, x: Iy[y, x] * Iy[y, x], name="Iyy")
+    Ixy = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Iy[y, x], name="Ixy")
+
+    def box(T, name):
+        return tdsl.compute((H, W), lambda y, x: (
+            T[y, x] + T[y, x + 1] + T[y, x + 2] + T[y + 1, x] + T[y + 1, x + 1] + T[y + 1, x + 2]
+            + T[y + 2, x] + T[y + 2, x + 1] + T[y + 2, x + 2]), name=name)
+
+    Sxx, Syy, Sxy = box(Ixx, "Sxx"), box(Iyy, "Syy"), box(Ixy, "Sxy")
+    out = tdsl.compute((H, W), lambda y, x: (
+        Sxx[y, x] * Syy[y, x] - Sxy[y, x] * Sxy[y, x]
+        - K_HARRIS * (Sxx[y, x] + Syy[y, x]) * (Sxx[y, x] + Syy[y, x])), name="harris")
+    return inp, out
+
+
+def harris_numpy(a):
+    ix = (a[:-2, 2:] - a[:-2, :-2] + 2 * (a[1:-1, 2:] - a[1:-1, :-2]) + a[2:, 2:] - a[2:, :-2]) / 12
+    iy = (a[2:, :-2] - a[:-2, :-2] + 2 * (a[2:, 1:-1] - a[:-2, 1:-1]) + a[2:, 2:] - a[:-2, 2:]) / 12
+
+    def box(t):
+        return sum(t[dy:t.shape[0] - 2 + dy, dx:t.shape[1] - 2 + dx]
+                   for dy in range(3) for dx in range(3))
+    sxx, syy, sxy = box(ix * ix), box(iy * iy), box(ix * iy)
+    return sxx * syy - sxy * sxy - K_HARRIS * (sxx + syy) ** 2
+
+
+def harris_halide(hl, inp):
+    x, y = hl.Var("x"), hl.Var("y")
+    Ix, Iy = hl.Func("Ix"), hl.Func("Iy")
+    Ix[x, y] = (inp[x + 2, y] - inp[x, y] + 2.0 * (inp[x + 2, y + 1] - inp[x, y + 1])
+                + inp[x + 2, y + 2] - inp[x, y + 2]) * (1.0 / 12)
+    Iy[x, y] = (inp[x, y + 2] - inp[x, y] + 2.0 * (inp[x + 1, y + 2] - inp[x + 1, y])
+                + inp[x + 2, y + 2] - inp[x + 2, y]) * (1.0 / 12)
+    Ixx, Iyy, Ixy = hl.Func("Ixx"), hl.Func("Iyy"), hl.Func("Ixy")
+    Ixx[x, y] = Ix[x, y] * Ix[x, y]
+    Iyy[x, y] = Iy[x, y] * Iy[x, y]
+    Ixy[x, y] = Ix[x, y] * Iy[x, y]
+
+    def box(T, name):
+        f = hl.Func(name)
+        f[x, y] = (T[x, y] + T[x + 1, y] + T[x + 2, y] + T[x, y + 1] + T[x + 1, y + 1]
+                   + T[x + 2, y + 1] + T[x, y + 2] + T[x + 1, y + 2] + T[x + 2, y + 2])
+        return f
+    Sxx, Syy, Sxy = box(Ixx, "Sxx"), box(Iyy, "Syy"), box(Ixy, "Sxy")
+    out = hl.Func("harris")
+    out[x, y] = (Sxx[x, y] * Syy[x, y] - Sxy[x, y] * Sxy[x, y]
+                 - K_HARRIS * (Sxx[x, y] + Syy[x, y]) * (Sxx[x, y] + Syy[x, y]))
+    return out
+
+
+def unsharp_tdsl(H, W):
+    g = GAUSS5
+    inp = tdsl.placeholder((H + 4, W + 4), name="input")
+    blur_x = tdsl.compute((H + 4, W), lambda y, x: (
+        g[0] * (inp[y, x] + inp[y, x + 4]) + g[1] * (inp[y, x + 1] + inp[y, x + 3])
+        + g[2] * inp[y, x + 2]), name="blur_x")
+    blur_y = tdsl.compute((H, W), lambda y, x: (
+        g[0] * (blur_x[y, x] + blur_x[y + 4, x]) + g[1] * (blur_x[y + 1, x] + blur_x[y + 3, x])
+        + g[2] * blur_x[y + 2, x]), name="blur_y")
+    sharpen = tdsl.compute((H, W), lambda y, x: 2.0 * inp[y + 2, x + 2] - blur_y[y, x],
+                           name="sharpen")
+    ratio = tdsl.compute((H, W), lambda y, x: sharpen[y, x] / inp[y + 2, x + 2], name="ratio")
+    out = tdsl.compute((H, W), lambda y, x: ratio[y, x] * inp[y + 2, x + 2], name="unsharp")
+    return inp, out
+
+
+def unsharp_numpy(a):
+    g = GAUSS5
+    bx = g[0] * (a[:, :-4] + a[:, 4:]) + g[1] * (a[:, 1:-3] + a[:, 3:-1]) + g[2] * a[:, 2:-2]
+    by = g[0] * (bx[:-4] + bx[4:]) + g[1] * (bx[1:-3] + bx[3:-1]) + g[2] * bx[2:-2]
+    c = a[2:-2, 2:-2]
+    return (2 * c - by) / c * c
+
+
+def unsharp_halide(hl, inp):
+    g = GAUSS5
+    x, y = hl.Var("x"), hl.Var("y")
+    blur_x, blur_y, sharpen, ratio, out = (hl.Func(n) for n in
+                                          ("blur_x", "blur_y", "sharpen", "ratio", "unsharp"))
+    blur_x[x, y] = (g[0] * (inp[x, y] + inp[x + 4, y]) + g[1] * (inp[x + 1, y] + inp[x + 3, y])
+                    + g[2] * inp[x + 2, y])
+    blur_y[x, y] = (g[0] * (blur_x[x, y] + blur_x[x, y + 4]) + g[1] * (blur_x[x, y + 1]
+                    + blur_x[x, y + 3]) + g[2] * blur_x[x, y + 2])
+    sharpen[x, y] = 2.0 * inp[x + 2, y + 2] - blur_y[x, y]
+    ratio[x, y] = sharpen[x, y] / inp[x + 2, y + 2]
+    out[x, y] = ratio[x, y] * inp[x + 2, y + 2]
+    return out
+
+
+def blur_tdsl(H, W):
+    inp = tdsl.placeholder((H + 2, W + 2), name="input")
+    bx = tdsl.compute((H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2])
+                      * (1.0 / 3), name="blur_x")
+    by = tdsl.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) * (1.0 / 3),
+                      name="blur_y")
+    return inp, by
+
+
+def blur_numpy(a):
+    bx = (a[:, :-2] + a[:, 1:-1] + a[:, 2:]) / 3
+    return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
+
+
+def blur_halide(hl, inp):
+    x, y = hl.Var("x"), hl.Var("y")
+    bx, by = hl.Func("blur_x"), hl.Func("blur_y")
+    bx[x, y] = (inp[x, y] + inp[x + 1, y] + inp[x + 2, y]) * (1.0 / 3)
+    by[x, y] = (bx[x, y] + bx[x, y + 1] + bx[x, y + 2]) * (1.0 / 3)
+    return by
+
+
+PIPELINES = [  # name, halo, tdsl, numpy, halide
+    ("harris", 4, harris_tdsl, harris_numpy, harris_halide),
+    ("unsharp", 4, unsharp_tdsl, unsharp_numpy, unsharp_halide),
+    ("blur", 2, blur_tdsl, blur_numpy, blur_halide),
+]
+
+
+# --------------------------------------------------------------------------- Halide
+
+def load_halide(target):
+    """(halide module, its Target, {autoscheduler name: plugin loaded}) or None."""
+    try:
+        import halide as hl
+    except ImportError:
+        return None
+    os.environ["HL_NUM_THREADS"] = str(target.num_cores)
+    lib = os.path.join(os.path.dirname(hl.__file__), "lib64")
+    names = {}
+    for name, so in (("Mullapudi2016", "mullapudi2016"), ("Adams2019", "adams2019"),
+                     ("Li2018", "li2018")):
+        path = os.path.join(lib, f"libautoschedule_{so}.so")
+        try:
+            hl.load_plugin(path if os.path.exists(path) else f"autoschedule_{so}")
+            names[name] = True
+        except Exception as e:  # a plugin that does not load is reported, not fatal
+            print(f"Halide {name}: plugin did not load ({e})")
+    ht = hl.get_host_target()
+    if target.vector_bits < 512:     # build Halide for the same vector ISA as tdsl
+        feats = [f for f in str(ht).split("-")[2:] if not f.startswith("avx512")
+                 and not f.startswith("tune_")]
+        ht = hl.Target("-".join(str(ht).split("-")[:2] + feats))
+    return hl, ht, names
+
+
+def halide_runner(hl, ht, sched, build, a, out_shape):
+    """A callable that fills and returns an output array with Halide's pipeline
+    auto-scheduled by `sched`."""
+    inp = hl.ImageParam(hl.Float(32), 2, "input")
+    inp.dim(0).set_estimate(0, a.shape[1])
+    inp.dim(1).set_estimate(0, a.shape[0])
+    out = build(hl, inp)
+    out.set_estimates([hl.Range(0, out_shape[1]), hl.Range(0, out_shape[0])])
+    p = hl.Pipeline(out)
+    params = {"parallelism": str(int(os.environ["HL_NUM_THREADS"]))}
+    if sched == "Mullapudi2016":
+        params["last_level_cache_size"] = str(TARGET.cache_bytes(2))
+    p.apply_autoscheduler(ht, hl.AutoschedulerParams(sched, params))
+    p.compile_jit(ht)
+    # Halide's schedules round tiles up and may read past the image; the input sits inside
+    # a padded buffer so those reads land in memory (their results are never kept).
+    padded = np.zeros((a.shape[0] + 2 * PAD, a.shape[1] + 2 * PAD), dtype=np.float32)
+    padded[PAD:-PAD, PAD:-PAD] = a
+    ib = hl.Buffer(padded)
+    ib.set_min([-PAD, -PAD])
+    inp.set(ib)
+    res = np.zeros(out_shape, dtype=np.float32)
+    buf = hl.Buffer(res)
+
+    def run(keep=(padded, ib, inp)):     # hl.Buffer does not own the numpy memory
+        p.realize(buf)
+        return res
+    return run
+
+
+# --------------------------------------------------------------------------- timing
+
+def block_times(fns, calls, blocks=5, warmup_s=0.15, pause_s=0.2):
+    """Best seconds per call of each of `fns` (a dict), timed in interleaved blocks."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(blocks):
+        for k, fn in fns.items():
+            t_end = time.perf_counter() + warmup_s
+            fn()
+            while time.perf_counter() < t_end:
+                fn()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - t0) / calls)
+            time.sleep(pause_s)
+    return best
+
+
+TARGET = None
+PAD = 256
+
+
+def main():
+    global TARGET
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="2048^2 instead of 4096^2")
+    ap.add_argument("--explain", action="store_true", help="print tdsl's auto-schedule decisions")
+    ap.add_argument("--only", default="", help="comma-separated pipeline names")
+    ap.add_argument("--blocks", type=int, default=5)
+    add_target_option(ap)
+    opts = ap.parse_args()
+    TARGET = target_from(opts)
+    N = 2048 if opts.quick else 4096
+    print(f"Image pipelines, float32 {N}x{N} output: tdsl.auto_schedule (no search) vs Halide's "
+          "autoschedulers, same run\n")
+    print_target(TARGET)
+    hal = load_halide(TARGET)
+    if hal is None:
+        print("halide is not installed (pip install halide): Halide rows skipped\n")
+    else:
+        import halide
+        print(f"Halide {getattr(halide, '__version__', '?')}, target {hal[1]}, "
+              f"HL_NUM_THREADS={os.environ['HL_NUM_THREADS']}\n")
+    rng = np.random.default_rng(0)
+    print(f"{'pipeline':9s} {'implementation':20s} {'ms':>8s} {'GB/s':>7s} {'tdsl/this':>9s}")
+    summary = []
+    for name, halo, tdef, npref, hdef in PIPELINES:
+        if opts.only and name not in opts.only.split(","):
+            continue
+        a = rng.uniform(0.5, 1.5, (N + halo, N + halo)).astype(np.float32)
+        ref = npref(a.astype(np.float64)).astype(np.float32)
+        inp, out = tdef(N, N)
+        s = tdsl.auto_schedule(out, TARGET)
+        if opts.explain:
+            print(s.explain())
+        f = tdsl.build(s, [inp, out], target=TARGET)
+        res = np.zeros((N, N), dtype=np.float32)
+        f(a, res)
+        scale = np.abs(ref).max()
+        err = np.abs(res - ref).max() / scale
+        if err > 1e-4:
+            raise SystemExit(f"{name}: tdsl WRONG vs numpy, max relative error {err:.2e}")
+        fns = {"tdsl auto": lambda: f(a, res)}
+        if hal is not None:
+            hl, ht, names = hal
+            for sched in names:
+                try:
+                    run = halide_runner(hl, ht, sched, hdef, a, (N, N))
+                except Exception as e:
+                    print(f"{name:9s} Halide {sched}: failed ({str(e).splitlines()[0][:80]})")
+                    continue
+                herr = np.abs(run() - res).max() / scale
+                if herr > 1e-4:
+                    raise SystemExit(f"{name}: Halide {sched} differs from tdsl by {herr:.2e}")
+                fns[f"Halide {sched}"] = run
+        calls = 10 if N >= 4096 else 30
+        best = block_times(fns, calls, blocks=opts.blocks)
+        nbytes = (a.size + N * N) * 4
+        t_tdsl = best["tdsl auto"]
+        for k, tt in best.items():
+            print(f"{name:9s} {k:20s} {tt * 1e3:8.2f} {nbytes / tt / 1e9:7.1f} {t_tdsl / tt:9.2f}")
+        hal_best = min((tt for k, tt in best.items() if k != "tdsl auto"), default=None)
+        if hal_best is not None:
+            summary.append((name, t_tdsl / hal_best))
+        print()
+    for name, r in summary:
+        print(f"{name:9s} tdsl / best Halide: {r:.2f}{'  (at or below)' if r <= 1.0 else ''}")
+
+
+if __name__ == "__main__":
+    main()

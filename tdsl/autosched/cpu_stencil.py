@@ -1,0 +1,238 @@
+"""Stencil pipelines on CPUs (Harris corners, unsharp masks, separable blurs): what Halide's
+autoschedulers do with them, as one rule.
+
+A pointwise stage read by its consumer at several shifted indices (`B[y + 1, x]`,
+`B[y, x - 2]`: the taps of a stencil) would be recomputed once per tap if inlined. The
+stages are visited producers first, everything below a stage assumed inlined: when the
+recomputations cost more than storing the stage and loading it back (`(taps - 1) x work >
+STENCIL_MIN_SAVED` arithmetic operations, the work counting the pointwise stages that
+would be inlined into it), the stage is materialized. So in a Harris detector the
+gradients Ix and Iy are, and the products Ix * Iy read at the box sum's 9 taps are not
+(one multiply each once the gradients are in memory): Halide's Mullapudi2016 choice.
+
+A materialized stage is not computed over the whole image but at a tile of its consumer
+(the group's owner), the region the tile needs plus the stencil's halo (bound inference
+derives it), so it is produced and consumed while in cache. The owner:
+- is tiled into rows x columns over its last two axes: the columns a whole number of
+  vectors (COL_VECTORS), the rows a power of two such that the members' tiles with their
+  halos take 1/L2_SHARE of the target's L2 together;
+- runs its tiles in parallel (outer loops fused until there are enough tasks), every
+  member computed at the innermost tile loop (or at the fused parallel one);
+- vectorizes the column loop, and each member's.
+A stage read at one index only (a product, a sharpen step) stays inlined.
+
+Sliding windows (storage folding across rows, each row of a member computed once) were
+not adopted: with tiles of tens of rows the halo's recomputation is a few percent."""
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Optional, Tuple
+
+from .. import dtype as dt
+from ..ir import expr as E
+from ..ir.visitor import walk
+from .analysis import EXPENSIVE_CALLS
+from .cpu_base import BIG, CPUBase
+
+STENCIL_MIN_SAVED = 8       # arithmetic operations saved per point to pay a store and loads
+CALL_OPS = 16               # a vectorized exp/log/tanh: a polynomial and a range reduction
+COL_VECTORS = 16            # columns of a tile, in vectors: long rows for the prefetcher
+L2_SHARE = 4                # the members' tiles together take this fraction of L2, leaving
+#                             room for the input rows they read and the output tile
+
+Offsets = FrozenSet[Tuple[int, ...]]
+
+
+def index_offset(e, var) -> Optional[int]:
+    """c when `e` is `var + c` (or `var`, `var - c`, `c + var`), else None."""
+    if isinstance(e, E.Var):
+        return 0 if e is var else None
+    if isinstance(e, (E.Add, E.Sub)):
+        a, b = e.a, e.b
+        if isinstance(b, E.IntImm):
+            o = index_offset(a, var)
+            return None if o is None else o + (b.value if isinstance(e, E.Add) else -b.value)
+        if isinstance(e, E.Add) and isinstance(a, E.IntImm):
+            o = index_offset(b, var)
+            return None if o is None else o + a.value
+    return None
+
+
+def arith_ops(body) -> int:
+    """Arithmetic nodes of a body, index arithmetic inside loads not counted; a costly
+    intrinsic (exp, sqrt, ...) counts as the CALL_OPS operations its expansion takes."""
+    n = [0]
+
+    def f(node):
+        if isinstance(node, E.Call) and node.name in EXPENSIVE_CALLS:
+            n[0] += CALL_OPS
+        elif isinstance(node, (E.BinaryOp, E.Call, E.Select)):
+            n[0] += 1
+        elif isinstance(node, E.ProducerLoad):
+            for ix in node.indices:
+                walk(ix, g)
+
+    def g(node):
+        if isinstance(node, (E.BinaryOp, E.Call, E.Select)):
+            n[0] -= 1
+    walk(body, f)
+    return n[0]
+
+
+class StencilRules(CPUBase):
+    # ------------------------------------------------------------------ analysis
+    def taps(self, st, reader) -> Optional[Offsets]:
+        """The offsets at which `reader` reads `st` (each index its own axis plus a
+        constant), None when some read is not of that form."""
+        ri = self.infos[reader]
+        out = set()
+        for ld in ri.loads_of(st.op.output(0)):
+            if len(ld.indices) != len(ri.axes):
+                return None
+            offs = tuple(index_offset(ix, iv.var) for ix, iv in zip(ld.indices, ri.axes))
+            if any(o is None for o in offs):
+                return None
+            out.add(offs)
+        return frozenset(out)
+
+    def taps_at(self, st, through) -> Optional[Tuple[object, Offsets]]:
+        """(owner, offsets): the one stage outside `through` that reads `st` (through the
+        stages in `through`) and the offsets of those reads relative to its point; None
+        if there are several such readers or some read is not a shifted one."""
+        owner, total = None, set()
+        for c in self.readers[st]:
+            own = self.taps(st, c)
+            if own is None:
+                return None
+            if c in through:
+                up = self.taps_at(c, through)
+                if up is None:
+                    return None
+                o, outer = up
+                own = {tuple(a + b for a, b in zip(u, i)) for u in outer for i in own}
+            else:
+                o = c
+            if owner is not None and o is not owner:
+                return None
+            owner = o
+            total |= own
+        return None if owner is None else (owner, frozenset(total))
+
+    def pointwise(self, st) -> bool:
+        info = self.infos.get(st)
+        return info is not None and not info.is_reduction and not st.is_output
+
+    def work(self, st, planned) -> int:
+        """Arithmetic per point of `st`, with the pointwise producers inlined into it (those
+        not materialized) counted once per read."""
+        info = self.infos[st]
+        n = sum(arith_ops(b) for b in st.op.bodies)
+        for p in self.s.producers(st):
+            if self.pointwise(p) and p not in planned:
+                n += self.work(p, planned) * len(info.loads_of(p.op.output(0)))
+        return n
+
+    def stencil_plan(self) -> Dict:
+        """{stage: why} for the pointwise stages to compute per tile of their consumer,
+        decided producers first, every stage below assumed inlined: a producer
+        materialized makes the stages reading it cheap to inline (a product of two
+        materialized gradients stays inlined into its box sum)."""
+        plan = {}
+        for st in self.comp:
+            info = self.infos[st]
+            if not self.pointwise(st) or len(info.axes) < 2 or \
+                    st.op.output(0).dtype == "bool":
+                continue
+            through = {c for c in self.comp if self.pointwise(c) and c not in plan and c is not st}
+            found = self.taps_at(st, through)
+            if found is None or len(found[1]) < 2 or self.infos[found[0]].is_reduction:
+                continue
+            owner, taps = found
+            w = self.work(st, plan)
+            saved = (len(taps) - 1) * w
+            if saved > STENCIL_MIN_SAVED:
+                plan[st] = (f"read at {len(taps)} shifted points by '{owner.op.name}': inlined "
+                            f"it would cost {saved} more operations per point than computing "
+                            f"it once ({w} each)")
+        return plan
+
+    # ------------------------------------------------------------------ the group
+    def owner_of(self, st, stencil, inlined):
+        """The stage whose tile `st` is computed at: the first reader, through inlined and
+        other stencil stages, that is neither."""
+        readers = self.eff_readers(st, inlined)
+        out = set()
+        for c in readers:
+            out |= {self.owner_of(c, stencil, inlined)} if c in stencil else {c}
+        return out.pop() if len(out) == 1 else None
+
+    def stencil_groups(self, inlined, attach, level) -> Dict:
+        """{owner: members, producers first}; a stencil stage whose tile has no single
+        pointwise owner free of other groupings is computed at the root instead."""
+        groups = {}
+        for st in [m for m in self.comp if m in self.stencil]:
+            owner = self.owner_of(st, self.stencil, inlined)
+            if owner is None or owner in attach or owner in level or \
+                    self.infos[owner].is_reduction:
+                self.stencil.discard(st)
+                self.rec.add(st, "stencil", "compute_root", "no single pointwise consumer to "
+                             "tile: computed once over the whole image")
+                continue
+            groups.setdefault(owner, []).append(st)
+        return groups
+
+    def stencil_tile(self, owner, members, inlined):
+        """Tiles `owner` (rows x vector columns), computes `members` at the tile with their
+        halo, parallel over tiles, vectorized along the columns."""
+        info = self.infos[owner]
+        axes, exts = list(owner.op.axis), list(info.extents)
+        dtype = owner.op.output(0).dtype
+        lanes = self.lanes(dtype)
+        esize = max(1, dt.bits(dtype) // 8)
+        through = set(members) | set(inlined)
+        halos = []
+        for m in members:
+            found = self.taps_at(m, through)
+            taps = found[1] if found else {(0,) * len(axes)}
+            halos.append(tuple(max(t[d] for t in taps) - min(t[d] for t in taps) for d in (-2, -1)))
+        hy = max(h[0] for h in halos)
+        hx = max(h[1] for h in halos)
+        W, H = exts[-1], exts[-2]
+        # columns: a whole number of vectors, at most the row; rows: a power of two such
+        # that the members' tiles with their halos take a share of L2 together
+        cols = lanes * COL_VECTORS
+        if W is not None:
+            cols = min(cols, -(-W // lanes) * lanes)
+        budget = self.t.cache_bytes(2) // (L2_SHARE * len(members))
+        rows = max(1, budget // (esize * (cols + hx)) - hy)
+        rows = max(1, min(rows, 1 << (rows.bit_length() - 1)))   # a power of two
+        if H is not None:
+            rows = min(rows, H)
+        yo, xo, yi, xi = owner.tile(axes[-2], axes[-1], rows, cols)
+        self.rec.add(owner, "stencil tile", f"tile({axes[-2].var.name}, {axes[-1].var.name}, "
+                     f"{rows}, {cols})", f"{len(members)} stage(s) computed per tile with a halo of "
+                     f"{hy} x {hx}: each member's tile within {budget // 1024} KiB, 1/{L2_SHARE} of "
+                     f"L2 ({self.t.cache_bytes(2) // 1024} KiB) across {len(members)} buffer(s)")
+        self.vector_split(owner, xi, cols, dtype)
+        nty = None if H is None else -(-H // rows)
+        ntx = None if W is None else -(-W // cols)
+        loops = [(iv, e, False) for iv, e in zip(axes[:-2], exts[:-2])]
+        loops += [(yo, nty, H is None or H % rows != 0), (xo, ntx, W is None or W % cols != 0)]
+        work = info.outputs(BIG)
+        # a fused loop cannot carry the members when its extent is symbolic (bound
+        # inference cannot bound their region through it): then only the rows go parallel
+        if H is None or W is None:
+            loops = loops[:-1]
+        par = self.parallel_prefix(owner, loops, work, "tiles of a stencil group")
+        at = par if xo not in owner.leaf_iter_vars else xo
+        for m in members:
+            ms = self.s[m]
+            ms.compute_at(owner, at)
+            maxes, mlanes = list(m.op.axis), self.lanes(m.op.output(0).dtype)
+            self.rec.add(m, "stencil", f"compute_at({owner.op.name}, {at.var.name}); "
+                         f"storage_align({maxes[-2].var.name}, {mlanes}, 0)",
+                         f"computed per tile of '{owner.op.name}' with its halo: produced and "
+                         "consumed while in cache; rows padded to whole vectors")
+            # rows start on a vector boundary (Halide rounds them up likewise): the
+            # consumer's unshifted tap is an aligned load
+            ms.storage_align(maxes[-2], mlanes, 0)
+            self.vector_split(m, maxes[-1], None, m.op.output(0).dtype)
