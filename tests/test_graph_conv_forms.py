@@ -81,6 +81,29 @@ def test_dilated_conv2d_is_fast(ci, co, hw, k, d, s):
     assert len(kinds) == 1 and kinds[0] in ("conv2d_packed", "conv_rows_spatial"), kinds
 
 
+@pytest.mark.parametrize("x,w,attrs,taps", [
+    ((1, 16, 14, 14), (24, 16, 3, 3), dict(pads=[36] * 4, dilations=[36, 36]), (1, 1)),
+    ((1, 16, 14, 14), (24, 16, 3, 3), dict(pads=[12] * 4, dilations=[12, 12]), (3, 3)),
+    ((1, 8, 6, 20), (16, 8, 3, 3), dict(pads=[8, 8, 8, 8], dilations=[8, 8]), (1, 3)),
+    ((1, 8, 9, 9), (8, 1, 5, 5), dict(pads=[8] * 4, dilations=[4, 4], group=8), (5, 5)),
+    ((1, 8, 5, 11), (8, 1, 5, 5), dict(pads=[12, 4, 12, 4], dilations=[6, 2], group=8), (1, 5)),
+    ((1, 8, 7, 7), (16, 8, 3, 3), dict(pads=[9] * 4, dilations=[9, 4], strides=[2, 2]), (1, 3)),
+    ((1, 4, 30), (8, 4, 3), dict(pads=[40, 40], dilations=[40]), (1,)),
+    ((1, 4, 4, 6, 6), (8, 4, 3, 3, 3), dict(pads=[5] * 6, dilations=[5, 2, 5]), (1, 3, 3)),
+])
+def test_taps_reading_only_padding_are_dropped(x, w, attrs, taps):
+    """A dilation past the image leaves taps that read only zeros: the conv keeps the
+    others (passes/conv_forms.drop_padding_taps) and matches onnxruntime."""
+    inputs, consts = {"x": f32(*x)}, {"w": f32(*w), "b": f32(w[0])}
+    kinds = _anchors("Conv", inputs, consts, **attrs)
+    assert any(k in FAST for k in kinds), kinds
+    mod = G.optimize(G.from_onnx(_model("Conv", inputs, consts, **attrs)))
+    convs = [m for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()
+             if m.op.startswith("nn.conv")]
+    assert len(convs) == 1
+    assert tuple(convs[0].args[1].type.shape[2:])[-len(taps):] == taps
+
+
 @pytest.mark.parametrize("x,w,attrs,phases", [
     ((1, 16, 10, 10), (16, 8, 3, 3), dict(pads=[1] * 4, strides=[2, 2], output_padding=[1, 1]), True),
     ((2, 16, 9, 7), (16, 24, 4, 4), dict(pads=[1] * 4, strides=[2, 2]), True),

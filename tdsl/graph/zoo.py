@@ -25,6 +25,31 @@ def _torchvision(name, **kw):
     return make
 
 
+def _segmentation(name):
+    """A torchvision segmentation network (dilated convs in its backbone and head, a bilinear
+    resize back to the input size) returning its "out" map; no backbone weights are fetched."""
+    def make():
+        import torchvision
+        net = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None,
+                                                             num_classes=21)
+        return _output(net, "out"), ((1, 3, 224, 224), "float32")
+    return make
+
+
+def _output(model, key):
+    """A torch module returning entry `key` of `model`'s dict output."""
+    import torch
+
+    class Output(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m(x)[key]
+    return Output()
+
+
 def _bert():
     from transformers import BertConfig, BertModel
     cfg = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
@@ -67,6 +92,7 @@ MODELS: Dict[str, Callable[[], Tuple[object, tuple]]] = {
     "densenet121": _torchvision("densenet121"),
     "convnext_tiny": _torchvision("convnext_tiny"),
     "vit_b_16": _torchvision("vit_b_16"),
+    "deeplabv3_mobilenet_v3_large": _segmentation("deeplabv3_mobilenet_v3_large"),
     "bert": _bert,
     "gpt2": _gpt2,
 }

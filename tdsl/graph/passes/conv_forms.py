@@ -6,7 +6,11 @@ rows; GPU: the tiled GEMM) take.
 * Transposed with a stride s: s^2 stride-1 convs, one per output phase, as one conv2d with
   s^2 x CO output channels over the input (each phase's taps, ceil(K/s) per dimension, set
   in a shared window), then the phases interleaved (pixel shuffle). Spreading the input on
-  the stride grid instead would multiply s^2 more zeros than taps."""
+  the stride grid instead would multiply s^2 more zeros than taps.
+* Dilated past its input: a tap that reads only zero padding for every output position (a
+  segmentation head's 3x3 conv of dilation 24 or 36 over a 14x14 map has only its centre
+  tap in the image) is dropped with its weights and the padding shrunk to match, so the
+  conv neither multiplies zeros nor pads a plane mostly of zeros."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,6 +56,46 @@ def conv1d_as_conv2d(mod: Module) -> Module:
             a["output_padding"] = [0] + list(a["output_padding"])
         y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], a, n.span)
         return wrap(y, n)
+    return rewrite(mod, visit)
+
+
+def _live_taps(H, O, s, dl, pb, K):
+    """The first and last tap of a dimension (input H, output O, stride s, dilation dl,
+    begin padding pb) that reads an input position for some output; taps outside are dead
+    (between them none is, the positions they read being monotone in the tap)."""
+    live = [k for k in range(K) if any(0 <= o * s + k * dl - pb < H for o in range(O))]
+    return (live[0], live[-1]) if live else None
+
+
+def drop_padding_taps(mod: Module) -> Module:
+    """nn.conv1d/2d/3d with constant weights: taps that read only padding are removed
+    (module docstring); the result is the same conv with fewer taps and less padding."""
+    def visit(n, args):
+        if n.op not in ("nn.conv1d", "nn.conv2d", "nn.conv3d") or not isinstance(args[1], Const):
+            return same(n, args)
+        a = n.attrs
+        xs, ws, os_ = args[0].type.shape[2:], args[1].type.shape[2:], n.type.shape[2:]
+        nd = len(ws)
+        if not all(isinstance(d, int) for d in tuple(xs) + tuple(os_)):
+            return same(n, args)
+        pads = list(a["padding"])
+        cut = []
+        for d in range(nd):
+            s, dl, pb = a["strides"][d], a["dilation"][d], pads[d]
+            live = _live_taps(xs[d], os_[d], s, dl, pb, ws[d])
+            if live is None:
+                return same(n, args)
+            k0, k1 = live
+            pe = (os_[d] - 1) * s + k1 * dl - pb - (xs[d] - 1)     # keeps the output size
+            if (k0, k1) == (0, ws[d] - 1) or pe < 0:
+                cut.append(slice(None))
+                continue
+            pads[d], pads[nd + d] = pb - k0 * dl, pe
+            cut.append(slice(k0, k1 + 1))
+        if all(c == slice(None) for c in cut):
+            return same(n, args)
+        w = np.ascontiguousarray(args[1].data[(slice(None), slice(None)) + tuple(cut)])
+        return Call(n.op, [args[0], Const(w)], dict(a, padding=pads), n.span)
     return rewrite(mod, visit)
 
 
