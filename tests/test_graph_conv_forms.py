@@ -126,8 +126,12 @@ def test_conv_transpose_is_fast(x, w, attrs, phases):
 
 
 @pytest.mark.parametrize("mode,scales", [("nearest", [1, 1, 2, 2]), ("linear", [1, 1, 2, 2]),
-                                         ("linear", [1, 1, 0.5, 1.5]), ("cubic", [1, 1, 2, 2])])
+                                         ("linear", [1, 1, 0.5, 1.5]), ("cubic", [1, 1, 2, 2]),
+                                         ("linear", [1, 1, 1, 3]), ("linear", [1, 1, 4, 1]),
+                                         ("linear", [1, 1, 8, 8])])
 def test_resize_is_one_gather_kernel(mode, scales):
+    """Linear along both image axes: rows interpolated once, columns gathered from them
+    (strategy/cpu/resize.py); along one axis or cubic: the interp inlined."""
     inputs = {"x": f32(1, 8, 10, 12)}
     consts = {"_none_roi": None, "scales": np.array(scales, np.float32)}
     check("Resize", inputs, consts, rtol=1e-4, mode=mode)

@@ -23,7 +23,9 @@ def _interp_te(ins, attrs, out):
             v = x[i[:ax] + (tdsl.cast(idx[t, o], "int32"),) + i[ax + 1:]] * w[t, o]
             acc = v if acc is None else acc + v
         return acc
-    return tdsl.compute(out.shape, f, name=uname("interp"))
+    y = tdsl.compute(out.shape, f, name=uname("interp"))
+    y._graph_info = {"kind": "interp", "axis": ax % len(out.shape)}
+    return y
 
 
 topi.TE["interp"] = _interp_te

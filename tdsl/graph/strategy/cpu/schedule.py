@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import topi
 from ..stages import _ishape, _stages
-from . import conv1x1, conv_blocked, conv_grouped, conv_int8, conv_spatial, squeeze
+from . import conv1x1, conv_blocked, conv_grouped, conv_int8, conv_spatial, resize, squeeze
 from .anchors import _schedule_dense_packed
 from .loops import PAR_MIN_ELEMS, PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
 from .pool import _schedule_pool_sep
@@ -36,6 +36,8 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
         return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
     if kind == "pool_sep" and vectorize and len(out.shape) == 4:
         return _schedule_pool_sep(s, out, info, parallel, g.target)
+    if vectorize and resize.applies(out):
+        return resize.schedule(s, out, parallel, g.target)
     convs = [t for t in _stages(out) if getattr(t, "_graph_info", {}).get("kind") == "conv_generic"]
     if vectorize and len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) \
             and len(out.shape) >= 3:
