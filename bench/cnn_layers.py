@@ -68,11 +68,11 @@ class Layers:
         return y
 
 
-def conv_layer(ci, co, hw, k, s=1, p=0, act="Relu", residual=False):
+def conv_layer(ci, co, hw, k, s=1, p=0, act="Relu", residual=False, groups=1):
     from onnx import helper
     L = Layers()
     nodes, inits = [], {}
-    y = L.conv(nodes, inits, "x", ci, co, k, s, p, act=None)
+    y = L.conv(nodes, inits, "x", ci, co, k, s, p, act=None, groups=groups)
     oh = (hw + 2 * p - k) // s + 1
     if residual:
         rn, r = L.w(1, co, oh, oh, scale=1.0)
@@ -83,7 +83,12 @@ def conv_layer(ci, co, hw, k, s=1, p=0, act="Relu", residual=False):
         nodes.append(helper.make_node(act, [y], ["y"]))
     else:
         nodes.append(helper.make_node("Identity", [y], ["y"]))
-    return _model(nodes, inits, (1, ci, hw, hw)), (1, ci, hw, hw), ci * co * k * k * oh * oh
+    return _model(nodes, inits, (1, ci, hw, hw)), (1, ci, hw, hw), ci // groups * co * k * k * oh * oh
+
+
+def dw_layer(c, hw, k, s=1):
+    """A mobile net's depthwise conv with its ReLU."""
+    return conv_layer(c, c, hw, k, s=s, p=k // 2, groups=c)
 
 
 def se_block(c, hw, cs, act="Silu", gate="Sigmoid", then_conv=None):
@@ -174,6 +179,23 @@ LAYERS = {
     "3x3 r18 256->256 14": lambda: conv_layer(256, 256, 14, 3, p=1),
     "3x3 sq 16->64 55": lambda: conv_layer(16, 64, 55, 3, p=1),
     "3x3 sq 32->128 27": lambda: conv_layer(32, 128, 27, 3, p=1),
+    # depthwise (mobilenet_v2, efficientnet) and mobilenet_v2's 1x1 at 14x14 and 7x7
+    "dw mv2 32 112": lambda: dw_layer(32, 112, 3),
+    "dw mv2 96 112 s2": lambda: dw_layer(96, 112, 3, 2),
+    "dw mv2 144 56": lambda: dw_layer(144, 56, 3),
+    "dw mv2 192 28": lambda: dw_layer(192, 28, 3),
+    "dw mv2 576 14": lambda: dw_layer(576, 14, 3),
+    "dw mv2 576 14 s2": lambda: dw_layer(576, 14, 3, 2),
+    "dw mv2 960 7": lambda: dw_layer(960, 7, 3),
+    "dw en 5x5 240 28": lambda: dw_layer(240, 28, 5),
+    "dw en 5x5 672 14 s2": lambda: dw_layer(672, 14, 5, 2),
+    "dw en 5x5 1152 7": lambda: dw_layer(1152, 7, 5),
+    "1x1 mv2 64->384 14": lambda: conv_layer(64, 384, 14, 1, act="Relu"),
+    "1x1 mv2 384->64 14": lambda: conv_layer(384, 64, 14, 1, act=None),
+    "1x1 mv2 160->960 7": lambda: conv_layer(160, 960, 7, 1, act="Relu"),
+    "1x1 mv2 960->160 7 +res": lambda: conv_layer(960, 160, 7, 1, act=None, residual=True),
+    "1x1 mv2 16->96 112": lambda: conv_layer(16, 96, 112, 1, act="Relu"),
+    "1x1 mv2 144->24 56": lambda: conv_layer(144, 24, 56, 1, act=None),
     # squeeze-excite
     "se en 96 112": lambda: se_block(96, 112, 4),
     "se en 240 28 +conv": lambda: se_block(240, 28, 10, then_conv=40),

@@ -62,6 +62,28 @@ def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
     return best
 
 
+def depthwise_tile(target, rows: int, width: int):
+    """(pixels, rows) of a channel-blocked depthwise conv's register tile: each accumulator
+    is one pixel's vector of channels and each FMA loads its own input vector (neighbours
+    share loads only along a row), so the tile needs the FMA chains' worth of accumulators
+    and no more than half the registers (the rest hold the input row and the taps'
+    weights); pixels divide the row and rows the image, so no tile is ragged."""
+    t = as_target(target)
+    regs = max(t.vector_registers, 4)
+    want = max(2 * t.fma_chains, 4)
+    best = (1, 1)
+    for xb in range(1, min(width, regs // 2) + 1):
+        if width % xb:
+            continue
+        for rb in range(1, min(rows, 4) + 1):
+            if rows % rb or xb * rb > regs // 2:
+                continue
+            key = (min(xb * rb, want), -rb, xb)
+            if key > (min(best[0] * best[1], want), -best[1], best[0]):
+                best = (xb, rb)
+    return best
+
+
 def gemm_tile(target, M: int, N: int, dtype="float32"):
     """(mr, nr) of the GEMM micro-kernel: mr rows of A broadcast, nr columns of B."""
     rows, vecs = register_tile(target, M, N, dtype)
@@ -86,4 +108,4 @@ def parallel_chunks(target) -> int:
     return 4 * as_target(target).num_cores
 
 
-__all__ = ["Target", "register_tile", "gemm_tile", "row_vector", "parallel_chunks"]
+__all__ = ["Target", "register_tile", "depthwise_tile", "gemm_tile", "row_vector", "parallel_chunks"]

@@ -185,7 +185,7 @@ def fuse_ops(mod: Module) -> Module:
         for n in g.nodes:
             args = [inner[id(a)] if id(a) in inner else pmap[id(a)] for a in n.args]
             inner[id(n)] = Call(n.op, args, n.attrs, n.span)
-        base = "fused_" + "_".join(dict.fromkeys(n.op.replace("nn.", "") for n in g.nodes))
+        base = "fused_" + "_".join(dict.fromkeys(n.op.replace("nn.", "").replace(".", "_") for n in g.nodes))
         f = Function(base, params, [inner[id(g.last)]], {"primitive": 1})
         text = print_function(f).split("(", 1)[1]
         if text in by_text:

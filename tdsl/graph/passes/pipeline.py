@@ -3,12 +3,14 @@ it is). `optimize` runs them in order:
 
 quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify
 -> fold_constants -> drop_padding_taps -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
--> eliminate_dead_code -> fuse_ops
+-> eliminate_dead_code -> blocked_layout (with a CPU target) -> fuse_ops
 """
 from __future__ import annotations
 
 from ...errors import GraphError
+from ...target import as_target
 from ..ir import Module
+from .layout import blocked_layout
 from .conv_forms import conv1d_as_conv2d, drop_padding_taps, transposed_conv_as_phases
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
@@ -17,14 +19,20 @@ from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
 
-def optimize(mod: Module, fuse: bool = True) -> Module:
-    """The standard pipeline; `fuse=False` stops before operator fusion."""
+def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
+    """The standard pipeline; `fuse=False` stops before operator fusion. With a CPU
+    `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
+    its vector's channels (layout.py: `blocked_layout`) before fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify,
               fold_constants, drop_padding_taps, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
               eliminate_dead_code):
         mod = p(mod)
+    if target is not None:
+        t = as_target(target)
+        if t.kind == "llvm":
+            mod = blocked_layout(mod, t.vector_lanes("float32"))
     if fuse:
         mod = fuse_ops(mod)
     return mod

@@ -45,21 +45,94 @@ def spread(x, sizes, offsets, strides):
     return tdsl.compute((xs[0], xs[1]) + tuple(sizes), f, name=topi.uname("pad"))
 
 
-def conv_blocked(g, n, x, wi, spread_args, orient=None):
+def pad_blocked(x, sizes, offsets):
+    """pad[b, cb, *u, c] = x[b, cb, *(u - offset), c] inside x, else 0 (a blocked image)."""
+    xs = topi.shape_of(x)
+    nd = len(sizes)
+    if tuple(sizes) == tuple(xs[2:-1]) and not any(offsets):
+        return x
+    f0 = tdsl.const(0, x.dtype)
+
+    def f(b, cb, *u):
+        conds, src = [], []
+        for d in range(nd):
+            t = u[d] - offsets[d]
+            if offsets[d] > 0:
+                conds.append(t >= 0)
+            if sizes[d] > offsets[d] + xs[2 + d]:
+                conds.append(t < xs[2 + d])
+            src.append(t)
+        v = x[(b, cb) + tuple(src) + (u[nd],)]
+        return tdsl.if_then_else(tdsl.all(*conds), v, f0) if conds else v
+    return tdsl.compute((xs[0], xs[1]) + tuple(sizes) + (xs[-1],), f, name=topi.uname("pad"))
+
+
+def conv2d_blocked(g, n):
+    """nn.conv2d_blocked (ir/ops_layout.py): the blocked conv, or the blocked depthwise conv,
+    from a blocked or plain input to a blocked output."""
+    x_e, w_e = n.args
+    wi = g.const_param(w_e)
+    if wi is None or id(x_e) not in g.pidx or x_e.type.dtype != "float32":
+        return None
+    x = g.param_tensor(g.pidx[id(x_e)])
+    a = n.attrs
+    p = a["padding"]
+    H, W = x_e.type.shape[2:4]
+    sizes, offsets = [H + p[0] + p[2], W + p[1] + p[3]], p[:2]
+    if a["groups"] != 1:
+        return depthwise_blocked(g, n, x, pad_blocked(x, sizes, offsets), wi)
+    if a["in_blocked"]:
+        return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]))
+    return conv_blocked(g, n, x, wi, (sizes, offsets, (1, 1)), blocked=(None, a["bn"]))
+
+
+def depthwise_blocked(g, n, x, src, wi):
+    """out[b, cb, y, x, c] = sum over taps of src[b, cb, y*s + ky*d, x*s + kx*d, c] *
+    w[cb, ky, kx, c]: a vector of channels per FMA, whatever the row width or stride."""
+    a = n.attrs
+    bn = a["bn"]
+    N = n.type.shape[0]
+    C, _, KH, KW = n.args[1].type.shape
+    CB = -(-C // bn)
+    OH, OW = n.type.shape[2:4]
+    (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+
+    def pack(w):
+        wp = np.zeros((CB * bn, KH, KW), w.dtype)
+        wp[:C] = w[:, 0]
+        return np.ascontiguousarray(wp.reshape(CB, bn, KH, KW).transpose(0, 2, 3, 1))
+    Wp = g.packed_param(wi, (CB, KH, KW, bn), pack)
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    Cv = tdsl.compute((N, CB, OH, OW, bn), lambda b, cb, oy, ox, c: tdsl.sum(
+        src[b, cb, oy * sh + ky * dh, ox * sw + kx * dw, c] * Wp[cb, ky, kx, c], axis=[ky, kx]),
+        name=topi.uname("conv"))
+    xb, rb = tiling.depthwise_tile(g.target, OH, OW)
+    g.anchor = (Cv, {"kind": "depthwise_blocked", "conv": Cv, "pad": src if src is not x else None,
+                     "xb": xb, "rb": rb, "bn": bn})
+    return Cv
+
+
+def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     """The blocked conv of node `n` (nn.convNd, groups 1) over `spread(x, *spread_args)`,
     its weights the constant param `wi` laid out (CO, CI, *K) by `orient` (for a transposed
-    conv: swap the channel axes and flip the taps)."""
+    conv: swap the channel axes and flip the taps). `blocked`: (the padded blocked input or
+    None for a plain one, bn) for nn.conv2d_blocked, whose output stays blocked."""
     a = n.attrs
-    src = spread(x, *spread_args)
+    src_b = blocked[0] if blocked else None
+    src = src_b if src_b is not None else spread(x, *spread_args)
     xt = n.args[0].type
     N = xt.shape[0]
     CI = x.shape[1]            # a size variable in a kernel generic in it
     CO = n.type.shape[1]
     out_sp = tuple(n.type.shape[2:])
+    if blocked:     # the node's output is blocked: (N, CO/bn, *S, bn)
+        CO, out_sp = n.args[1].type.shape[0], out_sp[:-1]
+        CI = n.args[1].type.shape[1]
     nd = len(out_sp)
     w_shape = n.args[1].type.shape
     K = tuple(w_shape[2:])
-    bn = g.target.vector_lanes(xt.dtype)
+    bn = blocked[1] if blocked else g.target.vector_lanes(xt.dtype)
     cb_n = -(-CO // bn)      # output channels padded to whole vectors with zero weights
 
     def pack(w):
@@ -68,21 +141,42 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None):
         wp[:CO] = w
         return np.ascontiguousarray(wp.reshape((cb_n, bn) + w.shape[1:]).transpose(
             (0,) + tuple(range(2, nd + 3)) + (1,)))
-    Wp = g.packed_param(wi, (cb_n, CI) + K + (bn,), pack)
     strides = a["strides"] if "transpose" not in n.op else (1,) * nd
     dl = a["dilation"]
-    ci = tdsl.reduce_axis((0, CI), "ci")
     rk = [tdsl.reduce_axis((0, K[d]), f"k{d}") for d in range(nd)]
+    if src_b is not None:
+        # input channels blocked too: (cio, cii) reduce, weights (CO/bn, CI/bn, *K, bn_i, bn_o)
+        cib = -(-CI // bn)
 
-    def conv(b, cb, *o):
-        sp, cc = o[:nd], o[nd]
-        return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
-                        * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
+        def pack_b(w):
+            wp = np.zeros((cb_n * bn, cib * bn) + w.shape[2:], w.dtype)
+            wp[:CO, :CI] = w
+            wp = wp.reshape((cb_n, bn, cib, bn) + w.shape[2:])
+            return np.ascontiguousarray(wp.transpose((0, 2) + tuple(range(4, nd + 4)) + (3, 1)))
+        Wp = g.packed_param(wi, (cb_n, cib) + K + (bn, bn), pack_b)
+        cio = tdsl.reduce_axis((0, cib), "cio")
+        cii = tdsl.reduce_axis((0, bn), "cii")
+
+        def conv(b, cb, *o):
+            sp, cc = o[:nd], o[nd]
+            return tdsl.sum(src[(b, cio) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd)) + (cii,)]
+                            * Wp[(cb, cio) + tuple(rk) + (cii, cc)], axis=[cio] + rk + [cii])
+    else:
+        Wp = g.packed_param(wi, (cb_n, CI) + K + (bn,), pack)
+        ci = tdsl.reduce_axis((0, CI), "ci")
+
+        def conv(b, cb, *o):
+            sp, cc = o[:nd], o[nd]
+            return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
+                            * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
     Cv = tdsl.compute((N, cb_n) + out_sp + (bn,), conv, name=topi.uname("conv"))
+    info = {"kind": "conv2d_packed", "conv": Cv, "pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn}
+    if blocked:
+        g.anchor = (Cv, info)
+        return Cv
     O = tdsl.compute((N, CO) + out_sp, lambda b, co, *o: Cv[(b, co // bn) + o + (co % bn,)],
                      name=topi.uname("unpack"))
-    g.anchor = (O, {"kind": "conv2d_packed", "conv": Cv, "pad": src if src is not x else None,
-                    "ow": out_sp[-1], "bn": bn})
+    g.anchor = (O, info)
     return O
 
 
@@ -118,12 +212,22 @@ def schedule(s, out, info, parallel, target):
     for t in _stages(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
             _par_vec(s, t, target, True, parallel)
-    b, co, *lead, x = out.op.axis
     CB = _ishape(Cv)[1]
     xb, cbb = tiling.register_tile(target, OW, CB * bn, whole_rows=True, whole_vecs=True)
-    cob, coi = s[out].split(co, factor=bn * cbb)
-    xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, *lead, xo, coi, xi)
+    if len(out.shape) == len(Cv.shape):
+        # a blocked output (nn.conv2d_blocked): the epilogue stores whole channel vectors
+        if Cv is out:
+            Cv = s.cache_write(out, "local")
+        b, cb, *lead, x, c = out.op.axis
+        cob, coi = s[out].split(cb, factor=cbb)
+        xo, xi = s[out].split(x, factor=xb)
+        s[out].reorder(b, cob, *lead, xo, coi, xi, c)
+        s[out].vectorize(c)
+    else:
+        b, co, *lead, x = out.op.axis
+        cob, coi = s[out].split(co, factor=bn * cbb)
+        xo, xi = s[out].split(x, factor=xb)
+        s[out].reorder(b, cob, *lead, xo, coi, xi)
     par = s[out].fuse(b, cob, *lead)
     if parallel:
         s[out].parallel(par)
@@ -139,3 +243,39 @@ def schedule(s, out, info, parallel, target):
         if parallel:
             s[pad].parallel(pa)
         _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
+
+
+def schedule_depthwise(s, out, info, parallel, target):
+    """The blocked depthwise conv: a register tile of `rb` rows x `xb` pixels, each a
+    vector of channels, the taps unrolled (neighbouring pixels share their input loads at
+    stride 1); the padded plane of a channel block computed right before its rows."""
+    Cv, pad, xb, rb, bn = info["conv"], info["pad"], info["xb"], info["rb"], info["bn"]
+    _inline_except(s, out, [Cv] + ([pad] if pad is not None else []))
+    blocked_out = len(out.shape) == len(Cv.shape)
+    if Cv is out:
+        Cv = s.cache_write(out, "local")
+    if blocked_out:
+        b, cb, y, x, c = out.op.axis
+        yo, yi = s[out].split(y, factor=rb)
+        xo, xi = s[out].split(x, factor=xb)
+        s[out].reorder(b, cb, yo, xo, yi, xi, c)
+        s[out].vectorize(c)
+    else:       # a plain NCHW output (a from_blocked epilogue): rows of one channel block
+        b, co, y, x = out.op.axis
+        cb, c = s[out].split(co, factor=bn)
+        yo, yi = s[out].split(y, factor=rb)
+        xo, xi = s[out].split(x, factor=xb)
+        s[out].reorder(b, cb, yo, xo, c, yi, xi)
+    outer = s[out].fuse(b, cb)
+    if parallel and int(np.prod(_ishape(out))) * 9 >= (1 << 18):
+        s[out].parallel(outer)
+    if pad is not None:
+        s[pad].compute_at(s[out], outer)
+        s[pad].vectorize(pad.op.axis[-1])
+    s[Cv].compute_at(s[out], xo)
+    _, _, yl, xl, cl = s[Cv].op.axis
+    ky, kx = s[Cv].op.reduce_axis
+    s[Cv].reorder(ky, kx, yl, xl, cl)
+    for ax in (ky, kx, yl, xl):
+        s[Cv].unroll(ax)
+    s[Cv].vectorize(cl)

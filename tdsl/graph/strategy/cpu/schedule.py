@@ -18,6 +18,8 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
     keep = set()
     if kind == "conv2d_packed" and vectorize:
         return conv_blocked.schedule(s, out, info, parallel, g.target)
+    if kind == "depthwise_blocked" and vectorize:
+        return conv_blocked.schedule_depthwise(s, out, info, parallel, g.target)
     if kind in ("qconv2d_vnni", "qconv2d_int32") and vectorize:
         return conv_int8.schedule(s, out, info, parallel, g.target)
     if kind == "dense_packed" and vectorize:

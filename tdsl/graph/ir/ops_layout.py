@@ -1,0 +1,91 @@
+"""Channel-blocked (NCHW[x]c) tensors and the convolution between them.
+
+A blocked tensor holds an (N, C, *S) image as (N, ceil(C / bn), *S, bn): `bn` channels
+(a vector) innermost, the channels past C zero when packed and of no meaning after that
+(a consumer never reads them into a real channel: the blocked conv's weights for them are
+zero, `layout.from_blocked` drops them). passes/layout.py keeps chains of convolutions in
+this layout, with the transforms only at the chains' ends.
+
+* `layout.to_blocked(x)` (attrs `bn`), `layout.from_blocked(xb)` (attrs `bn`, `channels`);
+* `nn.conv2d_blocked(x, w)`: nn.conv2d's attributes plus `bn` and `in_blocked` (whether x
+  is blocked or a plain NCHW image); w is the plain (CO, CI / groups, KH, KW) weight; the
+  output is blocked. Groups: 1, or one per channel (depthwise).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import GraphError
+from .ops_nn import _conv_infer, conv_ref
+from .registry import _nargs, register
+from .types import TensorType
+
+
+def blocks(c, bn):
+    return -(-c // bn)
+
+
+def _to_infer(types, attrs):
+    _nargs(types, 1)
+    x = types[0]
+    bn = attrs["bn"]
+    if x.ndim < 3 or not isinstance(bn, int) or bn < 1:
+        raise GraphError(f"layout.to_blocked: needs an image of rank >= 3 and bn >= 1, got {x} and bn={bn!r}")
+    return TensorType((x.shape[0], blocks(x.shape[1], bn), *x.shape[2:], bn), x.dtype)
+
+
+def to_blocked_ref(x, a):
+    bn = a["bn"]
+    N, C = x.shape[:2]
+    cb = blocks(C, bn)
+    xp = np.zeros((N, cb * bn) + x.shape[2:], x.dtype)
+    xp[:, :C] = x
+    return np.ascontiguousarray(np.moveaxis(xp.reshape((N, cb, bn) + x.shape[2:]), 2, -1))
+
+
+def _from_infer(types, attrs):
+    _nargs(types, 1)
+    x = types[0]
+    bn, c = attrs["bn"], attrs["channels"]
+    if x.ndim < 4 or x.shape[-1] != bn or blocks(c, bn) != x.shape[1]:
+        raise GraphError(f"layout.from_blocked: {x} is not {c} channels blocked by {bn}")
+    return TensorType((x.shape[0], c, *x.shape[2:-1]), x.dtype)
+
+
+def from_blocked_ref(x, a):
+    N, cb = x.shape[:2]
+    y = np.moveaxis(x, -1, 2).reshape((N, cb * a["bn"]) + x.shape[2:-1])
+    return np.ascontiguousarray(y[:, :a["channels"]])
+
+
+def _conv_blocked_infer(types, attrs):
+    _nargs(types, 2)
+    x, w = types
+    bn = attrs["bn"]
+    ci = w.shape[1] * attrs["groups"]
+    if attrs["in_blocked"]:
+        if x.ndim != 5 or x.shape[-1] != bn or x.shape[1] != blocks(ci, bn):
+            raise GraphError(f"nn.conv2d_blocked: data {x} is not {ci} channels blocked by {bn}")
+        x = TensorType((x.shape[0], ci, *x.shape[2:4]), x.dtype)
+    g = attrs["groups"]
+    if g not in (1, ci) or (g == ci and w.shape[0] != ci):
+        raise GraphError(f"nn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
+    t = _conv_infer(2)([x, w], attrs)
+    return TensorType((t.shape[0], blocks(t.shape[1], bn), *t.shape[2:], bn), t.dtype)
+
+
+def conv_blocked_ref(x, w, a):
+    g = a["groups"]
+    if a["in_blocked"]:
+        x = from_blocked_ref(x, {"bn": a["bn"], "channels": w.shape[1] * g})
+    return to_blocked_ref(conv_ref(x, w, a), {"bn": a["bn"]})
+
+
+# from_blocked fuses into its producer's kernel like an elementwise epilogue (the blocked
+# conv then stores NCHW from its register tile): "broadcast", not "injective", which
+# would start a kernel (a memory pass) of its own
+register("layout.to_blocked", "injective", _to_infer, to_blocked_ref, required=("bn",))
+register("layout.from_blocked", "broadcast", _from_infer, from_blocked_ref, required=("bn", "channels"))
+register("nn.conv2d_blocked", "anchor", _conv_blocked_infer, conv_blocked_ref,
+         {"strides": [1, 1], "padding": [0] * 4, "dilation": [1, 1], "groups": 1, "in_blocked": True},
+         required=("bn",))

@@ -1,0 +1,187 @@
+"""Chains of convolutions kept channel-blocked (NCHW[x]c) between layers, as TVM's
+AlterOpLayout and onnxruntime's NCHWc transformer do.
+
+A CPU conv vectorizes along output channels: each kernel of the blocked conv accumulates
+`bn` channels (one vector) per register, and the depthwise conv is one FMA per tap per
+vector only when channels, not pixels, fill the vector (7- and 14-wide rows of a mobile
+net leave a row vector half empty). Between two such convs an NCHW tensor costs a
+transposing store in the first (measured 1.3-1.5x the conv's time on 1x1 expansions at
+7x7-14x14, Zen 4) and a strided or padded read in the second. Here the convs of a chain
+write and read `(N, C/bn, H, W, bn)` tensors (ir/ops_layout.py); elementwise operators on
+the way (bias, folded batch norm, activations, residual adds, squeeze-excite gates) work
+on the blocked tensor with their per-channel constants re-laid out; `layout.from_blocked`
+appears where a plain NCHW consumer (a pool, a concat, the network's output) reads, and
+fuses into the producing kernel as its store.
+
+A chain is a set of convs joined through elementwise operators (on their image operands)
+that holds at least two convs; a conv alone keeps the strategy chosen for it in NCHW (the
+stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
+transposing store. Convs that join: float32 2-D convs with constant weights and static
+shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not reading a
+concatenation (DenseNet's convs of growing concatenations share one kernel generic in the
+channel count in NCHW, strategy/cpu/generic.py).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+
+from ..ir import Call, Const, Module, Function
+from ..ir.ops_layout import blocks
+from ..ir.registry import get_op
+
+# binary operators that commute with relaying out channels
+_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+# the fill of a constant's padding channels: finite, and neutral where that is defined
+_NEUTRAL = {"multiply": 1.0, "divide": 1.0}
+
+
+def _convertible_conv(n):
+    if n.op != "nn.conv2d" or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
+        return False
+    x = n.args[0]
+    shape = tuple(x.type.shape) + tuple(n.type.shape)
+    if len(x.type.shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return False
+    C = x.type.shape[1]
+    g = n.attrs["groups"]
+    if not (g == 1 or (g == C and n.type.shape[1] == C)):
+        return False
+    if tuple(x.type.shape[2:]) == (1, 1) or (isinstance(x, Call) and x.op == "concatenate"):
+        return False
+    return True
+
+
+def _unary(n):
+    return len(n.args) == 1 and get_op(n.op).kind == "elemwise" and n.type.dtype == n.args[0].type.dtype
+
+
+def _image_args(n):
+    """The operands of elementwise node `n` that are images of its own shape."""
+    if _unary(n):
+        return list(n.args)
+    if n.op in _BINARY and len(n.type.shape) == 4:
+        return [a for a in n.args if tuple(a.type.shape) == tuple(n.type.shape)]
+    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) == 4:
+        return [n.args[0]]
+    return []
+
+
+def _chains(fn):
+    """The convs that are in a chain (module docstring)."""
+    parent: Dict[int, int] = {}
+
+    def find(i):
+        while parent.setdefault(i, i) != i:
+            parent[i] = parent.setdefault(parent[i], parent[i])
+            i = parent[i]
+        return i
+
+    member = {}
+    for n in fn.nodes():
+        if _convertible_conv(n):
+            links = [n.args[0]]
+        else:
+            links = _image_args(n)
+            if not links:
+                continue
+        member[id(n)] = n
+        for a in links:
+            if id(a) in member:
+                parent[find(id(a))] = find(id(n))
+    count: Dict[int, int] = {}
+    for i, n in member.items():
+        if _convertible_conv(n):
+            count[find(i)] = count.get(find(i), 0) + 1
+    return {i for i, n in member.items() if _convertible_conv(n) and count[find(i)] >= 2}
+
+
+def _channel_const(c: Const, C, bn, fill):
+    """A constant broadcast along the channels of an NCHW image, for the blocked image; None
+    when it is not one (per-channel (C, 1, 1) / (1, C, 1, 1), or a single value)."""
+    d = c.data
+    if d.size == 1:
+        return Const(d.reshape(()))
+    shape = d.shape
+    if len(shape) > 4 or len(shape) < 3 or shape[-3] != C or any(s != 1 for s in shape[-2:]) \
+            or (len(shape) == 4 and shape[0] != 1):
+        return None
+    v = np.full(blocks(C, bn) * bn, fill, d.dtype)
+    v[:C] = d.reshape(C)
+    return Const(v.reshape(blocks(C, bn), 1, 1, bn))
+
+
+def blocked_layout(mod: Module, bn: int) -> Module:
+    """The module with its conv chains blocked by `bn` channels (a vector of the target)."""
+    fn = mod.main
+    if any(isinstance(n.op, Function) for n in fn.nodes()):
+        return mod
+    chained = _chains(fn)
+    if not chained:
+        return mod
+    blocked: Dict[int, Call] = {}
+    plain: Dict[int, object] = {}
+
+    def get_plain(e):
+        if id(e) in plain:
+            return plain[id(e)]
+        if id(e) in blocked:
+            y = Call("layout.from_blocked", [blocked[id(e)]], {"bn": bn, "channels": e.type.shape[1]})
+            plain[id(e)] = y
+            return y
+        return e
+
+    def get_blocked(e):
+        if id(e) not in blocked:
+            blocked[id(e)] = Call("layout.to_blocked", [get_plain(e)], {"bn": bn})
+        return blocked[id(e)]
+
+    for n in fn.nodes():
+        if n.op == "nn.global_avg_pool" and id(n.args[0]) in blocked:
+            # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
+            m = Call("mean", [blocked[id(n.args[0])]], {"axis": [2, 3], "keepdims": True}, n.span)
+            plain[id(n)] = Call("layout.from_blocked", [m], {"bn": bn, "channels": n.type.shape[1]}, n.span)
+            continue
+        y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
+        if y is not None:
+            blocked[id(n)] = y
+        else:
+            args = [get_plain(a) for a in n.args]
+            plain[id(n)] = n if all(a is b for a, b in zip(args, n.args)) else Call(n.op, args, n.attrs, n.span)
+    outs = [get_plain(o) for o in fn.outputs]
+    return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
+
+
+def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
+    """The blocked form of node `n`, or None where it stays plain."""
+    if id(n) in chained:
+        x, w = n.args
+        a = dict(n.attrs, bn=bn)
+        if id(x) in blocked or n.attrs["groups"] != 1:
+            return Call("nn.conv2d_blocked", [get_blocked(x), w], dict(a, in_blocked=True), n.span)
+        return Call("nn.conv2d_blocked", [get_plain(x), w], dict(a, in_blocked=False), n.span)
+    if not any(id(a) in blocked for a in n.args) or len(n.type.shape) != 4:
+        return None
+    C = n.type.shape[1]
+    if _unary(n):
+        return Call(n.op, [blocked[id(n.args[0])]], n.attrs, n.span)
+    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
+        b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
+        return Call("add", [blocked[id(n.args[0])], b], {}, n.span)
+    if n.op not in _BINARY:
+        return None
+    args = []
+    for a in n.args:
+        if id(a) in blocked:
+            args.append(blocked[id(a)])
+        elif isinstance(a, Const):
+            c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0))
+            if c is None:
+                return None
+            args.append(c)
+        elif len(a.type.shape) == 4 and tuple(a.type.shape) == (n.type.shape[0], C, 1, 1):
+            args.append(get_blocked(a))     # a squeeze-excite gate: a tiny relayout
+        else:
+            return None                     # a plain image: the op runs on plain images
+    return Call(n.op, args, n.attrs, n.span)

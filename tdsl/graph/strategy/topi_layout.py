@@ -1,0 +1,61 @@
+"""Tensor-expression definitions of the channel-blocked layout operators (ir/ops_layout.py):
+the transforms, and the blocked conv in its plain form (any target; the CPU has its own,
+cpu/conv_blocked.py). Added to `topi.TE` on import."""
+from __future__ import annotations
+
+import tdsl
+
+from .topi import TE, c, shape_of, uname
+
+
+def _to_blocked(ins, attrs, out):
+    (x,) = ins
+    bn = attrs["bn"]
+    C = shape_of(x)[1]
+    f0 = c(0, x.dtype)
+
+    def f(b, cb, *r):
+        ch = cb * bn + r[-1]
+        v = x[(b, tdsl.min(ch, C - 1)) + tuple(r[:-1])]
+        return tdsl.if_then_else(ch < C, v, f0) if C % bn else v
+    y = tdsl.compute(out.shape, f, name=uname("to_blocked"))
+    return y
+
+
+def _from_blocked(ins, attrs, out):
+    (x,) = ins
+    bn = attrs["bn"]
+    return tdsl.compute(out.shape, lambda b, ch, *s: x[(b, ch // bn) + tuple(s) + (ch % bn,)],
+                        name=uname("from_blocked"))
+
+
+def _conv2d_blocked(ins, attrs, out):
+    x, w = ins
+    bn, g = attrs["bn"], attrs["groups"]
+    CO, CIG, KH, KW = shape_of(w)
+    (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
+    xs = shape_of(x)
+    H, W = xs[2], xs[3]
+    f0 = c(0, x.dtype)
+
+    def xin(b, ci, y, xx):
+        inside = tdsl.all(y >= 0, y < H, xx >= 0, xx < W)
+        yc, xc = tdsl.max(tdsl.min(y, H - 1), 0), tdsl.max(tdsl.min(xx, W - 1), 0)
+        v = x[b, ci // bn, yc, xc, ci % bn] if attrs["in_blocked"] else x[b, ci, yc, xc]
+        return tdsl.if_then_else(inside, v, f0)
+    rc = tdsl.reduce_axis((0, CIG), "rc")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+
+    def f(b, cb, oy, ox, cc):
+        # channels past CO (a partial last block) repeat channel CO - 1: of no meaning
+        co = tdsl.min(cb * bn + cc, CO - 1)
+        ci = rc if g == 1 else co * CIG + rc
+        return tdsl.sum(xin(b, ci, oy * sh + ky * dh - p[0], ox * sw + kx * dw - p[1]) * w[co, rc, ky, kx],
+                        axis=[rc, ky, kx])
+    return tdsl.compute(out.shape, f, name=uname("conv_blocked"))
+
+
+TE["layout.to_blocked"] = _to_blocked
+TE["layout.from_blocked"] = _from_blocked
+TE["nn.conv2d_blocked"] = _conv2d_blocked
