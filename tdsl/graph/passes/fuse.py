@@ -89,15 +89,16 @@ def _takes_channel_scale(n, uses, outputs, group_of):
     conv's kernel, which reads x as it is and scales its packed weights by s once per call
     (strategy/cpu/anchors.conv_fast), instead of a kernel of its own that writes the scaled image for
     the conv to read back."""
-    if not SCALE_INTO_CONV or n.op != "nn.conv2d" or n.attrs.get("groups") != 1 \
-            or not isinstance(n.args[1], Const):
+    if not SCALE_INTO_CONV or n.op not in ("nn.conv2d", "nn.conv2d_blocked") or n.attrs.get("groups") != 1 \
+            or not isinstance(n.args[1], Const) or (n.op == "nn.conv2d_blocked" and not n.attrs["in_blocked"]):
         return False
     a = n.args[0]
     if not isinstance(a, Call) or a.op != "multiply" or uses.get(id(a), 0) != 1 or id(a) in outputs \
             or id(a) not in group_of or group_of[id(a)].last is not a:
         return False
     shape = a.type.shape
-    if len(shape) != 4 or shape[0] != 1 or a.type.dtype != "float32":   # batch 1: a scale per input channel
+    # batch 1: a scale per input channel ((1, C/bn, 1, 1, bn) for a blocked image)
+    if len(shape) != (5 if n.op == "nn.conv2d_blocked" else 4) or shape[0] != 1 or a.type.dtype != "float32":
         return False
     # the conv scales its weights once per call: worth it while they are fewer than the
     # image's pixels per channel (measured: 240->40 at 28x28 gained 15%, 1152->192 at 7x7
@@ -105,7 +106,7 @@ def _takes_channel_scale(n, uses, outputs, group_of):
     co, _, kh, kw = n.args[1].type.shape
     if co * kh * kw > shape[2] * shape[3]:
         return False
-    scale = (shape[0], shape[1], 1, 1)
+    scale = (shape[0], shape[1], 1, 1) + tuple(shape[4:])
     kinds = sorted(tuple(x.type.shape) == tuple(shape) for x in a.args)
     return kinds == [False, True] and any(tuple(x.type.shape) == scale for x in a.args)
 

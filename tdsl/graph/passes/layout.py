@@ -127,21 +127,25 @@ def blocked_layout(mod: Module, bn: int) -> Module:
         if id(e) in plain:
             return plain[id(e)]
         if id(e) in blocked:
-            y = Call("layout.from_blocked", [blocked[id(e)]], {"bn": bn, "channels": e.type.shape[1]})
-            plain[id(e)] = y
-            return y
+            plain[id(e)] = _from_blocked(blocked[id(e)], e.type.shape[1], bn)
+            return plain[id(e)]
         return e
 
     def get_blocked(e):
         if id(e) not in blocked:
-            blocked[id(e)] = Call("layout.to_blocked", [get_plain(e)], {"bn": bn})
+            x = get_plain(e)
+            shape = tuple(e.type.shape)
+            if shape[2:] == (1, 1) and shape[1] % bn == 0:    # the same bytes: a view
+                blocked[id(e)] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, 1, 1, bn]})
+            else:
+                blocked[id(e)] = Call("layout.to_blocked", [x], {"bn": bn})
         return blocked[id(e)]
 
     for n in fn.nodes():
         if n.op == "nn.global_avg_pool" and id(n.args[0]) in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
             m = Call("mean", [blocked[id(n.args[0])]], {"axis": [2, 3], "keepdims": True}, n.span)
-            plain[id(n)] = Call("layout.from_blocked", [m], {"bn": bn, "channels": n.type.shape[1]}, n.span)
+            plain[id(n)] = _from_blocked(m, n.type.shape[1], bn)
             continue
         y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
         if y is not None:
@@ -151,6 +155,13 @@ def blocked_layout(mod: Module, bn: int) -> Module:
             plain[id(n)] = n if all(a is b for a, b in zip(args, n.args)) else Call(n.op, args, n.attrs, n.span)
     outs = [get_plain(o) for o in fn.outputs]
     return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
+
+
+def _from_blocked(xb, C, bn):
+    shape = xb.type.shape
+    if tuple(shape[2:4]) == (1, 1) and C % bn == 0:      # (N, C/bn, 1, 1, bn): NCHW's bytes
+        return Call("reshape", [xb], {"newshape": [shape[0], C, 1, 1]})
+    return Call("layout.from_blocked", [xb], {"bn": bn, "channels": C})
 
 
 def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):

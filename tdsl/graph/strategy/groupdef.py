@@ -12,8 +12,8 @@ from ...errors import GraphError
 from ...target import as_target
 from ..ir import Function, Var
 from . import erasure, topi, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
-from .cpu import conv_blocked, conv_grouped, conv_int8, pool, squeeze
-from .cpu.anchors import conv_fast, dense_fast, depthwise_strided_fast
+from .cpu import conv_grouped, conv_int8, pool, squeeze
+from .cpu.anchors import conv_blocked_fast, conv_fast, dense_fast, depthwise_strided_fast
 
 
 # ---------------------------------------------------------------------------- definition
@@ -71,7 +71,10 @@ class GroupDef:
         sc = self.channel_scale
         if sc is None:
             return t
-        ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
+        if len(sc.shape) == 5:      # a blocked image's scale: input channel (k[1], k[-2])
+            ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0, k[-2]], name=topi.uname("scaled_weights"))
+        else:
+            ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
         ws.op._graph_root = True      # computed once per call, never inlined into the conv
         return ws
 
@@ -104,7 +107,7 @@ class GroupDef:
             elif fast and n.op == "qnn.conv2d":
                 out_t = conv_int8.qconv2d(self, n, tensors)
             elif fast and n.op == "nn.conv2d_blocked":
-                out_t = conv_blocked.conv2d_blocked(self, n)
+                out_t = conv_blocked_fast(self, n, tensors)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":

@@ -40,6 +40,22 @@ def conv_fast(g, n, tensors):
     return _conv2d_strategy(g, n, x, wi)
 
 
+def conv_blocked_fast(g, n, tensors):
+    """nn.conv2d_blocked (ir/ops_layout.py), its input as it is or the squeeze-excite
+    multiply fused into it (the scale then goes into the packed weights, as in conv_fast)."""
+    x_e = n.args[0]
+    if id(x_e) in g.pidx:
+        return conv_blocked.conv2d_blocked(g, n, g.param_tensor(g.pidx[id(x_e)]))
+    scaled = _channel_scaled_input(g, x_e, tensors) if n.attrs["groups"] == 1 else None
+    if scaled is None:
+        return None
+    x, g.channel_scale = scaled
+    try:
+        return conv_blocked.conv2d_blocked(g, n, x)
+    finally:
+        g.channel_scale = None
+
+
 def _channel_scaled_input(g, x_e, tensors):
     """(image, per-channel scale) placeholders when the conv's input is the squeeze-excite
     multiply that fuse_ops moved into this group (batch 1: one scale per input channel)."""

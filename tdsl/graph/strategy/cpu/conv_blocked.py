@@ -67,14 +67,13 @@ def pad_blocked(x, sizes, offsets):
     return tdsl.compute((xs[0], xs[1]) + tuple(sizes) + (xs[-1],), f, name=topi.uname("pad"))
 
 
-def conv2d_blocked(g, n):
-    """nn.conv2d_blocked (ir/ops_layout.py): the blocked conv, or the blocked depthwise conv,
-    from a blocked or plain input to a blocked output."""
+def conv2d_blocked(g, n, x):
+    """nn.conv2d_blocked (ir/ops_layout.py) of image `x`: the blocked conv, or the blocked
+    depthwise conv, from a blocked or plain input to a blocked output."""
     x_e, w_e = n.args
     wi = g.const_param(w_e)
-    if wi is None or id(x_e) not in g.pidx or x_e.type.dtype != "float32":
+    if wi is None or x_e.type.dtype != "float32":
         return None
-    x = g.param_tensor(g.pidx[id(x_e)])
     a = n.attrs
     p = a["padding"]
     H, W = x_e.type.shape[2:4]
