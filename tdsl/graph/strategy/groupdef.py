@@ -117,6 +117,8 @@ class GroupDef:
             if out_t is None and fast and n.op in ("nn.max_pool2d", "nn.avg_pool2d"):
                 x = tensors[id(n.args[0])] if id(n.args[0]) in tensors else self.param_tensor(self.pidx[id(n.args[0])])
                 out_t = pool.pool2d_sep(self, n, x, n.op[3:6])
+            if out_t is None and fast and squeeze.applies_blocked_pool(n) and id(n.args[0]) in self.pidx:
+                out_t = squeeze.global_avg_pool_blocked(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
             if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
                     and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
                 out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))

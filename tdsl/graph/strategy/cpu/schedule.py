@@ -34,6 +34,8 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
     if kind == "conv_rows_spatial" and vectorize:
         return conv_spatial.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
                                      _vec_split, PAR_MIN_ELEMS)
+    if kind == "global_pool_blocked" and vectorize:
+        return squeeze.schedule_global_pool_blocked(s, out, info, parallel, g.target, _stages(out))
     if kind == "global_pool" and vectorize:
         return squeeze.schedule_global_pool(s, out, info, parallel, g.target, PAR_MIN_ELEMS, _stages(out))
     if kind == "pool_sep" and vectorize and len(out.shape) == 4:

@@ -130,3 +130,53 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
         xo, xi = s[cols].split(xx, factor=tiling.row_vector(target, W, cols.dtype))
         s[cols].reorder(ry, xo, xi)
         s[cols].vectorize(xi)
+
+
+def global_avg_pool_blocked(g, n, x):
+    """The mean over the image of a channel-blocked (N, C/bn, H, W, bn) tensor (the
+    squeeze of squeeze-excite after a blocked conv, passes/layout.py): per channel block,
+    `ACC` independent vector sums along the pixels (one chain would wait on each add's
+    latency), then their sum."""
+    N, CB, H, W, bn = n.args[0].type.shape
+    P = H * W
+    acc = next(a for a in (ACC, 4, 2, 1) if P % a == 0)
+    r = tdsl.reduce_axis((0, P // acc), "r")
+    part = tdsl.compute((N, CB, acc, bn), lambda b, cb, j, c: tdsl.sum(
+        x[b, cb, (r * acc + j) // W, (r * acc + j) % W, c], axis=r), name=topi.uname("gap_part"))
+    j = tdsl.reduce_axis((0, acc), "j")
+    dt = n.type.dtype
+    tot = tdsl.compute((N, CB, 1, 1, bn), lambda b, cb, y, xx, c: tdsl.sum(part[b, cb, j, c], axis=j),
+                       name=topi.uname("gap_sum"))
+    O = tdsl.compute((N, CB, 1, 1, bn), lambda *i: tot[i] / topi.c(P, dt), name=topi.uname("gap"))
+    g.anchor = (O, {"kind": "global_pool_blocked", "part": part, "sum": tot})
+    return O
+
+
+ACC = 8
+
+
+def applies_blocked_pool(n):
+    """A `mean` over axes 2, 3 (keepdims) of a float32 blocked image with static sizes."""
+    t = n.args[0].type
+    return (n.op == "mean" and t.ndim == 5 and t.dtype == "float32" and sorted(n.attrs["axis"] or []) == [2, 3]
+            and n.attrs["keepdims"] and all(isinstance(d, int) for d in t.shape))
+
+
+def schedule_global_pool_blocked(s, out, info, parallel, target, stages):
+    part, tot = info["part"], info["sum"]
+    for t in stages:
+        if t is not out and t is not part and t is not tot and not t.op.reduce_axis:
+            s[t].compute_inline()
+    b, cb, y, xx, c = s[out].op.axis
+    outer = s[out].fuse(b, cb, y, xx)
+    if parallel and _size(part) * topi._dim(part.op.reduce_axis[0].dom.extent) >= (1 << 16):
+        s[out].parallel(outer)
+    s[out].vectorize(c)
+    s[tot].compute_at(s[out], outer)
+    s[tot].vectorize(s[tot].op.axis[-1])
+    s[part].compute_at(s[out], outer)
+    _, _, jj, cc = s[part].op.axis
+    (r,) = s[part].op.reduce_axis
+    s[part].reorder(r, jj, cc)
+    s[part].unroll(jj)
+    s[part].vectorize(cc)
