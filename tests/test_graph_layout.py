@@ -1,0 +1,109 @@
+"""Chains of convolutions kept channel-blocked (NCHW[x]c) between layers
+(passes/layout.py, ir/ops_layout.py, strategy/cpu/conv_blocked.py): networks against
+onnxruntime, the transforms only at the chains' ends, and the blocked operators' numpy
+references."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.graph import models
+from tdsl.graph.ir import Function
+from tdsl.graph.ir.ops_layout import conv_blocked_ref, from_blocked_ref, to_blocked_ref
+from tdsl.graph.ir.ops_nn import conv_ref
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+
+def _ops(mod):
+    return [m.op for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()]
+
+
+def _check(model, shape, target="llvm", seed=1):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    mod = G.optimize(G.from_onnx(model), target=target)
+    out = G.build(mod, target=target).run(x)[0]
+    ref = models.onnxruntime_run(model, {model.graph.input[0].name: x})[0]
+    assert out.shape == ref.shape
+    assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
+    return _ops(mod)
+
+
+def _mobile(c_mid, size, se=False, k=3, dil=1, stride=2, cout=None):
+    """stem -> 1x1 expand -> depthwise (k, dilation, stride) [-> squeeze-excite] -> 1x1
+    project [+ residual] -> global pool: one chain from the stem to the pool."""
+    b = models._B(3)
+    x = b.conv_bn("input", 3, 24, 3, stride=2, act="relu6")
+    y = b.conv_bn(x, 24, c_mid, 1, act="relu6")
+    y = b.conv_bn(y, c_mid, c_mid, k, stride, groups=c_mid, act="relu", dilation=dil)
+    if se:
+        s = b.node("GlobalAveragePool", [y])
+        s = b.node("Conv", [s, b.weight((8, c_mid, 1, 1), c_mid)])
+        s = b.node("Relu", [s])
+        s = b.node("Conv", [s, b.weight((c_mid, 8, 1, 1), 8)])
+        s = b.node("HardSigmoid", [s], alpha=1 / 6, beta=0.5)
+        y = b.node("Mul", [y, s])
+    cout = cout or 24
+    y = b.conv_bn(y, c_mid, cout, 1, act=None)
+    if stride == 1 and cout == 24:
+        y = b.node("Add", [x, y])
+    y = b.node("GlobalAveragePool", [y])
+    return b.model([("input", [1, 3, size, size])], [y], "mobile")
+
+
+@pytest.mark.parametrize("c_mid,size,se,k,dil,stride,cout", [
+    (96, 32, False, 3, 1, 2, None),
+    (72, 30, True, 3, 1, 1, None),       # channels not a whole number of vectors, residual
+    (64, 28, True, 5, 1, 2, 40),         # a 5x5 stride-2 depthwise, gates of whole vectors
+    (40, 26, False, 3, 2, 1, 20),        # dilated depthwise
+    (48, 14, True, 5, 2, 1, 24),
+])
+def test_mobile_chain_is_blocked_end_to_end(c_mid, size, se, k, dil, stride, cout):
+    ops = _check(_mobile(c_mid, size, se, k, dil, stride, cout), (1, 3, size, size))
+    assert ops.count("nn.conv2d_blocked") == 4, ops
+    assert ops.count("nn.conv2d") == (2 if se else 0), ops      # the gate's mat-vecs
+    # the stem reads the NCHW input itself; the pool's mean reads the blocked image: no
+    # transform of an image anywhere in the chain
+    assert ops.count("layout.to_blocked") == (1 if se and c_mid % 16 else 0), ops
+    assert ops.count("layout.from_blocked") == (1 if se and c_mid % 16 else 0) + 1, ops
+
+
+def test_resnet_chains_match_onnxruntime():
+    """Residual adds of two blocked tensors, strided 1x1 shortcuts, a max pool between
+    the stem and the first chain."""
+    ops = _check(models.resnet18(1, 64, num_classes=10, width=16), (1, 3, 64, 64))
+    assert ops.count("nn.conv2d_blocked") == 19 and ops.count("nn.conv2d") == 1, ops   # the stem feeds the pool
+
+
+def test_mobilenetv2_blocks_for_avx2():
+    """Blocked by 8 channels for an AVX2 target (run on this host)."""
+    model = models.mobilenetv2_blocks(1, 56)
+    mod = G.optimize(G.from_onnx(model), target="llvm -mcpu=haswell")
+    assert {n.attrs["bn"] for n in mod.main.nodes() if isinstance(n.op, Function)
+            for n in n.op.nodes() if n.op == "nn.conv2d_blocked"} == {8}
+    _check(model, (1, 3, 56, 56), target="llvm -mcpu=haswell")
+
+
+def test_a_conv_alone_and_no_target_stay_nchw():
+    b = models._B(0)
+    y = b.conv_bn("input", 8, 32, 3)
+    y = b.node("MaxPool", [y], kernel_shape=[2, 2], strides=[2, 2])
+    model = b.model([("input", [1, 8, 20, 20])], [y], "alone")
+    assert "nn.conv2d_blocked" not in _check(model, (1, 8, 20, 20))
+    model = models.mobilenetv2_blocks(1, 56)
+    assert "nn.conv2d_blocked" not in _ops(G.optimize(G.from_onnx(model)))
+
+
+@pytest.mark.parametrize("C,bn", [(24, 16), (32, 8), (5, 4)])
+def test_blocked_references(C, bn):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, C, 5, 7)).astype(np.float32)
+    xb = to_blocked_ref(x, {"bn": bn})
+    assert xb.shape == (2, -(-C // bn), 5, 7, bn)
+    assert np.array_equal(xb[:, 1, :, :, 0], x[:, bn]) if C > bn else True
+    assert np.array_equal(from_blocked_ref(xb, {"bn": bn, "channels": C}), x)
+    w = rng.standard_normal((6, C, 3, 3)).astype(np.float32)
+    a = {"strides": [2, 1], "padding": [1, 0, 1, 2], "dilation": [1, 2], "groups": 1, "bn": bn}
+    want = to_blocked_ref(conv_ref(x, w, a), {"bn": bn})
+    np.testing.assert_allclose(conv_blocked_ref(xb, w, dict(a, in_blocked=True)), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(conv_blocked_ref(x, w, dict(a, in_blocked=False)), want, rtol=1e-5, atol=1e-5)
