@@ -231,7 +231,7 @@ def main(argv=None):
             continue
         model, shape, macs = make()
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        exe = G.build(G.optimize(G.from_onnx(model)), target=str(target))
+        exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
         out = exe.run(x)[0]
         sess = _ort_session(model, threads)
         ref = sess.run(None, {"x": x})[0]

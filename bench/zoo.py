@@ -55,7 +55,7 @@ def _model_and_input(name):
 def _build(model, target):
     G.executor.clear_kernel_cache()               # only the disk cache may help
     t0 = time.perf_counter()
-    exe = G.build(G.optimize(G.from_onnx(model)), target=str(target))
+    exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
     return time.perf_counter() - t0, exe
 
 
