@@ -67,7 +67,8 @@ def depthwise_tile(target, rows: int, width: int):
     is one pixel's vector of channels and each FMA loads its own input vector (neighbours
     share loads only along a row), so the tile needs the FMA chains' worth of accumulators
     and no more than half the registers (the rest hold the input row and the taps'
-    weights); pixels divide the row and rows the image, so no tile is ragged."""
+    weights) -- nor more than that: a bigger tile only lengthens the unrolled body; pixels
+    divide the row and rows the image, so no tile is ragged."""
     t = as_target(target)
     regs = max(t.vector_registers, 4)
     want = max(2 * t.fma_chains, 4)
@@ -78,8 +79,10 @@ def depthwise_tile(target, rows: int, width: int):
         for rb in range(1, min(rows, 4) + 1):
             if rows % rb or xb * rb > regs // 2:
                 continue
-            key = (min(xb * rb, want), -rb, xb)
-            if key > (min(best[0] * best[1], want), -best[1], best[0]):
+            # enough accumulators, then one row, then the smallest tile (measured on
+            # Zen 4: 8 pixels of a 112-wide row 10-20% faster than 16)
+            key = (min(xb * rb, want), -rb, -xb * rb)
+            if key > (min(best[0] * best[1], want), -best[1], -best[0] * best[1]):
                 best = (xb, rb)
     return best
 
