@@ -94,6 +94,20 @@ def test_a_conv_alone_and_no_target_stay_nchw():
     assert "nn.conv2d_blocked" not in _ops(G.optimize(G.from_onnx(model)))
 
 
+def test_convs_that_share_an_input_are_not_a_chain():
+    """A fire module: two expand convs read the squeeze's output, which comes from a
+    concatenation; neither reads the other, so all stay in NCHW."""
+    b = models._B(1)
+    x = b.node("Concat", ["input", "input"], axis=1)
+    s = b.conv_bn(x, 16, 8, 1)
+    e1 = b.conv_bn(s, 8, 16, 1)
+    e3 = b.conv_bn(s, 8, 16, 3)
+    y = b.node("Concat", [e1, e3], axis=1)
+    model = b.model([("input", [1, 8, 13, 13])], [y], "fire")
+    ops = _check(model, (1, 8, 13, 13))
+    assert "nn.conv2d_blocked" not in ops and ops.count("nn.conv2d") == 3, ops
+
+
 @pytest.mark.parametrize("C,bn", [(24, 16), (32, 8), (5, 4)])
 def test_blocked_references(C, bn):
     rng = np.random.default_rng(0)

@@ -13,8 +13,8 @@ on the blocked tensor with their per-channel constants re-laid out; `layout.from
 appears where a plain NCHW consumer (a pool, a concat, the network's output) reads, and
 fuses into the producing kernel as its store.
 
-A chain is a set of convs joined through elementwise operators (on their image operands)
-that holds at least two convs; a conv alone keeps the strategy chosen for it in NCHW (the
+A chain is convs that read others' outputs through elementwise operators only (two convs
+that merely read one image are not one: squeezenet's expand convs); a conv alone keeps the strategy chosen for it in NCHW (the
 stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
 transposing store. Convs that join: float32 2-D convs with constant weights and static
 shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not reading a
@@ -69,32 +69,26 @@ def _image_args(n):
 
 
 def _chains(fn):
-    """The convs that are in a chain (module docstring)."""
-    parent: Dict[int, int] = {}
-
-    def find(i):
-        while parent.setdefault(i, i) != i:
-            parent[i] = parent.setdefault(parent[i], parent[i])
-            i = parent[i]
-        return i
-
-    member = {}
+    """The convs that are in a chain (module docstring): those that read, through
+    elementwise operators only, another such conv's output, and the convs they read."""
+    chained = set()
     for n in fn.nodes():
-        if _convertible_conv(n):
-            links = [n.args[0]]
-        else:
-            links = _image_args(n)
-            if not links:
+        if not _convertible_conv(n):
+            continue
+        found, stack, seen = [], [n.args[0]], set()
+        while stack:
+            e = stack.pop()
+            if id(e) in seen or not isinstance(e, Call):
                 continue
-        member[id(n)] = n
-        for a in links:
-            if id(a) in member:
-                parent[find(id(a))] = find(id(n))
-    count: Dict[int, int] = {}
-    for i, n in member.items():
-        if _convertible_conv(n):
-            count[find(i)] = count.get(find(i), 0) + 1
-    return {i for i, n in member.items() if _convertible_conv(n) and count[find(i)] >= 2}
+            seen.add(id(e))
+            if _convertible_conv(e):
+                found.append(e)
+            else:
+                stack.extend(_image_args(e))
+        if found:
+            chained.add(id(n))
+            chained.update(id(c) for c in found)
+    return chained
 
 
 def _channel_const(c: Const, C, bn, fill):
