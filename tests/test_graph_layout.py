@@ -95,17 +95,22 @@ def test_a_conv_alone_and_no_target_stay_nchw():
 
 
 def test_convs_that_share_an_input_are_not_a_chain():
-    """A fire module: two expand convs read the squeeze's output, which comes from a
-    concatenation; neither reads the other, so all stay in NCHW."""
+    """Fire modules: two expand convs read the squeeze's output and only a concatenation
+    reads theirs; unpacking the squeeze's output in its kernel and the expand convs' NCHW
+    strategies beat a blocked tail, so all stay in NCHW (the squeeze reading a
+    concatenation, or a pool)."""
     b = models._B(1)
     x = b.node("Concat", ["input", "input"], axis=1)
+    x = b.node("MaxPool", [x], kernel_shape=[1, 1])
+    s = b.conv_bn(x, 16, 8, 1)
+    x = b.node("Concat", [b.conv_bn(s, 8, 8, 1), b.conv_bn(s, 8, 8, 3)], axis=1)
     s = b.conv_bn(x, 16, 8, 1)
     e1 = b.conv_bn(s, 8, 16, 1)
     e3 = b.conv_bn(s, 8, 16, 3)
     y = b.node("Concat", [e1, e3], axis=1)
     model = b.model([("input", [1, 8, 13, 13])], [y], "fire")
     ops = _check(model, (1, 8, 13, 13))
-    assert "nn.conv2d_blocked" not in ops and ops.count("nn.conv2d") == 3, ops
+    assert "nn.conv2d_blocked" not in ops and ops.count("nn.conv2d") == 6, ops
 
 
 @pytest.mark.parametrize("C,bn", [(24, 16), (32, 8), (5, 4)])

@@ -14,7 +14,8 @@ appears where a plain NCHW consumer (a pool, a concat, the network's output) rea
 fuses into the producing kernel as its store.
 
 A chain is convs that read others' outputs through elementwise operators only (two convs
-that merely read one image are not one: squeezenet's expand convs); a conv alone keeps the strategy chosen for it in NCHW (the
+that merely read one image are not one: squeezenet's expand convs), without the tails
+that only plain consumers read (below); a conv alone keeps the strategy chosen for it in NCHW (the
 stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
 transposing store. Convs that join: float32 2-D convs with constant weights and static
 shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not reading a
@@ -69,26 +70,58 @@ def _image_args(n):
 
 
 def _chains(fn):
-    """The convs that are in a chain (module docstring): those that read, through
-    elementwise operators only, another such conv's output, and the convs they read."""
-    chained = set()
+    """The convs that are in a chain (module docstring): a conv that reads, through
+    elementwise operators only, another such conv's output, and the convs it reads, less
+    the chains' tails whose output only goes to plain consumers (a concatenation, a
+    transpose), repeatedly: such a conv would only unpack its blocked input's producer
+    into its own kernel, where its NCHW strategies (rows, 1x1 pixel GEMM) do better."""
+    users: Dict[int, list] = {}
+    for n in fn.nodes():
+        for a in n.args:
+            users.setdefault(id(a), []).append(n)
+    feeds: Dict[int, set] = {}      # conv -> the convs that read it
+    convs = {}
     for n in fn.nodes():
         if not _convertible_conv(n):
             continue
-        found, stack, seen = [], [n.args[0]], set()
+        stack, seen = [n.args[0]], set()
         while stack:
             e = stack.pop()
             if id(e) in seen or not isinstance(e, Call):
                 continue
             seen.add(id(e))
             if _convertible_conv(e):
-                found.append(e)
+                feeds.setdefault(id(e), set()).add(id(n))
+                convs[id(e)], convs[id(n)] = e, n
             else:
                 stack.extend(_image_args(e))
-        if found:
-            chained.add(id(n))
-            chained.update(id(c) for c in found)
-    return chained
+    chained = set(convs)
+    pooled = {i for i, c in convs.items() if _reaches_pool(c, users)}
+    while True:
+        tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
+        # a conv stays while it reads a chained conv or feeds one
+        keep = {i for i in chained - tails
+                if feeds.get(i, set()) & (chained - tails) or any(i in feeds.get(j, ()) for j in chained - tails)}
+        if keep == chained:
+            return chained
+        chained = keep
+
+
+def _reaches_pool(conv, users):
+    """Whether the conv's output reaches a global average pool (which reads a blocked image
+    as it is) through elementwise operators."""
+    stack, seen = [conv], set()
+    while stack:
+        e = stack.pop()
+        for u in users.get(id(e), []):
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if u.op == "nn.global_avg_pool":
+                return True
+            if any(a is e for a in _image_args(u)) and not _convertible_conv(u):
+                stack.append(u)
+    return False
 
 
 def _channel_const(c: Const, C, bn, fill):
