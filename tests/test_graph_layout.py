@@ -126,3 +126,29 @@ def test_blocked_references(C, bn):
     want = to_blocked_ref(conv_ref(x, w, a), {"bn": bn})
     np.testing.assert_allclose(conv_blocked_ref(xb, w, dict(a, in_blocked=True)), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(conv_blocked_ref(x, w, dict(a, in_blocked=False)), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups,in_blocked", [(1, True), (1, False), (12, True)])
+def test_plain_definitions_match_references(groups, in_blocked):
+    """The layout operators' plain tensor expressions (what targets without a blocked
+    strategy build) against their numpy references."""
+    import tdsl
+    from tdsl.graph.ir import TensorType
+    from tdsl.graph.strategy import topi
+    rng = np.random.default_rng(2)
+    bn, C, CO = 8, 12, (12 if groups > 1 else 20)
+    x = rng.standard_normal((1, C, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((CO, C // groups, 3, 3)).astype(np.float32)
+    a = {"strides": [2, 1], "padding": [1, 1, 1, 1], "dilation": [1, 2], "groups": groups, "bn": bn,
+         "in_blocked": in_blocked}
+    xin = to_blocked_ref(x, {"bn": bn}) if in_blocked else x
+    want = conv_blocked_ref(xin, w, a)
+    X = tdsl.placeholder(xin.shape, "float32", name="x")
+    W = tdsl.placeholder(w.shape, "float32", name="w")
+    Y = topi.TE["nn.conv2d_blocked"]([X, W], a, TensorType(want.shape, "float32"))
+    U = topi.TE["layout.from_blocked"]([Y], {"bn": bn, "channels": CO}, TensorType((1, CO) + want.shape[2:4], "float32"))
+    B = topi.TE["layout.to_blocked"]([U], {"bn": bn}, TensorType(want.shape, "float32"))
+    f = tdsl.build(tdsl.create_schedule(B.op), [X, W, B])
+    out = np.zeros(want.shape, np.float32)
+    f(xin, w, out)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
