@@ -169,6 +169,8 @@ LAYERS = {
     "1x1 en 320->1280 7": lambda: conv_layer(320, 1280, 7, 1, act=None),
     "1x1 sq 512->1000 13": lambda: conv_layer(512, 1000, 13, 1),
     "1x1 sq 128->32 27": lambda: conv_layer(128, 32, 27, 1),
+    "1x1 sq 16->64 55": lambda: conv_layer(16, 64, 55, 1),
+    "1x1 sq 128->16 55": lambda: conv_layer(128, 16, 55, 1),
     # stems
     "stem r18 3->64 7x7 s2": lambda: conv_layer(3, 64, 224, 7, s=2, p=3),
     "stem sq 3->64 3x3 s2": lambda: conv_layer(3, 64, 224, 3, s=2, p=0),

@@ -32,6 +32,11 @@ MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
 # is re-read from L2 for every few output channels); on haswell (10 chains) this path was
 # 1.4x faster on 256->1024 at 14x14 and 1.2x on 320->1280 at 7x7.
 PACK_MIN_EXPANSION = 4
+# ... and whenever the reduction is this many vectors or shorter: the blocked conv's NCHW
+# unpack is one transposing store per output element, against CI multiply-adds (1x1
+# 16->64 at 55x55, squeezenet's expand: 2.6x onnxruntime's time on znver4 with the blocked
+# conv)
+SHORT_REDUCTION_VECS = 1
 
 
 def applies(g, n, blocked_acc=MIN_ACC):
@@ -49,7 +54,8 @@ def applies(g, n, blocked_acc=MIN_ACC):
     if not _in_place(a, OH * OW, lanes):
         chains = g.target.fma_chains
         latency_bound = blocked_acc < min(MIN_ACC, chains)
-        if not latency_bound and not (CO >= PACK_MIN_EXPANSION * CI and blocked_acc < chains):
+        short = CI <= SHORT_REDUCTION_VECS * lanes
+        if not latency_bound and not short and not (CO >= PACK_MIN_EXPANSION * CI and blocked_acc < chains):
             return False
     cb, pv = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
     return cb * pv >= MIN_ACC
