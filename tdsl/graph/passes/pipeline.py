@@ -2,7 +2,7 @@
 it is). `optimize` runs them in order:
 
 quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify
--> fold_constants -> drop_padding_taps -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
+-> fold_constants -> drop_padding_taps -> split_padding_bands -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
 -> eliminate_dead_code -> blocked_layout (with a CPU target) -> fuse_ops
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ...errors import GraphError
 from ...target import as_target
 from ..ir import Module
 from .layout import blocked_layout
-from .conv_forms import conv1d_as_conv2d, drop_padding_taps, transposed_conv_as_phases
+from .conv_forms import conv1d_as_conv2d, drop_padding_taps, split_padding_bands, transposed_conv_as_phases
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
@@ -26,7 +26,7 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify,
-              fold_constants, drop_padding_taps, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
+              fold_constants, drop_padding_taps, split_padding_bands, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
               eliminate_dead_code):
         mod = p(mod)
     if target is not None:
