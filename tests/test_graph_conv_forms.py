@@ -83,7 +83,6 @@ def test_dilated_conv2d_is_fast(ci, co, hw, k, d, s):
 
 @pytest.mark.parametrize("x,w,attrs,taps", [
     ((1, 16, 14, 14), (24, 16, 3, 3), dict(pads=[36] * 4, dilations=[36, 36]), (1, 1)),
-    ((1, 16, 14, 14), (24, 16, 3, 3), dict(pads=[12] * 4, dilations=[12, 12]), (3, 3)),
     ((1, 8, 6, 20), (16, 8, 3, 3), dict(pads=[8, 8, 8, 8], dilations=[8, 8]), (1, 3)),
     ((1, 8, 9, 9), (8, 1, 5, 5), dict(pads=[8] * 4, dilations=[4, 4], group=8), (5, 5)),
     ((1, 8, 5, 11), (8, 1, 5, 5), dict(pads=[12, 4, 12, 4], dilations=[6, 2], group=8), (1, 5)),
@@ -102,6 +101,30 @@ def test_taps_reading_only_padding_are_dropped(x, w, attrs, taps):
              if m.op.startswith("nn.conv")]
     assert len(convs) == 1
     assert tuple(convs[0].args[1].type.shape[2:])[-len(taps):] == taps
+
+
+@pytest.mark.parametrize("x,w,attrs,bands", [
+    ((1, 16, 14, 14), (24, 16, 3, 3), dict(pads=[12] * 4, dilations=[12, 12]), 9),
+    ((1, 8, 14, 20), (16, 8, 3, 3), dict(pads=[12, 6, 12, 6], dilations=[12, 6]), 3),   # rows only
+    ((1, 8, 15, 15), (8, 1, 3, 3), dict(pads=[10] * 4, dilations=[10, 10], group=8), 1),
+    ((1, 8, 9, 9), (8, 8, 5, 5), dict(pads=[8] * 4, dilations=[4, 4]), 1),      # 5 bands: too many
+    ((1, 8, 13, 13), (16, 8, 3, 3), dict(pads=[12] * 4, dilations=[12, 12], strides=[2, 2]), 9),
+    ((1, 8, 14, 14), (16, 8, 3, 3), dict(pads=[2] * 4, dilations=[2, 2]), 1),
+])
+def test_dilated_conv_split_into_bands_of_live_taps(x, w, attrs, bands):
+    """Outer taps that reach the image only from a few output rows (and columns): one conv
+    per band of equal live taps, concatenated (passes/conv_forms.split_padding_bands); an
+    ordinary dilation stays one conv."""
+    inputs, consts = {"x": f32(*x)}, {"w": f32(*w), "b": f32(w[0])}
+    check("Conv", inputs, consts, rtol=1e-4, **attrs)
+    mod = G.optimize(G.from_onnx(_model("Conv", inputs, consts, **attrs)))
+    convs = [m for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()
+             if m.op.startswith("nn.conv")]
+    assert len(convs) == bands
+    if bands > 1:       # tap-pixels computed: at most half of the whole conv's
+        taps = sum(int(np.prod(c.args[1].type.shape[2:])) * int(np.prod(c.type.shape[2:])) for c in convs)
+        out = mod.main.outputs[0].type.shape
+        assert taps <= 0.5 * int(np.prod(w[2:])) * out[2] * out[3]
 
 
 @pytest.mark.parametrize("x,w,attrs,phases", [

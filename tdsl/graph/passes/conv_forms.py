@@ -105,7 +105,7 @@ def drop_padding_taps(mod: Module) -> Module:
 
 # a dimension is split into bands when that removes at least this share of its taps
 BAND_MIN_SAVING = 0.5
-MAX_BANDS = 5
+MAX_BANDS = 3
 
 
 def _bands(H, O, s, dl, pb, K):
@@ -157,7 +157,8 @@ def split_padding_bands(mod: Module) -> Module:
     rows or columns: one conv per band of equal live taps, concatenated (module
     docstring)."""
     def visit(n, args):
-        if n.op != "nn.conv2d" or not isinstance(args[1], Const) \
+        # groups 1: a depthwise conv's few multiply-adds would not pay for nine kernels
+        if n.op != "nn.conv2d" or not isinstance(args[1], Const) or n.attrs["groups"] != 1 \
                 or not all(isinstance(v, int) for v in tuple(args[0].type.shape) + tuple(n.type.shape)):
             return same(n, args)
         y = _split_bands(Call(n.op, args, n.attrs, n.span), args[0], args[1])
