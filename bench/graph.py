@@ -76,7 +76,7 @@ def bench(name, model, shape, number, repeat, profile=False, target="llvm", peak
     t0 = time.perf_counter()
     imported = G.from_onnx(model)
     work = flops(imported)
-    mod = G.optimize(imported)
+    mod = G.optimize(imported, target=target)
     exe = G.build(mod, target=str(target))
     build_s = time.perf_counter() - t0
     out = exe.run(x)[0]
