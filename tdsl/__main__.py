@@ -85,7 +85,7 @@ def compile_model(path, target="llvm", number=10, dims=None):
         mod = G.from_onnx(path, dims=_parse_dims(dims))
         print("== imported ==")
         print(mod)
-        opt = G.optimize(mod)
+        opt = G.optimize(mod, target=target)
         print("\n== optimized ==")
         print(opt)
         t0 = time.perf_counter()
