@@ -132,6 +132,9 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
         s[cols].vectorize(xi)
 
 
+ACC = 8     # independent partial sums of a blocked global pool (FMA latency x units, about)
+
+
 def global_avg_pool_blocked(g, n, x):
     """The mean over the image of a channel-blocked (N, C/bn, H, W, bn) tensor (the
     squeeze of squeeze-excite after a blocked conv, passes/layout.py): per channel block,
@@ -150,9 +153,6 @@ def global_avg_pool_blocked(g, n, x):
     O = tdsl.compute((N, CB, 1, 1, bn), lambda *i: tot[i] / topi.c(P, dt), name=topi.uname("gap"))
     g.anchor = (O, {"kind": "global_pool_blocked", "part": part, "sum": tot})
     return O
-
-
-ACC = 8
 
 
 def applies_blocked_pool(n):
