@@ -152,3 +152,17 @@ def test_plain_definitions_match_references(groups, in_blocked):
     out = np.zeros(want.shape, np.float32)
     f(xin, w, out)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", ["znver4", "haswell"])
+def test_depthwise_tile_follows_the_target(cpu):
+    """The blocked depthwise tile: pixels divide the row and rows the image, at most half
+    the target's registers, and as many accumulators as its FMA chains where a row allows."""
+    from tdsl import tiling
+    from tdsl.target import Target
+    t = Target(f"llvm -mcpu={cpu}")
+    for h, w in [(112, 112), (56, 56), (28, 28), (14, 14), (7, 7), (13, 13)]:
+        xb, rb = tiling.depthwise_tile(t, h, w)
+        assert w % xb == 0 and h % rb == 0 and xb * rb <= t.vector_registers // 2
+        if w % 8 == 0:
+            assert xb * rb >= min(2 * t.fma_chains, t.vector_registers // 2)
