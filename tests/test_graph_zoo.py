@@ -46,6 +46,23 @@ def test_exported_models_match_onnxruntime(name):
     assert float(np.abs(refs[-1]).max()) > 1e-12
 
 
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "deeplabv3_mobilenet_v3_large"])
+def test_exported_models_built_blocked_match_onnxruntime(name):
+    """Optimized for the CPU target: conv chains channel-blocked (squeeze-excite gates,
+    HardSwish), and for the segmentation network its dilated convs in bands of live taps and
+    its bilinear resize."""
+    pytest.importorskip("torchvision")
+    model = zoo.export(name)
+    x = zoo.example_input(name)
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    ops = [m.op for n in mod.main.nodes() if isinstance(n.op, G.Function) for m in n.op.nodes()]
+    assert ops.count("nn.conv2d_blocked") >= 20
+    out = G.build(mod, target="llvm").run(x)[0]
+    ref = models.onnxruntime_run(model, {"input": x})[0]
+    assert out.shape == ref.shape
+    assert float(np.abs(out - ref).max()) <= 1e-3 * float(np.abs(ref).max())
+
+
 def test_unknown_zoo_model_is_named():
     with pytest.raises(GraphError, match="no_such_net.*resnet18"):
         zoo.export("no_such_net")
