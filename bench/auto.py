@@ -6,8 +6,10 @@ schedule where one exists (tdsl.examples), and the reference (the fastest of num
 onnxruntime and torch on the same op, each on the target's core count), all measured in this
 run; then auto/hand and auto/reference. Rates are GFLOP/s for contractions and GB/s (bytes
 read + written once) for the memory-bound kernels. Each side is timed in blocks
-(common.timings: a warm-up, then blocks of calls; the best block counts), so that one
-library's spinning threads do not slow the next one's calls.
+(common.timings: a pause, a warm-up, then a block of calls), in three rounds that interleave
+all sides of a row; the best block counts. The pause lets onnxruntime's and torch's worker
+threads stop spinning before the next side runs; the rounds spread a burst of another job
+on a shared machine over all sides.
 
 The rows: GEMM 64-2048; every distinct convolution of ResNet-18 and the MobileNetV2 kinds
 (3x3 stride 1 and 2, 1x1, depthwise 3x3 stride 1 and 2), NCHW input with weights pre-packed
@@ -32,14 +34,24 @@ from tdsl.examples import gemm, kernels  # noqa: E402
 TARGET = None
 
 
-def best_time(fn, number=3, repeat=7):
-    """The best of `repeat` timings of `number` calls, after a warm-up."""
-    ts = timings(fn, number, repeat)
-    return min(ts)
+ROUNDS = 3        # every side of a row is timed once per round, the rounds interleaved
+PAUSE_S = 0.1     # before each block: onnxruntime's and torch's idle threads stop spinning
+
+
+def best_times(calls):
+    """{name: the best seconds per call} over ROUNDS interleaved rounds; in each round every
+    callable gets a pause, a warm-up and a block of timed calls (common.timings)."""
+    best = {}
+    for _ in range(ROUNDS):
+        for name, fn in calls.items():
+            time.sleep(PAUSE_S)
+            t = min(timings(fn, 3, 5))
+            best[name] = min(best.get(name, t), t)
+    return best
 
 
 def run_tdsl(s, tensors, inputs, out_shape, ref):
-    """Builds, checks against `ref`, returns (seconds, compile seconds, the timed call)."""
+    """Builds, checks against `ref`, returns (compile seconds, the call to time)."""
     t0 = time.perf_counter()
     f = tdsl.build(s, tensors, target=TARGET)
     cs = time.perf_counter() - t0
@@ -47,8 +59,7 @@ def run_tdsl(s, tensors, inputs, out_shape, ref):
     f(*inputs, out)
     if not np.allclose(out, ref, rtol=2e-3, atol=2e-3):
         raise SystemExit(f"WRONG result: max error {np.abs(out - ref).max()}")
-    call = lambda: f(*inputs, out)  # noqa: E731
-    return best_time(call), cs, call
+    return cs, lambda: f(*inputs, out)
 
 
 # --------------------------------------------------------------------------- onnxruntime
@@ -242,16 +253,11 @@ def main():
         s = tdsl.auto_schedule(outs, target=TARGET)
         if opts.explain:
             print(s.explain())
-        t_auto, cs, auto_call = run_tdsl(s, tensors, inputs, ref.shape, ref)
-        t_hand = None
+        cs, auto_call = run_tdsl(s, tensors, inputs, ref.shape, ref)
+        calls = {"auto": auto_call}
         if hand is not None:
             hs, htensors, hinputs, href = hand()
-            t_hand, _, hand_call = run_tdsl(hs, htensors, hinputs, href.shape, href)
-            # a second round, interleaved: a burst of another job on the shared machine
-            # then slows one block of each side, not one side
-            t_auto = min(t_auto, best_time(auto_call))
-            t_hand = min(t_hand, best_time(hand_call))
-        t_tuned = None
+            calls["hand"] = run_tdsl(hs, htensors, hinputs, href.shape, href)[1]
         if opts.search:
             from tdsl.autotune import tune_auto_schedule
 
@@ -260,13 +266,14 @@ def main():
                 return o, tens
             definition.__qualname__ = "bench_" + name.replace(" ", "_")
             ts, ttensors, _ = tune_auto_schedule(definition, (), target=TARGET, timeout_s=opts.search)
-            t_tuned, _, _ = run_tdsl(ts, ttensors, inputs, ref.shape, ref)
+            calls["tuned"] = run_tdsl(ts, ttensors, inputs, ref.shape, ref)[1]
+        calls.update({"ref " + k: fn for k, fn in refs.items() if fn is not None})
+        best = best_times(calls)
+        t_auto, t_hand, t_tuned = best["auto"], best.get("hand"), best.get("tuned")
         t_ref, ref_name = None, "-"
-        for rname, fn in refs.items():
-            if fn is None:
-                continue
-            t = best_time(fn)
-            if t_ref is None or t < t_ref:
+        for rname in refs:
+            t = best.get("ref " + rname)
+            if t is not None and (t_ref is None or t < t_ref):
                 t_ref, ref_name = t, rname
         r = lambda t: work / t / 1e9  # noqa: E731
         hand_txt = f"{r(t_hand):8.1f}" if t_hand else f"{'-':>8s}"
