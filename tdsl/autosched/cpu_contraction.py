@@ -1,7 +1,9 @@
 """CPU rules for contractions (an operand reused along a spatial axis: matmul, conv, batch
 matmul): a register tile accumulating in registers with the reused operand's strided panel
 packed, or, when the operands are contiguous along the reduction (A @ B.T), a dot-product
-tile of vectors of partial sums."""
+tile of vectors of partial sums. When the vector axis is only a few vectors long (a blocked
+layout's inner block, NCHW[x]c), the tile's vectors also span blocks of an outer axis that
+the broadcast operand does not use (the conv's channel blocks)."""
 from __future__ import annotations
 
 from .. import tiling

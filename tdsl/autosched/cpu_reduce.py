@@ -1,5 +1,6 @@
 """CPU rule for reductions: vectorized along the contiguous axis (rfactor over the lanes when
-that is the reduction axis, with several vectors of independent partial sums); long
+that is the reduction axis, with several vectors of independent partial sums, added as
+vectors by a second rfactor before one vector's lanes are summed); long
 reductions with too few outputs to keep the cores busy are split by rfactor into parallel
 partial sums."""
 from __future__ import annotations
