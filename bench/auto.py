@@ -2,10 +2,19 @@
 (`--mcpu haswell` builds for another CPU this machine can run; `--quick` smaller sizes).
 
 Each row: one kernel, the auto schedule with no search (`tdsl.auto_schedule`), tdsl's hand
-schedule where one exists (tdsl.examples), and the reference (the faster of numpy and
-onnxruntime on the same op, on the target's core count), all measured in this run; then auto/hand and auto/reference. Rates are GFLOP/s
-for contractions and GB/s (bytes read + written once) for the memory-bound kernels; each
-time is the best of several repeats (the machine is shared: the best is the least noisy).
+schedule where one exists (tdsl.examples), and the reference (the fastest of numpy,
+onnxruntime and torch on the same op, each on the target's core count), all measured in this
+run; then auto/hand and auto/reference. Rates are GFLOP/s for contractions and GB/s (bytes
+read + written once) for the memory-bound kernels. Each side is timed in blocks
+(common.timings: a pause, a warm-up, then a block of calls), in three rounds that interleave
+all sides of a row; the best block counts. The pause lets onnxruntime's and torch's worker
+threads stop spinning before the next side runs; the rounds spread a burst of another job
+on a shared machine over all sides.
+
+The rows: GEMM 64-2048; every distinct convolution of ResNet-18 and the MobileNetV2 kinds
+(3x3 stride 1 and 2, 1x1, depthwise 3x3 stride 1 and 2), NCHW input with weights pre-packed
+to NCHW[x]c as a graph compiler does once; batch matmul; bias+relu; softmax; layer norm;
+row sums.
 """
 from __future__ import annotations
 
@@ -25,14 +34,24 @@ from tdsl.examples import gemm, kernels  # noqa: E402
 TARGET = None
 
 
-def best_time(fn, number=3, repeat=7):
-    """The best of `repeat` timings of `number` calls, after a warm-up."""
-    ts = timings(fn, number, repeat)
-    return min(ts)
+ROUNDS = 3        # every side of a row is timed once per round, the rounds interleaved
+PAUSE_S = 0.1     # before each block: onnxruntime's and torch's idle threads stop spinning
+
+
+def best_times(calls):
+    """{name: the best seconds per call} over ROUNDS interleaved rounds; in each round every
+    callable gets a pause, a warm-up and a block of timed calls (common.timings)."""
+    best = {}
+    for _ in range(ROUNDS):
+        for name, fn in calls.items():
+            time.sleep(PAUSE_S)
+            t = min(timings(fn, 3, 5))
+            best[name] = min(best.get(name, t), t)
+    return best
 
 
 def run_tdsl(s, tensors, inputs, out_shape, ref):
-    """Builds, checks against `ref`, returns (seconds, compile seconds)."""
+    """Builds, checks against `ref`, returns (compile seconds, the call to time)."""
     t0 = time.perf_counter()
     f = tdsl.build(s, tensors, target=TARGET)
     cs = time.perf_counter() - t0
@@ -40,7 +59,7 @@ def run_tdsl(s, tensors, inputs, out_shape, ref):
     f(*inputs, out)
     if not np.allclose(out, ref, rtol=2e-3, atol=2e-3):
         raise SystemExit(f"WRONG result: max error {np.abs(out - ref).max()}")
-    return best_time(lambda: f(*inputs, out)), cs
+    return cs, lambda: f(*inputs, out)
 
 
 # --------------------------------------------------------------------------- onnxruntime
@@ -69,6 +88,23 @@ def ort_op(op, inputs, out_shape, **attrs):
     return lambda: sess.run(None, feeds)
 
 
+def torch_op(fn, *inputs):
+    """A callable running `fn` on torch views of `inputs` (numpy arrays, no copies) on as many
+    threads as the target has cores; None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(TARGET.num_cores)
+    ts = [torch.from_numpy(a) for a in inputs]
+
+    def call():
+        with torch.no_grad():
+            return fn(*ts)
+    call()
+    return call
+
+
 # --------------------------------------------------------------------------- definitions
 
 def batch_matmul(B, M, K, N):
@@ -79,7 +115,43 @@ def batch_matmul(B, M, K, N):
     return X, Y, Z
 
 
-def depthwise(C, H, W):
+def conv_nchwc(C, H, W, CO, k, stride, pad, bn):
+    """A k x k convolution: input (C, H, W); weights pre-packed as (CO/bn, C, k, k, bn);
+    output (CO/bn, OH, OW, bn) (NCHW[x]c, the graph layer's blocked layout)."""
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wp = tdsl.placeholder((CO // bn, C, k, k, bn), name="weight")
+    src = D
+    if pad:
+        src = tdsl.compute((C, H + 2 * pad, W + 2 * pad), lambda c, y, x: tdsl.if_then_else(
+            tdsl.all(y >= pad, y < H + pad, x >= pad, x < W + pad), D[c, y - pad, x - pad],
+            tdsl.const(0, "float32")), name="pad")
+    ci = tdsl.reduce_axis((0, C), name="ci")
+    ky = tdsl.reduce_axis((0, k), name="ky")
+    kx = tdsl.reduce_axis((0, k), name="kx")
+    O = tdsl.compute((CO // bn, OH, OW, bn), lambda cb, y, x, c: tdsl.sum(
+        src[ci, y * stride + ky, x * stride + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]),
+        name="conv")
+    return D, Wp, O
+
+
+def conv_ref(d, w, stride, pad):
+    """Direct convolution by one matmul per tap; output (CO, OH, OW)."""
+    C, H, W = d.shape
+    CO, _, k, _ = w.shape
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    p = np.pad(d, ((0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((CO, OH * OW), np.float32)
+    for ky in range(k):
+        for kx in range(k):
+            tap = p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride]
+            out += w[:, :, ky, kx] @ tap.reshape(C, -1)
+    return out.reshape(CO, OH, OW)
+
+
+def depthwise(C, H, W, stride=1):
+    """A 3x3 depthwise convolution, pad 1, NCHW."""
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
     D = tdsl.placeholder((C, H, W), name="data")
     Wt = tdsl.placeholder((C, 3, 3), name="weight")
     pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
@@ -87,18 +159,20 @@ def depthwise(C, H, W):
         name="pad")
     ky = tdsl.reduce_axis((0, 3), name="ky")
     kx = tdsl.reduce_axis((0, 3), name="kx")
-    O = tdsl.compute((C, H, W), lambda c, y, x: tdsl.sum(pad[c, y + ky, x + kx] * Wt[c, ky, kx],
-                                                          axis=[ky, kx]), name="dwconv")
+    O = tdsl.compute((C, OH, OW), lambda c, y, x: tdsl.sum(
+        pad[c, y * stride + ky, x * stride + kx] * Wt[c, ky, kx], axis=[ky, kx]), name="dwconv")
     return D, Wt, O
 
 
-def depthwise_ref(d, w):
+def depthwise_ref(d, w, stride=1):
     C, H, W = d.shape
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
     p = np.pad(d, ((0, 0), (1, 1), (1, 1)))
-    out = np.zeros_like(d)
+    out = np.zeros((C, OH, OW), np.float32)
     for ky in range(3):
         for kx in range(3):
-            out += p[:, ky:ky + H, kx:kx + W] * w[:, ky, kx][:, None, None]
+            out += p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride] * \
+                w[:, ky, kx][:, None, None]
     return out
 
 
@@ -128,11 +202,27 @@ def row_sum(M, N):
     return X, tdsl.compute((M,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
 
 
+
 # --------------------------------------------------------------------------- the table
+
+# (C, H=W, CO, kernel, stride, pad): every distinct convolution of ResNet-18 at 224x224
+RESNET18 = [(3, 224, 64, 7, 2, 3), (64, 56, 64, 3, 1, 1), (64, 56, 128, 3, 2, 1), (64, 56, 128, 1, 2, 0),
+            (128, 28, 128, 3, 1, 1), (128, 28, 256, 3, 2, 1), (128, 28, 256, 1, 2, 0),
+            (256, 14, 256, 3, 1, 1), (256, 14, 512, 3, 2, 1), (256, 14, 512, 1, 2, 0),
+            (512, 7, 512, 3, 1, 1)]
+# MobileNetV2's kinds: the 3x3 stride-2 stem, 1x1 expansions and projections
+MOBILENET_V2 = [(3, 224, 32, 3, 2, 1), (32, 112, 16, 1, 1, 0), (16, 112, 96, 1, 1, 0),
+                (24, 56, 144, 1, 1, 0), (144, 28, 32, 1, 1, 0), (384, 14, 64, 1, 1, 0),
+                (320, 7, 1280, 1, 1, 0)]
+# its depthwise 3x3 convolutions: (channels, H=W, stride)
+DEPTHWISE = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (384, 14, 1), (960, 7, 1)]
+QUICK_CONV = [(64, 14, 64, 3, 1, 1), (64, 28, 128, 3, 2, 1), (64, 28, 128, 1, 2, 0), (16, 28, 96, 1, 1, 0)]
+QUICK_DEPTHWISE = [(32, 28, 1), (96, 28, 2)]
+
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    p.add_argument("--quick", action="store_true", help="fewer and smaller sizes, for a smoke test")
     p.add_argument("--only", default="", help="comma-separated kernel names (substrings)")
     p.add_argument("--explain", action="store_true", help="print each auto schedule's decisions")
     p.add_argument("--search", type=float, default=0.0, metavar="SECONDS",
@@ -142,30 +232,32 @@ def main():
     opts = p.parse_args()
     global TARGET
     TARGET = target_from(opts)
-    q = 4 if opts.quick else 1
+    quick = opts.quick
     rng = np.random.default_rng(0)
-    print("tdsl.auto_schedule (no search) vs tdsl's hand schedules vs numpy, same run\n")
+    print("tdsl.auto_schedule (no search) vs tdsl's hand schedules vs numpy/onnxruntime/torch, "
+          "same run\n")
     print_target(TARGET)
     tuned_col = f" {'tuned':>8s}" if opts.search else ""
     print(f"{'kernel':34s} {'auto':>8s}{tuned_col} {'hand':>8s} {'ref':>8s} {'unit':7s} {'ref is':11s} "
           f"{'auto/hand':>9s} {'auto/ref':>8s} {'compile_s':>9s}" + ("  tuned/hand tuned/ref" if opts.search else ""))
+    ratios = {"hand": [], "ref": []}
 
     def rnd(*shape):
         return rng.standard_normal(shape, dtype=np.float32)
 
-    def row(name, unit, work, auto_def, hand, ref_fn, ref_name="numpy", ort_fn=None):
+    def row(name, unit, work, auto_def, hand, refs):
+        """refs: {name: callable or None}; the fastest is the reference."""
         if opts.only and not any(w in name for w in opts.only.split(",")):
             return
         outs, tensors, inputs, ref = auto_def()
         s = tdsl.auto_schedule(outs, target=TARGET)
         if opts.explain:
             print(s.explain())
-        t_auto, cs = run_tdsl(s, tensors, inputs, ref.shape, ref)
-        t_hand = None
+        cs, auto_call = run_tdsl(s, tensors, inputs, ref.shape, ref)
+        calls = {"auto": auto_call}
         if hand is not None:
             hs, htensors, hinputs, href = hand()
-            t_hand, _ = run_tdsl(hs, htensors, hinputs, href.shape, href)
-        t_tuned = None
+            calls["hand"] = run_tdsl(hs, htensors, hinputs, href.shape, href)[1]
         if opts.search:
             from tdsl.autotune import tune_auto_schedule
 
@@ -174,58 +266,87 @@ def main():
                 return o, tens
             definition.__qualname__ = "bench_" + name.replace(" ", "_")
             ts, ttensors, _ = tune_auto_schedule(definition, (), target=TARGET, timeout_s=opts.search)
-            t_tuned, _ = run_tdsl(ts, ttensors, inputs, ref.shape, ref)
-        t_ref = best_time(ref_fn)
-        if ort_fn is not None:
-            t_ort = best_time(ort_fn)
-            if t_ort < t_ref:
-                t_ref, ref_name = t_ort, "onnxruntime"
+            calls["tuned"] = run_tdsl(ts, ttensors, inputs, ref.shape, ref)[1]
+        calls.update({"ref " + k: fn for k, fn in refs.items() if fn is not None})
+        best = best_times(calls)
+        t_auto, t_hand, t_tuned = best["auto"], best.get("hand"), best.get("tuned")
+        t_ref, ref_name = None, "-"
+        for rname in refs:
+            t = best.get("ref " + rname)
+            if t is not None and (t_ref is None or t < t_ref):
+                t_ref, ref_name = t, rname
         r = lambda t: work / t / 1e9  # noqa: E731
         hand_txt = f"{r(t_hand):8.1f}" if t_hand else f"{'-':>8s}"
         ratio_h = f"{t_hand / t_auto:9.2f}" if t_hand else f"{'-':>9s}"
+        ref_txt = f"{r(t_ref):8.1f}" if t_ref else f"{'-':>8s}"
+        ratio_r = f"{t_ref / t_auto:8.2f}" if t_ref else f"{'-':>8s}"
+        if t_hand:
+            ratios["hand"].append(t_hand / t_auto)
+        if t_ref:
+            ratios["ref"].append(t_ref / t_auto)
         tuned_txt = f" {r(t_tuned):8.1f}" if t_tuned else ""
         extra = ""
         if t_tuned:
-            extra = (f"  {t_hand / t_tuned:10.2f}" if t_hand else f"  {'-':>10s}") + f" {t_ref / t_tuned:9.2f}"
-        print(f"{name:34s} {r(t_auto):8.1f}{tuned_txt} {hand_txt} {r(t_ref):8.1f} {unit:7s} {ref_name:11s} "
-              f"{ratio_h} {t_ref / t_auto:8.2f} {cs:9.2f}{extra}", flush=True)
+            extra = (f"  {t_hand / t_tuned:10.2f}" if t_hand else f"  {'-':>10s}") + \
+                (f" {t_ref / t_tuned:9.2f}" if t_ref else "")
+        print(f"{name:34s} {r(t_auto):8.1f}{tuned_txt} {hand_txt} {ref_txt} {unit:7s} {ref_name:11s} "
+              f"{ratio_h} {ratio_r} {cs:9.2f}{extra}", flush=True)
 
     # GEMM
-    n = 1024 // q
-    a, b = rnd(n, n), rnd(n, n)
-    c = np.empty((n, n), np.float32)
-    ref = a @ b
+    for n in ((64, 256) if quick else (64, 128, 256, 512, 1024, 2048)):
+        a, b = rnd(n, n), rnd(n, n)
+        c = np.empty((n, n), np.float32)
+        ref = a @ b
 
-    def gemm_auto():
-        A, B, C = gemm.definition(n, n, n)
-        return C, [A, B, C], [a, b], ref
+        def gemm_auto(n=n, a=a, b=b, ref=ref):
+            A, B, C = gemm.definition(n, n, n)
+            return C, [A, B, C], [a, b], ref
 
-    def gemm_hand():
-        s, t = gemm.register_blocked(n, n, n, target=TARGET)
-        return s, t, [a, b], ref
-    row(f"gemm {n}", "GFLOP/s", 2.0 * n ** 3, gemm_auto, gemm_hand, lambda: np.matmul(a, b, out=c),
-        ort_fn=ort_op("MatMul", [a, b], (n, n)))
+        def gemm_hand(n=n, a=a, b=b, ref=ref):
+            s, t = gemm.register_blocked(n, n, n, target=TARGET)
+            return s, t, [a, b], ref
+        row(f"gemm {n}", "GFLOP/s", 2.0 * n ** 3, gemm_auto, gemm_hand,
+            {"numpy": lambda a=a, b=b, c=c: np.matmul(a, b, out=c),
+             "onnxruntime": ort_op("MatMul", [a, b], (n, n)),
+             "torch": torch_op(lambda x, y: x @ y, a, b)})
 
-    # conv2d 3x3 64->64 56x56, NCHW[x]c (the hand schedule's definition)
-    C, H, W, CO = 64, 56 // q, 56 // q, 64
-    bn = kernels.conv_block(TARGET)
-    d, w = rnd(C, H, W), rnd(CO, C, 3, 3)
-    wp = kernels.pack_weight(w, bn)
-    cref = kernels.conv2d_reference(d, w)
-    cref_packed = np.ascontiguousarray(cref.reshape(CO // bn, bn, H, W).transpose(0, 2, 3, 1))
+    # convolutions, NCHW[x]c: the hand schedule exists for 3x3 stride 1
+    for (C, H, CO, k, st, pd) in (QUICK_CONV if quick else RESNET18 + MOBILENET_V2):
+        lanes = TARGET.vector_lanes("float32")
+        bn = next(d for d in range(lanes, 0, -1) if CO % d == 0)
+        d, w = rnd(C, H, H), rnd(CO, C, k, k) * np.float32(1 / np.sqrt(C * k * k))
+        wp = kernels.pack_weight(w, bn)
+        cref = conv_ref(d, w, st, pd)
+        OH = cref.shape[1]
+        cref_packed = np.ascontiguousarray(cref.reshape(CO // bn, bn, OH, OH).transpose(0, 2, 3, 1))
 
-    def conv_auto():
-        D, Wp, pad, O = kernels.conv2d_nchwc(C, H, W, CO, bn)
-        return O, [D, Wp, O], [d, wp], cref_packed
+        def conv_auto(C=C, H=H, CO=CO, k=k, st=st, pd=pd, bn=bn, d=d, wp=wp, cref_packed=cref_packed):
+            D, Wp, O = conv_nchwc(C, H, H, CO, k, st, pd, bn)
+            return O, [D, Wp, O], [d, wp], cref_packed
+        hand = None
+        if (k, st, pd) == (3, 1, 1) and bn == kernels.conv_block(TARGET):
+            def hand(C=C, H=H, CO=CO, d=d, wp=wp, cref_packed=cref_packed):
+                s, t = kernels.conv2d_schedule(C, H, H, CO, target=TARGET)
+                return s, t, [d, wp], cref_packed
+        row(f"conv {k}x{k}/{st} {C}->{CO} {H}x{H}", "GFLOP/s", 2.0 * C * CO * k * k * OH * OH, conv_auto, hand,
+            {"onnxruntime": ort_op("Conv", [d[None], w], (1, CO, OH, OH), pads=[pd] * 4, strides=[st, st]),
+             "torch": torch_op(lambda x, y, st=st, pd=pd: torch_conv(x[None], y, st, pd), d, w)})
 
-    def conv_hand():
-        s, t = kernels.conv2d_schedule(C, H, W, CO, target=TARGET)
-        return s, t, [d, wp], cref_packed
-    row(f"conv2d 3x3 {C}->{CO} {H}x{W}", "GFLOP/s", 2.0 * C * CO * 9 * H * W, conv_auto, conv_hand,
-        lambda: kernels.conv2d_reference(d, w), "numpy im2col",
-        ort_fn=ort_op("Conv", [d[None], w], (1, CO, H, W), pads=[1, 1, 1, 1]))
+    for (C, H, st) in (QUICK_DEPTHWISE if quick else DEPTHWISE):
+        dd, dw = rnd(C, H, H), rnd(C, 3, 3)
+        dref = depthwise_ref(dd, dw, st)
+        OH = dref.shape[1]
+
+        def dw_auto(C=C, H=H, st=st, dd=dd, dw=dw, dref=dref):
+            D, Wt, O = depthwise(C, H, H, st)
+            return O, [D, Wt, O], [dd, dw], dref
+        row(f"depthwise 3x3/{st} {C}ch {H}x{H}", "GFLOP/s", 2.0 * C * OH * OH * 9, dw_auto, None,
+            {"onnxruntime": ort_op("Conv", [dd[None], dw[:, None]], (1, C, OH, OH), pads=[1] * 4,
+                                   strides=[st, st], group=C),
+             "torch": torch_op(lambda x, y, st=st, C=C: torch_conv(x[None], y[:, None], st, 1, C), dd, dw)})
 
     # batch matmul
+    q = 4 if quick else 1
     bb, bm, bk, bnn = 16, 256 // q, 64, 256 // q
     x, y = rnd(bb, bm, bk), rnd(bb, bk, bnn)
     z = np.empty((bb, bm, bnn), np.float32)
@@ -235,19 +356,8 @@ def main():
         X, Y, Z = batch_matmul(bb, bm, bk, bnn)
         return Z, [X, Y, Z], [x, y], bref
     row(f"batch matmul {bb}x{bm}x{bk}x{bnn}", "GFLOP/s", 2.0 * bb * bm * bk * bnn, bmm_auto, None,
-        lambda: np.matmul(x, y, out=z), ort_fn=ort_op("MatMul", [x, y], (bb, bm, bnn)))
-
-    # depthwise conv 3x3
-    dc, dh = 32, 112 // q
-    dd, dw = rnd(dc, dh, dh), rnd(dc, 3, 3)
-    dref = depthwise_ref(dd, dw)
-
-    def dw_auto():
-        D, Wt, O = depthwise(dc, dh, dh)
-        return O, [D, Wt, O], [dd, dw], dref
-    row(f"depthwise conv 3x3 {dc}ch {dh}x{dh}", "GFLOP/s", 2.0 * dc * dh * dh * 9, dw_auto, None,
-        lambda: depthwise_ref(dd, dw),
-        ort_fn=ort_op("Conv", [dd[None], dw[:, None]], (1, dc, dh, dh), pads=[1, 1, 1, 1], group=dc))
+        {"numpy": lambda: np.matmul(x, y, out=z), "onnxruntime": ort_op("MatMul", [x, y], (bb, bm, bnn)),
+         "torch": torch_op(lambda u, v: u @ v, x, y)})
 
     # bias + relu
     m = 4096 // q
@@ -266,7 +376,8 @@ def main():
     def br_np():
         np.add(xb, bb_, out=ob)
         np.maximum(ob, 0, out=ob)
-    row(f"bias+relu {m}x{m}", "GB/s", 8.0 * m * m, br_auto, br_hand, br_np)   # (ORT: two ops)
+    row(f"bias+relu {m}x{m}", "GB/s", 8.0 * m * m, br_auto, br_hand,
+        {"numpy": br_np, "torch": torch_op(lambda u, v: (u + v).relu_(), xb, bb_)})
 
     # softmax
     sm, sn = 4096 // q, 1024
@@ -280,8 +391,9 @@ def main():
     def sm_hand():
         s, t = kernels.softmax_schedule(sm, sn, target=TARGET)
         return s, t, [xs], sref
-    row(f"softmax {sm}x{sn}", "GB/s", 8.0 * sm * sn, sm_auto, sm_hand, lambda: kernels.softmax_reference(xs),
-        ort_fn=ort_op("Softmax", [xs], (sm, sn), axis=1))
+    row(f"softmax {sm}x{sn}", "GB/s", 8.0 * sm * sn, sm_auto, sm_hand,
+        {"numpy": lambda: kernels.softmax_reference(xs), "onnxruntime": ort_op("Softmax", [xs], (sm, sn), axis=1),
+         "torch": torch_op(lambda u: u.softmax(1), xs)})
 
     # layernorm
     xl, gl, bl = rnd(sm, sn), rnd(sn), rnd(sn)
@@ -290,20 +402,39 @@ def main():
     def ln_auto():
         X, g, b_, Y = layernorm(sm, sn)
         return Y, [X, g, b_, Y], [xl, gl, bl], lref
-    row(f"layernorm {sm}x{sn}", "GB/s", 8.0 * sm * sn, ln_auto, None, lambda: layernorm_ref(xl, gl, bl),
-        ort_fn=ort_op("LayerNormalization", [xl, gl, bl], (sm, sn), axis=-1, epsilon=1e-5))
+    row(f"layernorm {sm}x{sn}", "GB/s", 8.0 * sm * sn, ln_auto, None,
+        {"numpy": lambda: layernorm_ref(xl, gl, bl),
+         "onnxruntime": ort_op("LayerNormalization", [xl, gl, bl], (sm, sn), axis=-1, epsilon=1e-5),
+         "torch": torch_op(lambda u, g_, b_: torch_layer_norm(u, g_, b_), xl, gl, bl)})
 
-    # row sum
-    rm = 8192 // q
-    xr = rnd(rm, rm)
-    rref = xr.sum(axis=1)
-    rs = np.empty(rm, np.float32)
+    # row sums
+    for rm in ((2048,) if quick else (2048, 8192)):
+        xr = rnd(rm, rm)
+        rref = xr.sum(axis=1)
+        rs = np.empty(rm, np.float32)
 
-    def rs_auto():
-        X, R = row_sum(rm, rm)
-        return R, [X, R], [xr], rref
-    row(f"row sum {rm}x{rm}", "GB/s", 4.0 * rm * rm, rs_auto, None, lambda: np.sum(xr, axis=1, out=rs),
-        ort_fn=ort_op("ReduceSum", [xr, np.array([1], np.int64)], (rm,), keepdims=0))
+        def rs_auto(rm=rm, xr=xr, rref=rref):
+            X, R = row_sum(rm, rm)
+            return R, [X, R], [xr], rref
+        row(f"row sum {rm}x{rm}", "GB/s", 4.0 * rm * rm, rs_auto, None,
+            {"numpy": lambda xr=xr, rs=rs: np.sum(xr, axis=1, out=rs),
+             "onnxruntime": ort_op("ReduceSum", [xr, np.array([1], np.int64)], (rm,), keepdims=0),
+             "torch": torch_op(lambda u: u.sum(1), xr)})
+
+    geo = {k: float(np.exp(np.mean(np.log(v)))) if v else None for k, v in ratios.items()}
+    print(f"\ngeometric mean: auto/hand {geo['hand'] or 0:.2f} over {len(ratios['hand'])} rows, "
+          f"auto/ref {geo['ref'] or 0:.2f} over {len(ratios['ref'])} rows; worst auto/hand "
+          f"{min(ratios['hand'], default=0):.2f}")
+
+
+def torch_conv(x, w, stride, pad, groups=1):
+    import torch.nn.functional as F
+    return F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+
+
+def torch_layer_norm(x, g, b):
+    import torch.nn.functional as F
+    return F.layer_norm(x, (x.shape[-1],), g, b, 1e-5)
 
 
 if __name__ == "__main__":

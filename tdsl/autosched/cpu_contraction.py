@@ -1,7 +1,9 @@
 """CPU rules for contractions (an operand reused along a spatial axis: matmul, conv, batch
 matmul): a register tile accumulating in registers with the reused operand's strided panel
 packed, or, when the operands are contiguous along the reduction (A @ B.T), a dot-product
-tile of vectors of partial sums."""
+tile of vectors of partial sums. When the vector axis is only a few vectors long (a blocked
+layout's inner block, NCHW[x]c), the tile's vectors also span blocks of an outer axis that
+the broadcast operand does not use (the conv's channel blocks)."""
 from __future__ import annotations
 
 from .. import tiling
@@ -61,7 +63,7 @@ class ContractionRules(CPUBase):
         work = info.outputs(BIG) * info.reduce_size(BIG)
         ro_rag = ext_r is None or ext_r % rows != 0
         vo_rag = ext_v is None or ext_v % cols != 0
-        loops = [(iv, info.extents[i], False) for i, iv in enumerate(ax) if i not in (r, v)]
+        loops = [(iv, info.extents[i], info.extents[i] is None) for i, iv in enumerate(ax) if i not in (r, v)]
         loops += [(ro, None if ext_r is None else -(-ext_r // rows), ro_rag),
                   (vo, None if ext_v is None else -(-ext_v // cols), vo_rag)]
         self.parallel_prefix(O, loops, work, "tiles")
@@ -96,11 +98,33 @@ class ContractionRules(CPUBase):
         why = (f"{rows * vecs} accumulators fit {self.t.vector_registers} vector registers with the "
                f"loaded vectors; >= {self.t.fma_chains} independent FMA chains "
                f"({self.t.fma_units} units x latency {self.t.fma_latency})")
+        b, bb = self.vector_block_axis(R, r, v, lanes), 1
+        if b is not None:
+            # the vector axis is a few whole vectors (a blocked layout's inner block): the
+            # tile's vectors also span blocks of an outer axis that the broadcast operand
+            # does not use (NCHW[x]c's channel blocks), as the hand schedules' tiles do
+            vin = ext_v // lanes
+            brows, bvecs = tiling.register_tile(self.t, mr, info.extents[b] * ext_v, dtype,
+                                                whole_rows=True, whole_vecs=True)
+            # the model (tiling.register_tile) weighs FMAs per load and chains: it spans
+            # blocks only when that beats the vector axis alone
+            if bvecs > vin and bvecs % vin == 0:
+                rows, vecs, bb = brows, bvecs, bvecs // vin
+                why = (f"{rows * vecs} accumulators ({bb} blocks of '{info.axes[b].var.name}' x "
+                       f"{vin} vector(s)) fit {self.t.vector_registers} vector registers with the "
+                       f"loaded vectors; >= {self.t.fma_chains} independent FMA chains "
+                       f"({self.t.fma_units} units x latency {self.t.fma_latency}); the "
+                       f"'{info.axes[v].var.name}' axis alone holds {vin} vector(s)")
         if self.p.tile:
             rows, vecs = self.p.tile[0] or rows, self.p.tile[1] or vecs
             why = f"given in params (the target's own tile: {why})"
+            bb = 1
+            if b is not None:
+                vin = ext_v // lanes
+                if vecs > vin and vecs % vin == 0 and info.extents[b] % (vecs // vin) == 0:
+                    bb = vecs // vin
         rows = max(1, min(rows, mr))
-        nr = max(1, min(vecs * lanes, mv))
+        nr = max(1, min(vecs * lanes, mv)) if bb == 1 else ext_v
         owner = T if T is not None else R
         out = owner.op.output(0)
         if T is None:
@@ -114,10 +138,13 @@ class ContractionRules(CPUBase):
                          "the elementwise consumer reads the accumulators straight from registers")
         O = s[out]
         ax = list(O.op.axis)
+        bi = None
+        if bb > 1:
+            bo, bi = O.split(ax[b], factor=bb)
         ro, ri = O.split(ax[r], factor=rows)
         vo, vi = O.split(ax[v], factor=nr)
-        others = [ax[i] for i in range(n) if i not in (r, v)]
-        oexts = [info.extents[i] for i in range(n) if i not in (r, v)]
+        others = [(bo if bb > 1 and i == b else ax[i]) for i in range(n) if i not in (r, v)]
+        oexts = [(info.extents[i] // bb if i == b else info.extents[i]) for i in range(n) if i not in (r, v)]
         ro_ext = None if ext_r is None else -(-ext_r // rows)
         vo_ext = None if ext_v is None else -(-ext_v // nr)
         ro_rag, vo_rag = ext_r is None or ext_r % rows != 0, ext_v is None or ext_v % nr != 0
@@ -128,16 +155,22 @@ class ContractionRules(CPUBase):
             outer = [(vo, vo_ext, vo_rag), (ro, ro_ext, ro_rag)]
         else:
             outer = [(ro, ro_ext, ro_rag), (vo, vo_ext, vo_rag)]
-        O.reorder(*others, *[x[0] for x in outer], ri, vi)
+        inner = ([bi] if bi is not None else []) + [ri, vi]
+        O.reorder(*others, *[x[0] for x in outer], *inner)
         if lanes > 1:
             O.vectorize(vi)
+        shape = f"{rows} rows x {-(-nr // lanes)} vectors of {lanes}"
+        if bb > 1:
+            shape = f"{rows} rows x {bb} blocks x {-(-nr // lanes)} vector(s) of {lanes}"
         self.rec.add(R, "register-tile", f"tile {ax[r].var.name} x {ax[v].var.name} by {rows} x {nr} "
-                     f"({rows} rows x {-(-nr // lanes)} vectors of {lanes})", why)
+                     + (f"and {ax[b].var.name} by {bb} " if bb > 1 else "") + f"({shape})", why)
         work = info.outputs(BIG) * info.reduce_size(BIG)
-        loops = [(iv, e, False) for iv, e in zip(others, oexts)] + outer
+        # a symbolic loop counts as ragged: fused with another, bound inference could not
+        # bound the tile computed inside it
+        loops = [(iv, e, e is None) for iv, e in zip(others, oexts)] + outer
         par = self.parallel_prefix(O, loops, work, "tiles")
         leaves = O.leaf_iter_vars
-        at = leaves[leaves.index(ri) - 1]
+        at = leaves[leaves.index(inner[0]) - 1]
         L.compute_at(O, at)
         if operand is not None:
             pk = s.cache_read(operand, "global", [L.op.output(0)])
@@ -153,13 +186,18 @@ class ContractionRules(CPUBase):
             self.vector_split(P, pax[-1], None, operand.dtype, unroll=False)
         la = list(L.op.axis)
         lr = list(L.op.reduce_axis)
+        tile_axes = ((b,) if bb > 1 else ()) + (r, v)
+        lead = [la[i] for i in range(n) if i not in tile_axes]
+        blk = [la[b]] if bb > 1 else []
         if lanes > 1 and nr > lanes:
             lvo, lvi = L.split(la[v], factor=lanes)
-            L.reorder(*[la[i] for i in range(n) if i not in (r, v)], *lr, la[r], lvo, lvi)
+            L.reorder(*lead, *lr, *blk, la[r], lvo, lvi)
             L.unroll(lvo)
         else:
             lvi = la[v]
-            L.reorder(*[la[i] for i in range(n) if i not in (r, v)], *lr, la[r], lvi)
+            L.reorder(*lead, *lr, *blk, la[r], lvi)
+        for x in blk:
+            L.unroll(x)
         L.unroll(la[r])
         if lanes > 1 and nr >= 2:
             L.vectorize(lvi)
@@ -168,6 +206,26 @@ class ContractionRules(CPUBase):
         self.rec.add(L, "micro-kernel", "reduction loops outside the tile; rows and vectors "
                      "unrolled, lanes vectorized", "each reduction step: load the vectors, "
                      "broadcast one value per row, one FMA per accumulator")
+
+    def vector_block_axis(self, R, r, v, lanes):
+        """An outer axis the tile's vectors can span when the vector axis is only a few whole
+        vectors long: every load that uses it is read along the vector axis and does not use
+        the row axis (the reused operand, e.g. packed conv weights), and the operand
+        broadcast per row does not use it. None when there is no such axis."""
+        info = self.infos[R]
+        ext_v = info.extents[v]
+        if lanes < 2 or ext_v is None or ext_v % lanes or ext_v // lanes >= 4:
+            return None
+        row = info.axes[r]
+        for i in range(v - 1, -1, -1):
+            iv = info.axes[i]
+            if i == r or info.extents[i] is None or info.extents[i] < 2:
+                continue
+            users = [ld for ld in info.loads if ld.uses(iv)]
+            if users and all(ld.contiguous_in(info.axes[v]) and not ld.uses(row) for ld in users) \
+                    and any(ld.uses(row) for ld in info.loads):
+                return i
+        return None
 
     def pack_operand(self, R, r, v, nr):
         """The operand loaded as vectors and reused across rows whose panel is strided: its

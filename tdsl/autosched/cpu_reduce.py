@@ -1,5 +1,6 @@
 """CPU rule for reductions: vectorized along the contiguous axis (rfactor over the lanes when
-that is the reduction axis, with several vectors of independent partial sums); long
+that is the reduction axis, with several vectors of independent partial sums, added as
+vectors by a second rfactor before one vector's lanes are summed); long
 reductions with too few outputs to keep the cores busy are split by rfactor into parallel
 partial sums."""
 from __future__ import annotations
@@ -39,22 +40,32 @@ class ReductionRules(CPUBase):
             nvec = max(1, min(self.p.unroll, (kext or BIG) // lanes))
             width = lanes * nvec
             ko, ki = st.split(k, factor=width)
+            rf = self.s.rfactor(st.op.output(0), ki)
+            rst = self.s[rf]
+            rfs = [rst]
+            if nvec > 1:
+                # the vectors of partial sums are added as vectors first: the serial sum
+                # that is left has one vector's lanes, not nvec's
+                (rv,) = st.op.reduce_axis
+                _, rvi = st.split(rv, factor=lanes)
+                rfs.append(self.s[self.s.rfactor(st.op.output(0), rvi)])
+            # rfactor gives `st` fresh loops: it is made parallel after, not before
             loop = None
             if work is not None and axes:
                 loop = self.parallel_prefix(st, [(iv, e, False) for iv, e in
                                                  zip(axes, info.extents[-len(axes):])], work, "outputs")
-            rf = self.s.rfactor(st.op.output(0), ki)
-            rst = self.s[rf]
             leaves = [iv for iv in st.leaf_iter_vars if iv.kind != "reduce"]
             at = leaves[-1] if leaves else loop
-            if at is not None:
-                rst.compute_at(st, at)
-            rst.reorder(*rst.op.reduce_axis, rst.op.axis[0])
-            rst.vectorize(rst.op.axis[0])
+            for r in rfs:
+                if at is not None:
+                    r.compute_at(st, at)
+                r.reorder(*r.op.reduce_axis, r.op.axis[0])     # the factored axis comes first
+                r.vectorize(r.op.axis[0])
             self.rec.add(st, "rfactor-vectorize", f"split({k.var.name}, {width}); rfactor; "
-                         "vectorize the partial sums", f"the reduction axis is the contiguous one: "
-                         f"{width} partial results per output ({nvec} vectors of {lanes} lanes: "
-                         "independent add chains)")
+                         "vectorize the partial sums" + ("; rfactor again over the vectors" if nvec > 1 else ""),
+                         f"the reduction axis is the contiguous one: {width} partial results per "
+                         f"output ({nvec} vectors of {lanes} lanes: independent add chains), added "
+                         f"as vectors, then {lanes} lanes serially")
             return
         if axes and self.can_vectorize(dtype):
             last = axes[-1]

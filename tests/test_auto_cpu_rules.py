@@ -1,0 +1,146 @@
+"""The CPU auto-scheduler's contraction and reduction rules on the shapes they were written
+for, checked against numpy at ragged and symbolic sizes, for the host's ISA and for AVX2
+(haswell: 16 registers, 8 lanes) built on the same machine:
+- a blocked-layout convolution (NCHW[x]c) whose vector axis is one vector: the register tile
+  also spans blocks of the channel-block axis (the hand schedule's tile);
+- row sums: parallel over rows, the vectors of partial sums added as vectors first."""
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.target import Target
+
+TARGETS = ["llvm", "llvm -mcpu=haswell"]
+
+
+def _data(*shape):
+    return np.random.default_rng(sum(shape)).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def _conv_nchwc(C, H, W, CO, k, stride, pad, bn, relu=False):
+    """Input (C, H, W); weights (CO/bn, C, k, k, bn); output (CO/bn, OH, OW, bn). H and W
+    may be tdsl vars."""
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wp = tdsl.placeholder((CO // bn, C, k, k, bn), name="weight")
+    P = tdsl.compute((C, H + 2 * pad, W + 2 * pad), lambda c, y, x: tdsl.if_then_else(
+        tdsl.all(y >= pad, y < H + pad, x >= pad, x < W + pad), D[c, y - pad, x - pad],
+        tdsl.const(0, "float32")), name="pad")
+    ci = tdsl.reduce_axis((0, C), name="ci")
+    ky = tdsl.reduce_axis((0, k), name="ky")
+    kx = tdsl.reduce_axis((0, k), name="kx")
+    O = tdsl.compute((CO // bn, OH, OW, bn), lambda cb, y, x, c: tdsl.sum(
+        P[ci, y * stride + ky, x * stride + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]),
+        name="conv")
+    if relu:
+        O = tdsl.compute(O.shape, lambda *i: tdsl.max(O[i], tdsl.const(0, "float32")), name="relu")
+    return D, Wp, O
+
+
+def _conv_ref(d, w, stride, pad, bn):
+    C, H, W = d.shape
+    CO, _, k, _ = w.shape
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    p = np.pad(d, ((0, 0), (pad, pad), (pad, pad))).astype(np.float64)
+    out = np.zeros((CO, OH, OW))
+    for ky in range(k):
+        for kx in range(k):
+            tap = p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride]
+            out += np.einsum("oc,chw->ohw", w[:, :, ky, kx], tap)
+    return out.reshape(CO // bn, bn, OH, OW).transpose(0, 2, 3, 1)
+
+
+def _tile_decision(s, name):
+    return [d for d in s.explain().decisions if d.rule == "register-tile" and d.stage == name][0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("C,H,W,CO,k,stride,pad,relu", [
+    (5, 9, 10, 4, 3, 1, 1, False),       # 10 columns, 9 rows, 5 input channels
+    (3, 15, 15, 6, 3, 2, 1, True),       # stride 2, with an elementwise epilogue
+    (7, 6, 10, 8, 1, 2, 0, False),       # 1x1 stride 2
+    (4, 15, 15, 3, 7, 2, 3, False),      # a 7x7 stem
+])
+def test_blocked_conv_tile_spans_channel_blocks(target, C, H, W, CO, k, stride, pad, relu):
+    t = Target(target)
+    bn = t.vector_lanes("float32")
+    CO *= bn
+    D, Wp, O = _conv_nchwc(C, H, W, CO, k, stride, pad, bn, relu)
+    s = tdsl.auto_schedule(O, target=t)
+    d = _tile_decision(s, "conv")
+    assert "blocks" in d.action, d
+    f = tdsl.build(s, [D, Wp, O], target=t)
+    x, w = _data(C, H, W), _data(CO, C, k, k)
+    wp = np.ascontiguousarray(w.reshape(CO // bn, bn, C, k, k).transpose(0, 2, 3, 4, 1))
+    ref = _conv_ref(x, w, stride, pad, bn)
+    if relu:
+        ref = np.maximum(ref, 0)
+    out = np.full(ref.shape, np.nan, np.float32)
+    f(x, wp, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_blocked_conv_symbolic_width(target):
+    """Symbolic H and W: the row axis is symbolic, the channel blocks constant."""
+    t = Target(target)
+    bn = t.vector_lanes("float32")
+    H, W = tdsl.var("H"), tdsl.var("W")
+    D, Wp, O = _conv_nchwc(6, H, W, 4 * bn, 3, 1, 1, bn)
+    s = tdsl.auto_schedule(O, target=t)
+    assert "cb by" in _tile_decision(s, "conv").action
+    f = tdsl.build(s, [D, Wp, O], target=t)
+    for h, w_ in [(5, 19), (8, 8)]:
+        x, w = _data(6, h, w_), _data(4 * bn, 6, 3, 3)
+        wp = np.ascontiguousarray(w.reshape(4, bn, 6, 3, 3).transpose(0, 2, 3, 4, 1))
+        ref = _conv_ref(x, w, 1, 1, bn)
+        out = np.full(ref.shape, np.nan, np.float32)
+        f(x, wp, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", [(3, 2), (2, 4), (5, 3)])
+def test_blocked_conv_tile_from_params(tile):
+    """A search's tile (rows, vectors): vectors beyond the vector axis span channel blocks
+    when they divide them, else the tile stays on the vector axis; both are correct."""
+    t = Target("llvm")
+    bn = t.vector_lanes("float32")
+    D, Wp, O = _conv_nchwc(3, 7, 9, 4 * bn, 3, 1, 1, bn)
+    s = tdsl.auto_schedule(O, target=t, params={"tile": tile})
+    d = _tile_decision(s, "conv")
+    assert (f"cb by {tile[1]}" in d.action) == (4 % tile[1] == 0), d
+    f = tdsl.build(s, [D, Wp, O], target=t)
+    x, w = _data(3, 7, 9), _data(4 * bn, 3, 3, 3)
+    wp = np.ascontiguousarray(w.reshape(4, bn, 3, 3, 3).transpose(0, 2, 3, 4, 1))
+    ref = _conv_ref(x, w, 1, 1, bn)
+    out = np.full(ref.shape, np.nan, np.float32)
+    f(x, wp, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def _row_sum(M, N):
+    X = tdsl.placeholder((M, N), name="X")
+    k = tdsl.reduce_axis((0, N), name="k")
+    return X, tdsl.compute((M,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("M,N", [(67, 1000), (3, 40009), ("sym", "sym")])
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_row_sum_parallel_with_vector_partial_sums(target, M, N, unroll):
+    t = Target(target)
+    symbolic = M == "sym"
+    X, R = _row_sum(tdsl.var("M") if symbolic else M, tdsl.var("N") if symbolic else N)
+    s = tdsl.auto_schedule(R, target=t, params={"unroll": unroll})
+    text = str(tdsl.lower(s, [X, R]))
+    lanes = t.vector_lanes("float32")
+    assert "parallel(" in text, text        # rows (or parallel partial sums): not lost
+    if unroll > 1:
+        assert "rfactor again" in str(s.explain()), s.explain()
+        assert f"vectorized({lanes})" in text, text
+    f = tdsl.build(s, [X, R], target=t)
+    for m, n in ([(67, 1000), (5, 333)] if symbolic else [(M, N)]):
+        x = _data(m, n)
+        out = np.full(m, np.nan, np.float32)
+        f(x, out)
+        np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-3)
