@@ -1,0 +1,182 @@
+"""The auto-scheduler picks the target's dot-product instruction for uint8 x int8 -> int32
+and bfloat16 x bfloat16 -> float32 contractions (vpdpbusd, vdpbf16ps), packing B with
+`Schedule.transform_layout`; without the extension, or at sizes the instruction cannot
+take, it says why and schedules the ordinary register tile."""
+import numpy as np
+import pytest
+
+import tdsl
+
+HOST = tdsl.target.Target.host()
+BF16 = tdsl.dtype.to_numpy("bfloat16")
+KINDS = {"uint8": ("int8", "int32", "has_vnni", "vpdpbusd", "dot_u8s8_int32"),
+         "bfloat16": ("bfloat16", "float32", "has_bf16", "vdpbf16ps", "dot_bf16_float32")}
+
+
+def _gemm(M, N, K, dtype, transposed=False, b_dtype=None):
+    b_dt, acc = KINDS[dtype][0], KINDS[dtype][1]
+    A = tdsl.placeholder((M, K), dtype=dtype, name="A")
+    B = tdsl.placeholder((N, K) if transposed else (K, N), dtype=b_dtype or b_dt, name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    if transposed:
+        C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+            A[i, k].astype(acc) * B[j, k].astype(acc), axis=k), name="C")
+    else:
+        C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+            A[i, k].astype(acc) * B[k, j].astype(acc), axis=k), name="C")
+    return A, B, C
+
+
+def _data(dtype, shape_a, shape_b, b_dtype=None, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "uint8":
+        lo = -128 if b_dtype in (None, "int8") else 0
+        return (rng.integers(0, 256, shape_a).astype(np.uint8),
+                rng.integers(lo, 128, shape_b).astype(b_dtype or "int8"))
+    f = tdsl.nd.float32_to_bfloat16
+    return (f(rng.standard_normal(shape_a).astype(np.float32)).view(BF16),
+            f(rng.standard_normal(shape_b).astype(np.float32)).view(BF16))
+
+
+def _check(f, dtype, M, N, K, transposed, b_dtype=None):
+    a, b = _data(dtype, (M, K), (N, K) if transposed else (K, N), b_dtype)
+    c = np.empty((M, N), KINDS[dtype][1])
+    f(a, b, c)
+    bb = b.T if transposed else b
+    if dtype == "uint8":
+        np.testing.assert_array_equal(c, a.astype(np.int32) @ bb.astype(np.int32))
+    else:
+        ref = a.astype(np.float32) @ bb.astype(np.float32)
+        np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5 * K)
+
+
+def _target(fact):
+    return HOST if getattr(HOST, fact) else tdsl.target.Target("llvm -mcpu=znver5")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (50, 48, 36), (13, 96, 200), (128, 256, 128)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_auto_tensorized(dtype, M, N, K, transposed):
+    _, _, fact, insn, intrin = KINDS[dtype]
+    target = _target(fact)
+    A, B, C = _gemm(M, N, K, dtype, transposed)
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and insn in why[0] and intrin in why[0], why
+    assert "pack" in s.explain().rules("C")
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert insn in f.get_source("asm")
+    if target is not HOST:
+        pytest.skip(f"this CPU lacks {fact}: checked the assembly only")
+    _check(f, dtype, M, N, K, transposed)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+def test_no_extension_register_tile(dtype):
+    """haswell (AVX2) code runs on this host: same answer, no dot-product instruction."""
+    _, _, fact, insn, _ = KINDS[dtype]
+    target = "llvm -mcpu=haswell"
+    A, B, C = _gemm(64, 64, 64, dtype)
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and "none" in why[0] and "haswell" in why[0], why
+    assert "register-tile" in s.explain().rules("C")
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert insn not in f.get_source("asm")
+    _check(f, dtype, 64, 64, 64, False)
+
+
+@pytest.mark.parametrize("M,N,K,what", [(32, 40, 64, "N=40"), (32, 64, 30, "K=30")])
+def test_sizes_the_instruction_cannot_take(M, N, K, what):
+    target = _target("has_vnni")
+    A, B, C = _gemm(M, N, K, "uint8")
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and what in why[0] and "multiple of" in why[0], why
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert "vpdpbusd" not in f.get_source("asm")
+    if target is HOST:
+        _check(f, "uint8", M, N, K, False)
+
+
+def test_signed_data_has_no_instruction():
+    """vpdpbusd multiplies unsigned by signed bytes: int8 x int8 is explained and tiled."""
+    target = _target("has_vnni")
+    M = N = K = 32
+    A = tdsl.placeholder((M, K), dtype="int8", name="A")
+    B = tdsl.placeholder((K, N), dtype="int8", name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+        A[i, k].astype("int32") * B[k, j].astype("int32"), axis=k), name="C")
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and "int8 x int8 -> int32 has no dot-product" in why[0], why
+    f = tdsl.build(s, [A, B, C], target=target)
+    if target is HOST:
+        rng = np.random.default_rng(1)
+        a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+        b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+        c = np.empty((M, N), np.int32)
+        f(a, b, c)
+        np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+def test_float32_contraction_says_nothing():
+    A = tdsl.placeholder((32, 32), name="A")
+    B = tdsl.placeholder((32, 32), name="B")
+    k = tdsl.reduce_axis((0, 32), name="k")
+    C = tdsl.compute((32, 32), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tdsl.auto_schedule(C, "llvm -mcpu=znver5")
+    assert "tensorize" not in s.explain().rules()
+
+
+def test_epilogue_requantize():
+    """An elementwise consumer (int32 -> float32 scale) computes inside the tensorized tile."""
+    target = _target("has_vnni")
+    M, N, K = 48, 64, 96
+    A, B, C = _gemm(M, N, K, "uint8")
+    D = tdsl.compute((M, N), lambda i, j: C[i, j].astype("float32") * 0.5, name="D")
+    s = tdsl.auto_schedule(D, target)
+    assert "fuse-epilogue" in s.explain().rules("D")
+    assert "tensorize" in s.explain().rules("C")
+    f = tdsl.build(s, [A, B, D], target=target)
+    assert "vpdpbusd" in f.get_source("asm")
+    if target is HOST:
+        a, b = _data("uint8", (M, K), (K, N))
+        d = np.empty((M, N), np.float32)
+        f(a, b, d)
+        np.testing.assert_array_equal(d, (a.astype(np.int32) @ b.astype(np.int32)) * 0.5)
+
+
+# ---------------------------------------------------------------- transform_layout
+def test_transform_layout_blocks():
+    M, N, K = 8, 32, 16
+    A, B, C = _gemm(M, N, K, "uint8")
+    s = tdsl.create_schedule(C)
+    P = s.transform_layout(B, [C], [(1, None), (0, None), (1, 16), (0, 4)])
+    assert [int(x.value) for x in P.shape] == [2, 4, 16, 4]
+    assert "transform_layout(B" in str(s)
+    f = tdsl.build(s, [A, B, C], target="llvm")
+    _check(f, "uint8", M, N, K, False)
+
+
+@pytest.mark.parametrize("layout,msg", [
+    ([(1, None), (0, None), (1, 12), (0, 4)], "not a multiple"),
+    ([(1, None), (1, 16)], "leaves out dimension 0"),
+    ([(0, None), (0, None), (1, None)], "more than one piece"),
+    ([(2, None), (0, None), (1, None)], "no dimension 2"),
+])
+def test_transform_layout_refuses(layout, msg):
+    A, B, C = _gemm(8, 32, 16, "uint8")
+    s = tdsl.create_schedule(C)
+    with pytest.raises(tdsl.ScheduleError, match=f"'B'.*{msg}"):
+        s.transform_layout(B, [C], layout)
+
+
+def test_transform_layout_needs_a_reader():
+    A, B, C = _gemm(8, 32, 16, "uint8")
+    D = tdsl.compute((8, 32), lambda i, j: C[i, j] + 1, name="D")
+    s = tdsl.create_schedule(D)
+    with pytest.raises(tdsl.ScheduleError, match="'D' does not read tensor 'B'"):
+        s.transform_layout(B, [D], [(0, None), (1, None)])
