@@ -180,3 +180,75 @@ def test_transform_layout_needs_a_reader():
     s = tdsl.create_schedule(D)
     with pytest.raises(tdsl.ScheduleError, match="'D' does not read tensor 'B'"):
         s.transform_layout(B, [D], [(0, None), (1, None)])
+
+
+# ---------------------------------------------------------------- CUDA tensor cores
+def _half(M, N, K, dtype, transposed=False):
+    A = tdsl.placeholder((M, K), dtype=dtype, name="A")
+    B = tdsl.placeholder((N, K) if transposed else (K, N), dtype=dtype, name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    if transposed:
+        C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+            A[i, k].astype("float32") * B[j, k].astype("float32"), axis=k), name="C")
+    else:
+        C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+            A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    return A, B, C
+
+
+def _half_data(shape, dtype, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    if dtype == "bfloat16":
+        x = tdsl.nd.float32_to_bfloat16(x)
+        return x, tdsl.nd.bfloat16_to_float32(x)
+    return x.astype(np.float16), x.astype(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("M,N,K,transposed", [(64, 64, 64, False), (64, 32, 96, True),
+                                              (48, 40, 32, False), (16, 8, 16, True)])
+def test_auto_mma_emulated(dtype, M, N, K, transposed):
+    """The CUDA schedule, built for "c": mma.sync emulated lane by lane matches numpy."""
+    A, B, C = _half(M, N, K, dtype, transposed)
+    s = tdsl.auto_schedule(C, "cuda -arch=sm_80")
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and "mma.sync m16n8k16" in why[0], why
+    f = tdsl.build(s, [A, B, C], target="c")
+    rng = np.random.default_rng(2)
+    a, af = _half_data((M, K), dtype, rng)
+    b, bf = _half_data((N, K) if transposed else (K, N), dtype, rng)
+    c = np.full((M, N), np.nan, np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, af @ (bf.T if transposed else bf), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target,M,N,K,what", [
+    ("cuda -arch=sm_75", 64, 64, 64, "sm_75"),
+    ("cuda -arch=sm_80", 100, 64, 64, "M=100"),
+    ("cuda -arch=sm_80", 64, 64, 40, "K=40"),
+    ("opencl", 64, 64, 64, "CUDA sm_80"),
+])
+def test_auto_mma_falls_back(target, M, N, K, what):
+    A, B, C = _half(M, N, K, "float16")
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and "none" in why[0] and what in why[0], why
+    f = tdsl.build(s, [A, B, C], target="c")
+    rng = np.random.default_rng(3)
+    a, af = _half_data((M, K), "float16", rng)
+    b, bf = _half_data((K, N), "float16", rng)
+    c = np.empty((M, N), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, af @ bf, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_auto_mma_ptx(dtype):
+    from tdsl.runtime import cuda as rcuda
+    if not rcuda.have_nvrtc() or rcuda.cuda_include_dir() is None:
+        pytest.skip("NVRTC or the CUDA headers are not installed")
+    A, B, C = _half(256, 256, 256, dtype, transposed=True)
+    s = tdsl.auto_schedule(C, "cuda -arch=sm_80")
+    f = tdsl.build(s, [A, B, C], target="cuda -arch=sm_80")
+    ptype = {"bfloat16": "bf16", "float16": "f16"}[dtype]
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in f.get_source("ptx")
