@@ -1,15 +1,16 @@
 """Graph passes. Each is a function Module -> Module (new expressions; the input is left as
 it is). `optimize` runs them in order:
 
-quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify
--> fold_constants -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
--> eliminate_dead_code -> fuse_ops
+quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> float16_in_float32
+-> conv1d_as_conv2d -> simplify -> fold_constants -> transposed_conv_as_phases -> sink_reshapes
+-> simplify -> eliminate_common_subexpr -> eliminate_dead_code -> fuse_ops
 """
 from __future__ import annotations
 
 from ...errors import GraphError
 from ..ir import Module
 from .conv_forms import conv1d_as_conv2d, transposed_conv_as_phases
+from .float16 import float16_in_float32
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
@@ -21,7 +22,8 @@ def optimize(mod: Module, fuse: bool = True) -> Module:
     """The standard pipeline; `fuse=False` stops before operator fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
-    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify,
+    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
+              conv1d_as_conv2d, simplify,
               fold_constants, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
               eliminate_dead_code):
         mod = p(mod)
