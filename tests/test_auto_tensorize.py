@@ -73,6 +73,32 @@ def test_auto_tensorized(dtype, M, N, K, transposed):
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+def test_auto_tensorized_a_transposed(dtype):
+    """A read as A[k, i] (A.T @ B): copied into rows first, then the same micro-kernel."""
+    b_dt, acc, fact, insn, _ = KINDS[dtype]
+    target = _target(fact)
+    M, N, K = 48, 64, 96
+    A = tdsl.placeholder((K, M), dtype=dtype, name="A")
+    B = tdsl.placeholder((K, N), dtype=b_dt, name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+        A[k, i].astype(acc) * B[k, j].astype(acc), axis=k), name="C")
+    s = tdsl.auto_schedule(C, target)
+    assert [d.action.split(")")[0] for d in s.explain().decisions if d.rule == "pack"] == \
+        ["transform_layout(A", "transform_layout(B"]
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert insn in f.get_source("asm")
+    if target is not HOST:
+        pytest.skip(f"this CPU lacks {fact}: checked the assembly only")
+    a, b = _data(dtype, (K, M), (K, N))
+    c = np.empty((M, N), acc)
+    f(a, b, c)
+    ref = a.T.astype(np.float32 if dtype == "bfloat16" else np.int32) @ \
+        b.astype(np.float32 if dtype == "bfloat16" else np.int32)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5 * K)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
 def test_no_extension_register_tile(dtype):
     """haswell (AVX2) code runs on this host: same answer, no dot-product instruction."""
     _, _, fact, insn, _ = KINDS[dtype]
@@ -183,16 +209,18 @@ def test_transform_layout_needs_a_reader():
 
 
 # ---------------------------------------------------------------- CUDA tensor cores
-def _half(M, N, K, dtype, transposed=False):
-    A = tdsl.placeholder((M, K), dtype=dtype, name="A")
+def _half(M, N, K, dtype, transposed=False, a_transposed=False):
+    A = tdsl.placeholder((K, M) if a_transposed else (M, K), dtype=dtype, name="A")
     B = tdsl.placeholder((N, K) if transposed else (K, N), dtype=dtype, name="B")
     k = tdsl.reduce_axis((0, K), name="k")
+    def a(i, k):
+        return A[k, i] if a_transposed else A[i, k]
     if transposed:
         C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
-            A[i, k].astype("float32") * B[j, k].astype("float32"), axis=k), name="C")
+            a(i, k).astype("float32") * B[j, k].astype("float32"), axis=k), name="C")
     else:
         C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
-            A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+            a(i, k).astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
     return A, B, C
 
 
@@ -205,21 +233,23 @@ def _half_data(shape, dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("M,N,K,transposed", [(64, 64, 64, False), (64, 32, 96, True),
-                                              (48, 40, 32, False), (16, 8, 16, True)])
-def test_auto_mma_emulated(dtype, M, N, K, transposed):
+@pytest.mark.parametrize("M,N,K,transposed,a_t", [
+    (64, 64, 64, False, False), (64, 32, 96, True, False), (48, 40, 32, False, False),
+    (16, 8, 16, True, False), (32, 32, 48, False, True), (32, 16, 32, True, True)])
+def test_auto_mma_emulated(dtype, M, N, K, transposed, a_t):
     """The CUDA schedule, built for "c": mma.sync emulated lane by lane matches numpy."""
-    A, B, C = _half(M, N, K, dtype, transposed)
+    A, B, C = _half(M, N, K, dtype, transposed, a_t)
     s = tdsl.auto_schedule(C, "cuda -arch=sm_80")
     why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
     assert len(why) == 1 and "mma.sync m16n8k16" in why[0], why
     f = tdsl.build(s, [A, B, C], target="c")
     rng = np.random.default_rng(2)
-    a, af = _half_data((M, K), dtype, rng)
+    a, af = _half_data((K, M) if a_t else (M, K), dtype, rng)
     b, bf = _half_data((N, K) if transposed else (K, N), dtype, rng)
     c = np.full((M, N), np.nan, np.float32)
     f(a, b, c)
-    np.testing.assert_allclose(c, af @ (bf.T if transposed else bf), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(c, (af.T if a_t else af) @ (bf.T if transposed else bf),
+                               rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("target,M,N,K,what", [
@@ -242,12 +272,12 @@ def test_auto_mma_falls_back(target, M, N, K, what):
     np.testing.assert_allclose(c, af @ bf, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_auto_mma_ptx(dtype):
+@pytest.mark.parametrize("dtype,a_t", [("bfloat16", False), ("float16", True)])
+def test_auto_mma_ptx(dtype, a_t):
     from tdsl.runtime import cuda as rcuda
     if not rcuda.have_nvrtc() or rcuda.cuda_include_dir() is None:
         pytest.skip("NVRTC or the CUDA headers are not installed")
-    A, B, C = _half(256, 256, 256, dtype, transposed=True)
+    A, B, C = _half(256, 256, 256, dtype, transposed=True, a_transposed=a_t)
     s = tdsl.auto_schedule(C, "cuda -arch=sm_80")
     f = tdsl.build(s, [A, B, C], target="cuda -arch=sm_80")
     ptype = {"bfloat16": "bf16", "float16": "f16"}[dtype]

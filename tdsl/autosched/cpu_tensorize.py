@@ -6,7 +6,8 @@ AVX512-VNNI, `vdpbf16ps` with AVX512-BF16; `tdsl.intrin_x86`).
 The instruction wants the reused operand (B, the one read along the output's columns) in
 blocks of 16 columns x g reduction steps (g = 4 bytes or 2 bfloat16 per 32-bit lane),
 each column's g values adjacent: [N/16][K/g][16][g]. The definition reads a plain matrix
-(K x N, or N x K for A @ B.T), so the rule copies it into that layout first
+(K x N, or N x K for A @ B.T), so the rule copies it into that layout first (and A,
+when it is read as A[k, i], into rows)
 (`Schedule.transform_layout`, once per call: K x N elements against 2 M N K operations),
 then the micro-kernel keeps a rows x (vecs x 16) tile of C in registers while the
 reduction runs, one instruction per 16 x g block (`dot_micro_kernel`, which
@@ -110,12 +111,17 @@ class TensorizeRules(CPUBase):
         if b_dims is None or len(info.loads_of(b.tensor)) != 1:
             return None, (f"'{b.tensor.name}' is not read at plain (column, reduction) indices "
                           "once: it cannot be packed")
+        a_dims = None
         if not (isinstance(a.indices[-1], E.Var) and a.indices[-1] is k.var) or \
                 any(la.pos_vars[n] & {id(k.var)} for n in range(len(a.indices) - 1)):
-            return None, (f"'{a.tensor.name}' is not contiguous along the reduction "
-                          f"'{k.var.name}': the instruction loads {g} adjacent values")
+            # A read as A[k, i] (A.T @ B): copied row-major first
+            a_dims = _dims(a, (i, k))
+            if a_dims is None or len(info.loads_of(a.tensor)) != 1:
+                return None, (f"'{a.tensor.name}' is neither contiguous along the reduction "
+                              f"'{k.var.name}' nor read at plain (row, reduction) indices: "
+                              f"the instruction loads {g} adjacent values")
         return dict(g=g, intrin=intrin(self.t), instr=instr, ext=ext, B=b.tensor,
-                    b_dims=b_dims, M=M, N=N, K=K), None
+                    b_dims=b_dims, A=a.tensor, a_dims=a_dims, M=M, N=N, K=K), None
 
     def dot_tensorize(self, R, T):
         """Schedules contraction R (with T, its elementwise consumer, or None) on the
@@ -126,6 +132,14 @@ class TensorizeRules(CPUBase):
                 self.rec.add(R, "tensorize", "none", why + "; the register-tile rule instead")
             return False
         s, g = self.s, plan["g"]
+        if plan["a_dims"] is not None:
+            idim, kdim = plan["a_dims"]
+            P = s[s.transform_layout(plan["A"], [R.op.output(0)], [(idim, None), (kdim, None)])]
+            self.rec.add(R, "pack", f"transform_layout({plan['A'].name}) to [M][K]",
+                         f"'{plan['A'].name}' is read along the reduction across its rows; the "
+                         f"instruction broadcasts {g} adjacent values")
+            pax = list(P.op.axis)
+            self.parallel_prefix(P, [(pax[0], plan["M"], False)], plan["M"] * plan["K"], "copy")
         jd, kd = plan["b_dims"]
         packed = s.transform_layout(plan["B"], [R.op.output(0)],
                                     [(jd, None), (kd, None), (jd, LANES), (kd, g)])

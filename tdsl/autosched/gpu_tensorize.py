@@ -6,8 +6,8 @@ A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x); pe
 all its threads copy a tile of A and of B into shared memory, then each warp runs the
 instruction over its own tile of C, which accumulates in shared memory and is written to C
 at the end (`mma_schedule`, which `tdsl.examples.mma_gemm` also uses). B read as B[j, k]
-(A @ B.T) is copied into shared memory transposed (`transform_layout` in "shared" scope),
-since the instruction takes B as K x N rows.
+(A @ B.T), or A as A[k, i], is copied into shared memory transposed (`transform_layout`
+in "shared" scope), since the instruction takes A as M x K and B as K x N rows.
 
 The block tile is the largest of a few (2 x 2 warps of 2 x 2 blocks of 16 x 8, down to one
 warp of one block) that divides M and N; K must be a multiple of 16. When the target, the
@@ -26,12 +26,17 @@ CONFIGS = [((2, 2), (2, 2)), ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)
            ((1, 1), (1, 1))]
 
 
-def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, b_transposed=False):
-    """Tensor-core GEMM schedule of C = A @ B (B[j, k] when `b_transposed`)."""
+def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
+                 b_transposed=False):
+    """Tensor-core GEMM schedule of C = A @ B (read as A[k, i] when `a_transposed`, B[j, k]
+    when `b_transposed`)."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     nwarps = warps[0] * warps[1]
-    AS = s.cache_read(A, "shared", [C])
+    if a_transposed:
+        AS = s.transform_layout(A, [C], [(1, None), (0, None)], scope="shared")
+    else:
+        AS = s.cache_read(A, "shared", [C])
     if b_transposed:
         BS = s.transform_layout(B, [C], [(1, None), (0, None)], scope="shared")
     else:
@@ -116,8 +121,9 @@ def mma_plan(st, info, target):
     if None in (M, N, K):
         return None, "symbolic sizes: the block tiles need constant extents"
     (i, j), (k,) = info.axes, info.raxes
-    if len(a.indices) != 2 or a.indices[0] is not i.var or a.indices[1] is not k.var:
-        return None, f"'{a.tensor.name}' is not read as {a.tensor.name}[i, k]"
+    if len(a.indices) != 2 or {a.indices[0], a.indices[1]} != {i.var, k.var} or \
+            not all(isinstance(x, E.Var) for x in a.indices):
+        return None, f"'{a.tensor.name}' is not read as {a.tensor.name}[i, k] or [k, i]"
     if len(b.indices) != 2 or {b.indices[0], b.indices[1]} != {j.var, k.var} or \
             not all(isinstance(x, E.Var) for x in b.indices):
         return None, f"'{b.tensor.name}' is not read as {b.tensor.name}[k, j] or [j, k]"
@@ -131,7 +137,8 @@ def mma_plan(st, info, target):
         return None, f"M={M}, N={N}: no block tile fits (multiples of {MT} and {NT} needed)"
     k_step = 2 * KT if K % (2 * KT) == 0 else KT
     return dict(A=a.tensor, B=b.tensor, dtype=a.dtype, warps=warps, tiles=tiles,
-                k_step=k_step, b_transposed=b.indices[0] is j.var, sm=sm), None
+                k_step=k_step, a_transposed=a.indices[0] is k.var,
+                b_transposed=b.indices[0] is j.var, sm=sm), None
 
 
 def tensor_core(s, st, info, target, rec) -> bool:
@@ -147,11 +154,12 @@ def tensor_core(s, st, info, target, rec) -> bool:
                 "epilogue yet; the float32 contraction rule instead")
         return False
     mma_schedule(s, plan["A"], plan["B"], st.op.output(0), plan["dtype"], plan["warps"],
-                 plan["tiles"], plan["k_step"], plan["b_transposed"])
+                 plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"])
     w, t = plan["warps"], plan["tiles"]
     rec.add(st, "tensorize", f"mma.sync m16n8k16 ({plan['dtype']}); {w[0]} x {w[1]} warps "
             f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}",
             f"sm_{plan['sm']} tensor cores: a warp multiplies 16 x 16 by 16 x 8 per instruction; "
             "A and B tiles staged in shared memory" +
+            ("; A copied transposed (it is read as A[k, i])" if plan["a_transposed"] else "") +
             ("; B copied transposed (it is read as B[j, k])" if plan["b_transposed"] else ""))
     return True
