@@ -99,6 +99,36 @@ def test_auto_tensorized_a_transposed(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+@pytest.mark.parametrize("shared_b", [False, True])
+def test_auto_tensorized_batched(dtype, shared_b):
+    """A batch of products (attention's Q K^T in int8): the batch loop outside the tiles;
+    B per batch, read as B[b, j, k], or one B for the whole batch."""
+    b_dt, acc, fact, insn, _ = KINDS[dtype]
+    target = _target(fact)
+    S, M, N, K = 3, 24, 32, 64
+    A = tdsl.placeholder((S, M, K), dtype=dtype, name="A")
+    B = tdsl.placeholder((K, N) if shared_b else (S, N, K), dtype=b_dt, name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((S, M, N), lambda b, i, j: tdsl.sum(
+        A[b, i, k].astype(acc) * (B[k, j] if shared_b else B[b, j, k]).astype(acc), axis=k),
+        name="C")
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and insn in why[0], why
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert insn in f.get_source("asm")
+    if target is not HOST:
+        pytest.skip(f"this CPU lacks {fact}: checked the assembly only")
+    a, _ = _data(dtype, (S, M, K), (1,))
+    _, b = _data(dtype, (1,), (K, N) if shared_b else (S, N, K))
+    c = np.empty((S, M, N), acc)
+    f(a, b, c)
+    wide = np.float32 if dtype == "bfloat16" else np.int32
+    ref = a.astype(wide) @ (b.astype(wide) if shared_b else b.astype(wide).transpose(0, 2, 1))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5 * K)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
 def test_no_extension_register_tile(dtype):
     """haswell (AVX2) code runs on this host: same answer, no dot-product instruction."""
     _, _, fact, insn, _ = KINDS[dtype]

@@ -38,19 +38,20 @@ _LOW = {"uint8", "int8", "bfloat16"}
 
 
 def dot_micro_kernel(s, O, L, mr, vecs, g, intrin):
-    """Tiles O's two axes by mr x (vecs * 16) and computes L (the accumulating stage: a
-    local cache of O, or O's producer when O is its elementwise epilogue) inside each tile:
-    reduction outside, rows and vectors unrolled, each 16 x g block one `intrin` call.
-    Returns (column tiles, row tiles) loops of O, column tiles outermost: a panel of packed
-    B stays in L2 while the row tiles stream past."""
-    mo, no, mi, ni = O.tile(O.op.axis[0], O.op.axis[1], mr, vecs * LANES)
-    O.reorder(no, mo, mi, ni)
+    """Tiles O's last two axes by mr x (vecs * 16) and computes L (the accumulating stage:
+    a local cache of O, or O's producer when O is its elementwise epilogue) inside each
+    tile: reduction outside, rows and vectors unrolled, each 16 x g block one `intrin`
+    call. Leading (batch) axes stay outermost. Returns (column tiles, row tiles) loops of
+    O, column tiles outer: a panel of packed B stays in L2 while the row tiles stream past."""
+    *batch, i, j = O.op.axis
+    mo, no, mi, ni = O.tile(i, j, mr, vecs * LANES)
+    O.reorder(*batch, no, mo, mi, ni)
     O.vectorize(ni)
     L.compute_at(O, mo)
-    mc, nc = L.op.axis
+    *lb, mc, nc = L.op.axis
     nco, nci = L.split(nc, factor=LANES)
     ko, ki = L.split(L.op.reduce_axis[0], factor=g)
-    L.reorder(ko, mc, nco, nci, ki)
+    L.reorder(*lb, ko, mc, nco, nci, ki)
     L.unroll(mc)
     L.unroll(nco)
     L.tensorize(nci, intrin)
@@ -92,36 +93,42 @@ class TensorizeRules(CPUBase):
         g, intrin, fact, instr, ext = DOT_KINDS[key]
         if self.t.kind != "llvm" or not getattr(self.t, fact):
             return None, f"target '{self.t}' has no {ext} ({instr})"
-        if len(info.axes) != 2 or len(info.raxes) != 1:
+        if len(info.axes) < 2 or len(info.raxes) != 1:
             return None, (f"{len(info.axes)} output axes and {len(info.raxes)} reduction axes: "
-                          "the rule takes a matrix product (2 and 1)")
-        (M, N), (K,) = info.extents, info.rextents
-        if None in (M, N, K):
+                          "the rule takes a (batched) matrix product")
+        if None in info.extents or None in info.rextents:
             return None, "symbolic sizes: the packed layout needs constant extents"
+        (M, N), (K,) = info.extents[-2:], info.rextents
         if N % LANES or K % g:
             return None, (f"N={N}, K={K}: the instruction needs N a multiple of {LANES} and K "
                           f"of {g}")
-        (i, j), (k,) = info.axes, info.raxes
+        *batch, i, j = info.axes
+        (k,) = info.raxes
         la, lb = Load(a), Load(b)
         if la.uses(j) or not la.uses(i) or lb.uses(i) or not lb.uses(j) or \
                 not (la.uses(k) and lb.uses(k)):
             return None, (f"'{a.tensor.name}' must be read along rows and '{b.tensor.name}' "
                           "along columns, both along the reduction")
-        b_dims = _dims(b, (j, k))
-        if b_dims is None or len(info.loads_of(b.tensor)) != 1:
-            return None, (f"'{b.tensor.name}' is not read at plain (column, reduction) indices "
-                          "once: it cannot be packed")
-        a_dims = None
+        b_pos = _positions(b, info.axes + [k])
+        if b_pos is None or len(info.loads_of(b.tensor)) != 1:
+            return None, (f"'{b.tensor.name}' is not read once at plain loop indices: it "
+                          "cannot be packed")
+        b_layout = [(b_pos[v], None) for v in batch if v in b_pos] + \
+            [(b_pos[j], None), (b_pos[k], None), (b_pos[j], LANES), (b_pos[k], g)]
+        a_layout = None
         if not (isinstance(a.indices[-1], E.Var) and a.indices[-1] is k.var) or \
                 any(la.pos_vars[n] & {id(k.var)} for n in range(len(a.indices) - 1)):
             # A read as A[k, i] (A.T @ B): copied row-major first
-            a_dims = _dims(a, (i, k))
-            if a_dims is None or len(info.loads_of(a.tensor)) != 1:
+            a_pos = _positions(a, info.axes + [k])
+            if a_pos is None or len(info.loads_of(a.tensor)) != 1:
                 return None, (f"'{a.tensor.name}' is neither contiguous along the reduction "
-                              f"'{k.var.name}' nor read at plain (row, reduction) indices: "
-                              f"the instruction loads {g} adjacent values")
-        return dict(g=g, intrin=intrin(self.t), instr=instr, ext=ext, B=b.tensor,
-                    b_dims=b_dims, A=a.tensor, a_dims=a_dims, M=M, N=N, K=K), None
+                              f"'{k.var.name}' nor read at plain loop indices: the "
+                              f"instruction loads {g} adjacent values")
+            a_layout = [(a_pos[v], None) for v in batch if v in a_pos] + \
+                [(a_pos[i], None), (a_pos[k], None)]
+        return dict(g=g, intrin=intrin(self.t), instr=instr, ext=ext, A=a.tensor, B=b.tensor,
+                    a_layout=a_layout, b_layout=b_layout, M=M, N=N, K=K,
+                    batch=info.extents[:-2]), None
 
     def dot_tensorize(self, R, T):
         """Schedules contraction R (with T, its elementwise consumer, or None) on the
@@ -132,23 +139,18 @@ class TensorizeRules(CPUBase):
                 self.rec.add(R, "tensorize", "none", why + "; the register-tile rule instead")
             return False
         s, g = self.s, plan["g"]
-        if plan["a_dims"] is not None:
-            idim, kdim = plan["a_dims"]
-            P = s[s.transform_layout(plan["A"], [R.op.output(0)], [(idim, None), (kdim, None)])]
-            self.rec.add(R, "pack", f"transform_layout({plan['A'].name}) to [M][K]",
+        M, N, K = plan["M"], plan["N"], plan["K"]
+        copies = []
+        if plan["a_layout"] is not None:
+            copies.append(s[s.transform_layout(plan["A"], [R.op.output(0)], plan["a_layout"])])
+            self.rec.add(R, "pack", f"transform_layout({plan['A'].name}) to rows",
                          f"'{plan['A'].name}' is read along the reduction across its rows; the "
                          f"instruction broadcasts {g} adjacent values")
-            pax = list(P.op.axis)
-            self.parallel_prefix(P, [(pax[0], plan["M"], False)], plan["M"] * plan["K"], "copy")
-        jd, kd = plan["b_dims"]
-        packed = s.transform_layout(plan["B"], [R.op.output(0)],
-                                    [(jd, None), (kd, None), (jd, LANES), (kd, g)])
-        P = s[packed]
+        copies.append(s[s.transform_layout(plan["B"], [R.op.output(0)], plan["b_layout"])])
         self.rec.add(R, "pack", f"transform_layout({plan['B'].name}) to [N/{LANES}][K/{g}]"
                      f"[{LANES}][{g}]", f"{plan['instr']} multiplies a {LANES} x {g} block of "
                      f"'{plan['B'].name}' whose {g} values per column are adjacent")
         acc = R.op.output(0).dtype
-        M, N = plan["M"], plan["N"]
         # whole rows and vectors: a guard inside the block (a ragged tile) cannot be one call
         rows, vecs = tiling.register_tile(self.t, M, N, acc, whole_rows=True, whole_vecs=True)
         if self.p.tile:
@@ -167,27 +169,32 @@ class TensorizeRules(CPUBase):
                      f"{vecs * LANES}", f"{plan['ext']} on {self.t.key}: {LANES} lanes x {g} "
                      f"products per instruction; {rows * vecs} accumulators fit "
                      f"{self.t.vector_registers} vector registers")
-        work = M * N * plan["K"]
-        self.parallel_prefix(O, [(no, N // (vecs * LANES), False),
-                                 (mo, -(-M // rows), M % rows != 0)], work, "tiles")
-        pax = list(P.op.axis)
-        self.parallel_prefix(P, [(pax[0], N // LANES, False)], plan["K"] * N, "packing")
-        P.unroll(pax[-1])
+        batch = 1
+        for e in plan["batch"]:
+            batch *= e
+        loops = [(iv, e, False) for iv, e in zip(list(O.op.axis)[:-2], plan["batch"])]
+        loops += [(no, N // (vecs * LANES), False), (mo, -(-M // rows), M % rows != 0)]
+        self.parallel_prefix(O, loops, batch * M * N * K, "tiles")
+        for P in copies:
+            pax = list(P.op.axis)
+            size = 1
+            for iv in pax:
+                size *= iv.dom.extent.value
+            self.parallel_prefix(P, [(pax[0], pax[0].dom.extent.value, False)], size, "copy")
+        copies[-1].unroll(list(copies[-1].op.axis)[-1])
         return True
 
 
-def _dims(load, axes):
-    """For each of `axes`, the position of the load's index that is exactly its variable,
-    when the load reads only those (B[k, j] -> (1, 0)); else None."""
-    if len(load.indices) != len(axes):
-        return None
-    out = []
-    for iv in axes:
-        pos = [n for n, x in enumerate(load.indices) if isinstance(x, E.Var) and x is iv.var]
-        if len(pos) != 1:
+def _positions(load, axes):
+    """{axis: index position} when every index of `load` is the plain variable of one of
+    `axes`, each at most once (B[k, j] -> {k: 0, j: 1}); else None."""
+    out = {}
+    for n, x in enumerate(load.indices):
+        hit = [iv for iv in axes if isinstance(x, E.Var) and x is iv.var]
+        if len(hit) != 1 or hit[0] in out:
             return None
-        out.append(pos[0])
-    return tuple(out)
+        out[hit[0]] = n
+    return out
 
 
 __all__ = ["TensorizeRules", "dot_micro_kernel", "DOT_KINDS"]
