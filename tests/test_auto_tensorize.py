@@ -55,7 +55,8 @@ def _target(fact):
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
-@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (50, 48, 36), (13, 96, 200), (128, 256, 128)])
+@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (50, 48, 36), (13, 96, 200), (128, 256, 128),
+                                   (97, 64, 32)])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_auto_tensorized(dtype, M, N, K, transposed):
     _, _, fact, insn, intrin = KINDS[dtype]
@@ -70,6 +71,23 @@ def test_auto_tensorized(dtype, M, N, K, transposed):
     if target is not HOST:
         pytest.skip(f"this CPU lacks {fact}: checked the assembly only")
     _check(f, dtype, M, N, K, transposed)
+
+
+@pytest.mark.parametrize("M,tile", [(50, (6, 2)), (13, (6, 1)), (97, None)])
+def test_ragged_row_tiles(M, tile):
+    """A tile of rows that does not divide M: the last tile's calls are guarded as a whole
+    (the guard tests the row loops outside the tensorized block)."""
+    target = _target("has_vnni")
+    N, K = 64, 32
+    A, B, C = _gemm(M, N, K, "uint8")
+    s = tdsl.auto_schedule(C, target, params={"tile": tile} if tile else None)
+    (why,) = [d.action for d in s.explain().decisions if d.rule == "tensorize"]
+    rows = int(why.split("tile ")[1].split(" x ")[0])
+    assert M % rows, why
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert "vpdpbusd" in f.get_source("asm")
+    if target is HOST:
+        _check(f, "uint8", M, N, K, False)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
@@ -312,3 +330,21 @@ def test_auto_mma_ptx(dtype, a_t):
     f = tdsl.build(s, [A, B, C], target="cuda -arch=sm_80")
     ptype = {"bfloat16": "bf16", "float16": "f16"}[dtype]
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in f.get_source("ptx")
+
+
+def test_guard_inside_the_block_is_refused():
+    """A split of the tensorized axis that does not divide it would need a partial call."""
+    M, N, K = 8, 24, 16
+    A = tdsl.placeholder((M, K), dtype="uint8", name="A")
+    B = tdsl.placeholder((2, K // 4, 16, 4), dtype="int8", name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+        A[i, k].astype("int32") * B[j // 16, k // 4, j % 16, k % 4].astype("int32"), axis=k),
+        name="C")
+    s = tdsl.create_schedule(C)
+    jo, ji = s[C].split(C.op.axis[1], factor=16)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(C.op.axis[0], jo, ko, ji, ki)
+    s[C].tensorize(ji, tdsl.intrin_x86.dot_u8s8_int32("llvm -mcpu=znver5"))
+    with pytest.raises(tdsl.ScheduleError, match="'C'.*the block has guards"):
+        tdsl.lower(s, [A, B, C])

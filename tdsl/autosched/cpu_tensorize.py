@@ -151,11 +151,15 @@ class TensorizeRules(CPUBase):
                      f"[{LANES}][{g}]", f"{plan['instr']} multiplies a {LANES} x {g} block of "
                      f"'{plan['B'].name}' whose {g} values per column are adjacent")
         acc = R.op.output(0).dtype
-        # whole rows and vectors: a guard inside the block (a ragged tile) cannot be one call
+        # whole vectors: a guard inside the block cannot be one call; a ragged tile of rows
+        # is guarded around the calls, so it is taken when it holds twice the accumulators
         rows, vecs = tiling.register_tile(self.t, M, N, acc, whole_rows=True, whole_vecs=True)
+        alt = tiling.register_tile(self.t, M, N, acc, whole_vecs=True)
+        if alt[0] * alt[1] >= 2 * rows * vecs:
+            rows, vecs = alt
         if self.p.tile:
             given = self.p.tile
-            rows = given[0] if given[0] and M % given[0] == 0 else rows
+            rows = given[0] or rows
             vecs = given[1] if given[1] and (N // LANES) % given[1] == 0 else vecs
         if T is None:
             L = s[s.cache_write(R.op.output(0), "local")]
