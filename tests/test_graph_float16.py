@@ -29,13 +29,13 @@ def _w(rng, *shape, fan_in=None):
     return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float16)
 
 
-def _compare(m, feeds, ulps):
+def _compare(m, feeds, ulps, target):
     """Every output within `ulps` float16 ulps of onnxruntime's, measured at the output's
     largest magnitude (differences in rounding early in a network spread to small values)."""
     ref = ort.InferenceSession(m.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, feeds)
     mod = G.optimize(G.from_onnx(m))
-    outs = G.build(mod, target="llvm").run(**feeds)
+    outs = G.build(mod, target=target).run(**feeds)
     for got, r in zip(outs, ref):
         assert got.dtype == np.float16 and got.shape == r.shape
         g32, r32 = got.astype(np.float32), r.astype(np.float32)
@@ -45,7 +45,8 @@ def _compare(m, feeds, ulps):
     return mod
 
 
-def test_cnn_float16_matches_onnxruntime():
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_cnn_float16_matches_onnxruntime(target):
     rng = np.random.default_rng(0)
     C = 32
     consts = {"W1": _w(rng, C, 3, 3, 3), "B1": _w(rng, C, fan_in=4),
@@ -73,13 +74,14 @@ def test_cnn_float16_matches_onnxruntime():
     x = rng.standard_normal((2, 3, 16, 16)).astype(np.float16)
     # onnxruntime rounds a Conv with its bias once, tdsl after the conv and after the
     # bias; such 1-ulp differences in the first layers reach the logits as a few ulps
-    mod = _compare(m, {"x": x}, ulps=4)
+    mod = _compare(m, {"x": x}, ulps=4, target=target)
     # the convs and the dense run on float32 kernels: their weights were widened at build
     text = str(mod)
     assert "nn.conv2d" in text and "float16" in text
 
 
-def test_long_dot_products_round_once():
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_long_dot_products_round_once(target):
     """A 4096-term MatMul of positive values and a ReduceMean: summed in float16 (even as
     vectors of partial sums) the result is off by 2 ulps and more; summed in float32 and
     rounded once they match onnxruntime to an ulp."""
@@ -92,7 +94,7 @@ def test_long_dot_products_round_once():
     m = _model(nodes, [("a", [8, K]), ("img", [1, 8, 64, 64])], ["y", "mean", "gap"], consts)
     feeds = {"a": rng.random((8, K)).astype(np.float16),
              "img": rng.random((1, 8, 64, 64)).astype(np.float16)}
-    _compare(m, feeds, ulps=1)
+    _compare(m, feeds, ulps=1, target=target)
 
 
 def test_pass_widens_only_accumulating_operators():
