@@ -348,3 +348,29 @@ def test_guard_inside_the_block_is_refused():
     s[C].tensorize(ji, tdsl.intrin_x86.dot_u8s8_int32("llvm -mcpu=znver5"))
     with pytest.raises(tdsl.ScheduleError, match="'C'.*the block has guards"):
         tdsl.lower(s, [A, B, C])
+
+
+def test_auto_mma_epilogue_one_kernel():
+    """bias + relu + cast to float16 after the product: computed by the tensor-core kernel
+    from the accumulators in shared memory (emulated on "c"; one kernel in the CUDA source)."""
+    M, N, K = 64, 32, 48
+    A, B, C = _half(M, N, K, "float16")
+    bias = tdsl.placeholder((N,), name="bias")
+    D = tdsl.compute((M, N), lambda i, j: tdsl.max(C[i, j] + bias[j], tdsl.const(0, "float32"))
+                     .astype("float16"), name="D")
+    s = tdsl.auto_schedule(D, "cuda -arch=sm_80")
+    assert "tensorize" in s.explain().rules("C") and "fuse-epilogue" in s.explain().rules("D")
+    f = tdsl.build(s, [A, B, bias, D], target="c")
+    rng = np.random.default_rng(4)
+    a, af = _half_data((M, K), "float16", rng)
+    b, bf = _half_data((K, N), "float16", rng)
+    bb = rng.standard_normal(N).astype(np.float32)
+    d = np.empty((M, N), np.float16)
+    f(a, b, bb, d)
+    ref = np.maximum(af @ bf + bb, 0).astype(np.float16)
+    np.testing.assert_allclose(d.astype(np.float32), ref.astype(np.float32), rtol=1e-3, atol=1e-3)
+    from tdsl.runtime import cuda as rcuda
+    if not rcuda.have_nvrtc() or rcuda.cuda_include_dir() is None:
+        pytest.skip("NVRTC or the CUDA headers are not installed: checked on the emulation only")
+    src = tdsl.build(s, [A, B, bias, D], target="cuda -arch=sm_80").get_source()
+    assert src.count("__global__") == 1 and "mma" in src

@@ -1,17 +1,16 @@
-"""CPU rule for low-precision contractions: a matrix product whose operands are uint8 x int8
-(accumulating in int32) or bfloat16 x bfloat16 (accumulating in float32), written with
-casts as TVM users write it, runs on the target's dot-product instruction (`vpdpbusd` with
-AVX512-VNNI, `vdpbf16ps` with AVX512-BF16; `tdsl.intrin_x86`).
+"""CPU rule for low-precision contractions: a (batched) matrix product whose operands are
+uint8 x int8 (accumulating in int32) or bfloat16 x bfloat16 (accumulating in float32),
+written with casts as TVM users write it, runs on the target's dot-product instruction
+(`vpdpbusd` with AVX512-VNNI, `vdpbf16ps` with AVX512-BF16; `tdsl.intrin_x86`).
 
 The instruction wants the reused operand (B, the one read along the output's columns) in
 blocks of 16 columns x g reduction steps (g = 4 bytes or 2 bfloat16 per 32-bit lane),
 each column's g values adjacent: [N/16][K/g][16][g]. The definition reads a plain matrix
-(K x N, or N x K for A @ B.T), so the rule copies it into that layout first (and A,
-when it is read as A[k, i], into rows)
-(`Schedule.transform_layout`, once per call: K x N elements against 2 M N K operations),
-then the micro-kernel keeps a rows x (vecs x 16) tile of C in registers while the
-reduction runs, one instruction per 16 x g block (`dot_micro_kernel`, which
-`tdsl.examples.lowp_gemm` also uses for its pre-packed GEMM).
+(K x N, or N x K for A @ B.T), so the rule copies it into that layout first, and A into
+rows when it is read as A[k, i] (`Schedule.transform_layout`, on every call: K x N
+elements against 2 M N K operations). The micro-kernel then keeps a rows x (vecs x 16)
+tile of C in registers while the reduction runs, one instruction per 16 x g block
+(`dot_micro_kernel`, which `tdsl.examples.lowp_gemm` also uses for its pre-packed GEMM).
 
 When the dtypes, the target or the sizes do not allow it (no extension, N not a multiple
 of 16, K not a multiple of g, symbolic sizes, signed data), `explain()` says why and the

@@ -58,7 +58,10 @@ def schedule_gpu(s, target, rec, params):
             schedule_row_group(s, st, *groups[st], infos, target, params, rec)
             continue
         if info.is_reuse_reduction():
-            if tensor_core(s, st, info, target, rec):
+            done = tensor_core(s, st, info, target, rec,
+                               [c for c in readers[st] if c not in inlined], infos)
+            if done:
+                members |= done
                 continue
             contraction(s, st, info, target, params, rec)
             continue

@@ -7,7 +7,9 @@ all its threads copy a tile of A and of B into shared memory, then each warp run
 instruction over its own tile of C, which accumulates in shared memory and is written to C
 at the end (`mma_schedule`, which `tdsl.examples.mma_gemm` also uses). B read as B[j, k]
 (A @ B.T), or A as A[k, i], is copied into shared memory transposed (`transform_layout`
-in "shared" scope), since the instruction takes A as M x K and B as K x N rows.
+in "shared" scope), since the instruction takes A as M x K and B as K x N rows. An
+elementwise consumer of C's shape reading C at its own indices (bias, activation, a cast)
+is the stage tiled over the grid: it reads the accumulators from shared memory, one kernel.
 
 The block tile is the largest of a few (2 x 2 warps of 2 x 2 blocks of 16 x 8, down to one
 warp of one block) that divides M and N; K must be a multiple of 16. When the target, the
@@ -27,9 +29,10 @@ CONFIGS = [((2, 2), (2, 2)), ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)
 
 
 def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
-                 b_transposed=False):
+                 b_transposed=False, out=None):
     """Tensor-core GEMM schedule of C = A @ B (read as A[k, i] when `a_transposed`, B[j, k]
-    when `b_transposed`)."""
+    when `b_transposed`). `out`: an elementwise consumer of C of its shape, reading C at
+    its own indices, computed by the same kernel from the accumulators in shared memory."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     nwarps = warps[0] * warps[1]
@@ -42,14 +45,17 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
     else:
         BS = s.cache_read(B, "shared", [C])
     CS = s.cache_write(C, "shared")
+    if out is not None:
+        s[C].compute_inline()
+    O = s[out if out is not None else C]
     tx, ty = thread_axis("threadIdx.x"), thread_axis("threadIdx.y")
 
-    by, bx, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
-    s[C].bind(by, thread_axis("blockIdx.y"))
-    s[C].bind(bx, thread_axis("blockIdx.x"))
-    _spread(s[C], s[C].fuse(ii, jj), nwarps, tx, ty)
+    by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+    O.bind(by, thread_axis("blockIdx.y"))
+    O.bind(bx, thread_axis("blockIdx.x"))
+    _spread(O, O.fuse(ii, jj), nwarps, tx, ty)
 
-    s[CS].compute_at(s[C], bx)
+    s[CS].compute_at(O, bx)
     ci, cj = CS.op.axis
     wi, ci = s[CS].split(ci, factor=wm)
     wj, cj = s[CS].split(cj, factor=wn)
@@ -141,20 +147,35 @@ def mma_plan(st, info, target):
                 b_transposed=b.indices[0] is j.var, sm=sm), None
 
 
-def tensor_core(s, st, info, target, rec) -> bool:
-    """Schedules `st` on mma.sync when it can (True); else says why (if it is a half-
-    precision contraction) and returns False."""
+def epilogue(st, info, readers, infos):
+    """The one elementwise reader of contraction `st` with its shape that reads it at its
+    own indices (bias, activation, a cast), or None."""
+    if st.is_output or len(readers) != 1:
+        return None
+    T = readers[0]
+    ti = infos[T]
+    if ti.is_reduction or ti.extents != info.extents:
+        return None
+    loads = ti.loads_of(st.op.output(0))
+    if not loads or not all(ld.index_is_axis(n, ti.axes[n]) for ld in loads
+                            for n in range(len(ti.axes))):
+        return None
+    return T
+
+
+def tensor_core(s, st, info, target, rec, readers=(), infos=None):
+    """Schedules `st` on mma.sync when it can, with its elementwise epilogue among
+    `readers` (its readers that are not inlined) when there is one; returns the stages
+    scheduled, or None after saying why (if it is a half-precision contraction)."""
     plan, why = mma_plan(st, info, target)
     if plan is None:
         if why is not None:
             rec.add(st, "tensorize", "none", why + "; the float32 contraction rule instead")
-        return False
-    if not st.is_output:
-        rec.add(st, "tensorize", "none", "read by another stage: the tensor-core rule has no "
-                "epilogue yet; the float32 contraction rule instead")
-        return False
+        return None
+    T = epilogue(st, info, list(readers), infos) if infos is not None else None
     mma_schedule(s, plan["A"], plan["B"], st.op.output(0), plan["dtype"], plan["warps"],
-                 plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"])
+                 plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"],
+                 out=None if T is None else T.op.output(0))
     w, t = plan["warps"], plan["tiles"]
     rec.add(st, "tensorize", f"mma.sync m16n8k16 ({plan['dtype']}); {w[0]} x {w[1]} warps "
             f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}",
@@ -162,4 +183,9 @@ def tensor_core(s, st, info, target, rec) -> bool:
             "A and B tiles staged in shared memory" +
             ("; A copied transposed (it is read as A[k, i])" if plan["a_transposed"] else "") +
             ("; B copied transposed (it is read as B[j, k])" if plan["b_transposed"] else ""))
-    return True
+    if T is not None:
+        rec.add(T, "fuse-epilogue", f"'{st.op.name}' accumulated in shared memory inside "
+                f"'{T.op.name}''s blocks", "one kernel: the epilogue reads the accumulators "
+                "from shared memory and writes the output once")
+        return {st, T}
+    return {st}
