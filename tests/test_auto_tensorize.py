@@ -147,6 +147,26 @@ def test_auto_tensorized_batched(dtype, shared_b):
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
+def test_auto_tensorized_operands_swapped(dtype):
+    """B[k, j] * A[i, k]: the same instruction, matched with the kernel operand first."""
+    b_dt, acc, fact, insn, _ = KINDS[dtype]
+    target = _target(fact)
+    M, N, K = 32, 48, 64
+    A = tdsl.placeholder((M, K), dtype=dtype, name="A")
+    B = tdsl.placeholder((K, N), dtype=b_dt, name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(
+        B[k, j].astype(acc) * A[i, k].astype(acc), axis=k), name="C")
+    s = tdsl.auto_schedule(C, target)
+    why = [str(d) for d in s.explain().decisions if d.rule == "tensorize"]
+    assert len(why) == 1 and insn in why[0], why
+    f = tdsl.build(s, [A, B, C], target=target)
+    assert insn in f.get_source("asm")
+    if target is HOST:
+        _check(f, dtype, M, N, K, False)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16"])
 def test_no_extension_register_tile(dtype):
     """haswell (AVX2) code runs on this host: same answer, no dot-product instruction."""
     _, _, fact, insn, _ = KINDS[dtype]

@@ -81,12 +81,12 @@ class TensorizeRules(CPUBase):
         a, b = _operand(src.a, acc), _operand(src.b, acc)
         if a is None or b is None or not {a.dtype, b.dtype} & _LOW:
             return None, None
+        kernel_first = len(info.axes) >= 2 and Load(a).uses(info.axes[-1]) and \
+            not Load(b).uses(info.axes[-1])
+        if kernel_first:        # B[k, j] * A[i, k]: the data operand is the second factor
+            a, b = b, a
         key = (a.dtype, b.dtype, acc)
         if key not in DOT_KINDS:
-            if (b.dtype, a.dtype, acc) in DOT_KINDS:
-                return None, (f"the product reads {b.dtype} x {a.dtype}: the instruction takes "
-                              f"the {b.dtype} operand first; write it "
-                              f"{b.tensor.name} * {a.tensor.name}")
             return None, (f"{a.dtype} x {b.dtype} -> {acc} has no dot-product instruction "
                           "(uint8 x int8 -> int32 and bfloat16 x bfloat16 -> float32 do)")
         g, intrin, fact, instr, ext = DOT_KINDS[key]
@@ -125,7 +125,8 @@ class TensorizeRules(CPUBase):
                               f"instruction loads {g} adjacent values")
             a_layout = [(a_pos[v], None) for v in batch if v in a_pos] + \
                 [(a_pos[i], None), (a_pos[k], None)]
-        return dict(g=g, intrin=intrin(self.t), instr=instr, ext=ext, A=a.tensor, B=b.tensor,
+        return dict(g=g, intrin=intrin(self.t, kernel_first=kernel_first), instr=instr,
+                    ext=ext, A=a.tensor, B=b.tensor,
                     a_layout=a_layout, b_layout=b_layout, M=M, N=N, K=K,
                     batch=info.extents[:-2]), None
 
