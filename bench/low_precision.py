@@ -2,13 +2,13 @@
 
 Per size, in one run: tdsl's shipped float32 GEMM (`register_blocked`), numpy's float32
 GEMM, and the tensorized uint8 x int8 -> int32 (AVX512-VNNI) and bfloat16 -> float32
-(AVX512-BF16) GEMMs of `tdsl.examples.lowp_gemm` (B packed once, outside the timing), beside the same
-three written as plain definitions and scheduled by `tdsl.auto_schedule` ("auto": the int8
-and bf16 ones pick the dot-product instruction and pack B inside every call), in GFLOP/s (GOP/s for int8: a
-multiply-add is 2 operations either way). The kernels are timed in rounds: each round
-times every kernel once (a block of calls after a warm-up), so load from other processes
-reaches all of them alike; the best block of each is reported, with the ratio to float32.
-For numpy unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the shell (see NOTES.md).
+(AVX512-BF16) GEMMs of `tdsl.examples.lowp_gemm` (B packed once, outside the timing),
+beside the same three written as plain definitions and scheduled by `tdsl.auto_schedule`
+("auto": the int8 and bf16 ones pick the dot-product instruction and pack B inside every
+call), in GFLOP/s (GOP/s for int8: a multiply-add is 2 operations either way). The
+kernels are timed in rounds: each round times every kernel once (a block of calls after a
+warm-up), so load from other processes reaches all of them alike; the best block of each
+is reported, with the ratio to float32. For numpy unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the shell (see NOTES.md).
 """
 from __future__ import annotations
 

@@ -9,6 +9,6 @@ from .pipeline import optimize
 from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
-__all__ = ["optimize", "float16_in_float32", "fold_constants", "fold_batch_norm", "simplify", "sink_reshapes",
-           "eliminate_common_subexpr", "eliminate_dead_code", "fuse_ops", "plan_memory",
-           "quantized_operators"]
+__all__ = ["optimize", "float16_in_float32", "fold_constants", "fold_batch_norm", "simplify",
+           "sink_reshapes", "eliminate_common_subexpr", "eliminate_dead_code", "fuse_ops",
+           "plan_memory", "quantized_operators"]

@@ -2,16 +2,20 @@
 
 CPUs without AVX512-FP16 have no float16 arithmetic: each float16 operation is done in
 float32 and rounded back anyway. What matters is where sums are rounded. A float16
-convolution, matrix product, softmax or mean written in float16 rounds its running sum
-at every step, so a long dot product ends ulps away from the float32 sum rounded once; onnxruntime's CPU
-provider instead computes such a node in float32 and rounds its output once. This pass
-does the same: every accumulating operator (the anchor, reduce and opaque kinds) whose
-output is float16 gets its float16 operands widened to float32 and its result narrowed
-back, `cast(op(cast(x, float32), ...), float16)`. Constant weights are widened once at
-build time by `fold_constants`; activations between groups stay float16 in memory
-(elementwise operators in float16 round after each operation, as onnxruntime's nodes do).
-Operators that only select values (max pooling, max, min, arg max) are exact either way
-and are left alone.
+convolution, matrix product, softmax or mean written in float16 rounds its running sum at
+every step, so a long dot product ends ulps away from the float32 sum rounded once;
+onnxruntime's CPU provider instead computes such a node in float32 and rounds its output
+once. This pass does the same: every accumulating operator (the anchor, reduce and opaque
+kinds) whose output is float16 gets its float16 operands widened to float32 and its result
+narrowed back, `cast(op(cast(x, float32), ...), float16)`. Constant weights are widened
+once at build time by `fold_constants`. Elementwise operators stay float16 (rounded after
+each operation, as onnxruntime rounds after each node); operators that only select values
+(max pooling, max, min, arg max) are exact either way and are left alone.
+
+The values are float16 wherever onnxruntime's are; the memory is float16 except where a
+narrowing cast is followed by a widening one: fusion puts the widening cast into the
+producer's kernel, so a tensor read only by float32 kernels is stored in float32 holding
+float16 values, and those kernels (the float32 conv and dense schedules) read it directly.
 """
 from __future__ import annotations
 
