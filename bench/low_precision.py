@@ -8,7 +8,8 @@ beside the same three written as plain definitions and scheduled by `tdsl.auto_s
 call), in GFLOP/s (GOP/s for int8: a multiply-add is 2 operations either way). The
 kernels are timed in rounds: each round times every kernel once (a block of calls after a
 warm-up), so load from other processes reaches all of them alike; the best block of each
-is reported, with the ratio to float32. For numpy unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the shell (see NOTES.md).
+is reported, with the ratio to float32. For numpy unset OPENBLAS_CORETYPE /
+OPENBLAS_L2_SIZE in the shell (see NOTES.md).
 """
 from __future__ import annotations
 
