@@ -2,11 +2,14 @@
 
 Per size, in one run: tdsl's shipped float32 GEMM (`register_blocked`), numpy's float32
 GEMM, and the tensorized uint8 x int8 -> int32 (AVX512-VNNI) and bfloat16 -> float32
-(AVX512-BF16) GEMMs of `tdsl.examples.lowp_gemm`, in GFLOP/s (GOP/s for int8: a
-multiply-add is 2 operations either way). The kernels are timed in rounds: each round
-times every kernel once (a block of calls after a warm-up), so load from other processes
-reaches all of them alike; the best block of each is reported, with the ratio to float32.
-For numpy unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the shell (see NOTES.md).
+(AVX512-BF16) GEMMs of `tdsl.examples.lowp_gemm` (B packed once, outside the timing),
+beside the same three written as plain definitions and scheduled by `tdsl.auto_schedule`
+("auto": the int8 and bf16 ones pick the dot-product instruction and pack B inside every
+call), in GFLOP/s (GOP/s for int8: a multiply-add is 2 operations either way). The
+kernels are timed in rounds: each round times every kernel once (a block of calls after a
+warm-up), so load from other processes reaches all of them alike; the best block of each
+is reported, with the ratio to float32. For numpy unset OPENBLAS_CORETYPE /
+OPENBLAS_L2_SIZE in the shell (see NOTES.md).
 """
 from __future__ import annotations
 
@@ -53,7 +56,28 @@ def kernels(n, target):
         if not ok:
             raise SystemExit(f"{name} {n}: wrong result")
         out[name] = (lambda g=g, a=a, bp=bp, c=c: g(a, bp, c))
+        h = auto(n, dtype, target)
+        c2 = np.empty_like(c)
+        h(a, b, c2)
+        if not (np.array_equal(c2, ref) if dtype == "uint8" else
+                np.allclose(c2, ref, rtol=1e-3, atol=1e-2)):
+            raise SystemExit(f"auto {dtype} {n}: wrong result")
+        out["auto " + name.split()[1]] = (lambda h=h, a=a, b=b, c=c2: h(a, b, c))
+    h = auto(n, "float32", target)
+    out["auto fp32"] = lambda: h(a32, b32, c32)
     return out
+
+
+def auto(n, dtype, target):
+    """C = A @ B as a user writes it, widened by casts, scheduled by the auto-scheduler."""
+    b_dtype, acc = {"uint8": ("int8", "int32"), "bfloat16": ("bfloat16", "float32"),
+                    "float32": ("float32", "float32")}[dtype]
+    A = tdsl.placeholder((n, n), dtype=dtype, name="A")
+    B = tdsl.placeholder((n, n), dtype=b_dtype, name="B")
+    k = tdsl.reduce_axis((0, n), name="k")
+    C = tdsl.compute((n, n), lambda i, j: tdsl.sum(
+        A[i, k].astype(acc) * B[k, j].astype(acc), axis=k), name="C")
+    return tdsl.build(tdsl.auto_schedule(C, target), [A, B, C], target=target)
 
 
 def main():

@@ -11,6 +11,8 @@ The order of the rules, and why:
    leading loop variables, is computed at that loop (softmax's row max and row sum inside the
    output's row loop): its data is produced and consumed while in cache.
 3. per group owner, by kind:
+   - a uint8 x int8 or bfloat16 contraction on a CPU with a dot-product instruction:
+     B packed into the instruction's layout, a register tile tensorized (cpu_tensorize.py);
    - contraction (some operand is reused along a spatial axis: matmul, conv, batch matmul):
      a register tile (rows x vectors, sized by tiling.register_tile from the target's
      vector lanes, registers and FMA units) accumulates in a local cache_write buffer (or in
@@ -32,9 +34,10 @@ from .cpu_base import BIG
 from .cpu_contraction import ContractionRules
 from .cpu_reduce import ReductionRules
 from .cpu_stencil import StencilRules
+from .cpu_tensorize import TensorizeRules
 
 
-class CPUScheduler(ContractionRules, ReductionRules, StencilRules):
+class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRules):
     # ------------------------------------------------------------------ rule 1: inline
     def inline(self):
         inlined = set()
@@ -124,8 +127,12 @@ class CPUScheduler(ContractionRules, ReductionRules, StencilRules):
             members = [m for m in self.comp if attach.get(m, (None,))[0] is st]
             if st in epilogue:
                 R = epilogue[st]
+                if self.dot_tensorize(R, st):
+                    continue
                 (self.dot_tile if self.dot_layout(R) else self.tile)(R, st)
             elif info.is_reuse_reduction():
+                if self.dot_tensorize(st, None):
+                    continue
                 (self.dot_tile if self.dot_layout(st) else self.tile)(st, None)
             elif info.is_reduction:
                 self.reduction(st, level.get(st, 0), members)

@@ -3,6 +3,8 @@ the grid on the CPU).
 
 - Elementwise stages are inlined into their readers, except the operands of contractions
   (materialized once, like on the CPU: the shared-memory copies then read plain memory).
+- bfloat16/float16 matrix products into float32 on CUDA sm_80+: tensor cores (mma.sync,
+  `gpu_tensorize`).
 - Contractions (a spatial axis along which an operand is reused: matmul, conv, batch
   matmul): block tiles staged through shared memory, register tiles per thread
   (`gpu_contraction`).
@@ -19,6 +21,7 @@ from .gpu_contraction import contraction
 from .gpu_flat import bind_flat
 from .gpu_reduce import cross_thread, wants_cross_thread
 from .gpu_rows import row_groups, schedule_row_group
+from .gpu_tensorize import tensor_core
 
 
 def schedule_gpu(s, target, rec, params):
@@ -55,6 +58,11 @@ def schedule_gpu(s, target, rec, params):
             schedule_row_group(s, st, *groups[st], infos, target, params, rec)
             continue
         if info.is_reuse_reduction():
+            done = tensor_core(s, st, info, target, rec,
+                               [c for c in readers[st] if c not in inlined], infos)
+            if done:
+                members |= done
+                continue
             contraction(s, st, info, target, params, rec)
             continue
         if info.is_reduction and wants_cross_thread(info, target, params):

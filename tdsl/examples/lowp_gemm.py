@@ -5,7 +5,9 @@ innermost block is one dot-product instruction (`s[C].tensorize`, `tdsl.intrin_x
 The weights are packed once, as onnxruntime and oneDNN do for quantized networks: B (K x N)
 becomes [N/16][K/g][16][g] (g = 4 uint8 or 2 bfloat16 per 32-bit lane), so one 64-byte load
 feeds 16 output lanes. The tile of C held in registers comes from the target, as for the
-float32 schedule (`tdsl.examples.gemm.register_blocked`).
+float32 schedule (`tdsl.examples.gemm.register_blocked`). The micro-kernel is the
+auto-scheduler's (`tdsl.autosched.cpu_tensorize`), which packs B inside the schedule on
+every call instead.
 
 Each function returns (schedule, [A, packed B, C]); `pack(b, dtype)` packs a numpy B.
 """
@@ -15,6 +17,7 @@ import numpy as np
 
 import tdsl
 from tdsl import tiling
+from tdsl.autosched.cpu_tensorize import dot_micro_kernel
 from tdsl.target import as_target
 
 LANES = 16
@@ -63,19 +66,7 @@ def tensorized(M, N, K, dtype="uint8", target=None, mr=None, vecs=None):
     A, B, C = definition(M, N, K, dtype)
     s = tdsl.create_schedule(C)
     CC = s.cache_write(C, "local")
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], mr, vecs * LANES)
-    # tiles of one column panel run in turn: the panel of B stays in L2 while rows of A
-    # stream past (the other order streamed every panel of B from L3 for each row tile)
-    s[C].reorder(no, mo, mi, ni)
-    s[C].vectorize(ni)
-    s[CC].compute_at(s[C], mo)
-    mc, nc = s[CC].op.axis
-    nco, nci = s[CC].split(nc, factor=LANES)
-    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=g)
-    s[CC].reorder(ko, mc, nco, nci, ki)
-    s[CC].unroll(mc)
-    s[CC].unroll(nco)
-    s[CC].tensorize(nci, intrin(t))
+    no, mo = dot_micro_kernel(s, s[C], s[CC], mr, vecs, g, intrin(t))
     s[C].parallel(s[C].fuse(no, mo))
     return s, [A, B, C]
 

@@ -5,7 +5,8 @@ A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x); pe
 all its threads copy a tile of A and of B into shared memory, then each warp runs the
 tensor-core instruction over its own tile of C, which accumulates in shared memory (the
 instruction's fragments are loaded from and stored to it around each call) and is written
-to C at the end. Built for "c", the same schedule runs with the instruction emulated lane
+to C at the end (`tdsl.autosched.gpu_tensorize.mma_schedule`, the auto-scheduler's rule
+for such products). Built for "c", the same schedule runs with the instruction emulated lane
 by lane, which is how it is checked without a GPU.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import tdsl
+from tdsl.autosched.gpu_tensorize import mma_schedule
 
 MT, NT, KT = 16, 8, 16      # the instruction's block
 
@@ -36,47 +38,10 @@ def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=
         raise tdsl.ScheduleError(f"mma GEMM: M, N, K = {M}, {N}, {K} must be multiples of the "
                                  f"block tile {bm} x {bn} and of k_step {k_step} (itself a "
                                  f"multiple of {KT})")
-    nwarps = warps[0] * warps[1]
     A, B, C = definition(M, N, K, dtype)
     s = tdsl.create_schedule(C)
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    CS = s.cache_write(C, "shared")
-    tx, ty = tdsl.thread_axis("threadIdx.x"), tdsl.thread_axis("threadIdx.y")
-
-    by, bx, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
-    s[C].bind(by, tdsl.thread_axis("blockIdx.y"))
-    s[C].bind(bx, tdsl.thread_axis("blockIdx.x"))
-    _spread(s[C], s[C].fuse(ii, jj), nwarps, tx, ty)
-
-    s[CS].compute_at(s[C], bx)
-    ci, cj = CS.op.axis
-    wi, ci = s[CS].split(ci, factor=wm)
-    wj, cj = s[CS].split(cj, factor=wn)
-    mt, mi = s[CS].split(ci, factor=MT)
-    nt, ni = s[CS].split(cj, factor=NT)
-    ko, kk = s[CS].split(CS.op.reduce_axis[0], factor=k_step)
-    kt, ki = s[CS].split(kk, factor=KT)
-    s[CS].reorder(wi, wj, ko, kt, mt, nt, mi, ni, ki)
-    s[CS].bind(s[CS].fuse(wi, wj), ty)
-    # unrolled, not serial: thread_sync ends a serial loop that reads and writes shared
-    # memory with a barrier, and here each lane touches only its own elements of C
-    for iv in (kt, mt, nt):
-        s[CS].unroll(iv)
-    s[CS].tensorize(mi, tdsl.intrin_cuda.mma_m16n8k16(dtype))
-
-    for T in (AS, BS):
-        s[T].compute_at(s[CS], ko)
-        _spread(s[T], s[T].fuse(*s[T].op.axis), nwarps, tx, ty)
+    mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step)
     return s, [A, B, C]
-
-
-def _spread(stage, axis, nwarps, tx, ty):
-    """Consecutive elements of `axis` to consecutive lanes, the rest over the warps."""
-    rest, lane = stage.split(axis, factor=32)
-    warp, _ = stage.split(rest, nparts=nwarps)
-    stage.bind(warp, ty)
-    stage.bind(lane, tx)
 
 
 def reference(a, b):

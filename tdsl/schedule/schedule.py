@@ -233,6 +233,12 @@ class Schedule:
         out = [cache_op.output(t.value_index) for t in tensors]
         return out if isinstance(tensor, (list, tuple)) else out[0]
 
+    def transform_layout(self, tensor, readers, layout, scope="global"):
+        """A copy of `tensor` in a blocked layout (`layout`: (dim, size or None) pieces,
+        outermost first; see `tdsl.schedule.relayout`) that `readers` read instead."""
+        from .relayout import transform_layout
+        return transform_layout(self, tensor, readers, layout, scope)
+
     def rfactor(self, tensor, axis, factor_axis=0):
         """Factors the reduction of `tensor` over leaf `axis` into a new stage that keeps
         `axis` as a spatial (parallelisable) dimension; the original stage then reduces it."""

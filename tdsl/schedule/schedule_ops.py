@@ -303,10 +303,10 @@ class ScheduleLowering:
         lower = _LowerExpr(self, vmap)
         pred, wraps = self._predicate(st, lower)
         guard = spatial + pred
-        tz = self._tensorized(st, leaves, guard + reduce_conds + wraps)
+        tz = self._tensorized(st, leaves, guard, reduce_conds + wraps)
         if tz is not None:
-            call = tensorize_update(self, st, leaves, tz, vals, off, bufs,
-                                    lambda m: _LowerExpr(self, m), bodies[0])
+            call = guarded(guard, tensorize_update(self, st, leaves, tz, vals, off, bufs,
+                                                   lambda m: _LowerExpr(self, m), bodies[0]))
         if not isinstance(bodies[0], E.Reduce):
             if tz is not None:
                 return self._wrap(st, leaves[:tz], call)
@@ -338,16 +338,19 @@ class ScheduleLowering:
         update_nest = self._wrap(st, leaves[p:], update)
         return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
 
-    def _tensorized(self, st, leaves, guards):
-        """The position of the tensorized leaf of `st`, or None; the block must run whole
-        (no guards, no thread bindings or stages attached inside it)."""
+    def _tensorized(self, st, leaves, guards, other):
+        """The position of the tensorized leaf of `st`, or None; the block must run whole:
+        `guards` may only test loops outside it (a ragged tile of rows around a block of
+        columns: each call runs whole or not at all), and there may be no `other`
+        conditions, thread bindings or stages attached inside it."""
         tz = next((k for k, iv in enumerate(leaves) if st.iter_var_attrs.get(iv) is not None
                    and st.iter_var_attrs[iv].tensor_intrin is not None), None)
         if tz is None:
             return None
         iv = leaves[tz]
         where = f"tensorize: stage '{st.name}': axis '{iv.var.name}': "
-        if guards:
+        inner = {x.var for x in leaves[tz:]}
+        if other or any(free_vars(g) & inner for g in guards):
             raise ScheduleError(where + "the block has guards (a split that does not divide "
                                 "its axis, a store predicate, a condition): each call must "
                                 "compute a whole block")

@@ -25,26 +25,32 @@ def _require(target, fact, what, name):
                             "schedule without tensorize")
 
 
-def _dot(name, a_dtype, b_dtype, acc, group, op):
+def _dot(name, a_dtype, b_dtype, acc, group, op, kernel_first):
     data = placeholder((group,), dtype=a_dtype, name="data")
     kernel = placeholder((LANES, group), dtype=b_dtype, name="kernel")
     k = reduce_axis((0, group), name="k")
-    C = compute((LANES,), lambda i: _sum(data[k].astype(acc) * kernel[i, k].astype(acc),
-                                         axis=k), name=name)
+
+    def product(i):
+        d, w = data[k].astype(acc), kernel[i, k].astype(acc)
+        return w * d if kernel_first else d * w     # tensorize matches the operand order
+    C = compute((LANES,), lambda i: _sum(product(i), axis=k), name=name)
     return decl_tensor_intrin(
         C.op, lambda ins, outs: call(op, outs[0].access_ptr("rw"), ins[0].access_ptr(),
                                      ins[1].access_ptr(), dtype=acc),
         name=name, inputs=[data, kernel])
 
 
-def dot_u8s8_int32(target=None):
-    """`vpdpbusd`: 16 int32 lanes, each += 4 uint8 x int8 products."""
+def dot_u8s8_int32(target=None, kernel_first=False):
+    """`vpdpbusd`: 16 int32 lanes, each += 4 uint8 x int8 products (`kernel_first`: the
+    definition it matches writes them int8 x uint8)."""
     _require(target, "has_vnni", "AVX512-VNNI", "dot_u8s8_int32")
-    return _dot("dot_u8s8_int32", "uint8", "int8", "int32", 4, "x86.vpdpbusd")
+    return _dot("dot_u8s8_int32", "uint8", "int8", "int32", 4, "x86.vpdpbusd", kernel_first)
 
 
-def dot_bf16_float32(target=None):
+def dot_bf16_float32(target=None, kernel_first=False):
     """`vdpbf16ps`: 16 float32 lanes, each += 2 bfloat16 x bfloat16 products (denormals
-    flushed, as the instruction does)."""
+    flushed, as the instruction does; `kernel_first`: the definition it matches multiplies
+    the kernel's element by the data's)."""
     _require(target, "has_bf16", "AVX512-BF16", "dot_bf16_float32")
-    return _dot("dot_bf16_float32", "bfloat16", "bfloat16", "float32", 2, "x86.vdpbf16ps")
+    return _dot("dot_bf16_float32", "bfloat16", "bfloat16", "float32", 2, "x86.vdpbf16ps",
+                kernel_first)

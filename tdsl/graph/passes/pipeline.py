@@ -1,8 +1,9 @@
 """Graph passes. Each is a function Module -> Module (new expressions; the input is left as
 it is). `optimize` runs them in order:
 
-quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> conv1d_as_conv2d -> simplify
--> fold_constants -> drop_padding_taps -> split_padding_bands -> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
+quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> float16_in_float32
+-> conv1d_as_conv2d -> simplify -> fold_constants -> drop_padding_taps -> split_padding_bands
+-> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
 -> eliminate_dead_code -> blocked_layout (with a CPU target) -> fuse_ops
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from ...target import as_target
 from ..ir import Module
 from .layout import blocked_layout
 from .conv_forms import conv1d_as_conv2d, drop_padding_taps, split_padding_bands, transposed_conv_as_phases
+from .float16 import float16_in_float32
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
@@ -25,8 +27,9 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     its vector's channels (layout.py: `blocked_layout`) before fusion."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
-    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, conv1d_as_conv2d, simplify,
-              fold_constants, drop_padding_taps, split_padding_bands, transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
+    for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
+              conv1d_as_conv2d, simplify, fold_constants, drop_padding_taps, split_padding_bands,
+              transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
               eliminate_dead_code):
         mod = p(mod)
     if target is not None:

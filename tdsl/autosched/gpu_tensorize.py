@@ -1,0 +1,191 @@
+"""GPU rule for half-precision contractions: C (float32) = A @ B with bfloat16 or float16
+operands, written with casts, on CUDA sm_80 and later runs on the tensor cores
+(`mma.sync.aligned.m16n8k16`, `tdsl.intrin_cuda.mma_m16n8k16`).
+
+A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x); per k step
+all its threads copy a tile of A and of B into shared memory, then each warp runs the
+instruction over its own tile of C, which accumulates in shared memory and is written to C
+at the end (`mma_schedule`, which `tdsl.examples.mma_gemm` also uses). B read as B[j, k]
+(A @ B.T), or A as A[k, i], is copied into shared memory transposed (`transform_layout`
+in "shared" scope), since the instruction takes A as M x K and B as K x N rows. An
+elementwise consumer of C's shape reading C at its own indices (bias, activation, a cast)
+is the stage tiled over the grid: it reads the accumulators from shared memory, one kernel.
+
+The block tile is the largest of a few (2 x 2 warps of 2 x 2 blocks of 16 x 8, down to one
+warp of one block) that divides M and N; K must be a multiple of 16. When the target, the
+dtypes or the sizes do not allow it, `explain()` says why and the ordinary contraction rule
+(float32 FMAs) schedules it. Built for "c", the schedule runs with the instruction emulated
+lane by lane.
+"""
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..te import intrin_cuda, thread_axis
+
+MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
+# (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first
+CONFIGS = [((2, 2), (2, 2)), ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)),
+           ((1, 1), (1, 1))]
+
+
+def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
+                 b_transposed=False, out=None):
+    """Tensor-core GEMM schedule of C = A @ B (read as A[k, i] when `a_transposed`, B[j, k]
+    when `b_transposed`). `out`: an elementwise consumer of C of its shape, reading C at
+    its own indices, computed by the same kernel from the accumulators in shared memory."""
+    wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
+    bm, bn = warps[0] * wm, warps[1] * wn
+    nwarps = warps[0] * warps[1]
+    if a_transposed:
+        AS = s.transform_layout(A, [C], [(1, None), (0, None)], scope="shared")
+    else:
+        AS = s.cache_read(A, "shared", [C])
+    if b_transposed:
+        BS = s.transform_layout(B, [C], [(1, None), (0, None)], scope="shared")
+    else:
+        BS = s.cache_read(B, "shared", [C])
+    CS = s.cache_write(C, "shared")
+    if out is not None:
+        s[C].compute_inline()
+    O = s[out if out is not None else C]
+    tx, ty = thread_axis("threadIdx.x"), thread_axis("threadIdx.y")
+
+    by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+    O.bind(by, thread_axis("blockIdx.y"))
+    O.bind(bx, thread_axis("blockIdx.x"))
+    _spread(O, O.fuse(ii, jj), nwarps, tx, ty)
+
+    s[CS].compute_at(O, bx)
+    ci, cj = CS.op.axis
+    wi, ci = s[CS].split(ci, factor=wm)
+    wj, cj = s[CS].split(cj, factor=wn)
+    mt, mi = s[CS].split(ci, factor=MT)
+    nt, ni = s[CS].split(cj, factor=NT)
+    ko, kk = s[CS].split(CS.op.reduce_axis[0], factor=k_step)
+    kt, ki = s[CS].split(kk, factor=KT)
+    s[CS].reorder(wi, wj, ko, kt, mt, nt, mi, ni, ki)
+    s[CS].bind(s[CS].fuse(wi, wj), ty)
+    # unrolled, not serial: thread_sync ends a serial loop that reads and writes shared
+    # memory with a barrier, and here each lane touches only its own elements of C
+    for iv in (kt, mt, nt):
+        s[CS].unroll(iv)
+    s[CS].tensorize(mi, intrin_cuda.mma_m16n8k16(dtype))
+
+    for T in (AS, BS):
+        s[T].compute_at(s[CS], ko)
+        _spread(s[T], s[T].fuse(*s[T].op.axis), nwarps, tx, ty)
+
+
+def _spread(stage, axis, nwarps, tx, ty):
+    """Consecutive elements of `axis` to consecutive lanes, the rest over the warps."""
+    rest, lane = stage.split(axis, factor=32)
+    warp, _ = stage.split(rest, nparts=nwarps)
+    stage.bind(warp, ty)
+    stage.bind(lane, tx)
+
+
+def _sm(target):
+    """The compute capability code is built for: -arch, else the device's (or the default
+    PTX architecture without one)."""
+    arch = target.gpu_arch
+    if not arch:
+        from ..runtime.cuda import _default_arch
+        arch = _default_arch()
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _load(e):
+    if isinstance(e, E.Cast) and e.dtype == "float32" and isinstance(e.value, E.ProducerLoad):
+        return e.value
+    return None
+
+
+def mma_plan(st, info, target):
+    """(plan, None) when stage `st` can run on mma.sync, else (None, why not); why is None
+    for contractions that are not half precision."""
+    body = st.op.body
+    if not isinstance(body, E.Reduce) or body.combiner.name != "sum" or \
+            st.op.output(0).dtype != "float32":
+        return None, None
+    src = body.source[0] if isinstance(body.source, tuple) else body.source
+    if not isinstance(src, E.Mul):
+        return None, None
+    a, b = _load(src.a), _load(src.b)
+    if a is None or b is None or a.dtype not in intrin_cuda.DTYPES:
+        return None, None
+    if b.dtype != a.dtype:
+        return None, f"{a.dtype} x {b.dtype}: mma.sync multiplies two operands of one type"
+    if target.kind != "cuda":
+        return None, f"target '{target}' has no tensor-core instruction tdsl uses (CUDA sm_80+)"
+    sm = _sm(target)
+    if sm < 80:
+        return None, f"sm_{sm}: mma.sync m16n8k16 with {a.dtype} needs sm_80 or later"
+    if len(info.axes) != 2 or len(info.raxes) != 1:
+        return None, "the rule takes a matrix product (2 output axes, 1 reduction axis)"
+    (M, N), (K,) = info.extents, info.rextents
+    if None in (M, N, K):
+        return None, "symbolic sizes: the block tiles need constant extents"
+    (i, j), (k,) = info.axes, info.raxes
+    if len(a.indices) != 2 or {a.indices[0], a.indices[1]} != {i.var, k.var} or \
+            not all(isinstance(x, E.Var) for x in a.indices):
+        return None, f"'{a.tensor.name}' is not read as {a.tensor.name}[i, k] or [k, i]"
+    if len(b.indices) != 2 or {b.indices[0], b.indices[1]} != {j.var, k.var} or \
+            not all(isinstance(x, E.Var) for x in b.indices):
+        return None, f"'{b.tensor.name}' is not read as {b.tensor.name}[k, j] or [j, k]"
+    if K % KT:
+        return None, f"K={K} is not a multiple of {KT}"
+    for warps, tiles in CONFIGS:
+        bm, bn = warps[0] * tiles[0] * MT, warps[1] * tiles[1] * NT
+        if M % bm == 0 and N % bn == 0:
+            break
+    else:
+        return None, f"M={M}, N={N}: no block tile fits (multiples of {MT} and {NT} needed)"
+    k_step = 2 * KT if K % (2 * KT) == 0 else KT
+    return dict(A=a.tensor, B=b.tensor, dtype=a.dtype, warps=warps, tiles=tiles,
+                k_step=k_step, a_transposed=a.indices[0] is k.var,
+                b_transposed=b.indices[0] is j.var, sm=sm), None
+
+
+def epilogue(st, info, readers, infos):
+    """The one elementwise reader of contraction `st` with its shape that reads it at its
+    own indices (bias, activation, a cast), or None."""
+    if st.is_output or len(readers) != 1:
+        return None
+    T = readers[0]
+    ti = infos[T]
+    if ti.is_reduction or ti.extents != info.extents:
+        return None
+    loads = ti.loads_of(st.op.output(0))
+    if not loads or not all(ld.index_is_axis(n, ti.axes[n]) for ld in loads
+                            for n in range(len(ti.axes))):
+        return None
+    return T
+
+
+def tensor_core(s, st, info, target, rec, readers=(), infos=None):
+    """Schedules `st` on mma.sync when it can, with its elementwise epilogue among
+    `readers` (its readers that are not inlined) when there is one; returns the stages
+    scheduled, or None after saying why (if it is a half-precision contraction)."""
+    plan, why = mma_plan(st, info, target)
+    if plan is None:
+        if why is not None:
+            rec.add(st, "tensorize", "none", why + "; the float32 contraction rule instead")
+        return None
+    T = epilogue(st, info, list(readers), infos) if infos is not None else None
+    mma_schedule(s, plan["A"], plan["B"], st.op.output(0), plan["dtype"], plan["warps"],
+                 plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"],
+                 out=None if T is None else T.op.output(0))
+    w, t = plan["warps"], plan["tiles"]
+    rec.add(st, "tensorize", f"mma.sync m16n8k16 ({plan['dtype']}); {w[0]} x {w[1]} warps "
+            f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}",
+            f"sm_{plan['sm']} tensor cores: a warp multiplies 16 x 16 by 16 x 8 per instruction; "
+            "A and B tiles staged in shared memory" +
+            ("; A copied transposed (it is read as A[k, i])" if plan["a_transposed"] else "") +
+            ("; B copied transposed (it is read as B[j, k])" if plan["b_transposed"] else ""))
+    if T is not None:
+        rec.add(T, "fuse-epilogue", f"'{st.op.name}' accumulated in shared memory inside "
+                f"'{T.op.name}''s blocks", "one kernel: the epilogue reads the accumulators "
+                "from shared memory and writes the output once")
+        return {st, T}
+    return {st}
