@@ -32,53 +32,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import add_target_option, print_target, target_from  # noqa: E402
 
 import tdsl  # noqa: E402
+from tdsl.examples.pipelines import GAUSS5, HALO, K_HARRIS, PIPELINES as EXAMPLES  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*will be interpreted as a float32 by Halide")
 
-K_HARRIS = 0.04
-GAUSS5 = (0.0625, 0.25, 0.375, 0.25, 0.0625)
-
 
 # --------------------------------------------------------------------------- definitions
-# Each pipeline: halo (input = output + halo on each axis), a tdsl definition, a Halide one
-# and numpy's. Arrays are [y, x] (x contiguous); Halide funcs are f(x, y), the same memory.
-
-def harris_tdsl(n_out_y, n_out_x):
-    H, W = n_out_y, n_out_x
-    inp = tdsl.placeholder((H + 4, W + 4), name="input")
-
-    Ix = tdsl.compute((H + 2, W + 2), lambda y, x: (
-        inp[y, x + 2] - inp[y, x] + 2.0 * (inp[y + 1, x + 2] - inp[y + 1, x])
-        + inp[y + 2, x + 2] - inp[y + 2, x]) * (1.0 / 12), name="Ix")
-    Iy = tdsl.compute((H + 2, W + 2), lambda y, x: (
-        inp[y + 2, x] - inp[y, x] + 2.0 * (inp[y + 2, x + 1] - inp[y, x + 1])
-        + inp[y + 2, x + 2] - inp[y, x + 2]) * (1.0 / 12), name="Iy")
-    Ixx = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Ix[y, x], name="Ixx")
-    Iyy = tdsl.compute((H + 2, W + 2), lambda y, x: Iy[y, x] * Iy[y, x], name="Iyy")
-    Ixy = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Iy[y, x], name="Ixy")
-
-    def box(T, name):
-        return tdsl.compute((H, W), lambda y, x: (
-            T[y, x] + T[y, x + 1] + T[y, x + 2] + T[y + 1, x] + T[y + 1, x + 1] + T[y + 1, x + 2]
-            + T[y + 2, x] + T[y + 2, x + 1] + T[y + 2, x + 2]), name=name)
-
-    Sxx, Syy, Sxy = box(Ixx, "Sxx"), box(Iyy, "Syy"), box(Ixy, "Sxy")
-    out = tdsl.compute((H, W), lambda y, x: (
-        Sxx[y, x] * Syy[y, x] - Sxy[y, x] * Sxy[y, x]
-        - K_HARRIS * (Sxx[y, x] + Syy[y, x]) * (Sxx[y, x] + Syy[y, x])), name="harris")
-    return inp, out
-
-
-def harris_numpy(a):
-    ix = (a[:-2, 2:] - a[:-2, :-2] + 2 * (a[1:-1, 2:] - a[1:-1, :-2]) + a[2:, 2:] - a[2:, :-2]) / 12
-    iy = (a[2:, :-2] - a[:-2, :-2] + 2 * (a[2:, 1:-1] - a[:-2, 1:-1]) + a[2:, 2:] - a[:-2, 2:]) / 12
-
-    def box(t):
-        return sum(t[dy:t.shape[0] - 2 + dy, dx:t.shape[1] - 2 + dx]
-                   for dy in range(3) for dx in range(3))
-    sxx, syy, sxy = box(ix * ix), box(iy * iy), box(ix * iy)
-    return sxx * syy - sxy * sxy - K_HARRIS * (sxx + syy) ** 2
-
+# tdsl's definitions and numpy's references are tdsl.examples.pipelines'; Halide's here, the
+# same arithmetic in the same order. Halide funcs are f(x, y): the same memory as [y, x].
 
 def harris_halide(hl, inp):
     x, y = hl.Var("x"), hl.Var("y")
@@ -104,30 +65,6 @@ def harris_halide(hl, inp):
     return out
 
 
-def unsharp_tdsl(H, W):
-    g = GAUSS5
-    inp = tdsl.placeholder((H + 4, W + 4), name="input")
-    blur_x = tdsl.compute((H + 4, W), lambda y, x: (
-        g[0] * (inp[y, x] + inp[y, x + 4]) + g[1] * (inp[y, x + 1] + inp[y, x + 3])
-        + g[2] * inp[y, x + 2]), name="blur_x")
-    blur_y = tdsl.compute((H, W), lambda y, x: (
-        g[0] * (blur_x[y, x] + blur_x[y + 4, x]) + g[1] * (blur_x[y + 1, x] + blur_x[y + 3, x])
-        + g[2] * blur_x[y + 2, x]), name="blur_y")
-    sharpen = tdsl.compute((H, W), lambda y, x: 2.0 * inp[y + 2, x + 2] - blur_y[y, x],
-                           name="sharpen")
-    ratio = tdsl.compute((H, W), lambda y, x: sharpen[y, x] / inp[y + 2, x + 2], name="ratio")
-    out = tdsl.compute((H, W), lambda y, x: ratio[y, x] * inp[y + 2, x + 2], name="unsharp")
-    return inp, out
-
-
-def unsharp_numpy(a):
-    g = GAUSS5
-    bx = g[0] * (a[:, :-4] + a[:, 4:]) + g[1] * (a[:, 1:-3] + a[:, 3:-1]) + g[2] * a[:, 2:-2]
-    by = g[0] * (bx[:-4] + bx[4:]) + g[1] * (bx[1:-3] + bx[3:-1]) + g[2] * bx[2:-2]
-    c = a[2:-2, 2:-2]
-    return (2 * c - by) / c * c
-
-
 def unsharp_halide(hl, inp):
     g = GAUSS5
     x, y = hl.Var("x"), hl.Var("y")
@@ -143,20 +80,6 @@ def unsharp_halide(hl, inp):
     return out
 
 
-def blur_tdsl(H, W):
-    inp = tdsl.placeholder((H + 2, W + 2), name="input")
-    bx = tdsl.compute((H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2])
-                      * (1.0 / 3), name="blur_x")
-    by = tdsl.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) * (1.0 / 3),
-                      name="blur_y")
-    return inp, by
-
-
-def blur_numpy(a):
-    bx = (a[:, :-2] + a[:, 1:-1] + a[:, 2:]) / 3
-    return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
-
-
 def blur_halide(hl, inp):
     x, y = hl.Var("x"), hl.Var("y")
     bx, by = hl.Func("blur_x"), hl.Func("blur_y")
@@ -165,11 +88,8 @@ def blur_halide(hl, inp):
     return by
 
 
-PIPELINES = [  # name, halo, tdsl, numpy, halide
-    ("harris", 4, harris_tdsl, harris_numpy, harris_halide),
-    ("unsharp", 4, unsharp_tdsl, unsharp_numpy, unsharp_halide),
-    ("blur", 2, blur_tdsl, blur_numpy, blur_halide),
-]
+PIPELINES = [(name, HALO[name], make, ref, globals()[f"{name}_halide"])
+             for name, (make, ref) in EXAMPLES.items()]
 
 
 # --------------------------------------------------------------------------- Halide

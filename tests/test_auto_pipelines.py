@@ -6,80 +6,9 @@ import pytest
 
 import tdsl
 
-K = 0.04
-G5 = (0.0625, 0.25, 0.375, 0.25, 0.0625)
+from tdsl.examples.pipelines import GAUSS5 as G5, HALO, PIPELINES, harris
 
-
-def harris(H, W):
-    inp = tdsl.placeholder((H + 4, W + 4), name="input")
-    Ix = tdsl.compute((H + 2, W + 2), lambda y, x: (
-        inp[y, x + 2] - inp[y, x] + 2.0 * (inp[y + 1, x + 2] - inp[y + 1, x])
-        + inp[y + 2, x + 2] - inp[y + 2, x]) * (1.0 / 12), name="Ix")
-    Iy = tdsl.compute((H + 2, W + 2), lambda y, x: (
-        inp[y + 2, x] - inp[y, x] + 2.0 * (inp[y + 2, x + 1] - inp[y, x + 1])
-        + inp[y + 2, x + 2] - inp[y, x + 2]) * (1.0 / 12), name="Iy")
-    Ixx = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Ix[y, x], name="Ixx")
-    Iyy = tdsl.compute((H + 2, W + 2), lambda y, x: Iy[y, x] * Iy[y, x], name="Iyy")
-    Ixy = tdsl.compute((H + 2, W + 2), lambda y, x: Ix[y, x] * Iy[y, x], name="Ixy")
-
-    def box(T, name):
-        return tdsl.compute((H, W), lambda y, x: sum(
-            T[y + dy, x + dx] for dy in range(3) for dx in range(3)), name=name)
-    Sxx, Syy, Sxy = box(Ixx, "Sxx"), box(Iyy, "Syy"), box(Ixy, "Sxy")
-    out = tdsl.compute((H, W), lambda y, x: (
-        Sxx[y, x] * Syy[y, x] - Sxy[y, x] * Sxy[y, x]
-        - K * (Sxx[y, x] + Syy[y, x]) * (Sxx[y, x] + Syy[y, x])), name="harris")
-    return inp, out
-
-
-def harris_np(a):
-    ix = (a[:-2, 2:] - a[:-2, :-2] + 2 * (a[1:-1, 2:] - a[1:-1, :-2]) + a[2:, 2:] - a[2:, :-2]) / 12
-    iy = (a[2:, :-2] - a[:-2, :-2] + 2 * (a[2:, 1:-1] - a[:-2, 1:-1]) + a[2:, 2:] - a[:-2, 2:]) / 12
-
-    def box(t):
-        return sum(t[dy:t.shape[0] - 2 + dy, dx:t.shape[1] - 2 + dx]
-                   for dy in range(3) for dx in range(3))
-    sxx, syy, sxy = box(ix * ix), box(iy * iy), box(ix * iy)
-    return sxx * syy - sxy * sxy - K * (sxx + syy) ** 2
-
-
-def unsharp(H, W):
-    g = G5
-    inp = tdsl.placeholder((H + 4, W + 4), name="input")
-    bx = tdsl.compute((H + 4, W), lambda y, x: sum(g[k] * inp[y, x + k] for k in range(5)),
-                      name="blur_x")
-    by = tdsl.compute((H, W), lambda y, x: sum(g[k] * bx[y + k, x] for k in range(5)),
-                      name="blur_y")
-    sharpen = tdsl.compute((H, W), lambda y, x: 2.0 * inp[y + 2, x + 2] - by[y, x],
-                           name="sharpen")
-    ratio = tdsl.compute((H, W), lambda y, x: sharpen[y, x] / inp[y + 2, x + 2], name="ratio")
-    out = tdsl.compute((H, W), lambda y, x: ratio[y, x] * inp[y + 2, x + 2], name="unsharp")
-    return inp, out
-
-
-def unsharp_np(a):
-    bx = sum(G5[k] * a[:, k:a.shape[1] - 4 + k] for k in range(5))
-    by = sum(G5[k] * bx[k:bx.shape[0] - 4 + k] for k in range(5))
-    c = a[2:-2, 2:-2]
-    return (2 * c - by) / c * c
-
-
-def blur(H, W):
-    inp = tdsl.placeholder((H + 2, W + 2), name="input")
-    bx = tdsl.compute((H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2])
-                      * (1.0 / 3), name="blur_x")
-    by = tdsl.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) * (1.0 / 3),
-                      name="blur_y")
-    return inp, by
-
-
-def blur_np(a):
-    bx = (a[:, :-2] + a[:, 1:-1] + a[:, 2:]) / 3
-    return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
-
-
-PIPES = {"harris": (harris, harris_np, 4), "unsharp": (unsharp, unsharp_np, 4),
-         "blur": (blur, blur_np, 2)}
+PIPES = {name: (make, ref, HALO[name]) for name, (make, ref) in PIPELINES.items()}
 
 
 def run(name, H, W, shape_args=None, seed=0):
