@@ -3,7 +3,9 @@ for, checked against numpy at ragged and symbolic sizes, for the host's ISA and 
 (haswell: 16 registers, 8 lanes) built on the same machine:
 - a blocked-layout convolution (NCHW[x]c) whose vector axis is one vector: the register tile
   also spans blocks of the channel-block axis (the hand schedule's tile);
-- row sums: parallel over rows, the vectors of partial sums added as vectors first."""
+- row sums: parallel over rows, the vectors of partial sums added as vectors first;
+- depthwise convolutions (a small reduction per output, the padding inlined as bounds
+  tests): rows in whole vectors and a ragged last one."""
 import numpy as np
 import pytest
 
@@ -144,3 +146,41 @@ def test_row_sum_parallel_with_vector_partial_sums(target, M, N, unroll):
         out = np.full(m, np.nan, np.float32)
         f(x, out)
         np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-3)
+
+
+def _depthwise(C, H, W, stride):
+    """Depthwise 3x3 with zero padding 1 (NCHW, one channel each): the reduction rule's
+    shape, its padded input inlined into the reads as bounds tests."""
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wt = tdsl.placeholder((C, 3, 3), name="weight")
+    pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
+        tdsl.all(y >= 1, y <= H, x >= 1, x <= W), D[c, y - 1, x - 1], 0.0), name="pad")
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
+    ky, kx = tdsl.reduce_axis((0, 3), "ky"), tdsl.reduce_axis((0, 3), "kx")
+    O = tdsl.compute((C, OH, OW), lambda c, y, x: tdsl.sum(
+        pad[c, y * stride + ky, x * stride + kx] * Wt[c, ky, kx], axis=[ky, kx]), name="dw")
+    return D, Wt, O
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("H,W,stride", [(56, 56, 1), (14, 14, 1), (56, 56, 2), (9, 30, 2)])
+def test_depthwise_rows_take_whole_vectors(target, H, W, stride):
+    """Rows longer than a vector take the target's full width and a ragged last vector (a
+    narrower divisor, 14 lanes for a 56-wide row, made every vector a masked one)."""
+    t = Target(target)
+    C = 5
+    D, Wt, O = _depthwise(C, H, W, stride)
+    s = tdsl.auto_schedule(O, target=t)
+    lanes = t.vector_lanes("float32")
+    OW = (W - 1) // stride + 1
+    width = lanes if OW > lanes else OW
+    assert f"split(x, {width})" in str(s.explain()), s.explain()
+    f = tdsl.build(s, [D, Wt, O], target=t)
+    d, w = _data(C, H, W), _data(C, 3, 3)
+    out = np.full(O.shape, np.nan, np.float32)
+    f(d, w, out)
+    p = np.pad(d.astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    OH = (H - 1) // stride + 1
+    want = sum(p[:, ky:ky + stride * OH:stride, kx:kx + stride * OW:stride] * w[:, ky, kx][:, None, None]
+               for ky in range(3) for kx in range(3))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
