@@ -88,8 +88,8 @@ def blur_halide(hl, inp):
     return by
 
 
-PIPELINES = [(name, HALO[name], make, ref, globals()[f"{name}_halide"])
-             for name, (make, ref) in EXAMPLES.items()]
+HALIDE = {"harris": harris_halide, "unsharp": unsharp_halide, "blur": blur_halide}
+PIPELINES = [(name, HALO[name], make, ref, HALIDE[name]) for name, (make, ref) in EXAMPLES.items()]
 
 
 # --------------------------------------------------------------------------- Halide

@@ -15,8 +15,8 @@ output's max magnitude) and timed in blocks taken in turn with onnxruntime (a pa
 warm-up, 5 calls; best of 3 blocks: bench/graph._interleaved), so onnxruntime's spinning
 threads do not slow tdsl's next call. First the CPU and its measured FMA peak; per model
 tdsl's share of that peak (conv/dense/matmul flops over its latency; a conv's taps that
-read padding are not counted: both sides skip them in dilated convs on small images). The last line is the
-geometric mean of the latency ratios.
+read padding are not counted: both sides skip them in dilated convs on small images). The
+last line is the geometric mean of the latency ratios.
 """
 from __future__ import annotations
 

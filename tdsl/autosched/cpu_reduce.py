@@ -5,7 +5,6 @@ reductions with too few outputs to keep the cores busy are split by rfactor into
 partial sums."""
 from __future__ import annotations
 
-from .. import tiling
 from .analysis import StageInfo
 from .cpu_base import BIG, PAR_MIN_WORK, RFACTOR_MIN_REDUCE, CPUBase
 
