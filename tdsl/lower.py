@@ -15,6 +15,7 @@ from .passes.double_buffer import inject_double_buffer
 from .passes.intrin_rules import lower_intrinsics
 from .passes.legalize_bf16 import legalize_bf16
 from .passes.loop_partition import loop_partition
+from .passes.mma_fragments import lower_mma_fragments
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
 from .passes.virtual_thread import inject_virtual_thread
@@ -28,6 +29,7 @@ PASSES = [
     ("inject_double_buffer", inject_double_buffer),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
+    ("lower_mma_fragments", lower_mma_fragments),
     ("storage_flatten", storage_flatten),
     ("simplify", simplify_func),
     ("legalize_bf16", legalize_bf16),

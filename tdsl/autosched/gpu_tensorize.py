@@ -31,8 +31,10 @@ CONFIGS = [((2, 2), (2, 2)), ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)
 def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
                  b_transposed=False, out=None):
     """Tensor-core GEMM schedule of C = A @ B (read as A[k, i] when `a_transposed`, B[j, k]
-    when `b_transposed`). `out`: an elementwise consumer of C of its shape, reading C at
-    its own indices, computed by the same kernel from the accumulators in shared memory."""
+    when `b_transposed`): `warps` (rows, columns) of warps a block, each accumulating
+    `warp_tiles` (rows, columns) blocks of 16 x 8 in registers. `out`: an elementwise
+    consumer of C of its shape, reading C at its own indices, computed by the same kernel
+    from the accumulators staged in shared memory."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     nwarps = warps[0] * warps[1]
@@ -44,35 +46,47 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
         BS = s.transform_layout(B, [C], [(1, None), (0, None)], scope="shared")
     else:
         BS = s.cache_read(B, "shared", [C])
-    CS = s.cache_write(C, "shared")
-    if out is not None:
-        s[C].compute_inline()
-    O = s[out if out is not None else C]
+    CF = s.cache_write(C, intrin_cuda.ACCUMULATOR)
     tx, ty = thread_axis("threadIdx.x"), thread_axis("threadIdx.y")
-
-    by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+    if out is None:
+        O = s[C]
+        by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+        store, rows, cols = O, ii, jj
+    else:
+        CS = s.cache_read(CF, "shared", [C])
+        s[C].compute_inline()
+        O = s[out]
+        by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+        _spread(O, O.fuse(ii, jj), nwarps, tx, ty)
+        s[CS].compute_at(O, bx)
+        # rows 8 floats (32 bytes) longer than the tile: the 8 rows a warp's store writes
+        # at once then fall in different banks
+        s[CS].storage_align(CS.op.axis[0], 16, 8)
+        store, (rows, cols) = s[CS], CS.op.axis
     O.bind(by, thread_axis("blockIdx.y"))
     O.bind(bx, thread_axis("blockIdx.x"))
-    _spread(O, O.fuse(ii, jj), nwarps, tx, ty)
+    # each warp stores its tile of accumulators, from the lanes' registers, in one call
+    wi, ri = store.split(rows, factor=wm)
+    wj, rj = store.split(cols, factor=wn)
+    store.reorder(wi, wj, ri, rj)
+    warp = store.fuse(wi, wj)
+    store.bind(warp, ty)
+    store.tensorize(ri, intrin_cuda.mma_store(warp_tiles))
 
-    s[CS].compute_at(O, bx)
-    ci, cj = CS.op.axis
-    wi, ci = s[CS].split(ci, factor=wm)
-    wj, cj = s[CS].split(cj, factor=wn)
-    mt, mi = s[CS].split(ci, factor=MT)
-    nt, ni = s[CS].split(cj, factor=NT)
-    ko, kk = s[CS].split(CS.op.reduce_axis[0], factor=k_step)
-    kt, ki = s[CS].split(kk, factor=KT)
-    s[CS].reorder(wi, wj, ko, kt, mt, nt, mi, ni, ki)
-    s[CS].bind(s[CS].fuse(wi, wj), ty)
-    # unrolled, not serial: thread_sync ends a serial loop that reads and writes shared
-    # memory with a barrier, and here each lane touches only its own elements of C
-    for iv in (kt, mt, nt):
-        s[CS].unroll(iv)
-    s[CS].tensorize(mi, intrin_cuda.mma_m16n8k16(dtype))
+    # the accumulators of one warp, at the warp's loop: per lane, its elements only
+    s[CF].compute_at(store, warp)
+    ci, cj = CF.op.axis
+    ko, kk = s[CF].split(CF.op.reduce_axis[0], factor=k_step)
+    kt, ki = s[CF].split(kk, factor=KT)
+    s[CF].reorder(ko, kt, ci, cj, ki)
+    s[CF].unroll(kt)
+    s[CF].tensorize(ci, intrin_cuda.mma_m16n8k16(dtype, warp_tiles))
 
     for T in (AS, BS):
-        s[T].compute_at(s[CS], ko)
+        s[T].compute_at(s[CF], ko)
+        # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
+        # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
+        s[T].storage_align(T.op.axis[0], 16, 8)
         _spread(s[T], s[T].fuse(*s[T].op.axis), nwarps, tx, ty)
 
 

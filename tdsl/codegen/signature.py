@@ -14,6 +14,8 @@ from .. import dtype as dt
 from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
+from ..ir.visitor import walk
+from ..te.tensor_intrin import pointer_writes
 
 SIGNATURE_ABI = 1
 
@@ -36,6 +38,9 @@ def stored_buffers(stmt) -> set:
             out.add(s.buffer)
         elif isinstance(s, S.ExternCall):
             out.update(s.args[k] for k in s.writes)
+        elif isinstance(s, S.Evaluate):     # a tensor intrinsic writing through a pointer
+            walk(s.value, lambda n: out.add(n.args[0].buffer) if isinstance(n, E.Call)
+                 and n.name == "address_of" and pointer_writes(n) else None)
     st(stmt)
     return out
 

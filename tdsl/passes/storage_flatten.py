@@ -7,26 +7,10 @@ flat ones whose shape is their padded size.
 """
 from __future__ import annotations
 
-from .. import arith
+from ..arith.layout import strides
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator
-
-
-def strides(buf):
-    shape = list(buf.shape)
-    aligns = {axis: (factor, offset) for axis, factor, offset in buf.align}
-    out = [None] * len(shape)
-    stride = E.const(1)
-    for d in reversed(range(len(shape))):
-        if d in aligns and isinstance(stride, E.IntImm):
-            f, o = aligns[d]
-            v = stride.value
-            v += (o - v % f) % f
-            stride = E.const(v)
-        out[d] = stride
-        stride = arith.simplify(stride * shape[d])
-    return out, stride
 
 
 class _Flatten(Mutator):

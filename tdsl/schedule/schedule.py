@@ -246,9 +246,20 @@ class Schedule:
         return rfactor(self, tensor, axis, factor_axis)
 
 
+# a tensor-core accumulator: each lane of a warp holds its elements of the block in
+# registers, in the instruction's layout (tdsl.te.intrin_cuda); only intrinsics touch it
+FRAGMENT_SCOPES = ("mma.accumulator",)
+
+
 def _check_scope(prim, scope):
+    if scope in FRAGMENT_SCOPES:
+        if prim == "cache_write":
+            return
+        raise ScheduleError(f"{prim}: scope {scope!r} is a tensor-core accumulator that only "
+                            "the mma intrinsics may write; make it with cache_write")
     if scope not in ("global", "shared", "local"):
-        raise ScheduleError(f"{prim}: unknown scope {scope!r}; use 'global', 'shared' or 'local'")
+        raise ScheduleError(f"{prim}: unknown scope {scope!r}; use 'global', 'shared', 'local' "
+                            f"or (cache_write) {', '.join(map(repr, FRAGMENT_SCOPES))}")
 
 
 class _ReplaceTensor(Mutator):

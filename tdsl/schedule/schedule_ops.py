@@ -305,8 +305,9 @@ class ScheduleLowering:
         guard = spatial + pred
         tz = self._tensorized(st, leaves, guard, reduce_conds + wraps)
         if tz is not None:
-            call = guarded(guard, tensorize_update(self, st, leaves, tz, vals, off, bufs,
-                                                   lambda m: _LowerExpr(self, m), bodies[0]))
+            call, init_call = tensorize_update(self, st, leaves, tz, vals, off, bufs,
+                                               lambda m: _LowerExpr(self, m), bodies[0])
+            call = guarded(guard, call)
         if not isinstance(bodies[0], E.Reduce):
             if tz is not None:
                 return self._wrap(st, leaves[:tz], call)
@@ -324,10 +325,14 @@ class ScheduleLowering:
         init_store = wrap_threads(wraps, guarded(guard, S.seq(*[
             S.BufferStore(b, v, idx) for b, v in zip(bufs, inits)])))
         p = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
-        if tz is not None:      # the intrinsic is the update; tdsl's own loops initialise
-            q = min(p, tz)
-            init_nest = self._wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
-                                   init_store, with_attached=False)
+        if tz is not None:      # the intrinsic is the update; its reduce_init, else tdsl's
+            q = min(p, tz)      # own loops, initialise
+            if init_call is not None:
+                init_nest = self._wrap(st, [iv for iv in leaves[q:tz] if iv.kind != "reduce"],
+                                       guarded(guard, init_call), with_attached=False)
+            else:
+                init_nest = self._wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
+                                       init_store, with_attached=False)
             return self._wrap(st, leaves[:q], S.seq(init_nest, self._wrap(st, leaves[q:tz], call)))
         threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and bound_tag(st, iv)]
         if threads:

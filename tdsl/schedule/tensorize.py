@@ -10,7 +10,11 @@ body's shape (same operations, dtypes, constants, reducer), reading tensor for p
 (row-major, so one pointer to the block's start describes it): the buffer's flat offset
 from the block start equals the placeholder's flat offset, for every intrinsic index. A
 `strided` intrinsic relaxes (3) to: that offset is a sum of one step per intrinsic axis, free
-of the intrinsic's variables (a tile of a larger buffer); the steps become `Region.strides`.
+of the intrinsic's variables (a tile of a larger buffer, rows padded by `storage_align`
+included); the steps become `Region.strides`.
+
+An intrinsic with `reduce_init` initialises its own output block: `tensorize_update` returns
+that statement too, for `schedule_ops` to put where tdsl's init loops would go.
 
 A `warp` intrinsic's call stands for a block that the 32 lanes of a warp compute together;
 `schedule_ops` checks where it sits (threadIdx.x is the warp's lanes and binds no loop
@@ -21,7 +25,8 @@ from __future__ import annotations
 from typing import Dict, List
 
 from .. import arith
-from ..errors import ScheduleError
+from ..arith.layout import strides as buffer_strides
+from ..errors import ScheduleError, TdslError
 from ..ir import expr as E
 from ..ir.visitor import substitute, free_vars
 from ..te.tensor_intrin import Region
@@ -33,6 +38,14 @@ def _flat(indices, shape):
     for i, d in zip(indices, shape):
         out = out * d + i
     return out
+
+
+def _offset(indices, buf):
+    """The flat element offset of `indices` in `buf`, with its storage_align padding."""
+    if not buf.align:
+        return _flat(indices, buf.shape)
+    steps, _ = buffer_strides(buf)
+    return sum((i * st for i, st in zip(indices, steps)), E.const(0))
 
 
 class _Match:
@@ -86,7 +99,7 @@ class _Match:
         zero = {v: E.const(0) for v in ivars}
         start = tuple(arith.simplify(substitute(i, zero), self.ranges) for i in load.indices)
         buf = load.buffer
-        offset = _flat(load.indices, buf.shape) - _flat(start, buf.shape)
+        offset = _offset(load.indices, buf) - _offset(start, buf)
         if not self.intrin.strided:
             delta = arith.simplify(offset - _flat(indices, shape), self.ranges)
             if not E.is_const_int(delta, 0) or buf.align:
@@ -96,7 +109,7 @@ class _Match:
             return start, None
         # steps per placeholder axis: the offset at a unit index on that axis alone
         axes = [free_vars(i) & set(ivars) for i in indices]
-        if buf.align or any(len(a) != 1 for a in axes):
+        if any(len(a) != 1 for a in axes):
             raise self.fail(f"{what}: the intrinsic reads it with indices {indices}, not one "
                             "axis per dimension")
         unit = [{v: E.const(1 if v in a else 0) for v in ivars} for a in axes]
@@ -110,8 +123,9 @@ class _Match:
 
 
 def tensorize_update(ctx, st, leaves, t, vals, offset, bufs, make_lower, body):
-    """The statement that replaces `leaves[t:]` of stage `st`: a call of its tensor
-    intrinsic on the blocks the loops would have read and written.
+    """(the statement that replaces `leaves[t:]` of stage `st`: a call of its tensor
+    intrinsic on the blocks the loops would have read and written, the intrinsic's
+    `reduce_init` statement for the output block or None).
 
     `vals` are the root axes' values in the leaf variables,
     `offset` the start of the region the output buffer holds, `make_lower(vmap)` lowers a tensor expression with root axes mapped by `vmap`,
@@ -185,9 +199,14 @@ def tensorize_update(ctx, st, leaves, t, vals, offset, bufs, make_lower, body):
     out_start, out_strides = m.layout(out_load, [ax.var for ax in iop.axis], iop.shape,
                                       ivars, "the output block")
     outs = [Region(iop.output(0), bufs[0], out_start, out_strides)]
-    stmt = intrin.fimpl(ins, outs)
-    bad = [v for v in free_vars(stmt) if v in set(ivars)]
-    if bad:
-        raise m.fail(f"fimpl's statement uses the intrinsic's axes {bad}")
-    return stmt
+    try:    # the intrinsic refuses blocks it cannot take; say which stage gave them
+        stmt = intrin.fimpl(ins, outs)
+        init = intrin.reduce_init(outs) if intrin.reduce_init is not None else None
+    except TdslError as e:
+        raise m.fail(str(e)) from None
+    for x in (stmt, init):
+        bad = [v for v in free_vars(x) if v in set(ivars)] if x is not None else []
+        if bad:
+            raise m.fail(f"fimpl's statement uses the intrinsic's axes {bad}")
+    return stmt, init
 

@@ -2,11 +2,24 @@
 sm_80 and later, 16 x 8 float32 outputs += a 16 x 16 block of A (bfloat16 or float16) times
 a 16 x 8 block of B, computed by the 32 lanes of a warp together.
 
-The intrinsic is `warp` (every lane makes the call; each loads and stores its own fragment,
-so the blocks live in memory a whole warp can read: shared memory, or global) and `strided`
+Every intrinsic here is `warp` (every lane makes the call and does its part) and `strided`
 (the blocks are tiles of larger buffers; their row steps become the call's leading
 dimensions). The code is the source printers' (`tdsl.codegen.source.tensor_ops`): the
-instruction in CUDA, its meaning lane by lane for the "c" target's emulation of GPU kernels.
+instructions in CUDA, their meaning lane by lane for the "c" target's emulation of GPU
+kernels.
+
+Where the accumulator lives decides what a call does:
+
+- In scope `ACCUMULATOR` ("mma.accumulator", a `cache_write` stage computed at a loop
+  bound to the warps): registers. Each lane holds only its four elements of every 16 x 8
+  block, in the instruction's own layout (`tensor_ops.LAYOUT`), so the instruction neither
+  loads nor stores C. `mma_m16n8k16(dtype, tiles)` then covers `tiles` = (tm, tn) blocks of
+  16 x 8 per call (A fragments loaded once per block row, B once per block column, with
+  `ldmatrix` from shared memory); its `reduce_init` zeroes the block (the fill) and
+  `mma_store(tiles)` writes it to shared or global memory. Nothing else may touch such a
+  buffer: `tdsl.passes.mma_fragments` checks that, and gives each lane its array.
+- In shared or global memory (the first form, one 16 x 8 block a call): each lane loads
+  its elements of C around the instruction and stores them back.
 """
 from __future__ import annotations
 
@@ -17,30 +30,97 @@ from .tensor_intrin import call, decl_tensor_intrin
 
 M, N, K = 16, 8, 16
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
+ACCUMULATOR = "mma.accumulator"
+# the calls on accumulators in registers, the only ones tdsl.passes.mma_fragments lets
+# touch them
+FRAGMENT_CALLS = ("cuda.mma_m16n8k16_frag.bf16", "cuda.mma_m16n8k16_frag.f16",
+                  "cuda.mma_fill_m16n8", "cuda.mma_store_m16n8")
 
 
-def _row_step(region, what):
+def _row_step(region, what, name):
     if region.strides is None or not E.is_const_int(region.strides[1], 1):
-        raise ScheduleError(f"mma_m16n8k16: the {what} block must have contiguous rows, has "
+        raise ScheduleError(f"{name}: the {what} block must have contiguous rows, has "
                             f"steps {region.strides}")
     return region.strides[0]
 
 
-def mma_m16n8k16(dtype="bfloat16"):
-    """C[i, j] += sum_k float(A[i, k]) * float(B[k, j]) over a 16 x 8 x 16 block (A row-major
-    16 x 16, B row-major 16 x 8, C float32 16 x 8), one `mma.sync` of a warp."""
+def _tiles(tiles, name):
+    ok = isinstance(tiles, (tuple, list)) and len(tiles) == 2 and \
+        all(isinstance(t, int) and not isinstance(t, bool) and 1 <= t <= 16 for t in tiles)
+    if not ok:
+        raise ScheduleError(f"{name}: tiles must be (blocks of rows, blocks of columns), two "
+                            f"ints in 1..16, got {tiles!r}")
+    return tuple(tiles)
+
+
+def _in_registers(region, name, what):
+    if region.buffer.scope != ACCUMULATOR:
+        raise ScheduleError(f"{name}: the {what} '{region.buffer.name}' is in scope "
+                            f"'{region.buffer.scope}'; it must be a cache_write stage in scope "
+                            f"'{ACCUMULATOR}'")
+
+
+def mma_m16n8k16(dtype="bfloat16", tiles=(1, 1)):
+    """C[i, j] += sum_k float(A[i, k]) * float(B[k, j]) over a (16 tm) x (8 tn) x 16 block
+    (A row-major (16 tm) x 16, B row-major 16 x (8 tn), C float32), tm * tn `mma.sync` of
+    a warp. C in scope "mma.accumulator" (registers) takes any `tiles` = (tm, tn) and
+    zeroes itself; C in memory takes (1, 1)."""
     if dtype not in DTYPES:
         raise ScheduleError(f"mma_m16n8k16: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    A = placeholder((M, K), dtype=dtype, name="A")
-    B = placeholder((K, N), dtype=dtype, name="B")
+    tm, tn = _tiles(tiles, "mma_m16n8k16")
+    ptx = DTYPES[dtype]
+    A = placeholder((M * tm, K), dtype=dtype, name="A")
+    B = placeholder((K, N * tn), dtype=dtype, name="B")
     k = reduce_axis((0, K), name="k")
-    C = compute((M, N), lambda i, j: _sum(A[i, k].astype("float32") * B[k, j].astype("float32"),
-                                          axis=k), name=f"mma_m16n8k16_{DTYPES[dtype]}")
+    suffix = "" if (tm, tn) == (1, 1) else f"_{tm}x{tn}"
+    C = compute((M * tm, N * tn), lambda i, j: _sum(
+        A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+        name=f"mma_m16n8k16_{ptx}{suffix}")
+
+    def steps(ins, outs):
+        a, b = ins
+        c = outs[0]
+        return (_row_step(c, "C", C.name), _row_step(a, "A", C.name),
+                _row_step(b, "B", C.name))
 
     def fimpl(ins, outs):
         a, b = ins
         c = outs[0]
-        return call(f"cuda.mma_m16n8k16.{DTYPES[dtype]}", c.access_ptr("rw"), a.access_ptr(),
-                    b.access_ptr(), _row_step(c, "C"), _row_step(a, "A"), _row_step(b, "B"))
+        if c.buffer.scope == ACCUMULATOR:
+            return call(f"cuda.mma_m16n8k16_frag.{ptx}", c.access_ptr("rw"), a.access_ptr(),
+                        b.access_ptr(), *steps(ins, outs), tm, tn)
+        if (tm, tn) != (1, 1):
+            raise ScheduleError(f"{C.name}: {tm} x {tn} blocks a call need the accumulator "
+                                f"in scope '{ACCUMULATOR}' (registers); '{c.buffer.name}' is "
+                                f"in '{c.buffer.scope}'")
+        return call(f"cuda.mma_m16n8k16.{ptx}", c.access_ptr("rw"), a.access_ptr(),
+                    b.access_ptr(), *steps(ins, outs))
 
-    return decl_tensor_intrin(C.op, fimpl, inputs=[A, B], strided=True, warp=True)
+    def fill(outs):     # accumulators in memory keep tdsl's init loops
+        c = outs[0]
+        if c.buffer.scope != ACCUMULATOR:
+            return None
+        return call("cuda.mma_fill_m16n8", c.access_ptr("w"), _row_step(c, "C", C.name), tm, tn)
+
+    return decl_tensor_intrin(C.op, fimpl, inputs=[A, B], strided=True, warp=True,
+                              reduce_init=fill)
+
+
+def mma_store(tiles=(1, 1)):
+    """D[i, j] = F[i, j] over a (16 tm) x (8 tn) block: a warp writes the accumulator F
+    (scope "mma.accumulator") to D in shared or global memory, each lane its own
+    elements (rows g and g + 8, columns 2t and 2t + 1 of every 16 x 8 block)."""
+    tm, tn = _tiles(tiles, "mma_store")
+    F = placeholder((M * tm, N * tn), dtype="float32", name="F")
+    D = compute((M * tm, N * tn), lambda i, j: F[i, j], name=f"mma_store_m16n8_{tm}x{tn}")
+
+    def fimpl(ins, outs):
+        f, d = ins[0], outs[0]
+        _in_registers(f, D.name, "block it reads")
+        if d.buffer.scope == ACCUMULATOR:
+            raise ScheduleError(f"{D.name}: writes memory; '{d.buffer.name}' is itself in "
+                                f"scope '{ACCUMULATOR}'")
+        return call("cuda.mma_store_m16n8", d.access_ptr("w"), f.access_ptr("r"),
+                    _row_step(d, "output", D.name), _row_step(f, "accumulator", D.name), tm, tn)
+
+    return decl_tensor_intrin(D.op, fimpl, inputs=[F], strided=True, warp=True)

@@ -8,8 +8,11 @@ of `op` and one for its output: where in the real buffers the block starts, with
 `access_ptr()` to hand to a machine instruction. It returns a statement, usually
 `call(name, ...)` of an instruction a code generator knows (`tdsl.codegen.llvm.tensor_ops`).
 
-For a reduction the intrinsic is the update (`out += ...`): the loops that set the output
-to the reduction's identity stay tdsl's own.
+For a reduction the intrinsic is the update (`out += ...`). The loops that set the output
+to the reduction's identity stay tdsl's own, unless the intrinsic has a `reduce_init(outs)`
+that returns a statement for its output block (TVM's reduce_init): then that statement runs
+once per block, in the loops outside both the block and the reduction. An output only
+intrinsics may touch (a tensor-core accumulator held in registers) needs one.
 
 Two options widen what a call may stand for. `strided=True`: a block may sit in a larger
 buffer (a tile of a shared-memory matrix) rather than be contiguous; each `Region` then
@@ -63,9 +66,10 @@ def pointer_writes(e) -> bool:
 
 class TensorIntrin:
     def __init__(self, op: ComputeOp, fimpl: Callable, name: str, inputs: List[Tensor],
-                 strided: bool = False, warp: bool = False):
+                 strided: bool = False, warp: bool = False, reduce_init=None):
         self.op = op
         self.fimpl = fimpl
+        self.reduce_init = reduce_init      # outs -> statement or None (tdsl's loops)
         self.name = name
         self.inputs = inputs
         self.strided = strided
@@ -76,22 +80,27 @@ class TensorIntrin:
 
 
 def decl_tensor_intrin(op, fimpl, name: Optional[str] = None, inputs=None,
-                       strided: bool = False, warp: bool = False) -> TensorIntrin:
+                       strided: bool = False, warp: bool = False,
+                       reduce_init: Optional[Callable] = None) -> TensorIntrin:
     """A tensor intrinsic computing `op` (a compute over placeholders) by `fimpl(ins,
     outs) -> statement`; `ins` follow `inputs` (default: the placeholders in the order
-    `op` first reads them). `strided` and `warp`: see the module's doc."""
+    `op` first reads them). `strided`, `warp` and `reduce_init(outs)`: see the module's
+    doc."""
     if isinstance(op, Tensor):
         op = op.op
     if not isinstance(op, ComputeOp) or len(op.outputs) != 1:
         raise TdslError(f"decl_tensor_intrin: expected one compute with one output, got {op!r}")
     if not callable(fimpl):
         raise TdslError(f"decl_tensor_intrin: fimpl must be callable, got {fimpl!r}")
+    if reduce_init is not None and not callable(reduce_init):
+        raise TdslError(f"decl_tensor_intrin: reduce_init must be callable, got {reduce_init!r}")
     reads = list(inputs) if inputs is not None else list(op.input_tensors())
     for t in reads:
         if not isinstance(t.op, PlaceholderOp):
             raise TdslError(f"decl_tensor_intrin: '{t.name}' is computed; an intrinsic's "
                             "definition reads placeholders only")
-    return TensorIntrin(op, fimpl, name or op.name, reads, strided=strided, warp=warp)
+    return TensorIntrin(op, fimpl, name or op.name, reads, strided=strided, warp=warp,
+                        reduce_init=reduce_init)
 
 
 def call(name: str, *args, dtype: str = "int32") -> S.Stmt:

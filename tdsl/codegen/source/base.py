@@ -11,6 +11,7 @@ from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.expr import Range
 from ...ir.visitor import walk
+from ...te.tensor_intrin import pointer_writes
 from .exprs import CExprPrinter
 
 
@@ -317,11 +318,14 @@ class CFamilyPrinter(CExprPrinter):
         return self.preamble() + ("\n" + helpers if helpers else "") + "\n" + "\n".join(texts)
 
 def written_buffers(stmt):
+    """Buffers stored to, or passed to a tensor intrinsic that writes through the pointer
+    (a tensor-core store straight to an output)."""
     out = set()
-    from ...ir.visitor import walk
 
     def f(n):
         if isinstance(n, S.BufferStore):
             out.add(n.buffer)
+        elif isinstance(n, E.Call) and n.name == "address_of" and pointer_writes(n):
+            out.add(n.args[0].buffer)
     walk(stmt, f)
     return out

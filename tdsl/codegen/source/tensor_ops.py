@@ -2,33 +2,20 @@
 C-family printers: each is a helper function emitted once per translation unit and called
 on the pointers `Region.access_ptr()` gives.
 
-`cuda.mma_m16n8k16.{bf16,f16}` (`tdsl.intrin_cuda.mma_m16n8k16`) is a warp's tensor-core
-`mma.sync` in CUDA. For the "c" target's emulation of GPU kernels (threads as fibers, no
-warps) it is what the instruction means for the calling lane: the lane's four elements of C
-get their dot products with plain loops, so the emulation checks everything around the
-instruction (the schedule, the blocks and their strides, which lane owns which element of C)
-but not the instruction's own register layout, which only a GPU can.
+`cuda.mma_m16n8k16.{bf16,f16}` (`tdsl.intrin_cuda.mma_m16n8k16` with C in memory) is a
+warp's tensor-core `mma.sync` in CUDA, loading and storing the lane's elements of C around
+it. For the "c" target's emulation of GPU kernels (threads as fibers, no warps) it is what
+the instruction means for the calling lane: the lane's four elements of C get their dot
+products with plain loops. The calls on accumulators held in registers (fill, mma, store)
+are `mma_fragments.py`'s; there the emulation follows the register layout in all three, so
+a disagreement between them shows in the numbers, though the instruction itself (and
+ldmatrix) only a GPU can check.
 """
 from __future__ import annotations
 
 from ...errors import BuildError
-
-# The fragment layout the CUDA helper loads and stores (printed above it as a comment).
-LAYOUT = """PTX ISA, section 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with floating point
-type": lane l holds, with g = l >> 2 (groupID) and t = l % 4 (threadID_in_group),
-  A (16 x 16, .row): a0,a1 = A[g][2t, 2t+1]    a2,a3 = A[g+8][2t, 2t+1]
-                     a4,a5 = A[g][2t+8, 2t+9]  a6,a7 = A[g+8][2t+8, 2t+9]
-  B (16 x 8, .col):  b0,b1 = B[2t, 2t+1][g]    b2,b3 = B[2t+8, 2t+9][g]
-  C, D (16 x 8):     c0,c1 = C[g][2t, 2t+1]    c2,c3 = C[g+8][2t, 2t+1]
-two 16-bit elements to a 32-bit register, the lower-numbered one in the low half."""
-
-# its own helper: a kernel with both the bf16 and the f16 instruction defines it once
-_PACK = r"""
-static __device__ __forceinline__ unsigned tdsl_mma_pack(const unsigned short *lo,
-                                                         const unsigned short *hi) {
-  return (unsigned)*lo | ((unsigned)*hi << 16);
-}
-"""
+from . import mma_fragments
+from .mma_fragments import LAYOUT, PACK
 
 _CUDA = r"""
 // {comment}
@@ -81,7 +68,7 @@ def _mma(printer, e):
     fields = dict(name=name, t=printer.mem_type(dtype), ptx=ptx,
                   lane=printer.thread_index("threadIdx.x"))
     if printer.target == "cuda":
-        printer._add_helper("tdsl_mma_pack", _PACK)
+        printer._add_helper("tdsl_mma_pack", PACK)
         text = _CUDA.format(comment=LAYOUT.replace("\n", "\n// "), **fields)
     elif printer.target == "c":
         text = _EMULATED.format(a_ik=printer.cast_text("a[i * lda + k]", dtype, "float32"),
@@ -96,7 +83,7 @@ def _mma(printer, e):
     return f"{name}({args}, {steps})"
 
 
-OPS = {"cuda.mma_m16n8k16.bf16": _mma, "cuda.mma_m16n8k16.f16": _mma}
+OPS = {"cuda.mma_m16n8k16.bf16": _mma, "cuda.mma_m16n8k16.f16": _mma, **mma_fragments.OPS}
 
 
 def emit(printer, e) -> str:
