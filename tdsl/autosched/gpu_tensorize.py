@@ -1,21 +1,28 @@
 """GPU rule for half-precision contractions: C (float32) = A @ B with bfloat16 or float16
 operands, written with casts, on CUDA sm_80 and later runs on the tensor cores
-(`mma.sync.aligned.m16n8k16`, `tdsl.intrin_cuda.mma_m16n8k16`).
+(`mma.sync.aligned.m16n8k16`, `tdsl.intrin_cuda`).
 
-A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x); per k step
-all its threads copy a tile of A and of B into shared memory, then each warp runs the
-instruction over its own tile of C, which accumulates in shared memory and is written to C
-at the end (`mma_schedule`, which `tdsl.examples.mma_gemm` also uses). B read as B[j, k]
-(A @ B.T), or A as A[k, i], is copied into shared memory transposed (`transform_layout`
-in "shared" scope), since the instruction takes A as M x K and B as K x N rows. An
-elementwise consumer of C's shape reading C at its own indices (bias, activation, a cast)
-is the stage tiled over the grid: it reads the accumulators from shared memory, one kernel.
+A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x). Each warp
+accumulates its tile of C in registers: a `cache_write` stage in scope "mma.accumulator"
+computed at the warp's loop, zeroed, updated and stored only by the fragment intrinsics,
+so each lane holds just its elements in the instruction's layout. Per k step all the
+block's threads copy a tile of A and of B into shared memory (rows padded so that each
+starts 16-byte aligned and 8 rows fall in different banks); each warp then loads its A and
+B fragments with `ldmatrix` and runs one `mma.sync` per 16 x 8 block of its tile. At the
+end each warp stores its accumulators straight to C (`mma_schedule`, which
+`tdsl.examples.mma_gemm` also uses). B read as B[j, k] (A @ B.T), or A as A[k, i], is
+copied into shared memory transposed (`transform_layout` in "shared" scope), since the
+instruction takes A as M x K and B as K x N rows. An elementwise consumer of C's shape
+reading C at its own indices (bias, activation, a cast) is the stage tiled over the grid:
+the warps store their accumulators into a shared tile of C once, and it reads them there,
+one kernel.
 
-The block tile is the largest of a few (2 x 2 warps of 2 x 2 blocks of 16 x 8, down to one
-warp of one block) that divides M and N; K must be a multiple of 16. When the target, the
-dtypes or the sizes do not allow it, `explain()` says why and the ordinary contraction rule
-(float32 FMAs) schedules it. Built for "c", the schedule runs with the instruction emulated
-lane by lane.
+The block tile is the largest of a few (2 x 4 warps of 4 x 4 blocks of 16 x 8, i.e. 128 x
+128, down to one warp of one block) that divides M and N and, with an epilogue, whose
+shared tiles fit the 48 KiB of static shared memory; K must be a multiple of 16. When the
+target, the dtypes or the sizes do not allow it, `explain()` says why and the ordinary
+contraction rule (float32 FMAs) schedules it. Built for "c", the schedule runs with the
+fragment intrinsics emulated lane by lane in the instruction's layout.
 """
 from __future__ import annotations
 
@@ -23,9 +30,22 @@ from ..ir import expr as E
 from ..te import intrin_cuda, thread_axis
 
 MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
-# (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first
-CONFIGS = [((2, 2), (2, 2)), ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)),
-           ((1, 1), (1, 1))]
+# (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 4 warps
+# of 64 x 32 hold 64 accumulators a lane: ptxas gives 112 registers, no spills, two
+# blocks of 256 threads an SM on sm_80 and sm_90 (docs/gpu.md has the table)
+CONFIGS = [((2, 4), (4, 4)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
+           ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)), ((1, 1), (1, 1))]
+SHARED_BYTES = 48 * 1024        # static shared memory a block may declare
+PAD = 8                         # elements added to every shared row (mma_schedule)
+
+
+def shared_bytes(warps, tiles, k_step, dtype_bytes=2, epilogue=False):
+    """The shared memory `mma_schedule` declares, at most (a row already 8 past a multiple
+    of 16 gets no padding): the padded A and B tiles, and with an epilogue the float32
+    tile of C it reads."""
+    bm, bn = warps[0] * tiles[0] * MT, warps[1] * tiles[1] * NT
+    n = (bm * (k_step + PAD) + k_step * (bn + PAD)) * dtype_bytes
+    return n + (bm * (bn + PAD) * 4 if epilogue else 0)
 
 
 def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
@@ -61,7 +81,7 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
         s[CS].compute_at(O, bx)
         # rows 8 floats (32 bytes) longer than the tile: the 8 rows a warp's store writes
         # at once then fall in different banks
-        s[CS].storage_align(CS.op.axis[0], 16, 8)
+        s[CS].storage_align(CS.op.axis[0], 2 * PAD, PAD)
         store, (rows, cols) = s[CS], CS.op.axis
     O.bind(by, thread_axis("blockIdx.y"))
     O.bind(bx, thread_axis("blockIdx.x"))
@@ -86,7 +106,7 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
         s[T].compute_at(s[CF], ko)
         # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
         # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
-        s[T].storage_align(T.op.axis[0], 16, 8)
+        s[T].storage_align(T.op.axis[0], 2 * PAD, PAD)
         _spread(s[T], s[T].fuse(*s[T].op.axis), nwarps, tx, ty)
 
 
@@ -115,9 +135,10 @@ def _load(e):
     return None
 
 
-def mma_plan(st, info, target):
+def mma_plan(st, info, target, with_epilogue=False):
     """(plan, None) when stage `st` can run on mma.sync, else (None, why not); why is None
-    for contractions that are not half precision."""
+    for contractions that are not half precision. `with_epilogue`: an elementwise consumer will
+    read C from a shared tile, which the block tile must leave room for."""
     body = st.op.body
     if not isinstance(body, E.Reduce) or body.combiner.name != "sum" or \
             st.op.output(0).dtype != "float32":
@@ -149,13 +170,14 @@ def mma_plan(st, info, target):
         return None, f"'{b.tensor.name}' is not read as {b.tensor.name}[k, j] or [j, k]"
     if K % KT:
         return None, f"K={K} is not a multiple of {KT}"
+    k_step = 2 * KT if K % (2 * KT) == 0 else KT
     for warps, tiles in CONFIGS:
         bm, bn = warps[0] * tiles[0] * MT, warps[1] * tiles[1] * NT
-        if M % bm == 0 and N % bn == 0:
+        if M % bm == 0 and N % bn == 0 and \
+                shared_bytes(warps, tiles, k_step, epilogue=with_epilogue) <= SHARED_BYTES:
             break
     else:
         return None, f"M={M}, N={N}: no block tile fits (multiples of {MT} and {NT} needed)"
-    k_step = 2 * KT if K % (2 * KT) == 0 else KT
     return dict(A=a.tensor, B=b.tensor, dtype=a.dtype, warps=warps, tiles=tiles,
                 k_step=k_step, a_transposed=a.indices[0] is k.var,
                 b_transposed=b.indices[0] is j.var, sm=sm), None
@@ -181,25 +203,26 @@ def tensor_core(s, st, info, target, rec, readers=(), infos=None):
     """Schedules `st` on mma.sync when it can, with its elementwise epilogue among
     `readers` (its readers that are not inlined) when there is one; returns the stages
     scheduled, or None after saying why (if it is a half-precision contraction)."""
-    plan, why = mma_plan(st, info, target)
+    T = epilogue(st, info, list(readers), infos) if infos is not None else None
+    plan, why = mma_plan(st, info, target, with_epilogue=T is not None)
     if plan is None:
         if why is not None:
             rec.add(st, "tensorize", "none", why + "; the float32 contraction rule instead")
         return None
-    T = epilogue(st, info, list(readers), infos) if infos is not None else None
     mma_schedule(s, plan["A"], plan["B"], st.op.output(0), plan["dtype"], plan["warps"],
                  plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"],
                  out=None if T is None else T.op.output(0))
     w, t = plan["warps"], plan["tiles"]
     rec.add(st, "tensorize", f"mma.sync m16n8k16 ({plan['dtype']}); {w[0]} x {w[1]} warps "
             f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}",
-            f"sm_{plan['sm']} tensor cores: a warp multiplies 16 x 16 by 16 x 8 per instruction; "
-            "A and B tiles staged in shared memory" +
+            f"sm_{plan['sm']} tensor cores: a warp multiplies 16 x 16 by 16 x 8 per instruction, "
+            "its accumulators in registers (mma.accumulator); A and B tiles staged in shared "
+            "memory and loaded with ldmatrix" +
             ("; A copied transposed (it is read as A[k, i])" if plan["a_transposed"] else "") +
             ("; B copied transposed (it is read as B[j, k])" if plan["b_transposed"] else ""))
     if T is not None:
-        rec.add(T, "fuse-epilogue", f"'{st.op.name}' accumulated in shared memory inside "
-                f"'{T.op.name}''s blocks", "one kernel: the epilogue reads the accumulators "
-                "from shared memory and writes the output once")
+        rec.add(T, "fuse-epilogue", f"'{st.op.name}' accumulated in registers inside "
+                f"'{T.op.name}''s blocks", "one kernel: the warps store the accumulators to a "
+                "shared tile once, the epilogue reads it there and writes the output once")
         return {st, T}
     return {st}

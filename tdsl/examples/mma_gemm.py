@@ -1,13 +1,16 @@
 """A bfloat16 / float16 GEMM on CUDA tensor cores: C (float32) = A @ B, every 16 x 8 x 16
-block one `mma.sync` of a warp (`s[C].tensorize`, `tdsl.intrin_cuda.mma_m16n8k16`).
+block one `mma.sync` of a warp (`tdsl.intrin_cuda`).
 
-A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x); per k step
-all its threads copy a tile of A and of B into shared memory, then each warp runs the
-tensor-core instruction over its own tile of C, which accumulates in shared memory (the
-instruction's fragments are loaded from and stored to it around each call) and is written
-to C at the end (`tdsl.autosched.gpu_tensorize.mma_schedule`, the auto-scheduler's rule
-for such products). Built for "c", the same schedule runs with the instruction emulated lane
-by lane, which is how it is checked without a GPU.
+A block of threads is a grid of warps (threadIdx.y, 32 lanes on threadIdx.x). Each warp
+holds its tile of C in registers (`cache_write(C, "mma.accumulator")`, each lane only its
+elements in the instruction's layout), zeroed by the fill before the k loop. Per k step all
+the block's threads copy a tile of A and of B into shared memory (rows padded for
+`ldmatrix`); each warp loads its A and B fragments from there with `ldmatrix` and runs
+`mma.sync` over its tile; at the end it stores the tile to C from its registers
+(`tdsl.intrin_cuda.mma_store`). The schedule is `tdsl.autosched.gpu_tensorize.mma_schedule`,
+the auto-scheduler's rule for such products. Built for "c", the same schedule runs with the
+fill, the instruction and the store emulated lane by lane in the instruction's register
+layout, which is how it is checked without a GPU.
 """
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ def definition(M, N, K, dtype="bfloat16"):
 
 
 def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=32):
-    """`warps` (rows, columns) of warps a block, each computing `warp_tiles` (rows,
-    columns) of 16 x 8 blocks of C; `k_step` columns of A (rows of B) staged at a time."""
+    """`warps` (rows, columns) of warps a block, each accumulating `warp_tiles` (rows,
+    columns) of 16 x 8 blocks of C in registers; `k_step` columns of A (rows of B) staged
+    in shared memory at a time. (2, 4) warps of (4, 4) blocks, 128 x 128 a block, is what
+    the auto-scheduler takes for large products."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     if M % bm or N % bn or K % k_step or k_step % KT:
