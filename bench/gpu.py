@@ -4,7 +4,8 @@
     python bench/gpu.py --sanitize [pytest args]
 
 Rows: hand SGEMM (tdsl.examples.gpu.matmul_fast_schedule) and auto-scheduled GEMM at 1024
-and 4096; auto-scheduled (`tdsl.auto_schedule`, no schedule written) the ResNet conv layer
+and 4096; the auto-scheduled bfloat16 GEMM (float32 accumulators, the tensor cores:
+tdsl.autosched.gpu_tensorize) beside torch's bfloat16 matmul at 1024 and 4096; auto-scheduled (`tdsl.auto_schedule`, no schedule written) the ResNet conv layer
 (3x3 64->64 56x56 batch 8), row sum 8192x8192, softmax 16384x1024 and add of 64M floats; and ResNet-18 and MobileNetV2 through the graph executor at
 batch 1 and 8 (torchvision models exported by tdsl.graph.zoo; tdsl.graph.models' own
 ResNet-18 and MobileNetV2 blocks when torch is missing). Each side is timed in blocks
@@ -42,7 +43,7 @@ from tdsl.examples import gpu as ex, kernels  # noqa: E402
 # ------------------------------------------------------------------------- the rows
 
 class Row:
-    """name; build() -> (tdsl module, shapes of its arguments); work (flops or bytes) and
+    """name; build() -> (tdsl module, (shape, dtype) of each argument); work (flops or bytes) and
     unit; torch(t, dev) -> a no-argument callable computing the same on the GPU."""
 
     def __init__(self, name, build, work, unit, torch_fn):
@@ -54,6 +55,12 @@ def _gemm_auto(n):
     B = tdsl.placeholder((n, n), name="B")
     k = tdsl.reduce_axis((0, n), name="k")
     C = tdsl.compute((n, n), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
+
+
+def _gemm_bf16_auto(n):
+    from tdsl.examples import mma_gemm
+    A, B, C = mma_gemm.definition(n, n, n, "bfloat16")
     return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
 
 
@@ -89,8 +96,14 @@ def _add(n):
 def _kernel(make, name):
     def build():
         s, args = make()
-        return tdsl.build(s, args, target="cuda", name=name), [tuple(int(d) for d in a.shape) for a in args]
+        return tdsl.build(s, args, target="cuda", name=name), \
+            [(tuple(int(d) for d in a.shape), a.dtype) for a in args]
     return build
+
+
+def _random(shape, dtype):
+    x = np.random.rand(*shape).astype(np.float32)
+    return tdsl.nd.float32_to_bfloat16(x) if dtype == "bfloat16" else x.astype(dtype)
 
 
 def kernel_rows():
@@ -101,6 +114,12 @@ def kernel_rows():
                         2.0 * n ** 3, "TFLOP/s", mm))
         rows.append(Row(f"gemm auto {n}", _kernel(lambda n=n: _gemm_auto(n), "gemm_auto"), 2.0 * n ** 3,
                         "TFLOP/s", mm))
+
+        def mm_bf16(t, d, n=n):
+            a, b = (t.rand(n, n, device=d, dtype=t.bfloat16) for _ in range(2))
+            return lambda: a @ b
+        rows.append(Row(f"bf16 gemm auto {n}", _kernel(lambda n=n: _gemm_bf16_auto(n), "gemm_bf16"),
+                        2.0 * n ** 3, "TFLOP/s", mm_bf16))
 
     def conv(t, d):
         x, w = t.rand(8, 64, 56, 56, device=d), t.rand(64, 64, 3, 3, device=d)
@@ -210,7 +229,7 @@ def measure(rows, nets, number):
     print(f"{'row':30s} {'tdsl':>10s} {'torch':>10s} {'unit':>8s} {'tdsl/torch':>10s}")
     for row in rows:
         f, shapes = row.build()
-        arrays = [tdsl.nd.array(np.random.rand(*s).astype(np.float32), dev) for s in shapes]
+        arrays = [tdsl.nd.array(_random(s, dtype), dev) for s, dtype in shapes]
         t_tdsl = f.time_evaluator(number=number, repeat=3)(*arrays).min
         t_torch = block_time(row.torch(torch, "cuda"), torch.cuda.synchronize, number)
         scale = 1e12 if row.unit == "TFLOP/s" else 1e9
