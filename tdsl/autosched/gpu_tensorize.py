@@ -17,7 +17,7 @@ reading C at its own indices (bias, activation, a cast) is the stage tiled over 
 the warps store their accumulators into a shared tile of C once, and it reads them there,
 one kernel.
 
-The block tile is the largest of a few (2 x 4 warps of 4 x 4 blocks of 16 x 8, i.e. 128 x
+The block tile is the largest of a few (2 x 2 warps of 4 x 8 blocks of 16 x 8, i.e. 128 x
 128, down to one warp of one block) that divides M and N and, with an epilogue, whose
 shared tiles fit the 48 KiB of static shared memory; K must be a multiple of 16. When the
 target, the dtypes or the sizes do not allow it, `explain()` says why and the ordinary
@@ -30,10 +30,12 @@ from ..ir import expr as E
 from ..te import intrin_cuda, thread_axis
 
 MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
-# (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 4 warps
-# of 64 x 32 hold 64 accumulators a lane: ptxas gives 112 registers, no spills, two
-# blocks of 256 threads an SM on sm_80 and sm_90 (docs/gpu.md has the table)
-CONFIGS = [((2, 4), (4, 4)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
+# (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 2 warps
+# of 64 x 64 hold 128 accumulators a lane: ptxas gives 166-182 registers, no spills, three
+# blocks of 128 threads an SM on sm_90 (two on sm_80); 2 x 4 warps of 64 x 32 (the same
+# block tile) take 136 registers on sm_90, one block of 256 threads an SM, and spill when
+# held to 128 (docs/low_precision.md has the table)
+CONFIGS = [((2, 2), (4, 8)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
            ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)), ((1, 1), (1, 1))]
 SHARED_BYTES = 48 * 1024        # static shared memory a block may declare
 PAD = 8                         # elements added to every shared row (mma_schedule)
@@ -102,20 +104,28 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
     s[CF].unroll(kt)
     s[CF].tensorize(ci, intrin_cuda.mma_m16n8k16(dtype, warp_tiles))
 
-    for T in (AS, BS):
+    for T, transposed in ((AS, a_transposed), (BS, b_transposed)):
         s[T].compute_at(s[CF], ko)
         # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
         # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
         s[T].storage_align(T.op.axis[0], 2 * PAD, PAD)
-        _spread(s[T], s[T].fuse(*s[T].op.axis), nwarps, tx, ty)
+        axis = s[T].fuse(*s[T].op.axis)
+        if not transposed:      # a row of 8 elements a lane: one 16-byte load and store
+            axis, vec = s[T].split(axis, factor=PAD)
+            s[T].vectorize(vec)
+        # rolled: unrolled, nvcc issues every 16-byte load of the tile before the stores,
+        # 16 more registers (and a spill on sm_90 with 2 x 2 blocks a warp)
+        s[T].pragma(_spread(s[T], axis, nwarps, tx, ty), "unroll", 1)
 
 
 def _spread(stage, axis, nwarps, tx, ty):
-    """Consecutive elements of `axis` to consecutive lanes, the rest over the warps."""
+    """Consecutive elements of `axis` to consecutive lanes, the rest over the warps;
+    returns the serial loop left over each thread's share."""
     rest, lane = stage.split(axis, factor=32)
-    warp, _ = stage.split(rest, nparts=nwarps)
+    warp, serial = stage.split(rest, nparts=nwarps)
     stage.bind(warp, ty)
     stage.bind(lane, tx)
+    return serial
 
 
 def _sm(target):

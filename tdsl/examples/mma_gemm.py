@@ -35,7 +35,7 @@ def definition(M, N, K, dtype="bfloat16"):
 def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=32):
     """`warps` (rows, columns) of warps a block, each accumulating `warp_tiles` (rows,
     columns) of 16 x 8 blocks of C in registers; `k_step` columns of A (rows of B) staged
-    in shared memory at a time. (2, 4) warps of (4, 4) blocks, 128 x 128 a block, is what
+    in shared memory at a time. (2, 2) warps of (4, 8) blocks, 128 x 128 a block, is what
     the auto-scheduler takes for large products."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn

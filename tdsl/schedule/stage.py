@@ -210,10 +210,16 @@ class Stage:
         self._log(f"bind({iv.var.name}, {thread_iv.thread_tag})")
 
     def pragma(self, iv, key, value=True):
-        """Attaches a hint to a loop; it is printed with the loop in the IR."""
+        """Attaches a hint to a loop; it is printed with the loop in the IR. ("unroll", n):
+        the C-family printers ask the compiler to unroll the serial loop at most n times."""
         self._check_leaf("pragma", iv)
         if not isinstance(key, str) or not key:
             raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")
+        if key == "unroll" and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 1):
+            raise self._error("pragma", f"'unroll' takes the most copies of the body the "
+                              f"compiler may make, an int >= 1 (1: keep the loop rolled), got "
+                              f"{value!r}")
         self._attr(iv).pragmas.append((key, value))
         self._log(f"pragma({iv.var.name}, {key!r}, {value!r})")
 

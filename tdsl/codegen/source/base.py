@@ -49,6 +49,11 @@ class CFamilyPrinter(CExprPrinter):
     def vector_zero(self, vec_type) -> str:
         raise NotImplementedError
 
+    def vector_copy(self, dst, src):
+        """A statement moving 16 bytes from pointer `src` to `dst` (both 16-byte aligned),
+        or None where the dialect has no such move."""
+        return None
+
     def emit(self, text):
         self.lines.append("  " * self.ind + text)
 
@@ -142,10 +147,13 @@ class CFamilyPrinter(CExprPrinter):
             self.ind -= 1
             self.emit("}")
             return
-        if s.kind is S.ForKind.VECTORIZED and self.vector_width and self.vector_for(s):
+        if s.kind is S.ForKind.VECTORIZED and self.vector_width and \
+                (self.copy_for(s) or self.vector_for(s)):
             return
         if s.kind in (S.ForKind.UNROLLED, S.ForKind.VECTORIZED):
             self.unroll_pragma(s)
+        elif dict(s.pragmas).get("unroll") is not None:     # Stage.pragma(iv, "unroll", n)
+            self.emit(self.unroll_count_text(dict(s.pragmas)["unroll"]))
         t = self.type_name(s.var.dtype)
         lo = self.expr(s.min)
         hi = self.expr(arith.simplify(s.min + s.extent)) if not E.is_const_int(s.min, 0) \
@@ -161,7 +169,39 @@ class CFamilyPrinter(CExprPrinter):
     def unroll_pragma(self, s):
         self.emit("#pragma unroll")
 
+    def unroll_count_text(self, n) -> str:
+        """The compiler hint that unrolls a loop at most `n` times (1: keep it rolled)."""
+        return f"#pragma unroll {n}"
+
     # ------------------------------------------------------------------ vector loops
+    def copy_for(self, s) -> bool:
+        """Prints a vectorized loop that only copies 16-bit elements (a bfloat16 tile into
+        shared memory) as 16-byte moves, 8 elements each; False when it does not fit."""
+        body, ext = s.body, s.extent
+        if not (isinstance(body, S.BufferStore) and isinstance(body.value, E.BufferLoad)
+                and body.value.dtype == body.buffer.dtype and dt.bits(body.buffer.dtype) == 16
+                and isinstance(ext, E.IntImm) and ext.value % 8 == 0
+                and E.is_const_int(s.min, 0) and len(body.indices) == 1
+                and len(body.value.indices) == 1
+                and self.vector_copy("d", "s") is not None):
+            return False
+        ranges = dict(self.ranges)
+        ranges[s.var] = Range(E.const(0), ext)
+        bases = []
+        for idx in (body.indices[0], body.value.indices[0]):
+            try:
+                lin = arith.linear_coeff(idx, s.var, ranges)
+            except arith.NotIndexExpr:
+                return False
+            if lin is None or lin[0] != 1 or not arith.is_divisible(lin[1], E.const(8), ranges):
+                return False
+            bases.append(lin[1])
+        dst, src = self.bufname(body.buffer), self.bufname(body.value.buffer)
+        for chunk in range(ext.value // 8):
+            at = [self.expr(arith.simplify(b + chunk * 8)) for b in bases]
+            self.emit(self.vector_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}") + ";")
+        return True
+
     def vector_for(self, s) -> bool:
         """Prints a vectorized loop with W-wide loads/stores; False when it does not fit."""
         W = self.vector_width

@@ -22,6 +22,9 @@ class CPrinter(CFamilyPrinter):
         if isinstance(s.extent, E.IntImm) and s.extent.value <= 64:
             self.emit(f"#pragma GCC unroll {s.extent.value}")
 
+    def unroll_count_text(self, n):
+        return f"#pragma GCC unroll {n}"
+
     def alloc_heap(self, buf, name, t, size, body):
         n = self.expr(arith.simplify(buf.shape[0])) if len(buf.shape) == 1 else None
         if n is None:

@@ -92,6 +92,9 @@ class CUDAPrinter(CFamilyPrinter):
     def vector_store(self, vt, ptr, lanes):
         return f"*({vt}*)({ptr}) = make_{vt}({', '.join(lanes)})"
 
+    def vector_copy(self, dst, src):
+        return f"*(uint4 *)({dst}) = *(const uint4 *)({src})"
+
     def vector_zero(self, vt):
         return f"make_{vt}({', '.join(['0.0f'] * int(vt[-1]))})"
 
