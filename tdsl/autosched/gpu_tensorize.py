@@ -31,10 +31,10 @@ from ..te import intrin_cuda, thread_axis
 
 MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
 # (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 2 warps
-# of 64 x 64 hold 128 accumulators a lane: ptxas gives 166-182 registers, no spills, three
-# blocks of 128 threads an SM on sm_90 (two on sm_80); 2 x 4 warps of 64 x 32 (the same
-# block tile) take 136 registers on sm_90, one block of 256 threads an SM, and spill when
-# held to 128 (docs/low_precision.md has the table)
+# of 64 x 64 hold 128 accumulators a lane: ptxas gives 165 registers, no spills, three
+# blocks of 128 threads an SM on sm_80 and sm_90. 2 x 4 warps of 64 x 32 (the same block
+# tile) would run 16 warps an SM at 94 registers but read 192 bytes of shared memory per
+# mma.sync instead of 128 (an SM reads 128 a cycle). docs/low_precision.md has the table.
 CONFIGS = [((2, 2), (4, 8)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
            ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)), ((1, 1), (1, 1))]
 SHARED_BYTES = 48 * 1024        # static shared memory a block may declare
