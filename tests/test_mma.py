@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tdsl
+from tdsl.autosched.gpu_tensorize import mma_schedule
 from tdsl.examples import mma_gemm
 from tdsl.runtime import cuda as rcuda
 
@@ -191,8 +192,6 @@ def _run_product(f, M, N, K, dtype, a_t, b_t, epilogue, seed=5):
     want = np.maximum(ref + bias, 0).astype(np.float16).astype(np.float32)
     np.testing.assert_allclose(d.astype(np.float32), want, rtol=1e-3, atol=1e-3)
 
-
-from tdsl.autosched.gpu_tensorize import mma_schedule      # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

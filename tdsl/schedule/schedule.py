@@ -8,6 +8,7 @@ from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.expr import Range, Var
 from ..ir.visitor import Mutator, substitute
+from ..te import intrin_cuda
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from .stage import Stage
 
@@ -247,8 +248,8 @@ class Schedule:
 
 
 # a tensor-core accumulator: each lane of a warp holds its elements of the block in
-# registers, in the instruction's layout (tdsl.te.intrin_cuda); only intrinsics touch it
-FRAGMENT_SCOPES = ("mma.accumulator",)
+# registers, in the instruction's layout; only the intrinsics of tdsl.te.intrin_cuda touch it
+FRAGMENT_SCOPES = (intrin_cuda.ACCUMULATOR,)
 
 
 def _check_scope(prim, scope):

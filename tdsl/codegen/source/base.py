@@ -175,10 +175,14 @@ class CFamilyPrinter(CExprPrinter):
 
     # ------------------------------------------------------------------ vector loops
     def copy_for(self, s) -> bool:
-        """Prints a vectorized loop that only copies 16-bit elements (a bfloat16 tile into
-        shared memory) as 16-byte moves, 8 elements each; False when it does not fit."""
+        """Prints a vectorized loop that only copies 16-bit elements into or out of shared
+        memory (a bfloat16 tile staged for the tensor cores) as 16-byte moves, 8 elements
+        each; False when it does not fit. Shared memory only: its buffers are declared
+        16-byte aligned, and the other side's index is proved a multiple of 8 from the
+        start of an allocation (a view of a device array at an odd offset is the caller's)."""
         body, ext = s.body, s.extent
         if not (isinstance(body, S.BufferStore) and isinstance(body.value, E.BufferLoad)
+                and "shared" in (body.buffer.scope, body.value.buffer.scope)
                 and body.value.dtype == body.buffer.dtype and dt.bits(body.buffer.dtype) == 16
                 and isinstance(ext, E.IntImm) and ext.value % 8 == 0
                 and E.is_const_int(s.min, 0) and len(body.indices) == 1

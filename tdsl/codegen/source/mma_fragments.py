@@ -217,7 +217,8 @@ def mma(printer, e):
         name = f"tdsl_mma_frag_{ptx}_{tm}x{tn}_{'s' if why_a else 'l'}{'s' if why_b else 'l'}"
         b_load = _B_SCALAR if why_b else _B_LDMATRIX_X4 + (
             _B_LDMATRIX_X2.replace("{j}", str(tn - 1)) if tn % 2 else "")
-        printer._add_helper("tdsl_mma_pack", PACK)
+        if why_a or why_b:
+            printer._add_helper("tdsl_mma_pack", PACK)
         text = _CUDA_MMA.format(
             comment=LAYOUT.replace("\n", "\n// "), name=name,
             a_how="ldmatrix.x4" if why_a is None else f"scalar loads ({why_a})",
