@@ -5,11 +5,13 @@ references."""
 import numpy as np
 import pytest
 
+import tdsl
 import tdsl.graph as G
 from tdsl.graph import models
 from tdsl.graph.ir import Function
 from tdsl.graph.ir.ops_layout import conv_blocked_ref, from_blocked_ref, to_blocked_ref
 from tdsl.graph.ir.ops_nn import conv_ref
+from tdsl.graph.strategy.cpu import conv_blocked
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -170,3 +172,29 @@ def test_depthwise_tile_follows_the_target(cpu):
         assert w % xb == 0 and h % rb == 0 and xb * rb <= t.vector_registers // 2
         if w % 8 == 0:
             assert xb * rb >= min(2 * t.fma_chains, t.vector_registers // 2)
+
+
+@pytest.mark.parametrize("cin,mid,size,stride", [
+    (256, 256, 14, 1),      # several rows a pass, 32 input planes of 8 channels
+    (512, 256, 7, 1),       # the whole image one pass
+    (256, 128, 28, 2),      # a strided 1x1 shortcut beside the bottleneck
+    (264, 96, 10, 1),       # 33 planes: passes of 3
+])
+def test_wide_1x1_chains_accumulate_rows_in_passes_for_avx2(cin, mid, size, stride):
+    """AVX2's 8-channel blocks: 1x1 convs of 32 or more input planes accumulate whole rows
+    (or images) in memory a few planes a pass (conv_blocked._row_passes) and match
+    onnxruntime."""
+    b = models._B(2)
+    x = b.conv_bn("input", cin, cin, 1, act="relu")
+    y = b.conv_bn(x, cin, mid, 1, act="relu")
+    y = b.conv_bn(y, mid, cin, 1, stride=stride, act=None)
+    if stride == 1:
+        y = b.node("Add", [x, y])
+    y = b.node("GlobalAveragePool", [y])
+    model = b.model([("input", [1, cin, size, size])], [y], "bottleneck")
+    assert "nn.conv2d_blocked" in _check(model, (1, cin, size, size), target="llvm -mcpu=haswell")
+    cio = tdsl.reduce_axis((0, -(-cin // 8)), "cio")
+    xb, _ = tdsl.tiling.register_tile("llvm -mcpu=haswell", size, 8 * mid // 8, whole_rows=True,
+                                      whole_vecs=True)
+    chunk, rows = conv_blocked._row_passes(xb, 1, 8, cio, {"taps": 1, "in_blocked": True}, size, size)
+    assert chunk and cin // 8 % chunk == 0 and size % rows == 0 and rows * size // xb >= 2
