@@ -184,3 +184,27 @@ def test_depthwise_rows_take_whole_vectors(target, H, W, stride):
     want = sum(p[:, ky:ky + stride * OH:stride, kx:kx + stride * OW:stride] * w[:, ky, kx][:, None, None]
                for ky in range(3) for kx in range(3))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cpu,rows,lanes", [
+    ("znver4", 8192, 8),      # 256 MB, more than the last-level cache, split 512-bit ops
+    ("znver4", 1024, 16),     # 32 MB fits: full-width vectors
+    ("znver5", 8192, 16),     # full-width 512-bit datapath
+])
+def test_row_sums_streamed_from_memory_load_by_the_datapath(cpu, rows, lanes):
+    """A row sum reading more than the last-level cache on a core whose 512-bit operations
+    are split in two loads 256-bit vectors (cpu_reduce.streams_split_vectors); the result
+    matches numpy where the code runs here."""
+    n = 8192
+    X = tdsl.placeholder((rows, n), name="X")
+    k = tdsl.reduce_axis((0, n), name="k")
+    R = tdsl.compute((rows,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
+    target = Target(f"llvm -mcpu={cpu}")
+    s = tdsl.auto_schedule(R, target=target)
+    text = str(tdsl.lower(s, [X, R]))
+    assert f"vectorized({4 * lanes})" in text and f"vectorized({2 * lanes})" not in text, text
+    if target.runs_here and rows == 8192:
+        x = _data(rows, n)
+        out = np.empty(rows, np.float32)
+        tdsl.build(s, [X, R], target=target)(x, out)
+        np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-2)
