@@ -27,7 +27,8 @@ RAGGED_VECS = 0.9        # padding lanes in the last vector block
 
 
 def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
-                  max_rows=16, max_vecs=4, whole_rows=False, whole_vecs=False):
+                  max_rows=16, max_vecs=4, whole_rows=False, whole_vecs=False,
+                  ragged_rows=RAGGED_ROWS):
     """(rows, vecs) of the register tile for an output of `rows_extent` broadcast rows and
     `cols_extent` elements along the vectorized axis. `whole_rows` / `whole_vecs`: `rows` must
     divide `rows_extent` / `vecs` must divide the vectors of a row (a layout blocked by whole
@@ -55,7 +56,7 @@ def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
             if padded != cols_extent:
                 score *= RAGGED_VECS
             if rows_extent % rows:
-                score *= RAGGED_ROWS
+                score *= ragged_rows
             key = (round(score, 6), -used, -vecs)
             if best_key is None or key > best_key:
                 best, best_key = (rows, vecs), key
