@@ -201,24 +201,28 @@ def test_wide_1x1_chains_accumulate_rows_in_passes_for_avx2(cin, mid, size, stri
 
 
 @pytest.mark.parametrize("c,size,k,stride", [
-    (64, 7, 3, 1),          # 49 pixels: tiles of 6 and a peeled last pixel
-    (40, 13, 3, 1),         # a prime width, channels padded to whole vectors
+    (128, 7, 3, 1),         # 49 pixels: tiles of 6 and a peeled last pixel
+    (136, 13, 3, 1),        # a prime width, 17 channel blocks
     (256, 7, 1, 1),         # a 1x1 conv whose whole image is one pass
-    (32, 14, 3, 2),         # a strided conv onto a 7x7 plane
+    (128, 14, 3, 2),        # a strided conv onto a 7x7 plane
 ])
 def test_short_rows_tile_the_flattened_plane_for_avx2(c, size, k, stride):
     """On 16 registers a 7- or 13-wide row only takes (7, 1) or (1, 4) register tiles;
     the blocked conv then tiles the flattened output plane (conv_blocked._flat_plane) and
-    still matches onnxruntime."""
+    still matches onnxruntime. Two cores, so that the channel blocks alone make enough
+    parallel tasks."""
+    target = "llvm -mcpu=haswell -num-cores=2"
     b = models._B(3)
     x = b.conv_bn("input", c, c, k, act="relu")
     y = b.conv_bn(x, c, c, k, stride=stride, act="relu")
     y = b.conv_bn(y, c, c, k, act=None)
     y = b.node("GlobalAveragePool", [y])
     model = b.model([("input", [1, c, size, size])], [y], "short_rows")
-    assert "nn.conv2d_blocked" in _check(model, (1, c, size, size), target="llvm -mcpu=haswell")
-    out = size // stride + (size % stride > 0) if k == 3 else size
-    t = tdsl.target.Target("llvm -mcpu=haswell")
-    pixels, vecs = conv_blocked._flat_plane(t, (out, out), -(-c // 8) * 8, k * k, -(-c // 8), 8)
-    assert pixels * vecs > 8 and (out * out) % pixels, (pixels, vecs)
-    assert conv_blocked._flat_plane(tdsl.target.Target("llvm -mcpu=haswell"), (28, 28), 128, 9, 16, 8) is None
+    assert "nn.conv2d_blocked" in _check(model, (1, c, size, size), target=target)
+    out = -(-size // stride)
+    t = tdsl.target.Target(target)
+    plane = conv_blocked._flat_plane(t, (out, out), -(-c // 8) * 8, k * k, -(-c // 8), 8)
+    assert plane is not None and plane[0] * plane[1] > 8 and (out * out) % plane[0], plane
+    # rows wider than FLAT_MAX_WIDTH keep their tiles; so do too few channel blocks
+    assert conv_blocked._flat_plane(t, (28, 28), 128, 9, 16, 8) is None
+    assert conv_blocked._flat_plane(t, (7, 7), 64, 9, 8, 8) is None

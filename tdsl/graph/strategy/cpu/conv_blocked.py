@@ -170,7 +170,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     info = {"kind": "conv2d_packed", "pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
+    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn, N) if blocked else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
         P = int(np.prod(out_sp))
@@ -202,7 +202,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
 FLAT_MAX_WIDTH = 14
 
 
-def _flat_plane(target, out_sp, cols, taps, planes, bn):
+def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     """The register tile (pixels, vectors) along the flattened output plane, or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
@@ -212,7 +212,9 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn):
     Measured on Zen 4 with AVX2, two threads: 3x3 convs 1.2x at 7x7 and 1.15x at 14x14,
     ResNet-18 0.84-0.91x the time. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass: 1x1 at 7x7 1.1-1.3x with
-    the flat tile, at 14x14 up to 13% slower than in row passes."""
+    the flat tile, at 14x14 up to 13% slower than in row passes. The plane's tasks are its
+    channel blocks only, so there must be enough of them for the cores. Wider rows (28, 56)
+    measured 4-19% faster per layer but not faster in whole networks, and stay in rows."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH:
         return None
@@ -221,6 +223,8 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn):
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
     if flat[0] * flat[1] <= row[0] * row[1]:
         return None
+    if (batch if isinstance(batch, int) else 1) * (cols // bn) // flat[1] < tiling.parallel_chunks(target):
+        return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
     return flat
