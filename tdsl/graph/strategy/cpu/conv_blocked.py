@@ -6,7 +6,12 @@ The conv reads an input stage `spread[b, ci, *u]` (the zero-padded input; for a 
 conv the input scattered every `stride` positions), packed weights (CO/x, CI, *K, x) and
 accumulates x output channels in one vector, a register tile of row pixels x channel
 blocks. A transposed conv with stride s spends s^d times the multiply-adds of the gather
-form on zeros, but in this vectorized tile rather than a per-tap test on every element."""
+form on zeros, but in this vectorized tile rather than a per-tap test on every element.
+
+Two variants of the schedule for short vectors (AVX2's 16 registers and 8-channel blocks):
+rows too short for a full register tile tile the flattened output plane instead
+(`_flat_plane`), and 1x1 convs over many input planes accumulate rows in memory a few planes
+a pass (`_row_passes`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -256,7 +261,8 @@ def conv_transpose(g, n, x, wi):
 
 
 # A 1x1 conv's register tile reads a few pixels of each input plane in turn: the planes it
-# visits and the bytes a visit for the row schedule (_row_chunk)
+# visits and the bytes a visit that call for row passes (_row_passes), the planes' bytes a
+# pass takes and the accumulators' bytes a pass keeps
 ROW_MIN_PLANES = 32
 ROW_VISIT_BYTES = 256
 ROW_CHUNK_BYTES = 128
@@ -272,8 +278,8 @@ def _plane_streams(taps, planes, xb, bn):
 
 def _row_passes(xb, cbb, bn, first, info, height, ow):
     """(input planes or channels a pass, output rows a pass) for the row schedule, or
-    (0, 1) for the register tile accumulating over the whole reduction. A 1x1 conv's tile of `xb` pixels
-    reads `xb * bn` elements of each input plane before it moves on to the next plane.
+    (0, 1) for the register tile accumulating over the whole reduction. A 1x1 conv's tile
+    of `xb` pixels reads `xb * bn` elements of each input plane before the next plane.
     With ROW_MIN_PLANES planes or more, each visited for less than ROW_VISIT_BYTES (AVX2's
     8-channel blocks, 4-7 pixels a tile), the plane streams defeat the prefetcher: a 1x1
     conv of 512 channels at 56x56 ran on two threads no faster than on one (Zen 4). Then
@@ -284,7 +290,7 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     28x28) it was 10-25% slower; not for convs with taps, whose neighbouring taps read the
     same lines (neutral to 10% slower), nor for AVX-512's 16-channel blocks (no gain).
     A pass takes as many rows as keep its accumulators within PASS_ACC_BYTES of L1, so
-    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass, 1.5x)."""
+    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass)."""
     planes = getattr(first.dom.extent, "value", first.dom.extent)
     if not _plane_streams(info.get("taps", 1), planes, xb, bn):
         return 0, 1
