@@ -21,27 +21,18 @@ SIGNATURE_ABI = 1
 
 
 def stored_buffers(stmt) -> set:
-    """The buffers `stmt` writes."""
+    """The buffers `stmt` writes: stored to, written by an extern call, or passed to a
+    tensor intrinsic that writes through the pointer (a tensor-core store to an output)."""
     out = set()
 
-    def st(s):
-        if isinstance(s, S.SeqStmt):
-            for c in s.stmts:
-                st(c)
-        elif isinstance(s, (S.For, S.LetStmt, S.Allocate)):
-            st(s.body)
-        elif isinstance(s, S.IfThenElse):
-            st(s.then_case)
-            if s.else_case is not None:
-                st(s.else_case)
-        elif isinstance(s, S.BufferStore):
-            out.add(s.buffer)
-        elif isinstance(s, S.ExternCall):
-            out.update(s.args[k] for k in s.writes)
-        elif isinstance(s, S.Evaluate):     # a tensor intrinsic writing through a pointer
-            walk(s.value, lambda n: out.add(n.args[0].buffer) if isinstance(n, E.Call)
-                 and n.name == "address_of" and pointer_writes(n) else None)
-    st(stmt)
+    def f(n):
+        if isinstance(n, S.BufferStore):
+            out.add(n.buffer)
+        elif isinstance(n, S.ExternCall):
+            out.update(n.args[k] for k in n.writes)
+        elif isinstance(n, E.Call) and n.name == "address_of" and pointer_writes(n):
+            out.add(n.args[0].buffer)
+    walk(stmt, f)
     return out
 
 

@@ -11,7 +11,7 @@ from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.expr import Range
 from ...ir.visitor import walk
-from ...te.tensor_intrin import pointer_writes
+from ..signature import stored_buffers
 from .exprs import CExprPrinter
 
 
@@ -356,20 +356,7 @@ class CFamilyPrinter(CExprPrinter):
         if kernels is None:
             raise BuildError("print_kernels needs a function lowered for a GPU target")
         self.note_types(func)
-        written = set().union(*(written_buffers(k.body) for k in kernels))
+        written = set().union(*(stored_buffers(k.body) for k in kernels))
         texts = [self.print_kernel(k, written) for k in kernels]
         helpers = "".join(self.helpers.values())
         return self.preamble() + ("\n" + helpers if helpers else "") + "\n" + "\n".join(texts)
-
-def written_buffers(stmt):
-    """Buffers stored to, or passed to a tensor intrinsic that writes through the pointer
-    (a tensor-core store straight to an output)."""
-    out = set()
-
-    def f(n):
-        if isinstance(n, S.BufferStore):
-            out.add(n.buffer)
-        elif isinstance(n, E.Call) and n.name == "address_of" and pointer_writes(n):
-            out.add(n.args[0].buffer)
-    walk(stmt, f)
-    return out

@@ -8,7 +8,8 @@ from ... import dtype as dt
 from ...errors import BuildError
 from ...ir import expr as E
 from ...ir import stmt as S
-from .base import CFamilyPrinter, written_buffers
+from ..signature import stored_buffers
+from .base import CFamilyPrinter
 
 class CPrinter(CFamilyPrinter):
     """Plain C for the host CPU: the whole function, with the LLVM backend's ABI."""
@@ -42,7 +43,7 @@ class CPrinter(CFamilyPrinter):
     def print_c_function(self, func, symbol) -> str:
         self.note_types(func)
         self._begin()
-        written = written_buffers(func.body)
+        written = stored_buffers(func.body)
         for p in func.params:
             self.names(p, p.name)
         params = []
