@@ -277,7 +277,7 @@ def test_issue_shapes_compile_to_ptx():
     A, B, C = _gemm(1024, 1024, 1024)
     m = tdsl.build(tdsl.auto_schedule(C, target="cuda -arch=sm_90"), [A, B, C], target="cuda")
     src = m.get_source()
-    assert "float4" in src and "__syncthreads" in src
+    assert "tdsl_cp_async16(" in src and "__syncthreads" in src   # 16-byte tile copies
     assert ".entry" in m.get_source("ptx")
     A, B = _rowsum(8192, 8192)
     m = tdsl.build(tdsl.auto_schedule(B, target="cuda -arch=sm_90"), [A, B], target="cuda")

@@ -3,6 +3,8 @@ onnxruntime on OpenCL (PoCL on the CPU) and on the emulated GPU of target "c"; a
 epilogue in the same kernel as its sum; the CUDA source compiles with NVRTC and ptxas
 finds no spills in the conv and dense kernels; the conv kernel stages tiles in shared
 memory and gives each thread a register tile."""
+import re
+
 import numpy as np
 import pytest
 
@@ -183,14 +185,17 @@ def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
     assert r.spill_bytes == 0 and r.shared_bytes == k.shared_bytes
 
 
-def test_cuda_conv_copies_its_weights_to_shared_memory_as_float4():
+def test_cuda_conv_copies_its_weights_to_shared_memory_16_bytes_at_a_time():
     """A block's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9 consecutive floats:
-    the copy reads them 16 bytes at a time, like the GEMM's tiles."""
+    the copy moves them 16 bytes at a time, like the GEMM's tiles, with cp.async (the next
+    slice's while this one is used), each thread waiting for its copies at the barrier."""
     model, _ = conv_model(64, 56, 64, 1, 3, act="relu", residual=True, batch=1)
     mod = _cuda_kernel(model)
     src = mod.get_source()
     w = mod.kernels[0].params[1].name        # x, w, bias, residual -> out
-    assert f"*(const float4*)({w} + " in src
+    assert re.search(rf"tdsl_cp_async16\({w}_shared(_db)? \+ .*, {w} \+ ", src)
+    assert "tdsl_cp_async_wait_all(); __syncthreads();" in src
+    assert "cp.async.cg.shared.global" in mod.get_source("ptx")
     assert _sm90(mod).spill_bytes == 0
 
 

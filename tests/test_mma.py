@@ -237,7 +237,7 @@ def _ptx_and_resources(s, args):
 def test_fragments_stay_in_registers(config, epilogue):
     """ptxas for sm_80 and sm_90: no spills, no stack, at most 255 registers; the PTX has
     no local-memory access (the accumulators and fragments are registers), loads A with
-    ldmatrix.x4 and B with ldmatrix.x4.trans."""
+    ldmatrix.x4 and B with ldmatrix.x4.trans, and fills the tiles with cp.async."""
     _cuda_or_skip()
     s, args = _product(512, 512, 512, "bfloat16", epilogue=epilogue, **config)
     f, ptx, res = _ptx_and_resources(s, args)
@@ -251,7 +251,11 @@ def test_fragments_stay_in_registers(config, epilogue):
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == tm * per_k * unrolled
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == \
         tn // 2 * per_k * unrolled
-    assert re.search(r"ld\.global(\.nc)?\.v4\.u32", ptx) and "st.shared.v4.u32" in ptx
+    # A and B tiles move 16 bytes at a time, global to shared without registers, the next
+    # k step's while this one's mma run (double buffered); each thread waits for its own
+    # copies before the barrier that hands them to the block
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_all" in ptx
+    assert f.get_source().count("tdsl_cp_async_wait_all(); __syncthreads();") >= 2
     assert "#pragma unroll 1" in f.get_source()      # the copies stay a rolled loop
     for arch, r in res.items():
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 255, (arch, r)
@@ -388,3 +392,26 @@ def test_unroll_pragma_is_printed_and_checked():
     for bad in (0, 2.0, True):
         with pytest.raises(tdsl.ScheduleError, match="pragma: stage 'C'.*'unroll'"):
             s[C].pragma(C.op.axis[0], "unroll", bad)
+
+
+def test_emulated_async_copies_land_at_the_barrier(monkeypatch):
+    """The "c" emulation queues each thread's asynchronous tile copies (cp.async on CUDA)
+    until its next barrier, the latest the hardware may finish them: the double-buffered
+    GEMM matches numpy, so every read of a tile comes after the barrier that publishes
+    it. With the queue never drained at barriers (copies landing only when a thread
+    ends), the same GEMM reads stale tiles and fails."""
+    s, args = mma_gemm.schedule(64, 32, 96, "bfloat16", warps=(2, 1), warp_tiles=(2, 4),
+                                k_step=32)
+    f = tdsl.build(s, args, target="c")
+    assert "tdsl_emu_async16(" in f.get_source()
+    _check(f, 64, 32, 96, "bfloat16")
+    from tdsl.codegen.source import c_gpu
+    late = c_gpu._EMU_RUNTIME.replace(
+        "  tdsl_emu_async_wait();\n  swapcontext", "  swapcontext")
+    assert late != c_gpu._EMU_RUNTIME
+    monkeypatch.setattr(c_gpu, "_EMU_RUNTIME", late)
+    monkeypatch.setenv("TDSL_CACHE", "0")
+    s, args = mma_gemm.schedule(64, 32, 96, "bfloat16", warps=(2, 1), warp_tiles=(2, 4),
+                                k_step=32)
+    with pytest.raises(AssertionError):
+        _check(tdsl.build(s, args, target="c"), 64, 32, 96, "bfloat16")

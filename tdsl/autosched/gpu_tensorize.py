@@ -106,6 +106,8 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
 
     for T, transposed in ((AS, a_transposed), (BS, b_transposed)):
         s[T].compute_at(s[CF], ko)
+        # the next k step's tiles load (cp.async on sm_80+) while this step's mma run
+        s[T].double_buffer()
         # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
         # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
         s[T].storage_align(T.op.axis[0], 2 * PAD, PAD)

@@ -41,8 +41,9 @@ def _collect(body, inner, out):
 
 
 def _all_guarded(body, guards):
-    """Whether every store in `body` is under one of `guards` (so the body does nothing
-    where they are all false)."""
+    """Whether every effect in `body` (a store, a call such as a tensor intrinsic writing
+    through its pointers, an extern call) is under one of `guards`, so the body does
+    nothing where they are all false."""
     ids = {id(g) for g in guards}
     if isinstance(body, S.SeqStmt):
         return all(_all_guarded(x, guards) for x in body.stmts)
@@ -53,7 +54,7 @@ def _all_guarded(body, guards):
             return body.else_case is None or _all_guarded(body.else_case, guards)
         return _all_guarded(body.then_case, guards) and (
             body.else_case is None or _all_guarded(body.else_case, guards))
-    return not isinstance(body, S.BufferStore)
+    return not isinstance(body, (S.BufferStore, S.Evaluate, S.ExternCall))
 
 
 class _Drop(Mutator):

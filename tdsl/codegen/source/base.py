@@ -147,8 +147,8 @@ class CFamilyPrinter(CExprPrinter):
             self.ind -= 1
             self.emit("}")
             return
-        if s.kind is S.ForKind.VECTORIZED and self.vector_width and \
-                (self.copy_for(s) or self.vector_for(s)):
+        if s.kind is S.ForKind.VECTORIZED and \
+                (self.copy_for(s) or (self.vector_width and self.vector_for(s))):
             return
         if s.kind in (S.ForKind.UNROLLED, S.ForKind.VECTORIZED):
             self.unroll_pragma(s)
@@ -175,19 +175,30 @@ class CFamilyPrinter(CExprPrinter):
 
     # ------------------------------------------------------------------ vector loops
     def copy_for(self, s) -> bool:
-        """Prints a vectorized loop that only copies 16-bit elements into or out of shared
-        memory (a bfloat16 tile staged for the tensor cores) as 16-byte moves, 8 elements
-        each; False when it does not fit. Shared memory only: its buffers are declared
-        16-byte aligned, and the other side's index is proved a multiple of 8 from the
-        start of an allocation (a view of a device array at an odd offset is the caller's)."""
-        body, ext = s.body, s.extent
+        """Prints a vectorized loop that only copies 16- or 32-bit elements between global
+        and shared memory (a tile staged for a GEMM) as 16-byte moves; False when it does
+        not fit (registers, `local`, keep their typed vector accesses). Shared memory only: its buffers are declared 16-byte aligned, and the other
+        side's index is proved a multiple of 16 bytes from the start of an allocation (a
+        view of a device array at an odd offset is the caller's). A move from global into
+        shared memory may be asynchronous (`async_copy`): the dialect then completes it
+        before the next barrier, which thread_sync puts before any read of the tile. A
+        condition the same for every element (which threads take part) stays around the
+        moves."""
+        body, ext, guard = s.body, s.extent, None
+        if isinstance(body, S.IfThenElse) and body.else_case is None and \
+                not _mentions(body.cond, s.var):
+            guard, body = body.cond, body.then_case
         if not (isinstance(body, S.BufferStore) and isinstance(body.value, E.BufferLoad)
                 and "shared" in (body.buffer.scope, body.value.buffer.scope)
-                and body.value.dtype == body.buffer.dtype and dt.bits(body.buffer.dtype) == 16
-                and isinstance(ext, E.IntImm) and ext.value % 8 == 0
-                and E.is_const_int(s.min, 0) and len(body.indices) == 1
-                and len(body.value.indices) == 1
+                and "local" not in (body.buffer.scope, body.value.buffer.scope)
+                and body.value.dtype == body.buffer.dtype
+                and dt.bits(body.buffer.dtype) in (16, 32)
+                and isinstance(ext, E.IntImm) and E.is_const_int(s.min, 0)
+                and len(body.indices) == 1 and len(body.value.indices) == 1
                 and self.vector_copy("d", "s") is not None):
+            return False
+        per = 128 // dt.bits(body.buffer.dtype)     # elements in 16 bytes
+        if ext.value % per:
             return False
         ranges = dict(self.ranges)
         ranges[s.var] = Range(E.const(0), ext)
@@ -197,14 +208,27 @@ class CFamilyPrinter(CExprPrinter):
                 lin = arith.linear_coeff(idx, s.var, ranges)
             except arith.NotIndexExpr:
                 return False
-            if lin is None or lin[0] != 1 or not arith.is_divisible(lin[1], E.const(8), ranges):
+            if lin is None or lin[0] != 1 or not arith.is_divisible(lin[1], E.const(per), ranges):
                 return False
             bases.append(lin[1])
         dst, src = self.bufname(body.buffer), self.bufname(body.value.buffer)
-        for chunk in range(ext.value // 8):
-            at = [self.expr(arith.simplify(b + chunk * 8)) for b in bases]
-            self.emit(self.vector_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}") + ";")
+        fill = body.buffer.scope == "shared" and body.value.buffer.scope == "global"
+        if guard is not None:
+            self.emit(f"if ({self.expr(guard)}) {{")
+            self.ind += 1
+        for chunk in range(ext.value // per):
+            at = [self.expr(arith.simplify(b + chunk * per)) for b in bases]
+            text = fill and self.async_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}")
+            self.emit((text or self.vector_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}")) + ";")
+        if guard is not None:
+            self.ind -= 1
+            self.emit("}")
         return True
+
+    def async_copy(self, dst, src):
+        """A statement starting a 16-byte move from global `src` into shared `dst` that
+        completes by the next barrier, or None where the dialect has none."""
+        return None
 
     def vector_for(self, s) -> bool:
         """Prints a vectorized loop with W-wide loads/stores; False when it does not fit."""
@@ -322,8 +346,12 @@ class CFamilyPrinter(CExprPrinter):
             size = arith.simplify(b.shape[0])
             self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value))
         self.stmt(kernel.body)
+        self.end_kernel_body()
         head = self.kernel_signature(kernel, params)
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
+
+    def end_kernel_body(self):
+        """Edits `self.lines`, the kernel's printed body, once it is complete."""
 
     def note_types(self, func):
         from ...ir.visitor import walk

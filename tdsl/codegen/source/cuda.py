@@ -6,6 +6,22 @@ from __future__ import annotations
 from ... import dtype as dt
 from .base import CFamilyPrinter
 
+_CP_ASYNC = """static __device__ __forceinline__ void tdsl_cp_async16(void *dst, const void *src) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" ::
+               "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+#else
+  *(uint4 *)dst = *(const uint4 *)src;
+#endif
+}
+static __device__ __forceinline__ void tdsl_cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\\n" ::: "memory");
+#endif
+}
+"""
+
+
 class CUDAPrinter(CFamilyPrinter):
     target = "cuda"
     has_threads = True
@@ -94,6 +110,29 @@ class CUDAPrinter(CFamilyPrinter):
 
     def vector_copy(self, dst, src):
         return f"*(uint4 *)({dst}) = *(const uint4 *)({src})"
+
+    def async_copy(self, dst, src):
+        # cp.async (sm_80+) moves global to shared memory without staging in registers:
+        # the loads of a double-buffered tile's next slice overlap the work on this one
+        self._add_helper("tdsl_cp_async16", _CP_ASYNC)
+        self.async_copies = True
+        return f"tdsl_cp_async16({dst}, {src})"
+
+    def s_Barrier(self, s):
+        self.barriers.append(len(self.lines))
+        super().s_Barrier(s)
+
+    def _begin(self, names=None):
+        super()._begin(names)
+        self.barriers, self.async_copies = [], False
+
+    def end_kernel_body(self):
+        # thread_sync puts a barrier between any write of a shared buffer and its reads:
+        # each thread waiting for its own copies there makes them visible to the block
+        if self.async_copies:
+            for at in self.barriers:
+                self.lines[at] = self.lines[at].replace(self.barrier(),
+                                                        "tdsl_cp_async_wait_all(); " + self.barrier())
 
     def vector_zero(self, vt):
         return f"make_{vt}({', '.join(['0.0f'] * int(vt[-1]))})"
