@@ -109,6 +109,11 @@ def _exp_f32(em, x, base2=False):
         r = m.fma(n, m.c(-_LN2_LO), r)
     p = m.horner(r, _EXP_POLY)
     ni = b.fptosi(n, ityp)
+    if em.mb.target.has_avx512:
+        # vscalefps: p * 2^n in one instruction, overflow to inf and gradual underflow
+        # included (what the two multiplies below do in nine)
+        res = _ldexp(em, p, ni)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
     n1 = b.ashr(ni, m.c(1, ityp))
     n2 = b.sub(ni, n1)
     s1 = b.bitcast(b.shl(b.add(n1, m.c(127, ityp)), m.c(23, ityp)), x.type)
