@@ -98,8 +98,14 @@ def _exp_f32(em, x, base2=False):
     b = m.b
     ityp = _with_elem(x.type, I32)
     lo, hi = (-150.0, 128.5) if base2 else (-104.0, 89.0)
-    xc = m.intr("maxnum", x, m.c(lo))
-    xc = m.intr("minnum", xc, m.c(hi))
+    scalef = _SCALEF.get(lanes_of(x)) if em.mb.target.has_avx512 else None
+    if scalef:
+        # ordered compares keep a NaN x, and every step after it carries the NaN through
+        xc = b.select(b.fcmp_ordered("<", x, m.c(lo)), m.c(lo), x)
+        xc = b.select(b.fcmp_ordered(">", xc, m.c(hi)), m.c(hi), xc)
+    else:
+        xc = m.intr("maxnum", x, m.c(lo))
+        xc = m.intr("minnum", xc, m.c(hi))
     if base2:
         n = m.intr("roundeven", xc)
         r = b.fmul(b.fsub(xc, n), m.c(math.log(2.0)))
@@ -108,12 +114,15 @@ def _exp_f32(em, x, base2=False):
         r = m.fma(n, m.c(-_LN2_HI), xc)
         r = m.fma(n, m.c(-_LN2_LO), r)
     p = m.horner(r, _EXP_POLY)
-    ni = b.fptosi(n, ityp)
-    if em.mb.target.has_avx512:
+    if scalef:
         # vscalefps: p * 2^n in one instruction, overflow to inf and gradual underflow
-        # included (what the two multiplies below do in nine)
-        res = _ldexp(em, p, ni)
-        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+        # included (what the integer steps below do in eleven)
+        name, mask = scalef
+        fn = em.mb.intrinsic(name, x.type, [x.type, x.type, x.type, mask] +
+                             ([I32] if lanes_of(x) == 16 else []))
+        args = [p, n, p, ir.Constant(mask, -1)] + ([ir.Constant(I32, 4)] if lanes_of(x) == 16 else [])
+        return b.call(fn, args)
+    ni = b.fptosi(n, ityp)
     n1 = b.ashr(ni, m.c(1, ityp))
     n2 = b.sub(ni, n1)
     s1 = b.bitcast(b.shl(b.add(n1, m.c(127, ityp)), m.c(23, ityp)), x.type)
@@ -121,6 +130,13 @@ def _exp_f32(em, x, base2=False):
     res = b.fmul(b.fmul(p, s1), s2)
     isnan = b.fcmp_unordered("uno", x, x)
     return b.select(isnan, x, res)
+
+
+# AVX-512's vscalefps by vector width: (intrinsic, its mask type); 512-bit takes a rounding
+# mode too (4: the current one)
+_SCALEF = {16: ("llvm.x86.avx512.mask.scalef.ps.512", ir.IntType(16)),
+           8: ("llvm.x86.avx512.mask.scalef.ps.256", ir.IntType(8)),
+           4: ("llvm.x86.avx512.mask.scalef.ps.128", ir.IntType(8))}
 
 
 def _log_f32(em, x, base2=False):
