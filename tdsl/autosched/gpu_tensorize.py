@@ -7,8 +7,10 @@ accumulates its tile of C in registers: a `cache_write` stage in scope "mma.accu
 computed at the warp's loop, zeroed, updated and stored only by the fragment intrinsics,
 so each lane holds just its elements in the instruction's layout. Per k step all the
 block's threads copy a tile of A and of B into shared memory (rows padded so that each
-starts 16-byte aligned and 8 rows fall in different banks); each warp then loads its A and
-B fragments with `ldmatrix` and runs one `mma.sync` per 16 x 8 block of its tile. At the
+starts 16-byte aligned and 8 rows fall in different banks), double-buffered where two fit,
+so that the next step's copies (`cp.async`) are in flight while this step's instructions
+run; each warp loads its A and B fragments with `ldmatrix` and runs one `mma.sync` per
+16 x 8 block of its tile. At the
 end each warp stores its accumulators straight to C (`mma_schedule`, which
 `tdsl.examples.mma_gemm` also uses). B read as B[j, k] (A @ B.T), or A as A[k, i], is
 copied into shared memory transposed (`transform_layout` in "shared" scope), since the
@@ -26,13 +28,14 @@ fragment intrinsics emulated lane by lane in the instruction's layout.
 """
 from __future__ import annotations
 
+from .. import dtype as dt
 from ..ir import expr as E
 from ..te import intrin_cuda, thread_axis
 
 MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
 # (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 2 warps
-# of 64 x 64 hold 128 accumulators a lane: ptxas gives 165 registers, no spills, three
-# blocks of 128 threads an SM on sm_80 and sm_90. 2 x 4 warps of 64 x 32 (the same block
+# of 64 x 64 hold 128 accumulators a lane: double-buffered, ptxas gives 214-220 registers,
+# no spills, two blocks of 128 threads an SM on sm_80 and sm_90. 2 x 4 warps of 64 x 32 (the same block
 # tile) would run 16 warps an SM at 94 registers but read 192 bytes of shared memory per
 # mma.sync instead of 128 (an SM reads 128 a cycle). docs/low_precision.md has the table.
 CONFIGS = [((2, 2), (4, 8)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
@@ -41,12 +44,12 @@ SHARED_BYTES = 48 * 1024        # static shared memory a block may declare
 PAD = 8                         # elements added to every shared row (mma_schedule)
 
 
-def shared_bytes(warps, tiles, k_step, dtype_bytes=2, epilogue=False):
+def shared_bytes(warps, tiles, k_step, dtype_bytes=2, epilogue=False, buffers=1):
     """The shared memory `mma_schedule` declares, at most (a row already 8 past a multiple
-    of 16 gets no padding): the padded A and B tiles, and with an epilogue the float32
-    tile of C it reads."""
+    of 16 gets no padding): the padded A and B tiles (`buffers` of each), and with an
+    epilogue the float32 tile of C it reads."""
     bm, bn = warps[0] * tiles[0] * MT, warps[1] * tiles[1] * NT
-    n = (bm * (k_step + PAD) + k_step * (bn + PAD)) * dtype_bytes
+    n = (bm * (k_step + PAD) + k_step * (bn + PAD)) * dtype_bytes * buffers
     return n + (bm * (bn + PAD) * 4 if epilogue else 0)
 
 
@@ -104,10 +107,14 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
     s[CF].unroll(kt)
     s[CF].tensorize(ci, intrin_cuda.mma_m16n8k16(dtype, warp_tiles))
 
+    # two of each A and B tile where they fit: the next k step's load (cp.async on sm_80+)
+    # while this step's mma run
+    double = shared_bytes(warps, warp_tiles, k_step, dt.bits(dtype) // 8, out is not None,
+                          buffers=2) <= SHARED_BYTES
     for T, transposed in ((AS, a_transposed), (BS, b_transposed)):
         s[T].compute_at(s[CF], ko)
-        # the next k step's tiles load (cp.async on sm_80+) while this step's mma run
-        s[T].double_buffer()
+        if double:
+            s[T].double_buffer()
         # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
         # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
         s[T].storage_align(T.op.axis[0], 2 * PAD, PAD)

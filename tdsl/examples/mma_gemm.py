@@ -6,7 +6,9 @@ holds its tile of C in registers (`cache_write(C, "mma.accumulator")`, each lane
 elements in the instruction's layout), zeroed by the fill before the k loop. Per k step all
 the block's threads copy a tile of A and of B into shared memory (rows padded for
 `ldmatrix`); each warp loads its A and B fragments from there with `ldmatrix` and runs
-`mma.sync` over its tile; at the end it stores the tile to C from its registers
+`mma.sync` over its tile (the tiles are double-buffered where two fit in shared memory,
+the next step's copies in flight meanwhile); at the end it stores the tile to C from its
+registers
 (`tdsl.intrin_cuda.mma_store`). The schedule is `tdsl.autosched.gpu_tensorize.mma_schedule`,
 the auto-scheduler's rule for such products. Built for "c", the same schedule runs with the
 fill, the instruction and the store emulated lane by lane in the instruction's register
