@@ -208,3 +208,27 @@ def test_row_sums_streamed_from_memory_load_by_the_datapath(cpu, rows, lanes):
         out = np.empty(rows, np.float32)
         tdsl.build(s, [X, R], target=target)(x, out)
         np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_row_reduction_read_through_an_inlined_stage_is_computed_per_row(target):
+    """A softmax that multiplies by a reciprocal per row: the reciprocal is inlined into the
+    output, and the sum it reads (through it) is still computed inside the output's row
+    loop, with the max and the exponentials, not as a separate pass over the whole array."""
+    M, N = 37, 200
+    X = tdsl.placeholder((M, N), name="X")
+    k1, k2 = tdsl.reduce_axis((0, N), name="k1"), tdsl.reduce_axis((0, N), name="k2")
+    mx = tdsl.compute((M,), lambda i: tdsl.max(X[i, k1], axis=k1), name="rowmax")
+    ex = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j] - mx[i]), name="exp")
+    sm = tdsl.compute((M,), lambda i: tdsl.sum(ex[i, k2], axis=k2), name="rowsum")
+    rcp = tdsl.compute((M,), lambda i: 1.0 / sm[i], name="rcp")
+    Y = tdsl.compute((M, N), lambda i, j: ex[i, j] * rcp[i], name="Y")
+    s = tdsl.auto_schedule(Y, target)
+    text = str(s.explain())
+    for name in ("rowmax", "exp", "rowsum"):
+        assert f"{name}: compute_at: compute_at(Y, i)" in text, text
+    x = _data(M, N)
+    y = np.zeros_like(x)
+    tdsl.build(s, [X, Y], target=target)(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

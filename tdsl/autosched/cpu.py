@@ -79,22 +79,15 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
             if any(c in self.stencil for c in readers):
                 continue
             owners = {attach[c][0] if c in attach else c for c in readers}
-            if len(owners) != 1 or any(c not in self.readers[st] for c in readers):
-                continue      # read by several loop nests, or through inlined stages: root
+            if len(owners) != 1:
+                continue      # read by several loop nests: root
             (owner,) = owners
             if self.infos[owner].is_reuse_reduction():
                 continue
             d = len(st.op.axis)
             for c in readers:
-                cinfo = self.infos[c]
-                limit = attach[c][1] if c in attach else len(cinfo.axes)
-                for ld in cinfo.loads_of(st.op.output(0)):
-                    n = 0
-                    while n < min(limit, len(ld.indices), len(cinfo.axes)) and \
-                            ld.index_is_axis(n, cinfo.axes[n]):
-                        n += 1
-                    limit = min(limit, n)
-                d = min(d, limit)
+                limit = attach[c][1] if c in attach else len(self.infos[c].axes)
+                d = min(d, self.read_prefix(st, c, inlined, limit))
             if d >= 1:
                 attach[st] = (owner, d)
                 level[owner] = min(level.get(owner, d), d)
@@ -138,6 +131,25 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
                 self.reduction(st, level.get(st, 0), members)
             else:
                 self.elementwise(st, level.get(st, 0), members)
+
+    def read_prefix(self, st, c, inlined, limit) -> int:
+        """How many of c's leading loop variables (at most `limit`) index every read of st
+        on the way to c, itself or through inlined stages (`1 / sum[i]` inlined into c):
+        st computed inside that many of c's loops has what each iteration reads."""
+        def prefix(reader, producer, n):
+            info = self.infos[reader]
+            for ld in info.loads_of(producer.op.output(0)):
+                k = 0
+                while k < min(n, len(ld.indices), len(info.axes)) and \
+                        ld.index_is_axis(k, info.axes[k]):
+                    k += 1
+                n = min(n, k)
+            return n
+        n = prefix(c, st, limit) if c in self.readers[st] else limit
+        for m in self.readers[st]:
+            if m in inlined and c in self.eff_readers(m, inlined):
+                n = min(n, prefix(m, st, self.read_prefix(m, c, inlined, n)))
+        return n
 
     def identity_reads(self, st, T, inlined) -> bool:
         """Every read of st on the way to T (through inlined stages) is at the reader's own
