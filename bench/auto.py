@@ -115,67 +115,6 @@ def batch_matmul(B, M, K, N):
     return X, Y, Z
 
 
-def conv_nchwc(C, H, W, CO, k, stride, pad, bn):
-    """A k x k convolution: input (C, H, W); weights pre-packed as (CO/bn, C, k, k, bn);
-    output (CO/bn, OH, OW, bn) (NCHW[x]c, the graph layer's blocked layout)."""
-    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
-    D = tdsl.placeholder((C, H, W), name="data")
-    Wp = tdsl.placeholder((CO // bn, C, k, k, bn), name="weight")
-    src = D
-    if pad:
-        src = tdsl.compute((C, H + 2 * pad, W + 2 * pad), lambda c, y, x: tdsl.if_then_else(
-            tdsl.all(y >= pad, y < H + pad, x >= pad, x < W + pad), D[c, y - pad, x - pad],
-            tdsl.const(0, "float32")), name="pad")
-    ci = tdsl.reduce_axis((0, C), name="ci")
-    ky = tdsl.reduce_axis((0, k), name="ky")
-    kx = tdsl.reduce_axis((0, k), name="kx")
-    O = tdsl.compute((CO // bn, OH, OW, bn), lambda cb, y, x, c: tdsl.sum(
-        src[ci, y * stride + ky, x * stride + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]),
-        name="conv")
-    return D, Wp, O
-
-
-def conv_ref(d, w, stride, pad):
-    """Direct convolution by one matmul per tap; output (CO, OH, OW)."""
-    C, H, W = d.shape
-    CO, _, k, _ = w.shape
-    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
-    p = np.pad(d, ((0, 0), (pad, pad), (pad, pad)))
-    out = np.zeros((CO, OH * OW), np.float32)
-    for ky in range(k):
-        for kx in range(k):
-            tap = p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride]
-            out += w[:, :, ky, kx] @ tap.reshape(C, -1)
-    return out.reshape(CO, OH, OW)
-
-
-def depthwise(C, H, W, stride=1):
-    """A 3x3 depthwise convolution, pad 1, NCHW."""
-    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
-    D = tdsl.placeholder((C, H, W), name="data")
-    Wt = tdsl.placeholder((C, 3, 3), name="weight")
-    pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
-        tdsl.all(y >= 1, y < H + 1, x >= 1, x < W + 1), D[c, y - 1, x - 1], tdsl.const(0, "float32")),
-        name="pad")
-    ky = tdsl.reduce_axis((0, 3), name="ky")
-    kx = tdsl.reduce_axis((0, 3), name="kx")
-    O = tdsl.compute((C, OH, OW), lambda c, y, x: tdsl.sum(
-        pad[c, y * stride + ky, x * stride + kx] * Wt[c, ky, kx], axis=[ky, kx]), name="dwconv")
-    return D, Wt, O
-
-
-def depthwise_ref(d, w, stride=1):
-    C, H, W = d.shape
-    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
-    p = np.pad(d, ((0, 0), (1, 1), (1, 1)))
-    out = np.zeros((C, OH, OW), np.float32)
-    for ky in range(3):
-        for kx in range(3):
-            out += p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride] * \
-                w[:, ky, kx][:, None, None]
-    return out
-
-
 def layernorm(M, N, eps=1e-5):
     X = tdsl.placeholder((M, N), name="X")
     g = tdsl.placeholder((N,), name="gamma")
@@ -194,13 +133,6 @@ def layernorm_ref(x, g, b, eps=1e-5):
     mu = x.mean(axis=1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps) * g + b
-
-
-def row_sum(M, N):
-    X = tdsl.placeholder((M, N), name="X")
-    k = tdsl.reduce_axis((0, N), name="k")
-    return X, tdsl.compute((M,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
-
 
 
 # --------------------------------------------------------------------------- the table
@@ -316,12 +248,12 @@ def main():
         bn = next(d for d in range(lanes, 0, -1) if CO % d == 0)
         d, w = rnd(C, H, H), rnd(CO, C, k, k) * np.float32(1 / np.sqrt(C * k * k))
         wp = kernels.pack_weight(w, bn)
-        cref = conv_ref(d, w, st, pd)
+        cref = kernels.conv_reference(d, w, st, pd)
         OH = cref.shape[1]
         cref_packed = np.ascontiguousarray(cref.reshape(CO // bn, bn, OH, OH).transpose(0, 2, 3, 1))
 
         def conv_auto(C=C, H=H, CO=CO, k=k, st=st, pd=pd, bn=bn, d=d, wp=wp, cref_packed=cref_packed):
-            D, Wp, O = conv_nchwc(C, H, H, CO, k, st, pd, bn)
+            D, Wp, O = kernels.conv_nchwc(C, H, H, CO, k, st, pd, bn)
             return O, [D, Wp, O], [d, wp], cref_packed
         hand = None
         if (k, st, pd) == (3, 1, 1) and bn == kernels.conv_block(TARGET):
@@ -334,11 +266,11 @@ def main():
 
     for (C, H, st) in (QUICK_DEPTHWISE if quick else DEPTHWISE):
         dd, dw = rnd(C, H, H), rnd(C, 3, 3)
-        dref = depthwise_ref(dd, dw, st)
+        dref = kernels.depthwise3x3_reference(dd, dw, st)
         OH = dref.shape[1]
 
         def dw_auto(C=C, H=H, st=st, dd=dd, dw=dw, dref=dref):
-            D, Wt, O = depthwise(C, H, H, st)
+            D, Wt, O = kernels.depthwise3x3(C, H, H, st)
             return O, [D, Wt, O], [dd, dw], dref
         row(f"depthwise 3x3/{st} {C}ch {H}x{H}", "GFLOP/s", 2.0 * C * OH * OH * 9, dw_auto, None,
             {"onnxruntime": ort_op("Conv", [dd[None], dw[:, None]], (1, C, OH, OH), pads=[1] * 4,
@@ -414,7 +346,7 @@ def main():
         rs = np.empty(rm, np.float32)
 
         def rs_auto(rm=rm, xr=xr, rref=rref):
-            X, R = row_sum(rm, rm)
+            X, R = kernels.row_sum(rm, rm)
             return R, [X, R], [xr], rref
         row(f"row sum {rm}x{rm}", "GB/s", 4.0 * rm * rm, rs_auto, None,
             {"numpy": lambda xr=xr, rs=rs: np.sum(xr, axis=1, out=rs),

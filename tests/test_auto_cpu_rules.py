@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tdsl
+from tdsl.examples import kernels
 from tdsl.target import Target
 
 TARGETS = ["llvm", "llvm -mcpu=haswell"]
@@ -20,35 +21,16 @@ def _data(*shape):
 
 
 def _conv_nchwc(C, H, W, CO, k, stride, pad, bn, relu=False):
-    """Input (C, H, W); weights (CO/bn, C, k, k, bn); output (CO/bn, OH, OW, bn). H and W
-    may be tdsl vars."""
-    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
-    D = tdsl.placeholder((C, H, W), name="data")
-    Wp = tdsl.placeholder((CO // bn, C, k, k, bn), name="weight")
-    P = tdsl.compute((C, H + 2 * pad, W + 2 * pad), lambda c, y, x: tdsl.if_then_else(
-        tdsl.all(y >= pad, y < H + pad, x >= pad, x < W + pad), D[c, y - pad, x - pad],
-        tdsl.const(0, "float32")), name="pad")
-    ci = tdsl.reduce_axis((0, C), name="ci")
-    ky = tdsl.reduce_axis((0, k), name="ky")
-    kx = tdsl.reduce_axis((0, k), name="kx")
-    O = tdsl.compute((CO // bn, OH, OW, bn), lambda cb, y, x, c: tdsl.sum(
-        P[ci, y * stride + ky, x * stride + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]),
-        name="conv")
+    D, Wp, O = kernels.conv_nchwc(C, H, W, CO, k, stride, pad, bn)
     if relu:
         O = tdsl.compute(O.shape, lambda *i: tdsl.max(O[i], tdsl.const(0, "float32")), name="relu")
     return D, Wp, O
 
 
 def _conv_ref(d, w, stride, pad, bn):
-    C, H, W = d.shape
-    CO, _, k, _ = w.shape
-    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
-    p = np.pad(d, ((0, 0), (pad, pad), (pad, pad))).astype(np.float64)
-    out = np.zeros((CO, OH, OW))
-    for ky in range(k):
-        for kx in range(k):
-            tap = p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride]
-            out += np.einsum("oc,chw->ohw", w[:, :, ky, kx], tap)
+    """The reference in the blocked layout (CO/bn, OH, OW, bn)."""
+    out = kernels.conv_reference(d, w, stride, pad)
+    CO, OH, OW = out.shape
     return out.reshape(CO // bn, bn, OH, OW).transpose(0, 2, 3, 1)
 
 
@@ -120,19 +102,13 @@ def test_blocked_conv_tile_from_params(tile):
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
-def _row_sum(M, N):
-    X = tdsl.placeholder((M, N), name="X")
-    k = tdsl.reduce_axis((0, N), name="k")
-    return X, tdsl.compute((M,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("M,N", [(67, 1000), (3, 40009), ("sym", "sym")])
 @pytest.mark.parametrize("unroll", [1, 4])
 def test_row_sum_parallel_with_vector_partial_sums(target, M, N, unroll):
     t = Target(target)
     symbolic = M == "sym"
-    X, R = _row_sum(tdsl.var("M") if symbolic else M, tdsl.var("N") if symbolic else N)
+    X, R = kernels.row_sum(tdsl.var("M") if symbolic else M, tdsl.var("N") if symbolic else N)
     s = tdsl.auto_schedule(R, target=t, params={"unroll": unroll})
     text = str(tdsl.lower(s, [X, R]))
     lanes = t.vector_lanes("float32")
@@ -148,20 +124,6 @@ def test_row_sum_parallel_with_vector_partial_sums(target, M, N, unroll):
         np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-3)
 
 
-def _depthwise(C, H, W, stride):
-    """Depthwise 3x3 with zero padding 1 (NCHW, one channel each): the reduction rule's
-    shape, its padded input inlined into the reads as bounds tests."""
-    D = tdsl.placeholder((C, H, W), name="data")
-    Wt = tdsl.placeholder((C, 3, 3), name="weight")
-    pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
-        tdsl.all(y >= 1, y <= H, x >= 1, x <= W), D[c, y - 1, x - 1], 0.0), name="pad")
-    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
-    ky, kx = tdsl.reduce_axis((0, 3), "ky"), tdsl.reduce_axis((0, 3), "kx")
-    O = tdsl.compute((C, OH, OW), lambda c, y, x: tdsl.sum(
-        pad[c, y * stride + ky, x * stride + kx] * Wt[c, ky, kx], axis=[ky, kx]), name="dw")
-    return D, Wt, O
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("H,W,stride", [(56, 56, 1), (14, 14, 1), (56, 56, 2), (9, 30, 2)])
 def test_depthwise_rows_take_whole_vectors(target, H, W, stride):
@@ -169,7 +131,7 @@ def test_depthwise_rows_take_whole_vectors(target, H, W, stride):
     narrower divisor, 14 lanes for a 56-wide row, made every vector a masked one)."""
     t = Target(target)
     C = 5
-    D, Wt, O = _depthwise(C, H, W, stride)
+    D, Wt, O = kernels.depthwise3x3(C, H, W, stride)
     s = tdsl.auto_schedule(O, target=t)
     lanes = t.vector_lanes("float32")
     OW = (W - 1) // stride + 1

@@ -214,12 +214,18 @@ def test_layout_disagreement_fails_the_emulation(monkeypatch):
     the rows g and g + 8 of each block would be caught by the numbers."""
     from tdsl.codegen.source import mma_fragments
     swapped = "      bottom[0] = d[0]; bottom[1] = d[1]; top[0] = d[2]; top[1] = d[3];"
-    monkeypatch.setattr(mma_fragments, "_STORE_SCALAR", swapped)
+    _emulation_fails_with(monkeypatch, mma_fragments, "_STORE_SCALAR", swapped, (32, 16, 16),
+                          warps=(1, 1), warp_tiles=(2, 2), k_step=16)
+
+
+def _emulation_fails_with(monkeypatch, module, name, value, shape, **config):
+    """With `module.name` patched to `value`, the emulated bf16 GEMM of `shape` (M, N, K)
+    no longer matches numpy."""
+    monkeypatch.setattr(module, name, value)
     monkeypatch.setenv("TDSL_CACHE", "0")
-    s, args = mma_gemm.schedule(32, 16, 16, "bfloat16", warps=(1, 1), warp_tiles=(2, 2),
-                                k_step=16)
+    s, args = mma_gemm.schedule(*shape, "bfloat16", **config)
     with pytest.raises(AssertionError):
-        _check(tdsl.build(s, args, target="c"), 32, 16, 16, "bfloat16")
+        _check(tdsl.build(s, args, target="c"), *shape, "bfloat16")
 
 
 def _ptx_and_resources(s, args):
@@ -409,9 +415,5 @@ def test_emulated_async_copies_land_at_the_barrier(monkeypatch):
     late = c_gpu._EMU_RUNTIME.replace(
         "  tdsl_emu_async_wait();\n  swapcontext", "  swapcontext")
     assert late != c_gpu._EMU_RUNTIME
-    monkeypatch.setattr(c_gpu, "_EMU_RUNTIME", late)
-    monkeypatch.setenv("TDSL_CACHE", "0")
-    s, args = mma_gemm.schedule(64, 32, 96, "bfloat16", warps=(2, 1), warp_tiles=(2, 4),
-                                k_step=32)
-    with pytest.raises(AssertionError):
-        _check(tdsl.build(s, args, target="c"), 64, 32, 96, "bfloat16")
+    _emulation_fails_with(monkeypatch, c_gpu, "_EMU_RUNTIME", late, (64, 32, 96),
+                          warps=(2, 1), warp_tiles=(2, 4), k_step=32)

@@ -1,6 +1,8 @@
 """CPU schedules for common kernels: a fused bias+relu, a row softmax and a 3x3 conv2d.
 Each `*_schedule(..., target=None)` returns (schedule, args), sized from the target's
-vector width and registers; each `*_reference` is the numpy meaning."""
+vector width and registers; each `*_reference` is the numpy meaning. Also definitions with
+no hand schedule, for the auto-scheduler's benchmark and tests: k x k convolutions of any
+stride and padding in NCHW[x]c, 3x3 depthwise convolutions and row sums."""
 from __future__ import annotations
 
 import numpy as np
@@ -146,3 +148,76 @@ def conv2d_reference(d, w):
 def unpack_output(o):
     cb, H, W, bn = o.shape
     return o.transpose(0, 3, 1, 2).reshape(cb * bn, H, W)
+
+
+# ------------------------------------------------------------------ for the auto-scheduler
+
+def conv_nchwc(C, H, W, CO, k, stride, pad, bn):
+    """A k x k convolution: input (C, H, W) (H, W may be tdsl vars); weights pre-packed as
+    (CO/bn, C, k, k, bn); output (CO/bn, OH, OW, bn), the graph layer's blocked layout.
+    Returns (data, weight, output)."""
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wp = tdsl.placeholder((CO // bn, C, k, k, bn), name="weight")
+    src = D
+    if pad:
+        src = tdsl.compute((C, H + 2 * pad, W + 2 * pad), lambda c, y, x: tdsl.if_then_else(
+            tdsl.all(y >= pad, y < H + pad, x >= pad, x < W + pad), D[c, y - pad, x - pad],
+            tdsl.const(0, "float32")), name="pad")
+    ci = tdsl.reduce_axis((0, C), name="ci")
+    ky = tdsl.reduce_axis((0, k), name="ky")
+    kx = tdsl.reduce_axis((0, k), name="kx")
+    O = tdsl.compute((CO // bn, OH, OW, bn), lambda cb, y, x, c: tdsl.sum(
+        src[ci, y * stride + ky, x * stride + kx] * Wp[cb, ci, ky, kx, c], axis=[ci, ky, kx]),
+        name="conv")
+    return D, Wp, O
+
+
+def conv_reference(d, w, stride, pad):
+    """Direct convolution of (C, H, W) by (CO, C, k, k), one matmul per tap; output (CO,
+    OH, OW)."""
+    C, H, W = d.shape
+    CO, _, k, _ = w.shape
+    OH, OW = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    p = np.pad(d, ((0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((CO, OH * OW), np.float32)
+    for ky in range(k):
+        for kx in range(k):
+            tap = p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride]
+            out += w[:, :, ky, kx] @ tap.reshape(C, -1)
+    return out.reshape(CO, OH, OW)
+
+
+def depthwise3x3(C, H, W, stride=1):
+    """A 3x3 depthwise convolution, pad 1, NCHW (one channel each): input (C, H, W),
+    weights (C, 3, 3). Returns (data, weight, output)."""
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
+    D = tdsl.placeholder((C, H, W), name="data")
+    Wt = tdsl.placeholder((C, 3, 3), name="weight")
+    pad = tdsl.compute((C, H + 2, W + 2), lambda c, y, x: tdsl.if_then_else(
+        tdsl.all(y >= 1, y < H + 1, x >= 1, x < W + 1), D[c, y - 1, x - 1], tdsl.const(0, "float32")),
+        name="pad")
+    ky = tdsl.reduce_axis((0, 3), name="ky")
+    kx = tdsl.reduce_axis((0, 3), name="kx")
+    O = tdsl.compute((C, OH, OW), lambda c, y, x: tdsl.sum(
+        pad[c, y * stride + ky, x * stride + kx] * Wt[c, ky, kx], axis=[ky, kx]), name="dwconv")
+    return D, Wt, O
+
+
+def depthwise3x3_reference(d, w, stride=1):
+    C, H, W = d.shape
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
+    p = np.pad(d, ((0, 0), (1, 1), (1, 1)))
+    out = np.zeros((C, OH, OW), np.float32)
+    for ky in range(3):
+        for kx in range(3):
+            out += p[:, ky:ky + stride * (OH - 1) + 1:stride, kx:kx + stride * (OW - 1) + 1:stride] * \
+                w[:, ky, kx][:, None, None]
+    return out
+
+
+def row_sum(M, N):
+    """(X, its sums over rows)."""
+    X = tdsl.placeholder((M, N), name="X")
+    k = tdsl.reduce_axis((0, N), name="k")
+    return X, tdsl.compute((M,), lambda i: tdsl.sum(X[i, k], axis=k), name="rowsum")
