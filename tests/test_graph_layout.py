@@ -101,10 +101,11 @@ def test_a_conv_alone_and_no_target_stay_nchw():
 
 
 def test_convs_that_share_an_input_are_not_a_chain():
-    """Fire modules: two expand convs read the squeeze's output and only a concatenation
-    reads theirs; unpacking the squeeze's output in its kernel and the expand convs' NCHW
-    strategies beat a blocked tail, so all stay in NCHW (the squeeze reading a
-    concatenation, or a pool)."""
+    """Fire modules whose concatenation no conv reads: two expand convs read the squeeze's
+    output and only the network's output reads theirs, so they are a tail and stay in
+    NCHW, and so does the squeeze before them (fed by a pool, or by a concatenation of
+    8-channel images, not whole 16-lane vectors; for 8-lane AVX2 they are, and that one
+    reads the stem's copy of the input)."""
     b = models._B(1)
     x = b.node("Concat", ["input", "input"], axis=1)
     x = b.node("MaxPool", [x], kernel_shape=[1, 1])
@@ -117,6 +118,45 @@ def test_convs_that_share_an_input_are_not_a_chain():
     model = b.model([("input", [1, 8, 13, 13])], [y], "fire")
     ops = _check(model, (1, 8, 13, 13))
     assert "nn.conv2d_blocked" not in ops and ops.count("nn.conv2d") == 6, ops
+
+
+def _fires(channels, pool_input=False):
+    """A stem and two fire modules (squeeze 1x1, expand 1x1 and 3x3, concatenated), then a
+    1x1 conv and a global pool; `pool_input`: the first concatenation also takes the
+    stem's max-pooled output, as a DenseNet block takes its input."""
+    e = channels
+    b = models._B(2)
+    x, c = b.conv_bn("input", 3, 2 * e, 3, stride=2), 2 * e
+    for k in range(2):
+        s = b.conv_bn(x, c, e // 2, 1)
+        parts = [b.conv_bn(s, e // 2, e, 1), b.conv_bn(s, e // 2, e, 3)]
+        if pool_input and k == 0:
+            parts.append(b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]))
+        x, c = b.node("Concat", parts, axis=1), 2 * e + (c if pool_input and k == 0 else 0)
+    y = b.conv_bn(x, c, e, 1)
+    y = b.node("GlobalAveragePool", [y])
+    return b.model([("input", [1, 3, 30, 30])], [y], "fires")
+
+
+def test_fire_modules_concatenate_blocked_images():
+    """Concatenations along the channels of conv outputs whose channels are whole vectors
+    (squeezenet's fire modules): the blocked images concatenate along their block axis and
+    the next squeeze conv reads the result, so the whole network is one chain from the
+    stem to the pool: no relayout of an image anywhere."""
+    ops = _check(_fires(32), (1, 3, 30, 30))
+    assert ops.count("nn.conv2d_blocked") == 8 and "nn.conv2d" not in ops, ops
+    assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
+    assert ops.count("concatenate") == 2, ops
+
+
+def test_concatenations_of_other_images_stay_nchw():
+    """A concatenation that takes an image no conv made (DenseNet's block input, here a
+    pooled image) stays in NCHW, and so do the convs around it: the stem, the first fire
+    and the squeeze conv reading it. The second fire's expand convs and the last conv are
+    a chain again."""
+    ops = _check(_fires(32, pool_input=True), (1, 3, 30, 30))
+    assert ops.count("nn.conv2d") == 5 and ops.count("nn.conv2d_blocked") == 3, ops
+    assert ops.index("concatenate") < ops.index("nn.conv2d_blocked"), ops
 
 
 @pytest.mark.parametrize("C,bn", [(24, 16), (32, 8), (5, 4)])
