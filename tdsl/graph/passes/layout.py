@@ -17,7 +17,10 @@ A chain is convs that read others' outputs through elementwise operators only (t
 that merely read one image are not one: squeezenet's expand convs), or through a
 concatenation along the channels of conv outputs that are whole vectors of channels (a
 fire module's expand convs and the next squeeze: the blocked images concatenate along
-their block axis; squeezenet 1.1 7-12% faster on Zen 4), without the tails that only
+their block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
+fires: a 3-D pool of the blocked image whose last window is one element, so each lane
+pools alone; squeezenet 1.1 went from 5.0-5.2 ms to 3.6 on Zen 4 with both, ResNet-18
+and -50 5-9% faster), without the tails that only
 plain consumers read (below); a conv alone keeps the strategy chosen for it in NCHW (the
 stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
 transposing store. Convs that join: float32 2-D convs with constant weights and static
@@ -129,7 +132,7 @@ def _chains(fn, bn):
             if _convertible_conv(e, bn):
                 feeds.setdefault(id(e), set()).add(id(n))
                 convs[id(e)], convs[id(n)] = e, n
-            elif _blockable_concat(e, bn):
+            elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d":
                 stack.extend(e.args)
             else:
                 stack.extend(_image_args(e))
@@ -243,6 +246,14 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
         if not (_blockable_concat(n, bn) and all(id(a) in blocked for a in n.args)):
             return None
         return Call("concatenate", [blocked[id(a)] for a in n.args], {"axis": 1}, n.span)
+    if n.op == "nn.max_pool2d":
+        # a 3-D pool whose last window is one element: each lane of a block pools alone
+        a = n.attrs
+        p = list(a["padding"])
+        return Call("nn.max_pool3d", [blocked[id(n.args[0])]],
+                    {"pool_size": list(a["pool_size"]) + [1], "strides": list(a["strides"]) + [1],
+                     "padding": p[:2] + [0] + p[2:] + [0], "dilation": list(a["dilation"]) + [1],
+                     "ceil_mode": a["ceil_mode"]}, n.span)
     C = n.type.shape[1]
     if _unary(n):
         return Call(n.op, [blocked[id(n.args[0])]], n.attrs, n.span)
