@@ -162,6 +162,25 @@ def test_concatenations_of_other_images_stay_nchw():
     assert ops.index("concatenate") < ops.index("nn.conv2d_blocked"), ops
 
 
+@pytest.mark.parametrize("pool", [
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),                 # squeezenet's
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),            # resnet's
+    dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], dilations=[2, 1]),
+])
+def test_max_pools_in_a_chain_pool_the_blocked_image(pool):
+    """A max pool between two convs pools the blocked image (a 3-D pool whose last window
+    is one element): ceil mode, asymmetric padding and dilation as onnxruntime has them."""
+    b = models._B(3)
+    x = b.conv_bn("input", 3, 32, 3)
+    x = b.node("MaxPool", [x], **pool)
+    y = b.conv_bn(x, 32, 48, 3)
+    y = b.node("GlobalAveragePool", [y])
+    model = b.model([("input", [1, 3, 23, 23])], [y], "pooled")
+    ops = _check(model, (1, 3, 23, 23))
+    assert ops.count("nn.conv2d_blocked") == 2 and ops.count("nn.max_pool3d") == 1, ops
+    assert "nn.max_pool2d" not in ops and "layout.from_blocked" not in ops, ops
+
+
 @pytest.mark.parametrize("C,bn", [(24, 16), (32, 8), (5, 4)])
 def test_blocked_references(C, bn):
     rng = np.random.default_rng(0)
