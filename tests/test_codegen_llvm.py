@@ -768,3 +768,18 @@ def test_worker_pool_from_several_python_threads():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 4])
+def test_vector_exp_builds_for_avx512_without_vl(lanes):
+    """Knights Landing has AVX-512F but not AVX-512VL: the exp of 8 or 4 lanes may not use
+    the 256/128-bit vscalefps intrinsics (LLVM cannot select them and aborts the process);
+    it builds through llvm.ldexp, and the 16-lane one through the 512-bit instruction."""
+    import tdsl
+    x = tdsl.placeholder((64,), name="x")
+    y = tdsl.compute(x.shape, lambda i: tdsl.exp(x[i]), name="y")
+    s = tdsl.create_schedule(y)
+    _, inner = s[y].split(y.op.axis[0], lanes)
+    s[y].vectorize(inner)
+    asm = tdsl.build(s, [x, y], target="llvm -mcpu=knl").get_source("asm")
+    assert "vscalefps" in asm

@@ -98,7 +98,10 @@ def _exp_f32(em, x, base2=False):
     b = m.b
     ityp = _with_elem(x.type, I32)
     lo, hi = (-150.0, 128.5) if base2 else (-104.0, 89.0)
-    scalef = _SCALEF.get(lanes_of(x)) if em.mb.target.has_avx512 else None
+    avx512 = em.mb.target.has_avx512
+    # the 512-bit vscalefps needs AVX-512F only; narrower ones need AVX-512VL (not on
+    # every AVX-512 CPU), so they go through llvm.ldexp, which LLVM lowers for each
+    scalef = avx512 and lanes_of(x) == 16
     if scalef:
         # ordered compares keep a NaN x, and every step after it carries the NaN through
         xc = b.select(b.fcmp_ordered("<", x, m.c(lo)), m.c(lo), x)
@@ -116,27 +119,22 @@ def _exp_f32(em, x, base2=False):
     p = m.horner(r, _EXP_POLY)
     if scalef:
         # vscalefps: p * 2^n in one instruction, overflow to inf and gradual underflow
-        # included (what the integer steps below do in eleven)
-        name, mask = scalef
-        fn = em.mb.intrinsic(name, x.type, [x.type, x.type, x.type, mask] +
-                             ([I32] if lanes_of(x) == 16 else []))
-        args = [p, n, p, ir.Constant(mask, -1)] + ([ir.Constant(I32, 4)] if lanes_of(x) == 16 else [])
-        return b.call(fn, args)
+        # included (what the integer steps below do in eleven); rounding mode 4: the
+        # current one
+        mask = ir.IntType(16)
+        fn = em.mb.intrinsic("llvm.x86.avx512.mask.scalef.ps.512", x.type,
+                             [x.type, x.type, x.type, mask, I32])
+        return b.call(fn, [p, n, p, ir.Constant(mask, -1), ir.Constant(I32, 4)])
     ni = b.fptosi(n, ityp)
+    isnan = b.fcmp_unordered("uno", x, x)
+    if avx512:
+        return b.select(isnan, x, _ldexp(em, p, ni))
     n1 = b.ashr(ni, m.c(1, ityp))
     n2 = b.sub(ni, n1)
     s1 = b.bitcast(b.shl(b.add(n1, m.c(127, ityp)), m.c(23, ityp)), x.type)
     s2 = b.bitcast(b.shl(b.add(n2, m.c(127, ityp)), m.c(23, ityp)), x.type)
     res = b.fmul(b.fmul(p, s1), s2)
-    isnan = b.fcmp_unordered("uno", x, x)
     return b.select(isnan, x, res)
-
-
-# AVX-512's vscalefps by vector width: (intrinsic, its mask type); 512-bit takes a rounding
-# mode too (4: the current one)
-_SCALEF = {16: ("llvm.x86.avx512.mask.scalef.ps.512", ir.IntType(16)),
-           8: ("llvm.x86.avx512.mask.scalef.ps.256", ir.IntType(8)),
-           4: ("llvm.x86.avx512.mask.scalef.ps.128", ir.IntType(8))}
 
 
 def _log_f32(em, x, base2=False):

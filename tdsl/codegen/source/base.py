@@ -177,13 +177,13 @@ class CFamilyPrinter(CExprPrinter):
     def copy_for(self, s) -> bool:
         """Prints a vectorized loop that only copies 16- or 32-bit elements between global
         and shared memory (a tile staged for a GEMM) as 16-byte moves; False when it does
-        not fit (registers, `local`, keep their typed vector accesses). Shared memory only: its buffers are declared 16-byte aligned, and the other
-        side's index is proved a multiple of 16 bytes from the start of an allocation (a
-        view of a device array at an odd offset is the caller's). A move from global into
-        shared memory may be asynchronous (`async_copy`): the dialect then completes it
-        before the next barrier, which thread_sync puts before any read of the tile. A
-        condition the same for every element (which threads take part) stays around the
-        moves."""
+        not fit (registers, `local`, keep their typed vector accesses). Shared buffers are
+        declared 16-byte aligned, and the other side's index is proved a multiple of 16
+        bytes from the start of an allocation (a view of a device array at an odd offset
+        is the caller's). A move from global into shared memory may be asynchronous
+        (`async_copy`): the dialect then completes it before the next barrier, which
+        thread_sync puts before any read of the tile. A condition the same for every
+        element (which threads take part) stays around the moves."""
         body, ext, guard = s.body, s.extent, None
         if isinstance(body, S.IfThenElse) and body.else_case is None and \
                 not _mentions(body.cond, s.var):
