@@ -75,22 +75,22 @@ def _blockable_concat(c, bn):
     concatenations in NCHW: strategy/cpu/generic.py) is not."""
     if c.op != "concatenate" or len(c.type.shape) != 4 or c.attrs["axis"] % 4 != 1:
         return False
-    for a in c.args:
-        if len(a.type.shape) != 4 or a.type.shape[1] % bn:
-            return False
-        stack, seen, found = [a], set(), False
-        while stack:
-            e = stack.pop()
-            if id(e) in seen or not isinstance(e, Call):
-                continue
-            seen.add(id(e))
-            if _conv_form(e):
-                found = True
-            else:
-                stack.extend(_image_args(e))
-        if not found:
-            return False
-    return True
+    return all(len(a.type.shape) == 4 and a.type.shape[1] % bn == 0 and _made_by_conv(a)
+               for a in c.args)
+
+
+def _made_by_conv(e):
+    """Whether image `e` is a conv's output, through elementwise operators."""
+    stack, seen = [e], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen or not isinstance(e, Call):
+            continue
+        seen.add(id(e))
+        if _conv_form(e):
+            return True
+        stack.extend(_image_args(e))
+    return False
 
 
 def _unary(n):
