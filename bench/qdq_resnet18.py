@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-import common  # noqa: F401  (puts the repository on the path)
+import common  # (puts the repository on the path)
 import tdsl.graph as G
 from tdsl.graph import models
 
@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    common.add_target_option(ap)
     a = ap.parse_args()
+    target = common.target_from(a)
     import onnxruntime as ort
     q = models.quantize_qdq(models.resnet18(size=a.size, width=a.width))
     x = np.random.default_rng(1).standard_normal((1, 3, a.size, a.size)).astype(np.float32)
@@ -41,7 +43,7 @@ def main():
     so.intra_op_num_threads = a.threads
     sess = ort.InferenceSession(q.SerializeToString(), so, providers=["CPUExecutionProvider"])
     t = time.perf_counter()
-    exe = G.build(G.optimize(G.from_onnx(q)))
+    exe = G.build(G.optimize(G.from_onnx(q), target=target), target=target)
     print(f"tdsl build {time.perf_counter() - t:.1f} s")
     ref = sess.run(None, {"input": x})[0]
     got = exe.run(x)[0]

@@ -194,3 +194,23 @@ def test_row_reduction_read_through_an_inlined_stage_is_computed_per_row(target)
     tdsl.build(s, [X, Y], target=target)(x, y)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,lanes,vectorized", [("uint8", 16, True), ("float32", 16, True), ("uint8", 8, False)])
+def test_short_axes_of_narrow_elements_fill_a_128_bit_vector(target, dtype, lanes, vectorized):
+    """A max pool of a blocked uint8 image (a quantized network's): its 16 channels are a
+    quarter of a 512-bit vector of bytes, yet a whole 128-bit one, and are vectorized; 8
+    bytes are not."""
+    H = 11
+    X = tdsl.placeholder((2, H, H, lanes), dtype, name="X")
+    ry, rx = tdsl.reduce_axis((0, 3), name="ry"), tdsl.reduce_axis((0, 3), name="rx")
+    P = tdsl.compute((2, 5, 5, lanes), lambda c, y, x, ln: tdsl.max(X[c, 2 * y + ry, 2 * x + rx, ln], axis=[ry, rx]),
+                     name="pool")
+    s = tdsl.auto_schedule(P, target)
+    assert ("pool: vectorize: split(ln," in str(s.explain())) == vectorized, s.explain()
+    x = (np.random.default_rng(4).random((2, H, H, lanes)) * 250).astype(dtype)
+    out = np.zeros(P.shape, dtype)
+    tdsl.build(s, [X, P], target=target)(x, out)
+    want = np.max([x[:, ky:ky + 10:2, kx:kx + 10:2] for ky in range(3) for kx in range(3)], axis=0)
+    np.testing.assert_array_equal(out, want)

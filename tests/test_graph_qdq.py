@@ -38,19 +38,59 @@ def _output_step(model):
 
 
 @pytest.mark.parametrize("target,kind", [("llvm", "qconv2d_vnni"), ("llvm -mcpu=znver3", "qconv2d_int32")])
-def test_qdq_resnet_matches_onnxruntime(qdq_resnet, target, kind):
+@pytest.mark.parametrize("layout", [False, True])
+def test_qdq_resnet_matches_onnxruntime(qdq_resnet, target, kind, layout):
+    """With the target given to optimize, a VNNI target keeps the quantized convs blocked
+    (NCHW[16c]) from the stem to the last block (passes/layout.py), the max pool between
+    them pooling the blocked image; a target without VNNI keeps them NCHW."""
     if kind == "qconv2d_vnni" and not tdsl.target.as_target(target).has_vnni:
         pytest.skip("no AVX512-VNNI on this machine")
-    mod = G.optimize(G.from_onnx(qdq_resnet))
+    mod = G.optimize(G.from_onnx(qdq_resnet), target=target if layout else None)
     kinds = _kinds(mod, target)
     assert kinds.count(kind) == 20, kinds           # every conv of the network
-    assert not any(n.op == "nn.conv2d" for f in mod.main.nodes() if isinstance(f.op, Function)
-                   for n in f.op.nodes())
+    ops = [n.op for f in mod.main.nodes() if isinstance(f.op, Function) for n in f.op.nodes()]
+    assert "nn.conv2d" not in ops
+    blocked = layout and kind == "qconv2d_vnni"
+    assert ops.count("qnn.conv2d_blocked") == (20 if blocked else 0), ops
+    assert ("nn.max_pool3d" in ops) == blocked and ("nn.max_pool2d" in ops) != blocked, ops
     x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
     ref = models.onnxruntime_run(qdq_resnet, {"input": x})[0]
     got = G.build(mod, target=target).run(x)[0]
     steps = np.rint(np.abs(got - ref) / _output_step(qdq_resnet))
     assert steps.max() <= 1 and np.mean(steps == 0) >= 0.95, (steps.max(), np.mean(steps == 0))
+
+
+@pytest.mark.parametrize("in_blocked,bn,pad,target", [
+    (True, 16, 1, "llvm"), (False, 16, 1, "llvm"), (True, 16, 0, "llvm"), (True, 8, 1, "llvm"),
+    (True, 16, 1, "llvm -mcpu=znver3"), (False, 16, 0, "llvm -mcpu=znver3")])
+def test_blocked_qconv_matches_its_reference(in_blocked, bn, pad, target):
+    """qnn.conv2d_blocked in one group: the VNNI kernel (or the int32 one, on targets
+    without VNNI) where the blocks are its 16 lanes, the plain definition (strategy/topi_layout.py) for other
+    blocks; zero points in the data and its padding; 20 output channels leave a ragged
+    last block."""
+    from tdsl.graph.ir import Call, Module, TensorType, Var
+    from tdsl.graph.ir.ops_layout import from_blocked_ref, qconv_blocked_ref, to_blocked_ref
+    rng = np.random.default_rng(5)
+    ci, co = 32, (32 if bn == 16 else 20)
+    x = rng.integers(0, 256, (1, ci, 9, 11)).astype(np.uint8)
+    xin = to_blocked_ref(x, {"bn": bn}) if in_blocked else x
+    w = rng.integers(-100, 100, (co, ci, 3, 3)).astype(np.int8)
+    xz, wz = np.uint8(113), np.zeros((co, 1, 1, 1), np.int8)
+    a = {"strides": [1, 2], "padding": [pad] * 4, "dilation": [1, 1], "groups": 1, "bn": bn, "in_blocked": in_blocked}
+    want = qconv_blocked_ref(xin, w, xz, wz, a)
+    v = Var("x", TensorType(xin.shape, "uint8"))
+    y = Call("qnn.conv2d_blocked", [v, Const(w), Const(xz), Const(wz)], a)
+    mod = G.optimize(Module(Function("main", [v], [y], {})))
+    kinds = _kinds(mod, target)
+    if bn == 16:
+        assert kinds == ["qconv2d_vnni" if tdsl.target.as_target(target).has_vnni else "qconv2d_int32"], kinds
+    else:
+        assert kinds == [None], kinds
+    got = G.build(mod, target=target).run(xin)[0]
+    assert got.shape == want.shape
+    # the lanes past the last real channel are of no meaning (ir/ops_layout.py)
+    real = {"bn": bn, "channels": co}
+    assert np.array_equal(from_blocked_ref(got, real), from_blocked_ref(want, real))
 
 
 def test_unmatched_qdq_stays_float():

@@ -10,6 +10,8 @@ this layout, with the transforms only at the chains' ends.
 * `nn.conv2d_blocked(x, w)`: nn.conv2d's attributes plus `bn` and `in_blocked` (whether x
   is blocked or a plain NCHW image); w is the plain (CO, CI / groups, KH, KW) weight; the
   output is blocked. Groups: 1, or one per channel (depthwise).
+* `qnn.conv2d_blocked(x, w, x_zero, w_zero)`: the same for the integer conv (ops_quant.py's
+  qnn.conv2d): uint8 data blocked or plain, int32 output blocked. Groups: 1.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from ...errors import GraphError
 from .ops_nn import _conv_infer, conv_ref
+from .ops_quant import _qconv_infer, _qconv_ref
 from .registry import _nargs, register
 from .types import TensorType
 
@@ -58,27 +61,51 @@ def from_blocked_ref(x, a):
     return np.ascontiguousarray(y[:, :a["channels"]])
 
 
-def _conv_blocked_infer(types, attrs):
-    _nargs(types, 2)
-    x, w = types
+def _plain_data(x, w, attrs, op):
+    """The plain NCHW type of a blocked conv's data `x`."""
     bn = attrs["bn"]
     ci = w.shape[1] * attrs["groups"]
-    if attrs["in_blocked"]:
-        if x.ndim != 5 or x.shape[-1] != bn or x.shape[1] != blocks(ci, bn):
-            raise GraphError(f"nn.conv2d_blocked: data {x} is not {ci} channels blocked by {bn}")
-        x = TensorType((x.shape[0], ci, *x.shape[2:4]), x.dtype)
-    g = attrs["groups"]
-    if g not in (1, ci) or (g == ci and w.shape[0] != ci):
-        raise GraphError(f"nn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
-    t = _conv_infer(2)([x, w], attrs)
+    if not attrs["in_blocked"]:
+        return x
+    if x.ndim != 5 or x.shape[-1] != bn or x.shape[1] != blocks(ci, bn):
+        raise GraphError(f"{op}: data {x} is not {ci} channels blocked by {bn}")
+    return TensorType((x.shape[0], ci, *x.shape[2:4]), x.dtype)
+
+
+def _blocked_type(t, bn):
     return TensorType((t.shape[0], blocks(t.shape[1], bn), *t.shape[2:], bn), t.dtype)
 
 
+def _conv_blocked_infer(types, attrs):
+    _nargs(types, 2)
+    x, w = types
+    ci = w.shape[1] * attrs["groups"]
+    x = _plain_data(x, w, attrs, "nn.conv2d_blocked")
+    g = attrs["groups"]
+    if g not in (1, ci) or (g == ci and w.shape[0] != ci):
+        raise GraphError(f"nn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
+    return _blocked_type(_conv_infer(2)([x, w], attrs), attrs["bn"])
+
+
+def _plain_data_ref(x, w, a):
+    return from_blocked_ref(x, {"bn": a["bn"], "channels": w.shape[1] * a["groups"]}) if a["in_blocked"] else x
+
+
 def conv_blocked_ref(x, w, a):
-    g = a["groups"]
-    if a["in_blocked"]:
-        x = from_blocked_ref(x, {"bn": a["bn"], "channels": w.shape[1] * g})
-    return to_blocked_ref(conv_ref(x, w, a), {"bn": a["bn"]})
+    return to_blocked_ref(conv_ref(_plain_data_ref(x, w, a), w, a), {"bn": a["bn"]})
+
+
+def _qconv_blocked_infer(types, attrs):
+    _nargs(types, 4)
+    x, w, xz, wz = types
+    if attrs["groups"] != 1:
+        raise GraphError(f"qnn.conv2d_blocked: groups={attrs['groups']} must be 1")
+    x = _plain_data(x, w, attrs, "qnn.conv2d_blocked")
+    return _blocked_type(_qconv_infer([x, w, xz, wz], attrs), attrs["bn"])
+
+
+def qconv_blocked_ref(x, w, xz, wz, a):
+    return to_blocked_ref(_qconv_ref(_plain_data_ref(x, w, a), w, xz, wz, a), {"bn": a["bn"]})
 
 
 # from_blocked fuses into its producer's kernel like an elementwise epilogue (the blocked
@@ -87,5 +114,8 @@ def conv_blocked_ref(x, w, a):
 register("layout.to_blocked", "injective", _to_infer, to_blocked_ref, required=("bn",))
 register("layout.from_blocked", "broadcast", _from_infer, from_blocked_ref, required=("bn", "channels"))
 register("nn.conv2d_blocked", "anchor", _conv_blocked_infer, conv_blocked_ref,
+         {"strides": [1, 1], "padding": [0] * 4, "dilation": [1, 1], "groups": 1, "in_blocked": True},
+         required=("bn",))
+register("qnn.conv2d_blocked", "anchor", _qconv_blocked_infer, qconv_blocked_ref,
          {"strides": [1, 1], "padding": [0] * 4, "dilation": [1, 1], "groups": 1, "in_blocked": True},
          required=("bn",))

@@ -28,6 +28,11 @@ shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not 
 concatenation of other images (DenseNet's convs of growing concatenations of the block's
 input and its features share one kernel generic in the channel count in NCHW,
 strategy/cpu/generic.py).
+
+On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
+point 0, groups 1, whole 16-channel blocks out) join as `qnn.conv2d_blocked`, with the
+quantized element-wise operators (requantize, the quantized add) between them: a QDQ
+ResNet-18 runs blocked from the stem to the global pool (strategy/cpu/conv_int8.py).
 """
 from __future__ import annotations
 
@@ -41,6 +46,10 @@ from ..ir.registry import get_op
 
 # binary operators that commute with relaying out channels
 _BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+# quantized element-wise operators: images, and scales and zero points per channel or scalar
+_QUANT = ("qnn.requantize", "qnn.add", "qnn.quantize", "qnn.dequantize")
+# the channels of a block of the integer conv: vpdpbusd's 16 int32 lanes
+_QBN = 16
 # the fill of a constant's padding channels: finite, and neutral where that is defined
 _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
 
@@ -60,11 +69,24 @@ def _conv_form(n):
     return tuple(x.type.shape[2:]) != (1, 1)
 
 
-def _convertible_conv(n, bn):
+def _qconv_form(n, bn, int8):
+    """Whether quantized conv node `n` has a blocked form: on targets with the VNNI conv
+    (cpu/conv_int8.py), whose blocks are `bn` (= its 16 lanes) channels, groups 1, static
+    shapes, constant weights with zero point 0, whole blocks of output channels."""
+    if not int8 or bn != _QBN or n.op != "qnn.conv2d" or n.attrs["groups"] != 1:
+        return False
+    x, w, xz, wz = n.args
+    if not all(isinstance(a, Const) for a in (w, xz, wz)) or np.any(wz.data != 0) or x.type.dtype != "uint8":
+        return False
+    shape = tuple(x.type.shape) + tuple(n.type.shape)
+    return len(x.type.shape) == 4 and all(isinstance(d, int) for d in shape) and n.type.shape[1] % bn == 0
+
+
+def _convertible_conv(n, bn, int8=False):
     x = n.args[0] if n.args else None
     if isinstance(x, Call) and x.op == "concatenate" and not _blockable_concat(x, bn):
         return False
-    return _conv_form(n)
+    return _conv_form(n) or _qconv_form(n, bn, int8)
 
 
 def _blockable_concat(c, bn):
@@ -101,14 +123,14 @@ def _image_args(n):
     """The operands of elementwise node `n` that are images of its own shape."""
     if _unary(n):
         return list(n.args)
-    if n.op in _BINARY and len(n.type.shape) == 4:
+    if n.op in _BINARY + _QUANT and len(n.type.shape) == 4:
         return [a for a in n.args if tuple(a.type.shape) == tuple(n.type.shape)]
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) == 4:
         return [n.args[0]]
     return []
 
 
-def _chains(fn, bn):
+def _chains(fn, bn, int8):
     """The convs that are in a chain (module docstring): a conv that reads, through
     elementwise operators only, another such conv's output, and the convs it reads, less
     the chains' tails whose output only goes to plain consumers (a concatenation, a
@@ -121,7 +143,7 @@ def _chains(fn, bn):
     feeds: Dict[int, set] = {}      # conv -> the convs that read it
     convs = {}
     for n in fn.nodes():
-        if not _convertible_conv(n, bn):
+        if not _convertible_conv(n, bn, int8):
             continue
         stack, seen = [n.args[0]], set()
         while stack:
@@ -129,7 +151,7 @@ def _chains(fn, bn):
             if id(e) in seen or not isinstance(e, Call):
                 continue
             seen.add(id(e))
-            if _convertible_conv(e, bn):
+            if _convertible_conv(e, bn, int8):
                 feeds.setdefault(id(e), set()).add(id(n))
                 convs[id(e)], convs[id(n)] = e, n
             elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d":
@@ -137,7 +159,9 @@ def _chains(fn, bn):
             else:
                 stack.extend(_image_args(e))
     chained = set(convs)
-    pooled = {i for i, c in convs.items() if _reaches_pool(c, users, bn)}
+    # an integer conv is never a tail: in NCHW its epilogue would gather each channel's row
+    # out of the accumulators all the same (cpu/conv_int8.py), and its input be packed again
+    pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_pool(c, users, bn)}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
         # a conv stays while it reads a chained conv or feeds one
@@ -180,12 +204,13 @@ def _channel_const(c: Const, C, bn, fill):
     return Const(v.reshape(blocks(C, bn), 1, 1, bn))
 
 
-def blocked_layout(mod: Module, bn: int) -> Module:
-    """The module with its conv chains blocked by `bn` channels (a vector of the target)."""
+def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
+    """The module with its conv chains blocked by `bn` channels (a vector of the target);
+    with `int8` (a target with the VNNI conv), quantized convs join them."""
     fn = mod.main
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
-    chained = _chains(fn, bn)
+    chained = _chains(fn, bn, int8)
     if not chained:
         return mod
     blocked: Dict[int, Call] = {}
@@ -234,6 +259,11 @@ def _from_blocked(xb, C, bn):
 
 def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     """The blocked form of node `n`, or None where it stays plain."""
+    if id(n) in chained and n.op == "qnn.conv2d":
+        x = n.args[0]
+        inb = id(x) in blocked and x.type.shape[1] % bn == 0
+        return Call("qnn.conv2d_blocked", [get_blocked(x) if inb else get_plain(x)] + list(n.args[1:]),
+                    dict(n.attrs, bn=bn, in_blocked=inb), n.span)
     if id(n) in chained:
         x, w = n.args
         a = dict(n.attrs, bn=bn)
@@ -260,7 +290,7 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
         b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
         return Call("add", [blocked[id(n.args[0])], b], {}, n.span)
-    if n.op not in _BINARY:
+    if n.op not in _BINARY + _QUANT:
         return None
     args = []
     for a in n.args:

@@ -35,7 +35,7 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     if target is not None:
         t = as_target(target)
         if t.kind == "llvm":
-            mod = blocked_layout(mod, t.vector_lanes("float32"))
+            mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
     if fuse:
         mod = fuse_ops(mod)
     return mod

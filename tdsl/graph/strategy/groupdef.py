@@ -104,7 +104,7 @@ class GroupDef:
             out_t = None
             if fast and n.op in CONV_FAST:
                 out_t = conv_fast(self, n, tensors)
-            elif fast and n.op == "qnn.conv2d":
+            elif fast and n.op in ("qnn.conv2d", "qnn.conv2d_blocked"):
                 out_t = conv_int8.qconv2d(self, n, tensors)
             elif fast and n.op == "nn.conv2d_blocked":
                 out_t = conv_blocked_fast(self, n, tensors)

@@ -1,11 +1,11 @@
 """Tensor-expression definitions of the channel-blocked layout operators (ir/ops_layout.py):
-the transforms, and the blocked conv in its plain form (any target; the CPU has its own,
-cpu/conv_blocked.py). Added to `topi.TE` on import."""
+the transforms, and the blocked convs in their plain forms (any target; the CPU has its
+own, cpu/conv_blocked.py and cpu/conv_int8.py). Added to `topi.TE` on import."""
 from __future__ import annotations
 
 import tdsl
 
-from .topi import TE, c, shape_of, uname
+from .topi import TE, bidx, c, shape_of, uname
 
 
 def _to_blocked(ins, attrs, out):
@@ -29,20 +29,26 @@ def _from_blocked(ins, attrs, out):
                         name=uname("from_blocked"))
 
 
-def _conv2d_blocked(ins, attrs, out):
-    x, w = ins
-    bn, g = attrs["bn"], attrs["groups"]
-    CO, CIG, KH, KW = shape_of(w)
-    (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
+def _blocked_reader(x, attrs, fill):
+    """x's element (b, ci, y, x) of the plain image, padding read as `fill`."""
+    bn = attrs["bn"]
     xs = shape_of(x)
     H, W = xs[2], xs[3]
-    f0 = c(0, x.dtype)
 
     def xin(b, ci, y, xx):
         inside = tdsl.all(y >= 0, y < H, xx >= 0, xx < W)
         yc, xc = tdsl.max(tdsl.min(y, H - 1), 0), tdsl.max(tdsl.min(xx, W - 1), 0)
         v = x[b, ci // bn, yc, xc, ci % bn] if attrs["in_blocked"] else x[b, ci, yc, xc]
-        return tdsl.if_then_else(inside, v, f0)
+        return tdsl.if_then_else(inside, v, fill)
+    return xin
+
+
+def _conv2d_blocked(ins, attrs, out):
+    x, w = ins
+    bn, g = attrs["bn"], attrs["groups"]
+    CO, CIG, KH, KW = shape_of(w)
+    (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
+    xin = _blocked_reader(x, attrs, c(0, x.dtype))
     rc = tdsl.reduce_axis((0, CIG), "rc")
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
@@ -56,6 +62,28 @@ def _conv2d_blocked(ins, attrs, out):
     return tdsl.compute(out.shape, f, name=uname("conv_blocked"))
 
 
+def _qconv2d_blocked(ins, attrs, out):
+    """The integer conv (groups 1) in int32 on the zero-point-shifted operands; padding
+    reads as the data's zero point."""
+    x, w, xz, wz = ins
+    bn = attrs["bn"]
+    CO, CI, KH, KW = shape_of(w)
+    (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
+    zx = xz[bidx(0, xz, ())]
+    xin = _blocked_reader(x, attrs, zx)
+    rc = tdsl.reduce_axis((0, CI), "rc")
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+
+    def f(b, cb, oy, ox, cc):
+        co = tdsl.min(cb * bn + cc, CO - 1)
+        wi = (co, rc, ky, kx)
+        v = tdsl.cast(xin(b, rc, oy * sh + ky * dh - p[0], ox * sw + kx * dw - p[1]), "int32") - tdsl.cast(zx, "int32")
+        return tdsl.sum(v * (tdsl.cast(w[wi], "int32") - tdsl.cast(wz[bidx(4, wz, wi)], "int32")), axis=[rc, ky, kx])
+    return tdsl.compute(out.shape, f, name=uname("qconv_blocked"))
+
+
 TE["layout.to_blocked"] = _to_blocked
 TE["layout.from_blocked"] = _from_blocked
 TE["nn.conv2d_blocked"] = _conv2d_blocked
+TE["qnn.conv2d_blocked"] = _qconv2d_blocked
