@@ -60,32 +60,63 @@ def test_qdq_resnet_matches_onnxruntime(qdq_resnet, target, kind, layout):
     assert steps.max() <= 1 and np.mean(steps == 0) >= 0.95, (steps.max(), np.mean(steps == 0))
 
 
-@pytest.mark.parametrize("in_blocked,bn,pad,target", [
-    (True, 16, 1, "llvm"), (False, 16, 1, "llvm"), (True, 16, 0, "llvm"), (True, 8, 1, "llvm"),
-    (True, 16, 1, "llvm -mcpu=znver3"), (False, 16, 0, "llvm -mcpu=znver3")])
-def test_blocked_qconv_matches_its_reference(in_blocked, bn, pad, target):
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3"])
+def test_qdq_mobilenet_blocks_run_blocked_through_depthwise_convs(target):
+    """A quantized MobileNetV2 block stack on a VNNI target: all 24 convs blocked, the
+    depthwise ones in the float depthwise conv's schedule on int32 vectors, the 24-channel
+    ones with a ragged last block (lanes of no meaning meeting zero weights); onnxruntime's
+    int8 outputs to one step. Without VNNI the convs stay NCHW."""
+    t = tdsl.target.as_target(target)
+    if not t.runs_here:
+        pytest.skip(f"{target} does not run here")
+    q = models.quantize_qdq(models.mobilenetv2_blocks(size=24))
+    mod = G.optimize(G.from_onnx(q), target=target)
+    ops = [n.op for f in mod.main.nodes() if isinstance(f.op, Function) for n in f.op.nodes()]
+    kinds = _kinds(mod, target)
+    if t.has_vnni:
+        assert ops.count("qnn.conv2d_blocked") == 24 and "qnn.conv2d" not in ops, ops
+        assert kinds.count("depthwise_blocked") == 8 and kinds.count("qconv2d_vnni") == 16, kinds
+    else:
+        assert ops.count("qnn.conv2d") == 24 and "qnn.conv2d_blocked" not in ops, ops
+    x = np.random.default_rng(4).standard_normal((1, 3, 24, 24)).astype(np.float32)
+    ref = models.onnxruntime_run(q, {"input": x})[0]
+    got = G.build(mod, target=target).run(x)[0]
+    steps = np.rint(np.abs(got - ref) / _output_step(q))
+    assert steps.max() <= 1 and np.mean(steps == 0) >= 0.95, (steps.max(), np.mean(steps == 0))
+
+
+_CASES = [(True, 16, 1, "llvm"), (False, 16, 1, "llvm"), (True, 16, 0, "llvm"), (True, 8, 1, "llvm"),
+          (True, 16, 1, "llvm -mcpu=znver3"), (False, 16, 0, "llvm -mcpu=znver3")]
+
+
+# a depthwise conv reads blocked data (passes/layout.py)
+@pytest.mark.parametrize("in_blocked,bn,pad,target,ci,co,groups", [
+    c + s for c in _CASES for s in [(32, 32, 1), (24, 40, 1), (40, 40, 40)] if c[0] or s[2] == 1])
+def test_blocked_qconv_matches_its_reference(in_blocked, bn, pad, target, ci, co, groups):
     """qnn.conv2d_blocked in one group: the VNNI kernel (or the int32 one, on targets
-    without VNNI) where the blocks are its 16 lanes, the plain definition (strategy/topi_layout.py) for other
-    blocks; zero points in the data and its padding; 20 output channels leave a ragged
-    last block."""
+    without VNNI) where the blocks are its 16 lanes, the plain definition
+    (strategy/topi_layout.py) for other blocks; the depthwise one; zero points in the data
+    and its padding; channel counts that leave ragged last blocks, in and out."""
     from tdsl.graph.ir import Call, Module, TensorType, Var
     from tdsl.graph.ir.ops_layout import from_blocked_ref, qconv_blocked_ref, to_blocked_ref
     rng = np.random.default_rng(5)
-    ci, co = 32, (32 if bn == 16 else 20)
     x = rng.integers(0, 256, (1, ci, 9, 11)).astype(np.uint8)
     xin = to_blocked_ref(x, {"bn": bn}) if in_blocked else x
-    w = rng.integers(-100, 100, (co, ci, 3, 3)).astype(np.int8)
+    w = rng.integers(-100, 100, (co, ci // groups, 3, 3)).astype(np.int8)
     xz, wz = np.uint8(113), np.zeros((co, 1, 1, 1), np.int8)
-    a = {"strides": [1, 2], "padding": [pad] * 4, "dilation": [1, 1], "groups": 1, "bn": bn, "in_blocked": in_blocked}
+    a = {"strides": [1, 2], "padding": [pad] * 4, "dilation": [1, 1], "groups": groups, "bn": bn,
+         "in_blocked": in_blocked}
     want = qconv_blocked_ref(xin, w, xz, wz, a)
     v = Var("x", TensorType(xin.shape, "uint8"))
     y = Call("qnn.conv2d_blocked", [v, Const(w), Const(xz), Const(wz)], a)
     mod = G.optimize(Module(Function("main", [v], [y], {})))
     kinds = _kinds(mod, target)
-    if bn == 16:
-        assert kinds == ["qconv2d_vnni" if tdsl.target.as_target(target).has_vnni else "qconv2d_int32"], kinds
-    else:
+    if bn != 16:
         assert kinds == [None], kinds
+    elif groups > 1:
+        assert kinds == ["depthwise_blocked"], kinds
+    else:
+        assert kinds == ["qconv2d_vnni" if tdsl.target.as_target(target).has_vnni else "qconv2d_int32"], kinds
     got = G.build(mod, target=target).run(xin)[0]
     assert got.shape == want.shape
     # the lanes past the last real channel are of no meaning (ir/ops_layout.py)

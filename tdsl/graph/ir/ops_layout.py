@@ -11,7 +11,8 @@ this layout, with the transforms only at the chains' ends.
   is blocked or a plain NCHW image); w is the plain (CO, CI / groups, KH, KW) weight; the
   output is blocked. Groups: 1, or one per channel (depthwise).
 * `qnn.conv2d_blocked(x, w, x_zero, w_zero)`: the same for the integer conv (ops_quant.py's
-  qnn.conv2d): uint8 data blocked or plain, int32 output blocked. Groups: 1.
+  qnn.conv2d): uint8 data blocked or plain, int32 output blocked. Groups: 1, or one per
+  channel.
 """
 from __future__ import annotations
 
@@ -98,8 +99,9 @@ def conv_blocked_ref(x, w, a):
 def _qconv_blocked_infer(types, attrs):
     _nargs(types, 4)
     x, w, xz, wz = types
-    if attrs["groups"] != 1:
-        raise GraphError(f"qnn.conv2d_blocked: groups={attrs['groups']} must be 1")
+    g, ci = attrs["groups"], w.shape[1] * attrs["groups"]
+    if g not in (1, ci) or (g == ci and w.shape[0] != ci):
+        raise GraphError(f"qnn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
     x = _plain_data(x, w, attrs, "qnn.conv2d_blocked")
     return _blocked_type(_qconv_infer([x, w, xz, wz], attrs), attrs["bn"])
 

@@ -30,9 +30,10 @@ input and its features share one kernel generic in the channel count in NCHW,
 strategy/cpu/generic.py).
 
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
-point 0, groups 1, whole 16-channel blocks out) join as `qnn.conv2d_blocked`, with the
-quantized element-wise operators (requantize, the quantized add) between them: a QDQ
-ResNet-18 runs blocked from the stem to the global pool (strategy/cpu/conv_int8.py).
+point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
+element-wise operators (requantize, the quantized add) between them: a QDQ ResNet-18 runs
+blocked from the stem to the global pool, a QDQ MobileNetV2 through its depthwise convs
+(strategy/cpu/conv_int8.py).
 """
 from __future__ import annotations
 
@@ -71,15 +72,18 @@ def _conv_form(n):
 
 def _qconv_form(n, bn, int8):
     """Whether quantized conv node `n` has a blocked form: on targets with the VNNI conv
-    (cpu/conv_int8.py), whose blocks are `bn` (= its 16 lanes) channels, groups 1, static
-    shapes, constant weights with zero point 0, whole blocks of output channels."""
-    if not int8 or bn != _QBN or n.op != "qnn.conv2d" or n.attrs["groups"] != 1:
+    (cpu/conv_int8.py), whose blocks are `bn` (= its 16 lanes) channels; groups 1 or
+    depthwise, static shapes, constant weights with zero point 0."""
+    if not int8 or bn != _QBN or n.op != "qnn.conv2d":
         return False
     x, w, xz, wz = n.args
     if not all(isinstance(a, Const) for a in (w, xz, wz)) or np.any(wz.data != 0) or x.type.dtype != "uint8":
         return False
     shape = tuple(x.type.shape) + tuple(n.type.shape)
-    return len(x.type.shape) == 4 and all(isinstance(d, int) for d in shape) and n.type.shape[1] % bn == 0
+    if len(x.type.shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return False
+    g, C = n.attrs["groups"], x.type.shape[1]
+    return g == 1 or (g == C and n.type.shape[1] == C)
 
 
 def _convertible_conv(n, bn, int8=False):
@@ -261,7 +265,7 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     """The blocked form of node `n`, or None where it stays plain."""
     if id(n) in chained and n.op == "qnn.conv2d":
         x = n.args[0]
-        inb = id(x) in blocked and x.type.shape[1] % bn == 0
+        inb = id(x) in blocked or n.attrs["groups"] != 1
         return Call("qnn.conv2d_blocked", [get_blocked(x) if inb else get_plain(x)] + list(n.args[1:]),
                     dict(n.attrs, bn=bn, in_blocked=inb), n.span)
     if id(n) in chained:

@@ -63,22 +63,23 @@ def _conv2d_blocked(ins, attrs, out):
 
 
 def _qconv2d_blocked(ins, attrs, out):
-    """The integer conv (groups 1) in int32 on the zero-point-shifted operands; padding
-    reads as the data's zero point."""
+    """The integer conv (groups 1 or depthwise) in int32 on the zero-point-shifted
+    operands; padding reads as the data's zero point."""
     x, w, xz, wz = ins
-    bn = attrs["bn"]
-    CO, CI, KH, KW = shape_of(w)
+    bn, g = attrs["bn"], attrs["groups"]
+    CO, CIG, KH, KW = shape_of(w)
     (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
     zx = xz[bidx(0, xz, ())]
     xin = _blocked_reader(x, attrs, zx)
-    rc = tdsl.reduce_axis((0, CI), "rc")
+    rc = tdsl.reduce_axis((0, CIG), "rc")
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
 
     def f(b, cb, oy, ox, cc):
         co = tdsl.min(cb * bn + cc, CO - 1)
         wi = (co, rc, ky, kx)
-        v = tdsl.cast(xin(b, rc, oy * sh + ky * dh - p[0], ox * sw + kx * dw - p[1]), "int32") - tdsl.cast(zx, "int32")
+        ci = rc if g == 1 else co * CIG + rc
+        v = tdsl.cast(xin(b, ci, oy * sh + ky * dh - p[0], ox * sw + kx * dw - p[1]), "int32") - tdsl.cast(zx, "int32")
         return tdsl.sum(v * (tdsl.cast(w[wi], "int32") - tdsl.cast(wz[bidx(4, wz, wi)], "int32")), axis=[rc, ky, kx])
     return tdsl.compute(out.shape, f, name=uname("qconv_blocked"))
 

@@ -50,13 +50,14 @@ def spread(x, sizes, offsets, strides):
     return tdsl.compute((xs[0], xs[1]) + tuple(sizes), f, name=topi.uname("pad"))
 
 
-def pad_blocked(x, sizes, offsets):
-    """pad[b, cb, *u, c] = x[b, cb, *(u - offset), c] inside x, else 0 (a blocked image)."""
+def pad_blocked(x, sizes, offsets, fill=None):
+    """pad[b, cb, *u, c] = x[b, cb, *(u - offset), c] inside x, else `fill` (None: 0; a
+    quantized image's zero point) (a blocked image)."""
     xs = topi.shape_of(x)
     nd = len(sizes)
     if tuple(sizes) == tuple(xs[2:-1]) and not any(offsets):
         return x
-    f0 = tdsl.const(0, x.dtype)
+    f0 = tdsl.const(0, x.dtype) if fill is None else fill
 
     def f(b, cb, *u):
         conds, src = [], []

@@ -18,6 +18,7 @@ from ....target import as_target
 from ....te import intrin_x86
 from .. import topi
 from ..stages import _ishape
+from . import conv_blocked
 from .loops import _inline_except
 
 LANES, GROUP = intrin_x86.LANES, 4
@@ -27,7 +28,7 @@ def _pack_weights(g, wi, CO, CI, KH, KW, blocked_in):
     """The weights as [CO/16][CI/4][KH][KW][16][4] (one vpdpbusd's operand innermost), or
     for blocked data [CO/16][CI/16][KH][KW][4][16][4]: the 4 groups of a data block's 16
     channels innermost, next to each other."""
-    CB, C4 = -(-CO // LANES), -(-CI // GROUP)
+    CB, C4 = -(-CO // LANES), _groups_of_4(CI, blocked_in)
 
     def pack(w):
         wp = np.zeros((CB * LANES, C4 * GROUP, KH, KW), np.int8)
@@ -38,6 +39,12 @@ def _pack_weights(g, wi, CO, CI, KH, KW, blocked_in):
         return np.ascontiguousarray(wp)
     shape = (CB, C4 // 4, KH, KW, 4, LANES, GROUP) if blocked_in else (CB, C4, KH, KW, LANES, GROUP)
     return g.packed_param(wi, shape, pack)
+
+
+def _groups_of_4(CI, blocked_in):
+    """The groups of 4 input channels the conv reduces over: of whole 16-channel blocks for
+    blocked data (the lanes past CI, of no meaning, meet zero weights)."""
+    return -(-CI // LANES) * 4 if blocked_in else -(-CI // GROUP)
 
 
 def _pad16(x, zero, a, H, W):
@@ -57,7 +64,7 @@ def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_, blocked_in):
     packed (and padded) into NCHW[4c]; blocked NCHW[16c] data holds them already (four
     groups a block), padded where the conv pads."""
     (N, CI, H, W), (CO, KH, KW), (OH, OW) = xs, ws, os_
-    CB, C4 = -(-CO // LANES), -(-CI // GROUP)
+    CB, C4 = -(-CO // LANES), _groups_of_4(CI, blocked_in)
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl, pb, pr = a["padding"]
     Wp = _pack_weights(g, wi, CO, CI, KH, KW, blocked_in)
@@ -95,28 +102,27 @@ def qconv2d(g, n, tensors):
     wi, xzi, wzi = g.const_param(w_e), g.const_param(xz_e), g.const_param(wz_e)
     blocked_out = n.op == "qnn.conv2d_blocked"
     blocked_in = blocked_out and a["in_blocked"]
-    if None in (wi, xzi, wzi) or id(x_e) not in g.pidx or a["groups"] != 1 or x_e.type.dtype != "uint8" \
-            or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
+    CO, CI, KH, KW = w_e.type.shape
+    depthwise = blocked_in and a["groups"] == CO and CI == 1
+    if None in (wi, xzi, wzi) or id(x_e) not in g.pidx or (a["groups"] != 1 and not depthwise) \
+            or x_e.type.dtype != "uint8" or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
         return None
-    if blocked_out and (a["bn"] != LANES or (blocked_in and w_e.type.shape[1] % LANES)):
+    if blocked_out and a["bn"] != LANES:
         return None
     x = g.param_tensor(g.pidx[id(x_e)])
-    CO, CI, KH, KW = w_e.type.shape
     N, H, W = x_e.type.shape[0], x_e.type.shape[2], x_e.type.shape[3]
     OH, OW = n.type.shape[2:4]
     # the zero point is read at run time (kernels are shared by groups that differ only in
     # their constants' values)
     xz = g.param_tensor(xzi)
     zero = xz[()]
+    if depthwise:
+        return _depthwise(g, n, x, zero, wi)
     # a stem of 3 channels is padded to a group of 4: putting a kernel row's (kx, channel)
     # pairs along the reduction instead saved 12% of the instructions but ran no faster
     # (0.42 against 0.405 ms), its data layout being larger
     P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW), blocked_in)
-
-    def weight_sums(w):
-        return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
-    # the zero point's share z * sum(w): the sums are a constant laid out with the weights
-    sums = g.derived_param(wi, 1, (CO,), "int32", weight_sums)
+    sums = _weight_sums(g, wi, CO)
     zi = zero.astype("int32")
     if blocked_out:
         # channels past CO (a ragged last block) repeat CO - 1's sum: of no meaning
@@ -125,10 +131,51 @@ def qconv2d(g, n, tensors):
     else:
         O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // LANES, y, xx, co % LANES] - zi * sums[co],
                          name=topi.uname("unpack"))
-    # bound inference narrows the lanes of a ragged last block, which no longer match the
-    # 16 of the instruction: such convs take the int32 loops
-    vnni = g.target.has_vnni and CO % LANES == 0
-    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW})
+    # a ragged last block of output channels takes the int32 loops where the output is
+    # NCHW (schedule below)
+    ragged = CO % LANES != 0
+    vnni = g.target.has_vnni and (blocked_out or not ragged)
+    g.anchor = (O, {"kind": "qconv2d_vnni" if vnni else "qconv2d_int32", "conv": Cv, "pad": P, "ow": OW,
+                    "ragged": ragged})
+    return O
+
+
+def _weight_sums(g, wi, CO):
+    """z * sum(w), the zero point's share of each output channel: the sums are a constant
+    laid out with the weights."""
+    def sums(w):
+        return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
+    return g.derived_param(wi, 1, (CO,), "int32", sums)
+
+
+def _depthwise(g, n, x, zero, wi):
+    """The blocked depthwise integer conv: per tap, a vector of 16 channels' int32 products
+    (the data widened from bytes, the weights packed as int32 once), in the float depthwise
+    conv's register tile and schedule (cpu/conv_blocked.py); the padding reads as the zero
+    point."""
+    a = n.attrs
+    N, (C, _, KH, KW), (OH, OW) = n.type.shape[0], n.args[1].type.shape, n.type.shape[2:4]
+    CB = -(-C // LANES)
+    (sh, sw), (dh, dw), p = a["strides"], a["dilation"], a["padding"]
+    H, W = n.args[0].type.shape[2:4]
+    src = conv_blocked.pad_blocked(x, [H + p[0] + p[2], W + p[1] + p[3]], p[:2], fill=zero)
+
+    def pack(w):
+        wp = np.zeros((CB * LANES, KH, KW), np.int32)
+        wp[:C] = w[:, 0]
+        return np.ascontiguousarray(wp.reshape(CB, LANES, KH, KW).transpose(0, 2, 3, 1))
+    Wp = g.derived_param(wi, 2, (CB, KH, KW, LANES), "int32", pack)
+    ky = tdsl.reduce_axis((0, KH), "ky")
+    kx = tdsl.reduce_axis((0, KW), "kx")
+    Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, oy, ox, c: tdsl.sum(
+        src[b, cb, oy * sh + ky * dh, ox * sw + kx * dw, c].astype("int32") * Wp[cb, ky, kx, c], axis=[ky, kx]),
+        name=topi.uname("qdepthwise"))
+    sums = _weight_sums(g, wi, C)
+    zi = zero.astype("int32")
+    O = tdsl.compute(n.type.shape, lambda b, cb, y, xx, c: Cv[b, cb, y, xx, c] - zi * sums[
+        tdsl.min(cb * LANES + c, C - 1)], name=topi.uname("qdepthwise_out"))
+    xb, rb = tiling.depthwise_tile(g.target, OH, OW)
+    g.anchor = (O, {"kind": "depthwise_blocked", "conv": Cv, "xb": xb, "rb": rb, "bn": LANES})
     return O
 
 
@@ -160,7 +207,10 @@ def schedule(s, out, info, parallel, target):
     Cv, P = info["conv"], info["pad"]
     _inline_except(s, out, [Cv] + ([P] if P is not None else []))
     _, CB, _, OW, _ = _ishape(Cv)
-    if info["kind"] == "qconv2d_vnni":      # 24% faster on the QDQ ResNet-18 than register_tile
+    # an NCHW output narrows the lanes of a ragged last block (bound inference), which no
+    # longer match the 16 of the instruction: such convs take the int32 loops
+    vnni = info["kind"] == "qconv2d_vnni" and (len(out.op.axis) == 5 or not info["ragged"])
+    if vnni:      # 24% faster on the QDQ ResNet-18 than register_tile
         xb, cbb = vnni_tile(target, OW, CB)
     else:
         xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)
@@ -188,7 +238,7 @@ def schedule(s, out, info, parallel, target):
     s[Cv].unroll(yl)
     s[Cv].unroll(xl)
     s[Cv].unroll(cl)
-    if info["kind"] == "qconv2d_vnni":
+    if vnni:
         s[Cv].tensorize(ll, intrin_x86.dot_u8s8_int32(target))
     else:
         s[Cv].unroll(rj)
