@@ -237,13 +237,15 @@ def test_qconv_zero_points_read_at_run_time():
     assert d.max() <= 1, d.max()
 
 
-@pytest.mark.parametrize("ci,k,stride,pad,dil", [(3, 7, 2, 3, 1), (1, 3, 1, 1, 1), (2, 5, 2, 1, 2)])
-def test_qconv_few_channels(ci, k, stride, pad, dil):
+@pytest.mark.parametrize("ci,k,stride,pad,dil,co", [(3, 7, 2, 3, 1, 32), (1, 3, 1, 1, 1, 32), (2, 5, 2, 1, 2, 32),
+                                                (3, 1, 1, 0, 1, 40)])
+def test_qconv_few_channels(ci, k, stride, pad, dil, co):
     """Convs of fewer than 4 input channels (the stem), NCHW[4c] with padded channels, match
-    onnxruntime, zero points included."""
+    onnxruntime, zero points included; 40 output channels (a ragged last block) go through
+    a blocked stage that the NCHW output relays out."""
     from onnx import TensorProto, helper
     rng = np.random.default_rng(8)
-    co, hw = 32, 23
+    hw = 23
     inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(117)), ("w", rng.integers(-90, 90, (co, ci, k, k)).astype(np.int8)),
              ("sw", np.float32(0.004)), ("zw", np.int8(0)), ("b", rng.integers(-2000, 2000, co).astype(np.int32)),
              ("sb", np.float32(0.02 * 0.004)), ("zb", np.int32(0)), ("sy", np.float32(0.06)), ("zy", np.uint8(70))]

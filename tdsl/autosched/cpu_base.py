@@ -91,7 +91,7 @@ class CPUBase:
         """Splits `iv` by the vector width (and an unrolled group of vectors) and vectorizes;
         returns (outer loop, its extent, ragged) or None when not worth a vector."""
         lanes = self.lanes(dtype)
-        if not self.can_vectorize(dtype) or lanes < 2 or (ext is not None and ext < max(2, lanes // 2)):
+        if not self.can_vectorize(dtype) or lanes < 2 or (ext is not None and not tiling.worth_a_vector(self.t, ext, dtype)):
             return None
         width = tiling.row_vector(self.t, ext, dtype) if ext is not None else lanes
         vo, vi = st.split(iv, factor=width)

@@ -6,6 +6,7 @@ partial sums."""
 from __future__ import annotations
 
 from .. import dtype as dt
+from .. import tiling
 from .analysis import StageInfo
 from .cpu_base import BIG, PAR_MIN_WORK, RFACTOR_MIN_REDUCE, CPUBase
 
@@ -72,11 +73,7 @@ class ReductionRules(CPUBase):
         if axes and self.can_vectorize(dtype):
             last = axes[-1]
             ext = info.extents[-1] if info.extents else None
-            # or a short axis of narrow elements that fills a 128-bit vector: the 16
-            # uint8 channels of a blocked image (a quantized network's max pool: 10x
-            # faster than the scalar loop it got before)
-            if ext is None or ext >= max(2, lanes // 2) or \
-                    (ext & (ext - 1) == 0 and ext * dt.bits(dtype) >= 128):
+            if ext is None or tiling.worth_a_vector(self.t, ext, dtype):
                 # whole vectors and a ragged last one, not a narrower vector that divides
                 # the row: every lane of an odd-width vector pays for the masks that the
                 # reduction's reads carry (a padded or strided stencil's bounds tests):

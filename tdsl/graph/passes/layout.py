@@ -106,14 +106,15 @@ def _blockable_concat(c, bn):
 
 
 def _made_by_conv(e):
-    """Whether image `e` is a conv's output, through elementwise operators."""
+    """Whether image `e` is a conv's output (a quantized one's too), through elementwise
+    operators."""
     stack, seen = [e], set()
     while stack:
         e = stack.pop()
         if id(e) in seen or not isinstance(e, Call):
             continue
         seen.add(id(e))
-        if _conv_form(e):
+        if _conv_form(e) or e.op == "qnn.conv2d":
             return True
         stack.extend(_image_args(e))
     return False

@@ -14,8 +14,7 @@ PAR_MIN_MACS = 1 << 21
 def _vec_split(s, t, axis, width, target):
     """Splits `axis` (of `width` elements) by the target's vector width for t's dtype and
     vectorizes the inner loop; None when the row is too short to be worth a vector."""
-    lanes = target.vector_lanes(t.dtype)
-    if width < max(2, lanes // 2) or t.dtype == "bool":
+    if not tiling.worth_a_vector(target, width, t.dtype):
         return None
     lo, li = s[t].split(axis, factor=tiling.row_vector(target, width, t.dtype))
     s[t].vectorize(li)
@@ -31,8 +30,7 @@ def _par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS)
         return None
     total = int(np.prod(shape))
     last = axes[-1]
-    lanes = target.vector_lanes(t.dtype)
-    vec = vectorize and shape[-1] >= max(2, lanes // 2) and t.dtype != "bool"
+    vec = vectorize and tiling.worth_a_vector(target, shape[-1], t.dtype)
     if vec:
         lo, li = s[t].split(last, factor=tiling.row_vector(target, shape[-1], t.dtype))
         if raxes:
