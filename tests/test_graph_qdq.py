@@ -175,6 +175,38 @@ def _ops(mod):
             if isinstance(m.op, str)}
 
 
+@pytest.mark.parametrize("act,dtype", [("silu", "uint8"), ("sigmoid", "uint8"), ("hardswish", "uint8"),
+                                       ("tanh", "int8"), ("gelu", "int8")])
+def test_elementwise_functions_of_one_image_are_tables(act, dtype):
+    """DequantizeLinear -> float element-wise operators of that one image -> QuantizeLinear
+    is one qnn.lut (a table of the 256 values), SiLU's inner QuantizeLinear/Dequantize pair
+    included; one step from onnxruntime at most, on every input value."""
+    from onnx import TensorProto, helper
+    q = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}[dtype]
+    zx, zs, zy = (np.array(v, dtype) for v in ((117, 0, 90) if dtype == "uint8" else (-5, -128, 3)))
+    inits = [("s_x", np.float32(0.043)), ("z_x", zx), ("s_s", np.float32(1 / 255)), ("z_s", zs),
+             ("s_y", np.float32(0.021)), ("z_y", zy), ("c3", np.float32(3)), ("c6", np.float32(1 / 6)),
+             ("half", np.float32(0.5)), ("one", np.float32(1)), ("rt2", np.float32(1 / np.sqrt(2)))]
+    n = helper.make_node
+    body = {"sigmoid": [n("Sigmoid", ["xd"], ["f"])],
+            "silu": [n("Sigmoid", ["xd"], ["sg"]), n("QuantizeLinear", ["sg", "s_s", "z_s"], ["sq"]),
+                     n("DequantizeLinear", ["sq", "s_s", "z_s"], ["sd"]), n("Mul", ["xd", "sd"], ["f"])],
+            "hardswish": [n("HardSwish", ["xd"], ["f"])],
+            "tanh": [n("Tanh", ["xd"], ["f"])],
+            "gelu": [n("Mul", ["xd", "rt2"], ["u"]), n("Erf", ["u"], ["e"]), n("Add", ["e", "one"], ["e1"]),
+                     n("Mul", ["xd", "e1"], ["g"]), n("Mul", ["g", "half"], ["f"])]}[act]
+    nodes = [n("QuantizeLinear", ["x", "s_x", "z_x"], ["xq"]), n("DequantizeLinear", ["xq", "s_x", "z_x"], ["xd"])]
+    nodes += body + [n("QuantizeLinear", ["f", "s_y", "z_y"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, 2, 16, 16])], q)
+    # every 8-bit input value, twice
+    x = ((np.arange(512) % 256 - 128 - (zx.astype(np.float32) if dtype == "uint8" else 0)) * 0.043 +
+         (128 * 0.043 if dtype == "uint8" else 0)).astype(np.float32).reshape(1, 2, 16, 16)
+    mod, d = _steps(model, {"x": x})
+    ops = _ops(mod)
+    assert "qnn.lut" in ops and not ops & {"sigmoid", "tanh", "erf", "nn.hard_swish", "multiply", "qnn.dequantize"}, ops
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.97, (d.max(), np.mean(d == 0))
+
+
 @pytest.mark.parametrize("zy", [0, 37])
 def test_qlinear_add_integer(zy):
     """DequantizeLinear x2 -> Add -> QuantizeLinear is qnn.add (QLinearAdd: float ratios,

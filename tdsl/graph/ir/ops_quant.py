@@ -4,7 +4,8 @@ broadcast along its axis), and the integer anchors `qnn.conv2d` and `qnn.matmul`
 accumulate (x - x_zp) * (w - w_zp) in int32 as ConvInteger and MatMulInteger do, and
 `qnn.add` and `qnn.global_avg_pool`, onnxruntime's QLinearAdd and
 QLinearGlobalAveragePool: quantized in, quantized out, the output scale's reciprocal or
-the whole multiplier precomputed (no division in the kernel)."""
+the whole multiplier precomputed (no division in the kernel); `qnn.lut`, any element-wise
+function of one 8-bit image as a table of its 256 values."""
 from __future__ import annotations
 
 import numpy as np
@@ -157,3 +158,20 @@ def _qgap_ref(x, m, bias, zy, at):
 # onnxruntime's QLinearGlobalAveragePool: (the int32 sum - z_x * count) times
 # s_x / (s_y * count), rounded, plus z_y, saturated
 register("qnn.global_avg_pool", "reduce", _qgap_infer, _qgap_ref, required=("out_dtype",))
+
+
+def _lut_infer(types, attrs):
+    _nargs(types, 2)
+    x, t = types
+    _int_operands([x, t])
+    if t.shape != (256,):
+        raise GraphError(f"qnn.lut: the table must hold 256 values, got {t}")
+    return TensorType(x.shape, t.dtype)
+
+
+def _lut_ref(x, t, a):
+    return t[x.astype(np.int32) - np.iinfo(x.dtype).min]
+
+
+# element i of the table is the value for the input min(dtype) + i
+register("qnn.lut", "broadcast", _lut_infer, _lut_ref)

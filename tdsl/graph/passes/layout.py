@@ -130,6 +130,8 @@ def _image_args(n):
         return list(n.args)
     if n.op in _BINARY + _QUANT and len(n.type.shape) == 4:
         return [a for a in n.args if tuple(a.type.shape) == tuple(n.type.shape)]
+    if n.op == "qnn.lut":
+        return [n.args[0]]
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) == 4:
         return [n.args[0]]
     return []
@@ -292,6 +294,8 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     C = n.type.shape[1]
     if _unary(n):
         return Call(n.op, [blocked[id(n.args[0])]], n.attrs, n.span)
+    if n.op == "qnn.lut":       # a table of the 256 values: the same for every channel
+        return Call(n.op, [blocked[id(n.args[0])], n.args[1]], n.attrs, n.span)
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
         b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
         return Call("add", [blocked[id(n.args[0])], b], {}, n.span)

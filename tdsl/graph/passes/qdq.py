@@ -11,7 +11,10 @@ quantize of the same parameters run on the integers (both commute with a monoton
 map). `quantize(dequantize(a) + dequantize(b))` becomes `qnn.add` (QLinearAdd) and
 `quantize(global_avg_pool(dequantize(x)))` `qnn.global_avg_pool`, with per-tensor
 parameters, as onnxruntime's QLinearAdd and QLinearGlobalAveragePool compute them (the
-multipliers folded here: the kernels multiply and never divide).
+multipliers folded here: the kernels multiply and never divide). Any other element-wise
+function of one 8-bit image, quantized, becomes `qnn.lut`: a table of its 256 values
+(onnxruntime's QLinearSigmoid and the like are tables too; SiLU, x * sigmoid(x), with its
+inner quantize, is one table).
 Runs before constant folding, which would turn the dequantized weights into floats."""
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from ..ir import Call, Const, Function, Module
 from ..ir.ops_quant import QTYPES
-from ..ir.registry import evaluate
+from ..ir.registry import evaluate, get_op
 from .rewrite import rewrite, same
 
 # operators that commute with dequantize -> quantize of the same parameters
@@ -174,13 +177,63 @@ def _integer_gap(n, args, memo):
                 {"out_dtype": dt}, n.span)
 
 
+# float operators a table may fold: element-wise ones, whose image operands all have the
+# output's shape (the other operands scalar constants)
+_TABULATED = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "where",
+              "qnn.quantize", "qnn.dequantize")
+_TABLE_NODES = 64
+
+
+def _table(n, args, memo):
+    """quantize(f(x)) -> qnn.lut(x, table) where f is an element-wise function of one 8-bit
+    image x alone (dequantized, or through tables of it) and scalar constants: the float
+    operators evaluated once on all 256 values of x."""
+    if _out_params(n, args, memo) is None:
+        return None
+    shape = tuple(n.type.shape)
+    src, seen = [], {}
+
+    def value(e):
+        if id(e) in seen:
+            return seen[id(e)]
+        if len(seen) > _TABLE_NODES:
+            raise LookupError
+        if isinstance(e, Const):
+            if e.data.size != 1:
+                raise LookupError
+            v = e.data
+        elif src and e is src[0]:
+            v = np.arange(np.iinfo(e.type.dtype).min, np.iinfo(e.type.dtype).max + 1).astype(e.type.dtype)
+        elif isinstance(e, Call) and e.op == "qnn.lut":
+            x = e.args[0]
+            v = e.args[1].data[value(x).astype(np.int32) - np.iinfo(x.type.dtype).min]
+        elif not src and e.type.dtype in QTYPES and tuple(e.type.shape) == shape:
+            src.append(e)
+            return value(e)
+        elif isinstance(e, Call) and (get_op(e.op).kind == "elemwise" or e.op in _TABULATED) and \
+                tuple(e.type.shape) in (shape, ()):
+            v = evaluate(e.op, e.attrs, [value(a) for a in e.args])
+        else:
+            raise LookupError
+        seen[id(e)] = v
+        return v
+    try:
+        f = value(args[0])
+    except LookupError:
+        return None
+    if not src or np.ndim(f) != 1 or not np.all(np.isfinite(f)):
+        return None
+    table = evaluate("qnn.quantize", n.attrs, [f, _static(args[1], memo), _static(args[2], memo)])
+    return Call("qnn.lut", [src[0], Const(np.ascontiguousarray(table))], {}, n.span)
+
+
 def quantized_operators(mod: Module) -> Module:
     memo = {}
 
     def visit(n, args):
         if n.op == "qnn.quantize":
             r = _integer_anchor(n, args, memo) or _on_integers(n, args, memo) or \
-                _integer_add(n, args, memo) or _integer_gap(n, args, memo)
+                _integer_add(n, args, memo) or _integer_gap(n, args, memo) or _table(n, args, memo)
             if r is not None:
                 return r
         return same(n, args)

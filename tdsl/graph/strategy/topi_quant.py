@@ -91,8 +91,14 @@ def qmatmul(ins, attrs, out):
     return y
 
 
+def lut(ins, attrs, out):
+    x, t = ins
+    lo = int(np.iinfo(x.dtype).min)
+    return tdsl.compute(out.shape, lambda *i: t[tdsl.cast(x[i], "int32") - lo], name=uname("lut"))
+
+
 TE.update({
     "qnn.quantize": _scaled("quantize"), "qnn.dequantize": _scaled("dequantize"),
     "qnn.requantize": _scaled("requantize"), "qnn.conv2d": qconv2d, "qnn.matmul": qmatmul,
-    "qnn.add": qadd, "qnn.global_avg_pool": qgap,
+    "qnn.add": qadd, "qnn.global_avg_pool": qgap, "qnn.lut": lut,
 })
