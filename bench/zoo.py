@@ -5,6 +5,7 @@
     python bench/zoo.py --only resnet      # models whose name contains "resnet"
     python bench/zoo.py --profile          # and the slowest kernels of each
     python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run
+    python bench/zoo.py --int8             # each model quantized (QDQ, onnxruntime's quantizer)
 
 Each model is exported from torch (random weights, tdsl.graph.zoo; skipped when torch is
 not installed) or built with onnx.helper (tdsl.graph.models: a 1-D and a 3-D CNN, the
@@ -17,6 +18,12 @@ threads do not slow tdsl's next call. First the CPU and its measured FMA peak; p
 tdsl's share of that peak (conv/dense/matmul flops over its latency; a conv's taps that
 read padding are not counted: both sides skip them in dilated convs on small images). The
 last line is the geometric mean of the latency ratios.
+
+With --int8 each model is first quantized by onnxruntime's quantizer (tdsl.graph.models.
+quantize_qdq: uint8 activations, per-channel int8 weights, calibrated on two random
+inputs) and compared with onnxruntime's int8 session; the error column is then in units of
+the output's quantization step, and the peak share is of the integer dot-product peak (4
+products per float32 lane where the CPU has AVX512-VNNI).
 """
 from __future__ import annotations
 
@@ -60,9 +67,22 @@ def _build(model, target):
     return time.perf_counter() - t0, exe
 
 
-def run_one(name, target, profile, number, repeat, threads, peak):
+def _output_step(model):
+    """The scale of the DequantizeLinear that makes a QDQ model's output, or None."""
+    from onnx import numpy_helper
+    out = model.graph.output[0].name
+    node = next((n for n in model.graph.node if out in n.output), None)
+    inits = {i.name: i for i in model.graph.initializer}
+    if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
+        return None
+    return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
+
+
+def run_one(name, target, profile, number, repeat, threads, peak, int8=False):
     model, x = _model_and_input(name)
     work = flops(G.from_onnx(model))
+    if int8:
+        model = models.quantize_qdq(model, feeds=2)
     with tempfile.TemporaryDirectory(prefix="zoo-cache-") as cache:
         os.environ["TDSL_CACHE_DIR"] = cache      # cold: an empty compile cache
         cold, exe = _build(model, target)
@@ -75,11 +95,13 @@ def run_one(name, target, profile, number, repeat, threads, peak):
     ort_init = time.perf_counter() - t0
     feed = {model.graph.input[0].name: x}
     ref = sess.run(None, feed)[0]
-    err = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    step = _output_step(model) if int8 else None
+    err = float(np.abs(out - ref).max() / (step or max(float(np.abs(ref).max()), 1e-30)))
     t_tdsl, t_ort = _interleaved(lambda: exe.run(x), lambda: sess.run(None, feed), number, repeat)
     share = work / t_tdsl / 1e9 / peak
+    err_txt = f"{err:6.0f} st" if step else f"{err:9.1e}"
     print(f"{name:20s} {cold:7.1f} {warm:7.2f} {ort_init:7.2f} {len(exe.steps):7d} {t_tdsl * 1e3:9.2f} {t_ort * 1e3:9.2f} "
-          f"{t_tdsl / t_ort:7.2f}x {share:6.1%} {err:9.1e}", flush=True)
+          f"{t_tdsl / t_ort:7.2f}x {share:6.1%} {err_txt}", flush=True)
     if profile:
         print(exe.profile_text(number=number, top=15))
     return t_tdsl / t_ort
@@ -91,11 +113,15 @@ def main(argv=None):
     p.add_argument("--profile", action="store_true")
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--int8", action="store_true", help="each model quantized (QDQ) against onnxruntime's int8")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
     threads = target.num_cores
     peak_gflops = print_target(target)
+    per_fma = 4 if a.int8 and target.has_vnni else 1
+    if per_fma > 1:
+        print(f"int8 peak (vpdpbusd: 4 products a float32 lane): {per_fma * peak_gflops:.1f} GOP/s")
     print(f"onnxruntime and tdsl: {threads} threads each\n")
     try:
         import torch  # noqa: F401
@@ -109,7 +135,8 @@ def main(argv=None):
     ratios, failed = [], []
     for name in names:
         try:
-            ratios.append(run_one(name, target, a.profile, a.number, a.repeat, threads, peak_gflops))
+            ratios.append(run_one(name, target, a.profile, a.number, a.repeat, threads, per_fma * peak_gflops,
+                                  a.int8))
         except Exception as e:  # a model that fails is reported and the list goes on
             failed.append(name)
             print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
