@@ -175,6 +175,29 @@ def _ops(mod):
             if isinstance(m.op, str)}
 
 
+@pytest.mark.parametrize("k,stride,pad,dil", [(11, 1, 5, 1), (3, 2, 2, 2)])
+def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
+    """A QDQ Conv1d (a speech front end's) runs as qnn.conv2d over one row, not as a float
+    conv of dequantized data; one step from onnxruntime at most."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(9)
+    ci, co, L = 6, 24, 61
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(101)), ("w", rng.integers(-90, 90, (co, ci, k)).astype(np.int8)),
+             ("sw", (0.003 + 0.001 * rng.random((co,))).astype(np.float32)), ("zw", np.zeros(co, np.int8)),
+             ("b", rng.integers(-2000, 2000, co).astype(np.int32)), ("sy", np.float32(0.05)), ("zy", np.uint8(64))]
+    inits += [("sb", (0.02 * inits[3][1]).astype(np.float32)), ("zb", np.zeros(co, np.int32))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[pad, pad], strides=[stride], dilations=[dil]),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, ci, L])], TensorProto.UINT8)
+    mod, d = _steps(model, {"x": rng.standard_normal((1, ci, L)).astype(np.float32)})
+    ops = _ops(mod)
+    assert "qnn.conv2d" in ops and not ops & {"nn.conv1d", "nn.conv2d", "qnn.dequantize"}, ops
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+
+
 @pytest.mark.parametrize("act,dtype", [("silu", "uint8"), ("sigmoid", "uint8"), ("hardswish", "uint8"),
                                        ("tanh", "int8"), ("gelu", "int8")])
 def test_elementwise_functions_of_one_image_are_tables(act, dtype):

@@ -52,15 +52,19 @@ def conv1d_as_conv2d(mod: Module) -> Module:
             return wrap(Call(n.op, [rows[id(args[0])], Const(c)], n.attrs, n.span), n)
         if n.op not in ("nn.conv1d", "nn.conv1d_transpose"):
             return same(n, args)
-        a = dict(n.attrs)
-        pb, pe = a["padding"]
-        a.update(strides=[1] + list(a["strides"]), dilation=[1] + list(a["dilation"]),
-                 padding=[0, pb, 0, pe])
-        if "output_padding" in a:
-            a["output_padding"] = [0] + list(a["output_padding"])
-        y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], a, n.span)
+        y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], attrs_as_2d(n.attrs), n.span)
         return wrap(y, n)
     return rewrite(mod, visit)
+
+
+def attrs_as_2d(attrs):
+    """A 1-D conv's attributes for the 2-D conv over one row."""
+    a = dict(attrs)
+    pb, pe = a["padding"]
+    a.update(strides=[1] + list(a["strides"]), dilation=[1] + list(a["dilation"]), padding=[0, pb, 0, pe])
+    if "output_padding" in a:
+        a["output_padding"] = [0] + list(a["output_padding"])
+    return a
 
 
 def _live_taps(H, O, s, dl, pb, K):

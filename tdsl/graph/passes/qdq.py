@@ -4,7 +4,8 @@ operator -> QuantizeLinear) run as integer operators:
     quantize(conv(dequantize(x), dequantize(W)) [+ dequantize(b)], s_y, z_y)
         -> requantize(qnn.conv2d(x, W, z_x, z_W) [+ b], s_x * s_W / s_y, z_y)
 
-and likewise for dense and matmul with constant weights (qnn.matmul). The bias must be
+and likewise for a 1-D conv (as the 2-D conv of one row, conv_forms.conv1d_as_conv2d's form)
+and for dense and matmul with constant weights (qnn.matmul). The bias must be
 the int32 one the quantizer writes (scale s_x * s_W, zero point 0), so the integer sum is
 what onnxruntime's QLinearConv computes. Max pools and reshapes between a dequantize and a
 quantize of the same parameters run on the integers (both commute with a monotonic affine
@@ -23,6 +24,7 @@ import numpy as np
 from ..ir import Call, Const, Function, Module
 from ..ir.ops_quant import QTYPES
 from ..ir.registry import evaluate, get_op
+from .conv_forms import attrs_as_2d
 from .rewrite import rewrite, same
 
 # operators that commute with dequantize -> quantize of the same parameters
@@ -70,13 +72,18 @@ def _integer_anchor(n, args, memo):
     bias = None
     if isinstance(y, Call) and y.op == "nn.bias_add":
         y, bias = y.args
-    if not (isinstance(y, Call) and y.op in ("nn.conv2d", "nn.dense", "nn.matmul")):
+    if not (isinstance(y, Call) and y.op in ("nn.conv1d", "nn.conv2d", "nn.dense", "nn.matmul")):
         return None
     x, w = _dq(y.args[0], memo), _weights(y.args[1], memo)
     if x is None or w is None or x[1].size != 1 or x[2].size != 1:
         return None
     (xq, sx, zx), (wq, sw, zw) = x, w
-    conv = y.op == "nn.conv2d"
+    attrs, row = y.attrs, y.op == "nn.conv1d"
+    if row:     # the 2-D conv of one row (conv_forms.conv1d_as_conv2d), reshaped back
+        attrs = attrs_as_2d(attrs)
+        xq = Call("reshape", [xq], {"newshape": list(xq.type.shape[:2]) + [1] + list(xq.type.shape[2:])})
+        wq, sw, zw = (v[:, :, None] if v.ndim == 3 else v for v in (wq, sw, zw))
+    conv = y.op in ("nn.conv1d", "nn.conv2d")
     if not conv and wq.ndim != 2:
         return None
     if y.op == "nn.dense":         # dense's weights are (N, K): as matmul's (K, N)
@@ -90,7 +97,7 @@ def _integer_anchor(n, args, memo):
         zw = zw.reshape((-1, 1, 1, 1)) if conv else zw
     zw = np.asarray(zw, wq.dtype).reshape(zw.shape if zw.size > 1 else ())
     if conv:
-        acc = Call("qnn.conv2d", [xq, Const(wq), Const(zx.reshape(())), Const(zw)], y.attrs)
+        acc = Call("qnn.conv2d", [xq, Const(wq), Const(zx.reshape(())), Const(zw)], attrs)
     else:
         acc = Call("qnn.matmul", [xq, Const(np.ascontiguousarray(wq)), Const(zx.reshape(())), Const(zw)], {})
     if bias is not None:
@@ -101,8 +108,9 @@ def _integer_anchor(n, args, memo):
         acc = Call("nn.bias_add", [acc, Const(b[0].reshape(-1))], {"axis": 1})
     if conv and mult.size > 1:
         mult = mult.reshape(-1, 1, 1)
-    return Call("qnn.requantize", [acc, Const(mult), Const(zy.reshape(()))], {"out_dtype": n.attrs["out_dtype"]},
-                n.span)
+    q = Call("qnn.requantize", [acc, Const(mult), Const(zy.reshape(()))], {"out_dtype": n.attrs["out_dtype"]},
+             n.span)
+    return Call("reshape", [q], {"newshape": list(n.type.shape)}, n.span) if row else q
 
 
 def _on_integers(n, args, memo):
