@@ -175,6 +175,29 @@ def _ops(mod):
             if isinstance(m.op, str)}
 
 
+@pytest.mark.parametrize("lead,K,N", [((1, 37), 40, 50), ((5, 1), 64, 32), ((8,), 64, 48)])
+def test_quantized_matmul_rows_and_columns(lead, K, N):
+    """QDQ MatMul with constant int8 weights (per-column scales): on a VNNI
+    target the packed-weight micro-kernel, the leading axes flattened into rows (ViT's
+    sequence-first (197, 1, 768)); rows and columns the register tile does not divide
+    (37 rows, 50 columns) go through a root stage of whole tiles. One step from
+    onnxruntime at most."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(11)
+    sw = (0.002 + 0.002 * rng.random(N)).astype(np.float32)
+    inits = [("s_x", np.float32(0.03)), ("z_x", np.uint8(128)), ("w", rng.integers(-100, 100, (K, N)).astype(np.int8)),
+             ("sw", sw), ("zw", np.zeros(N, np.int8)), ("sy", np.float32(0.3)), ("zy", np.uint8(100))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["c"]), helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", list(lead) + [K])], TensorProto.UINT8)
+    mod, d = _steps(model, {"x": rng.standard_normal(tuple(lead) + (K,)).astype(np.float32)})
+    assert "qnn.matmul" in _ops(mod)
+    if tdsl.target.as_target("llvm").has_vnni:
+        assert "qmatmul_vnni" in _kinds(mod, "llvm")
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+
+
 @pytest.mark.parametrize("k,stride,pad,dil", [(11, 1, 5, 1), (3, 2, 2, 2)])
 def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
     """A QDQ Conv1d (a speech front end's) runs as qnn.conv2d over one row, not as a float

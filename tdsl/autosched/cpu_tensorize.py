@@ -36,13 +36,14 @@ DOT_KINDS = {
 _LOW = {"uint8", "int8", "bfloat16"}
 
 
-def dot_micro_kernel(s, O, L, mr, vecs, g, intrin):
-    """Tiles O's last two axes by mr x (vecs * 16) and computes L (the accumulating stage:
-    a local cache of O, or O's producer when O is its elementwise epilogue) inside each
-    tile: reduction outside, rows and vectors unrolled, each 16 x g block one `intrin`
-    call. Leading (batch) axes stay outermost. Returns (column tiles, row tiles) loops of
-    O, column tiles outer: a panel of packed B stays in L2 while the row tiles stream past."""
-    *batch, i, j = O.op.axis
+def dot_micro_kernel(s, O, L, mr, vecs, g, intrin, axes=None):
+    """Tiles O's last two axes (or the loops `axes`: rows, columns) by mr x (vecs * 16) and
+    computes L (the accumulating stage: a local cache of O, or O's producer when O is its
+    elementwise epilogue) inside each tile: reduction outside, rows and vectors unrolled,
+    each 16 x g block one `intrin` call. Leading (batch) axes stay outermost. Returns
+    (column tiles, row tiles) loops of O, column tiles outer: a panel of packed B stays in
+    L2 while the row tiles stream past."""
+    *batch, i, j = O.op.axis if axes is None else axes
     mo, no, mi, ni = O.tile(i, j, mr, vecs * LANES)
     O.reorder(*batch, no, mo, mi, ni)
     O.vectorize(ni)

@@ -12,7 +12,7 @@ from ...errors import GraphError
 from ...target import as_target
 from ..ir import Function, Var
 from . import erasure, topi, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
-from .cpu import conv_grouped, conv_int8, pool, squeeze
+from .cpu import conv_grouped, conv_int8, matmul_int8, pool, squeeze
 from .cpu.anchors import conv_blocked_fast, conv_fast, dense_fast, depthwise_strided_fast
 
 
@@ -108,6 +108,8 @@ class GroupDef:
                 out_t = conv_int8.qconv2d(self, n, tensors)
             elif fast and n.op == "nn.conv2d_blocked":
                 out_t = conv_blocked_fast(self, n, tensors)
+            elif fast and n.op == "qnn.matmul":
+                out_t = matmul_int8.qmatmul(self, n)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
             if out_t is None and fast and n.op == "nn.conv2d":

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import topi
 from ..stages import _ishape, _stages
-from . import conv1x1, conv_blocked, conv_grouped, conv_int8, conv_spatial, resize, squeeze
+from . import conv1x1, conv_blocked, conv_grouped, conv_int8, conv_spatial, matmul_int8, resize, squeeze
 from .anchors import _schedule_dense_packed
 from .loops import PAR_MIN_ELEMS, PAR_MIN_MACS, _inline_except, _par_vec, _vec_split
 from .pool import _schedule_pool_sep
@@ -22,6 +22,8 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
         return conv_blocked.schedule_depthwise(s, out, info, parallel, g.target)
     if kind in ("qconv2d_vnni", "qconv2d_int32") and vectorize:
         return conv_int8.schedule(s, out, info, parallel, g.target)
+    if kind == "qmatmul_vnni" and vectorize:
+        return matmul_int8.schedule(s, out, info, parallel, g.target)
     if kind == "dense_packed" and vectorize:
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
