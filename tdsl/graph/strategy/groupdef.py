@@ -112,7 +112,7 @@ class GroupDef:
                 out_t = matmul_int8.qmatmul(self, n)
             elif fast and n.op == "nn.dense":
                 out_t = dense_fast(self, n)
-            if out_t is None and fast and n.op == "nn.conv2d":
+            if out_t is None and fast and n.op in ("nn.conv2d", "qnn.conv2d"):
                 out_t = conv_grouped.grouped_conv2d(self, n, tensors)
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)

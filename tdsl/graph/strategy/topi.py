@@ -256,12 +256,13 @@ def transpose(ins, attrs, out):
     return tdsl.compute(out.shape, lambda *i: x[tuple(i[inv[d]] for d in range(len(axes)))], name=uname("transpose"))
 
 
-def phase_split_pad(x, rows, cols, sw, pt, pl):
-    """x (N, C, H, W) zero-padded (pt rows, pl columns before) and split by column phase:
-    (N, C, rows, sw, cols) with [.., r, p, q] = padded[.., r, q * sw + p], so that every
-    tap of a column-strided window reads a contiguous run of a row."""
+def phase_split_pad(x, rows, cols, sw, pt, pl, fill=None):
+    """x (N, C, H, W) padded with `fill` (None: zero; a quantized image's zero point) (pt
+    rows, pl columns before) and split by column phase: (N, C, rows, sw, cols) with
+    [.., r, p, q] = padded[.., r, q * sw + p], so that every tap of a column-strided window
+    reads a contiguous run of a row."""
     N, C, H, W = shape_of(x)
-    f0 = tdsl.const(0, x.dtype)
+    f0 = tdsl.const(0, x.dtype) if fill is None else fill
 
     def fp(b, ch, r, p, q):
         iy, ix = r - pt, q * sw + p - pl

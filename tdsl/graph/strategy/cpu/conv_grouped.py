@@ -41,16 +41,24 @@ PLANE_BYTES = 16 * 1024
 
 def grouped_conv2d(g, n, tensors):
     """Definition of `nn.conv2d` node `n` with groups > 1 and constant weights (float32,
-    llvm/c targets, static shapes); None for any other conv."""
-    x_e, w_e = n.args
+    llvm/c targets, static shapes), or of such a `qnn.conv2d` (uint8 data, int8 weights of
+    zero point 0: int32 products, the padding reading the data's zero point, whose share
+    z * sum(w) the epilogue subtracts, as in conv_int8.py); None for any other conv."""
+    x_e, w_e = n.args[:2]
     a = n.attrs
     groups = a["groups"]
-    if groups == 1 or x_e.type.dtype != "float32" \
+    quantized = n.op == "qnn.conv2d"
+    if groups == 1 or x_e.type.dtype != ("uint8" if quantized else "float32") \
             or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape):
         return None
     wi = g.const_param(w_e)
     if wi is None:
         return None
+    if quantized:
+        xzi, wzi = g.const_param(n.args[2]), g.const_param(n.args[3])
+        if xzi is None or wzi is None or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
+            return None
+        zero = g.param_tensor(xzi)[()]
     x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
     N, C, H, W = x_e.type.shape
     CO, CIG, KH, KW = w_e.type.shape
@@ -79,11 +87,14 @@ def grouped_conv2d(g, n, tensors):
         rb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
     wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
-    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl)
+    ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl, zero if quantized else None)
 
     def pack(w):
         return np.ascontiguousarray(w.reshape(CO // cb, cb, CIG, KH, KW).transpose(0, 2, 3, 4, 1))
-    Wp = g.packed_param(wi, (CO // cb, CIG, KH, KW, cb), pack)
+    if quantized:   # int32 weights, packed once: no widening in the multiply-add loop
+        Wp = g.derived_param(wi, 2, (CO // cb, CIG, KH, KW, cb), "int32", lambda w: pack(w).astype(np.int32))
+    else:
+        Wp = g.packed_param(wi, (CO // cb, CIG, KH, KW, cb), pack)
     rc = tdsl.reduce_axis((0, CIG), "rc")
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
@@ -92,13 +103,20 @@ def grouped_conv2d(g, n, tensors):
     def conv(b, co, oy, ox):
         # the input channel through the tile's block index: uniform across the tile
         ci = (co // cb) // per_block * CIG + rc if cog > 1 else co * CIG + rc
-        return tdsl.sum(ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
-                        * Wp[co // cb, rc, ky, kx, co % cb], axis=[rc, ky, kx])
+        v = ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
+        return tdsl.sum((v.astype("int32") if quantized else v) * Wp[co // cb, rc, ky, kx, co % cb], axis=[rc, ky, kx])
     owp = nv * wv
     Cv = tdsl.compute((N, CO, OH, owp), conv, name=topi.uname("conv"))
     out = Cv
     if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
+    if quantized:
+        sums = g.derived_param(wi, 1, (CO,), "int32",
+                               lambda w: w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32))
+        zi = zero.astype("int32")
+        crop = out
+        out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: crop[b, co, oy, ox] - zi * sums[co],
+                           name=topi.uname("qconv_out"))
     g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
                      "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG,
                      "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
