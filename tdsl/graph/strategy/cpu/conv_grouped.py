@@ -31,6 +31,7 @@ import tdsl
 
 from .... import tiling
 from .. import topi
+from . import conv_int8
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
 # a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
@@ -111,8 +112,7 @@ def grouped_conv2d(g, n, tensors):
     if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     if quantized:
-        sums = g.derived_param(wi, 1, (CO,), "int32",
-                               lambda w: w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32))
+        sums = conv_int8.weight_sums(g, wi, CO)
         zi = zero.astype("int32")
         crop = out
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: crop[b, co, oy, ox] - zi * sums[co],

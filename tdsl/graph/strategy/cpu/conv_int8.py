@@ -122,7 +122,7 @@ def qconv2d(g, n, tensors):
     # pairs along the reduction instead saved 12% of the instructions but ran no faster
     # (0.42 against 0.405 ms), its data layout being larger
     P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW), blocked_in)
-    sums = _weight_sums(g, wi, CO)
+    sums = weight_sums(g, wi, CO)
     zi = zero.astype("int32")
     # channels past CO (a ragged last block) repeat CO - 1's sum: of no meaning
     Ob = tdsl.compute((N, -(-CO // LANES), OH, OW, LANES), lambda b, cb, y, xx, ln: Cv[b, cb, y, xx, ln] - zi * sums[
@@ -141,7 +141,7 @@ def qconv2d(g, n, tensors):
     return O
 
 
-def _weight_sums(g, wi, CO):
+def weight_sums(g, wi, CO):
     """z * sum(w), the zero point's share of each output channel: the sums are a constant
     laid out with the weights."""
     def sums(w):
@@ -171,7 +171,7 @@ def _depthwise(g, n, x, zero, wi):
     Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, oy, ox, c: tdsl.sum(
         src[b, cb, oy * sh + ky * dh, ox * sw + kx * dw, c].astype("int32") * Wp[cb, ky, kx, c], axis=[ky, kx]),
         name=topi.uname("qdepthwise"))
-    sums = _weight_sums(g, wi, C)
+    sums = weight_sums(g, wi, C)
     zi = zero.astype("int32")
     O = tdsl.compute(n.type.shape, lambda b, cb, y, xx, c: Cv[b, cb, y, xx, c] - zi * sums[
         tdsl.min(cb * LANES + c, C - 1)], name=topi.uname("qdepthwise_out"))
