@@ -1,8 +1,8 @@
 """A quantized ResNet-18 (onnxruntime's quantizer, QDQ form, uint8 activations and per-channel
 int8 weights) in tdsl against onnxruntime's int8 session: the agreement of the outputs in
 units of the output's quantization step, and the latency of each, in blocks of runs
-alternating between the two (the median of each block; the spread says how noisy the
-machine was)."""
+alternating between the two, each after a pause and a warm-up (the median of each block;
+the spread says how noisy the machine was)."""
 import argparse
 import time
 
@@ -13,9 +13,15 @@ import tdsl.graph as G
 from tdsl.graph import models
 
 
-def blocks(fn, n_blocks, runs):
+def blocks(fn, n_blocks, runs, pause_s=0.3, warmup_s=0.2):
+    """Block medians; each block after a pause (onnxruntime's worker threads spin for a
+    while after a run and would take a core from tdsl's next kernels) and a warm-up."""
     out = []
     for _ in range(n_blocks):
+        time.sleep(pause_s)
+        t_end = time.perf_counter() + warmup_s
+        while time.perf_counter() < t_end:
+            fn()
         ts = []
         for _ in range(runs):
             t = time.perf_counter()
