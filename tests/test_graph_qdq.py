@@ -227,6 +227,26 @@ def test_quantized_grouped_conv_takes_the_grouped_strategy(groups, stride, layou
     assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
 
 
+def test_quantized_dilated_conv_drops_the_taps_that_read_padding():
+    """DeepLab's ASPP on a small image: a 3x3 conv of dilation 6 on a 5x5 image reads the
+    image with its centre tap only; the quantized conv keeps that tap alone (the padding
+    is the zero point, whose products the conv subtracts) and matches onnxruntime."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(13)
+    c = 16
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(140)), ("w", rng.integers(-90, 90, (c, c, 3, 3)).astype(np.int8)),
+             ("sw", np.float32(0.004)), ("zw", np.int8(0)), ("sy", np.float32(0.05)), ("zy", np.uint8(60))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["cv"], pads=[6] * 4, dilations=[6, 6]),
+        helper.make_node("QuantizeLinear", ["cv", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, c, 5, 5])], TensorProto.UINT8)
+    mod, d = _steps(model, {"x": rng.standard_normal((1, c, 5, 5)).astype(np.float32)})
+    convs = [n for f in mod.main.nodes() if isinstance(f.op, Function) for n in f.op.nodes() if n.op == "qnn.conv2d"]
+    assert [tuple(n.args[1].type.shape) for n in convs] == [(c, c, 1, 1)]
+    assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+
+
 @pytest.mark.parametrize("k,stride,pad,dil", [(11, 1, 5, 1), (3, 2, 2, 2)])
 def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
     """A QDQ Conv1d (a speech front end's) runs as qnn.conv2d over one row, not as a float

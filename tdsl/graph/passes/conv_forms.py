@@ -76,10 +76,12 @@ def _live_taps(H, O, s, dl, pb, K):
 
 
 def drop_padding_taps(mod: Module) -> Module:
-    """nn.conv1d/2d/3d with constant weights: taps that read only padding are removed
-    (module docstring); the result is the same conv with fewer taps and less padding."""
+    """nn.conv1d/2d/3d and qnn.conv2d with constant weights: taps that read only padding
+    are removed (module docstring; a quantized conv's padding is its zero point, whose
+    products the conv subtracts: nothing either); the result is the same conv with fewer
+    taps and less padding."""
     def visit(n, args):
-        if n.op not in ("nn.conv1d", "nn.conv2d", "nn.conv3d") or not isinstance(args[1], Const):
+        if n.op not in ("nn.conv1d", "nn.conv2d", "nn.conv3d", "qnn.conv2d") or not isinstance(args[1], Const):
             return same(n, args)
         a = n.attrs
         xs, ws, os_ = args[0].type.shape[2:], args[1].type.shape[2:], n.type.shape[2:]
@@ -103,7 +105,7 @@ def drop_padding_taps(mod: Module) -> Module:
         if all(c == slice(None) for c in cut):
             return same(n, args)
         w = np.ascontiguousarray(args[1].data[(slice(None), slice(None)) + tuple(cut)])
-        return Call(n.op, [args[0], Const(w)], dict(a, padding=pads), n.span)
+        return Call(n.op, [args[0], Const(w)] + list(args[2:]), dict(a, padding=pads), n.span)
     return rewrite(mod, visit)
 
 
