@@ -249,24 +249,36 @@ def test_quantized_dilated_conv_drops_the_taps_that_read_padding():
 
 @pytest.mark.parametrize("k,stride,pad,dil", [(11, 1, 5, 1), (3, 2, 2, 2)])
 def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
-    """A QDQ Conv1d (a speech front end's) runs as qnn.conv2d over one row, not as a float
-    conv of dequantized data; one step from onnxruntime at most."""
+    """A QDQ Conv1d stack (a speech front end's: conv, max pool, conv) runs as qnn.conv2d
+    over one row, not as a float conv of dequantized data; the pool runs on the integers,
+    and the reshapes between the 1-D and the 2-D forms sink past the quantized operators;
+    one step from onnxruntime at most."""
     from onnx import TensorProto, helper
     rng = np.random.default_rng(9)
     ci, co, L = 6, 24, 61
-    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(101)), ("w", rng.integers(-90, 90, (co, ci, k)).astype(np.int8)),
-             ("sw", (0.003 + 0.001 * rng.random((co,))).astype(np.float32)), ("zw", np.zeros(co, np.int8)),
-             ("b", rng.integers(-2000, 2000, co).astype(np.int32)), ("sy", np.float32(0.05)), ("zy", np.uint8(64))]
-    inits += [("sb", (0.02 * inits[3][1]).astype(np.float32)), ("zb", np.zeros(co, np.int32))]
-    nodes = _qdq_inputs(["x"]) + [
-        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
-        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"], axis=0),
-        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[pad, pad], strides=[stride], dilations=[dil]),
-        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"])]
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(101)), ("sy", np.float32(0.05)), ("zy", np.uint8(64)),
+             ("s2", np.float32(0.08)), ("z2", np.uint8(90))]
+    nodes = _qdq_inputs(["x"])
+    for i, (cin, src, s_in, out, s_out) in enumerate([(ci, "xd", "s_x", "y1", "sy"), (co, "pd", "sy", "y", "s2")]):
+        sw = (0.003 + 0.001 * rng.random((co,))).astype(np.float32)
+        inits += [(f"w{i}", rng.integers(-90, 90, (co, cin, k)).astype(np.int8)), (f"sw{i}", sw),
+                  (f"zw{i}", np.zeros(co, np.int8)), (f"b{i}", rng.integers(-2000, 2000, co).astype(np.int32)),
+                  (f"sb{i}", (dict(inits)[s_in] * sw).astype(np.float32)), (f"zb{i}", np.zeros(co, np.int32))]
+        nodes += [helper.make_node("DequantizeLinear", [f"w{i}", f"sw{i}", f"zw{i}"], [f"wd{i}"], axis=0),
+                  helper.make_node("DequantizeLinear", [f"b{i}", f"sb{i}", f"zb{i}"], [f"bd{i}"], axis=0),
+                  helper.make_node("Conv", [src, f"wd{i}", f"bd{i}"], [f"c{i}"], pads=[pad, pad], strides=[stride],
+                                   dilations=[dil]),
+                  helper.make_node("QuantizeLinear", [f"c{i}", s_out, "zy" if i == 0 else "z2"], [out])]
+        if i == 0:
+            nodes += [helper.make_node("DequantizeLinear", ["y1", "sy", "zy"], ["y1d"]),
+                      helper.make_node("MaxPool", ["y1d"], ["p"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+                      helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["pq"]),
+                      helper.make_node("DequantizeLinear", ["pq", "sy", "zy"], ["pd"])]
     model = _model(nodes, inits, [("x", [1, ci, L])], TensorProto.UINT8)
     mod, d = _steps(model, {"x": rng.standard_normal((1, ci, L)).astype(np.float32)})
     ops = _ops(mod)
-    assert "qnn.conv2d" in ops and not ops & {"nn.conv1d", "nn.conv2d", "qnn.dequantize"}, ops
+    assert "qnn.conv2d" in ops and "nn.max_pool1d" in ops, ops
+    assert not ops & {"nn.conv1d", "nn.conv2d", "qnn.dequantize"}, ops
     assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
 
 

@@ -28,7 +28,7 @@ from .conv_forms import attrs_as_2d
 from .rewrite import rewrite, same
 
 # operators that commute with dequantize -> quantize of the same parameters
-_ORDER_PRESERVING = ("nn.max_pool2d", "reshape", "copy")
+_ORDER_PRESERVING = ("nn.max_pool1d", "nn.max_pool2d", "nn.max_pool3d", "reshape", "copy")
 
 
 def _static(e, memo):

@@ -90,7 +90,9 @@ def simplify(mod: Module) -> Module:
 
 # ---------------------------------------------------------------------------- reshape sinking
 
-_COMMUTING_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
+_COMMUTING_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
+                     # quantized element-wise operators (scales and zero points constant)
+                     "qnn.add", "qnn.quantize", "qnn.dequantize", "qnn.requantize")
 
 
 def sink_reshapes(mod: Module) -> Module:
