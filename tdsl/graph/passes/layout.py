@@ -41,6 +41,7 @@ from typing import Dict
 
 import numpy as np
 
+from ...te import intrin_x86
 from ..ir import Call, Const, Module, Function
 from ..ir.ops_layout import blocks
 from ..ir.registry import get_op
@@ -50,7 +51,7 @@ _BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
 # quantized element-wise operators: images, and scales and zero points per channel or scalar
 _QUANT = ("qnn.requantize", "qnn.add", "qnn.quantize", "qnn.dequantize")
 # the channels of a block of the integer conv: vpdpbusd's 16 int32 lanes
-_QBN = 16
+_QBN = intrin_x86.LANES
 # the fill of a constant's padding channels: finite, and neutral where that is defined
 _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
 

@@ -3,10 +3,10 @@ qnn.conv2d_blocked: uint8 data, constant int8 weights with zero point 0) laid ou
 AVX512-VNNI: NCHW data padded with its zero point into NCHW[4c] (4 input channels
 adjacent: one 32-bit lane of `vpdpbusd`), NCHW[16c] data read as it is (padded where the
 conv pads), the weights packed once as [CO/16][CI/4][KH][KW][16][4], one instruction per
-16 output channels x 4 input channels. sum((x - z) * w) = sum(x * w) - z * sum(w): the products stay unsigned x signed
-bytes, and the zero point's share is one int32 per output channel (the sums of the
-weights are packed once with them, a derived constant). Targets without VNNI
-get the same definition in int32 arithmetic, which LLVM vectorizes."""
+16 output channels x 4 input channels. sum((x - z) * w) = sum(x * w) - z * sum(w): the
+products stay unsigned x signed bytes, and the zero point's share is one int32 per output
+channel (the sums of the weights are packed once with them, a derived constant). Targets
+without VNNI get the same definition in int32 arithmetic, which LLVM vectorizes."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,18 +47,6 @@ def _groups_of_4(CI, blocked_in):
     return -(-CI // LANES) * 4 if blocked_in else -(-CI // GROUP)
 
 
-def _pad16(x, zero, a, H, W):
-    """Blocked data padded by the conv's padding, which reads as the zero point; None when
-    the conv has none (the conv reads x as it is)."""
-    pt, pl, pb, pr = a["padding"]
-    if not any((pt, pl, pb, pr)):
-        return None
-    N, CBI = x.shape[:2]
-    return tdsl.compute((N, CBI, H + pt + pb, W + pl + pr, LANES), lambda b, c, y, xx, ln: tdsl.if_then_else(
-        tdsl.all(y >= pt, y < H + pt, xx >= pl, xx < W + pl), x[b, c, y - pt, xx - pl, ln], zero),
-        name=topi.uname("pad16"))
-
-
 def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_, blocked_in):
     """The conv on 4 input channels in each 32-bit lane of vpdpbusd: plain NCHW data is
     packed (and padded) into NCHW[4c]; blocked NCHW[16c] data holds them already (four
@@ -72,8 +60,8 @@ def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_, blocked_in):
     kx = tdsl.reduce_axis((0, KW), "kx")
     j = tdsl.reduce_axis((0, GROUP), "j")
     if blocked_in:
-        P = _pad16(x, zero, a, H, W)
-        src = x if P is None else P
+        src = conv_blocked.pad_blocked(x, [H + pt + pb, W + pl + pr], [pt, pl], fill=zero)
+        P = src if src is not x else None
         cbi = tdsl.reduce_axis((0, C4 // 4), "cbi")
         q = tdsl.reduce_axis((0, 4), "q")
         Cv = tdsl.compute((N, CB, OH, OW, LANES), lambda b, cb, y, xx, ln: tdsl.sum(
@@ -124,26 +112,20 @@ def qconv2d(g, n, tensors):
     P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW), blocked_in)
     sums = weight_sums(g, wi, CO)
     zi = zero.astype("int32")
+    ragged = CO % LANES != 0
     # channels past CO (a ragged last block) repeat CO - 1's sum: of no meaning
     Ob = tdsl.compute((N, -(-CO // LANES), OH, OW, LANES), lambda b, cb, y, xx, ln: Cv[b, cb, y, xx, ln] - zi * sums[
-        tdsl.min(cb * LANES + ln, CO - 1)], name=topi.uname("qconv_out"))
-    ragged = CO % LANES != 0
-    if blocked_out:
-        O = Ob
-    elif ragged:
-        O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Ob[b, co // LANES, y, xx, co % LANES],
-                         name=topi.uname("unpack"))
-    else:
-        O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co // LANES, y, xx, co % LANES] - zi * sums[co],
-                         name=topi.uname("unpack"))
+        tdsl.min(cb * LANES + ln, CO - 1) if ragged else cb * LANES + ln], name=topi.uname("qconv_out"))
+    O = Ob if blocked_out else tdsl.compute(
+        (N, CO, OH, OW), lambda b, co, y, xx: Ob[b, co // LANES, y, xx, co % LANES], name=topi.uname("unpack"))
     g.anchor = (O, {"kind": "qconv2d_vnni" if g.target.has_vnni else "qconv2d_int32", "conv": Cv, "pad": P,
                     "ow": OW, "blocked": Ob if ragged else None})
     return O
 
 
 def weight_sums(g, wi, CO):
-    """z * sum(w), the zero point's share of each output channel: the sums are a constant
-    laid out with the weights."""
+    """sum(w) of each output channel, which times the zero point is its share: a constant
+    derived from the weights once, at build time."""
     def sums(w):
         return w.reshape(CO, -1).astype(np.int32).sum(axis=1, dtype=np.int32)
     return g.derived_param(wi, 1, (CO,), "int32", sums)
