@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -220,42 +221,91 @@ def block_time(fn, sync, number, repeat=3):
     return best
 
 
-def measure(rows, nets, number):
+def _reference(name, inputs):
+    """The row's answer in float64 from numpy's copies of its inputs (bfloat16 widened)."""
+    import torch
+    xs = [torch.from_numpy(tdsl.nd.bfloat16_to_float32(x) if x.dtype == np.uint16 else x)
+          .to("cuda", torch.float64) for x in inputs]
+    if "gemm" in name:
+        return (xs[0] @ xs[1]).cpu().numpy()
+    if name.startswith("conv"):
+        return torch.nn.functional.conv2d(xs[0], xs[1]).cpu().numpy()
+    if name.startswith("row sum"):
+        return xs[0].sum(dim=1).cpu().numpy()
+    if name.startswith("softmax"):
+        return torch.softmax(xs[0], dim=1).cpu().numpy()
+    return (xs[0] + xs[1]).cpu().numpy()
+
+
+def _rel_err(out, ref):
+    out = np.asarray(out, np.float64)
+    if not np.isfinite(out).all():
+        return float("nan")
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def _row(row, torch, dev, number):
+    f, shapes = row.build()
+    host = [_random(s, dtype) for s, dtype in shapes]
+    arrays = [tdsl.nd.array(x, dev) for x in host]
+    t_tdsl = f.time_evaluator(number=number, repeat=3)(*arrays).min
+    out = arrays[-1].numpy()
+    out = tdsl.nd.bfloat16_to_float32(out) if out.dtype == np.uint16 else out
+    err = _rel_err(out, _reference(row.name, host[:-1]))
+    t_torch = block_time(row.torch(torch, "cuda"), torch.cuda.synchronize, number)
+    scale = 1e12 if row.unit == "TFLOP/s" else 1e9
+    a, b = row.work / t_tdsl / scale, row.work / t_torch / scale
+    print(f"{row.name:30s} {a:10.2f} {b:10.2f} {row.unit:>8s} {a / b:10.0%} {err:9.1e}", flush=True)
+
+
+def _net(name, batch, torch, number):
+    model, tm, shape = network(name, batch)
+    t0 = time.perf_counter()
+    exe = build_network(model, shape)
+    built = time.perf_counter() - t0
+    x = np.random.rand(*shape).astype(np.float32)
+    exe.set_input(exe.input_names[0], x)
+    r = exe.benchmark(number=number, repeat=3)
+    t_tdsl = r["min"]
+    if tm is None:
+        print(f"{name + ' b' + str(batch):30s} {t_tdsl * 1e3:8.3f}ms {'-':>10s} {'ms':>8s}")
+        return
+    tm = tm.cuda()
+    xt = torch.from_numpy(x).cuda()
+    with torch.no_grad():
+        t_torch = block_time(lambda: tm(xt), torch.cuda.synchronize, number)
+        ref = tm(xt).double().cpu().numpy()
+    err = _rel_err(exe.run(x)[0], ref)
+    print(f"{name + ' b' + str(batch):30s} {t_tdsl * 1e3:8.3f}ms {t_torch * 1e3:8.3f}ms {'ms':>8s} "
+          f"{t_torch / t_tdsl:10.0%} {err:9.1e}   (built in {built:.0f} s)", flush=True)
+    exe.profile(number=3)
+    g = exe.stats.get("cuda_graph")
+    if g:
+        print(f"{'':30s} CUDA graph saved {g['saved_s'] * 1e3:.3f} ms a run "
+              f"({g['launches_s'] * 1e3:.3f} -> {g['graph_s'] * 1e3:.3f} ms of device time)")
+
+
+def measure(rows, nets, number) -> int:
+    """Times every row beside torch and checks its output against a float64 reference; a
+    row that fails is reported and the others still run. Returns the number of failures."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = tdsl.cuda(0)
     print(f"device: {dev.name}; torch {torch.__version__}, TF32 off\n")
-    print(f"{'row':30s} {'tdsl':>10s} {'torch':>10s} {'unit':>8s} {'tdsl/torch':>10s}")
-    for row in rows:
-        f, shapes = row.build()
-        arrays = [tdsl.nd.array(_random(s, dtype), dev) for s, dtype in shapes]
-        t_tdsl = f.time_evaluator(number=number, repeat=3)(*arrays).min
-        t_torch = block_time(row.torch(torch, "cuda"), torch.cuda.synchronize, number)
-        scale = 1e12 if row.unit == "TFLOP/s" else 1e9
-        a, b = row.work / t_tdsl / scale, row.work / t_torch / scale
-        print(f"{row.name:30s} {a:10.2f} {b:10.2f} {row.unit:>8s} {a / b:10.0%}", flush=True)
-    for name, batch in nets:
-        model, tm, shape = network(name, batch)
-        exe = build_network(model, shape)
-        x = np.random.rand(*shape).astype(np.float32)
-        exe.set_input(exe.input_names[0], x)
-        r = exe.benchmark(number=number, repeat=3)
-        t_tdsl = r["min"]
-        if tm is None:
-            print(f"{name + ' b' + str(batch):30s} {t_tdsl * 1e3:9.3f}ms {'-':>10s} {'ms':>8s}")
-            continue
-        tm = tm.cuda()
-        xt = torch.from_numpy(x).cuda()
-        with torch.no_grad():
-            t_torch = block_time(lambda: tm(xt), torch.cuda.synchronize, number)
-        print(f"{name + ' b' + str(batch):30s} {t_tdsl * 1e3:8.3f}ms {t_torch * 1e3:8.3f}ms {'ms':>8s} "
-              f"{t_torch / t_tdsl:10.0%}", flush=True)
-        exe.profile(number=3)
-        g = exe.stats.get("cuda_graph")
-        if g:
-            print(f"{'':30s} CUDA graph saved {g['saved_s'] * 1e3:.3f} ms a run "
-                  f"({g['launches_s'] * 1e3:.3f} -> {g['graph_s'] * 1e3:.3f} ms of device time)")
+    print(f"{'row':30s} {'tdsl':>10s} {'torch':>10s} {'unit':>8s} {'tdsl/torch':>10s} {'rel err':>9s}")
+    failed = 0
+    jobs = [(r.name, lambda r=r: _row(r, torch, dev, number)) for r in rows]
+    jobs += [(f"{n} b{b}", lambda n=n, b=b: _net(n, b, torch, number)) for n, b in nets]
+    for name, job in jobs:
+        try:
+            job()
+        except Exception as e:  # one broken row must not hide the others' numbers
+            failed += 1
+            print(f"{name:30s} FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                  flush=True)
+            traceback.print_exc()
+    return failed
 
 
 # ------------------------------------------------------------------ compute-sanitizer
@@ -313,8 +363,7 @@ def main(argv=None):
               + ("" if _has_torch() else "; torch is not installed: tdsl.graph.models' networks"))
         compile_only(rows, nets)
         return 0
-    measure(rows, nets, opt.number)
-    return 0
+    return 1 if measure(rows, nets, opt.number) else 0
 
 
 def _has_torch():
