@@ -51,12 +51,12 @@ class Row:
         self.name, self.build, self.work, self.unit, self.torch = name, build, work, unit, torch_fn
 
 
-def _gemm_auto(n):
+def _gemm_auto(n, params=None):
     A = tdsl.placeholder((n, n), name="A")
     B = tdsl.placeholder((n, n), name="B")
     k = tdsl.reduce_axis((0, n), name="k")
     C = tdsl.compute((n, n), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
+    return tdsl.auto_schedule(C, target="cuda", params=params), [A, B, C]
 
 
 def _gemm_bf16_auto(n):
@@ -65,14 +65,14 @@ def _gemm_bf16_auto(n):
     return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
 
 
-def _conv_auto(N, C, H, W, F):
+def _conv_auto(N, C, H, W, F, params=None):
     """The ResNet layer as the issue times it: 3x3, the input already padded (torch pads)."""
     X = tdsl.placeholder((N, C, H + 2, W + 2), name="X")
     Wt = tdsl.placeholder((F, C, 3, 3), name="Wt")
     c, dy, dx = (tdsl.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (3, "dy"), (3, "dx")))
     Y = tdsl.compute((N, F, H, W), lambda n, f, y, x: tdsl.sum(
         X[n, c, y + dy, x + dx] * Wt[f, c, dy, dx], axis=[c, dy, dx]), name="Y")
-    return tdsl.auto_schedule(Y, target="cuda"), [X, Wt, Y]
+    return tdsl.auto_schedule(Y, target="cuda", params=params), [X, Wt, Y]
 
 
 def _rowsum_auto(M, N):
@@ -154,10 +154,8 @@ def network(name, batch):
     try:
         import torch  # noqa: F401
         from tdsl.graph import zoo
-        model = zoo.export({"resnet18": "resnet18", "mobilenetv2": "mobilenet_v2"}[name], dynamic=True)
-        import torchvision
-        tm = getattr(torchvision.models, {"resnet18": "resnet18", "mobilenetv2": "mobilenet_v2"}[name])(weights=None)
-        return model, tm.eval(), shape
+        key = {"resnet18": "resnet18", "mobilenetv2": "mobilenet_v2"}[name]
+        return zoo.export(key, dynamic=True), zoo.seeded_module(key), shape
     except ImportError:
         from tdsl.graph import models
         if name == "resnet18":

@@ -4,6 +4,25 @@ import tempfile
 
 import pytest
 
+try:
+    import onnx.helper
+
+    # onnx can be newer than the onnxruntime beside it (the GPU machines' onnx 1.23.1
+    # writes IR version 14, their onnxruntime 1.30 reads up to 13): the tests' models are
+    # written at IR version 10, which every onnxruntime the tests meet reads and which
+    # carries opsets up to 21.
+    _make_model = onnx.helper.make_model
+
+    def _make_readable_model(graph, **kwargs):
+        model = _make_model(graph, **kwargs)
+        if "ir_version" not in kwargs:
+            model.ir_version = min(model.ir_version, 10)
+        return model
+
+    onnx.helper.make_model = _make_readable_model
+except ImportError:
+    pass
+
 # The suite never touches the user's compile cache (~/.cache/tdsl) nor leaves anything in
 # the system temp dir: every test process, and the subprocesses and notebook kernels it
 # starts, use a private cache and a private TMPDIR, removed at the end. Anything named

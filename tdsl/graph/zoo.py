@@ -118,15 +118,13 @@ def _spec(name):
     return _SPECS[name]
 
 
-def export(name: str, dynamic: bool = False, seed: int = 0):
-    """Model `name` exported by `torch.onnx.export` (opset 17, eval mode, weights from
-    `seed`) as an `onnx.ModelProto`. `dynamic=True` leaves the batch (and the sequence
-    of the transformers) symbolic, as exports for serving do."""
-    import onnx
+def seeded_module(name: str, seed: int = 0):
+    """Model `name` as the torch module `export(name, seed=seed)` traces: eval mode, weights
+    drawn from `seed`, so its outputs are the exported model's reference."""
     import torch
     torch.manual_seed(seed)
     _SPECS.pop(name, None)
-    module, (shape, dtype) = _spec(name)
+    module, _ = _spec(name)
     module.eval()
     with torch.no_grad():
         # parameters initialised to zero (ViT's classifier, class token) get small random
@@ -134,6 +132,17 @@ def export(name: str, dynamic: bool = False, seed: int = 0):
         for p in module.parameters():
             if not p.any():
                 p.normal_(0.0, 0.02)
+    return module
+
+
+def export(name: str, dynamic: bool = False, seed: int = 0):
+    """Model `name` exported by `torch.onnx.export` (opset 17, eval mode, weights from
+    `seed`) as an `onnx.ModelProto`. `dynamic=True` leaves the batch (and the sequence
+    of the transformers) symbolic, as exports for serving do."""
+    import onnx
+    import torch
+    module = seeded_module(name, seed)
+    _, (shape, dtype) = _spec(name)
     x = torch.from_numpy(example_input(name, seed))
     axes = None
     if dynamic:

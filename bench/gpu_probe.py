@@ -1,0 +1,145 @@
+"""Sweeps the GPU rules' knobs on a lent CUDA GPU, to choose the defaults from measurements
+rather than guesses, and profiles the networks kernel by kernel.
+
+    python bench/gpu_probe.py [sgemm] [conv] [bf16] [nets]      # all four by default
+    python bench/gpu_probe.py --one sgemm|bf16                  # one launch, for ncu
+
+Each sweep row builds one variant (auto_schedule params for the float32 contraction rule,
+warps x warp tiles x k step for the tensor-core schedule), checks its output against numpy
+(rel err) and times it with device events. `nets` prints ResNet-18 and MobileNetV2 at
+batch 8: their time beside torch's and the executor's per-kernel profile."""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import tdsl  # noqa: E402
+from tdsl.examples import mma_gemm  # noqa: E402
+
+import gpu as suite  # noqa: E402  (bench/gpu.py: the rows' definitions and timing)
+
+
+def _time(f, host, number=10):
+    dev = tdsl.cuda(0)
+    arrays = [tdsl.nd.array(x, dev) for x in host]
+    t = f.time_evaluator(number=number, repeat=3)(*arrays).min
+    out = arrays[-1].numpy()
+    return t, (tdsl.nd.bfloat16_to_float32(out) if out.dtype == np.uint16 else out)
+
+
+def _err(out, ref):
+    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+
+def sweep_sgemm(n=4096):
+    A = np.random.rand(n, n).astype(np.float32)
+    B = np.random.rand(n, n).astype(np.float32)
+    ref = A.astype(np.float64) @ B
+    variants = [dict()]
+    for kt in (8, 16, 32):
+        for dbl in (False, True):
+            variants.append(dict(block=(16, 16), thread_tile=(8, 8), k_tile=kt, double_buffer=dbl))
+    variants += [dict(block=(8, 16), thread_tile=(8, 8), k_tile=16, double_buffer=True),
+                 dict(block=(16, 16), thread_tile=(8, 4), k_tile=16, double_buffer=True),
+                 dict(block=(8, 32), thread_tile=(8, 4), k_tile=16, double_buffer=True)]
+    for p in variants:
+        _row(f"sgemm {n} {p or 'default'}", lambda p=p: suite._gemm_auto(n, p),
+             [A, B, np.zeros((n, n), np.float32)], ref, 2.0 * n ** 3)
+
+
+def sweep_conv():
+    N, C, H, W, F = 8, 64, 56, 56, 64
+    X = np.random.rand(N, C, H + 2, W + 2).astype(np.float32)
+    Wt = np.random.rand(F, C, 3, 3).astype(np.float32)
+    import torch
+    ref = torch.nn.functional.conv2d(torch.from_numpy(X).double(), torch.from_numpy(Wt).double()).numpy()
+    variants = [dict()]
+    for blk, tt in (((16, 16), (4, 4)), ((8, 16), (8, 4)), ((16, 16), (8, 4)), ((8, 16), (4, 8)),
+                    ((16, 16), (4, 8)), ((8, 8), (8, 8)), ((16, 16), (8, 8))):
+        for kt in (8, 16):
+            variants.append(dict(block=blk, thread_tile=tt, k_tile=kt, double_buffer=True))
+    for p in variants:
+        _row(f"conv {p or 'default'}", lambda p=p: suite._conv_auto(N, C, H, W, F, p),
+             [X, Wt, np.zeros((N, F, H, W), np.float32)], ref, 2.0 * N * F * C * 9 * H * W)
+
+
+def sweep_bf16(n=4096):
+    a = np.random.rand(n, n).astype(np.float32)
+    b = np.random.rand(n, n).astype(np.float32)
+    A, B = tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
+    ref = mma_gemm.reference(A, B).astype(np.float64)
+    for warps, tiles, k in (((2, 2), (4, 8), 32), ((2, 2), (4, 8), 16), ((2, 4), (4, 4), 32),
+                            ((4, 2), (2, 8), 32), ((2, 4), (4, 8), 16), ((4, 2), (4, 8), 16),
+                            ((2, 2), (4, 4), 32), ((4, 4), (2, 4), 32), ((2, 4), (4, 4), 16)):
+        def build(warps=warps, tiles=tiles, k=k):
+            s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=warps, warp_tiles=tiles, k_step=k)
+            return s, args
+        _row(f"bf16 {n} warps {warps} tiles {tiles} k {k}", build,
+             [A, B, np.zeros((n, n), np.float32)], ref, 2.0 * n ** 3)
+
+
+def _row(name, make, host, ref, flops):
+    try:
+        s, args = make()
+        f = tdsl.build(s, args, target="cuda", name="probe")
+        res = f.resources("sm_90")
+        regs = max(r.registers for r in res)
+        smem = max(r.shared_bytes for r in res)
+        spill = sum(r.spill_bytes for r in res)
+        t, out = _time(f, host)
+        print(f"{name:70s} {flops / t / 1e12:7.2f} TFLOP/s  err {_err(out, ref):.1e}  "
+              f"regs {regs} smem {smem} spill {spill}", flush=True)
+    except Exception as e:
+        print(f"{name:70s} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+        traceback.print_exc()
+
+
+def nets():
+    import torch
+    for name in ("resnet18", "mobilenetv2"):
+        try:
+            model, tm, shape = suite.network(name, 8)
+            exe = suite.build_network(model, shape)
+            x = np.random.rand(*shape).astype(np.float32)
+            exe.set_input(exe.input_names[0], x)
+            t = exe.benchmark(number=10, repeat=3)["min"]
+            tm = tm.cuda()
+            with torch.no_grad():
+                xt = torch.from_numpy(x).cuda()
+                tt = suite.block_time(lambda: tm(xt), torch.cuda.synchronize, 10)
+                ref = tm(xt).double().cpu().numpy()
+            print(f"{name} b8: tdsl {t * 1e3:.3f} ms, torch {tt * 1e3:.3f} ms, "
+                  f"rel err {_err(exe.run(x)[0], ref):.1e}", flush=True)
+            print(exe.profile_text(number=5, top=30), flush=True)
+        except Exception:
+            traceback.print_exc()
+
+
+def one(which):
+    """A single launch of one kernel (for ncu -c 1)."""
+    n = 4096
+    if which == "bf16":
+        s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=(2, 2), warp_tiles=(4, 8), k_step=32)
+    else:
+        s, args = suite._gemm_auto(n)
+    f = tdsl.build(s, args, target="cuda", name="probe")
+    dev = tdsl.cuda(0)
+    arrays = [tdsl.nd.array(suite._random(tuple(int(d) for d in a.shape), a.dtype), dev) for a in args]
+    f(*arrays)
+    dev.sync()
+
+
+def main(argv):
+    if argv[:1] == ["--one"]:
+        return one(argv[1])
+    for part in argv or ["sgemm", "conv", "bf16", "nets"]:
+        {"sgemm": sweep_sgemm, "conv": sweep_conv, "bf16": sweep_bf16, "nets": nets}[part]()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
