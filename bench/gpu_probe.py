@@ -134,9 +134,79 @@ def one(which):
     dev.sync()
 
 
+# Candidate defaults of the GPU contraction rule and the graph's column-GEMM conv, as
+# module constants to override: name -> {(module, constant): value}.
+POLICIES = {
+    "old": {"LONG_K": 1 << 30, "MAX_PIXELS": 0},
+    "col": {"LONG_K": 1 << 30, "MAX_PIXELS": 1024},
+    "col_split": {"LONG_K": 1024, "MAX_PIXELS": 1024},
+    "col_split2k": {"LONG_K": 2048, "MAX_PIXELS": 1024, "K_TILE": 16},
+    "col_all_k16": {"LONG_K": 1024, "MAX_PIXELS": 1 << 30, "K_TILE": 16},
+    "col_split_k16_84": {"LONG_K": 1024, "MAX_PIXELS": 1024, "K_TILE": 16, "THREAD_TILE": (8, 4)},
+    "col_all_split2k_k16_84": {"LONG_K": 2048, "MAX_PIXELS": 1 << 30, "K_TILE": 16, "THREAD_TILE": (8, 4)},
+}
+
+
+def policy(name, lock_path):
+    """Applies policy `name`, builds its kernels and ResNet-18 at batch 8 and 1, then times
+    them holding `lock_path` (so parallel builds never share the GPU while timing)."""
+    import fcntl
+
+    import torch
+    from tdsl.autosched import gpu_contraction as gc
+    from tdsl.graph.strategy.gpu import conv_gemm
+    for k, v in POLICIES[name].items():
+        setattr(conv_gemm if k == "MAX_PIXELS" else gc, k, v)
+    n1, n4 = 1024, 4096
+    built = []
+    for label, make, shapes, flops in (
+            ("sgemm 4096", lambda: suite._gemm_auto(n4), None, 2.0 * n4 ** 3),
+            ("sgemm 1024", lambda: suite._gemm_auto(n1), None, 2.0 * n1 ** 3),
+            ("conv row", lambda: suite._conv_auto(8, 64, 56, 56, 64), None, 2.0 * 8 * 64 * 64 * 9 * 56 * 56)):
+        s, args = make()
+        built.append((label, tdsl.build(s, args, target="cuda", name="p"), args, flops))
+    nets = []
+    for net, b in (("resnet18", 8), ("resnet18", 1), ("mobilenetv2", 8)):
+        model, tm, shape = suite.network(net, b)
+        nets.append((f"{net} b{b}", suite.build_network(model, shape), tm, shape))
+    with open(lock_path, "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        dev = tdsl.cuda(0)
+        line = [f"{name:24s}"]
+        for label, f, args, flops in built:
+            arrays = [tdsl.nd.array(suite._random(tuple(int(d) for d in a.shape), a.dtype), dev) for a in args]
+            t = f.time_evaluator(number=10, repeat=3)(*arrays).min
+            line.append(f"{label} {flops / t / 1e12:6.2f}")
+        for b, exe, tm, shape in nets:
+            x = np.random.rand(*shape).astype(np.float32)
+            exe.set_input(exe.input_names[0], x)
+            t = exe.benchmark(number=10, repeat=3)["min"]
+            with torch.no_grad():
+                tm = tm.cuda()
+                ref = tm(torch.from_numpy(x).cuda()).double().cpu().numpy()
+            line.append(f"{b} {t * 1e3:6.3f} ms err {_err(exe.run(x)[0], ref):.0e}")
+        print(" | ".join(line), flush=True)
+        if name != "old":
+            print(nets[0][1].profile_text(number=5, top=12), flush=True)
+
+
+def policies(names):
+    """Every policy in its own process: builds in parallel, timings one at a time."""
+    import subprocess
+    import tempfile
+    lock = os.path.join(tempfile.mkdtemp(), "gpu.lock")
+    procs = [subprocess.Popen([sys.executable, __file__, "--policy", n, lock]) for n in names]
+    for p in procs:
+        p.wait()
+
+
 def main(argv):
     if argv[:1] == ["--one"]:
         return one(argv[1])
+    if argv[:1] == ["--policy"]:
+        return policy(argv[1], argv[2])
+    if argv[:1] == ["policies"]:
+        return policies(argv[1:] or list(POLICIES))
     for part in argv or ["sgemm", "conv", "bf16", "nets"]:
         {"sgemm": sweep_sgemm, "conv": sweep_conv, "bf16": sweep_bf16, "nets": nets}[part]()
 

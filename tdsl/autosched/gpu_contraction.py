@@ -37,6 +37,11 @@ BLOCKS_PER_SM = 2       # resident blocks wanted, so one block's barrier does no
 LARGE = 1024            # what a symbolic extent is assumed to be
 VEC = 4                 # float4 copies
 MIN_SPLIT = 32          # reduction steps a split-K partial sum gets at least
+# A reduction at least this long keeps the full tiles and is split along K to fill the SMs,
+# rather than shrinking tiles and blocks until the grid is long enough: 4x4 tiles of 56
+# threads do 2 multiply-adds per shared-memory load, and a K of thousands (a 3x3 conv of
+# 512 channels as one GEMM) leaves each partial sum hundreds of steps.
+LONG_K = 1024
 
 
 def _fit(ext, threads, per):
@@ -124,14 +129,20 @@ def split_parts(info, blocks, target):
     """Into how many partial sums the reduction is split (1: not split): when even the
     smallest tiles leave SMs without a block (a batch-1 dense), the first reduction axis
     is cut into equal parts (a divisor of its extent, so no part reads past the
-    operands), each still MIN_SPLIT long: the fewest that give every SM a block, else
-    the most there can be."""
+    operands), each still MIN_SPLIT long: the fewest that give every SM a block (WAVES
+    blocks for a reduction of LONG_K or more, whose tiles were kept), else the most there
+    can be."""
     ext = info.rextents[0]
-    if ext is None or blocks >= target.sm_count:
+    want = WAVES * target.sm_count if _long_k(info) else target.sm_count
+    if ext is None or blocks >= want:
         return 1
     fits = [p for p in range(2, ext // MIN_SPLIT + 1) if ext % p == 0]
-    enough = [p for p in fits if blocks * p >= target.sm_count]
+    enough = [p for p in fits if blocks * p >= want]
     return enough[0] if enough else fits[-1] if fits else 1
+
+
+def _long_k(info):
+    return info.rextents[0] is not None and info.rextents[0] >= LONG_K
 
 
 def _double_buffer_fits(live, threads, target):
@@ -165,6 +176,9 @@ def sizes(info, r, v, target, params):
         # the last steps only until every SM has a block
         steps = [(WAVES, "tile", MIN_THREAD_TILE), (1, "threads", MIN_BLOCK),
                  (1, "tile", 1), (1, "threads", target.warp_size)]
+        if _long_k(info):
+            steps = []
+            why.append(f"a reduction of {info.rextents[0]} steps: split, tiles kept")
         for waves, what, floor in steps:
             while blocks() < waves * target.sm_count:
                 if what == "tile" and max(ti, tj) > floor:
@@ -301,8 +315,9 @@ def split_k(s, st, info, parts, target, params, rec, out=None):
     ko, _ = st.split(k, nparts=parts)
     rf = s.rfactor(st.op.output(0), ko)
     rec.add(st, "split-k", f"split {k.var.name} into {parts}; rfactor -> {rf.name}",
-            f"{grid_blocks(info, info.row_axis(), len(info.axes) - 1, 1, 1)} outputs leave "
-            f"SMs of the {target.sm_count} without a block even with the smallest tiles: "
+            (f"a reduction of {info.rextents[0]} steps keeps its tiles: " if _long_k(info) else
+             f"{grid_blocks(info, info.row_axis(), len(info.axes) - 1, 1, 1)} outputs leave "
+             f"SMs of the {target.sm_count} without a block even with the smallest tiles: ") +
             f"{parts} blocks share each tile's reduction, a second kernel adds their results")
     # a part's reduction is a few k_tile steps, too few for double buffering to pay for
     # its unrolled copies (ptxas, the graph's 1x512x1000 dense on sm_90: 72 registers and

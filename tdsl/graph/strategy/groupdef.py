@@ -1,5 +1,6 @@
 """The definition of a fused group: its operators as tdsl tensors (`GroupDef.build`), the
-fast CPU definitions where they apply, `topi.TE` otherwise."""
+fast CPU definitions where they apply, the GPU's column-GEMM conv where it applies,
+`topi.TE` otherwise."""
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -14,6 +15,7 @@ from ..ir import Function, Var
 from . import erasure, topi, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu import conv_grouped, conv_int8, matmul_int8, pool, squeeze
 from .cpu.anchors import conv_blocked_fast, conv_fast, dense_fast, depthwise_strided_fast
+from .gpu import conv_gemm
 
 
 # ---------------------------------------------------------------------------- definition
@@ -124,6 +126,8 @@ class GroupDef:
             if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
                     and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
                 out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
+            if out_t is None and self.family == "gpu" and n.op == "nn.conv2d":
+                out_t = conv_gemm.conv2d(self, n, tensors)
             if out_t is None:
                 args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
                 out_type = erasure.node_type(self.erasure, n, self.size_var)
