@@ -137,13 +137,11 @@ def one(which):
 # Candidate defaults of the GPU contraction rule and the graph's column-GEMM conv, as
 # module constants to override: name -> {(module, constant): value}.
 POLICIES = {
-    "old": {"LONG_K": 1 << 30, "MAX_PIXELS": 0},
-    "col": {"LONG_K": 1 << 30, "MAX_PIXELS": 1024},
-    "col_split": {"LONG_K": 1024, "MAX_PIXELS": 1024},
-    "col_split2k": {"LONG_K": 2048, "MAX_PIXELS": 1024, "K_TILE": 16},
-    "col_all_k16": {"LONG_K": 1024, "MAX_PIXELS": 1 << 30, "K_TILE": 16},
-    "col_split_k16_84": {"LONG_K": 1024, "MAX_PIXELS": 1024, "K_TILE": 16, "THREAD_TILE": (8, 4)},
-    "col_all_split2k_k16_84": {"LONG_K": 2048, "MAX_PIXELS": 1 << 30, "K_TILE": 16, "THREAD_TILE": (8, 4)},
+    "tt84_b16": {"FIT_THREADS_FIRST": False},
+    "tt84_b16_threads_first": {},
+    "tt88_b8x16_threads_first": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16)},
+    "tt88_b8x16_longk4096": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16), "LONG_K": 4096},
+    "tt84_longk4096": {"LONG_K": 4096},
 }
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import tdsl
 from tdsl.target import Target
+from tdsl.autosched import gpu_contraction
 
 from test_auto_schedule import _data, _gemm, _opencl_ok
 
@@ -107,7 +108,7 @@ def test_conv_and_batch_matmul_match_numpy():
 @pytest.mark.parametrize("n", [1024, 4096])
 def test_gemm_structure_fills_the_sms(n):
     """Shared-memory stages, >= 4x4 outputs per thread in registers, and a block for every
-    SM of an H100 (1024: 64x64 tiles, not 128x128's 64 blocks)."""
+    SM of an H100 (4096: the rule's full register tile; 1024: smaller tiles, more blocks)."""
     t = Target("cuda -arch=sm_90")
     assert t.sm_count == 132
     A, B, C = _gemm(n, n, n)
@@ -118,7 +119,7 @@ def test_gemm_structure_fills_the_sms(n):
     assert per[0] >= 4 and per[1] >= 4 and ty * tx == 256
     blocks = (n // (ty * per[0])) * (n // (tx * per[1]))
     assert blocks >= t.sm_count, (blocks, s.explain())
-    assert (n == 4096) == (per == [8, 8])
+    assert (n == 4096) == (per == list(gpu_contraction.THREAD_TILE))
 
 
 def test_batch1_dense_splits_k_to_fill_the_sms():

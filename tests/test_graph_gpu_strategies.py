@@ -12,6 +12,7 @@ import tdsl
 import tdsl.graph as G
 from tdsl.graph import executor
 from tdsl.graph.strategy import dispatch
+from tdsl.graph.strategy.gpu import conv_gemm
 from tdsl.graph.strategy.gpu.schedule import schedule_gpu
 from tdsl.runtime import cuda as rcuda
 
@@ -73,9 +74,19 @@ CONVS = {
 }
 
 
+@pytest.fixture
+def direct_conv(monkeypatch):
+    """The direct conv strategy (contraction.py) for every conv, as 1x1 convs of large
+    images take it, instead of the column GEMM."""
+    monkeypatch.setattr(conv_gemm, "applies", lambda n: False)
+    executor.clear_kernel_cache()
+    yield
+    executor.clear_kernel_cache()
+
+
 @pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
 @pytest.mark.parametrize("name", list(CONVS))
-def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target):
+def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target, direct_conv):
     cin, hw, cout, groups, k, s, d, pads, act, res = CONVS[name]
     model, _ = conv_model(cin, hw, cout, groups, k, s, d, pads, act, residual=res, bn="bn" in name)
     exe = _check(model, gpu_target, kernels=1)
@@ -85,7 +96,7 @@ def test_conv_with_its_epilogue_is_one_kernel(name, gpu_target):
 
 
 @pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
-def test_short_grid_conv_splits_k_and_keeps_its_epilogue(gpu_target):
+def test_short_grid_conv_splits_k_and_keeps_its_epilogue(gpu_target, direct_conv):
     """128 channels of 5x5 outputs leave a GPU's SMs idle even at the smallest tiles:
     partial sums over channel slices, then a kernel that adds them, the bias, relu and the
     residual. (PoCL's few compute units are filled without the split.)"""
@@ -93,6 +104,31 @@ def test_short_grid_conv_splits_k_and_keeps_its_epilogue(gpu_target):
     exe = _check(model, gpu_target)
     (step,) = exe.steps
     assert len(step[0].module.kernels) == (1 if gpu_target == "opencl" else 2)
+
+
+@pytest.mark.parametrize("gpu_target", TARGETS, indirect=True)
+@pytest.mark.parametrize("name", [n for n, c in CONVS.items() if c[3] == 1])
+def test_conv_as_a_column_gemm(name, gpu_target):
+    """Convs with groups 1 and a kernel larger than 1x1 (and 1x1 convs of small images):
+    the column buffer, the GEMM (tiled in shared memory), and the epilogue reading the
+    GEMM at the output's indices; grouped convs keep the direct strategy."""
+    cin, hw, cout, groups, k, s, d, pads, act, res = CONVS[name]
+    model, _ = conv_model(cin, hw, cout, groups, k, s, d, pads, act, residual=res, bn="bn" in name)
+    exe = _check(model, gpu_target)
+    (step,) = exe.steps
+    mod = step[0].module
+    assert len(mod.kernels) in (3, 4), [kk.name for kk in mod.kernels]     # 4: split K
+    if gpu_target == "opencl":
+        assert "__local" in mod.get_source() and "barrier(" in mod.get_source()
+
+
+def test_large_image_1x1_conv_stays_direct_and_3x3_takes_the_column_gemm():
+    big_1x1 = G.from_onnx(conv_model(8, 40, 16, 1, 1, pads=[0, 0, 0, 0])[0])
+    small_3x3 = G.from_onnx(conv_model(8, 40, 16, 1, 3)[0])
+    conv = [n for n in big_1x1.main.nodes() if n.op == "nn.conv2d"]
+    assert conv and not conv_gemm.applies(conv[0])              # 1600 pixels > MAX_PIXELS
+    conv = [n for n in small_3x3.main.nodes() if n.op == "nn.conv2d"]
+    assert conv and conv_gemm.applies(conv[0])
 
 
 def _gemm(m, k, n, relu=True):
@@ -174,7 +210,7 @@ def _sm90(mod):
 
 
 @pytest.mark.parametrize("batch", [1, 8])
-def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
+def test_cuda_conv_tiles_in_shared_memory_without_spills(batch, direct_conv):
     model, _ = conv_model(64, 56, 64, 1, 3, act="relu", residual=True, batch=batch)
     mod = _cuda_kernel(model)
     (k,) = mod.kernels
@@ -185,7 +221,7 @@ def test_cuda_conv_tiles_in_shared_memory_without_spills(batch):
     assert r.spill_bytes == 0 and r.shared_bytes == k.shared_bytes
 
 
-def test_cuda_conv_copies_its_weights_to_shared_memory_16_bytes_at_a_time():
+def test_cuda_conv_copies_its_weights_to_shared_memory_16_bytes_at_a_time(direct_conv):
     """A block's weight slice [f, c:c+k_tile, 3, 3] is runs of k_tile*9 consecutive floats:
     the copy moves them 16 bytes at a time, like the GEMM's tiles, with cp.async (the next
     slice's while this one is used), each thread waiting for its copies at the barrier."""

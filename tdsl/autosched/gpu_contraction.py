@@ -28,11 +28,12 @@ from .analysis import StageInfo, vars_of
 from .gpu_flat import bind_flat
 
 BLOCK = (16, 16)        # threads per block (y, x): 256, what fast SGEMMs use
-THREAD_TILE = (8, 8)    # outputs per thread: 64 accumulators, ~130 registers with operands
+THREAD_TILE = (8, 4)    # outputs per thread: 32 accumulators, ~105 registers double-buffered
 MIN_THREAD_TILE = 4     # below 4x4 a thread does too few multiply-adds per shared load
 MIN_BLOCK = 64          # threads per block below which a block hides too little latency
 WAVES = 2               # blocks per SM wanted, so the last wave is not mostly idle
-K_TILE = 8
+K_TILE = 16
+FIT_THREADS_FIRST = True
 BLOCKS_PER_SM = 2       # resident blocks wanted, so one block's barrier does not idle the SM
 LARGE = 1024            # what a symbolic extent is assumed to be
 VEC = 4                 # float4 copies
@@ -41,13 +42,16 @@ MIN_SPLIT = 32          # reduction steps a split-K partial sum gets at least
 # rather than shrinking tiles and blocks until the grid is long enough: 4x4 tiles of 56
 # threads do 2 multiply-adds per shared-memory load, and a K of thousands (a 3x3 conv of
 # 512 channels as one GEMM) leaves each partial sum hundreds of steps.
-LONG_K = 1024
+LONG_K = 2048
 
 
 def _fit(ext, threads, per):
     """Shrinks (threads, per) along an axis of extent `ext` until the tile is less than
     twice the extent: a larger tile is mostly guarded-off threads."""
     ext = LARGE if ext is None else ext
+    if FIT_THREADS_FIRST:       # a short axis keeps the register tile, down to 8 threads
+        while threads * per >= 2 * ext and threads > 8:
+            threads //= 2
     while threads * per >= 2 * ext and per > 1:
         per //= 2
     while threads * per >= 2 * ext and threads > 1:
@@ -178,7 +182,8 @@ def sizes(info, r, v, target, params):
                  (1, "tile", 1), (1, "threads", target.warp_size)]
         if _long_k(info):
             steps = []
-            why.append(f"a reduction of {info.rextents[0]} steps: split, tiles kept")
+            why.append(f"a reduction of {info.rextents[0]} steps: tiles kept, split along it "
+                       "if the grid is short")
         for waves, what, floor in steps:
             while blocks() < waves * target.sm_count:
                 if what == "tile" and max(ti, tj) > floor:

@@ -21,8 +21,10 @@ import tdsl
 
 from .. import topi
 
-# Output pixels per image up to which a conv takes the column GEMM. Set from the H200
-# profile of ResNet-18 at batch 8 (bench/gpu_probe.py nets): see docs/gpu.md.
+# Output pixels per image up to which a 1x1 conv takes the column GEMM (larger convs
+# always do): its column buffer is a copy of the input, and on an H200 MobileNetV2 at
+# batch 8 ran 1.07 ms with this bound, 1.28 ms with every 1x1 conv a column GEMM
+# (bench/gpu_probe.py policies).
 MAX_PIXELS = 1024
 
 
@@ -34,7 +36,7 @@ def applies(n) -> bool:
     if not all(isinstance(d, int) for d in tuple(x.shape) + tuple(w.shape) + tuple(n.type.shape)):
         return False
     OH, OW = n.type.shape[2:]
-    return OH * OW <= MAX_PIXELS
+    return w.shape[2] * w.shape[3] > 1 or OH * OW <= MAX_PIXELS
 
 
 def conv2d(g, n, tensors):
