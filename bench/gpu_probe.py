@@ -137,11 +137,9 @@ def one(which):
 # Candidate defaults of the GPU contraction rule and the graph's column-GEMM conv, as
 # module constants to override: name -> {(module, constant): value}.
 POLICIES = {
-    "tt84_b16": {"FIT_THREADS_FIRST": False},
-    "tt84_b16_threads_first": {},
-    "tt88_b8x16_threads_first": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16)},
-    "tt88_b8x16_longk4096": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16), "LONG_K": 4096},
-    "tt84_longk4096": {"LONG_K": 4096},
+    "default": {},
+    "thread_tile_8x8_block_8x16": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16)},
+    "long_k_4096": {"LONG_K": 4096},
 }
 
 

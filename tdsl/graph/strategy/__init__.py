@@ -23,10 +23,13 @@ then a schedule is chosen per target:
   constants). 2-D max and average pools are two separable passes without gathers per tap
   (`pool`).
 * cuda / opencl (gpu/, sized by the target's threads and shared memory per block): a
-  conv (not depthwise), dense or matmul is a tiled GEMM (`contraction`: a block per output
-  tile, a 4x4 register tile per thread, operand slices staged in shared memory per
-  reduction step) with the group's epilogue applied by the thread holding the
-  accumulator, one kernel; softmax and layer norm reduce each row across a block's
+  conv with groups 1 and a kernel larger than 1x1 (or a 1x1 conv of a small image) is one
+  GEMM over a column buffer (`conv_gemm`: the batch and the image one axis of the GEMM,
+  the epilogue a kernel reading it at the output's indices); another conv (not
+  depthwise), dense or matmul is a tiled GEMM (`contraction`: a block per output tile, a
+  register tile per thread, operand slices staged in shared memory per reduction step)
+  with the group's epilogue applied by the thread holding the accumulator, one kernel;
+  softmax and layer norm reduce each row across a block's
   threads (`rows`); pools, depthwise convs and elementwise chains are one output per
   thread with the reductions that make it computed in a register (`flat`).
 * anything else `tdsl.build` knows ("c"): the llvm schedule without vectorize/parallel.

@@ -1,5 +1,6 @@
 """The cuda / opencl schedule of a group (also the emulation of one on "c"): a conv, dense
-or matmul with its epilogue as the auto-scheduler's tiled contraction (contraction.py);
+or matmul with its epilogue as the auto-scheduler's tiled contraction (contraction.py; a
+column-GEMM conv, conv_gemm.py, has no conv stage and takes the auto-scheduler's rules);
 elementwise chains, pools and depthwise convs one output per thread, the reductions that
 make one output computed by its thread (flat.py); every other group (softmax, layer norm,
 global pools, reductions: rows across threads) the auto-scheduler's GPU rules, like groups
