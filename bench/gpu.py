@@ -311,7 +311,7 @@ def measure(rows, nets, number) -> int:
 # the tests that launch CUDA kernels on the device (test_gpu_errors.py is left out: it
 # checks that illegal schedules are refused, and runs nothing)
 SANITIZE_TESTS = ["tests/test_gpu_kernels.py", "tests/test_gpu_runtime.py", "tests/test_graph_device.py",
-                  "tests/test_guarded_loads.py"]
+                  "tests/test_guarded_loads.py", "tests/test_graph_gpu_strategies.py"]
 
 
 def sanitize(pytest_args) -> int:

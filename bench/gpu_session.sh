@@ -33,7 +33,8 @@ timeout "${TESTS_S:-150}" python3 -m pytest -q -rfE -p no:cacheprovider $xdist $
 echo "tests exit $?" >>"$out/tests.log"
 
 timeout "${SAN_S:-60}" python3 bench/gpu.py --sanitize -x -q tests/test_gpu_runtime.py \
-    tests/test_graph_device.py tests/test_guarded_loads.py >"$out/sanitize.log" 2>&1
+    tests/test_graph_device.py tests/test_guarded_loads.py tests/test_graph_gpu_strategies.py \
+    >"$out/sanitize.log" 2>&1
 echo "sanitize exit $?" >>"$out/sanitize.log"
 
 cat "$out/smi.txt"

@@ -1,5 +1,6 @@
 """The GPU strategies of the graph layer (tdsl/graph/strategy/gpu/): every strategy against
-onnxruntime on OpenCL (PoCL on the CPU) and on the emulated GPU of target "c"; a conv's
+onnxruntime on OpenCL (PoCL on the CPU), on the emulated GPU of target "c" and on a CUDA
+GPU where there is one; a conv's
 epilogue in the same kernel as its sum; the CUDA source compiles with NVRTC and ptxas
 finds no spills in the conv and dense kernels; the conv kernel stages tiles in shared
 memory and gives each thread a register tile."""
@@ -22,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from test_graph_conv_grouped import _model as conv_model  # noqa: E402
 
-TARGETS = ["opencl", "c"]
+TARGETS = ["opencl", "c", "cuda"]
 
 
 @pytest.fixture
@@ -31,6 +32,8 @@ def gpu_target(request):
     target = request.param
     if target == "opencl" and not tdsl.runtime.ndarray.opencl(0).exist:
         pytest.skip("no OpenCL device")
+    if target == "cuda" and not tdsl.cuda(0).exist:
+        pytest.skip("no CUDA GPU")
     saved = dispatch.SCHEDULES["c"], dispatch.FAMILIES["c"]
     if target == "c":
         dispatch.register_schedule("c", schedule_gpu, family="gpu")
