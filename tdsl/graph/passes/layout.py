@@ -122,7 +122,10 @@ def _made_by_conv(e):
 
 
 def _unary(n):
-    return len(n.args) == 1 and get_op(n.op).kind == "elemwise" and n.type.dtype == n.args[0].type.dtype
+    # a cast too: the integer convs computed in float (int8_float.py) cast their sums to
+    # int32 and the next conv's input to float32 inside the chain
+    return len(n.args) == 1 and get_op(n.op).kind == "elemwise" and \
+        (n.type.dtype == n.args[0].type.dtype or n.op == "cast")
 
 
 def _image_args(n):
@@ -190,7 +193,8 @@ def _reaches_pool(conv, users, bn):
             if id(u) in seen:
                 continue
             seen.add(id(u))
-            if u.op == "nn.global_avg_pool":
+            # (a quantized network's integer pool reads the relaid-out 7x7 image: a tiny copy)
+            if u.op in ("nn.global_avg_pool", "qnn.global_avg_pool"):
                 return True
             if any(a is e for a in _image_args(u)) and not _convertible_conv(u, bn):
                 stack.append(u)

@@ -17,6 +17,7 @@ from .float16 import float16_in_float32
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
+from .int8_float import integer_products_in_float
 from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
@@ -24,7 +25,9 @@ from .simplify import simplify, sink_reshapes
 def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     """The standard pipeline; `fuse=False` stops before operator fusion. With a CPU
     `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
-    its vector's channels (layout.py: `blocked_layout`) before fusion."""
+    its vector's channels (layout.py: `blocked_layout`) before fusion; on a CPU without
+    integer dot products the integer convs and matmuls of quantized networks compute with
+    float multiply-adds first (int8_float.py)."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
@@ -35,6 +38,8 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     if target is not None:
         t = as_target(target)
         if t.kind == "llvm":
+            if not t.has_vnni:
+                mod = integer_products_in_float(mod)
             mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
     if fuse:
         mod = fuse_ops(mod)
