@@ -132,6 +132,9 @@ def test_large_image_1x1_conv_stays_direct_and_3x3_takes_the_column_gemm():
     assert conv and not conv_gemm.applies(conv[0])              # 1600 pixels > MAX_PIXELS
     conv = [n for n in small_3x3.main.nodes() if n.op == "nn.conv2d"]
     assert conv and conv_gemm.applies(conv[0])
+    huge = G.from_onnx(conv_model(64, 224, 64, 1, 3, batch=32)[0])    # a 3.7 GB column buffer
+    conv = [n for n in huge.main.nodes() if n.op == "nn.conv2d"]
+    assert conv and not conv_gemm.applies(conv[0])
 
 
 def _gemm(m, k, n, relu=True):

@@ -26,6 +26,9 @@ from .. import topi
 # batch 8 ran 1.07 ms with this bound, 1.28 ms with every 1x1 conv a column GEMM
 # (bench/gpu_probe.py policies).
 MAX_PIXELS = 1024
+# The largest column buffer taken (bytes): beyond it (a 3x3 conv of 64 channels at 224x224
+# and batch 32 would want 3.7 GB) the direct conv, which needs none.
+MAX_COLUMN_BYTES = 1 << 28
 
 
 def applies(n) -> bool:
@@ -35,7 +38,10 @@ def applies(n) -> bool:
         return False
     if not all(isinstance(d, int) for d in tuple(x.shape) + tuple(w.shape) + tuple(n.type.shape)):
         return False
-    OH, OW = n.type.shape[2:]
+    N, F, OH, OW = n.type.shape
+    K = w.shape[1] * w.shape[2] * w.shape[3]
+    if 4 * K * N * OH * OW > MAX_COLUMN_BYTES:
+        return False
     return w.shape[2] * w.shape[3] > 1 or OH * OW <= MAX_PIXELS
 
 
