@@ -197,11 +197,12 @@ def test_row_reduction_read_through_an_inlined_stage_is_computed_per_row(target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dtype,lanes,vectorized", [("uint8", 16, True), ("float32", 16, True), ("uint8", 8, False)])
-def test_short_axes_of_narrow_elements_fill_a_128_bit_vector(target, dtype, lanes, vectorized):
+@pytest.mark.parametrize("dtype,lanes,vectorized", [("uint8", 16, True), ("float32", 16, True), ("uint8", 8, True),
+                                                   ("uint8", 4, False), ("int16", 4, False)])
+def test_short_axes_of_narrow_elements_fill_a_vector(target, dtype, lanes, vectorized):
     """A max pool of a blocked uint8 image (a quantized network's): its 16 channels are a
-    quarter of a 512-bit vector of bytes, yet a whole 128-bit one, and are vectorized; 8
-    bytes are not."""
+    quarter of a 512-bit vector of bytes, yet a whole 128-bit one, and are vectorized; so
+    are 8 bytes (an AVX2 target's blocks of 8 channels); 4 bytes, or 4 int16, are not."""
     H = 11
     X = tdsl.placeholder((2, H, H, lanes), dtype, name="X")
     ry, rx = tdsl.reduce_axis((0, 3), name="ry"), tdsl.reduce_axis((0, 3), name="rx")
