@@ -163,6 +163,29 @@ def test_integer_products_in_float_are_exact(op):
     assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3"])
+def test_one_channel_integer_conv_runs_in_float(target):
+    """A 1-D signal's stem (1 input channel, 11 taps, stride 4) would hold 1 product of 4
+    in each vpdpbusd lane: given the target, optimize computes it with float multiply-adds
+    on VNNI targets too, and the sums are the integer ones."""
+    from tdsl.graph.ir import Call, Module, TensorType, Var
+    from tdsl.graph.ir.registry import get_op
+    t = tdsl.target.as_target(target)
+    if not t.runs_here:
+        pytest.skip(f"{target} does not run here")
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (1, 1, 1, 999)).astype(np.uint8)
+    w = rng.integers(-128, 128, (32, 1, 1, 11)).astype(np.int8)
+    attrs = {"strides": [1, 4], "padding": [0, 5, 0, 5], "dilation": [1, 1], "groups": 1}
+    v = Var("x", TensorType(x.shape, "uint8"))
+    y = Call("qnn.conv2d", [v, Const(w), Const(np.uint8(9)), Const(np.int8(0))], attrs)
+    want = get_op("qnn.conv2d").ref(x, w, np.uint8(9), np.int8(0), y.attrs)
+    mod = G.optimize(Module(Function("main", [v], [y], {})), target=t)
+    ops = [n.op for f in mod.main.nodes() if isinstance(f.op, Function) for n in f.op.nodes()]
+    assert "qnn.conv2d" not in ops and "nn.conv2d" in ops, ops
+    assert np.array_equal(G.build(mod, target=t).run(x)[0], want)
+
+
 def test_unmatched_qdq_stays_float():
     """A bias that is not the int32 one of scale s_x * s_w keeps the float conv."""
     from onnx import TensorProto, helper, numpy_helper

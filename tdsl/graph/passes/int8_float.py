@@ -38,8 +38,18 @@ def _float_operator(n, args):
     return Call("cast", [y], {"dtype": "int32"}, n.span)
 
 
-def integer_products_in_float(mod: Module) -> Module:
+def _one_channel_conv(n):
+    return n.op == "qnn.conv2d" and n.args[0].type.shape[1] == 1
+
+
+def integer_products_in_float(mod: Module, one_channel_only=False) -> Module:
+    """Every integer conv and matmul with constant weights in float32; `one_channel_only`
+    (targets with VNNI): only convs of one input channel (a 1-D signal's stem), whose
+    vpdpbusd lanes would hold 1 product of 4, where the float stem strategy vectorizes
+    along the output (conv1d_net's 1 -> 32 channel, 11-tap stem on Zen 4: 0.198 -> 0.06 ms)."""
     def visit(n, args):
+        if one_channel_only and not _one_channel_conv(n):
+            return same(n, args)
         if n.op in ("qnn.conv2d", "qnn.matmul"):
             r = _float_operator(n, args)
             if r is not None:

@@ -27,7 +27,7 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
     its vector's channels (layout.py: `blocked_layout`) before fusion; on a CPU without
     integer dot products the integer convs and matmuls of quantized networks compute with
-    float multiply-adds first (int8_float.py)."""
+    float multiply-adds first (int8_float.py; with them, only convs of one input channel)."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
@@ -38,8 +38,7 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     if target is not None:
         t = as_target(target)
         if t.kind == "llvm":
-            if not t.has_vnni:
-                mod = integer_products_in_float(mod)
+            mod = integer_products_in_float(mod, one_channel_only=t.has_vnni)
             mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
     if fuse:
         mod = fuse_ops(mod)
