@@ -10,7 +10,9 @@ memory, every thread helping, consecutive threads on consecutive (float4 where t
 allows) elements so the global reads coalesce; with double buffering the next slice is
 copied while the current one is used. Other spatial axes go to blockIdx.z. An output too
 small to give every SM a block even with the smallest tiles (a batch-1 dense) is split
-along its reduction: partial sums by more blocks, added by a second kernel (split-K).
+along its reduction: partial sums by more blocks, added by a second kernel (split-K); so is
+a long reduction (LONG_K: a conv of many channels as one GEMM) whose grid is short, with
+its tiles kept whole rather than shrunk.
 
 The graph layer's conv/dense/matmul kernels are this rule too, with an epilogue: `out`, an
 elementwise consumer of the contraction with its shape (bias, batchnorm, residual add,
