@@ -11,7 +11,7 @@ SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu 
              "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements ReduceSumSquare ReduceL1 ReduceL2 "
              "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND Resize Einsum "
              "Cast Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Where Expand Range LogSoftmax "
-             "QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul ConvInteger MatMulInteger").split()
+             "QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul ConvInteger MatMulInteger Round").split()
 
 # element types tdsl does not have (bfloat16, 2/4-bit integers, 8/4-bit floats, strings):
 # these cases raise GraphError naming the dtype

@@ -12,7 +12,7 @@ from .registry import _const_like, _np_dtype, converter, fold_value
 
 _UNARY = {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Exp": "exp",
           "Log": "log", "Sqrt": "sqrt", "Neg": "negative", "Abs": "abs", "Floor": "floor",
-          "Ceil": "ceil", "Reciprocal": "reciprocal", "Not": "logical_not"}
+          "Ceil": "ceil", "Round": "round", "Reciprocal": "reciprocal", "Not": "logical_not"}
 
 
 @converter(*_UNARY)

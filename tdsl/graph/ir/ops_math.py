@@ -39,6 +39,7 @@ UNARY = {
     "negative": (lambda x, a: -x, False),
     "abs": (lambda x, a: np.abs(x), False),
     "floor": (lambda x, a: np.floor(x), True),
+    "round": (lambda x, a: np.rint(x), True),
     "ceil": (lambda x, a: np.ceil(x), True),
     "reciprocal": (lambda x, a: (1 / x).astype(x.dtype), True),
     "copy": (lambda x, a: x.copy(), False),

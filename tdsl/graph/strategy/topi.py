@@ -88,6 +88,7 @@ UNARY_EXPR = {
     "negative": lambda x, a: c(0, x.dtype) - x,
     "abs": lambda x, a: tdsl.abs(x),
     "floor": lambda x, a: tdsl.floor(x),
+    "round": lambda x, a: tdsl.nearbyint(x),      # half to even, as ONNX Round
     "ceil": lambda x, a: tdsl.ceil(x),
     "reciprocal": lambda x, a: c(1, x.dtype) / x,
     "copy": lambda x, a: x,
