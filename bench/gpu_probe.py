@@ -24,18 +24,6 @@ from tdsl.examples import mma_gemm  # noqa: E402
 import gpu as suite  # noqa: E402  (bench/gpu.py: the rows' definitions and timing)
 
 
-def _time(f, host, number=10):
-    dev = tdsl.cuda(0)
-    arrays = [tdsl.nd.array(x, dev) for x in host]
-    t = f.time_evaluator(number=number, repeat=3)(*arrays).min
-    out = arrays[-1].numpy()
-    return t, (tdsl.nd.bfloat16_to_float32(out) if out.dtype == np.uint16 else out)
-
-
-def _err(out, ref):
-    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
-
-
 def sweep_sgemm(n=4096):
     A = np.random.rand(n, n).astype(np.float32)
     B = np.random.rand(n, n).astype(np.float32)
@@ -91,25 +79,16 @@ def _row(name, make, host, ref, flops):
         regs = max(r.registers for r in res)
         smem = max(r.shared_bytes for r in res)
         spill = sum(r.spill_bytes for r in res)
-        t, out = _time(f, host)
-        print(f"{name:70s} {flops / t / 1e12:7.2f} TFLOP/s  err {_err(out, ref):.1e}  "
+        t, out = suite.time_on_device(f, host, 10, tdsl.cuda(0))
+        print(f"{name:70s} {flops / t / 1e12:7.2f} TFLOP/s  err {suite._rel_err(out, ref):.1e}  "
               f"regs {regs} smem {smem} spill {spill}", flush=True)
     except Exception as e:
         print(f"{name:70s} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
         traceback.print_exc()
 
 
-def _torch_fp32(torch):
-    """torch's float32 convs and matmuls without TF32, as bench/gpu.py times them (cuDNN
-    allows TF32 by default: ResNet-18 at batch 8 ran 1.43 ms with it, 1.94 without)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch
-
-
 def nets():
-    import torch
-    _torch_fp32(torch)
+    torch = suite.torch_fp32()
     for name in ("resnet18", "mobilenetv2"):
         try:
             model, tm, shape = suite.network(name, 8)
@@ -123,7 +102,7 @@ def nets():
                 tt = suite.block_time(lambda: tm(xt), torch.cuda.synchronize, 10)
                 ref = tm(xt).double().cpu().numpy()
             print(f"{name} b8: tdsl {t * 1e3:.3f} ms, torch {tt * 1e3:.3f} ms, "
-                  f"rel err {_err(exe.run(x)[0], ref):.1e}", flush=True)
+                  f"rel err {suite._rel_err(exe.run(x)[0], ref):.1e}", flush=True)
             print(exe.profile_text(number=5, top=30), flush=True)
         except Exception:
             traceback.print_exc()
@@ -144,7 +123,7 @@ def one(which):
 
 
 # Candidate defaults of the GPU contraction rule and the graph's column-GEMM conv, as
-# module constants to override: name -> {(module, constant): value}.
+# module constants to override: name -> {constant: value}.
 POLICIES = {
     "default": {},
     "thread_tile_8x8_block_8x16": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16)},
@@ -157,8 +136,7 @@ def policy(name, lock_path):
     them holding `lock_path` (so parallel builds never share the GPU while timing)."""
     import fcntl
 
-    import torch
-    _torch_fp32(torch)
+    torch = suite.torch_fp32()
     from tdsl.autosched import gpu_contraction as gc
     from tdsl.graph.strategy.gpu import conv_gemm
     for k, v in POLICIES[name].items():
@@ -180,8 +158,8 @@ def policy(name, lock_path):
         dev = tdsl.cuda(0)
         line = [f"{name:24s}"]
         for label, f, args, flops in built:
-            arrays = [tdsl.nd.array(suite._random(tuple(int(d) for d in a.shape), a.dtype), dev) for a in args]
-            t = f.time_evaluator(number=10, repeat=3)(*arrays).min
+            t, _ = suite.time_on_device(f, [suite._random(tuple(int(d) for d in a.shape), a.dtype)
+                                            for a in args], 10, dev)
             line.append(f"{label} {flops / t / 1e12:6.2f}")
         for b, exe, tm, shape in nets:
             x = np.random.rand(*shape).astype(np.float32)
@@ -190,7 +168,7 @@ def policy(name, lock_path):
             with torch.no_grad():
                 tm = tm.cuda()
                 ref = tm(torch.from_numpy(x).cuda()).double().cpu().numpy()
-            line.append(f"{b} {t * 1e3:6.3f} ms err {_err(exe.run(x)[0], ref):.0e}")
+            line.append(f"{b} {t * 1e3:6.3f} ms err {suite._rel_err(exe.run(x)[0], ref):.0e}")
         print(" | ".join(line), flush=True)
         if name != "old":
             print(nets[0][1].profile_text(number=5, top=12), flush=True)
