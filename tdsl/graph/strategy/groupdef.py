@@ -58,6 +58,11 @@ class GroupDef:
             self.placeholders[i] = tdsl.placeholder(shape, p.type.dtype, name=f"p{i}")
         return self.placeholders[i]
 
+    def operand(self, e, tensors):
+        """The tensor of expression `e` inside the group: a node defined before (`tensors`,
+        by id), else the placeholder of the group parameter it is."""
+        return tensors[id(e)] if id(e) in tensors else self.param_tensor(self.pidx[id(e)])
+
     def const_param(self, e):
         """Index of the group parameter `e` if it is bound to a constant."""
         if isinstance(e, Var) and id(e) in self.pidx and self.pidx[id(e)] in self.consts:
@@ -119,8 +124,7 @@ class GroupDef:
             if out_t is None and fast and n.op == "nn.conv2d":
                 out_t = depthwise_strided_fast(self, n, tensors)
             if out_t is None and fast and n.op in ("nn.max_pool2d", "nn.avg_pool2d"):
-                x = tensors[id(n.args[0])] if id(n.args[0]) in tensors else self.param_tensor(self.pidx[id(n.args[0])])
-                out_t = pool.pool2d_sep(self, n, x, n.op[3:6])
+                out_t = pool.pool2d_sep(self, n, self.operand(n.args[0], tensors), n.op[3:6])
             if out_t is None and fast and squeeze.applies_blocked_pool(n) and id(n.args[0]) in self.pidx:
                 out_t = squeeze.global_avg_pool_blocked(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
             if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
@@ -129,7 +133,7 @@ class GroupDef:
             if out_t is None and self.family == "gpu" and n.op == "nn.conv2d":
                 out_t = conv_gemm.conv2d(self, n, tensors)
             if out_t is None:
-                args = [tensors[id(a)] if id(a) in tensors else self.param_tensor(self.pidx[id(a)]) for a in n.args]
+                args = [self.operand(a, tensors) for a in n.args]
                 out_type = erasure.node_type(self.erasure, n, self.size_var)
                 try:
                     out_t = topi.TE[n.op](args, n.attrs, out_type)

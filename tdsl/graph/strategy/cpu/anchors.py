@@ -139,8 +139,8 @@ def depthwise_strided_fast(g, n, tensors):
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     if x_e.type.dtype != "float32" or a["groups"] != C or CO != C or CI != 1 or sw == 1:
         return None
-    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
-    w = tensors[id(w_e)] if id(w_e) in tensors else g.param_tensor(g.pidx[id(w_e)])
+    x = g.operand(x_e, tensors)
+    w = g.operand(w_e, tensors)
     pt, pl = a["padding"][0], a["padding"][1]
     OH, OW = n.type.shape[2:]
     hp = (OH - 1) * sh + (KH - 1) * dh + 1

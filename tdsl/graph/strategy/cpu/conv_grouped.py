@@ -60,7 +60,7 @@ def grouped_conv2d(g, n, tensors):
         if xzi is None or wzi is None or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
             return None
         zero = g.param_tensor(xzi)[()]
-    x = tensors[id(x_e)] if id(x_e) in tensors else g.param_tensor(g.pidx[id(x_e)])
+    x = g.operand(x_e, tensors)
     N, C, H, W = x_e.type.shape
     CO, CIG, KH, KW = w_e.type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]

@@ -49,7 +49,7 @@ def conv2d(g, n, tensors):
     """The col / GEMM / gather stages of conv node `n` in group `g`, or None."""
     if not applies(n):
         return None
-    x = tensors[id(n.args[0])] if id(n.args[0]) in tensors else g.param_tensor(g.pidx[id(n.args[0])])
+    x = g.operand(n.args[0], tensors)
     N, C, H, W = n.args[0].type.shape
     F, _, KH, KW = n.args[1].type.shape
     OH, OW = n.type.shape[2:]
@@ -60,7 +60,7 @@ def conv2d(g, n, tensors):
     if wi is not None:          # re-laid out once at build: a reshape, rows of K
         wm = g.packed_param(wi, (F, K), lambda a: a.reshape(F, K))
     else:
-        w = tensors[id(n.args[1])] if id(n.args[1]) in tensors else g.param_tensor(g.pidx[id(n.args[1])])
+        w = g.operand(n.args[1], tensors)
         wm = tdsl.compute((F, K), lambda f, k: w[f, k // (KH * KW), k % (KH * KW) // KW, k % KW],
                           name=topi.uname("wmat"))
 
