@@ -38,6 +38,11 @@ class SMArch:
     warp_size: int = 32
 
     @property
+    def max_shared_per_block(self) -> int:
+        """What one block may use with dynamic shared memory (opted in at launch)."""
+        return self.shared_bytes - self.shared_reserved_per_block
+
+    @property
     def max_threads(self) -> int:
         """Resident threads per SM."""
         return self.max_warps * self.warp_size

@@ -50,13 +50,15 @@ class GPUFacts(NamedTuple):
     max_registers_per_thread: int
     shared_memory_per_sm: int     # bytes, all resident blocks together
     shared_memory_bytes: int      # bytes one block may declare statically
+    shared_memory_optin_bytes: int  # bytes one block may use at most (dynamic shared memory)
     max_threads_per_sm: int
     max_threads_per_block: int
     warp_size: int
     source: str                   # where the facts came from: "table" or "device"
 
 # OpenCL: a mid-sized GPU; PoCL on the CPU accepts these sizes too
-_OPENCL_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 2048, 1024, 32, "table")
+_OPENCL_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 48 * KiB, 2048, 1024, 32,
+                         "table")
 
 
 def gpu_arch_facts(arch: str) -> GPUFacts:
@@ -64,7 +66,7 @@ def gpu_arch_facts(arch: str) -> GPUFacts:
     sm_80's."""
     a = ARCHS.get(arch, ARCHS[DEFAULT_ARCH])
     return GPUFacts(a.sm_count, a.registers, a.max_registers_per_thread, a.shared_bytes,
-                    a.static_shared_per_block, a.max_threads, a.max_threads_per_block, a.warp_size,
+                    a.static_shared_per_block, a.max_shared_per_block, a.max_threads, a.max_threads_per_block, a.warp_size,
                     "table")
 
 # name: (FMA issues per cycle at the full vector width, FMA latency, L1d, L2 per core, L3)
@@ -236,7 +238,8 @@ class Target:
                                   "per thread"),
                     ("max threads", f"{g.max_threads_per_block} per block, "
                                     f"{g.max_threads_per_sm} per SM"),
-                    ("shared memory", f"{_size(g.shared_memory_bytes)} per block, "
+                    ("shared memory", f"{_size(g.shared_memory_bytes)} per block "
+                                      f"({_size(g.shared_memory_optin_bytes)} dynamic), "
                                       f"{_size(g.shared_memory_per_sm)} per SM")]
         return [
             ("target", self.key),
@@ -429,6 +432,7 @@ def _cuda_facts() -> GPUFacts:
                         get("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"), 255,
                         get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
                         get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK"),
+                        get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
                         get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
                         get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
                         get("CU_DEVICE_ATTRIBUTE_WARP_SIZE"), "device")

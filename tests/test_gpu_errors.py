@@ -87,6 +87,25 @@ def test_shared_buffer_too_large():
         tdsl.build(s, args, target="opencl")
 
 
+def test_shared_memory_past_48_kib_is_dynamic_on_cuda():
+    """The same 64 KiB of tiles build for CUDA: past the 48 KiB a block may declare, the
+    kernel declares one dynamic block of shared memory (each tile 16-byte aligned in it)
+    and its launch passes the size; past what any GPU gives a block (227 KiB), an error."""
+    s, args = G.matmul_schedule(512, 512, 512, block=(16, 16), thread_tile=(8, 8), k_tile=64)
+    src = tdsl.lower(s, args, target="cuda")
+    (k,) = src.attrs["kernels"]
+    assert k.shared_bytes == 65536 and k.dynamic_shared_bytes == 65536
+    assert [at for _, at in k.shared_offsets()] == [0, 32768]
+    f = tdsl.build(s, args, target="cuda")
+    assert "extern __shared__ __align__(16) unsigned char tdsl_dynamic_shared[];" in \
+        f.get_source()
+    s, args = G.matmul_schedule(2048, 2048, 512, block=(16, 16), thread_tile=(16, 16),
+                                k_tile=128)
+    with pytest.raises(tdsl.BuildError, match=r"shared memory of 262144 bytes.*exceeds the "
+                                              r"227 KiB"):
+        tdsl.build(s, args, target="cuda")
+
+
 def test_reduction_bound_to_blocks():
     A = tdsl.placeholder((16, 64), name="A")
     k = tdsl.reduce_axis((0, 64), name="k")

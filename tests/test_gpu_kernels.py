@@ -268,7 +268,7 @@ def _loop_barriers(func, loop_name):
     return counts
 
 
-def _shared_matmul(double, vthreads=1):
+def _shared_matmul(double, vthreads=1, stages=2):
     M, N, K = 32, 16, 24
     A = tdsl.placeholder((M, K), name="A")
     B = tdsl.placeholder((K, N), name="B")
@@ -289,7 +289,10 @@ def _shared_matmul(double, vthreads=1):
     s[BS].compute_at(s[CL], ko)
     s[BS].bind(s[BS].op.axis[1], tdsl.thread_axis("threadIdx.x"))
     if double:
-        s[BS].double_buffer()
+        if stages == 2:
+            s[BS].double_buffer()
+        else:
+            s[BS].multi_buffer(stages)
     a = rng.random((M, K), dtype=np.float32)
     b = rng.random((K, N), dtype=np.float32)
     return s, [A, B, C], [a, b], a @ b
@@ -312,6 +315,31 @@ def test_double_buffer_one_barrier_per_step(target):
         out = np.zeros(ref.shape, np.float32)
         f(*inputs, out)
         np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["c", "opencl"])
+@pytest.mark.parametrize("stages", [3, 4])
+def test_multi_buffer_one_barrier_per_step(target, stages):
+    """With n buffers the k loop (6 steps here) still syncs once per step, each step filling
+    the buffer the previous step read, n - 2 copy groups left in flight; the prologue
+    fills n - 1 buffers before the loop with no barrier between them."""
+    if target == "opencl":
+        _opencl_or_skip()
+    s, args, inputs, ref = _shared_matmul(True, stages=stages)
+    from tdsl.ir import stmt as S
+    from tdsl.ir.visitor import walk
+    func = tdsl.lower(s, args, target="cuda")
+    barriers = []
+    walk(func.body, lambda n: barriers.append(n) if isinstance(n, S.Barrier) else None)
+    steps = [b for b in barriers if b.async_wait is not None]
+    assert len(steps) == 6 and {b.async_wait for b in steps} == {stages - 2}
+    # the one plain barrier: the end of the loop over C.local's rows, which refills
+    assert len(barriers) - len(steps) == 1
+    assert f"s[B.shared].multi_buffer({stages})" in s.trace
+    f = tdsl.build(s, args, target=target)
+    out = np.zeros(ref.shape, np.float32)
+    f(*inputs, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
 
 
 @pytest.mark.parametrize("target", ["c", "opencl"])

@@ -258,10 +258,13 @@ def test_fragments_stay_in_registers(config, epilogue):
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == \
         tn // 2 * per_k * unrolled
     # A and B tiles move 16 bytes at a time, global to shared without registers, the next
-    # k step's while this one's mma run (double buffered); each thread waits for its own
-    # copies before the barrier that hands them to the block
-    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_all" in ptx
-    assert f.get_source().count("tdsl_cp_async_wait_all(); __syncthreads();") >= 2
+    # k steps' while this one's mma run (a pipeline of shared buffers); each k step's
+    # copies are one group, and each thread waits for all but the newest stages - 2
+    # groups before the barrier that hands the oldest to the block
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.commit_group" in ptx
+    waits = set(re.findall(r"tdsl_cp_async_wait_group<(\d+)>\(\); __syncthreads\(\);",
+                           f.get_source()))
+    assert len(waits) == 1 and f"cp.async.wait_group {waits.pop()}" in ptx
     assert "#pragma unroll 1" in f.get_source()      # the copies stay a rolled loop
     for arch, r in res.items():
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 255, (arch, r)
@@ -402,7 +405,8 @@ def test_unroll_pragma_is_printed_and_checked():
 
 def test_emulated_async_copies_land_at_the_barrier(monkeypatch):
     """The "c" emulation queues each thread's asynchronous tile copies (cp.async on CUDA)
-    until its next barrier, the latest the hardware may finish them: the double-buffered
+    until the barrier that must see them (all at a plain barrier; at a pipeline's, all but
+    the newest groups), the latest the hardware may finish them: the double-buffered
     GEMM matches numpy, so every read of a tile comes after the barrier that publishes
     it. With the queue never drained at barriers (copies landing only when a thread
     ends), the same GEMM reads stale tiles and fails."""
@@ -413,7 +417,62 @@ def test_emulated_async_copies_land_at_the_barrier(monkeypatch):
     _check(f, 64, 32, 96, "bfloat16")
     from tdsl.codegen.source import c_gpu
     late = c_gpu._EMU_RUNTIME.replace(
-        "  tdsl_emu_async_wait();\n  swapcontext", "  swapcontext")
-    assert late != c_gpu._EMU_RUNTIME
+        "  tdsl_emu_async_wait();\n  swapcontext", "  swapcontext").replace(
+        "  if (a->ng > pending) tdsl_emu_async_done(a, a->end[a->ng - pending - 1]);\n", "")
+    assert late.count("swapcontext(&tdsl_emu_ctx") == 2 and "a->ng > pending" not in late
     _emulation_fails_with(monkeypatch, c_gpu, "_EMU_RUNTIME", late, (64, 32, 96),
                           warps=(2, 1), warp_tiles=(2, 4), k_step=32)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_pipeline_stages_match_numpy(stages):
+    """1 to 4 shared buffers of the A and B tiles, over a k loop (10 steps) that is no
+    multiple of the stages: emulated, every copy completes as late as cp.async may (at the
+    barrier that leaves stages - 2 groups in flight), so a step reading a tile too early
+    reads stale data."""
+    M, N, K = 32, 32, 160
+    A, B, C = mma_gemm.definition(M, N, K)
+    s = tdsl.create_schedule(C)
+    mma_schedule(s, A, B, C, "bfloat16", (2, 1), (1, 4), 16, stages=stages)
+    _check(tdsl.build(s, [A, B, C], target="c"), M, N, K, "bfloat16")
+
+
+def test_pipeline_that_waits_too_little_fails_the_emulation(monkeypatch):
+    """One more group left in flight at each barrier than the pipeline allows: the step
+    then reads a tile whose copies have not landed, and the emulation sees it."""
+    from tdsl.passes import double_buffer
+    monkeypatch.setattr(double_buffer, "_groups_in_flight", lambda stages: stages - 1)
+    monkeypatch.setenv("TDSL_CACHE", "0")
+    M, N, K = 32, 32, 160
+    A, B, C = mma_gemm.definition(M, N, K)
+    s = tdsl.create_schedule(C)
+    mma_schedule(s, A, B, C, "bfloat16", (2, 1), (1, 4), 16, stages=3)
+    with pytest.raises(AssertionError):
+        _check(tdsl.build(s, [A, B, C], target="c"), M, N, K, "bfloat16")
+
+
+@pytest.mark.parametrize("arch,stages,dynamic", [("sm_80", 4, True), ("sm_90", 4, True),
+                                                 ("sm_86", 2, False)])
+def test_auto_pipeline_stages_from_the_architecture(arch, stages, dynamic):
+    """The auto-scheduler's bf16 GEMM takes as many shared stages (up to 4) as leave room
+    for two blocks an SM: 4 x 18.5 KiB on sm_80 and sm_90, which is past the 48 KiB a
+    block may declare statically, so the kernel declares it dynamic (the launch opts in);
+    2 on sm_86 (100 KiB an SM), static. The PTX waits for all but stages - 2 groups."""
+    _cuda_or_skip()
+    from tdsl.target import Target
+    A, B, C = mma_gemm.definition(1024, 1024, 1024)
+    t = Target(f"cuda -arch={arch}")
+    s = tdsl.auto_schedule(C, t)
+    assert f"{stages} shared stages" in str(s.explain())
+    f = tdsl.build(s, [A, B, C], target=t)
+    src, ptx = f.get_source(), f.get_source("ptx")
+    assert ("extern __shared__" in src) == dynamic
+    assert f"tdsl_cp_async_wait_group<{stages - 2}>(); __syncthreads();" in src
+    assert f"cp.async.wait_group {stages - 2}" in ptx and "cp.async.commit_group" in ptx
+    (k,) = f.kernels
+    one = (128 * 40 + 32 * 136) * 2           # padded A and B tiles of one stage
+    assert k.shared_bytes == stages * one
+    assert k.dynamic_shared_bytes == (stages * one if dynamic else 0)
+    (r,) = f.resources(arch=arch)
+    assert r.shared_bytes == stages * one and r.spill_bytes == 0
+    assert r.occupancy.blocks_per_sm == 2

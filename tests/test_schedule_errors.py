@@ -470,3 +470,14 @@ def test_store_predicate_on_an_inlined_stage():
     s[P].compute_inline()
     with pytest.raises(ScheduleError, match="set_store_predicate: stage 'P' is inlined"):
         tdsl.lower(s, [A, C])
+
+
+@pytest.mark.parametrize("stages", [1, 0, 2.5, True, "3"])
+def test_multi_buffer_needs_two_or_more_integer_stages(stages):
+    A = tdsl.placeholder((16, 16), name="A")
+    B = tdsl.compute((16, 16), lambda i, j: A[i, j] + 1.0, name="B")
+    C = tdsl.compute((16, 16), lambda i, j: B[i, j] * 2.0, name="C")
+    s = tdsl.create_schedule(C)
+    with pytest.raises(tdsl.ScheduleError, match=r"multi_buffer.*'B'.*stages must be an "
+                                                  r"integer >= 2"):
+        s[B].multi_buffer(stages)

@@ -40,8 +40,10 @@ MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
 # mma.sync instead of 128 (an SM reads 128 a cycle). docs/low_precision.md has the table.
 CONFIGS = [((2, 2), (4, 8)), ((2, 2), (4, 4)), ((2, 2), (2, 4)), ((2, 2), (2, 2)),
            ((2, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 2), (1, 1)), ((1, 1), (1, 1))]
-SHARED_BYTES = 48 * 1024        # static shared memory a block may declare
+SHARED_BYTES = 48 * 1024        # the block tile's budget (one stage of A and B, the epilogue)
 PAD = 8                         # elements added to every shared row (mma_schedule)
+STAGES = 4                      # shared buffers of A and B at most: 3 k steps in flight
+BLOCKS_PER_SM = 2               # the stages are limited so that this many blocks fit an SM
 
 
 def shared_bytes(warps, tiles, k_step, dtype_bytes=2, epilogue=False, buffers=1):
@@ -53,13 +55,27 @@ def shared_bytes(warps, tiles, k_step, dtype_bytes=2, epilogue=False, buffers=1)
     return n + (bm * (bn + PAD) * 4 if epilogue else 0)
 
 
+def pipeline_stages(warps, tiles, k_step, dtype_bytes, epilogue, facts):
+    """How many shared buffers of the A and B tiles (`multi_buffer`) a block takes on a GPU
+    with `facts` (`Target.gpu`): the most, up to STAGES, with which BLOCKS_PER_SM blocks
+    still fit an SM; else two, or one, where a block may have them at all."""
+    def need(n):
+        return shared_bytes(warps, tiles, k_step, dtype_bytes, epilogue, buffers=n)
+    for n in range(STAGES, 1, -1):
+        if need(n) <= facts.shared_memory_optin_bytes and \
+                BLOCKS_PER_SM * (need(n) + 1024) <= facts.shared_memory_per_sm:
+            return n
+    return 2 if need(2) <= facts.shared_memory_optin_bytes else 1
+
+
 def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=False,
-                 b_transposed=False, out=None):
+                 b_transposed=False, out=None, stages=2):
     """Tensor-core GEMM schedule of C = A @ B (read as A[k, i] when `a_transposed`, B[j, k]
     when `b_transposed`): `warps` (rows, columns) of warps a block, each accumulating
-    `warp_tiles` (rows, columns) blocks of 16 x 8 in registers. `out`: an elementwise
-    consumer of C of its shape, reading C at its own indices, computed by the same kernel
-    from the accumulators staged in shared memory."""
+    `warp_tiles` (rows, columns) blocks of 16 x 8 in registers, `stages` shared buffers of
+    the A and B tiles taken in turn (a pipeline: the next stages - 1 k steps' copies in
+    flight). `out`: an elementwise consumer of C of its shape, reading C at its own
+    indices, computed by the same kernel from the accumulators staged in shared memory."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     nwarps = warps[0] * warps[1]
@@ -107,14 +123,12 @@ def mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, a_transposed=Fals
     s[CF].unroll(kt)
     s[CF].tensorize(ci, intrin_cuda.mma_m16n8k16(dtype, warp_tiles))
 
-    # two of each A and B tile where they fit: the next k step's load (cp.async on sm_80+)
-    # while this step's mma run
-    double = shared_bytes(warps, warp_tiles, k_step, dt.bits(dtype) // 8, out is not None,
-                          buffers=2) <= SHARED_BYTES
+    # the next stages - 1 k steps' tiles in flight (cp.async on sm_80+) while this step's
+    # mma run
     for T, transposed in ((AS, a_transposed), (BS, b_transposed)):
         s[T].compute_at(s[CF], ko)
-        if double:
-            s[T].double_buffer()
+        if stages > 1:
+            s[T].multi_buffer(stages)
         # rows padded to an odd number of 16-byte chunks: every row starts 16-byte aligned
         # (ldmatrix reads 8 such rows) and 8 consecutive rows hit different banks
         s[T].storage_align(T.op.axis[0], 2 * PAD, PAD)
@@ -197,8 +211,9 @@ def mma_plan(st, info, target, with_epilogue=False):
             break
     else:
         return None, f"M={M}, N={N}: no block tile fits (multiples of {MT} and {NT} needed)"
+    stages = pipeline_stages(warps, tiles, k_step, 2, with_epilogue, target.gpu)
     return dict(A=a.tensor, B=b.tensor, dtype=a.dtype, warps=warps, tiles=tiles,
-                k_step=k_step, a_transposed=a.indices[0] is k.var,
+                k_step=k_step, stages=stages, a_transposed=a.indices[0] is k.var,
                 b_transposed=b.indices[0] is j.var, sm=sm), None
 
 
@@ -230,13 +245,14 @@ def tensor_core(s, st, info, target, rec, readers=(), infos=None):
         return None
     mma_schedule(s, plan["A"], plan["B"], st.op.output(0), plan["dtype"], plan["warps"],
                  plan["tiles"], plan["k_step"], plan["a_transposed"], plan["b_transposed"],
-                 out=None if T is None else T.op.output(0))
+                 out=None if T is None else T.op.output(0), stages=plan["stages"])
     w, t = plan["warps"], plan["tiles"]
     rec.add(st, "tensorize", f"mma.sync m16n8k16 ({plan['dtype']}); {w[0]} x {w[1]} warps "
-            f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}",
+            f"of {t[0]} x {t[1]} blocks of {MT} x {NT}, k step {plan['k_step']}, "
+            f"{plan['stages']} shared stages",
             f"sm_{plan['sm']} tensor cores: a warp multiplies 16 x 16 by 16 x 8 per instruction, "
             "its accumulators in registers (mma.accumulator); A and B tiles staged in shared "
-            "memory and loaded with ldmatrix" +
+            "memory (the next stages - 1 k steps' in flight) and loaded with ldmatrix" +
             ("; A copied transposed (it is read as A[k, i])" if plan["a_transposed"] else "") +
             ("; B copied transposed (it is read as B[j, k])" if plan["b_transposed"] else ""))
     if T is not None:

@@ -48,7 +48,7 @@ class KernelResources:
     spill_store_bytes: int
     spill_load_bytes: int
     stack_bytes: int
-    shared_bytes: int           # static shared memory per block
+    shared_bytes: int           # shared memory per block, static and dynamic
     occupancy: Occupancy = field(compare=False)
 
     @property
@@ -186,7 +186,9 @@ def resources(source: str, kernels, arch: str = "sm_90", tool: str = "auto") -> 
         threads = 1
         for b in k.block:
             threads *= int(b)
-        occ = occupancy(arch, threads, r["registers"], r["shared_bytes"])
+        # ptxas counts static shared memory only; a launch adds the dynamic bytes
+        smem = r["shared_bytes"] + getattr(k, "dynamic_shared_bytes", 0)
+        occ = occupancy(arch, threads, r["registers"], smem)
         out.append(KernelResources(k.name, arch, threads, r["registers"], r["spill_store_bytes"],
-                                   r["spill_load_bytes"], r["stack_bytes"], r["shared_bytes"], occ))
+                                   r["spill_load_bytes"], r["stack_bytes"], smem, occ))
     return out

@@ -145,7 +145,10 @@ class Printer:
         elif t is S.Evaluate:
             out.append(f"{pad}{self.expr(s.value)}")
         elif t is S.Barrier:
-            out.append(f"{pad}barrier(\"{s.scope}\")")
+            wait = "" if s.async_wait is None else f", async_wait={s.async_wait}"
+            out.append(f"{pad}barrier(\"{s.scope}\"{wait})")
+        elif t is S.AsyncCommit:
+            out.append(f"{pad}async_commit()")
         elif t is S.ExternCall:
             args = "".join(", " + (self.name(a, a.name) if isinstance(a, S.Buffer) else self.expr(a))
                            for a in s.args)

@@ -95,8 +95,18 @@ class Evaluate(Stmt):
 
 @_node
 class Barrier(Stmt):
-    """Synchronise the threads of a GPU block over `scope` memory."""
+    """Synchronise the threads of a GPU block over `scope` memory. Asynchronous copies
+    into shared memory (cp.async) complete before it: all of them when `async_wait` is
+    None, else all but the `async_wait` groups (`AsyncCommit`) committed last, which stay
+    in flight across it (a pipeline of `multi_buffer` stages)."""
     scope: str = "shared"
+    async_wait: Optional[int] = None
+
+
+@_node
+class AsyncCommit(Stmt):
+    """Closes the group of asynchronous copies this thread issued since the last one, the
+    unit a `Barrier`'s `async_wait` counts. Nothing where copies are synchronous."""
 
 
 @_node

@@ -1,25 +1,29 @@
-"""inject_double_buffer: the stages marked `double_buffer()` alternate between two buffers
-across the iterations of the loop they are attached to, so the data of iteration v + 1 is
-fetched while iteration v uses the other buffer.
+"""inject_double_buffer: the stages marked `double_buffer()` or `multi_buffer(n)` take
+their n buffers in turn across the iterations of the loop they are attached to, so the data
+of iterations v + 1 ... v + n - 1 is being fetched while iteration v uses its buffer (a
+software pipeline).
 
 For a serial loop `for v in [lo, lo + E): Allocate(D, seq(F, R))`, where F are the
-statements that fill the double-buffered buffers D and R the rest:
+statements that fill the pipelined buffers D and R the rest, with buffers D_0 ... D_{n-1}:
 
-    Allocate(D, Allocate(D', seq(
-        F(v = lo) into D,
-        for j in [0, (E + 1) // 2):
-            if likely(2j + 1 < E): F(v = lo + 2j + 1) into D'
-            R(v = lo + 2j) reading D
-            if likely(2j + 1 < E):
-                if likely(2j + 2 < E): F(v = lo + 2j + 2) into D
-                R(v = lo + 2j + 1) reading D')))
+    F(lo + s) into D_s; commit                      for s in 0 .. n - 2
+    for j in [0, ceil(E / n)):
+        for u in 0 .. n - 1 (unrolled; u > 0 under `if likely(n j + u < E)`):
+            barrier(async_wait = n - 2)
+            if likely(n j + u + n - 1 < E): F(lo + n j + u + n - 1) into D_{(u - 1) mod n}
+            commit
+            R(lo + n j + u) reading D_u
 
-Two buffer objects rather than one of twice the size, and the body unrolled by two so each
-copy names its buffers statically: `thread_sync` reasons about whole buffers, and with two
-of them it puts one barrier per iteration (between using one buffer and refilling it)
-instead of two. The fill of v + 1 moves ahead of R(v), so F must not read what the loop
-writes; that is checked. Runs first, on the buffers `schedule_ops` recorded in
-`func.attrs["double_buffer"]` (by identity).
+The barrier publishes D_u (filled n - 1 iterations ago: every copy group but the n - 2
+newest has completed) and tells every thread that the previous iteration's reads of
+D_{u - 1} are done, so it can be refilled: one barrier per iteration (`thread_sync` adds
+none to a statement that starts with one). A commit closes each iteration's group of
+asynchronous copies (cp.async on CUDA sm_80+; elsewhere copies are synchronous and commit
+is nothing), empty or not, so the count is the same every iteration. Buffers are separate
+objects and the body is unrolled by n so each copy names its buffers statically:
+`thread_sync` reasons about whole buffers. The fills move ahead of earlier iterations'
+work, so F must not read what the loop writes; that is checked. Runs first, on the buffers
+`schedule_ops` recorded in `func.attrs["double_buffer"]` ({buffer: n}, by identity).
 """
 from __future__ import annotations
 
@@ -93,36 +97,54 @@ class _DoubleBuffer(Mutator):
             raise ScheduleError(f"double_buffer: {names} read(s) {', '.join(clash)}, which loop "
                                 f"'{f.var.name}' writes: the next iteration's fill cannot move "
                                 "ahead of this iteration's work")
-        back = {b: S.Buffer(b.name + ".db", b.shape, b.dtype, b.scope, b.align) for b in db}
+        stages = max(self.bufs[b] for b in db)
+        copies = [{b: b for b in db}] + [
+            {b: S.Buffer(f"{b.name}.db{k if k > 1 else ''}", b.shape, b.dtype, b.scope, b.align)
+             for b in db} for k in range(1, stages)]
         v, lo, ext = f.var, f.min, f.extent
         j = E.Var(v.name + ".db", v.dtype)
 
-        def at(stmt, it, half):
+        def at(stmt, it, k):
             s = substitute(stmt, {v: lo + it})
-            return _Rename(back).visit(s) if half else s
+            return _Rename(copies[k]).visit(s) if k else s
 
         def less(x):
             return E.likely(E.LT(x, ext))
-        two_j = j * 2
-        body = S.seq(
-            S.IfThenElse(less(two_j + 1), at(fill, two_j + 1, 1)),
-            at(use, two_j, 0),
-            S.IfThenElse(less(two_j + 1), S.seq(
-                S.IfThenElse(less(two_j + 2), at(fill, two_j + 2, 0)),
-                at(use, two_j + 1, 1))))
-        loop = S.For(j, E.const(0, ext.dtype), (ext + 1) // 2, S.ForKind.SERIAL, body,
-                     f.thread_tag, f.pragmas)
-        out = S.seq(at(fill, E.const(0, v.dtype), 0), loop)
+        zero = E.const(0, v.dtype)
+        prologue = [S.seq(S.IfThenElse(less(zero + s), at(fill, zero + s, s)) if s else
+                          at(fill, zero, 0), S.AsyncCommit()) for s in range(stages - 1)]
+        steps = []
+        for u in range(stages):
+            it = j * stages + u
+            step = S.seq(S.Barrier("shared", async_wait=_groups_in_flight(stages)),
+                         S.IfThenElse(less(it + (stages - 1)),
+                                      at(fill, it + (stages - 1), (u + stages - 1) % stages)),
+                         S.AsyncCommit(),
+                         at(use, it, u))
+            steps.append(step if u == 0 else S.IfThenElse(less(it), step))
+        loop = S.For(j, E.const(0, ext.dtype), (ext + stages - 1) // stages, S.ForKind.SERIAL,
+                     S.seq(*steps), f.thread_tag, f.pragmas)
+        out = S.seq(*prologue, loop)
         # the other allocations too: sized for any iteration, refilled before each use
         for b in reversed(allocs):
             out = S.Allocate(b, out)
-            if b in back:
-                out = S.Allocate(back[b], out)
+            for c in copies[1:]:
+                if b in c:
+                    out = S.Allocate(c[b], out)
         return out
 
 
+def _groups_in_flight(stages):
+    """Copy groups a step's barrier leaves pending: the n - 2 committed after its buffer's
+    (the prologue's n - 1 groups and one a step: the buffer read at step v was the group
+    committed n - 1 commits before the barrier of step v)."""
+    return stages - 2
+
+
 def inject_double_buffer(func: S.PrimFunc) -> S.PrimFunc:
-    bufs = set(func.attrs.get("double_buffer") or ())
+    bufs = func.attrs.get("double_buffer") or {}
+    if not isinstance(bufs, dict):
+        bufs = {b: 2 for b in bufs}
     if not bufs:
         return func
     return func.with_body(_DoubleBuffer(bufs).visit(func.body))

@@ -11,7 +11,8 @@ function into kernels launched in order by host code.
 - `split_kernels(func)`: each top-level loop nest is one kernel; root-level intermediate
   buffers are allocated by the host. For each kernel: the launch extent of every tag (all
   loops bound to one tag in a kernel must have the same extent), the threads per block
-  (at most 1024), the static shared memory (at most 48 KiB), and the parameters it uses.
+  (at most 1024), the shared memory (at most what the largest GPU gives a block: a dialect
+  may allow less, `check_shared`), and the parameters it uses.
   The result is stored in `func.attrs["kernels"]` / `func.attrs["host_buffers"]`.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Dict, List
 from .. import arith
 from .. import dtype as dt
 from ..errors import BuildError, ScheduleError
+from ..gpu_arch import ARCHS
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, walk, free_vars
@@ -29,7 +31,7 @@ from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import PlaceholderOp
 
 MAX_THREADS_PER_BLOCK = 1024
-MAX_SHARED_BYTES = 48 * 1024
+MAX_SHARED_BYTES = 48 * 1024       # what a block may declare statically
 TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
@@ -138,6 +140,21 @@ class Kernel:
     @property
     def grid(self):
         return tuple(self.launch[t] for t in TAGS[:3])
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        """The bytes of dynamic shared memory a CUDA launch passes: all of the block's when
+        they exceed what it may declare statically, else none."""
+        return self.shared_bytes if self.shared_bytes > MAX_SHARED_BYTES else 0
+
+    def shared_offsets(self):
+        """(buffer, byte offset) of each shared buffer in one block of shared memory, every
+        one 16-byte aligned."""
+        out, at = [], 0
+        for b in self.shared:
+            out.append((b, at))
+            at += -(-_nbytes(b) // 16) * 16
+        return out
 
     @property
     def block(self):
@@ -291,6 +308,16 @@ def _widen_thread_loops(nest, loops, whole):
     return out
 
 
+def check_shared(name, shared, limit):
+    """Raises when kernel `name`'s shared buffers take more than `limit` bytes."""
+    total = sum(_nbytes(b) for b in shared)
+    if total > limit:
+        parts = ", ".join(f"'{b.name}' {_nbytes(b)} B" for b in shared)
+        raise BuildError(f"kernel {name}: shared memory of {total} bytes ({parts}) exceeds "
+                         f"the {limit // 1024} KiB a block can have; use smaller tiles (or "
+                         "fewer multi_buffer stages) for the shared caches")
+
+
 def _make_kernel(func, nest, name, host_buffers, stages):
     loops: Dict[str, list] = {}
     shared = []
@@ -334,19 +361,12 @@ def _make_kernel(func, nest, name, host_buffers, stages):
         desc = ", ".join(f"{t}={launch[t].value}" for t in TAGS[3:] if launch[t].value > 1)
         raise BuildError(f"kernel {name}: {nthreads} threads per block ({desc}) exceeds the "
                          f"limit of {MAX_THREADS_PER_BLOCK}; use smaller thread splits")
-    total = 0
-    parts = []
     for b in shared:
-        nb = _nbytes(b)
-        if nb is None:
+        if _nbytes(b) is None:
             raise BuildError(f"kernel {name}: shared buffer '{b.name}' has the non-constant "
                              f"size {list(b.shape)}; shared memory needs constant sizes")
-        total += nb
-        parts.append(f"'{b.name}' {nb} B")
-    if total > MAX_SHARED_BYTES:
-        raise BuildError(f"kernel {name}: shared memory of {total} bytes ({', '.join(parts)}) "
-                         f"exceeds the {MAX_SHARED_BYTES // 1024} KiB a block can have; use "
-                         "smaller tiles for the shared caches")
+    total = sum(-(-_nbytes(b) // 16) * 16 for b in shared)     # each 16-byte aligned
+    check_shared(name, shared, max(a.max_shared_per_block for a in ARCHS.values()))
     # parameters: function params and host buffers that the kernel uses, in order
     used_bufs = set()
 

@@ -6,7 +6,9 @@ loops on the device, so the pass looks through them. In a sequence of statements
 barrier goes before a statement that reads a shared buffer written since the last barrier
 (read after write) or writes one read since the last barrier (write after read). A serial
 loop whose body both reads and writes a shared buffer gets a barrier at the end of its
-body, so the next iteration does not overwrite what slower threads still read. A barrier
+body, so the next iteration does not overwrite what slower threads still read. A statement
+that starts with a barrier of its own (a `multi_buffer` pipeline's step) needs none before
+it, and a loop whose body starts with one none at its end. A barrier
 must be reached by all threads of the block: the pass refuses to put one under a
 condition that depends on a thread index.
 """
@@ -52,6 +54,29 @@ def _ends_with_barrier(s):
     return isinstance(last, S.Barrier)
 
 
+def _starts_with_barrier(s):
+    """Whether every shared access of `s` comes after a barrier of its own."""
+    if isinstance(s, S.Barrier):
+        return True
+    if isinstance(s, S.SeqStmt):
+        for x in s.stmts:
+            if _starts_with_barrier(x):
+                return True
+            r, w = shared_accesses(x)
+            if r or w or _has_barrier(x):
+                return False
+        return False
+    if isinstance(s, S.IfThenElse):
+        return _starts_with_barrier(s.then_case) and \
+            (s.else_case is None or _starts_with_barrier(s.else_case))
+    if isinstance(s, (S.LetStmt, S.Allocate)):
+        return _starts_with_barrier(s.body)
+    if isinstance(s, S.For) and s.kind is S.ForKind.SERIAL:
+        return isinstance(s.extent, E.IntImm) and s.extent.value > 0 and \
+            _starts_with_barrier(s.body)
+    return False
+
+
 class _Sync:
     def __init__(self):
         self.thread_vars = set()
@@ -66,7 +91,7 @@ class _Sync:
             body = self.visit(s.body)
             if s.kind is S.ForKind.SERIAL:
                 r, w = shared_accesses(body)
-                if r & w:
+                if r & w and not _starts_with_barrier(body):
                     body = S.seq(body, S.Barrier("shared"))
             if body is s.body:
                 return s
@@ -99,6 +124,8 @@ class _Sync:
                 written, read = set(), set()
                 out.append(x)
                 continue
+            if _starts_with_barrier(x):
+                written, read = set(), set()
             r, w = shared_accesses(x)
             if (r & written) or (w & read):
                 out.append(S.Barrier("shared"))

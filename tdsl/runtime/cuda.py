@@ -354,6 +354,11 @@ class _DriverDevice:
             for n in names:
                 (fn,) = self._call(self.d.cuModuleGetFunction(module, n.encode()),
                                    "cuModuleGetFunction")
+                if _dynamic(names, n):
+                    self._call(self.d.cuFuncSetAttribute(
+                        fn, self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        _dynamic(names, n)), f"cuFuncSetAttribute (kernel {n}: "
+                        f"{_dynamic(names, n)} bytes of shared memory)")
                 mods[n] = fn
             self._modules[source] = mods
         return mods
@@ -376,14 +381,15 @@ class _DriverDevice:
             ptrs[i] = ctypes.addressof(h) if isinstance(h, ctypes.c_uint64) else h.ctypes.data
         return holders, ptrs
 
-    def launch(self, fn, grid, block, args, stream=None):
+    def launch(self, fn, grid, block, args, stream=None, shared=0):
         holders, ptrs = self._pack(args)
         self._current()
         self._call(self.d.cuLaunchKernel(fn, *[int(g) for g in grid], *[int(b) for b in block],
-                                         0, _s(stream), ctypes.addressof(ptrs), 0), "cuLaunchKernel")
+                                         int(shared), _s(stream), ctypes.addressof(ptrs), 0),
+                   "cuLaunchKernel")
         return holders
 
-    def prepare(self, fn, grid, block, args, stream=None):
+    def prepare(self, fn, grid, block, args, stream=None, shared=0):
         """A no-argument launch of `fn` on fixed arguments: sizes and the parameter pointer
         array are made once (the per-launch Python work is then one driver call)."""
         holders, ptrs = self._pack(args)
@@ -391,7 +397,7 @@ class _DriverDevice:
         address, launch, call, s = ctypes.addressof(ptrs), self.d.cuLaunchKernel, self._call, _s(stream)
 
         def run(_keep=(holders, ptrs, args)):
-            call(launch(fn, *g, 0, s, address, 0), "cuLaunchKernel")
+            call(launch(fn, *g, int(shared), s, address, 0), "cuLaunchKernel")
         return run
 
     def capture(self, run, stream):
@@ -442,6 +448,12 @@ class _DriverDevice:
         self.d.cuEventDestroy(start)
         self.d.cuEventDestroy(end)
         return float(ms) * 1e-3 / number
+
+
+def _dynamic(names, n):
+    """The dynamic shared memory kernel `n` launches with: `names` maps each kernel to it
+    (a plain list of names: none)."""
+    return int(names.get(n, 0)) if isinstance(names, dict) else 0
 
 
 def _s(stream):
@@ -541,6 +553,11 @@ class _PyCudaDevice:
             try:
                 module = self.drv.module_from_buffer(ptx.encode())
                 mods = {n: module.get_function(n) for n in names}
+                for n in names:
+                    if _dynamic(names, n):
+                        mods[n].set_attribute(
+                            self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            _dynamic(names, n))
             finally:
                 self._pop()
             mods["__module__"] = module
@@ -550,16 +567,17 @@ class _PyCudaDevice:
     def scalar(self, value, dtype):
         return np.dtype(dtype if dtype != "bool" else "uint8").type(value)
 
-    def launch(self, fn, grid, block, args, stream=None):
+    def launch(self, fn, grid, block, args, stream=None, shared=0):
         args = [np.uintp(a.ptr) if isinstance(a, _DeviceView) else a for a in args]
         self._push()
         try:
-            fn(*args, grid=tuple(int(g) for g in grid), block=tuple(int(b) for b in block))
+            fn(*args, grid=tuple(int(g) for g in grid), block=tuple(int(b) for b in block),
+               shared=int(shared))
         finally:
             self._pop()
 
-    def prepare(self, fn, grid, block, args, stream=None):
-        return lambda: self.launch(fn, grid, block, args)
+    def prepare(self, fn, grid, block, args, stream=None, shared=0):
+        return lambda: self.launch(fn, grid, block, args, shared=shared)
 
     def capture(self, run, stream):
         return None

@@ -192,7 +192,7 @@ class DeviceModule:
             for d in b.shape:
                 n *= eval_int(d, env)
             handles[b] = api.alloc(max(n, 1) * dt.to_numpy(b.dtype if b.dtype != "bool" else "uint8").itemsize)
-        fns = api.load(self.source, [k.name for k in self.kernels])
+        fns = api.load(self.source, {k.name: k.dynamic_shared_bytes for k in self.kernels})
         launches = []
         for k in self.kernels:
             grid = [eval_int(g, env) for g in k.grid]
@@ -204,12 +204,13 @@ class DeviceModule:
                     kargs.append(handles[p])
                 else:
                     kargs.append(api.scalar(env[p], p.dtype))
-            launches.append((fns[k.name], grid, k.block, kargs))
+            launches.append((fns[k.name], grid, k.block, kargs, k.dynamic_shared_bytes))
         return api, launches, copy_back, writebacks, handles
 
     @staticmethod
     def _run(api, launches):
-        return [api.launch(fn, grid, block, kargs) for fn, grid, block, kargs in launches]
+        return [api.launch(fn, grid, block, kargs, shared=shared)
+                for fn, grid, block, kargs, shared in launches]
 
     def __call__(self, *args):
         api, launches, copy_back, writebacks, handles = self._setup(args)
@@ -232,7 +233,8 @@ class DeviceModule:
         api, launches, copy_back, writebacks, handles = self._setup(args, in_place=True)
         if copy_back or writebacks:
             raise ArgumentError(f"{self.name}: a prepared launch cannot stage its arguments")
-        runs = [api.prepare(fn, grid, block, kargs, stream) for fn, grid, block, kargs in launches]
+        runs = [api.prepare(fn, grid, block, kargs, stream, shared=shared)
+                for fn, grid, block, kargs, shared in launches]
         return LaunchSequence(api, stream, runs, keep=[args, handles])
 
     def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):

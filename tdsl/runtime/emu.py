@@ -89,13 +89,13 @@ class EmuDevice:
     def scalar(self, value, dtype):
         return _CTYPES[dtype](value)
 
-    def prepare(self, fn, grid, block, args, stream=None):
+    def prepare(self, fn, grid, block, args, stream=None, shared=0):
         return lambda: self.launch(fn, grid, block, args)
 
     def capture(self, run, stream):
         return None
 
-    def launch(self, fn, grid, block, args, stream=None):
+    def launch(self, fn, grid, block, args, stream=None, shared=0):
         argv = (ctypes.c_void_p * max(len(args), 1))()
         for i, a in enumerate(args):
             argv[i] = a.ptr if isinstance(a, _Mem) else ctypes.addressof(a)

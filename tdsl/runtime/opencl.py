@@ -125,13 +125,13 @@ class OpenCLDevice:
             self._programs[source] = prog
         return {n: self.cl.Kernel(prog, n) for n in names}
 
-    def launch(self, kernel, grid, block, args, stream=None):
+    def launch(self, kernel, grid, block, args, stream=None, shared=0):
         for i, a in enumerate(args):
             kernel.set_arg(i, a)
         gsize = tuple(g * b for g, b in zip(grid, block))
         return self.cl.enqueue_nd_range_kernel(self.queue, kernel, gsize, tuple(block))
 
-    def prepare(self, kernel, grid, block, args, stream=None):
+    def prepare(self, kernel, grid, block, args, stream=None, shared=0):
         """A no-argument launch on fixed arguments. `kernel` must be this launch's own
         object (load() makes new ones): its arguments are set once, here, and setting
         arguments is the one OpenCL call that is not thread-safe."""

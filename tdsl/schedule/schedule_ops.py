@@ -68,7 +68,7 @@ class ScheduleLowering:
         self.arg_stages = {}      # stage -> position of its first output among the args
         self.arg_keys = set()     # (stage, output index) passed as arguments
         self.scalar_args = []
-        self.double_buffered = []  # buffers of double_buffer() stages, for that pass
+        self.double_buffered = {}  # buffer -> stages of multi_buffer() stages, for that pass
         self.provided = {}        # leaf -> variable of an enclosing loop that stands for it
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
@@ -133,7 +133,7 @@ class ScheduleLowering:
                            tuple(st.storage_aligns))
             self.buffers[(st, k)] = buf
             if st.double_buffered:
-                self.double_buffered.append(buf)
+                self.double_buffered[buf] = st.double_buffered
         return buf
 
     def stage_buffers(self, st):
@@ -508,7 +508,7 @@ def schedule_to_func(sched, args, name, warp_size=0) -> S.PrimFunc:
                             "an argument; add them to the argument list")
     func = S.PrimFunc(name, params + size_vars, body,
                       {"num_user_args": len(params), "schedule": sched, "bounds": low.bounds,
-                       "args": list(args), "double_buffer": list(low.double_buffered)})
+                       "args": list(args), "double_buffer": dict(low.double_buffered)})
     return func
 
 

@@ -41,7 +41,7 @@ class Stage:
         self.storage_aligns: List[Tuple[int, int, int]] = []
         self.is_output = False
         self.store_predicate = None        # set_store_predicate: guards the final stores
-        self.double_buffered = False       # double_buffer()
+        self.double_buffered = 0           # buffers in turn: double_buffer(), multi_buffer(n)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -270,12 +270,25 @@ class Stage:
         """Computes this stage into two buffers used in turn across the iterations of the
         loop it is attached to: the next iteration's data is fetched while the current one
         is used (shared-memory caches on GPUs: one barrier per iteration instead of two)."""
-        self._check_compute("double_buffer")
-        if self.is_output:
-            raise self._error("double_buffer", "is an output of the schedule; double buffering "
-                              "applies to an intermediate stage (e.g. a shared cache_read)")
-        self.double_buffered = True
+        self._buffers_in_turn("double_buffer", 2)
         self._log("double_buffer()")
+
+    def multi_buffer(self, stages):
+        """Like `double_buffer`, with `stages` buffers: the data of the next `stages - 1`
+        iterations is in flight while the current one is used (a software pipeline: on
+        CUDA sm_80+ the copies into shared memory are cp.async groups, `stages - 2` of them
+        still pending at each iteration's barrier)."""
+        if isinstance(stages, bool) or not isinstance(stages, int) or stages < 2:
+            raise self._error("multi_buffer", f"stages must be an integer >= 2, got {stages!r}")
+        self._buffers_in_turn("multi_buffer", stages)
+        self._log(f"multi_buffer({stages})")
+
+    def _buffers_in_turn(self, what, n):
+        self._check_compute(what)
+        if self.is_output:
+            raise self._error(what, "is an output of the schedule; double buffering "
+                              "applies to an intermediate stage (e.g. a shared cache_read)")
+        self.double_buffered = n
 
     # ------------------------------------------------------------------ placement
     def compute_at(self, parent, iv):

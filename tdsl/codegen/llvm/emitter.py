@@ -65,6 +65,9 @@ class FunctionEmitter(ExprEmitter):
     def s_Barrier(self, s):
         pass  # one thread per "block" on the CPU: nothing to synchronise
 
+    def s_AsyncCommit(self, s):
+        pass  # copies are synchronous on the CPU
+
     def s_ExternCall(self, s):
         externs.emit_call(self, s)
 
@@ -228,5 +231,5 @@ class FunctionEmitter(ExprEmitter):
 
 
 _STMT_DISPATCH = {cls: getattr(FunctionEmitter, "s_" + cls.__name__)
-                  for cls in (S.SeqStmt, S.Evaluate, S.Barrier, S.LetStmt, S.IfThenElse,
+                  for cls in (S.SeqStmt, S.Evaluate, S.Barrier, S.AsyncCommit, S.LetStmt, S.IfThenElse,
                               S.BufferStore, S.Allocate, S.For, S.ExternCall)}

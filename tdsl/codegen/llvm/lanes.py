@@ -177,7 +177,7 @@ def vector_legality(loop: S.For) -> Optional[str]:
             problems.append("the body contains a loop")
         elif isinstance(s, S.Allocate):
             problems.append("the body allocates")
-        elif isinstance(s, S.Barrier):
+        elif isinstance(s, (S.Barrier, S.AsyncCommit)):
             pass
         else:
             problems.append(f"the body contains {type(s).__name__}")

@@ -11,6 +11,7 @@ from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.expr import Range
 from ...ir.visitor import walk
+from ...passes.gpu import MAX_SHARED_BYTES, check_shared
 from ..signature import stored_buffers
 from .exprs import CExprPrinter
 
@@ -76,6 +77,16 @@ class CFamilyPrinter(CExprPrinter):
         b = self.barrier()
         if b:
             self.emit(b)
+
+    def s_AsyncCommit(self, s):
+        text = self.async_commit()
+        if text:
+            self.emit(text)
+
+    def async_commit(self):
+        """The statement closing a group of `async_copy`s, or None where copies are
+        synchronous."""
+        return None
 
     def _push_range(self, var, rng):
         old = self.ranges
@@ -342,13 +353,18 @@ class CFamilyPrinter(CExprPrinter):
         for p in kernel.params:       # parameter names first: they keep their names
             self.names(p, p.name)
         params = ", ".join(self.param_text(p, p in written) for p in kernel.params)
-        for b in kernel.shared:
-            size = arith.simplify(b.shape[0])
-            self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value))
+        self.declare_shared(kernel)
         self.stmt(kernel.body)
         self.end_kernel_body()
         head = self.kernel_signature(kernel, params)
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
+
+    def declare_shared(self, kernel):
+        """The kernel's shared buffers, declared at its top (statically: 48 KiB at most)."""
+        check_shared(kernel.name, kernel.shared, MAX_SHARED_BYTES)
+        for b in kernel.shared:
+            size = arith.simplify(b.shape[0])
+            self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value))
 
     def end_kernel_body(self):
         """Edits `self.lines`, the kernel's printed body, once it is complete."""

@@ -20,28 +20,57 @@ static int tdsl_emu_cur;
 static unsigned char *tdsl_emu_done;
 static void (*tdsl_emu_fn)(void);
 
-/* Asynchronous copies (cp.async): each thread's are queued and done at its next barrier,
-   the latest moment the hardware may complete them, so a tile read before the barrier
-   that should publish it reads stale data here too. */
-#define TDSL_EMU_ASYNC 64
+/* Asynchronous copies (cp.async): each thread's are queued and done at the latest moment
+   the hardware may complete them, so a tile read before the barrier that should publish
+   it reads stale data here too: at a plain barrier all of them; at a pipeline's barrier
+   (tdsl_emu_barrier_wait(n)) all but those of the n groups committed last. */
+#define TDSL_EMU_ASYNC 128
+#define TDSL_EMU_GROUPS 16
 typedef struct { void *dst; const void *src; } tdsl_emu_copy;
-static tdsl_emu_copy (*tdsl_emu_queue)[TDSL_EMU_ASYNC];
-static int *tdsl_emu_queued;
+typedef struct {
+  tdsl_emu_copy q[TDSL_EMU_ASYNC];
+  int n;                          /* copies queued */
+  int end[TDSL_EMU_GROUPS];       /* each committed group's end in q, oldest first */
+  int ng;
+} tdsl_emu_async;
+static tdsl_emu_async *tdsl_emu_queues;
+
+/* completes the queue's first `upto` copies */
+static void tdsl_emu_async_done(tdsl_emu_async *a, int upto) {
+  for (int i = 0; i < upto; ++i) memcpy(a->q[i].dst, a->q[i].src, 16);
+  memmove(a->q, a->q + upto, sizeof(tdsl_emu_copy) * (size_t)(a->n - upto));
+  a->n -= upto;
+  int k = 0;
+  for (int g = 0; g < a->ng; ++g)
+    if (a->end[g] > upto) a->end[k++] = a->end[g] - upto;
+  a->ng = k;
+}
 
 static void tdsl_emu_async_wait(void) {
-  tdsl_emu_copy *q = tdsl_emu_queue[tdsl_emu_cur];
-  for (int i = 0; i < tdsl_emu_queued[tdsl_emu_cur]; ++i) memcpy(q[i].dst, q[i].src, 16);
-  tdsl_emu_queued[tdsl_emu_cur] = 0;
+  tdsl_emu_async *a = &tdsl_emu_queues[tdsl_emu_cur];
+  tdsl_emu_async_done(a, a->n);
 }
 
 static void tdsl_emu_async16(void *dst, const void *src) {
-  if (tdsl_emu_queued[tdsl_emu_cur] == TDSL_EMU_ASYNC) tdsl_emu_async_wait();
-  tdsl_emu_copy *c = &tdsl_emu_queue[tdsl_emu_cur][tdsl_emu_queued[tdsl_emu_cur]++];
-  c->dst = dst; c->src = src;
+  tdsl_emu_async *a = &tdsl_emu_queues[tdsl_emu_cur];
+  if (a->n == TDSL_EMU_ASYNC) tdsl_emu_async_done(a, a->n);   /* early: allowed */
+  a->q[a->n].dst = dst; a->q[a->n].src = src; ++a->n;
+}
+
+static void tdsl_emu_async_commit(void) {
+  tdsl_emu_async *a = &tdsl_emu_queues[tdsl_emu_cur];
+  if (a->ng == TDSL_EMU_GROUPS) tdsl_emu_async_done(a, a->end[0]);
+  a->end[a->ng++] = a->n;
 }
 
 static void tdsl_emu_barrier(void) {
   tdsl_emu_async_wait();
+  swapcontext(&tdsl_emu_ctx[tdsl_emu_cur], &tdsl_emu_main);
+}
+
+static void tdsl_emu_barrier_wait(int pending) {
+  tdsl_emu_async *a = &tdsl_emu_queues[tdsl_emu_cur];
+  if (a->ng > pending) tdsl_emu_async_done(a, a->end[a->ng - pending - 1]);
   swapcontext(&tdsl_emu_ctx[tdsl_emu_cur], &tdsl_emu_main);
 }
 
@@ -56,13 +85,12 @@ static int tdsl_emu_run(void (*fn)(void), const int64_t *grid, const int64_t *bl
   ucontext_t *ctx = (ucontext_t *)malloc(sizeof(ucontext_t) * nt);
   char *stacks = (char *)malloc((size_t)TDSL_EMU_STACK * nt);
   unsigned char *done = (unsigned char *)malloc(nt);
-  tdsl_emu_copy (*queue)[TDSL_EMU_ASYNC] = malloc(sizeof(*queue) * nt);
-  int *queued = (int *)calloc(nt, sizeof(int));
-  if (!ctx || !stacks || !done || !queue || !queued) {
-    free(ctx); free(stacks); free(done); free(queue); free(queued); return 1;
+  tdsl_emu_async *queues = (tdsl_emu_async *)calloc(nt, sizeof(tdsl_emu_async));
+  if (!ctx || !stacks || !done || !queues) {
+    free(ctx); free(stacks); free(done); free(queues); return 1;
   }
   tdsl_emu_ctx = ctx; tdsl_emu_done = done; tdsl_emu_fn = fn;
-  tdsl_emu_queue = queue; tdsl_emu_queued = queued;
+  tdsl_emu_queues = queues;
   for (int64_t bz = 0; bz < grid[2]; ++bz)
   for (int64_t by = 0; by < grid[1]; ++by)
   for (int64_t bx = 0; bx < grid[0]; ++bx) {
@@ -88,7 +116,7 @@ static int tdsl_emu_run(void (*fn)(void), const int64_t *grid, const int64_t *bl
       }
     }
   }
-  free(ctx); free(stacks); free(done); free(queue); free(queued);
+  free(ctx); free(stacks); free(done); free(queues);
   return 0;
 }
 """
@@ -109,6 +137,13 @@ class CGPUEmuPrinter(CPrinter):
 
     def barrier(self):
         return "tdsl_emu_barrier();"
+
+    def s_Barrier(self, s):
+        self.emit(self.barrier() if s.async_wait is None else
+                  f"tdsl_emu_barrier_wait({s.async_wait});")
+
+    def async_commit(self):
+        return "tdsl_emu_async_commit();"
 
     def vector_copy(self, dst, src):
         return f"memcpy({dst}, {src}, 16)"

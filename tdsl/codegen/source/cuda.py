@@ -21,6 +21,18 @@ static __device__ __forceinline__ void tdsl_cp_async_wait_all() {
 }
 """
 
+_CP_ASYNC_GROUPS = """static __device__ __forceinline__ void tdsl_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\\n" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void tdsl_cp_async_wait_group() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory");
+#endif
+}
+"""
+
 
 class CUDAPrinter(CFamilyPrinter):
     target = "cuda"
@@ -45,6 +57,16 @@ class CUDAPrinter(CFamilyPrinter):
 
     def shared_decl(self, t, name, size):
         return f"__shared__ __align__(16) {t} {name}[{max(size, 1)}];"
+
+    def declare_shared(self, kernel):
+        # past 48 KiB a block's shared memory must be dynamic: one extern array, each
+        # buffer 16-byte aligned at its offset; the launch passes the size and opts in
+        if kernel.dynamic_shared_bytes == 0:
+            return super().declare_shared(kernel)
+        self.emit("extern __shared__ __align__(16) unsigned char tdsl_dynamic_shared[];")
+        for b, at in kernel.shared_offsets():
+            t = self.mem_type(b.dtype)
+            self.emit(f"{t} *const {self.bufname(b)} = ({t} *)(tdsl_dynamic_shared + {at});")
 
     def infinity(self, dtype):
         return "__int_as_float(0x7f800000)" if dtype != "float64" else \
@@ -119,8 +141,16 @@ class CUDAPrinter(CFamilyPrinter):
         return f"tdsl_cp_async16({dst}, {src})"
 
     def s_Barrier(self, s):
+        if s.async_wait is not None:    # a pipeline's: its newest groups stay in flight
+            self._add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
+            self.emit(f"tdsl_cp_async_wait_group<{s.async_wait}>(); " + self.barrier())
+            return
         self.barriers.append(len(self.lines))
         super().s_Barrier(s)
+
+    def async_commit(self):
+        self._add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
+        return "tdsl_cp_async_commit();"
 
     def _begin(self, names=None):
         super()._begin(names)
