@@ -5,7 +5,7 @@ rather than guesses, and profiles the networks kernel by kernel.
     python bench/gpu_probe.py --one sgemm|bf16                  # one launch, for ncu
 
 Each sweep row builds one variant (auto_schedule params for the float32 contraction rule,
-warps x warp tiles x k step for the tensor-core schedule), checks its output against numpy
+warps x warp tiles x k step x shared stages for the tensor-core schedule), checks its output against numpy
 (rel err) and times it with device events. `nets` prints ResNet-18 and MobileNetV2 at
 batch 8: their time beside torch's and the executor's per-kernel profile."""
 from __future__ import annotations
@@ -61,13 +61,17 @@ def sweep_bf16(n=4096):
     b = np.random.rand(n, n).astype(np.float32)
     A, B = tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
     ref = mma_gemm.reference(A, B).astype(np.float64)
-    for warps, tiles, k in (((2, 2), (4, 8), 32), ((2, 2), (4, 8), 16), ((2, 4), (4, 4), 32),
-                            ((4, 2), (2, 8), 32), ((2, 4), (4, 8), 16), ((4, 2), (4, 8), 16),
-                            ((2, 2), (4, 4), 32), ((4, 4), (2, 4), 32), ((2, 4), (4, 4), 16)):
-        def build(warps=warps, tiles=tiles, k=k):
-            s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=warps, warp_tiles=tiles, k_step=k)
-            return s, args
-        _row(f"bf16 {n} warps {warps} tiles {tiles} k {k}", build,
+    # (warps, warp tiles, k step, stages): the shipped 2 x 2 of 64 x 64 at 2-5 stages, then
+    # 8-warp blocks (128 x 256, 256 x 128) and k steps of 16 and 64 at 3-4
+    variants = [((2, 2), (4, 8), 32, st) for st in (2, 3, 4, 5)]
+    variants += [((2, 4), (4, 8), 32, 3), ((2, 4), (4, 8), 32, 4), ((4, 2), (4, 8), 32, 3),
+                 ((2, 4), (4, 4), 32, 4), ((4, 2), (2, 8), 32, 4), ((2, 2), (4, 8), 16, 4),
+                 ((2, 2), (4, 8), 64, 3), ((2, 4), (4, 8), 64, 2), ((2, 4), (4, 4), 64, 3)]
+    for warps, tiles, k, st in variants:
+        def build(warps=warps, tiles=tiles, k=k, st=st):
+            return mma_gemm.schedule(n, n, n, "bfloat16", warps=warps, warp_tiles=tiles,
+                                     k_step=k, stages=st)
+        _row(f"bf16 {n} warps {warps} tiles {tiles} k {k} stages {st}", build,
              [A, B, np.zeros((n, n), np.float32)], ref, 2.0 * n ** 3)
 
 
@@ -112,7 +116,8 @@ def one(which):
     """A single launch of one kernel (for ncu -c 1)."""
     n = 4096
     if which == "bf16":
-        s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=(2, 2), warp_tiles=(4, 8), k_step=32)
+        s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=(2, 2), warp_tiles=(4, 8),
+                                    k_step=32, stages=4)
     else:
         s, args = suite._gemm_auto(n)
     f = tdsl.build(s, args, target="cuda", name="probe")

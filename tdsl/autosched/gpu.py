@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .analysis import stage_infos
 from .gpu_contraction import contraction
-from .gpu_flat import bind_flat
+from .gpu_flat import bind_flat, flat_vector
 from .gpu_reduce import cross_thread, wants_cross_thread
 from .gpu_rows import row_groups, schedule_row_group
 from .gpu_tensorize import tensor_core
@@ -71,12 +71,18 @@ def schedule_gpu(s, target, rec, params):
         if info.is_reduction:
             local = s.cache_write(st.op.output(0), "local")
             rec.add(st, "cache_write", "cache_write(local)", "each thread accumulates in a register")
-        ti = bind_flat(st, threads)
+        vec = 1 if info.is_reduction else flat_vector(st, info.extents)
+        ti = bind_flat(st, threads, vec)
         if ti is None:
             rec.add(st, "serial", "one thread", "a scalar output")
             continue
-        rec.add(st, "bind", f"fuse all; split {threads}; bind blockIdx.x / threadIdx.x",
-                f"one output element per thread, {threads} threads per block")
+        if vec > 1:
+            rec.add(st, "bind", f"fuse all; split {vec}, vectorize; split {threads}; bind "
+                    "blockIdx.x / threadIdx.x", f"{vec} consecutive outputs per thread (one "
+                    f"16-byte access each), {threads} threads per block")
+        else:
+            rec.add(st, "bind", f"fuse all; split {threads}; bind blockIdx.x / threadIdx.x",
+                    f"one output element per thread, {threads} threads per block")
         if info.is_reduction:
             s[local].compute_at(st, ti)
 

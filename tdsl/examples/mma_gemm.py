@@ -6,8 +6,8 @@ holds its tile of C in registers (`cache_write(C, "mma.accumulator")`, each lane
 elements in the instruction's layout), zeroed by the fill before the k loop. Per k step all
 the block's threads copy a tile of A and of B into shared memory (rows padded for
 `ldmatrix`); each warp loads its A and B fragments from there with `ldmatrix` and runs
-`mma.sync` over its tile (the tiles are double-buffered where two fit in shared memory,
-the next step's copies in flight meanwhile); at the end it stores the tile to C from its
+`mma.sync` over its tile (the tiles are taken from `stages` shared buffers in turn, the
+next steps' copies in flight meanwhile); at the end it stores the tile to C from its
 registers
 (`tdsl.intrin_cuda.mma_store`). The schedule is `tdsl.autosched.gpu_tensorize.mma_schedule`,
 the auto-scheduler's rule for such products. Built for "c", the same schedule runs with the
@@ -34,11 +34,12 @@ def definition(M, N, K, dtype="bfloat16"):
     return A, B, C
 
 
-def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=32):
+def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=32, stages=2):
     """`warps` (rows, columns) of warps a block, each accumulating `warp_tiles` (rows,
     columns) of 16 x 8 blocks of C in registers; `k_step` columns of A (rows of B) staged
-    in shared memory at a time. (2, 2) warps of (4, 8) blocks, 128 x 128 a block, is what
-    the auto-scheduler takes for large products."""
+    in shared memory at a time, in `stages` buffers taken in turn. (2, 2) warps of (4, 8)
+    blocks, 128 x 128 a block, 4 stages, is what the auto-scheduler takes for large
+    products on sm_80 and sm_90."""
     wm, wn = warp_tiles[0] * MT, warp_tiles[1] * NT
     bm, bn = warps[0] * wm, warps[1] * wn
     if M % bm or N % bn or K % k_step or k_step % KT:
@@ -47,7 +48,7 @@ def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=
                                  f"multiple of {KT})")
     A, B, C = definition(M, N, K, dtype)
     s = tdsl.create_schedule(C)
-    mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step)
+    mma_schedule(s, A, B, C, dtype, warps, warp_tiles, k_step, stages=stages)
     return s, [A, B, C]
 
 

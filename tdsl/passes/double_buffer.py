@@ -16,7 +16,8 @@ statements that fill the pipelined buffers D and R the rest, with buffers D_0 ..
 
 The barrier publishes D_u (filled n - 1 iterations ago: every copy group but the n - 2
 newest has completed) and tells every thread that the previous iteration's reads of
-D_{u - 1} are done, so it can be refilled: one barrier per iteration (`thread_sync` adds
+D_{u - 1} are done, so it can be refilled (on GPUs: a CPU function binds no threads and
+gets neither barriers nor commits): one barrier per iteration (`thread_sync` adds
 none to a statement that starts with one). A commit closes each iteration's group of
 asynchronous copies (cp.async on CUDA sm_80+; elsewhere copies are synchronous and commit
 is nothing), empty or not, so the count is the same every iteration. Buffers are separate
@@ -59,8 +60,9 @@ class _Rename(Mutator):
 
 
 class _DoubleBuffer(Mutator):
-    def __init__(self, bufs):
+    def __init__(self, bufs, gpu):
         self.bufs = bufs
+        self.gpu = gpu      # barriers and copy groups only where threads share the buffers
 
     def visit_For(self, f):
         body = self.visit(f.body)
@@ -111,15 +113,17 @@ class _DoubleBuffer(Mutator):
         def less(x):
             return E.likely(E.LT(x, ext))
         zero = E.const(0, v.dtype)
+        commit = [S.AsyncCommit()] if self.gpu else []
+        barrier = [S.Barrier("shared", async_wait=_groups_in_flight(stages))] if self.gpu else []
         prologue = [S.seq(S.IfThenElse(less(zero + s), at(fill, zero + s, s)) if s else
-                          at(fill, zero, 0), S.AsyncCommit()) for s in range(stages - 1)]
+                          at(fill, zero, 0), *commit) for s in range(stages - 1)]
         steps = []
         for u in range(stages):
             it = j * stages + u
-            step = S.seq(S.Barrier("shared", async_wait=_groups_in_flight(stages)),
+            step = S.seq(*barrier,
                          S.IfThenElse(less(it + (stages - 1)),
                                       at(fill, it + (stages - 1), (u + stages - 1) % stages)),
-                         S.AsyncCommit(),
+                         *commit,
                          at(use, it, u))
             steps.append(step if u == 0 else S.IfThenElse(less(it), step))
         loop = S.For(j, E.const(0, ext.dtype), (ext + stages - 1) // stages, S.ForKind.SERIAL,
@@ -147,4 +151,7 @@ def inject_double_buffer(func: S.PrimFunc) -> S.PrimFunc:
         bufs = {b: 2 for b in bufs}
     if not bufs:
         return func
-    return func.with_body(_DoubleBuffer(bufs).visit(func.body))
+    gpu = []
+    walk(func.body, lambda n: gpu.append(1) if isinstance(n, S.For) and n.thread_tag and
+         n.thread_tag.split(".")[0] in ("threadIdx", "blockIdx") else None)
+    return func.with_body(_DoubleBuffer(bufs, bool(gpu)).visit(func.body))

@@ -343,6 +343,7 @@ class _DriverDevice:
         return ("cuda", mem.ptr, mem.ptr + nbytes)
 
     def load(self, source, names):
+        """{name: function} of `names` ({kernel: bytes of dynamic shared memory})."""
         mods = self._modules.get(source)
         if mods is None:
             major, minor = self.compute_capability
@@ -354,11 +355,10 @@ class _DriverDevice:
             for n in names:
                 (fn,) = self._call(self.d.cuModuleGetFunction(module, n.encode()),
                                    "cuModuleGetFunction")
-                if _dynamic(names, n):
-                    self._call(self.d.cuFuncSetAttribute(
-                        fn, self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        _dynamic(names, n)), f"cuFuncSetAttribute (kernel {n}: "
-                        f"{_dynamic(names, n)} bytes of shared memory)")
+                if names[n]:       # dynamic shared memory past 48 KiB: the kernel opts in
+                    attr = self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    self._call(self.d.cuFuncSetAttribute(fn, attr, names[n]),
+                               f"cuFuncSetAttribute ({n}: {names[n]} bytes of shared memory)")
                 mods[n] = fn
             self._modules[source] = mods
         return mods
@@ -448,12 +448,6 @@ class _DriverDevice:
         self.d.cuEventDestroy(start)
         self.d.cuEventDestroy(end)
         return float(ms) * 1e-3 / number
-
-
-def _dynamic(names, n):
-    """The dynamic shared memory kernel `n` launches with: `names` maps each kernel to it
-    (a plain list of names: none)."""
-    return int(names.get(n, 0)) if isinstance(names, dict) else 0
 
 
 def _s(stream):
@@ -553,11 +547,9 @@ class _PyCudaDevice:
             try:
                 module = self.drv.module_from_buffer(ptx.encode())
                 mods = {n: module.get_function(n) for n in names}
-                for n in names:
-                    if _dynamic(names, n):
-                        mods[n].set_attribute(
-                            self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            _dynamic(names, n))
+                for n in (n for n in names if names[n]):
+                    mods[n].set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          names[n])
             finally:
                 self._pop()
             mods["__module__"] = module

@@ -244,8 +244,11 @@ class CFamilyPrinter(CExprPrinter):
     def vector_for(self, s) -> bool:
         """Prints a vectorized loop with W-wide loads/stores; False when it does not fit."""
         W = self.vector_width
-        body = s.body
-        ext = s.extent
+        body, ext, uniform = s.body, s.extent, None
+        # a condition the same for every lane (which threads have a vector) stays around it
+        if isinstance(body, S.IfThenElse) and body.else_case is None and \
+                not _mentions(body.cond, s.var):
+            uniform, body = body.cond, body.then_case
         if not (isinstance(body, S.BufferStore) and isinstance(ext, E.IntImm)
                 and ext.value % W == 0 and body.buffer.dtype == "float32"
                 and E.is_const_int(s.min, 0) and len(body.indices) == 1):
@@ -304,7 +307,7 @@ class CFamilyPrinter(CExprPrinter):
                 vec_loads.append((ld, info[1], guard))
         comps = "xyzw"
         vt = f"float{W}"
-        self.emit("{")
+        self.emit("{" if uniform is None else f"if ({self.expr(uniform)}) {{")
         self.ind += 1
         for chunk in range(ext.value // W):
             names = []

@@ -3,7 +3,7 @@ make one output (a window, the taps, a count) computed by that output's thread i
 register, so the group stays one kernel."""
 from __future__ import annotations
 
-from ....autosched.gpu_flat import bind_flat
+from ....autosched.gpu_flat import bind_flat, flat_vector
 from ..stages import _ishape, _stages
 
 
@@ -39,6 +39,7 @@ def schedule_pointwise(s, out, threads):
         s[t].compute_inline()
     if out.op.reduce_axis:
         locals_.append(s.cache_write(out, "local"))
-    th = bind_flat(s[out], threads)
+    # a thread's vector of outputs where no register stage is computed per output
+    th = bind_flat(s[out], threads, 1 if locals_ else flat_vector(s[out], shape))
     for t in locals_:
         s[t].compute_at(s[out], th)
