@@ -346,3 +346,39 @@ def test_prepared_call_checks_once_and_runs(mv):
     np.testing.assert_allclose(c, a * x + 2.0, rtol=1e-6, atol=1e-6)
     with pytest.raises(ArgumentError):
         mv.prepared(a, x, c[:3], 2.0)
+
+
+def test_exact_arguments_take_the_short_check_and_the_rest_the_full_one():
+    """A kernel whose arguments are all buffers of constant shape checks arrays of exactly
+    its dtypes and shapes in a few attribute reads; anything else (and an output that
+    aliases an input) still gets the full checks and their errors, and nothing runs."""
+    import tdsl
+    A = tdsl.placeholder((4, 8), name="A")
+    B = tdsl.placeholder((4, 8), name="B")
+    C = tdsl.compute((4, 8), lambda i, j: A[i, j] + B[i, j], name="C")
+    f = tdsl.build(tdsl.create_schedule(C), [A, B, C])
+    assert f.signature.exact is not None
+    a, b = np.arange(32, dtype="float32").reshape(4, 8), np.ones((4, 8), "float32")
+    c = np.zeros((4, 8), "float32")
+    cargs, keep, before, after = f.signature.prepare((a, b, c))
+    assert cargs == [x.ctypes.data for x in (a, b, c)] and not before and not after
+    ro = a.copy()
+    ro.setflags(write=False)            # a read-only input is fine (its address differs)
+    f(ro, b, c)
+    np.testing.assert_array_equal(c, a + 1)
+    c[:] = 7
+    _expect_error(f, (a, b, a), "argument 2 'C'", "overlaps argument 0 'A'")
+    _expect_error(f, (a.astype("float64"), b, c), "argument 0 'A'", "dtype float32")
+    _expect_error(f, (a, b, np.zeros((4, 9), "float32")), "argument 2 'C'", "(4, 8)")
+    _expect_error(f, (a, b, np.zeros((8, 8), "float32")[::2]), "argument 2 'C'",
+                  "C-contiguous")
+    rc = c.copy()
+    rc.setflags(write=False)
+    _expect_error(f, (a, b, rc), "argument 2 'C'", "read-only")
+    _expect_error(f, (a.astype(">f4"), b, c), "argument 0 'A'")
+    _expect_error(f, (a.tolist(), b, c), "argument 0 'A'", "numpy array")
+    assert (c == 7).all()
+    raw = np.zeros(4 * 8 * 4 + 1, np.uint8)[1:].view("float32").reshape(4, 8)
+    assert not raw.flags.aligned        # staged through an aligned copy: the full path
+    f(a, b, raw)
+    np.testing.assert_array_equal(raw, a + 1)

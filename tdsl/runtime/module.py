@@ -39,6 +39,7 @@ the device anyway, where the same holds without a copy.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import operator
 import time
@@ -149,6 +150,14 @@ class Signature:
         # a bounds-checked build: the record buffer the kernel fills (`passes.bounds_check`)
         self.record = next((i for i, p in enumerate(self.params) if p.get("record")), None)
         self.bounds_checks = sig.get("bounds_checks") or ()
+        # every argument a buffer of constant shape and no record: a call whose arrays are
+        # exactly right is checked in a few attribute reads (`_prepare_exact`)
+        self.exact = None
+        if self.record is None and self.num_user_args == len(self.params) and all(
+                p["kind"] == "buffer" and all(isinstance(c, int) for c in p["shape"])
+                for p in self.params):
+            self.exact = [(self.np_dtypes[i], tuple(p["shape"]), bool(p["written"]))
+                          for i, p in enumerate(self.params)]
 
     def new_record(self):
         """A zeroed record for one call of a bounds-checked build, or None."""
@@ -304,7 +313,7 @@ class Signature:
         for i, arr in enumerate(arrays):
             if arr is not None:
                 if span_of is None:
-                    start = arr.__array_interface__["data"][0]
+                    start = _address(arr)
                     space, end = None, start + arr.nbytes
                 else:
                     space, start, end = span_of(arr)
@@ -328,6 +337,10 @@ class Signature:
         """Checks `args`; returns (C argument list, objects to keep alive, copies to make
         before each run, copies to make after it). The copies stage unaligned arrays
         through aligned buffers (see the module docstring)."""
+        if self.exact is not None:
+            ready = self._prepare_exact(args)
+            if ready is not None:
+                return ready
         params = self.params
         values, arrays, after = self.bind(args)
         ptrs = self.check_overlap(arrays)      # on the caller's memory, not on the copies
@@ -353,6 +366,30 @@ class Signature:
                 v = values[i]
                 cargs.append(float(v) if self.float_scalar[i] else int(v))
         return cargs, keep, before, after
+
+    def _prepare_exact(self, args):
+        """`prepare` for numpy arrays of exactly the parameters' dtypes and shapes,
+        C-contiguous, aligned, writeable where written and not overlapping a written one
+        (a small kernel's call was ~10 us of checks); None for anything else, which the
+        full checks then take (and explain)."""
+        exact = self.exact
+        if len(args) != len(exact):
+            return None
+        ptrs, spans = [], []
+        for a, (dtype, shape, written) in zip(args, exact):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+            flags = a.flags
+            if not (flags.c_contiguous and flags.aligned) or (written and not flags.writeable):
+                return None
+            start = _address(a)
+            ptrs.append(start)
+            spans.append((start, start + a.nbytes, written))
+        for x, (s0, e0, w0) in enumerate(spans):
+            for s1, e1, w1 in spans[x + 1:]:
+                if (w0 or w1) and s0 < e1 and s1 < e0:
+                    return None
+        return ptrs, list(args), [], []
 
     def _check_size_value(self, j, value, from_arg):
         p = self.params[j]
@@ -385,6 +422,15 @@ class Signature:
         if dtype == "uint64" and a >= 2**63:
             a -= 2**64
         return a
+
+
+def _address(a):
+    """The address of a numpy array's first element: through the buffer protocol (0.3 us)
+    where the array is writeable, else its array interface (1 us)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
 
 
 def _host_array(a, p, i, sig):
