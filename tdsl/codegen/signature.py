@@ -6,7 +6,7 @@ exported library carries (`__tdsl_signature`, JSON).
 (and `"regions"` where reads depend on symbolic sizes),
 one param per `func.params` entry: a buffer with its dtype, its shape as JSON codes (an
 int, `["p", i]` for scalar param i, or `[op, a, b]`) and whether the function writes it; or
-a scalar with its dtype. See `tdsl.runtime.module.Signature`.
+a scalar with its dtype. See `tdsl.runtime.signature.Signature`.
 """
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ def build_c(func):
         return build_gpu(func, "c")
     from ..runtime import ccompiler
     from ..runtime.aot import open_library
-    from ..runtime.module import Module, Signature
+    from ..runtime.module import Module
+    from ..runtime.signature import Signature
     text, sig = c_source(func)
     try:
         payload = ccompiler.cached_library(text, ["-O2", "-std=c11"], "c", "the 'c' target")

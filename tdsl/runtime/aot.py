@@ -18,7 +18,8 @@ import os
 from ..errors import LibraryError, TdslError
 from .abi import ctypes_signature, default_num_threads
 from .libfile import dlopen_bytes, read_sealed, seal, write_atomic
-from .module import Module, Signature
+from .module import Module
+from .signature import Signature
 
 
 class SharedLibBackend:

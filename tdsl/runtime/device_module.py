@@ -18,7 +18,8 @@ from ..errors import ArgumentError, BuildError, TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
 from .launches import LaunchSequence
-from .module import ProfileResult, Signature
+from .module import ProfileResult
+from .signature import Signature
 
 
 def eval_int(e, env):
@@ -129,7 +130,7 @@ class DeviceModule:
                     if a.dtype != sig.np_dtypes[i] and not dt.accepts(p["dtype"], a.dtype):
                         raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
                     return a, None
-            from .module import _host_array
+            from .signature import _host_array
             return _host_array(a, p, i, sig)
         return convert
 
