@@ -163,7 +163,8 @@ def test_constant_folding_and_cse():
 
 def test_memory_plan_reuses_buffers():
     from tdsl.graph import models
-    mod = G.optimize(G.from_onnx(models.resnet18(size=32, width=8, num_classes=10)))
+    mod = G.optimize(G.from_onnx(models.resnet18(size=32, width=8, num_classes=10)),
+                     target="llvm")
     plan = G.plan_memory(mod)
     assert 0 < plan.peak_bytes < plan.total_bytes
     exe = G.build(mod)

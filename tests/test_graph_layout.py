@@ -103,6 +103,26 @@ def test_a_conv_alone_and_no_target_stay_nchw():
     assert "nn.conv2d_blocked" not in _ops(G.optimize(G.from_onnx(model)))
 
 
+@pytest.mark.parametrize("target,blocked", [("llvm", True), ("llvm -mcpu=haswell", True),
+                                            ("c", False)])
+def test_build_makes_a_module_optimized_without_a_target_for_its_target(target, blocked):
+    """`optimize(mod)` knows no target: `build(mod, target)` then blocks the chains as
+    `optimize(mod, target=...)` would have (the same kernels), and keeps NCHW for
+    targets without that choice; the outputs match onnxruntime either way."""
+    model = models.mobilenetv2_blocks(1, 28)
+    neutral = G.optimize(G.from_onnx(model))
+    assert "nn.conv2d_blocked" not in _ops(neutral)
+    exe = G.build(neutral, target=target)
+    assert ("nn.conv2d_blocked" in _ops(exe.mod)) == blocked
+    if blocked:
+        made = G.optimize(G.from_onnx(model), target=target)
+        assert _ops(exe.mod) == _ops(made)
+    x = np.random.default_rng(3).standard_normal((1, 3, 28, 28)).astype(np.float32)
+    ref = models.onnxruntime_run(model, {model.graph.input[0].name: x})[0]
+    out = exe.run(x)[0]
+    assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
+
+
 def test_convs_that_share_an_input_are_not_a_chain():
     """Fire modules whose concatenation no conv reads: two expand convs read the squeeze's
     output and only the network's output reads theirs, so they are a tail and stay in

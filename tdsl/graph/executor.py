@@ -22,7 +22,7 @@ from ..target import Target, as_target
 from .device_state import make_device_state, upload_constants
 from .ir import Const, Function, Module
 from .ir.text import print_function
-from .passes import fuse_ops, plan_memory
+from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .runstate import StatePool, make_state
 from .strategy import compile_group, tune_group
@@ -125,7 +125,8 @@ class Executor:
             raise GraphError(f"build: expected a tdsl.graph.Module, got {type(mod).__name__}")
         if not isinstance(tune_minutes, (int, float)) or tune_minutes < 0:
             raise GraphError(f"build: tune_minutes must be a number >= 0, got {tune_minutes!r}")
-        fused = fuse_ops(mod)
+        # a module optimized for no target gets the target's layout and integer choices now
+        fused = fuse_ops(specialize(mod, target))
         self.mod = fused
         self.target = target
         kind = as_target(target).kind
@@ -415,7 +416,9 @@ def describe_group(fn: Function) -> str:
 def build(mod: Module, target=None, tune_minutes: float = 0.0, log_file=None) -> Executor:
     """Compiles every fused group of `mod` for `target` (None: the enclosing `with
     tdsl.target.Target(...)` block's, else "llvm") and returns an Executor. An
-    unoptimized module is fused first (one kernel per operator chain). `tune_minutes`: the
+    unoptimized module is fused first (one kernel per operator chain); one from
+    `optimize(mod)` without a target is first made for this one, as
+    `optimize(mod, target=...)` would have. `tune_minutes`: the
     groups without a hand strategy share that much search of the auto-scheduler's
     parameters (records in `log_file`, reused by later builds)."""
     return Executor(mod, target, tune_minutes, log_file)

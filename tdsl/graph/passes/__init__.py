@@ -5,10 +5,10 @@ from .float16 import float16_in_float32
 from .fold import fold_batch_norm, fold_constants
 from .fuse import fuse_ops
 from .memory import plan_memory
-from .pipeline import optimize
+from .pipeline import optimize, specialize
 from .qdq import quantized_operators
 from .simplify import simplify, sink_reshapes
 
-__all__ = ["optimize", "float16_in_float32", "fold_constants", "fold_batch_norm", "simplify",
+__all__ = ["optimize", "specialize", "float16_in_float32", "fold_constants", "fold_batch_norm", "simplify",
            "sink_reshapes", "eliminate_common_subexpr", "eliminate_dead_code", "fuse_ops",
            "plan_memory", "quantized_operators"]

@@ -27,7 +27,9 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
     its vector's channels (layout.py: `blocked_layout`) before fusion; on a CPU without
     integer dot products the integer convs and matmuls of quantized networks compute with
-    float multiply-adds first (int8_float.py; with them, only convs of one input channel)."""
+    float multiply-adds first (int8_float.py; with them, only convs of one input channel).
+    Without a target the fused module keeps its unfused form, so that `graph.build` can
+    still make those choices for the target it builds for (`specialize`)."""
     if not isinstance(mod, Module):
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
@@ -36,10 +38,27 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
               eliminate_dead_code):
         mod = p(mod)
     if target is not None:
-        t = as_target(target)
-        if t.kind == "llvm":
-            mod = integer_products_in_float(mod, one_channel_only=t.has_vnni)
-            mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
-    if fuse:
-        mod = fuse_ops(mod)
-    return mod
+        return _for_target(mod, as_target(target), fuse)
+    if not fuse:
+        return mod
+    fused = fuse_ops(mod)
+    return Module(fused.main, {**fused.info, UNSPECIALIZED: mod})
+
+
+def specialize(mod: Module, target) -> Module:
+    """`mod` as `optimize(..., target=target)` would have made it, when it came from
+    `optimize` without a target (and `target` has choices to make); else `mod`."""
+    unfused = mod.info.get(UNSPECIALIZED)
+    if unfused is None or as_target(target).kind != "llvm":
+        return mod
+    return _for_target(unfused, as_target(target), True)
+
+
+UNSPECIALIZED = "optimized without a target"     # Module.info key: the module before fusion
+
+
+def _for_target(mod, t, fuse):
+    if t.kind == "llvm":
+        mod = integer_products_in_float(mod, one_channel_only=t.has_vnni)
+        mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
+    return fuse_ops(mod) if fuse else mod
