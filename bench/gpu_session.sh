@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Everything a short lease on a CUDA machine should check, in one command: the GPU suite
 # (bench/gpu.py, with its rel-err column), the tests that launch CUDA kernels, and
-# compute-sanitizer's memcheck over the runtime and graph-executor tests. Each part has its
+# compute-sanitizer's memcheck over the runtime, graph-executor and tensor-core tests, and
+# the sweep of the bf16 GEMM's shared stages (bench/gpu_probe.py bf16). Each part has its
 # own time limit so a hang in one still leaves the others' logs, written to $OUT (or
 # ./gpu-logs); a summary is printed last.
 #
-#     bash bench/gpu_session.sh            # BENCH_S, TESTS_S, SAN_S override the limits
+#     bash bench/gpu_session.sh    # BENCH_S, TESTS_S, SAN_S, PROBE_S override the limits
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -34,10 +35,14 @@ echo "tests exit $?" >>"$out/tests.log"
 
 timeout "${SAN_S:-60}" python3 bench/gpu.py --sanitize -x -q tests/test_gpu_runtime.py \
     tests/test_graph_device.py tests/test_guarded_loads.py tests/test_graph_gpu_strategies.py \
-    >"$out/sanitize.log" 2>&1
+    "tests/test_mma.py::test_gemm_on_a_gpu" >"$out/sanitize.log" 2>&1
 echo "sanitize exit $?" >>"$out/sanitize.log"
+
+timeout "${PROBE_S:-120}" python3 bench/gpu_probe.py bf16 >"$out/probe.log" 2>&1
+echo "probe exit $?" >>"$out/probe.log"
 
 cat "$out/smi.txt"
 grep -E "^(device|row |sgemm|gemm|bf16|conv|softmax|add|resnet|mobilenet|bench exit)|FAILED|CUDA graph" "$out/bench.log"
 grep -E "^(FAILED|ERROR)|passed|failed|tests exit" "$out/tests.log" | cut -c1-300 | tail -40
 tail -8 "$out/sanitize.log"
+grep -E "^bf16|probe exit" "$out/probe.log"

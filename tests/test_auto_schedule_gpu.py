@@ -311,7 +311,7 @@ def test_elementwise_writes_four_floats_a_thread(shape, vector):
     """A float32 elementwise stage whose last axis is a multiple of 4 gives each thread 4
     consecutive outputs: one float4 load of each operand and one float4 store, under the
     condition (which threads have a vector) where the grid overhangs the data; otherwise
-    one output a thread. Checked on OpenCL (PoCL) against numpy."""
+    one output a thread. Checked on OpenCL (PoCL) and a CUDA GPU where there is one."""
     A = tdsl.placeholder(shape, name="A")
     B = tdsl.placeholder(shape, name="B")
     C = tdsl.compute(shape, lambda *i: A[i] * 2.0 + B[i], name="C")
@@ -322,11 +322,10 @@ def test_elementwise_writes_four_floats_a_thread(shape, vector):
     n = int(np.prod(shape))
     if vector == 4 and n % (4 * 128):
         assert f"< {n // 4})) {{" in src     # the overhanging threads skip their vector
-    if not _opencl_ok():
-        return
-    s = tdsl.auto_schedule(C, "opencl")
-    f = tdsl.build(s, [A, B, C], target="opencl")
     a, b = (np.random.default_rng(k).standard_normal(shape).astype(np.float32) for k in (1, 2))
-    c = np.full(shape, np.nan, np.float32)
-    f(a, b, c)
-    np.testing.assert_allclose(c, a * 2 + b, rtol=1e-6)
+    for target, ok in (("opencl", _opencl_ok()), ("cuda", tdsl.cuda(0).exist)):
+        if ok:
+            f = tdsl.build(tdsl.auto_schedule(C, target), [A, B, C], target=target)
+            c = np.full(shape, np.nan, np.float32)
+            f(a, b, c)
+            np.testing.assert_allclose(c, a * 2 + b, rtol=1e-6)

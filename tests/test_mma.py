@@ -75,14 +75,23 @@ def test_ptx_has_mma_sync_and_no_spills(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gemm_on_a_gpu(dtype):
     """The one check of the instructions' fragment layouts themselves (mma.sync, ldmatrix
-    and its .trans form): the default schedule, the auto-scheduler's 64 x 64 warp tiles, an
-    epilogue with A transposed, and B transposed."""
+    and its .trans form): the default schedule, the auto-scheduler's 64 x 64 warp tiles
+    (also in a 4-stage pipeline of dynamic shared memory, and as auto_schedule makes it),
+    an epilogue with A transposed, and B transposed."""
     if not tdsl.cuda(0).exist:
         pytest.skip("no CUDA GPU")
     s, args = mma_gemm.schedule(128, 128, 128, dtype)
     _check(tdsl.build(s, args, target="cuda"), 128, 128, 128, dtype)
     s, args = mma_gemm.schedule(256, 256, 128, dtype, warps=(2, 2), warp_tiles=(4, 8))
     _check(tdsl.build(s, args, target="cuda"), 256, 256, 128, dtype)
+    s, args = mma_gemm.schedule(256, 256, 352, dtype, warps=(2, 2), warp_tiles=(4, 8),
+                                stages=4)          # 11 k steps: a partial last turn
+    f = tdsl.build(s, args, target="cuda")
+    assert "extern __shared__" in f.get_source()
+    _check(f, 256, 256, 352, dtype)
+    A, B, C = mma_gemm.definition(512, 256, 256, dtype)
+    _check(tdsl.build(tdsl.auto_schedule(C, "cuda"), [A, B, C], target="cuda"), 512, 256, 256,
+           dtype)
     for a_t, b_t, epilogue in ((True, False, True), (False, True, False)):
         s, args = _product(128, 128, 64, dtype, a_t, b_t, epilogue, warp_tiles=(2, 4))
         _run_product(tdsl.build(s, args, target="cuda"), 128, 128, 64, dtype, a_t, b_t,
