@@ -3,7 +3,7 @@ emulated on the CPU) and compared with numpy; every 5th schedule also runs throu
 (where a device works) and its CUDA source compiles through NVRTC (where it is installed).
 
 Kernels: an elementwise kernel with a broadcast operand, a tiled matmul (random block and
-thread tiles, shared/local cache_read with cooperative fetches, double-buffered shared
+thread tiles, shared/local cache_read with cooperative fetches, double- or multi-buffered shared
 caches, virtual threads, cache_write "local", vectorized copies, unrolling; ragged shapes),
 a row reduction (cross-thread, with and without rfactor, several rows per block or a thread
 per row), a two-stage stencil (the first stage inlined, per thread, in shared memory filled
@@ -180,14 +180,17 @@ def _matmul(rnd):
         for iv in (ki, yc, xc):
             s[W].unroll(iv)
     double = rnd.random() < 0.4
+    stages = rnd.choice([2, 2, 3, 4]) if double else 0     # a pipeline of shared buffers
     for S_, L_ in caches:
         if S_ is not None:
             s[S_].compute_at(s[W], ko)
             _coop_fetch(rnd, s, S_, ty_n, tx_n)
             if rnd.random() < 0.3:  # rows padded against bank conflicts
                 s[S_].storage_align(S_.op.axis[0], rnd.choice([8, 32]), rnd.choice([1, 4]))
-            if double:
+            if stages == 2:
                 s[S_].double_buffer()
+            elif stages:
+                s[S_].multi_buffer(stages)
         if L_ is not None:
             s[L_].compute_at(s[W], ki)
             if rnd.random() < 0.3:

@@ -2,7 +2,7 @@
 (a reduction over (index, value) tuples) and a two-output elementwise compute, each built
 and compared with numpy. Shapes are ragged and sometimes symbolic, so guards, tails and
 bound inference are exercised together; the schedules draw on every CPU primitive,
-double_buffer, vthread and set_store_predicate included."""
+double_buffer, multi_buffer, vthread and set_store_predicate included."""
 import random
 
 import numpy as np
@@ -83,7 +83,11 @@ def _matmul(rnd):
         s[W].reorder(*s[W].leaf_iter_vars[:2], ko, ki)
         BB = s.cache_read(B, rnd.choice(["global", "local"]), [W])
         s[BB].compute_at(s[W], ko)
-        s[BB].double_buffer()
+        stages = rnd.choice([2, 2, 3])
+        if stages == 2:
+            s[BB].double_buffer()
+        else:
+            s[BB].multi_buffer(stages)
         if rnd.random() < 0.5:
             i0 = s[W].leaf_iter_vars[0]
             vo, vi = s[W].split(i0, nparts=rnd.choice([1, 2, 3]))
