@@ -16,9 +16,9 @@ statements that fill the pipelined buffers D and R the rest, with buffers D_0 ..
 
 The barrier publishes D_u (filled n - 1 iterations ago: every copy group but the n - 2
 newest has completed) and tells every thread that the previous iteration's reads of
-D_{u - 1} are done, so it can be refilled (on GPUs: a CPU function binds no threads and
-gets neither barriers nor commits): one barrier per iteration (`thread_sync` adds
-none to a statement that starts with one). A commit closes each iteration's group of
+D_{u - 1} are done, so it can be refilled: one barrier per iteration (`thread_sync` adds
+none to a statement that starts with one). A function that binds no GPU threads (the CPU)
+gets neither barriers nor commits. A commit closes each iteration's group of
 asynchronous copies (cp.async on CUDA sm_80+; elsewhere copies are synchronous and commit
 is nothing), empty or not, so the count is the same every iteration. Buffers are separate
 objects and the body is unrolled by n so each copy names its buffers statically:
@@ -147,8 +147,6 @@ def _groups_in_flight(stages):
 
 def inject_double_buffer(func: S.PrimFunc) -> S.PrimFunc:
     bufs = func.attrs.get("double_buffer") or {}
-    if not isinstance(bufs, dict):
-        bufs = {b: 2 for b in bufs}
     if not bufs:
         return func
     gpu = []
