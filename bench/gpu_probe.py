@@ -133,6 +133,7 @@ POLICIES = {
     "default": {},
     "thread_tile_8x8_block_8x16": {"THREAD_TILE": (8, 8), "BLOCK": (8, 16)},
     "long_k_4096": {"LONG_K": 4096},
+    "whole_warps": {"SPREAD": False},
 }
 
 

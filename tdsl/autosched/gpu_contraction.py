@@ -44,6 +44,10 @@ MIN_SPLIT = 32          # reduction steps a split-K partial sum gets at least
 # threads do 2 multiply-adds per shared-memory load, and a K of thousands (a 3x3 conv of
 # 512 channels as one GEMM) leaves each partial sum hundreds of steps.
 LONG_K = 2048
+# a short axis's tiles spread evenly over fewer threads (56 columns of 4: 14 threads); False
+# keeps a power of two (16, two idle), so blocks are whole warps. The H200's sweep hinted at
+# the latter for the 3x3 conv row (bench/gpu_probe.py policies "whole_warps" compares them)
+SPREAD = True
 
 
 def _fit(ext, threads, per):
@@ -58,6 +62,8 @@ def _fit(ext, threads, per):
         per //= 2
     while threads * per >= 2 * ext and threads > 1:
         threads //= 2
+    if not SPREAD:
+        return threads, per
     need = _ceil(ext, per)      # then the tiles spread evenly: 56 columns of 4 take 14
     return _ceil(need, _ceil(need, threads)), per   # threads, not 16 with two idle
 
