@@ -154,3 +154,52 @@ def test_two_threads_run_different_parallel_kernels():
             bad += not np.array_equal(b, refs[i])
         return bad
     assert _in_threads(2, work) == [0, 0]
+
+
+def test_outputs_are_lent_not_copied_and_never_overwritten_while_held():
+    """A run hands its output arrays to the caller. One the caller dropped is written again
+    in place by the next run (no copy, no fresh pages); one still held, or a view of it, is
+    left alone: the next run writes a new array. benchmark and profile, which run on the
+    default state, do not touch a held output either."""
+    exe = _mlp()
+    x1, x2 = np.ones((2, 16), np.float32), np.full((2, 16), -0.5, np.float32)
+    ref1, ref2 = exe(x1)[0].copy(), exe(x2)[0].copy()
+    assert not np.allclose(ref1, ref2)
+    addr = exe(x1)[0].ctypes.data            # dropped at once
+    assert exe(x1)[0].ctypes.data == addr    # the same array, written again
+    held = exe(x1)[0]
+    second = exe(x2)[0]
+    assert second.ctypes.data != held.ctypes.data
+    np.testing.assert_array_equal(held, ref1)
+    np.testing.assert_array_equal(second, ref2)
+    row = exe(x2)[0][0]                      # only a view of the output survives
+    exe(x1)
+    np.testing.assert_array_equal(row, ref2[0])
+    kept = exe(x2)[0]
+    exe.set_input("input", x1)
+    exe.benchmark(number=2, repeat=1)
+    exe.profile_text(number=1)
+    np.testing.assert_array_equal(kept, ref2)
+    assert exe._pool.made == 1
+
+
+def test_an_output_computed_through_a_view_is_lent_too():
+    """The output reshapes a matmul's result, which the matmul writes straight into the
+    output array (a view of it): held, the next run remakes that view on a new array."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 24)).astype(np.float32)
+    shape = numpy_helper.from_array(np.array([1, 4, 24], np.int64), "shape")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]),
+         helper.make_node("Reshape", ["y", "shape"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 24])],
+        [numpy_helper.from_array(w, "w"), shape])
+    exe = G.build(G.optimize(G.from_onnx(helper.make_model(g))), target="llvm")
+    assert exe._pool.default.lendable       # the view is no reason to copy
+    xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(3)]
+    outs = [exe(x)[0] for x in xs]
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out, (x @ w).reshape(1, 4, 24), rtol=1e-5, atol=1e-5)
+    assert len({o.ctypes.data for o in outs}) == 3

@@ -256,7 +256,9 @@ class Executor:
     def run(self, *args, output="numpy", **inputs):
         """Sets the inputs (positional in parameter order, or by name: numpy arrays, or
         `tdsl.nd` arrays, which on the executor's GPU are copied on the device), runs every
-        kernel, returns the outputs as a list of new arrays: numpy (`output="numpy"`), or
+        kernel, returns the outputs as a list of arrays the caller owns (no later run writes
+        them while they are referenced; on the host they are the arrays the kernels wrote,
+        not copies, see runstate.py): numpy (`output="numpy"`), or
         `tdsl.nd` arrays on the executor's device (`output="device"`: copied on the device,
         never to the host; each is a new allocation). An input named `output` is set
         positionally. Safe to call from several threads at once: each concurrent call runs
@@ -277,10 +279,10 @@ class Executor:
                 raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
             if state.launches is None:
                 _run_calls(state.calls)
-                # copies: the state goes back to the pool, and its buffers to the next run
                 if output == "device":
                     return [nd.array(o) for o in state.outputs]
-                return [o.copy() for o in state.outputs]
+                # the outputs themselves where the state can lend them (runstate.py)
+                return state.hand_out()
             seq = state.launches
             seq()
             if output == "device":

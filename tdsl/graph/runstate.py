@@ -6,9 +6,17 @@ pool that gives each concurrent run its own (`StatePool`).
 Kernels bind fixed arrays (Module.prepared), so two runs on one state would overwrite each
 other's inputs and intermediates; constants (packed weights) are read-only and shared by
 every state.
+
+A host run hands its output arrays to the caller rather than copies (a language model's
+logits are 26 MB: the copy and its fresh pages were 2 ms a run). The state lends them:
+when it is next taken, an output the caller still holds (any reference beyond the state's
+own) is replaced by a new array and the calls that write it (or a view into it) are bound
+again; one the caller dropped is written again in place. An output named twice, or that
+is an input or a constant, is copied as before.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Dict, List
 
@@ -18,14 +26,56 @@ from .ir import Const, Expr
 
 
 class RunState:
-    __slots__ = ("arena", "inputs", "outputs", "calls", "launches")
+    __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "lendable", "lent")
 
-    def __init__(self, arena, inputs, outputs, calls, launches=None):
+    def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, lendable=None):
         self.arena = arena
         self.inputs: Dict[str, np.ndarray] = inputs
         self.outputs: List[np.ndarray] = outputs
         self.calls: list = calls
         self.launches = launches      # GPU: every call joined into one LaunchSequence
+        self.mem = mem
+        # output index -> [(call index, module, argument arrays)] of the calls that bind it
+        self.lendable: Dict[int, list] = lendable or {}
+        self.lent: Dict[int, int] = {}    # output index -> its reference count when lent
+
+    def hand_out(self) -> List[np.ndarray]:
+        """The outputs for the caller: the lendable ones themselves, the others copied."""
+        for i in self.lendable:
+            self.lent[i] = self._holders(i)
+        return [o if i in self.lendable else o.copy() for i, o in enumerate(self.outputs)]
+
+    def _holders(self, i) -> int:
+        # counted the same way when lent and when reclaimed (no local name holds it)
+        return sys.getrefcount(self.outputs[i])
+
+    def reclaim(self):
+        """Before the state's kernels run again: a new array for every lent output the
+        caller still holds, with the calls that write it bound to that one."""
+        for i, refs in self.lent.items():
+            if self._holders(i) <= refs:
+                continue
+            old = self.outputs[i]
+            new = np.empty_like(old)
+            self.outputs[i] = new
+            rebound = []
+            for ci, module, args in self.lendable[i]:
+                args = [_same_view(a, old, new) for a in args]
+                self.calls[ci] = self.mem.bind(module, args)
+                rebound.append((ci, module, args))
+            self.lendable[i] = rebound
+        self.lent = {}
+
+
+def _same_view(a, old, new):
+    """`a` if it is not in array `old`'s memory, else the same view of array `new` (an
+    intermediate computed straight into the output, a part of a concatenated output)."""
+    if not (isinstance(a, np.ndarray) and np.may_share_memory(a, old)):
+        return a
+    if a is old:
+        return new
+    at = a.ctypes.data - old.ctypes.data
+    return new.reshape(-1).view(np.uint8)[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
 
 
 class HostMemory:
@@ -94,10 +144,23 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
             bufs[id(n)] = mem.view(own_buffer(owner), off, t)
         else:
             own_buffer(n)
-    calls = [mem.bind(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
+    bound = [(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
              for k, args, _ in steps]
+    calls = [mem.bind(module, args) for module, args in bound]
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
-    return RunState(mem.arena, inputs, outs, calls)
+    lendable = {}
+    if isinstance(mem, HostMemory):
+        for i, o in enumerate(fn.outputs):
+            buf = outs[i]
+            # an array of its own (not an input's, not a constant), named once; what else
+            # shares its memory is a view into it, remade on the new array when it is lent
+            if isinstance(o, Const) or any(buf is x for x in inputs.values()) or \
+                    sum(x is buf for x in outs) > 1:
+                continue
+            lendable[i] = [(ci, module, args) for ci, (module, args) in enumerate(bound)
+                           if any(isinstance(a, np.ndarray) and np.may_share_memory(a, buf)
+                                  for a in args)]
+    return RunState(mem.arena, inputs, outs, calls, mem=mem, lendable=lendable)
 
 
 class StatePool:
@@ -128,11 +191,15 @@ class StatePool:
                     self._default_back.wait_for(lambda: self._default_free)
                 finally:
                     self._waiting -= 1
+            state = None
             if self._default_free:
                 self._default_free = False
-                return self.default
-            if self._spare:
-                return self._spare.pop()
+                state = self.default
+            elif self._spare:
+                state = self._spare.pop()
+        if state is not None:
+            state.reclaim()       # outputs lent to an earlier caller who still holds them
+            return state
         state = self._make()      # outside the lock: other runs go on meanwhile
         with self._lock:
             self.made += 1
