@@ -12,6 +12,7 @@ from .ir import expr as E
 from .ir import stmt as S
 from .ir.expr import Range
 from .passes.double_buffer import inject_double_buffer
+from .passes.fuse_siblings import fuse_sibling_loops
 from .passes.intrin_rules import lower_intrinsics
 from .passes.legalize_bf16 import legalize_bf16
 from .passes.loop_partition import loop_partition
@@ -27,6 +28,7 @@ from .te.tensor import PlaceholderOp, Tensor
 
 PASSES = [
     ("inject_double_buffer", inject_double_buffer),
+    ("fuse_sibling_loops", fuse_sibling_loops),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("lower_mma_fragments", lower_mma_fragments),

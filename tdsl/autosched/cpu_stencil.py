@@ -21,6 +21,10 @@ derives it), so it is produced and consumed while in cache. The owner:
 - vectorizes the column loop, and each member's.
 A stage read at one index only (a product, a sharpen step) stays inlined.
 
+Members computed at one tile over the same region (Harris's Ix and Iy) are marked to be
+fused into one loop nest (`passes/fuse_siblings.py`, Halide's `compute_with`): the input
+taps they share are loaded once.
+
 Sliding windows (storage folding across rows, each row of a member computed once) were
 not adopted: with tiles of tens of rows the halo's recomputation is a few percent."""
 from __future__ import annotations
@@ -236,3 +240,12 @@ class StencilRules(CPUBase):
             # consumer's unshifted tap is an aligned load
             ms.storage_align(maxes[-2], mlanes, 0)
             self.vector_split(m, maxes[-1], None, m.op.output(0).dtype)
+            if len(members) > 1:
+                # members over the same region at one place: one loop computes them all,
+                # loading the inputs they share once (passes/fuse_siblings.py)
+                ms.pragma(maxes[0], "fuse_siblings")
+        if len(members) > 1:
+            self.rec.add(owner, "fuse siblings", "pragma(fuse_siblings) on every member",
+                         "members over the same region are computed in one loop nest where "
+                         "they do not depend on each other: the inputs they share are loaded "
+                         "once")
