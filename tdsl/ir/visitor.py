@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from .expr import Expr, Var
-from .stmt import Stmt, Buffer
+from .expr import BufferLoad, Expr, Var
+from .stmt import Buffer, BufferStore, Stmt
 
 
 @lru_cache(maxsize=None)
@@ -100,3 +100,16 @@ def free_vars(node):
 
 def uses_var(node, var) -> bool:
     return var in free_vars(node)
+
+
+def buffers_accessed(node):
+    """(buffers read, buffers written) by the loads and stores under `node`."""
+    reads, writes = set(), set()
+
+    def f(n):
+        if isinstance(n, BufferLoad):
+            reads.add(n.buffer)
+        elif isinstance(n, BufferStore):
+            writes.add(n.buffer)
+    walk(node, f)
+    return reads, writes

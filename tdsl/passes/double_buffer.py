@@ -31,19 +31,7 @@ from __future__ import annotations
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, substitute, walk
-
-
-def _reads_writes(stmt):
-    reads, writes = set(), set()
-
-    def f(n):
-        if isinstance(n, E.BufferLoad):
-            reads.add(n.buffer)
-        elif isinstance(n, S.BufferStore):
-            writes.add(n.buffer)
-    walk(stmt, f)
-    return reads, writes
+from ..ir.visitor import Mutator, buffers_accessed, substitute, walk
 
 
 class _Rename(Mutator):
@@ -82,9 +70,9 @@ class _DoubleBuffer(Mutator):
         fills, rest = [], []
         names = ", ".join(b.name for b in db)
         for x in stmts:
-            r, w = _reads_writes(x)
+            r, w = buffers_accessed(x)
             if w & dbset:
-                if r & dbset or any(_reads_writes(y)[0] & dbset for y in rest):
+                if r & dbset or any(buffers_accessed(y)[0] & dbset for y in rest):
                     raise ScheduleError(f"double_buffer: {names} must be filled before loop "
                                         f"'{f.var.name}' reads it; it is read in the middle of "
                                         "its fill")
@@ -92,8 +80,8 @@ class _DoubleBuffer(Mutator):
             else:
                 rest.append(x)
         fill, use = S.seq(*fills), S.seq(*rest)
-        r_fill, _ = _reads_writes(fill)
-        _, w_use = _reads_writes(use)
+        r_fill, _ = buffers_accessed(fill)
+        _, w_use = buffers_accessed(use)
         clash = [b.name for b in r_fill & w_use]
         if clash:
             raise ScheduleError(f"double_buffer: {names} read(s) {', '.join(clash)}, which loop "

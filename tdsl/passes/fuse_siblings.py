@@ -17,23 +17,10 @@ the loops as the schedule made them.
 from __future__ import annotations
 
 from .. import arith
-from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, substitute, walk
+from ..ir.visitor import Mutator, buffers_accessed, substitute
 
 PRAGMA = "fuse_siblings"
-
-
-def _accesses(stmt):
-    reads, writes = set(), set()
-
-    def f(n):
-        if isinstance(n, E.BufferLoad):
-            reads.add(n.buffer)
-        elif isinstance(n, S.BufferStore):
-            writes.add(n.buffer)
-    walk(stmt, f)
-    return reads, writes
 
 
 def _same_range(a, b) -> bool:
@@ -43,8 +30,8 @@ def _same_range(a, b) -> bool:
 
 
 def _independent(a, b) -> bool:
-    ra, wa = _accesses(a)
-    rb, wb = _accesses(b)
+    ra, wa = buffers_accessed(a)
+    rb, wb = buffers_accessed(b)
     return not (wa & (rb | wb)) and not (wb & ra)
 
 
