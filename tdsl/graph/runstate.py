@@ -60,22 +60,18 @@ class RunState:
             self.outputs[i] = new
             rebound = []
             for ci, module, args in self.lendable[i]:
-                args = [_same_view(a, old, new) for a in args]
+                args = [self._same_view(a, old, new) for a in args]
                 self.calls[ci] = self.mem.bind(module, args)
                 rebound.append((ci, module, args))
             self.lendable[i] = rebound
         self.lent = {}
 
-
-def _same_view(a, old, new):
-    """`a` if it is not in array `old`'s memory, else the same view of array `new` (an
-    intermediate computed straight into the output, a part of a concatenated output)."""
-    if not (isinstance(a, np.ndarray) and np.may_share_memory(a, old)):
-        return a
-    if a is old:
-        return new
-    at = a.ctypes.data - old.ctypes.data
-    return new.reshape(-1).view(np.uint8)[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
+    def _same_view(self, a, old, new):
+        """`a` if it is not in array `old`'s memory, else the same view of array `new` (an
+        intermediate computed straight into the output, a part of a concatenated output)."""
+        if not (isinstance(a, np.ndarray) and np.may_share_memory(a, old)):
+            return a
+        return new if a is old else self.mem.view(new, a.ctypes.data - old.ctypes.data, a)
 
 
 class HostMemory:
@@ -152,10 +148,10 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
     if isinstance(mem, HostMemory):
         for i, o in enumerate(fn.outputs):
             buf = outs[i]
-            # an array of its own (not an input's, not a constant), named once; what else
-            # shares its memory is a view into it, remade on the new array when it is lent
-            if isinstance(o, Const) or any(buf is x for x in inputs.values()) or \
-                    sum(x is buf for x in outs) > 1:
+            # an array of its own (not an input's, a constant or a view), named once; what
+            # else shares its memory is a view into it, remade on the new array when lent
+            if isinstance(o, Const) or buf.base is not None or \
+                    any(buf is x for x in inputs.values()) or sum(x is buf for x in outs) > 1:
                 continue
             lendable[i] = [(ci, module, args) for ci, (module, args) in enumerate(bound)
                            if any(isinstance(a, np.ndarray) and np.may_share_memory(a, buf)

@@ -153,7 +153,7 @@ class Kernel:
         out, at = [], 0
         for b in self.shared:
             out.append((b, at))
-            at += -(-_nbytes(b) // 16) * 16
+            at += _shared_size(b)
         return out
 
     @property
@@ -308,9 +308,14 @@ def _widen_thread_loops(nest, loops, whole):
     return out
 
 
+def _shared_size(buf):
+    """A shared buffer's bytes, rounded up to the 16-byte alignment every one gets."""
+    return -(-_nbytes(buf) // 16) * 16
+
+
 def check_shared(name, shared, limit):
     """Raises when kernel `name`'s shared buffers take more than `limit` bytes."""
-    total = sum(_nbytes(b) for b in shared)
+    total = sum(_shared_size(b) for b in shared)
     if total > limit:
         parts = ", ".join(f"'{b.name}' {_nbytes(b)} B" for b in shared)
         raise BuildError(f"kernel {name}: shared memory of {total} bytes ({parts}) exceeds "
@@ -365,7 +370,7 @@ def _make_kernel(func, nest, name, host_buffers, stages):
         if _nbytes(b) is None:
             raise BuildError(f"kernel {name}: shared buffer '{b.name}' has the non-constant "
                              f"size {list(b.shape)}; shared memory needs constant sizes")
-    total = sum(-(-_nbytes(b) // 16) * 16 for b in shared)     # each 16-byte aligned
+    total = sum(_shared_size(b) for b in shared)
     check_shared(name, shared, max(a.max_shared_per_block for a in ARCHS.values()))
     # parameters: function params and host buffers that the kernel uses, in order
     used_bufs = set()

@@ -329,27 +329,20 @@ class Signature:
 
     def _prepare_exact(self, args):
         """`prepare` for numpy arrays of exactly the parameters' dtypes and shapes,
-        C-contiguous, aligned, writeable where written and not overlapping a written one
-        (a small kernel's call was ~10 us of checks); None for anything else, which the
-        full checks then take (and explain)."""
+        C-contiguous, aligned and writeable where written (a small kernel's call was ~10 us
+        of checks), overlaps checked as always; None for anything else, which the full
+        checks then take (and explain)."""
         exact = self.exact
         if len(args) != len(exact):
             return None
-        ptrs, spans = [], []
         for a, (dtype, shape, written) in zip(args, exact):
             if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
                 return None
             flags = a.flags
             if not (flags.c_contiguous and flags.aligned) or (written and not flags.writeable):
                 return None
-            start = _address(a)
-            ptrs.append(start)
-            spans.append((start, start + a.nbytes, written))
-        for x, (s0, e0, w0) in enumerate(spans):
-            for s1, e1, w1 in spans[x + 1:]:
-                if (w0 or w1) and s0 < e1 and s1 < e0:
-                    return None
-        return ptrs, list(args), [], []
+        arrays = list(args)
+        return self.check_overlap(arrays), arrays, [], []
 
     def _check_size_value(self, j, value, from_arg):
         p = self.params[j]
