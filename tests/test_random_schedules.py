@@ -2,7 +2,7 @@
 (a reduction over (index, value) tuples) and a two-output elementwise compute, each built
 and compared with numpy. Shapes are ragged and sometimes symbolic, so guards, tails and
 bound inference are exercised together; the schedules draw on every CPU primitive,
-double_buffer, multi_buffer, vthread and set_store_predicate included."""
+double_buffer, multi_buffer, prefetch, vthread and set_store_predicate included."""
 import random
 
 import numpy as np
@@ -121,6 +121,14 @@ def _stencil(rnd):
         _random_loops(rnd, s, Bt, allow_parallel=(where == "root"), max_ops=2)
         if rnd.random() < 0.3:      # padded rows
             s[Bt].storage_align(Bt.op.axis[0], rnd.choice([4, 16]), rnd.choice([0, 1, 3]))
+    if rnd.random() < 0.4:      # what a stage reads from memory, fetched iterations ahead
+        reader, what = (C, A) if where == "inline" else \
+            rnd.choice([(Bt, A)] + ([(C, Bt)] if where == "root" else []))
+        loops = [iv for iv in s[reader].leaf_iter_vars
+                 if getattr(s[reader].iter_var_attrs.get(iv), "kind", None) is None
+                 or s[reader].iter_var_attrs[iv].kind.value in ("serial", "parallel", "unrolled")]
+        if loops:
+            s[reader].prefetch(what, rnd.choice(loops), rnd.choice([1, 2, 5]))
     a = np.random.rand(H, W).astype("float32")
 
     def ref(a):

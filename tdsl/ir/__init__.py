@@ -2,7 +2,7 @@
 from .expr import *  # noqa: F401,F403
 from .expr import Range, Expr, Var, IntImm, FloatImm
 from .stmt import (Buffer, Stmt, For, ForKind, LetStmt, IfThenElse, BufferStore, Allocate,
-                   SeqStmt, Evaluate, Barrier, AsyncCommit, ExternCall, PrimFunc, seq)
+                   SeqStmt, Evaluate, Barrier, AsyncCommit, Prefetch, ExternCall, PrimFunc, seq)
 from .visitor import Mutator, walk, substitute, free_vars
 from . import printer as _printer
 

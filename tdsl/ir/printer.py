@@ -149,6 +149,10 @@ class Printer:
             out.append(f"{pad}barrier(\"{s.scope}\"{wait})")
         elif t is S.AsyncCommit:
             out.append(f"{pad}async_commit()")
+        elif t is S.Prefetch:
+            idx = ", ".join(self.expr(i) for i in s.indices)
+            out.append(f"{pad}prefetch({self.name(s.buffer, s.buffer.name)}[{idx}], "
+                       f"{self.expr(s.extent)})")
         elif t is S.ExternCall:
             args = "".join(", " + (self.name(a, a.name) if isinstance(a, S.Buffer) else self.expr(a))
                            for a in s.args)

@@ -110,6 +110,16 @@ class AsyncCommit(Stmt):
 
 
 @_node
+class Prefetch(Stmt):
+    """A hint: the `extent` consecutive elements of `buffer` from `indices` on will be read
+    soon, so their cache lines are fetched now (`Stage.prefetch`). It changes no value;
+    the elements are inside the buffer (lowering clips the region to it)."""
+    buffer: Buffer
+    indices: Tuple[Expr, ...]
+    extent: Expr
+
+
+@_node
 class ExternCall(Stmt):
     """A call of the function registered as `name` (`tdsl.register_func`) on whole buffers
     and scalars: the body of a `tdsl.extern` stage. `shapes` holds each buffer argument's

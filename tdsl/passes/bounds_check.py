@@ -39,7 +39,7 @@ class Check:
     """What one check id guards, for the host's error message."""
     kernel: str
     buffer: str
-    access: str  # "load" or "store"
+    access: str  # "load", "store" or "prefetch"
 
 
 def _extent(buf):
@@ -142,6 +142,20 @@ class _Checker(Mutator):
     def visit_Evaluate(self, s):
         new, pre = self._exprs(s, ("value",))
         return S.seq(*pre, new)
+
+    def visit_Prefetch(self, s):
+        """Its first and last element inside the buffer, when it names any."""
+        saved, self.pending = self.pending, []
+        new = S.Prefetch(s.buffer, tuple(self.visit(i) for i in s.indices), self.visit(s.extent))
+        pre, self.pending = self.pending, saved
+        first = new.indices[0]
+        last = arith.simplify(first + new.extent - 1)
+        if not (self._needs_check(s.buffer, first) or self._needs_check(s.buffer, last)):
+            return S.seq(*pre, new)
+        ext = self.known[s.buffer]
+        ok = E.logical_or(new.extent <= E.const(0, new.extent.dtype), E.logical_and(
+            _in_bounds(first, ext), _in_bounds(last, ext)))
+        return S.seq(*pre, S.IfThenElse(ok, new, self._report(s.buffer, "prefetch", first)))
 
     def visit_LetStmt(self, s):
         value, pre = self._exprs(s, ("value",))

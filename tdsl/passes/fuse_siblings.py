@@ -44,9 +44,31 @@ def _fuse(a, b):
 def _zip(x, y):
     xs = list(x.stmts) if isinstance(x, S.SeqStmt) else [x]
     ys = list(y.stmts) if isinstance(y, S.SeqStmt) else [y]
+    # prefetches (loops of them) lead a body and change no value: both bodies' go first,
+    # a region both ask for once, and the rest is zipped
+    fx, xs = _leading_prefetches(xs)
+    fy, ys = _leading_prefetches(ys)
+    fetches = fx + [f for f in fy if not any(_same_text(f, g) for g in fx)]
     if len(xs) == len(ys) and all(_same_range(p, q) for p, q in zip(xs, ys)):
-        return S.seq(*[_fuse(p, q) for p, q in zip(xs, ys)])
-    return S.seq(x, y)
+        return S.seq(*fetches, *[_fuse(p, q) for p, q in zip(xs, ys)])
+    return S.seq(*fetches, *xs, *ys) if fetches else S.seq(x, y)
+
+
+def _is_prefetch(s) -> bool:
+    while isinstance(s, S.For):
+        s = s.body
+    return isinstance(s, S.Prefetch)
+
+
+def _leading_prefetches(stmts):
+    k = 0
+    while k < len(stmts) and _is_prefetch(stmts[k]):
+        k += 1
+    return stmts[:k], stmts[k:]
+
+
+def _same_text(a, b) -> bool:
+    return str(a) == str(b)
 
 
 def _marked(s) -> bool:

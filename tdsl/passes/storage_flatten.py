@@ -47,6 +47,10 @@ class _Flatten(Mutator):
         new, idx = self._index(s.buffer, s.indices)
         return S.BufferStore(new, self.visit(s.value), idx)
 
+    def visit_Prefetch(self, s):
+        new, idx = self._index(s.buffer, s.indices)
+        return S.Prefetch(new, idx, self.visit(s.extent))
+
     def visit_ExternCall(self, s):
         args = tuple(self._info(a)[0] if isinstance(a, S.Buffer) else self.visit(a)
                      for a in s.args)

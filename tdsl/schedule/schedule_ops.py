@@ -32,6 +32,7 @@ from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import tensorize_update
 from .cross_thread import cross_thread_reduce
 from .scan_gpu import scan_kernel
+from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
@@ -158,6 +159,7 @@ class ScheduleLowering:
         for st in self.sched.stages:
             if isinstance(st.op, PlaceholderOp):
                 continue
+            check_prefetch_axes(st)
             if st.store_predicate is not None and st.attach_type == "inline":
                 raise ScheduleError(f"set_store_predicate: stage '{st.name}' is inlined: it "
                                     "stores nothing for the predicate to guard")
@@ -267,6 +269,7 @@ class ScheduleLowering:
                     body = S.seq(*nests, body)
                     for a in reversed(attached if iv not in self.provided else ()):
                         body = self._allocate(a, body)
+                body = S.seq(*prefetch_stmts(self, st, iv), body)
             if iv in self.provided:     # its loop is open already (a scan's grid loops)
                 v = self.provided[iv]
                 body = body if v is iv.var else substitute(body, {iv.var: v})

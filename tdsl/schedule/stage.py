@@ -19,6 +19,7 @@ class IterAttr:
     thread: Optional[IterVar] = None
     pragmas: List[Tuple[str, Any]] = field(default_factory=list)
     tensor_intrin: Any = None       # te.tensor_intrin.TensorIntrin replacing the loops from here
+    prefetches: List[Tuple[Tensor, int]] = field(default_factory=list)   # (tensor, offset)
 
 
 def _fmt_axis(iv):
@@ -222,6 +223,27 @@ class Stage:
                               f"{value!r}")
         self._attr(iv).pragmas.append((key, value))
         self._log(f"pragma({iv.var.name}, {key!r}, {value!r})")
+
+    def prefetch(self, tensor, iv, offset=1):
+        """At the top of each iteration of loop `iv`, fetches into the cache the part of
+        `tensor` that iteration `iv + offset` reads and iteration `iv + offset - 1` did not
+        (TVM's `prefetch`, Halide's `Func::prefetch`): where the region slides along one
+        dimension (the rows of a stencil's input), only the rows coming into it. The
+        region is clipped to the tensor; it changes no value, only when memory is read."""
+        self._check_leaf("prefetch", iv)
+        if not isinstance(tensor, Tensor):
+            raise self._error("prefetch", f"expected a tensor this stage reads, got {tensor!r}")
+        if tensor.op not in self.schedule.stage_map:
+            raise self._error("prefetch", f"'{tensor.name}' is not part of this schedule")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+            raise self._error("prefetch", f"offset must be a number of iterations >= 1, got "
+                              f"{offset!r}")
+        attr = self._attr(iv)
+        if attr.kind is ForKind.VECTORIZED or attr.thread is not None:
+            raise self._error("prefetch", f"axis '{iv.var.name}' is {attr.kind.value}; "
+                              "prefetch at a serial or parallel loop around it")
+        attr.prefetches.append((tensor, offset))
+        self._log(f"prefetch({tensor.name}, {iv.var.name}, {offset})")
 
     def tensorize(self, iv, intrin):
         """Replaces the loops from `iv` inward by one call of tensor intrinsic `intrin`

@@ -68,6 +68,11 @@ class FunctionEmitter(ExprEmitter):
     def s_AsyncCommit(self, s):
         pass  # copies are synchronous on the CPU
 
+    def s_Prefetch(self, s):
+        if self.vec is not None:
+            raise InternalError("a prefetch inside a vectorized body reached the emitter")
+        memory.prefetch(self, s)
+
     def s_ExternCall(self, s):
         externs.emit_call(self, s)
 
@@ -231,5 +236,6 @@ class FunctionEmitter(ExprEmitter):
 
 
 _STMT_DISPATCH = {cls: getattr(FunctionEmitter, "s_" + cls.__name__)
-                  for cls in (S.SeqStmt, S.Evaluate, S.Barrier, S.AsyncCommit, S.LetStmt, S.IfThenElse,
-                              S.BufferStore, S.Allocate, S.For, S.ExternCall)}
+                  for cls in (S.SeqStmt, S.Evaluate, S.Barrier, S.AsyncCommit, S.Prefetch,
+                              S.LetStmt, S.IfThenElse, S.BufferStore, S.Allocate, S.For,
+                              S.ExternCall)}

@@ -98,6 +98,11 @@ def collect_refs(stmt, vars_: dict, bufs: dict):
             ex(s.value)
             for i in s.indices:
                 ex(i)
+        elif isinstance(s, S.Prefetch):
+            bufs[s.buffer] = None
+            ex(s.extent)
+            for i in s.indices:
+                ex(i)
         elif isinstance(s, S.Allocate):
             for d in s.buffer.shape:
                 ex(d)

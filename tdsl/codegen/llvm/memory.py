@@ -322,3 +322,32 @@ def _restore_buf(em, buf, saved):
         em.bufs.pop(buf, None)
     else:
         em.bufs[buf] = saved
+
+
+LINE_BYTES = 64     # the cache line of the CPUs tdsl targets (x86-64, most AArch64)
+
+
+def prefetch(em, s):
+    """One `llvm.prefetch` (for reading, kept in all levels) per cache line of the run of
+    `s.extent` elements from `s.indices`: a loop over the line addresses."""
+    b = em.builder
+    n = em.to_i64(em.expr(s.extent), s.extent.dtype)
+    size = ir.Constant(I64, max(1, dt.bits(s.buffer.dtype) // 8))
+    start = b.ptrtoint(elem_ptr(em, s.buffer, em.index(flat_index(s, s.indices))), I64)
+    mask = ir.Constant(I64, -LINE_BYTES)
+    first = b.and_(start, mask)
+    last = b.and_(b.sub(b.add(start, b.mul(n, size)), ir.Constant(I64, 1)), mask)
+    fn = em.mb.declare("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    pre = b.block
+    body = em.new_block("prefetch")
+    done = em.new_block("prefetch.end")
+    b.cbranch(b.icmp_signed(">", n, ir.Constant(I64, 0)), body, done)
+    b.position_at_end(body)
+    line = b.phi(I64)
+    line.add_incoming(first, pre)
+    b.call(fn, [b.inttoptr(line, PTR), ir.Constant(I32, 0), ir.Constant(I32, 3),
+                ir.Constant(I32, 1)])
+    nxt = b.add(line, ir.Constant(I64, LINE_BYTES))
+    line.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_unsigned("<=", nxt, last), body, done)
+    b.position_at_end(done)

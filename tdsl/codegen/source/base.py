@@ -83,6 +83,16 @@ class CFamilyPrinter(CExprPrinter):
         if text:
             self.emit(text)
 
+    def s_Prefetch(self, s):
+        text = self.prefetch_text(s)
+        if text:
+            self.emit(text)
+
+    def prefetch_text(self, s):
+        """The code fetching the run a `Prefetch` names, or None where the target has no
+        use for the hint (GPU buffers are not cached the way a CPU's are)."""
+        return None
+
     def async_commit(self):
         """The statement closing a group of `async_copy`s, or None where copies are
         synchronous."""
