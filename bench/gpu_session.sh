@@ -2,11 +2,12 @@
 # Everything a short lease on a CUDA machine should check, in one command: the GPU suite
 # (bench/gpu.py, with its rel-err column), the tests that launch CUDA kernels, and
 # compute-sanitizer's memcheck over the runtime, graph-executor and tensor-core tests, and
-# the sweep of the bf16 GEMM's shared stages (bench/gpu_probe.py bf16). Each part has its
+# the sweep of the bf16 GEMM's shared stages (bench/gpu_probe.py bf16), and on sm_90 the
+# hand-written wgmma GEMM (bench/wgmma_probe.py). Each part has its
 # own time limit so a hang in one still leaves the others' logs, written to $OUT (or
 # ./gpu-logs); a summary is printed last.
 #
-#     bash bench/gpu_session.sh    # BENCH_S, TESTS_S, SAN_S, PROBE_S override the limits
+#     bash bench/gpu_session.sh    # BENCH_S, TESTS_S, SAN_S, PROBE_S, WGMMA_S override the limits
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -41,8 +42,13 @@ echo "sanitize exit $?" >>"$out/sanitize.log"
 timeout "${PROBE_S:-120}" python3 bench/gpu_probe.py bf16 >"$out/probe.log" 2>&1
 echo "probe exit $?" >>"$out/probe.log"
 
+# sm_90 only: the hand-written wgmma GEMM (its layouts checked against torch, its speed)
+timeout "${WGMMA_S:-60}" python3 bench/wgmma_probe.py >"$out/wgmma.log" 2>&1
+echo "wgmma exit $?" >>"$out/wgmma.log"
+
 cat "$out/smi.txt"
 grep -E "^(device|row |sgemm|gemm|bf16|conv|softmax|add|resnet|mobilenet|bench exit)|FAILED|CUDA graph" "$out/bench.log"
 grep -E "^(FAILED|ERROR)|passed|failed|tests exit" "$out/tests.log" | cut -c1-300 | tail -40
 tail -8 "$out/sanitize.log"
 grep -E "^bf16|probe exit" "$out/probe.log"
+grep -E "^(torch|wgmma)" "$out/wgmma.log"

@@ -181,3 +181,21 @@ def test_standalone_ptxas_agrees_with_nvrtc():
     b = mod.resources(tool="ptxas")
     assert [(r.registers, r.spill_bytes, r.shared_bytes) for r in a] == \
         [(r.registers, r.spill_bytes, r.shared_bytes) for r in b]
+
+
+def test_the_wgmma_probe_compiles_for_sm_90a_without_spills():
+    """bench/wgmma_probe.py, run on the next lent Hopper GPU, must build there: every
+    variant's PTX has its four k16 warpgroup MMAs a k tile and ptxas keeps it in registers."""
+    _tool_or_skip()
+    import os
+    import sys
+    from tdsl.runtime import cuda
+    if not cuda.have_nvrtc():
+        pytest.skip("the probe compiles through NVRTC")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import wgmma_probe
+    for v in wgmma_probe.VARIANTS:
+        n, r = wgmma_probe.compile_report(v)
+        assert n == 4, v
+        assert r["spill_store_bytes"] == 0 and r["registers"] <= 255, (v, r)
+        assert wgmma_probe.smem_bytes(*v[:3]) <= 227 * 1024, v
