@@ -19,6 +19,9 @@ layouts:
   (8 KiB), row k of a block at k * 128, chunk c at (c ^ (k % 8)) * 16; descriptor: start +
   16 rows (2048 bytes) per k16 slice, leading byte offset (next 64 columns) 8192, stride
   byte offset (next 8 k-rows) 1024.
+The "inter" variants use the unswizzled canonical layouts instead, core matrices of 8 rows
+x 16 bytes stored as 128 contiguous bytes: blocked layouts, the kind `transform_layout`
+already makes, so the ones a first tdsl intrinsic could use.
 Shared memory written by cp.async (the generic proxy) is fenced (`fence.proxy.async`)
 before the warpgroup MMAs (the async proxy) read it. WAIT = 0 waits for each k tile's MMAs
 before the next barrier; WAIT = 1 keeps one tile's MMAs in flight, the copies then running
@@ -40,9 +43,9 @@ static __device__ __forceinline__ u32 smem_u32(const void *p) {
 static __device__ __forceinline__ void cp_async16(u32 dst, const void *src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
 }
-static __device__ __forceinline__ u64 sw128_desc(u32 addr, u32 lbo, u32 sbo) {
+static __device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo, u32 mode) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) |
-         ((u64)(sbo >> 4) << 32) | ((u64)1 << 62);
+         ((u64)(sbo >> 4) << 32) | ((u64)mode << 62);
 }
 """
 
@@ -57,9 +60,27 @@ def wgmma_asm(bn):
             f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"(da), "l"(db), "r"(scale_d));')
 
 
-def kernel_source(bm=128, bn=256, stages=3, wait=0):
+# where the 16-byte chunk c (8 elements along the contiguous axis) of row r (of an A tile,
+# or k-row r of a 64-column block of B) goes, and the descriptors' (start offset per k16
+# slice, leading byte offset, stride byte offset, mode) for A and for B
+LAYOUTS = {
+    "sw128": dict(a_chunk="row * 128 + ((c ^ (row & 7)) << 4)",
+                  b_chunk="nb * 8192 + k * 128 + ((c ^ (k & 7)) << 4)",
+                  a_desc=("s * 32", 16, 1024, 1), b_desc=("s * 2048", 8192, 1024, 1)),
+    # core matrices of 8 rows x 16 bytes, 128 contiguous bytes each: A [BM/8][8][8][8]
+    # (row group, k chunk, row, element); B [64/8][BN/8][8][8] (k group, n chunk, k, element)
+    "inter": dict(a_chunk="((row >> 3) * 8 + c) * 128 + (row & 7) * 16",
+                  b_chunk="((k >> 3) * (BN / 8) + cn) * 128 + (k & 7) * 16",
+                  a_desc=("s * 256", 128, 1024, 0), b_desc=("s * 2 * (BN / 8) * 128",
+                                                           "(BN / 8) * 128", 128, 0)),
+}
+
+
+def kernel_source(bm=128, bn=256, stages=3, wait=0, layout="sw128"):
     assert bm == 128 and bn in (64, 128, 256) and stages >= 2 and wait in (0, 1)
     assert stages >= 2 + wait
+    lay = LAYOUTS[layout]
+    (ao, albo, asbo, am), (bo, blbo, bsbo, bmode) = lay["a_desc"], lay["b_desc"]
     a_bytes, b_bytes = bm * 128, 64 * bn * 2
     ahead = stages - 1 - wait
     return HEADER + f"""
@@ -80,13 +101,12 @@ static __device__ __forceinline__ void load_tile(u32 st, const __nv_bfloat16 *A,
   #pragma unroll
   for (int i = 0; i < BM * 8 / 256; ++i) {{          // A: BM rows of 8 16-byte chunks
     const int q = tid + i * 256, row = q >> 3, c = q & 7;
-    cp_async16(st + row * 128 + ((c ^ (row & 7)) << 4), A + (size_t)(m0 + row) * K + k0 + c * 8);
+    cp_async16(st + {lay["a_chunk"]}, A + (size_t)(m0 + row) * K + k0 + c * 8);
   }}
   #pragma unroll
   for (int i = 0; i < 64 * (BN / 8) / 256; ++i) {{   // B: 64 k-rows of BN / 8 chunks
     const int q = tid + i * 256, k = q / (BN / 8), cn = q % (BN / 8), nb = cn >> 3, c = cn & 7;
-    cp_async16(st + A_BYTES + nb * 8192 + k * 128 + ((c ^ (k & 7)) << 4),
-               B + (size_t)(k0 + k) * N + n0 + cn * 8);
+    cp_async16(st + A_BYTES + {lay["b_chunk"]}, B + (size_t)(k0 + k) * N + n0 + cn * 8);
   }}
 }}
 
@@ -117,8 +137,8 @@ extern "C" __global__ void __launch_bounds__(256) wgmma_gemm(const __nv_bfloat16
     asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");
     #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {{
-      const u64 da = sw128_desc(st + wg * 64 * 128 + s * 32, 16, 1024);
-      const u64 db = sw128_desc(st + A_BYTES + s * 2048, 8192, 1024);
+      const u64 da = smem_desc(st + wg * 64 * 128 + {ao}, {albo}, {asbo}, {am});
+      const u64 db = smem_desc(st + A_BYTES + {bo}, {blbo}, {bsbo}, {bmode});
       mma_k16(d, da, db, 1);
     }}
     asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");
@@ -141,8 +161,9 @@ def smem_bytes(bm, bn, stages):
     return stages * (bm * 128 + 64 * bn * 2) + 1024
 
 
-VARIANTS = [(128, 256, 3, 0), (128, 256, 4, 1), (128, 128, 4, 0), (128, 128, 5, 1),
-            (128, 256, 4, 0)]
+# (BM, BN, stages, wait, layout)
+VARIANTS = [(128, 256, 3, 0, "sw128"), (128, 256, 4, 1, "sw128"), (128, 128, 4, 0, "sw128"),
+            (128, 128, 5, 1, "sw128"), (128, 256, 3, 0, "inter"), (128, 128, 4, 0, "inter")]
 
 
 def compile_report(v):
@@ -160,7 +181,8 @@ def compile_report(v):
 def ptx_report():
     for v in VARIANTS:
         n, r = compile_report(v)
-        print(f"BM x BN {v[0]} x {v[1]}, {v[2]} stages, wait {v[3]}: {n} wgmma in the PTX, "
+        print(f"BM x BN {v[0]} x {v[1]}, {v[2]} stages, wait {v[3]}, {v[4]}: "
+              f"{n} wgmma in the PTX, "
               f"{r['registers']} registers, {r['spill_store_bytes']} bytes spilled, "
               f"{smem_bytes(*v[:3])} bytes of shared memory")
 
@@ -189,7 +211,7 @@ def run_on_gpu(n):
     t_torch = timed(lambda: a @ b)
     print(f"torch.matmul bf16 {n}: {flop / t_torch / 1e12:.0f} TFLOP/s")
     for v in VARIANTS:
-        bm, bn, stages, wait = v
+        bm, bn, stages, wait, layout = v
         try:
             mod = cp.RawModule(code=kernel_source(*v), options=("-arch=sm_90a", "--std=c++17"),
                                name_expressions=None)
@@ -206,11 +228,11 @@ def run_on_gpu(n):
             got = torch.as_tensor(c, device="cuda")
             err = ((got - ref).abs().max() / ref.abs().max()).item()
             t = timed(launch)
-            print(f"wgmma {bm}x{bn} stages {stages} wait {wait}: rel err {err:.1e}, "
+            print(f"wgmma {bm}x{bn} {layout} stages {stages} wait {wait}: rel err {err:.1e}, "
                   f"{flop / t / 1e12:.0f} TFLOP/s, {t_torch / t:.2f}x torch")
         except Exception as e:   # one variant failing leaves the others' rows
-            print(f"wgmma {bm}x{bn} stages {stages} wait {wait}: FAILED {type(e).__name__}: "
-                  f"{str(e).splitlines()[0][:200]}")
+            print(f"wgmma {bm}x{bn} {layout} stages {stages} wait {wait}: FAILED "
+                  f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
 def main():
