@@ -154,3 +154,31 @@ def test_wrong_uses_name_what_is_wrong():
     s[B].prefetch(T, s[B].op.axis[0], 1)
     with pytest.raises(tdsl.ScheduleError, match="computed at a loop of 'B'"):
         tdsl.lower(s, [A, B])
+
+
+def test_auto_schedule_prefetches_only_rows_read_in_order():
+    """A stencil member reading its input transposed would fetch one line per point: no
+    prefetch there; reads through an inlined stage (a gray conversion) keep theirs."""
+    H2, W2 = 64, 96
+    inp = tdsl.placeholder((W2 + 2, H2 + 2), name="inp")
+    g = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: inp[x, y] * 2.0, name="g")
+    e = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: tdsl.exp(g[y, x]), name="e")
+    out = tdsl.compute((H2, W2), lambda y, x: sum(e[y + i, x + j] for i in range(3)
+                                                  for j in range(3)), name="out")
+    s = tdsl.auto_schedule(out, "llvm")
+    assert "stencil" in s.explain().rules("e")
+    assert "prefetch" not in s.explain().rules("e")
+
+    inp = tdsl.placeholder((H2 + 2, W2 + 2), name="inp")
+    g = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: inp[y, x] * 2.0, name="g")
+    e = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: tdsl.exp(g[y, x]), name="e")
+    out = tdsl.compute((H2, W2), lambda y, x: sum(e[y + i, x + j] for i in range(3)
+                                                  for j in range(3)), name="out")
+    s = tdsl.auto_schedule(out, "llvm")
+    assert "prefetch" in s.explain().rules("e"), str(s.explain())
+    a = np.random.default_rng(3).standard_normal((H2 + 2, W2 + 2)).astype(np.float32)
+    r = np.zeros((H2, W2), np.float32)
+    tdsl.build(s, [inp, out])(a, r)
+    ex = np.exp(a * 2.0)
+    want = sum(ex[i:i + H2, j:j + W2] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(r, want, rtol=1e-5)

@@ -200,13 +200,32 @@ class StencilRules(CPUBase):
                 out.append(p)
         return out
 
+    def shifted_reads(self, p, reader, inlined) -> Optional[Offsets]:
+        """The offsets at which `reader` reads `p`, through inlined stages too; None unless
+        every read is at the reader's own point shifted by constants (rows read in order)."""
+        out = set()
+        for q in self.s.producers(reader):
+            if q is p:
+                own = self.taps(p, reader)
+            elif q in inlined:
+                inner, outer = self.shifted_reads(p, q, inlined), self.taps(q, reader)
+                own = None if inner is None or outer is None else \
+                    {tuple(a + b for a, b in zip(u, i)) for u in outer for i in inner}
+            else:
+                continue
+            if own is None:
+                return None
+            out |= own
+        return frozenset(out)
+
     def prefetch_rows(self, m, inlined, members, fetched, row_bytes):
         """Prefetches, at member `m`'s row loop, the input rows its tile reads a few rows
         ahead. Each tile reads its rows in short runs (the tile's width), too short for
         the hardware prefetchers to follow across rows: at 4096^2 a Harris tile waited on
         memory for a fifth of its time. Each input is fetched by its first member only."""
         for p in self.memory_inputs(m, inlined):
-            if p in members or p in fetched:
+            # rows read in order: a transposed or gathered read would fetch a line a point
+            if p in members or p in fetched or not self.shifted_reads(p, m, inlined):
                 continue
             fetched.add(p)
             row = m.op.axis[-2]
