@@ -4,6 +4,7 @@ emulated on the CPU) and compared with numpy; every 5th schedule also runs throu
 
 Kernels: an elementwise kernel with a broadcast operand, a tiled matmul (random block and
 thread tiles, shared/local cache_read with cooperative fetches, double- or multi-buffered shared
+(and padded or swizzled)
 caches, virtual threads, cache_write "local", vectorized copies, unrolling; ragged shapes),
 a row reduction (cross-thread, with and without rfactor, several rows per block or a thread
 per row), a two-stage stencil (the first stage inlined, per thread, in shared memory filled
@@ -187,6 +188,8 @@ def _matmul(rnd):
             _coop_fetch(rnd, s, S_, ty_n, tx_n)
             if rnd.random() < 0.3:  # rows padded against bank conflicts
                 s[S_].storage_align(S_.op.axis[0], rnd.choice([8, 32]), rnd.choice([1, 4]))
+            if rnd.random() < 0.3:  # or 16-byte chunks swizzled across 128-byte rows
+                s[S_].storage_swizzle(rnd.choice([32, 64, 128]))
             if stages == 2:
                 s[S_].double_buffer()
             elif stages:

@@ -25,6 +25,7 @@ class Buffer:
     dtype: str
     scope: str = "global"
     align: Tuple[Tuple[int, int, int], ...] = ()  # storage_align: (axis, factor, offset)
+    swizzle: int = 0    # storage_swizzle: the width in bytes (32, 64, 128) of its XOR pattern
 
     __hash__ = object.__hash__
 

@@ -89,7 +89,8 @@ class _DoubleBuffer(Mutator):
                                 "ahead of this iteration's work")
         stages = max(self.bufs[b] for b in db)
         copies = [{b: b for b in db}] + [
-            {b: S.Buffer(f"{b.name}.db{k if k > 1 else ''}", b.shape, b.dtype, b.scope, b.align)
+            {b: S.Buffer(f"{b.name}.db{k if k > 1 else ''}", b.shape, b.dtype, b.scope, b.align,
+                      b.swizzle)
              for b in db} for k in range(1, stages)]
         v, lo, ext = f.var, f.min, f.extent
         j = E.Var(v.name + ".db", v.dtype)

@@ -104,7 +104,7 @@ class _Rescope(Mutator):
         buf = a.buffer
         if self.in_kernel and buf.scope == "global":
             new = S.Buffer(buf.name, buf.shape, buf.dtype, "local" if self.depth else "shared",
-                           buf.align)
+                           buf.align, buf.swizzle)
             self.map[buf] = new
             buf = new
         body = self.visit(a.body)
@@ -149,12 +149,8 @@ class Kernel:
 
     def shared_offsets(self):
         """(buffer, byte offset) of each shared buffer in one block of shared memory, every
-        one 16-byte aligned."""
-        out, at = [], 0
-        for b in self.shared:
-            out.append((b, at))
-            at += _shared_size(b)
-        return out
+        one 16-byte aligned (1024-byte aligned where swizzled)."""
+        return shared_layout(self.shared)[0]
 
     @property
     def block(self):
@@ -308,14 +304,27 @@ def _widen_thread_loops(nest, loops, whole):
     return out
 
 
-def _shared_size(buf):
-    """A shared buffer's bytes, rounded up to the 16-byte alignment every one gets."""
-    return -(-_nbytes(buf) // 16) * 16
+def shared_align(buf) -> int:
+    """A shared buffer's alignment in bytes: 16 (a 16-byte move), 1024 where swizzled (the
+    pattern is a function of the address bits; 8 rows of 128 bytes)."""
+    return 1024 if buf.swizzle else 16
+
+
+def shared_layout(shared):
+    """([(buffer, byte offset)], total bytes) of shared buffers laid out one after another,
+    each at its alignment."""
+    out, at = [], 0
+    for b in shared:
+        a = shared_align(b)
+        at = -(-at // a) * a
+        out.append((b, at))
+        at += -(-_nbytes(b) // 16) * 16
+    return out, at
 
 
 def check_shared(name, shared, limit):
     """Raises when kernel `name`'s shared buffers take more than `limit` bytes."""
-    total = sum(_shared_size(b) for b in shared)
+    total = shared_layout(shared)[1]
     if total > limit:
         parts = ", ".join(f"'{b.name}' {_nbytes(b)} B" for b in shared)
         raise BuildError(f"kernel {name}: shared memory of {total} bytes ({parts}) exceeds "
@@ -370,13 +379,13 @@ def _make_kernel(func, nest, name, host_buffers, stages):
         if _nbytes(b) is None:
             raise BuildError(f"kernel {name}: shared buffer '{b.name}' has the non-constant "
                              f"size {list(b.shape)}; shared memory needs constant sizes")
-    total = sum(_shared_size(b) for b in shared)
+    total = shared_layout(shared)[1]
     check_shared(name, shared, max(a.max_shared_per_block for a in ARCHS.values()))
     # parameters: function params and host buffers that the kernel uses, in order
     used_bufs = set()
 
     def g(n):
-        if isinstance(n, (E.BufferLoad, S.BufferStore)):
+        if isinstance(n, (E.BufferLoad, S.BufferStore, S.Prefetch)):
             used_bufs.add(n.buffer)
     walk(nest, g)
     fv = free_vars(nest)

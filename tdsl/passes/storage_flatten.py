@@ -3,10 +3,14 @@
 Row-major strides; `storage_align(axis, factor, offset)` pads the stride of dimension
 `axis` up to the next value with stride % factor == offset. Argument buffers keep their
 n-d Buffer object (the runtime checks shapes against it); allocated buffers are replaced by
-flat ones whose shape is their padded size.
+flat ones whose shape is their padded size. A buffer with `storage_swizzle(width)` keeps
+its logical indices (the printers map them when they address it, so a copy of a 16-byte
+chunk stays one move) and is padded to whole 128-byte rows, which the mapping permutes.
 """
 from __future__ import annotations
 
+from .. import arith
+from .. import dtype as dt
 from ..arith.layout import strides
 from ..ir import expr as E
 from ..ir import stmt as S
@@ -22,7 +26,11 @@ class _Flatten(Mutator):
         info = self.flat.get(buf)
         if info is None:
             st, size = strides(buf)
-            new = buf if buf in self.params else S.Buffer(buf.name, (size,), buf.dtype, buf.scope)
+            if buf.swizzle:
+                row = 128 // max(1, dt.bits(buf.dtype) // 8)
+                size = arith.simplify((size + row - 1) // row * row)
+            new = buf if buf in self.params else S.Buffer(buf.name, (size,), buf.dtype, buf.scope,
+                                                          swizzle=buf.swizzle)
             info = self.flat[buf] = (new, st)
         return info
 

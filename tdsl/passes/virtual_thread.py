@@ -160,7 +160,7 @@ class _Injector:
             if buf in self.touched:
                 size = arith.simplify(buf.shape[0])
                 copy = S.Buffer(buf.name, (arith.simplify(size * self.n),), buf.dtype,
-                                buf.scope, buf.align)
+                                buf.scope, buf.align, buf.swizzle)
                 self.copies[buf] = (copy, size)
                 return S.Allocate(copy, self.run(s.body))
             return S.Allocate(buf, self.run(s.body))

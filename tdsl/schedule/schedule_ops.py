@@ -130,8 +130,12 @@ class ScheduleLowering:
         if buf is None:
             b = self.bounds[st]
             t = st.op.output(k)
+            if st.storage_swizzle_bytes and st.scope != "shared":
+                raise ScheduleError(f"storage_swizzle: stage '{st.name}' is in scope "
+                                    f"'{st.scope}'; the swizzle lays out GPU shared memory "
+                                    "(a cache_read or cache_write in scope 'shared')")
             buf = S.Buffer(t.name, tuple(b.alloc_shape), t.dtype, st.scope,
-                           tuple(st.storage_aligns))
+                           tuple(st.storage_aligns), st.storage_swizzle_bytes)
             self.buffers[(st, k)] = buf
             if st.double_buffered:
                 self.double_buffered[buf] = st.double_buffered

@@ -40,6 +40,7 @@ class Stage:
         self.attach_ivar: Optional[IterVar] = None
         self.scope = "global"
         self.storage_aligns: List[Tuple[int, int, int]] = []
+        self.storage_swizzle_bytes = 0     # storage_swizzle(width)
         self.is_output = False
         self.store_predicate = None        # set_store_predicate: guards the final stores
         self.double_buffered = 0           # buffers in turn: double_buffer(), multi_buffer(n)
@@ -271,6 +272,25 @@ class Stage:
             raise self._error("storage_align", f"need factor > 0 and 0 <= offset < factor, got {factor}, {offset}")
         self.storage_aligns.append((axis.index(iv), factor, offset))
         self._log(f"storage_align({iv.var.name}, {factor}, {offset})")
+
+    def storage_swizzle(self, width=128):
+        """Lays this stage's buffer out with the XOR pattern of NVIDIA's `width`-byte
+        swizzle (32, 64 or 128; CUTLASS's Swizzle<log2(width / 16), 4, 3>): in each
+        128-byte row of the flat buffer, 16-byte chunk c of row r is stored at chunk
+        c ^ (r % (width / 16)). Eight consecutive rows read at one column then fall in
+        different banks, and it is the layout Hopper's `wgmma` reads operands in. The
+        buffer starts 1024-byte aligned; every access goes through the mapping."""
+        self._check_compute("storage_swizzle")
+        if width not in (32, 64, 128):
+            raise self._error("storage_swizzle", f"width must be 32, 64 or 128 bytes, got "
+                              f"{width!r}")
+        from .. import dtype as dt
+        esize = dt.bits(self.op.output(0).dtype) // 8
+        if esize < 1 or 16 % esize:
+            raise self._error("storage_swizzle", f"its elements ({self.op.output(0).dtype}) "
+                              "do not divide 16-byte chunks")
+        self.storage_swizzle_bytes = width
+        self._log(f"storage_swizzle({width})")
 
     def set_store_predicate(self, predicate):
         """Guards the stores of this stage's final results by `predicate` (e.g.

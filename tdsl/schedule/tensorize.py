@@ -102,7 +102,7 @@ class _Match:
         offset = _offset(load.indices, buf) - _offset(start, buf)
         if not self.intrin.strided:
             delta = arith.simplify(offset - _flat(indices, shape), self.ranges)
-            if not E.is_const_int(delta, 0) or buf.align:
+            if not E.is_const_int(delta, 0) or buf.align or buf.swizzle:
                 raise self.fail(f"{what} is not laid out in '{buf.name}' as the intrinsic's "
                                 f"{'x'.join(str(d) for d in shape)} block (row-major, "
                                 "contiguous)")

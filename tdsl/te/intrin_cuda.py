@@ -38,6 +38,9 @@ FRAGMENT_CALLS = ("cuda.mma_m16n8k16_frag.bf16", "cuda.mma_m16n8k16_frag.f16",
 
 
 def _row_step(region, what, name):
+    if region.buffer.swizzle:
+        raise ScheduleError(f"{name}: the {what} block is in '{region.buffer.name}', laid out "
+                            "with storage_swizzle; ldmatrix and the fragments read plain rows")
     if region.strides is None or not E.is_const_int(region.strides[1], 1):
         raise ScheduleError(f"{name}: the {what} block must have contiguous rows, has "
                             f"steps {region.strides}")

@@ -11,7 +11,7 @@ from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.expr import Range
 from ...ir.visitor import walk
-from ...passes.gpu import MAX_SHARED_BYTES, check_shared
+from ...passes.gpu import MAX_SHARED_BYTES, check_shared, shared_align
 from ..signature import stored_buffers
 from .exprs import CExprPrinter
 
@@ -38,7 +38,7 @@ class CFamilyPrinter(CExprPrinter):
     def barrier(self) -> str:
         return ""
 
-    def shared_decl(self, type_name, name, size) -> str:
+    def shared_decl(self, type_name, name, size, align=16) -> str:
         raise BuildError(f"the {self.target} target has no shared memory")
 
     def vector_load(self, vec_type, ptr) -> str:
@@ -130,7 +130,8 @@ class CFamilyPrinter(CExprPrinter):
         self.emit("}")
 
     def s_BufferStore(self, s):
-        self.emit(f"{self.bufname(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};")
+        self.emit(f"{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}] = "
+                  f"{self.expr(s.value)};")
 
     def s_Allocate(self, s):
         buf = self.buf_alias.get(s.buffer, s.buffer)
@@ -238,7 +239,8 @@ class CFamilyPrinter(CExprPrinter):
             self.emit(f"if ({self.expr(guard)}) {{")
             self.ind += 1
         for chunk in range(ext.value // per):
-            at = [self.expr(arith.simplify(b + chunk * per)) for b in bases]
+            at = [self.offset_text(buf, self.expr(arith.simplify(b + chunk * per)))
+                  for b, buf in zip(bases, (body.buffer, body.value.buffer))]
             text = fill and self.async_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}")
             self.emit((text or self.vector_copy(f"{dst} + {at[0]}", f"{src} + {at[1]}")) + ";")
         if guard is not None:
@@ -323,7 +325,7 @@ class CFamilyPrinter(CExprPrinter):
             names = []
             for k, (ld, base, guard) in enumerate(vec_loads):
                 nm = self.names(object(), f"v{k}")
-                off = self.expr(arith.simplify(base + chunk * W))
+                off = self.offset_text(ld.buffer, self.expr(arith.simplify(base + chunk * W)))
                 load = self.vector_load(vt, f'{self.bufname(ld.buffer)} + {off}')
                 if guard is not None:
                     load = f"({self.expr(guard)}) ? {load} : {self.vector_zero(vt)}"
@@ -338,7 +340,7 @@ class CFamilyPrinter(CExprPrinter):
             self.var_text.pop(s.var, None)
             for ld, _, _ in vec_loads:
                 self.node_text.pop(id(ld), None)
-            off = self.expr(arith.simplify(st[1] + chunk * W))
+            off = self.offset_text(body.buffer, self.expr(arith.simplify(st[1] + chunk * W)))
             self.emit(self.vector_store(vt, f"{self.bufname(body.buffer)} + {off}", lanes) + ";")
         self.ind -= 1
         self.emit("}")
@@ -377,7 +379,8 @@ class CFamilyPrinter(CExprPrinter):
         check_shared(kernel.name, kernel.shared, MAX_SHARED_BYTES)
         for b in kernel.shared:
             size = arith.simplify(b.shape[0])
-            self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value))
+            self.emit(self.shared_decl(self.mem_type(b.dtype), self.bufname(b), size.value,
+                                       shared_align(b)))
 
     def end_kernel_body(self):
         """Edits `self.lines`, the kernel's printed body, once it is complete."""

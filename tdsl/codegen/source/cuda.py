@@ -55,15 +55,15 @@ class CUDAPrinter(CFamilyPrinter):
     def barrier(self):
         return "__syncthreads();"
 
-    def shared_decl(self, t, name, size):
-        return f"__shared__ __align__(16) {t} {name}[{max(size, 1)}];"
+    def shared_decl(self, t, name, size, align=16):
+        return f"__shared__ __align__({align}) {t} {name}[{max(size, 1)}];"
 
     def declare_shared(self, kernel):
         # past 48 KiB a block's shared memory must be dynamic: one extern array, each
         # buffer 16-byte aligned at its offset; the launch passes the size and opts in
         if kernel.dynamic_shared_bytes == 0:
             return super().declare_shared(kernel)
-        self.emit("extern __shared__ __align__(16) unsigned char tdsl_dynamic_shared[];")
+        self.emit("extern __shared__ __align__(1024) unsigned char tdsl_dynamic_shared[];")
         for b, at in kernel.shared_offsets():
             t = self.mem_type(b.dtype)
             self.emit(f"{t} *const {self.bufname(b)} = ({t} *)(tdsl_dynamic_shared + {at});")

@@ -279,14 +279,24 @@ class CExprPrinter:
         if t is E.Call:
             return self.call(e)
         if t is E.BufferLoad:
-            return f"{self.bufname(e.buffer)}[{self.index(e.indices)}]"
+            return f"{self.bufname(e.buffer)}[{self.index(e.indices, e.buffer)}]"
         raise BuildError(f"the {self.target} code generator cannot print {type(e).__name__} "
                          f"({e}); this node should have been lowered")
 
-    def index(self, indices):
+    def index(self, indices, buf=None):
         if len(indices) != 1:
             raise BuildError("buffer accesses must be flattened before code generation")
-        return self.expr(indices[0])
+        return self.offset_text(buf, self.expr(indices[0]))
+
+    def offset_text(self, buf, text):
+        """The element offset `text` into `buf` as stored: through the XOR of its
+        `storage_swizzle` (16-byte chunk c of 128-byte row r at c ^ (r % (width / 16)))."""
+        width = getattr(buf, "swizzle", 0)
+        if not width:
+            return text
+        esize = max(1, dt.bits(buf.dtype) // 8)
+        cs, rs = (16 // esize).bit_length() - 1, (128 // esize).bit_length() - 1
+        return f"(({text}) ^ (((({text}) >> {rs}) & {width // 16 - 1}) << {cs}))"
 
     def _nonneg(self, e):
         try:

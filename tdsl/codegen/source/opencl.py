@@ -36,8 +36,8 @@ class OpenCLPrinter(CFamilyPrinter):
     def barrier(self):
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
-    def shared_decl(self, t, name, size):
-        return f"__local {t} {name}[{max(size, 1)}] __attribute__((aligned(16)));"
+    def shared_decl(self, t, name, size, align=16):
+        return f"__local {t} {name}[{max(size, 1)}] __attribute__((aligned({align})));"
 
     def global_qual(self):
         return "__global "
