@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl  # noqa: E402
-from tdsl.examples import mma_gemm  # noqa: E402
+from tdsl.examples import mma_gemm, wgmma_gemm  # noqa: E402
 
 import gpu as suite  # noqa: E402  (bench/gpu.py: the rows' definitions and timing)
 
@@ -61,6 +61,15 @@ def sweep_bf16(n=4096):
     b = np.random.rand(n, n).astype(np.float32)
     A, B = tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
     ref = mma_gemm.reference(A, B).astype(np.float64)
+    from tdsl.runtime import cuda as rcuda
+    if tuple(rcuda.get_device(0).compute_capability) == (9, 0):
+        # Hopper first: tdsl's wgmma schedule (warpgroups, 64-column blocks, stages)
+        for wgs, nb, st in ((2, 2, 3), (2, 2, 4), (1, 2, 4), (2, 1, 4)):
+            def build(wgs=wgs, nb=nb, st=st):
+                return wgmma_gemm.schedule(n, n, n, "bfloat16", warpgroups=wgs, n_blocks=nb,
+                                           stages=st)
+            _row(f"bf16 {n} wgmma warpgroups {wgs} n blocks {nb} stages {st}", build,
+                 [A, B, np.zeros((n, n), np.float32)], ref, 2.0 * n ** 3)
     # (warps, warp tiles, k step, stages): the shipped 2 x 2 of 64 x 64 at 2-5 stages, then
     # 8-warp blocks (128 x 256, 256 x 128) and k steps of 16 and 64 at 3-4
     variants = [((2, 2), (4, 8), 32, st) for st in (2, 3, 4, 5)]

@@ -26,7 +26,8 @@ GPU_TESTS="tests/test_gpu_runtime.py tests/test_gpu_kernels.py tests/test_graph_
   tests/test_auto_schedule_gpu.py tests/test_auto_tensorize.py tests/test_gpu_errors.py
   tests/test_cross_thread_shuffle.py tests/test_low_precision.py tests/test_bounds_check.py
   tests/test_tutorial_opt_conv_cuda.py tests/test_tvm_te.py tests/test_tvm_tutorials.py
-  tests/test_cli_demo.py tests/test_regions.py tests/test_temp_files.py tests/test_auto_schedule.py"
+  tests/test_cli_demo.py tests/test_regions.py tests/test_temp_files.py tests/test_auto_schedule.py
+  tests/test_wgmma.py tests/test_storage_swizzle.py"
 xdist=""
 python3 -c 'import xdist' 2>/dev/null && xdist="-n $jobs"
 # shellcheck disable=SC2086
@@ -36,7 +37,8 @@ echo "tests exit $?" >>"$out/tests.log"
 
 timeout "${SAN_S:-60}" python3 bench/gpu.py --sanitize -x -q tests/test_gpu_runtime.py \
     tests/test_graph_device.py tests/test_guarded_loads.py tests/test_graph_gpu_strategies.py \
-    "tests/test_mma.py::test_gemm_on_a_gpu" >"$out/sanitize.log" 2>&1
+    "tests/test_mma.py::test_gemm_on_a_gpu" "tests/test_wgmma.py::test_wgmma_gemm_on_a_hopper_gpu" \
+    >"$out/sanitize.log" 2>&1
 echo "sanitize exit $?" >>"$out/sanitize.log"
 
 timeout "${PROBE_S:-120}" python3 bench/gpu_probe.py bf16 >"$out/probe.log" 2>&1

@@ -19,7 +19,7 @@ from .runtime.extern import register_func
 from .passes.intrin_rules import register_intrin_lowering, remove_intrin_lowering
 from .te.tensor_intrin import decl_tensor_intrin, TensorIntrin, Region  # noqa: E402
 from .te import intrin_x86  # noqa: E402  (the shipped CPU tensor intrinsics: VNNI, BF16)
-from .te import intrin_cuda  # noqa: E402  (the shipped CUDA one: mma.sync m16n8k16)
+from .te import intrin_cuda  # noqa: E402  (the shipped CUDA ones: mma.sync, wgmma)
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower

@@ -261,3 +261,50 @@ def tensor_core(s, st, info, target, rec, readers=(), infos=None):
                 "shared tile once, the epilogue reads it there and writes the output once")
         return {st, T}
     return {st}
+
+
+WG_K = 64       # k a step of the wgmma schedule: one 128-byte row of a swizzled A tile
+
+
+def wgmma_schedule(s, A, B, C, dtype, warpgroups=2, n_blocks=2, stages=3):
+    """Hopper schedule of C = A @ B on `wgmma.mma_async` (sm_90a): a block of `warpgroups`
+    x 4 warps (threadIdx.y; 32 lanes on threadIdx.x) computes 64 warpgroups x 64 n_blocks
+    of C, each warp 16 rows of it in registers (scope "mma.accumulator", the mma layout:
+    warp r of a warpgroup holds its rows 16 r on, as the instruction hands them out). Per
+    k step of 64 the block copies the A tile (rows of 64 k) and the B tile (as 64-column
+    blocks of 64 k-rows: `transform_layout` [n / 64][k][n % 64]) into shared memory laid
+    out with the 128-byte swizzle (`storage_swizzle`), the layout the instruction's matrix
+    descriptors describe, through `stages` buffers (cp.async, the next stages - 1 tiles in
+    flight); each warpgroup then runs n_blocks calls of 4 m64n64k16 instructions."""
+    bm, bn = 64 * warpgroups, intrin_cuda.WG_N * n_blocks
+    nwarps = bm // MT
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.transform_layout(B, [C], [(1, None), (0, None), (1, intrin_cuda.WG_N)],
+                            scope="shared")
+    CF = s.cache_write(C, intrin_cuda.ACCUMULATOR)
+    tx, ty = thread_axis("threadIdx.x"), thread_axis("threadIdx.y")
+    O = s[C]
+    by, bx, ii, jj = O.tile(O.op.axis[0], O.op.axis[1], bm, bn)
+    O.bind(by, thread_axis("blockIdx.y"))
+    O.bind(bx, thread_axis("blockIdx.x"))
+    # a warp a 16 rows of the tile, all its columns: threadIdx.y = 4 warpgroup + rank
+    warp, ri = O.split(ii, factor=MT)
+    O.reorder(warp, ri, jj)
+    O.bind(warp, ty)
+    O.tensorize(ri, intrin_cuda.mma_store((1, bn // NT)))
+
+    s[CF].compute_at(O, warp)
+    ci, cj = CF.op.axis
+    ko, ki = s[CF].split(CF.op.reduce_axis[0], factor=WG_K)
+    cjo, cji = s[CF].split(cj, factor=intrin_cuda.WG_N)
+    s[CF].reorder(ko, cjo, ci, cji, ki)
+    s[CF].tensorize(ci, intrin_cuda.wgmma_m64n64k16(dtype, WG_K // KT))
+
+    for T in (AS, BS):
+        s[T].compute_at(s[CF], ko)
+        if stages > 1:
+            s[T].multi_buffer(stages)
+        s[T].storage_swizzle(intrin_cuda.SWIZZLE)
+        axis, vec = s[T].split(s[T].fuse(*s[T].op.axis), factor=PAD)   # 16-byte moves
+        s[T].vectorize(vec)
+        s[T].pragma(_spread(s[T], axis, nwarps, tx, ty), "unroll", 1)

@@ -98,7 +98,10 @@ def report(source: str, arch: str = "sm_90", tool: str = "auto") -> str:
         raise BuildError(f"ptxas: unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
     tool = _pick(tool)
     from ..runtime import cuda
-    text = source if tool == "nvrtc" else cuda.compile_ptx(source, "compute_80")
+    # the PTX of the oldest architecture tdsl builds for; sm_90a's for wgmma
+    arch = cuda.arch_for(source, arch)
+    text = source if tool == "nvrtc" else cuda.compile_ptx(
+        source, "compute_90a" if arch == "sm_90a" else "compute_80")
     key = hashlib.sha256(f"{tool}\0{arch}\0{text}".encode()).hexdigest()
     with _lock:
         hit = _cache.get(key)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ... import dtype as dt
+from ...passes.gpu import shared_align
 from .base import CFamilyPrinter
 
 _CP_ASYNC = """static __device__ __forceinline__ void tdsl_cp_async16(void *dst, const void *src) {
@@ -18,6 +19,11 @@ static __device__ __forceinline__ void tdsl_cp_async_wait_all() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\\n" ::: "memory");
 #endif
+}
+"""
+
+_FENCE_PROXY_ASYNC = """static __device__ __forceinline__ void tdsl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
 }
 """
 
@@ -63,7 +69,8 @@ class CUDAPrinter(CFamilyPrinter):
         # buffer 16-byte aligned at its offset; the launch passes the size and opts in
         if kernel.dynamic_shared_bytes == 0:
             return super().declare_shared(kernel)
-        self.emit("extern __shared__ __align__(1024) unsigned char tdsl_dynamic_shared[];")
+        align = max(shared_align(b) for b in kernel.shared)
+        self.emit(f"extern __shared__ __align__({align}) unsigned char tdsl_dynamic_shared[];")
         for b, at in kernel.shared_offsets():
             t = self.mem_type(b.dtype)
             self.emit(f"{t} *const {self.bufname(b)} = ({t} *)(tdsl_dynamic_shared + {at});")
@@ -154,7 +161,7 @@ class CUDAPrinter(CFamilyPrinter):
 
     def _begin(self, names=None):
         super()._begin(names)
-        self.barriers, self.async_copies = [], False
+        self.barriers, self.async_copies, self.uses_wgmma = [], False, False
 
     def end_kernel_body(self):
         # thread_sync puts a barrier between any write of a shared buffer and its reads:
@@ -163,6 +170,12 @@ class CUDAPrinter(CFamilyPrinter):
             for at in self.barriers:
                 self.lines[at] = self.lines[at].replace(self.barrier(),
                                                         "tdsl_cp_async_wait_all(); " + self.barrier())
+        # wgmma reads shared memory through the async proxy: what the threads wrote (the
+        # generic proxy, cp.async included) is fenced to it before the barrier
+        if self.uses_wgmma:
+            self._add_helper("tdsl_fence_proxy_async", _FENCE_PROXY_ASYNC)
+            self.lines = [ln.replace(self.barrier(), "tdsl_fence_proxy_async(); " + self.barrier())
+                          for ln in self.lines]
 
     def vector_zero(self, vt):
         return f"make_{vt}({', '.join(['0.0f'] * int(vt[-1]))})"

@@ -261,5 +261,95 @@ def store(printer, e):
     return f"{name}({args}, (int)({printer.expr(ld)}), (int)({printer.expr(ldc)}))"
 
 
+# wgmma.mma_async m64n64k16 (sm_90a): matrix descriptors of the 128-byte swizzle, A
+# K-major (rows of 128 bytes, 8 rows a 1024-byte group, 32 bytes further a k16 step), B
+# MN-major (k-rows of 128 bytes; 16 k-rows, 2048 bytes, a k16 step); imm-trans-b = 1.
+_WGMMA_DESC = r"""
+static __device__ __forceinline__ unsigned long long tdsl_wgmma_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+"""
+
+_CUDA_WGMMA = r"""
+/* {name}: one warp's share of {ks} wgmma.mma_async.m64n64k16 of its warpgroup (the four
+   warps threadIdx.y & ~3 .. | 3): warp r holds rows 16 r .. 16 r + 15 of the 64 x 64
+   block, in the mma.accumulator layout, so A starts 16 r rows (of 64 elements) before
+   the warp's block. */
+static __device__ __forceinline__ void {name}(float *c, const {t} *a, const {t} *b, int ldc) {{
+  const int rank = {warp} & 3;
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(a - rank * 16 * 64);
+  const unsigned sb = (unsigned)__cvta_generic_to_shared(b);
+  (void)ldc;
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  #pragma unroll
+  for (int s = 0; s < {ks}; ++s) {{
+    const unsigned long long da = tdsl_wgmma_desc(sa + s * 32), db = tdsl_wgmma_desc(sb + s * 2048);
+    asm volatile("{{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.{ptx}.{ptx} "
+                 "{{{regs}}}, %32, %33, p, 1, 1, 0, 1;\n}}\n"
+                 : {outs} : "l"(da), "l"(db));
+  }}
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}}
+"""
+
+_EMULATED_WGMMA = r"""
+/* {name}: what {ks} wgmma.mma_async.m64n64k16 give this lane: its elements of the
+   warp's 16 x 64 rows (warp r = threadIdx.y % 4 of the warpgroup: rows 16 r on), each +=
+   its row of A times its column of B, both read as the descriptors describe them:
+   element (row, k) of A at a - 16 r rows + row * 128 + 2 k bytes, (k, n) of B at
+   b + k * 128 + 2 n, every address through the 128-byte swizzle of the address bits. */
+static inline const {t} *tdsl_wgmma_at_{ptx}(const char *p) {{
+  const uintptr_t x = (uintptr_t)p;
+  return (const {t} *)(x ^ (((x >> 7) & 7) << 4));
+}}
+static inline void {name}(float *c, const {t} *a, const {t} *b, int ldc) {{
+  const int lane = {lane} & 31, g = lane >> 2, t = lane & 3, rank = {warp} & 3;
+  const char *a0 = (const char *)a - rank * 16 * 128, *b0 = (const char *)b;
+  (void)ldc;
+  for (int j = 0; j < 8; ++j)
+    for (int r = 0; r < 4; ++r) {{
+      const int row = rank * 16 + g + 8 * (r >> 1), col = j * 8 + 2 * t + (r & 1);
+      float acc = c[j * 4 + r];
+      for (int k = 0; k < 16 * {ks}; ++k)
+        acc += {a_ik} * {b_kj};
+      c[j * 4 + r] = acc;
+    }}
+}}
+"""
+
+
+def wgmma(printer, e):
+    """c (the lane's elements of a 16 x 64 block) += the warpgroup's A x B, k_steps x 16 k."""
+    _needs_threads(printer, e)
+    ptx = e.name.rsplit(".", 1)[1]
+    dtype = _DTYPE[ptx]
+    c, a, b, ldc = e.args[:4]
+    ks = _int(e.args[4], e.name, "number of k steps")
+    fields = dict(t=printer.mem_type(dtype), ptx=ptx, ks=ks,
+                  warp=printer.thread_index("threadIdx.y"),
+                  lane=printer.thread_index("threadIdx.x"))
+    name = f"tdsl_wgmma_{ptx}_n64_k{16 * ks}"
+    if printer.target == "cuda":
+        printer._add_helper("tdsl_wgmma_desc", _WGMMA_DESC)
+        printer.uses_wgmma = True
+        text = _CUDA_WGMMA.format(name=name, regs=", ".join(f"%{i}" for i in range(32)),
+                                  outs=", ".join(f'"+f"(c[{i}])' for i in range(32)),
+                                  **fields)
+    else:
+        text = _EMULATED_WGMMA.format(
+            name=name, a_ik=printer.cast_text(f"*tdsl_wgmma_at_{ptx}(a0 + row * 128 + 2 * k)",
+                                              dtype, "float32"),
+            b_kj=printer.cast_text(f"*tdsl_wgmma_at_{ptx}(b0 + k * 128 + 2 * col)", dtype,
+                                   "float32"),
+            **fields)
+    printer._add_helper(name, text)
+    args = ", ".join(printer.expr(x) for x in (c, a, b))
+    return f"{name}({args}, (int)({printer.expr(ldc)}))"
+
+
 OPS = {"cuda.mma_m16n8k16_frag.bf16": mma, "cuda.mma_m16n8k16_frag.f16": mma,
-       "cuda.mma_fill_m16n8": fill, "cuda.mma_store_m16n8": store}
+       "cuda.mma_fill_m16n8": fill, "cuda.mma_store_m16n8": store,
+       "cuda.wgmma_m64n64k16.bf16": wgmma, "cuda.wgmma_m64n64k16.f16": wgmma}
