@@ -18,13 +18,7 @@ from tdsl.runtime import cuda as rcuda
 DTYPES = ["bfloat16", "float16"]
 
 
-def _inputs(M, N, K, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    if dtype == "bfloat16":
-        return tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
-    return a.astype(np.float16), b.astype(np.float16)
+_inputs = mma_gemm.inputs
 
 
 def _check(f, M, N, K, dtype):

@@ -156,29 +156,30 @@ def test_wrong_uses_name_what_is_wrong():
         tdsl.lower(s, [A, B])
 
 
+def gray_box(transposed, H2=64, W2=96):
+    """A 3x3 box sum of exp(2 inp), the input read through an inlined stage, transposed or
+    in order."""
+    inp = tdsl.placeholder((W2 + 2, H2 + 2) if transposed else (H2 + 2, W2 + 2), name="inp")
+    g = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: (inp[x, y] if transposed else inp[y, x])
+                     * 2.0, name="g")
+    e = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: tdsl.exp(g[y, x]), name="e")
+    out = tdsl.compute((H2, W2), lambda y, x: sum(e[y + i, x + j] for i in range(3)
+                                                  for j in range(3)), name="out")
+    return inp, out, tdsl.auto_schedule(out, "llvm")
+
+
 def test_auto_schedule_prefetches_only_rows_read_in_order():
     """A stencil member reading its input transposed would fetch one line per point: no
     prefetch there; reads through an inlined stage (a gray conversion) keep theirs."""
-    H2, W2 = 64, 96
-    inp = tdsl.placeholder((W2 + 2, H2 + 2), name="inp")
-    g = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: inp[x, y] * 2.0, name="g")
-    e = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: tdsl.exp(g[y, x]), name="e")
-    out = tdsl.compute((H2, W2), lambda y, x: sum(e[y + i, x + j] for i in range(3)
-                                                  for j in range(3)), name="out")
-    s = tdsl.auto_schedule(out, "llvm")
+    _, _, s = gray_box(transposed=True)
     assert "stencil" in s.explain().rules("e")
     assert "prefetch" not in s.explain().rules("e")
 
-    inp = tdsl.placeholder((H2 + 2, W2 + 2), name="inp")
-    g = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: inp[y, x] * 2.0, name="g")
-    e = tdsl.compute((H2 + 2, W2 + 2), lambda y, x: tdsl.exp(g[y, x]), name="e")
-    out = tdsl.compute((H2, W2), lambda y, x: sum(e[y + i, x + j] for i in range(3)
-                                                  for j in range(3)), name="out")
-    s = tdsl.auto_schedule(out, "llvm")
+    inp, out, s = gray_box(transposed=False)
     assert "prefetch" in s.explain().rules("e"), str(s.explain())
-    a = np.random.default_rng(3).standard_normal((H2 + 2, W2 + 2)).astype(np.float32)
-    r = np.zeros((H2, W2), np.float32)
+    a = np.random.default_rng(3).standard_normal((66, 98)).astype(np.float32)
+    r = np.zeros((64, 96), np.float32)
     tdsl.build(s, [inp, out])(a, r)
     ex = np.exp(a * 2.0)
-    want = sum(ex[i:i + H2, j:j + W2] for i in range(3) for j in range(3))
+    want = sum(ex[i:i + 64, j:j + 96] for i in range(3) for j in range(3))
     np.testing.assert_allclose(r, want, rtol=1e-5)

@@ -10,13 +10,7 @@ from tdsl.examples import mma_gemm, wgmma_gemm
 from tdsl.runtime import cuda as rcuda
 
 
-def operands(M, N, K, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    if dtype == "bfloat16":
-        return tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
-    return a.astype(np.float16), b.astype(np.float16)
+operands = mma_gemm.inputs
 
 
 @pytest.mark.parametrize("M,N,K,warpgroups,n_blocks,stages,dtype", [

@@ -52,6 +52,16 @@ def schedule(M, N, K, dtype="bfloat16", warps=(2, 2), warp_tiles=(2, 2), k_step=
     return s, [A, B, C]
 
 
+def inputs(M, N, K, dtype="bfloat16", seed=0):
+    """Random A (M x K) and B (K x N) in `dtype` (bfloat16 as uint16 bits)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    if dtype == "bfloat16":
+        return tdsl.nd.float32_to_bfloat16(a), tdsl.nd.float32_to_bfloat16(b)
+    return a.astype(np.float16), b.astype(np.float16)
+
+
 def reference(a, b):
     """numpy's float32 product of the bfloat16 / float16 inputs."""
     def f32(x):
