@@ -5,7 +5,8 @@
 
 Rows: hand SGEMM (tdsl.examples.gpu.matmul_fast_schedule) and auto-scheduled GEMM at 1024
 and 4096; the auto-scheduled bfloat16 GEMM (float32 accumulators, the tensor cores:
-tdsl.autosched.gpu_tensorize) beside torch's bfloat16 matmul at 1024 and 4096; auto-scheduled (`tdsl.auto_schedule`, no schedule written) the ResNet conv layer
+tdsl.autosched.gpu_tensorize) beside torch's bfloat16 matmul at 1024 and 4096, and on
+sm_90 the warpgroup-MMA schedule (examples/wgmma_gemm) at 4096; auto-scheduled (`tdsl.auto_schedule`, no schedule written) the ResNet conv layer
 (3x3 64->64 56x56 batch 8), row sum 8192x8192, softmax 16384x1024 and add of 64M floats; and ResNet-18 and MobileNetV2 through the graph executor at
 batch 1 and 8 (torchvision models exported by tdsl.graph.zoo; tdsl.graph.models' own
 ResNet-18 and MobileNetV2 blocks when torch is missing). Each side is timed in blocks
@@ -65,6 +66,11 @@ def _gemm_bf16_auto(n):
     return tdsl.auto_schedule(C, target="cuda"), [A, B, C]
 
 
+def _gemm_bf16_wgmma(n):
+    from tdsl.examples import wgmma_gemm
+    return wgmma_gemm.schedule(n, n, n, "bfloat16", warpgroups=2, n_blocks=2, stages=4)
+
+
 def _conv_auto(N, C, H, W, F, params=None):
     """The ResNet layer as the issue times it: 3x3, the input already padded (torch pads)."""
     X = tdsl.placeholder((N, C, H + 2, W + 2), name="X")
@@ -121,6 +127,9 @@ def kernel_rows():
             return lambda: a @ b
         rows.append(Row(f"bf16 gemm auto {n}", _kernel(lambda n=n: _gemm_bf16_auto(n), "gemm_bf16"),
                         2.0 * n ** 3, "TFLOP/s", mm_bf16))
+    # Hopper only (sm_90a): the warpgroup-MMA schedule, written, beside the same torch
+    rows.append(Row("bf16 gemm wgmma 4096", _kernel(lambda: _gemm_bf16_wgmma(4096), "gemm_wgmma"),
+                    2.0 * 4096 ** 3, "TFLOP/s", mm_bf16))
 
     def conv(t, d):
         x, w = t.rand(8, 64, 56, 56, device=d), t.rand(64, 64, 3, 3, device=d)
