@@ -183,3 +183,19 @@ def test_auto_schedule_prefetches_only_rows_read_in_order():
     ex = np.exp(a * 2.0)
     want = sum(ex[i:i + 64, j:j + 96] for i in range(3) for j in range(3))
     np.testing.assert_allclose(r, want, rtol=1e-5)
+
+
+def test_a_reduction_loop_fetches_ahead_along_its_row():
+    """At the reduction's outer loop of a row sum: the next chunks of the row come in, the
+    sums unchanged."""
+    from tdsl.examples import kernels
+    X, R = kernels.row_sum(16, 1000)
+    s = tdsl.create_schedule(R)
+    ko, ki = s[R].split(s[R].op.reduce_axis[0], 64)
+    s[R].prefetch(X, ko, 4)
+    text = str(tdsl.lower(s, [X, R]))
+    assert len(prefetch_lines(text)) == 1, text
+    x = np.random.default_rng(4).standard_normal((16, 1000)).astype(np.float32)
+    r = np.zeros(16, np.float32)
+    tdsl.build(s, [X, R], bounds_check=True)(x, r)
+    np.testing.assert_allclose(r, x.sum(axis=1), rtol=1e-4, atol=1e-4)

@@ -16,8 +16,9 @@ names without substituting them), and
   (from k*v + rest < 0, v <= (-rest - 1) // k);
 * drops For loops whose extent is provably <= 0, and replaces a loop of extent 1 (other
   than a thread binding) by its body with the variable replaced by the loop min;
-* drops LetStmts whose variable is unused, Evaluate of constants, and empty bodies, and
-  flattens nested SeqStmts.
+* drops LetStmts whose variable is unused, Evaluate of constants, prefetches of provably
+  no element (a loop's peeled last iteration), and empty bodies, and flattens nested
+  SeqStmts.
 
 An entirely removed body comes back as an empty `SeqStmt(())`.
 """
@@ -233,6 +234,12 @@ class _Simplify(Mutator):
         if body is None:
             return None
         return s if body is s.body else S.Allocate(s.buffer, body)
+
+    def visit_Prefetch(self, s):
+        n = self.expr(s.extent)
+        if isinstance(n, E.IntImm) and n.value <= 0:
+            return None
+        return S.Prefetch(s.buffer, tuple(self.expr(i) for i in s.indices), n)
 
     def visit_Evaluate(self, s):
         v = self.expr(s.value)
