@@ -111,8 +111,12 @@ def test_auto_schedule_prefetches_the_rows_a_stencil_tile_reads():
     s = tdsl.auto_schedule(out, "llvm")
     assert "prefetch" in s.explain().rules("Ix")
     text = str(tdsl.lower(s, [inp, out]))
-    # Ix and Iy read the same input rows: fetched once, in the one loop nest they share
-    assert len(prefetch_lines(text)) == 1, text
+    # Ix and Iy read the same input rows: fetched once in each copy of the one loop nest
+    # they share (ragged tiles are peeled into copies; a last tile with no rows ahead of
+    # it in the image has none)
+    nests = text.split("pragma fuse_siblings")[1:]
+    assert nests and all(len(prefetch_lines(n)) <= 1 for n in nests), text
+    assert prefetch_lines(nests[0]), text
     a = np.random.default_rng(2).uniform(0.5, 1.5, (134, 264)).astype(np.float32)
     res = np.zeros((130, 260), np.float32)
     tdsl.build(s, [inp, out], target="llvm", bounds_check=True)(a, res)
