@@ -8,6 +8,7 @@
 # ./gpu-logs); a summary is printed last.
 #
 #     bash bench/gpu_session.sh    # BENCH_S, TESTS_S, SAN_S, PROBE_S, WGMMA_S override the limits
+# (the defaults add up to 580 s: one device call of at most 600)
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -45,7 +46,7 @@ timeout "${PROBE_S:-120}" python3 bench/gpu_probe.py bf16 >"$out/probe.log" 2>&1
 echo "probe exit $?" >>"$out/probe.log"
 
 # sm_90 only: the hand-written wgmma GEMM (its layouts checked against torch, its speed)
-timeout "${WGMMA_S:-60}" python3 bench/wgmma_probe.py >"$out/wgmma.log" 2>&1
+timeout "${WGMMA_S:-50}" python3 bench/wgmma_probe.py >"$out/wgmma.log" 2>&1
 echo "wgmma exit $?" >>"$out/wgmma.log"
 
 cat "$out/smi.txt"
