@@ -2,7 +2,7 @@
 rather than guesses, and profiles the networks kernel by kernel.
 
     python bench/gpu_probe.py [sgemm] [conv] [bf16] [nets]      # all four by default
-    python bench/gpu_probe.py --one sgemm|bf16                  # one launch, for ncu
+    python bench/gpu_probe.py --one sgemm|bf16|wgmma            # one launch, for ncu
 
 Each sweep row builds one variant (auto_schedule params for the float32 contraction rule,
 warps x warp tiles x k step x shared stages for the tensor-core schedule), checks its output against numpy
@@ -127,6 +127,8 @@ def one(which):
     if which == "bf16":
         s, args = mma_gemm.schedule(n, n, n, "bfloat16", warps=(2, 2), warp_tiles=(4, 8),
                                     k_step=32, stages=4)
+    elif which == "wgmma":
+        s, args = wgmma_gemm.schedule(n, n, n, "bfloat16", stages=4)
     else:
         s, args = suite._gemm_auto(n)
     f = tdsl.build(s, args, target="cuda", name="probe")
