@@ -203,3 +203,18 @@ def test_a_reduction_loop_fetches_ahead_along_its_row():
     r = np.zeros(16, np.float32)
     tdsl.build(s, [X, R], bounds_check=True)(x, r)
     np.testing.assert_allclose(r, x.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_kernels_keep_their_values_and_print_no_fetch():
+    """A hint for CPU caches: inside a GPU kernel it changes nothing and prints nothing."""
+    A, B = column_sum()
+    s = tdsl.create_schedule(B)
+    y, x = s[B].op.axis
+    xo, xi = s[B].split(x, 25)
+    s[B].reorder(xo, xi, y)
+    s[B].bind(xo, tdsl.thread_axis("blockIdx.x"))
+    s[B].bind(xi, tdsl.thread_axis("threadIdx.x"))
+    s[B].prefetch(A, y, 2)
+    assert prefetch_lines(str(tdsl.lower(s, [A, B])))
+    check(tdsl.build(s, [A, B], target="c"))
+    assert "prefetch" not in tdsl.build(s, [A, B], target="cuda").get_source()
