@@ -53,14 +53,22 @@ def test_a_sliding_window_fetches_only_the_row_coming_in(target):
         assert "__builtin_prefetch" in mod.get_source()
 
 
-def test_a_tile_loop_fetches_the_whole_next_tile():
-    """Tiles do not overlap: iteration x.outer + 1 reads columns the current one did not."""
+def column_tiles(*order):
+    """(A, B, schedule, axes): the column sum with x split into tiles of 25, loops in
+    `order` (names among "y", "xo", "xi")."""
     A, B = column_sum()
     s = tdsl.create_schedule(B)
     y, x = s[B].op.axis
     xo, xi = s[B].split(x, 25)
-    s[B].reorder(xo, y, xi)
-    s[B].prefetch(A, xo, 1)
+    axes = {"y": y, "xo": xo, "xi": xi}
+    s[B].reorder(*(axes[n] for n in order))
+    return A, B, s, axes
+
+
+def test_a_tile_loop_fetches_the_whole_next_tile():
+    """Tiles do not overlap: iteration x.outer + 1 reads columns the current one did not."""
+    A, B, s, ax = column_tiles("xo", "y", "xi")
+    s[B].prefetch(A, ax["xo"], 1)
     text = str(tdsl.lower(s, [A, B]))
     assert len(prefetch_lines(text)) == 1, text
     # every row of the tile (42), 25 columns from the next tile's start, clipped to A
@@ -207,14 +215,10 @@ def test_a_reduction_loop_fetches_ahead_along_its_row():
 
 def test_gpu_kernels_keep_their_values_and_print_no_fetch():
     """A hint for CPU caches: inside a GPU kernel it changes nothing and prints nothing."""
-    A, B = column_sum()
-    s = tdsl.create_schedule(B)
-    y, x = s[B].op.axis
-    xo, xi = s[B].split(x, 25)
-    s[B].reorder(xo, xi, y)
-    s[B].bind(xo, tdsl.thread_axis("blockIdx.x"))
-    s[B].bind(xi, tdsl.thread_axis("threadIdx.x"))
-    s[B].prefetch(A, y, 2)
+    A, B, s, ax = column_tiles("xo", "xi", "y")
+    s[B].bind(ax["xo"], tdsl.thread_axis("blockIdx.x"))
+    s[B].bind(ax["xi"], tdsl.thread_axis("threadIdx.x"))
+    s[B].prefetch(A, ax["y"], 2)
     assert prefetch_lines(str(tdsl.lower(s, [A, B])))
     check(tdsl.build(s, [A, B], target="c"))
     assert "prefetch" not in tdsl.build(s, [A, B], target="cuda").get_source()

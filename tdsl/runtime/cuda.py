@@ -15,8 +15,8 @@ import threading
 import numpy as np
 
 from ..errors import BuildError, TdslError
-from .cuda_compile import (DEFAULT_ARCH, arch_for, cuda_include_dir, have_nvrtc,  # noqa: F401
-                           nvcc_ptx, nvrtc_compile)
+from .cuda_compile import (arch_for, cuda_include_dir, fallback_arch,  # noqa: F401
+                           have_nvrtc, nvcc_ptx, nvrtc_compile)
 from .devstats import Counts
 
 _lock = threading.Lock()
@@ -31,11 +31,7 @@ def compile_ptx(source: str, arch: str = None) -> str:
     """PTX for `source` through NVRTC (falls back to nvcc when NVRTC is missing); for the
     GPU of this machine when `arch` is None, with none for the oldest tdsl builds for (for
     sm_90a where the source uses wgmma)."""
-    if arch is None:
-        arch = _default_arch()
-        if arch == DEFAULT_ARCH and "wgmma.mma_async" in source:
-            arch = "compute_90a"
-    arch = arch_for(source, arch)
+    arch = arch_for(source, arch or _default_arch(source))
     key = (source, arch)
     ptx = _ptx_cache.get(key)
     if ptx is not None:
@@ -56,7 +52,8 @@ def compile_ptx(source: str, arch: str = None) -> str:
     return ptx
 
 
-def _default_arch():
+def _default_arch(source: str = ""):
+    """This machine's GPU's architecture; with none, the fallback for `source`."""
     dev = None
     try:
         dev = get_device(0, probe=True)
@@ -65,7 +62,7 @@ def _default_arch():
     if dev is not None:
         major, minor = dev.compute_capability
         return f"compute_{major}{minor}"
-    return DEFAULT_ARCH
+    return fallback_arch(source)
 
 
 # ----------------------------------------------------------------------------------------

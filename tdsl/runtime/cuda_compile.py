@@ -58,11 +58,21 @@ def _needs_headers(source):
     return "#include <cuda_fp16.h>" in source or "#include <cuda_bf16.h>" in source
 
 
+def uses_wgmma(source: str) -> bool:
+    return "wgmma.mma_async" in source
+
+
+def fallback_arch(source: str) -> str:
+    """The architecture to compile `source` for with no GPU to ask: the oldest tdsl builds
+    for, or sm_90a, the only one with wgmma."""
+    return "compute_90a" if uses_wgmma(source) else DEFAULT_ARCH
+
+
 def arch_for(source: str, arch: str) -> str:
     """`arch` (compute_XX / sm_XX) for `source`: Hopper's warpgroup MMA (wgmma) exists only
     in the architecture-specific sm_90a, so a source using it compiles for 90a, and for
     no other architecture."""
-    if "wgmma.mma_async" not in source:
+    if not uses_wgmma(source):
         return arch
     kind, _, num = arch.partition("_")
     if num.rstrip("a") != "90":
