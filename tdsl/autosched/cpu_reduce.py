@@ -62,8 +62,13 @@ class ReductionRules(CPUBase):
             for r in rfs:
                 if at is not None:
                     r.compute_at(st, at)
-                r.reorder(*r.op.reduce_axis, r.op.axis[0])     # the factored axis comes first
-                r.vectorize(r.op.axis[0])
+                # the partial sums as nvec unrolled vectors of `lanes`, not one vector of
+                # `width`: LLVM splits an over-wide vector into its widest legal registers,
+                # which would undo the 256-bit choice of streams_split_vectors
+                vo, vi = r.split(r.op.axis[0], factor=lanes)
+                r.reorder(*r.op.reduce_axis, vo, vi)     # the factored axis comes first
+                r.unroll(vo)
+                r.vectorize(vi)
             self.rec.add(st, "rfactor-vectorize", f"split({k.var.name}, {width}); rfactor; "
                          "vectorize the partial sums" + ("; rfactor again over the vectors" if nvec > 1 else ""),
                          f"the reduction axis is the contiguous one: {width} partial results per "

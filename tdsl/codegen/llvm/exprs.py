@@ -220,7 +220,7 @@ class ExprEmitter:
         if not dt.is_float(e.dtype):
             return self.e_FloorDiv(e)
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
-        return self.builder.fdiv(a, b)
+        return self.builder.fdiv(a, b, flags=FAST_MATH + ("arcp",))
 
     def e_FloorDiv(self, e):
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
