@@ -9,7 +9,10 @@ read + written once) for the memory-bound kernels. Each side is timed in blocks
 (common.timings: a pause, a warm-up, then a block of calls), in three rounds that interleave
 all sides of a row; the best block counts. The pause lets onnxruntime's and torch's worker
 threads stop spinning before the next side runs; the rounds spread a burst of another job
-on a shared machine over all sides.
+on a shared machine over all sides. Memory-bound rows (GB/s) get more rounds: on a shared
+machine the memory bandwidth can swing for seconds at a time (a row sum of 8192^2 read 34
+or 60 GB/s for every side alike), and the best of three rounds then says which side met
+the fast spell, not which code is faster.
 
 The rows: GEMM 64-2048; every distinct convolution of ResNet-18 and the MobileNetV2 kinds
 (3x3 stride 1 and 2, 1x1, depthwise 3x3 stride 1 and 2), NCHW input with weights pre-packed
@@ -35,14 +38,15 @@ TARGET = None
 
 
 ROUNDS = 3        # every side of a row is timed once per round, the rounds interleaved
+MEMORY_ROUNDS = 9  # for the memory-bound rows
 PAUSE_S = 0.1     # before each block: onnxruntime's and torch's idle threads stop spinning
 
 
-def best_times(calls):
-    """{name: the best seconds per call} over ROUNDS interleaved rounds; in each round every
+def best_times(calls, rounds=ROUNDS):
+    """{name: the best seconds per call} over `rounds` interleaved rounds; in each round every
     callable gets a pause, a warm-up and a block of timed calls (common.timings)."""
     best = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, fn in calls.items():
             time.sleep(PAUSE_S)
             t = min(timings(fn, 3, 5))
@@ -200,7 +204,7 @@ def main():
             ts, ttensors, _ = tune_auto_schedule(definition, (), target=TARGET, timeout_s=opts.search)
             calls["tuned"] = run_tdsl(ts, ttensors, inputs, ref.shape, ref)[1]
         calls.update({"ref " + k: fn for k, fn in refs.items() if fn is not None})
-        best = best_times(calls)
+        best = best_times(calls, MEMORY_ROUNDS if unit == "GB/s" else ROUNDS)
         t_auto, t_hand, t_tuned = best["auto"], best.get("hand"), best.get("tuned")
         t_ref, ref_name = None, "-"
         for rname in refs:
