@@ -171,7 +171,11 @@ LAYERS = {
     "1x1 sq 128->32 27": lambda: conv_layer(128, 32, 27, 1),
     "1x1 sq 16->64 55": lambda: conv_layer(16, 64, 55, 1),
     "1x1 sq 128->16 55": lambda: conv_layer(128, 16, 55, 1),
+    # shufflenet_v2: its last 1x1 (few pixels, 1.9 MB of weights) and its 24-channel stem
+    "1x1 sh 464->1024 7": lambda: conv_layer(464, 1024, 7, 1),
+    "1x1 sh 232->232 14": lambda: conv_layer(232, 232, 14, 1),
     # stems
+    "stem sh 3->24 3x3 s2": lambda: conv_layer(3, 24, 224, 3, s=2, p=1),
     "stem r18 3->64 7x7 s2": lambda: conv_layer(3, 64, 224, 7, s=2, p=3),
     "stem sq 3->64 3x3 s2": lambda: conv_layer(3, 64, 224, 3, s=2, p=0),
     "stem en 3->32 3x3 s2": lambda: conv_layer(3, 32, 224, 3, s=2, p=1, act=None),

@@ -34,6 +34,7 @@ from .cross_thread import cross_thread_reduce
 from .scan_gpu import scan_kernel
 from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
+from .store_with import check_store_with
 from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -74,6 +75,7 @@ class ScheduleLowering:
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
         self._bind_args(args)
+        check_store_with(sched, self.bounds, self.arg_stages)
         self.size_ranges = {}
         for p in self.params:
             for d in getattr(p, "shape", ()):
@@ -126,6 +128,8 @@ class ScheduleLowering:
         role = self.roles.get(st.op)
         if role is not None:     # a scan's init, update and state are rows of its output
             return self.buffer(self.sched.stage_map[role[0]], role[1])
+        if st.stored_with is not None:
+            return self.buffer(st.stored_with)
         buf = self.buffers.get((st, k))
         if buf is None:
             b = self.bounds[st]
@@ -147,12 +151,13 @@ class ScheduleLowering:
     def _allocate(self, st, body):
         """`body` with storage for the outputs of `st` that are not arguments."""
         for k in reversed(range(st.op.num_outputs)):
-            if (st, k) not in self.arg_keys:
+            if (st, k) not in self.arg_keys and st.stored_with is None:
                 body = S.Allocate(self.buffer(st, k), body)
         return body
 
     def offset(self, st):
-        if st in self.arg_stages or st.attach_type == "root" or isinstance(st.op, PlaceholderOp):
+        if st in self.arg_stages or st.attach_type == "root" or isinstance(st.op, PlaceholderOp) \
+                or st.stored_with is not None:
             return tuple(E.const(0) for _ in st.op.shape)
         return self.bounds[st].region_min
 

@@ -1,0 +1,138 @@
+"""Stage.store_with: an intermediate stored in an output's buffer at the output's indices
+(softmax's exponentials in the output, then divided in place), checked against numpy, and
+every schedule that could read an overwritten value refused with an error naming it."""
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.examples import kernels
+
+
+def _x(M, N, seed=0):
+    return np.random.default_rng(seed).standard_normal((M, N), dtype=np.float32)
+
+
+def _softmax_at_rows(M, N, split=None):
+    """softmax with the max, the exponentials and the sum computed per row of Y; `split`
+    vectorizes Y's row in pieces of that width."""
+    X, mx, ex, sm, Y = kernels.softmax(M, N)
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    if split:
+        _, ji = s[Y].split(j, factor=split)
+        s[Y].vectorize(ji)
+    for t in (mx, ex, sm):
+        s[t].compute_at(s[Y], i)
+    return s, X, mx, ex, sm, Y
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_softmax_with_exponentials_in_the_output_matches_numpy(target):
+    M, N = 13, 96
+    s, X, mx, ex, sm, Y = _softmax_at_rows(M, N, split=16)
+    s[ex].store_with(Y)
+    text = str(tdsl.lower(s, [X, Y]))
+    # no buffer of its own: the exponentials are written to Y and divided there
+    assert "exp = allocate" not in text and "Y[i * 96 + " in text, text
+    x = _x(M, N)
+    out = np.empty_like(x)
+    tdsl.build(s, [X, Y], target=target)(x, out)
+    np.testing.assert_allclose(out, kernels.softmax_reference(x), rtol=1e-5, atol=1e-7)
+
+
+def test_auto_schedule_stores_the_exponentials_in_the_output_where_rows_are_exact():
+    for (M, N), expect in (((32, 1024), True), ((9, 7), True), ((37, 1000), False)):
+        X, mx, ex, sm, Y = kernels.softmax(M, N)
+        s = tdsl.auto_schedule(Y)
+        assert (s[ex].stored_with is s[Y]) == expect, (M, N, s.explain())
+        x = _x(M, N, 1)
+        out = np.empty_like(x)
+        tdsl.build(s, [X, Y])(x, out)
+        np.testing.assert_allclose(out, kernels.softmax_reference(x), rtol=1e-5, atol=1e-7)
+
+
+def _lower_error(s, args, *words):
+    with pytest.raises(tdsl.TdslError) as e:
+        tdsl.lower(s, args)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_stage_not_computed_at_the_output_is_refused():
+    X, mx, ex, sm, Y = kernels.softmax(8, 32)
+    s = tdsl.create_schedule(Y)
+    s[ex].store_with(Y)
+    _lower_error(s, [X, Y], "store_with", "'exp'", "compute_at")
+
+
+def test_a_reader_at_an_inner_loop_of_the_output_is_refused():
+    # the row sum recomputed per piece of the row would read exponentials that Y's earlier
+    # pieces have already overwritten
+    X, mx, ex, sm, Y = kernels.softmax(8, 32)
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    jo, _ = s[Y].split(j, factor=8)
+    s[mx].compute_at(s[Y], i)
+    s[ex].compute_at(s[Y], i)
+    s[sm].compute_at(s[Y], jo)
+    s[ex].store_with(Y)
+    _lower_error(s, [X, Y], "store_with", "'rowsum' reads it", "same loop")
+
+
+def test_a_shifted_read_by_the_output_is_refused():
+    M, N = 8, 32
+    X = tdsl.placeholder((M, N), name="X")
+    E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
+    Y = tdsl.compute((M, N), lambda i, j: E[i, (j + 1) % N] + E[i, j], name="Y")
+    s = tdsl.create_schedule(Y)
+    s[E].compute_at(s[Y], Y.op.axis[0])
+    s[E].store_with(Y)
+    _lower_error(s, [X, Y], "store_with", "'E'", "not at its own indices")
+
+
+def test_a_region_larger_than_the_output_row_is_refused():
+    # a split of Y that does not divide its row: E would be computed past the row's end,
+    # over the next row's values
+    s, X, mx, ex, sm, Y = _softmax_at_rows(8, 30, split=16)
+    s[ex].store_with(Y)
+    _lower_error(s, [X, Y], "store_with", "'exp'")
+
+
+def test_an_output_that_is_not_an_argument_is_refused():
+    M, N = 8, 32
+    X = tdsl.placeholder((M, N), name="X")
+    E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
+    Y = tdsl.compute((M, N), lambda i, j: E[i, j] * 2.0, name="Y")
+    Z = tdsl.compute((M, N), lambda i, j: Y[i, j] + 1.0, name="Z")
+    s = tdsl.create_schedule(Z)
+    s[E].compute_at(s[Y], Y.op.axis[0])
+    s[E].store_with(Y)
+    _lower_error(s, [X, Z], "store_with", "'Y' is not an argument")
+
+
+def test_a_reduction_output_is_refused():
+    M, N = 8, 32
+    X = tdsl.placeholder((M, N), name="X")
+    E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
+    k = tdsl.reduce_axis((0, 4), name="k")
+    Y = tdsl.compute((M, N), lambda i, j: tdsl.sum(E[i, j] * k, axis=k), name="Y")
+    s = tdsl.create_schedule(Y)
+    s[E].compute_at(s[Y], Y.op.axis[0])
+    s[E].store_with(Y)
+    _lower_error(s, [X, Y], "store_with", "reduction")
+
+
+def test_shape_dtype_and_tensor_mismatches_are_refused_at_the_call():
+    X, mx, ex, sm, Y = kernels.softmax(8, 32)
+    s = tdsl.create_schedule(Y)
+    with pytest.raises(tdsl.TdslError, match="shape"):
+        s[ex].store_with(mx)
+    with pytest.raises(tdsl.TdslError, match="itself"):
+        s[ex].store_with(ex)
+    other = tdsl.placeholder((8, 32), name="other")
+    with pytest.raises(tdsl.TdslError, match="not part of this schedule"):
+        s[ex].store_with(other)
+    X2 = tdsl.placeholder((8, 32), name="X2", dtype="float64")
+    D = tdsl.compute((8, 32), lambda i, j: X2[i, j] * 2.0, name="D")
+    with pytest.raises(tdsl.TdslError, match="dtype"):
+        tdsl.create_schedule([Y, D])[ex].store_with(D)
