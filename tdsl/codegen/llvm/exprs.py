@@ -242,6 +242,12 @@ class ExprEmitter:
         bl = self.builder
         if dt.is_float(e.dtype):
             # numpy.maximum/minimum: NaN in either operand propagates
+            r = self._x86_minmax(b, a, is_max)
+            if r is not None:
+                # maxps(b, a) is `b > a ? b : a`, a when either is NaN; then b's NaN
+                # replaces it: three operations where a NaN test of each operand took
+                # four (LLVM folds the generic form back into those four)
+                return bl.select(bl.fcmp_unordered("uno", b, b), b, r)
             c = bl.fcmp_ordered(">=" if is_max else "<=", a, b)
             c = bl.or_(c, bl.fcmp_unordered("uno", a, a))
             return bl.select(c, a, b)
@@ -250,6 +256,25 @@ class ExprEmitter:
         else:
             c = bl.icmp_signed(">" if is_max else "<", a, b)
         return bl.select(c, a, b)
+
+    _X86_MINMAX = {(16, 512): "llvm.x86.avx512.{}.ps.512", (8, 256): "llvm.x86.avx.{}.ps.256"}
+
+    def _x86_minmax(self, b, a, is_max):
+        """x86's maxps/minps of float32 vectors of a whole register, else None."""
+        t = self.mb.target
+        if t.description.arch != "x86_64" or not isinstance(b.type, ir.VectorType) or \
+                b.type.element != ir.FloatType():
+            return None
+        width = b.type.count * 32
+        name = self._X86_MINMAX.get((b.type.count, width))
+        if name is None or width > t.vector_bits:
+            return None
+        name = name.format("max" if is_max else "min")
+        if width == 512:     # with the rounding argument (4: the current mode)
+            fn = self.mb.intrinsic(name, b.type, [b.type, b.type, I32])
+            return self.builder.call(fn, [b, a, ir.Constant(I32, 4)])
+        fn = self.mb.intrinsic(name, b.type, [b.type, b.type])
+        return self.builder.call(fn, [b, a])
 
     def e_Min(self, e):
         return self._minmax(e, False)
