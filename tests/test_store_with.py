@@ -79,14 +79,22 @@ def test_a_reader_at_an_inner_loop_of_the_output_is_refused():
     _lower_error(s, [X, Y], "store_with", "'rowsum' reads it", "same loop")
 
 
-def test_a_shifted_read_by_the_output_is_refused():
-    M, N = 8, 32
+def _exp_stored_in(fy, after=None, M=8, N=32):
+    """E = exp(X) computed per row of Y = fy(E, N) and stored with Y; `after(Y)` adds a
+    stage after Y. Returns the schedule, X and the last stage."""
     X = tdsl.placeholder((M, N), name="X")
     E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
-    Y = tdsl.compute((M, N), lambda i, j: E[i, (j + 1) % N] + E[i, j], name="Y")
-    s = tdsl.create_schedule(Y)
+    Y = fy(E, N)
+    last = after(Y) if after else Y
+    s = tdsl.create_schedule(last)
     s[E].compute_at(s[Y], Y.op.axis[0])
     s[E].store_with(Y)
+    return s, X, last
+
+
+def test_a_shifted_read_by_the_output_is_refused():
+    s, X, Y = _exp_stored_in(lambda E, N: tdsl.compute(
+        E.shape, lambda i, j: E[i, (j + 1) % N] + E[i, j], name="Y"))
     _lower_error(s, [X, Y], "store_with", "'E'", "not at its own indices")
 
 
@@ -99,26 +107,15 @@ def test_a_region_larger_than_the_output_row_is_refused():
 
 
 def test_an_output_that_is_not_an_argument_is_refused():
-    M, N = 8, 32
-    X = tdsl.placeholder((M, N), name="X")
-    E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
-    Y = tdsl.compute((M, N), lambda i, j: E[i, j] * 2.0, name="Y")
-    Z = tdsl.compute((M, N), lambda i, j: Y[i, j] + 1.0, name="Z")
-    s = tdsl.create_schedule(Z)
-    s[E].compute_at(s[Y], Y.op.axis[0])
-    s[E].store_with(Y)
+    s, X, Z = _exp_stored_in(lambda E, N: tdsl.compute(E.shape, lambda i, j: E[i, j] * 2.0, name="Y"),
+                             after=lambda Y: tdsl.compute(Y.shape, lambda i, j: Y[i, j] + 1.0, name="Z"))
     _lower_error(s, [X, Z], "store_with", "'Y' is not an argument")
 
 
 def test_a_reduction_output_is_refused():
-    M, N = 8, 32
-    X = tdsl.placeholder((M, N), name="X")
-    E = tdsl.compute((M, N), lambda i, j: tdsl.exp(X[i, j]), name="E")
     k = tdsl.reduce_axis((0, 4), name="k")
-    Y = tdsl.compute((M, N), lambda i, j: tdsl.sum(E[i, j] * k, axis=k), name="Y")
-    s = tdsl.create_schedule(Y)
-    s[E].compute_at(s[Y], Y.op.axis[0])
-    s[E].store_with(Y)
+    s, X, Y = _exp_stored_in(lambda E, N: tdsl.compute(
+        E.shape, lambda i, j: tdsl.sum(E[i, j] * k, axis=k), name="Y"))
     _lower_error(s, [X, Y], "store_with", "reduction")
 
 
