@@ -52,7 +52,8 @@ def softmax(M, N):
 
 
 def softmax_schedule(M, N, target=None):
-    """One row per task: max and sum are vectorised through rfactor over the lanes."""
+    """One row per task: max and sum are vectorised through rfactor over the lanes; the
+    exponentials are stored in Y (`store_with`) where the row is whole vectors."""
     lanes = as_target(target).vector_lanes("float32")
     X, mx, ex, sm, Y = softmax(M, N)
     s = tdsl.create_schedule(Y)
@@ -71,6 +72,10 @@ def softmax_schedule(M, N, target=None):
     s[ex].compute_at(s[Y], i)
     eo, ei = s[ex].split(ex.op.axis[1], factor=lanes)
     s[ex].vectorize(ei)
+    if N % lanes == 0:
+        # the exponentials written into Y's row and divided there: Y's lines are fetched
+        # while they are computed (a ragged row would compute them past its end)
+        s[ex].store_with(Y)
     return s, [X, Y]
 
 
