@@ -1,6 +1,8 @@
 """Stage.store_with: an intermediate stored in an output's buffer at the output's indices
 (softmax's exponentials in the output, then divided in place), checked against numpy, and
-every schedule that could read an overwritten value refused with an error naming it."""
+every schedule that could read an overwritten value refused with an error naming it; in
+random legal placements of a softmax's stages, a store_with is either refused or right
+with every access bounds-checked (removing either half of the checks fails them)."""
 import numpy as np
 import pytest
 
@@ -133,3 +135,51 @@ def test_shape_dtype_and_tensor_mismatches_are_refused_at_the_call():
     D = tdsl.compute((8, 32), lambda i, j: X2[i, j] * 2.0, name="D")
     with pytest.raises(tdsl.TdslError, match="dtype"):
         tdsl.create_schedule([Y, D])[ex].store_with(D)
+
+
+def _random_softmax(rnd):
+    """A softmax with random splits of Y, its stages at random loops of Y (or at root; any
+    legal placement), and store_with drawn half the time."""
+    M, N = rnd.choice([(6, 32), (5, 30), (4, 48), (3, 7)])
+    X, mx, ex, sm, Y = kernels.softmax(M, N)
+    s = tdsl.create_schedule(Y)
+    i, j = Y.op.axis
+    if rnd.random() < 0.7:
+        _, ji = s[Y].split(j, factor=rnd.choice([2, 4, 8, 16]))
+        if rnd.random() < 0.5:
+            s[Y].vectorize(ji)
+    if rnd.random() < 0.5:
+        s[Y].parallel(i)
+    loops = s[Y].leaf_iter_vars[:-1] or [i]
+    if rnd.random() < 0.8:      # else all at root
+        at = rnd.randrange(len(loops))
+        s[mx].compute_at(s[Y], loops[at])
+        s[ex].compute_at(s[Y], loops[at])
+        # the row sum at the same loop or a deeper one (legal; for store_with, not)
+        s[sm].compute_at(s[Y], loops[rnd.randrange(at, len(loops))])
+    if rnd.random() < 0.4:
+        (k,) = s[sm].op.reduce_axis
+        s[sm].split(k, factor=rnd.choice([4, 5, 16]))
+    asked = rnd.random() < 0.5
+    if asked:
+        s[ex].store_with(Y)
+    return s, X, Y, asked, (M, N)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schedules_with_store_with_are_refused_or_right(seed):
+    """Whatever store_with is asked in a random schedule, lowering either refuses it with
+    an error naming it or the kernel, every access bounds-checked, matches numpy."""
+    import random
+    rnd = random.Random(seed)
+    s, X, Y, asked, shape = _random_softmax(rnd)
+    try:
+        f = tdsl.build(s, [X, Y], bounds_check=True)
+    except tdsl.TdslError as e:
+        assert asked and "store_with" in str(e), str(e)
+        return
+    x = _x(*shape, seed)
+    out = np.full(shape, np.nan, np.float32)
+    f(x, out)
+    np.testing.assert_allclose(out, kernels.softmax_reference(x), rtol=1e-5, atol=1e-7,
+                               err_msg=str(s))
