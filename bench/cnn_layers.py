@@ -127,7 +127,8 @@ def fire(ci, sq, e1, e3, hw):
 
 
 def linear_gelu(m, k, n, hw):
-    """convnext's pointwise MLP on NHWC: MatMul + bias -> GELU (erf form) on (1, hw, hw, k)."""
+    """convnext's pointwise MLP on NHWC: MatMul + bias -> GELU (erf form) on (1, hw, hw, k),
+    or on m tokens (1, m, k) with no hw."""
     from onnx import helper
     L = Layers()
     wn, w = L.w(k, n)
@@ -138,7 +139,8 @@ def linear_gelu(m, k, n, hw):
              helper.make_node("Div", ["h", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["g"]),
              helper.make_node("Mul", ["g", "half"], ["y"])]
-    return _model(nodes, inits, (1, hw, hw, k)), (1, hw, hw, k), hw * hw * k * n
+    shape = (1, hw, hw, k) if hw else (1, m, k)     # hw None: a token sequence (ViT's MLP)
+    return _model(nodes, inits, shape), shape, m * k * n
 
 
 def pool(kind, c, hw, k, s, p=0, ceil=0):
@@ -212,6 +214,7 @@ LAYERS = {
     # convnext's pointwise MLP
     "linear cnx 96->384 56 gelu": lambda: linear_gelu(3136, 96, 384, 56),
     "linear cnx 384->1536 14 gelu": lambda: linear_gelu(196, 384, 1536, 14),
+    "linear vit 768->3072 gelu": lambda: linear_gelu(197, 768, 3072, None),
     # pooling
     "pool max 3x3 s2 112 (r18)": lambda: pool("MaxPool", 64, 112, 3, 2, 1),
     "pool max 3x3 s2 ceil 111 (sq)": lambda: pool("MaxPool", 64, 111, 3, 2, 0, 1),
