@@ -10,7 +10,7 @@ from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.expr import Var, is_const_int
 from ..ir.stmt import ForKind
-from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ..te.tensor import IterVar, Operation, PlaceholderOp, Tensor
 from ..te.tensor_intrin import TensorIntrin
 from .relations import Fuse, Split
 

@@ -18,7 +18,6 @@ from .. import arith
 from ..errors import LoweringError, ScheduleError
 from ..ir import expr as E
 from ..ir.expr import is_const_int
-from ..ir.visitor import substitute
 from ..te.tensor import PlaceholderOp
 from .bound import (attach_leaf, effective_bodies, infer_bounds, leaf_values, loop_range, pass_up_index,
                     reads_of)
