@@ -186,34 +186,26 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
             self.vector_split(m, axes[-1], info.extents[-1], m.op.output(0).dtype)
 
     def store_in_output(self, st, members):  # called once the members are scheduled
-        """A costly elementwise member (kept, not inlined: softmax's exponentials) that the
-        output `st` reads only at its own indices, and nothing but the output and its other
-        members reads, is stored in the output's buffer (`store_with`): the output's cache
-        lines are fetched while the costly values are computed, and the output's own pass
-        rewrites them in cache."""
+        """A costly elementwise member (kept, not inlined: softmax's exponentials) of the
+        output's shape and dtype is stored in the output's buffer (`store_with`) where the
+        whole schedule passes store_with's checks (read by the output only at its own
+        indices, by the other members at the same loop, over exactly the output's region):
+        the output's cache lines are fetched while the costly values are computed, and the
+        output's own pass rewrites them in cache."""
         if not st.is_output:
             return
         out = st.op.output(0)
-        axes = list(st.op.axis)
         for m in members:
-            mi = self.infos[m]
             t = m.op.output(0)
-            if mi.is_reduction or m.op.num_outputs != 1 or t.dtype != out.dtype or \
-                    mi.extents != self.infos[st].extents or None in mi.extents:
+            if self.infos[m].is_reduction or m.op.num_outputs != 1 or t.dtype != out.dtype or \
+                    self.infos[m].extents != self.infos[st].extents:
                 continue
-            if any(r is not st and r not in members for r in self.readers[m]):
+            m.stored_with = st          # tried on the whole schedule before it is asked for
+            holds = store_with_holds(self.s)
+            m.stored_with = None
+            if not holds:   # e.g. a reduction split that does not divide the row reads past it
                 continue
-            loads = self.infos[st].loads_of(t)
-            if not loads or not all(len(ld.indices) == len(axes) and
-                                    all(ld.index_is_axis(n, iv) for n, iv in enumerate(axes))
-                                    for ld in loads):
-                continue
-            self.s[m].store_with(out)
-            if not store_with_holds(self.s):
-                # another member reads it over more than the output's row (a reduction
-                # split that does not divide the row): it keeps a buffer of its own
-                self.s[m].stored_with = None
-                continue
+            m.store_with(out)
             self.rec.add(m, "store_with", f"store_with({out.name})",
                          f"read by '{st.op.name}' only at its own indices: written where the "
                          "output goes, whose lines are then fetched while it is computed")
@@ -227,11 +219,10 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
         work = info.outputs(BIG)
         if lvl:
             loop = self.row_loop(st, axes[:lvl], exts[:lvl], work)
-            vs = self.vector_split(st, axes[-1], exts[-1], dtype) if len(axes) > lvl else None
+            if len(axes) > lvl:
+                self.vector_split(st, axes[-1], exts[-1], dtype)
             self.attach_members(st, loop, members, lvl)
-            exact = all(e is not None for e in exts) and (vs is None or not vs[2])
-            if exact:
-                self.store_in_output(st, members)
+            self.store_in_output(st, members)
             return
         vs = self.vector_split(st, axes[-1], exts[-1], dtype)
         loops = [(iv, e, False) for iv, e in zip(axes[:-1], exts[:-1])]

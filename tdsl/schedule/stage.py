@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import arith
+from .. import dtype as dt
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.expr import Var, is_const_int
@@ -287,7 +288,6 @@ class Stage:
         if width not in (32, 64, 128):
             raise self._error("storage_swizzle", f"width must be 32, 64 or 128 bytes, got "
                               f"{width!r}")
-        from .. import dtype as dt
         esize = dt.bits(self.op.output(0).dtype) // 8
         if esize < 1 or 16 % esize:
             raise self._error("storage_swizzle", f"its elements ({self.op.output(0).dtype}) "

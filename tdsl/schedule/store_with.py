@@ -7,7 +7,8 @@ Conservatively, for stage P stored with output T:
 - T has no reduction axis and reads P (itself or through inlined stages) only at T's own
   indices, so T's value at a point replaces P's value at that point and nothing else;
 - every other reader of P is computed at the same loop L (itself, or a stage it is
-  computed at): attached stages run before the loops of T inside L, so they have read all of P's region before T writes any of it;
+  computed at): attached stages run before the loops of T inside L, so they have read
+  all of P's region before T writes any of it;
 - the region of P computed per iteration of L is exactly the part of T that iteration
   writes, and inside T's shape: a larger one (a split of T that does not divide its axis,
   a reader that needs a halo) would write over values of T that other iterations own.

@@ -257,7 +257,7 @@ class ExprEmitter:
             c = bl.icmp_signed(">" if is_max else "<", a, b)
         return bl.select(c, a, b)
 
-    _X86_MINMAX = {(16, 512): "llvm.x86.avx512.{}.ps.512", (8, 256): "llvm.x86.avx.{}.ps.256"}
+    _X86_MINMAX = {16: "llvm.x86.avx512.{}.ps.512", 8: "llvm.x86.avx.{}.ps.256"}   # by lanes
 
     def _x86_minmax(self, b, a, is_max):
         """x86's maxps/minps of float32 vectors of a whole register, else None."""
@@ -266,7 +266,7 @@ class ExprEmitter:
                 b.type.element != ir.FloatType():
             return None
         width = b.type.count * 32
-        name = self._X86_MINMAX.get((b.type.count, width))
+        name = self._X86_MINMAX.get(b.type.count)
         if name is None or width > t.vector_bits:
             return None
         name = name.format("max" if is_max else "min")
