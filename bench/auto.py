@@ -9,10 +9,12 @@ read + written once) for the memory-bound kernels. Each side is timed in blocks
 (common.timings: a pause, a warm-up, then a block of calls), in three rounds that interleave
 all sides of a row; the best block counts. The pause lets onnxruntime's and torch's worker
 threads stop spinning before the next side runs; the rounds spread a burst of another job
-on a shared machine over all sides. Memory-bound rows (GB/s) get more rounds: on a shared
-machine the memory bandwidth can swing for seconds at a time (a row sum of 8192^2 read 34
-or 60 GB/s for every side alike), and the best of three rounds then says which side met
-the fast spell, not which code is faster.
+on a shared machine over all sides. Memory-bound rows (GB/s) get nine rounds, and each
+round is read as a comparison of its own: on a shared machine the memory bandwidth swings
+for seconds at a time (a row sum of 8192^2 reads 34 or 60 GB/s for every side alike), so
+the best of a few rounds says which side met the fast spell, not which code is faster.
+Their rates are each side's median round, and auto/ref is the median over rounds of the
+fastest reference's time in that round over auto's (`summarize`).
 
 The rows: GEMM 64-2048; every distinct convolution of ResNet-18 and the MobileNetV2 kinds
 (3x3 stride 1 and 2, 1x1, depthwise 3x3 stride 1 and 2), NCHW input with weights pre-packed
@@ -42,16 +44,41 @@ MEMORY_ROUNDS = 9  # for the memory-bound rows
 PAUSE_S = 0.1     # before each block: onnxruntime's and torch's idle threads stop spinning
 
 
-def best_times(calls, rounds=ROUNDS):
-    """{name: the best seconds per call} over `rounds` interleaved rounds; in each round every
-    callable gets a pause, a warm-up and a block of timed calls (common.timings)."""
-    best = {}
+def round_times(calls, rounds=ROUNDS):
+    """{name: [seconds per call, one per round]} over `rounds` interleaved rounds; in each
+    round every callable gets a pause, a warm-up and a block of timed calls
+    (common.timings), and its best timing counts."""
+    times = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fn in calls.items():
             time.sleep(PAUSE_S)
-            t = min(timings(fn, 3, 5))
-            best[name] = min(best.get(name, t), t)
-    return best
+            times[name].append(min(timings(fn, 3, 5)))
+    return times
+
+
+def summarize(times, refs, paired):
+    """(seconds per call for each side, the reference's name, its seconds per call).
+
+    Compute-bound rows (paired=False): each side's best round, and the fastest reference.
+    Memory-bound rows (paired=True): the bandwidth swings between rounds for every side
+    alike, so each round is a comparison of its own; a side's figure is its median round,
+    and the reference's is the auto side's median round scaled by the median over rounds
+    of (fastest reference in that round / auto in that round). The best of several
+    sides' best rounds would favour whichever side met a fast spell, and the more
+    references, the more of them get a chance."""
+    ref_keys = ["ref " + k for k in refs if "ref " + k in times]
+    if not paired:
+        best = {k: min(v) for k, v in times.items()}
+        key = min(ref_keys, key=best.get, default=None)
+        return best, key and key[4:], key and best[key]
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    if not ref_keys:
+        return med, None, None
+    per_round = [min((times[k][i], k) for k in ref_keys) for i in range(len(times["auto"]))]
+    ratio = float(np.median([t / a for (t, _), a in zip(per_round, times["auto"])]))
+    names = [k for _, k in per_round]
+    key = max(set(names), key=names.count)
+    return med, key[4:], ratio * med["auto"]
 
 
 def run_tdsl(s, tensors, inputs, out_shape, ref):
@@ -204,13 +231,11 @@ def main():
             ts, ttensors, _ = tune_auto_schedule(definition, (), target=TARGET, timeout_s=opts.search)
             calls["tuned"] = run_tdsl(ts, ttensors, inputs, ref.shape, ref)[1]
         calls.update({"ref " + k: fn for k, fn in refs.items() if fn is not None})
-        best = best_times(calls, MEMORY_ROUNDS if unit == "GB/s" else ROUNDS)
+        memory = unit == "GB/s"
+        best, ref_name, t_ref = summarize(round_times(calls, MEMORY_ROUNDS if memory else ROUNDS),
+                                          refs, paired=memory)
+        ref_name = ref_name or "-"
         t_auto, t_hand, t_tuned = best["auto"], best.get("hand"), best.get("tuned")
-        t_ref, ref_name = None, "-"
-        for rname in refs:
-            t = best.get("ref " + rname)
-            if t is not None and (t_ref is None or t < t_ref):
-                t_ref, ref_name = t, rname
         r = lambda t: work / t / 1e9  # noqa: E731
         hand_txt = f"{r(t_hand):8.1f}" if t_hand else f"{'-':>8s}"
         ratio_h = f"{t_hand / t_auto:9.2f}" if t_hand else f"{'-':>9s}"
