@@ -52,9 +52,16 @@ def softmax(M, N):
 
 
 def softmax_schedule(M, N, target=None):
-    """One row per task: max and sum are vectorised through rfactor over the lanes; the
-    exponentials are stored in Y (`store_with`) where the row is whole vectors."""
-    lanes = as_target(target).vector_lanes("float32")
+    """One row per task: max and sum are vectorised through rfactor, into `chains`
+    vectors of partial results (independent chains hide the add's latency), which are
+    then folded as vectors; the exponentials are stored in Y (`store_with`) where the row
+    is whole vectors."""
+    t = as_target(target)
+    lanes = t.vector_lanes("float32")
+    # a ragged split of the reductions would stretch the exponentials past the row, which
+    # store_with refuses: where the row is whole vectors, as many chains as divide it
+    chains = next(c for c in (4, 3, 2, 1) if N % (lanes * c) == 0) if N % lanes == 0 \
+        else max(1, min(4, N // lanes))
     X, mx, ex, sm, Y = softmax(M, N)
     s = tdsl.create_schedule(Y)
     i, j = Y.op.axis
@@ -63,11 +70,17 @@ def softmax_schedule(M, N, target=None):
     s[Y].vectorize(ji)
     for red in (mx, sm):
         (k,) = s[red].op.reduce_axis
-        ko, ki = s[red].split(k, factor=lanes)
-        rf = s.rfactor(red, ki)
-        s[rf].compute_at(s[Y], i)
-        s[rf].vectorize(s[rf].op.axis[0])
-        s[rf].reorder(*s[rf].op.reduce_axis, s[rf].op.axis[0])
+        ko, ki = s[red].split(k, factor=lanes * chains)
+        rfs = [s.rfactor(red, ki)]
+        if chains > 1:
+            (kv,) = s[red].op.reduce_axis
+            rfs.append(s.rfactor(red, s[red].split(kv, factor=lanes)[1]))
+        for rf in rfs:
+            s[rf].compute_at(s[Y], i)
+            vo, vi = s[rf].split(s[rf].op.axis[0], factor=lanes)
+            s[rf].reorder(*s[rf].op.reduce_axis, vo, vi)
+            s[rf].unroll(vo)
+            s[rf].vectorize(vi)
         s[red].compute_at(s[Y], i)
     s[ex].compute_at(s[Y], i)
     eo, ei = s[ex].split(ex.op.axis[1], factor=lanes)
