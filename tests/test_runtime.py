@@ -368,6 +368,12 @@ def test_exact_arguments_take_the_short_check_and_the_rest_the_full_one():
     np.testing.assert_array_equal(c, a + 1)
     c[:] = 7
     _expect_error(f, (a, b, a), "argument 2 'C'", "overlaps argument 0 'A'")
+    buf = np.zeros(40, "float32")       # two views of one buffer, each exactly right alone
+    _expect_error(f, (a, buf[:32].reshape(4, 8), buf[4:36].reshape(4, 8)), "argument 2 'C'",
+                  "overlaps argument 1 'B'")
+    adj = np.arange(64, dtype="float32")  # end to end in one buffer: no overlap
+    f(adj[:32].reshape(4, 8), b, adj[32:].reshape(4, 8))
+    np.testing.assert_array_equal(adj[32:], np.arange(32, dtype="float32") + 1)
     _expect_error(f, (a.astype("float64"), b, c), "argument 0 'A'", "dtype float32")
     _expect_error(f, (a, b, np.zeros((4, 9), "float32")), "argument 2 'C'", "(4, 8)")
     _expect_error(f, (a, b, np.zeros((8, 8), "float32")[::2]), "argument 2 'C'",

@@ -104,7 +104,8 @@ class Module:
     def prepared(self, *args):
         """Checks `args` once and returns a no-argument callable that runs the kernel on
         them, for callers that run the same buffers many times (a graph executor): the
-        per-call checks (~10 us) are skipped. The arrays must stay alive and unchanged.
+        per-call checks (~0.6 us a buffer for exact arrays, ~10 us otherwise) are
+        skipped. The arrays must stay alive and unchanged.
 
         Threads: the callable writes the fixed output arrays (and staging copies of any
         unaligned ones), so two threads calling the same prepared callable race on them;
