@@ -117,7 +117,8 @@ class Signature:
         if self.record is None and self.num_user_args == len(self.params) and all(
                 p["kind"] == "buffer" and all(isinstance(c, int) for c in p["shape"])
                 for p in self.params):
-            self.exact = [(self.np_dtypes[i], tuple(p["shape"])) for i, p in enumerate(self.params)]
+            self.exact = [(self.np_dtypes[i], tuple(p["shape"]), bool(p["written"]))
+                          for i, p in enumerate(self.params)]
             # for its overlap test: each argument's size, and the pairs with a written one
             sizes = [self.np_dtypes[i].itemsize * math.prod(p["shape"])
                      for i, p in enumerate(self.params)]
@@ -336,21 +337,24 @@ class Signature:
 
     def _prepare_exact(self, args):
         """`prepare` for numpy arrays of exactly the parameters' dtypes and shapes,
-        C-contiguous, aligned and writeable (numpy's `carray` flag: one attribute read; a
-        read-only input takes the full checks), and not overlapping where one is written
+        C-contiguous, aligned and writeable where written (numpy's `carray` flag: one
+        attribute read in the common case), and not overlapping where one is written
         (the full checks take ~10 us, these ~0.6 us a buffer); None for anything else,
         which the full checks then take (and explain)."""
         exact = self.exact
         if len(args) != len(exact):
             return None
         ptrs = []
-        for a, (dtype, shape) in zip(args, exact):
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype \
-                    or not a.flags.carray:
+        for a, (dtype, shape, written) in zip(args, exact):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
                 return None
+            if not a.flags.carray:      # read-only inputs (np.frombuffer of bytes) come here
+                flags = a.flags
+                if written or not (flags.c_contiguous and flags.aligned):
+                    return None
             try:
                 ptrs.append(_addressof(_char_at(a)))
-            except (TypeError, ValueError, BufferError):   # a dtype it lacks (bfloat16)
+            except (TypeError, ValueError, BufferError):   # read-only, or bfloat16
                 ptrs.append(a.__array_interface__["data"][0])
         for i, j, ni, nj in self.exact_pairs:
             if ptrs[i] < ptrs[j] + nj and ptrs[j] < ptrs[i] + ni:
