@@ -37,31 +37,41 @@ def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
     t = as_target(target)
     lanes = t.vector_lanes(dtype)
     regs = max(t.vector_registers, 4)
-    chains = max(t.fma_chains, 1)
     best, best_key = (1, 1), None
     col_vecs = -(-cols_extent // lanes)
     for vecs in range(1, min(max_vecs, col_vecs) + 1):
         if whole_vecs and col_vecs % vecs:
             continue
-        padded = -(-cols_extent // (vecs * lanes)) * vecs * lanes
         for rows in range(1, min(max_rows, rows_extent) + 1):
             if whole_rows and rows_extent % rows:
                 continue
-            acc = rows * vecs
-            used = acc + vecs + 1
-            if used > regs or acc > 3 * regs // 4:
+            used = rows * vecs + vecs + 1
+            if used > regs or rows * vecs > 3 * regs // 4:
                 break
-            score = min(acc / (rows + vecs), ENOUGH_FMA_PER_LOAD)
-            score *= min(1.0, acc / chains)
-            score *= cols_extent / padded
-            if padded != cols_extent:
-                score *= RAGGED_VECS
-            if rows_extent % rows:
-                score *= ragged_rows
+            score = tile_score(t, rows, vecs, rows_extent, cols_extent, dtype, ragged_rows)
             key = (round(score, 6), -used, -vecs)
             if best_key is None or key > best_key:
                 best, best_key = (rows, vecs), key
     return best
+
+
+def tile_score(target, rows: int, vecs: int, rows_extent: int, cols_extent: int,
+               dtype="float32", ragged_rows=RAGGED_ROWS) -> float:
+    """The register tile model's figure of merit (higher is better; `register_tile` takes
+    the best that fits the registers): FMAs per load up to enough, independent chains up to
+    enough, the share of lanes that are not padding, and the costs of ragged tails."""
+    t = as_target(target)
+    lanes = t.vector_lanes(dtype)
+    acc = rows * vecs
+    padded = -(-cols_extent // (vecs * lanes)) * vecs * lanes
+    score = min(acc / (rows + vecs), ENOUGH_FMA_PER_LOAD)
+    score *= min(1.0, acc / max(t.fma_chains, 1))
+    score *= cols_extent / padded
+    if padded != cols_extent:
+        score *= RAGGED_VECS
+    if rows_extent % rows:
+        score *= ragged_rows
+    return score
 
 
 def depthwise_tile(target, rows: int, width: int):

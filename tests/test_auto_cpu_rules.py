@@ -3,6 +3,8 @@ for, checked against numpy at ragged and symbolic sizes, for the host's ISA and 
 (haswell: 16 registers, 8 lanes) built on the same machine:
 - a blocked-layout convolution (NCHW[x]c) whose vector axis is one vector: the register tile
   also spans blocks of the channel-block axis (the hand schedule's tile);
+- a batch matmul whose rows are a prime count (attention over 197 tokens): a tile of several
+  rows with a ragged tail, not one row;
 - row sums: parallel over rows, the vectors of partial sums added as vectors first;
 - depthwise convolutions (a small reduction per output, the padding inlined as bounds
   tests): rows in whole vectors and a ragged last one."""
@@ -64,6 +66,24 @@ def test_blocked_conv_tile_spans_channel_blocks(target, C, H, W, CO, k, stride, 
     out = np.full(ref.shape, np.nan, np.float32)
     f(x, wp, out)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("B,M,K,N", [(3, 197, 64, 197), (2, 197, 197, 64), (2, 13, 20, 40)])
+def test_prime_row_count_takes_a_ragged_tile_of_rows(target, B, M, K, N):
+    t = Target(target)
+    A = tdsl.placeholder((B, M, K), name="A")
+    Bm = tdsl.placeholder((B, K, N), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((B, M, N), lambda b, i, j: tdsl.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="C")
+    s = tdsl.auto_schedule(C, target=t)
+    rows = int(re.search(r"by (\d+) x", _tile_decision(s, "C").action).group(1))
+    assert rows > 1 and M % rows, _tile_decision(s, "C")
+    f = tdsl.build(s, [A, Bm, C], target=t)
+    a, b = _data(B, M, K), _data(B, K, N)
+    out = np.full((B, M, N), np.nan, np.float32)
+    f(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
