@@ -143,6 +143,14 @@ def linear_gelu(m, k, n, hw):
     return _model(nodes, inits, shape), shape, m * k * n
 
 
+def linear(m, k, n):
+    """MatMul of m tokens (1, m, k) by (k, n) weights, no bias: a language model's head."""
+    from onnx import helper
+    L = Layers()
+    wn, w = L.w(k, n)
+    return _model([helper.make_node("MatMul", ["x", wn], ["y"])], {wn: w}, (1, m, k)), (1, m, k), m * k * n
+
+
 def pool(kind, c, hw, k, s, p=0, ceil=0):
     from onnx import helper
     attrs = {} if kind == "GlobalAveragePool" else dict(kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
@@ -215,6 +223,8 @@ LAYERS = {
     "linear cnx 96->384 56 gelu": lambda: linear_gelu(3136, 96, 384, 56),
     "linear cnx 384->1536 14 gelu": lambda: linear_gelu(196, 384, 1536, 14),
     "linear vit 768->3072 gelu": lambda: linear_gelu(197, 768, 3072, None),
+    # the zoo's gpt2: 128 tokens of 256 through a 50257-word head (most of its time)
+    "linear gpt2 head 256->50257": lambda: linear(128, 256, 50257),
     # pooling
     "pool max 3x3 s2 112 (r18)": lambda: pool("MaxPool", 64, 112, 3, 2, 1),
     "pool max 3x3 s2 ceil 111 (sq)": lambda: pool("MaxPool", 64, 111, 3, 2, 0, 1),
