@@ -1,5 +1,6 @@
 """LLVM backend: hand-built PrimFuncs compiled and compared with numpy / Python."""
 import math
+import re
 import os
 
 import numpy as np
@@ -793,3 +794,100 @@ def test_vector_exp_builds_for_avx512_without_vl(lanes):
     s[y].vectorize(inner)
     asm = tdsl.build(s, [x, y], target="llvm -mcpu=knl").get_source("asm")
     assert "vscalefps" in asm
+
+
+# ------------------------------------------------------------------------------------------
+# horizontal folds (fold.py)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("dtype,op,n", [
+    ("float32", "add", 16), ("float32", "max", 16), ("float32", "min", 8),
+    ("float64", "add", 8), ("float64", "max", 4), ("int32", "max", 16), ("int32", "min", 32),
+    ("int32", "add", 16), ("float32", "add", 12)])
+def test_serial_fold_of_a_short_run(target, dtype, op, n):
+    """`acc[r] = acc[r] op x[r, v]` over v in [0, n): a power-of-two run of a float add or
+    a max/min is folded as a vector tree, with numpy's values, NaN and infinities
+    included; an integer add (the loop's wrapping order kept) and an odd run stay serial
+    loops."""
+    if not Target(target).runs_here:
+        pytest.skip(f"this machine cannot run code for {target}")
+    rows = 6
+    X, A = buf("X", (rows, n), dtype), buf("A", (rows,), dtype)
+    r, v = E.Var("r"), E.Var("v")
+    acc = Ld(A, (r,))
+    x = Ld(X, (r * n + v,))
+    val = {"add": lambda: acc + x, "max": lambda: E.maximum(acc, x),
+           "min": lambda: E.minimum(x, acc)}[op]()
+    body = For(r, I(0), I(rows), K.SERIAL, For(v, I(0), I(n), K.SERIAL, St(A, val, (r,))))
+    m = L.build(PrimFunc("fold", [X, A], body, {"num_user_args": 2}), target)
+    rng = np.random.default_rng(n)
+    if dtype.startswith("float"):
+        x_ = rng.standard_normal((rows, n)).astype(dtype)
+        x_[1, 3], x_[2, n - 1], x_[3, :] = np.nan, np.nan, np.inf
+        x_[4, 0], x_[5, 1], x_[5, 2] = -np.inf, np.inf, -np.inf
+    else:
+        x_ = rng.integers(-2**31, 2**31, (rows, n)).astype(dtype)
+    a = rng.standard_normal(rows).astype(dtype) if dtype.startswith("float") \
+        else rng.integers(-1000, 1000, rows).astype(dtype)
+    want = {"add": lambda: a + x_.sum(1, dtype=dtype), "max": lambda: np.maximum(a, x_.max(1)),
+            "min": lambda: np.minimum(a, x_.min(1))}[op]()
+    with np.errstate(invalid="ignore", over="ignore"):
+        m(x_, a)
+    if op == "add" and dtype.startswith("float"):
+        np.testing.assert_allclose(a, want, rtol=1e-5)
+    else:
+        np.testing.assert_array_equal(a, want)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_row_reductions_fold_their_partial_results_as_vectors(target):
+    """After rfactor, a row sum's and a row max's vector of partial results is folded as a
+    tree of vector ops: the serial fold was a chain of one scalar op (and, for max, one NaN
+    test) per lane."""
+    t = Target(target)
+    if not t.runs_here:
+        pytest.skip(f"this machine cannot run code for {target}")
+    import tdsl
+    N = 200
+    X = tdsl.placeholder((9, N), name="X")
+    k, k2 = tdsl.reduce_axis((0, N), name="k"), tdsl.reduce_axis((0, N), name="k2")
+    S_ = tdsl.compute((9,), lambda i: tdsl.sum(X[i, k], axis=k), name="S")
+    M_ = tdsl.compute((9,), lambda i: tdsl.max(X[i, k2], axis=k2), name="M")
+    f = tdsl.build(tdsl.auto_schedule([S_, M_], target=t), [X, S_, M_], target=t)
+    asm = f.get_source("asm")
+    scalar = len(re.findall(r"\n\s+v(?:add|max)ss\s|\n\s+vucomiss\s|\n\s+vcmpunordss\s", asm))
+    assert scalar < t.vector_lanes("float32"), scalar
+    x = np.random.default_rng(0).standard_normal((9, N)).astype("float32")
+    x[2, 7], x[3, :] = np.nan, np.inf
+    s_, m_ = np.empty(9, "float32"), np.empty(9, "float32")
+    f(x, s_, m_)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(s_, x.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(m_, x.max(1))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_ragged_row_sum_keeps_its_partial_sums_in_registers(target):
+    """A row of 197 is 3 whole steps of partial sums and a ragged one. rfactor keeps the
+    split's guard a `likely` one, so loop partitioning peels the ragged step off; its
+    masked updates of the stack buffer of partial sums become blends of whole vectors,
+    which LLVM keeps in registers (no stack access left; masked stores there, reloaded
+    whole, stalled store forwarding)."""
+    t = Target(target)
+    if not t.runs_here:
+        pytest.skip(f"this machine cannot run code for {target}")
+    import tdsl
+    N = 197
+    X = tdsl.placeholder((9, N), name="X")
+    k = tdsl.reduce_axis((0, N), name="k")
+    S_ = tdsl.compute((9,), lambda i: tdsl.sum(X[i, k], axis=k), name="S")
+    s = tdsl.auto_schedule([S_], target=t)
+    text = str(tdsl.lower(s, [X, S_]))
+    assert text.count("if ") == text.count("if likely(") >= 1, text
+    f = tdsl.build(s, [X, S_], target=t)
+    assert "(%rsp" not in f.get_source("asm")
+    x = np.random.default_rng(1).standard_normal((9, N)).astype("float32")
+    out = np.empty(9, "float32")
+    f(x, out)
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-5)

@@ -77,7 +77,7 @@ def rfactor(sched, tensor, axis, factor_axis=0):
              if is_red and free_vars(c) & loop_vars <= mine]
     cond = substitute(red.condition, vmap)
     for c in conds:
-        cond = E.And(cond, c.args[0] if isinstance(c, E.Call) else c)
+        cond = E.And(cond, c)   # likely(): loop partitioning peels the ragged last step
     n = len(red.sources)
     src = tuple(substitute(x, vmap) for x in red.sources)
     rf_axes = list(spatial)

@@ -16,7 +16,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import externs, memory, parallel
+from . import externs, fold, memory, parallel
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
 from .types import I1, I32, int_const_value, lanes_of, sanitize, scalar_type
@@ -155,6 +155,9 @@ class FunctionEmitter(ExprEmitter):
                              "GPU-bound loops cannot be built for the 'llvm' target")
         if self.vec is not None:
             raise InternalError("a loop inside a vectorized body reached the emitter")
+        folding = fold.match(s)
+        if folding is not None:
+            return fold.emit(self, s, *folding)
         if kind == S.ForKind.UNROLLED and isinstance(s.extent, E.IntImm) \
                 and s.extent.value <= MAX_UNROLL:
             return self.unrolled_for(s)

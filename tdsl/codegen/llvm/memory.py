@@ -4,7 +4,12 @@ In a vectorized loop an access whose flat index is linear in the lane variable w
 coefficient 1 is a contiguous vector load/store, a lane-invariant one a scalar access, any
 other a gather/scatter. Under a lane mask (a lane-varying condition) contiguous accesses
 are masked loads/stores, and a uniform read happens only if some lane is active, so a
-guarded access never touches memory the serial loop would not.
+guarded access never touches memory the serial loop would not. The exception is a stack
+buffer of the function's own (an `alloca`) whose whole vector lies inside it: a masked
+read is a plain read there, and a masked write a read, a blend and a plain write (no other
+thread sees the buffer), which LLVM keeps in registers; through masked intrinsics it
+cannot, and a masked store that the next full load reads stalls store forwarding (a ragged
+row's partial sums: ~20 cycles a row).
 
 `Allocate`: constant sizes up to `ALLOCA_MAX_BYTES` are `alloca`s in the entry block
 (align 64), the rest `aligned_alloc(64, ...)` / `free`; a failed allocation returns 1.
@@ -16,7 +21,7 @@ from llvmlite import ir
 from ... import dtype as dt
 from ...errors import BuildError
 from ...ir import expr as E
-from .types import I1, I8, I32, I64, PTR, lanes_of, sanitize, scalar_type, type_suffix
+from .types import I1, I8, I32, I64, PTR, int_const_value, lanes_of, sanitize, scalar_type, type_suffix
 
 ALLOCA_MAX_BYTES = 32 * 1024
 STRIDED_LOAD_MAX = 4     # constant strides read as one contiguous span and a shuffle
@@ -126,10 +131,11 @@ def _vector_load(em, buf, idx):
         return _from_mem(em, phi, buf.dtype)
     c = ctx.info.coeff(idx)
     if c == 1:
-        p = elem_ptr(em, buf, _at_lane0(em, idx))
+        first = _at_lane0(em, idx)
+        p = elem_ptr(em, buf, first)
         if _odd_width(n) and not _is_alloca(em, buf) and _masked_loads_cheap(em):
             return _from_mem(em, _widened_load(em, p, mt, n, ctx.mask, dt.itemsize(buf.dtype)), buf.dtype)
-        if ctx.mask is None:
+        if ctx.mask is None or _inside_alloca(em, buf, first, n):
             v = bl.load(p, typ=vt, align=dt.itemsize(buf.dtype))
         else:
             fn = em.mb.intrinsic(f"llvm.masked.load.v{n}{type_suffix(mt)}.p0", vt,
@@ -144,6 +150,15 @@ def _vector_load(em, buf, idx):
                          [ptrs.type, I32, mask.type, vt])
     v = bl.call(fn, [ptrs, align, mask, ir.Constant(vt, None)])
     return _from_mem(em, v, buf.dtype)
+
+
+def _inside_alloca(em, buf, first, n) -> bool:
+    """Whether lanes [first, first + n) of `buf` (`first` an LLVM index value) are known
+    to lie inside the function's own stack buffer."""
+    a = em.bufs.get(buf)
+    c = int_const_value(first)
+    return isinstance(a, ir.AllocaInstr) and c is not None and 0 <= c \
+        and c + n <= a.allocated_type.count
 
 
 def _odd_width(n):
@@ -248,7 +263,8 @@ def _vector_store(em, buf, idx, val):
     vt = ir.VectorType(mt, n)
     c = ctx.info.coeff(idx)
     if c == 1:
-        p = elem_ptr(em, buf, _at_lane0(em, idx))
+        first = _at_lane0(em, idx)
+        p = elem_ptr(em, buf, first)
         # with AVX-512 only: AVX's vmaskmovps store is microcoded on AMD cores (Zen 2/3)
         # and slower there than LLVM's 4 + 2 + 1 lane pieces
         if _odd_width(n) and not _is_alloca(em, buf) and em.mb.target.has_avx512:
@@ -256,6 +272,8 @@ def _vector_store(em, buf, idx, val):
             return
         if ctx.mask is None:
             bl.store(val, p, align=align)
+        elif _inside_alloca(em, buf, first, n):
+            bl.store(bl.select(ctx.mask, val, bl.load(p, typ=vt, align=align)), p, align=align)
         else:
             fn = em.mb.intrinsic(f"llvm.masked.store.v{n}{type_suffix(mt)}.p0", ir.VoidType(),
                                  [vt, PTR, I32, ctx.mask.type])
