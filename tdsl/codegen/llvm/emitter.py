@@ -4,6 +4,8 @@
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
   module's notes).
+- A serial loop folding a short run of values into one element (a row reduction's last
+  step after rfactor) is a vector and a tree of vector ops (`fold.py`).
 - Parallel loops are outlined and run on native threads (`parallel.py`); a parallel loop
   nested in another runs serially.
 - Lane-varying conditions inside a vectorized loop become masks.
