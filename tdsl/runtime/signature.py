@@ -352,10 +352,7 @@ class Signature:
                 flags = a.flags
                 if written or not (flags.c_contiguous and flags.aligned):
                     return None
-            try:
-                ptrs.append(_addressof(_char_at(a)))
-            except (TypeError, ValueError, BufferError):   # read-only, or bfloat16
-                ptrs.append(a.__array_interface__["data"][0])
+            ptrs.append(_address(a))
         for i, j, ni, nj in self.exact_pairs:
             if ptrs[i] < ptrs[j] + nj and ptrs[j] < ptrs[i] + ni:
                 return None         # the full checks name the overlap
@@ -394,14 +391,11 @@ class Signature:
         return a
 
 
-_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
-
-
 def _address(a):
     """The address of a numpy array's first element: through the buffer protocol (0.3 us)
     where the array is writeable, else its array interface (1 us)."""
     try:
-        return _addressof(_char_at(a))
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return a.__array_interface__["data"][0]
 

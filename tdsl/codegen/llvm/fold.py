@@ -17,7 +17,7 @@ from llvmlite import ir
 from ... import dtype as dt
 from ...ir import expr as E
 from ...ir import stmt as S
-from .irscan import expr_vars, iter_children, structural_key
+from .irscan import collect_refs, expr_vars, structural_key
 from .lanes import Lanes, VecCtx, vector_legality
 from .types import scalar_type
 
@@ -25,7 +25,8 @@ MIN_LANES, MAX_LANES = 4, 64
 
 
 def match(loop: S.For):
-    """(the store, the op's class, x) when `loop` is such a fold, else None."""
+    """(the store, the op's class, x, the load of acc[c]) when `loop` is such a fold, else
+    None."""
     if loop.kind not in (S.ForKind.SERIAL, S.ForKind.UNROLLED) or \
             not isinstance(loop.extent, E.IntImm):
         return None
@@ -47,7 +48,9 @@ def match(loop: S.For):
     if not acc:
         return None
     x = v.b if acc[0] is v.a else v.a
-    if loop.var not in expr_vars(x, set()) or _reads(x, st.buffer):
+    read = {}
+    collect_refs(S.Evaluate(x), {}, read)
+    if loop.var not in expr_vars(x, set()) or st.buffer in read:
         return None
     probe = S.For(loop.var, loop.min, loop.extent, S.ForKind.VECTORIZED, S.Evaluate(x))
     if vector_legality(probe) is not None:
@@ -64,7 +67,7 @@ def emit(em, loop: S.For, st, op, x, acc):
     em.vec = VecCtx(Lanes(loop.var, loop.min, n), lo, n)
     em.env[loop.var] = bl.add(em.splat(lo, n), lane_ids)
     try:
-        xs = em.unify(em.expr(x), em.splat(em.const(x.dtype, 0), n))[0]
+        xs = em.splat(em.expr(x), n)
     finally:
         em.vec = None
         em.env.pop(loop.var, None)
@@ -101,12 +104,3 @@ def _with_values(em, values, body, dtype):
         for var in vs:
             em.env.pop(var, None)
 
-
-def _reads(e, buf) -> bool:
-    stack = [e]
-    while stack:
-        y = stack.pop()
-        if isinstance(y, E.BufferLoad) and y.buffer is buf:
-            return True
-        stack.extend(iter_children(y))
-    return False
