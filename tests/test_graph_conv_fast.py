@@ -129,6 +129,36 @@ def test_conv1x1_choice_follows_the_target(ci, co, hw, s, znver4, haswell):
     assert _kinds(mod, "llvm -mcpu=haswell") == [haswell]
 
 
+def _task_loop(mod, target="llvm"):
+    """The name of the conv's task loop (pixel tiles and channel blocks fused; parallel
+    when the conv is big enough) in the module's only fused group, as lowered."""
+    import tdsl
+    from tdsl.graph.strategy.cpu.schedule import schedule_llvm
+    (n,) = [n for n in mod.main.nodes() if isinstance(n.op, Function)]
+    g = GroupDef(n.op, {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}, target)
+    out = g.build()
+    s = tdsl.create_schedule(out)
+    schedule_llvm(s, out, g)
+    text = str(tdsl.lower(s, [g.placeholders[i] for i in sorted(g.placeholders)] + [out]))
+    return next(w[1] for w in map(str.split, text.split("\n")) if w and w[0] == "for" and "i1.outer" in w[1])
+
+
+@pytest.mark.parametrize("ci,co,hw,s,outer", [
+    (128, 24, 64, 1, True),     # a 2 MB image read in place: tiles of pixels outside
+    (96, 20, 67, 1, True),      # 4489 pixels, packed to whole tiles first
+    (32, 40, 12, 1, False),     # an image well within L2: blocks of channels outside
+])
+def test_conv1x1_large_image_reads_each_pixel_tile_once(ci, co, hw, s, outer):
+    """Past half of L2, the image is read once, a tile of pixels at a time, for every
+    block of output channels (not once per block, from L3)."""
+    net = Net((1, ci, hw, hw))
+    mod, _ = _check(net, net.node("Relu", [net.conv("x", ci, co, 1, s)]))
+    assert _kinds(mod) == ["conv1x1_spatial"]
+    name = _task_loop(mod)
+    # the fused loop's name lists its axes outer to inner: i1 the output channels'
+    assert name.endswith("i1.outer.fused") == outer, name
+
+
 def test_conv1x1_batch_norm_folds_into_the_fast_path():
     net = Net((2, 8, 11, 11))
     y = net.conv("x", 8, 40, 1, 2, bias=False)

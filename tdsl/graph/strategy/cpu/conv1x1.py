@@ -117,9 +117,13 @@ def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec
     cob, coi = s[out].split(co, factor=cb)
     po, pi = s[out].split(p, factor=lanes * pv)
     pvo, pl = s[out].split(pi, factor=lanes)
-    s[out].reorder(b, cob, po, coi, pvo, pl)
+    if _pixels_outer(target, Cv):
+        s[out].reorder(b, po, cob, coi, pvo, pl)
+        par = s[out].fuse(b, po, cob)
+    else:
+        s[out].reorder(b, cob, po, coi, pvo, pl)
+        par = s[out].fuse(b, cob, po)
     s[out].vectorize(pl)
-    par = s[out].fuse(b, cob, po)
     macs = int(np.prod([topi._dim(d) for d in Cv.shape])) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
     if parallel and macs >= min_macs:
         s[out].parallel(par)
@@ -136,3 +140,16 @@ def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec
         if parallel and macs >= min_macs:
             s[xp].parallel(rows)
         vec_split(s, xp, xp.op.axis[-1], topi._dim(xp.shape[-1]), target)
+
+
+def _pixels_outer(target, Cv):
+    """Whether tiles of pixels take turns outside blocks of output channels: each tile's
+    input panel (a run of pixels from every input plane) is then read once and stays in
+    L1 for every block, while the packed weights are read once a tile, contiguously. The
+    other order reads the weights once but the whole image once a block of channels,
+    from L3 (one stream per input plane) when the image outgrows L2. Measured on Zen 4,
+    two threads, 1x1 NCHW convs, same-process A/B: 256->64 at 56x56 0.78 -> 0.63 ms
+    (AVX2: 1.21 -> 0.72), 144->24 at 56x56 0.33 -> 0.25, 1024->256 at 14x14 (1 MB of
+    weights) 0.60 -> 0.57 (AVX2: 0.77 -> 0.56); 512->128 at 28x28 the same on AVX2."""
+    ci = topi._dim(Cv.op.reduce_axis[0].dom.extent)
+    return ci * topi._dim(Cv.shape[2]) * 4 > target.cache_bytes(2) // 2
