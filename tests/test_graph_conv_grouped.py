@@ -155,3 +155,13 @@ def test_silu_of_a_graph_output_is_not_fused_away():
     got = G.build(G.optimize(G.from_onnx(model))).run(x)
     for g_, r_ in zip(got, ref):
         np.testing.assert_allclose(g_, r_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("c,hw,parallel", [(116, 14, True), (8, 7, False)])
+def test_depthwise_conv_of_a_small_plane_is_split_between_the_cores(c, hw, parallel):
+    """0.2M multiply-adds (shufflenet's 14x14 depthwise convs) are worth a fork-join: on
+    one core such a conv also reads what the other core's kernel just wrote."""
+    model, wt = _model(c, hw, c, c, 3, act="relu")
+    exe = _check(model, wt)
+    src = exe.steps[0][0].module.get_source()
+    assert ("tdsl_parallel_launch" in src or "pthread_create" in src) == parallel
