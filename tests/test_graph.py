@@ -194,6 +194,54 @@ def test_reshaped_output_is_written_in_place():
     np.testing.assert_allclose(r, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
 
 
+def _split_model(axis):
+    """Conv -> Relu -> Split in two along `axis` -> a conv on each half -> Concat: the
+    channel split of shufflenet's blocks (axis 1)."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), f"w{len(inits)}")
+    inits = []
+    inits.append(w(8, 3, 3, 3))
+    inits.append(w(4, 4, 1, 1) if axis == 1 else w(4, 8, 1, 1))
+    inits.append(w(4, 4, 1, 1) if axis == 1 else w(4, 8, 1, 1))
+    inits.append(numpy_helper.from_array(np.array([4, 4] if axis == 1 else [3, 3], np.int64), "sp"))
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Split", ["r", "sp"], ["a", "b"], axis=axis),
+             helper.make_node("Conv", ["a", "w1"], ["ca"]), helper.make_node("Conv", ["b", "w2"], ["cb"]),
+             helper.make_node("Concat", ["ca", "cb"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("axis,views", [(1, 2), (2, 0)])
+def test_contiguous_slices_are_views_of_their_input(axis, views):
+    """A slice that is one contiguous run of its input (channels at batch 1) runs no
+    kernel: its consumer reads the input at an offset. Rows of each channel (axis 2) are
+    not contiguous and are copied. A GPU plan keeps only views its alignment allows."""
+    ort = pytest.importorskip("onnxruntime")
+    from tdsl.graph.passes import fuse_ops
+    model = _split_model(axis)
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    plan = G.plan_memory(mod)
+    slices = [n for n in mod.main.nodes() if isinstance(n.op, Function)
+              and [m.op for m in n.op.nodes()] == ["strided_slice"]]
+    assert len(slices) == 2
+    assert sum(id(n) in plan.aliases for n in slices) == views
+    exe = G.build(mod)
+    assert sum("strided_slice" in k.name for k, _, _ in exe.steps) == 2 - views
+    x = np.random.default_rng(1).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(exe.run(x)[0], ref, rtol=1e-5, atol=1e-5)
+    if axis == 1:       # the second half starts 4 * 36 floats (576 bytes) in: not at 128
+        assert plan.alias_offsets == {id(slices[1]): 576}
+        aligned = G.plan_memory(fuse_ops(G.optimize(G.from_onnx(model), target="llvm")), 128)
+        assert len([1 for n in aligned.order if id(n) in aligned.aliases]) == 1
+
+
 def test_executor_api_and_errors():
     from tdsl.graph import models
     exe = G.build(G.optimize(G.from_onnx(models.mlp(batch=2, sizes=(16, 32, 8)))))

@@ -2,8 +2,9 @@
 whose lifetimes (first definition to last use, in execution order) do not overlap share
 bytes. Greedy first fit over the values in order of definition, offsets aligned to 64
 (or more: a GPU's sub-buffer alignment).
-A group that only reshapes an intermediate or an input is an alias: it gets no buffer and
-no kernel (the executor views its input), and its input lives as long as the alias. When
+A group that only reshapes an intermediate or an input, or only slices a contiguous run of
+it, is an alias: it gets no buffer and no kernel (the executor views its input), and its
+input lives as long as the alias. When
 such a reshape is an output of the graph, its input is computed straight into the output's
 buffer instead (`plan.output_views`): no copy kernel for a reshaped result.
 
@@ -16,6 +17,8 @@ allocated when its first part is defined and lives until the concat's last use."
 from __future__ import annotations
 
 from typing import Dict, List
+
+import numpy as np
 
 from . import concat_prefix
 from ..ir import Call, Function, Module, Var
@@ -54,12 +57,40 @@ def _offsets_aligned(args, align):
     return True
 
 
-def is_alias(n, outputs=()) -> bool:
-    """A call of a group whose whole body is one reshape of an intermediate or an input."""
+def _single(n, op):
+    """The one node of group call `n` when it is an `op` of an intermediate or an input."""
+    if not isinstance(n.op, Function) or not isinstance(n.args[0], (Call, Var)):
+        return None
+    body = n.op.nodes()
+    return body[0] if len(body) == 1 and body[0].op == op else None
+
+
+def slice_offset(n, align=ALIGN):
+    """The byte offset of group call `n` in its input when `n` only slices a contiguous
+    run of it (unit steps along one axis, size-1 axes before it, whole axes after:
+    shufflenet's channel split at batch 1), else None. A GPU view must start at a
+    multiple of its sub-buffer alignment (`align`); the host views any offset."""
+    sl = _single(n, "strided_slice")
+    if sl is None:
+        return None
+    shape = n.args[0].type.shape
+    b, e, st = sl.attrs["begin"], sl.attrs["end"], sl.attrs["strides"]
+    cut = [d for d in range(len(shape)) if (b[d], e[d], st[d]) != (0, shape[d], 1)]
+    if not cut:
+        return 0
+    d = cut[0]
+    if st[d] != 1 or any(shape[k] != 1 for k in range(d)) or cut != [d]:
+        return None
+    off = b[d] * int(np.prod(shape[d + 1:], dtype=np.int64)) * np.dtype(n.type.dtype).itemsize
+    return off if align <= ALIGN or off % align == 0 else None
+
+
+def is_alias(n, outputs=(), align=ALIGN) -> bool:
+    """A call of a group whose whole body is one reshape of an intermediate or an input,
+    or one contiguous slice of it (`slice_offset`): a view, not a kernel."""
     if not isinstance(n.op, Function) or id(n) in outputs:
         return False
-    body = n.op.nodes()
-    return len(body) == 1 and body[0].op == "reshape" and isinstance(n.args[0], (Call, Var))
+    return _single(n, "reshape") is not None or slice_offset(n, align) is not None
 
 
 def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
@@ -78,7 +109,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
     for a in n.args:
         if not isinstance(a, Call) or not isinstance(a.op, Function) or uses.get(id(a), 0) != 1 \
                 or id(a) in outputs or id(a) in taken or id(a) in parts or a.type.dtype != n.type.dtype \
-                or is_alias(a, outputs) or a.type.size == 0 or id(a) in owners:
+                or is_alias(a, outputs, align) or a.type.size == 0 or id(a) in owners:
             return None
         parts[id(a)] = off
         off += a.type.nbytes
@@ -96,7 +127,7 @@ def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, or
         return None
     for a in n.args:
         if not isinstance(a.op, Function) or id(a) in outputs or id(a) in taken or id(a) in owners \
-                or id(a) in root or is_alias(a, outputs) or a.type.size == 0 or id(a) in fams:
+                or id(a) in root or is_alias(a, outputs, align) or a.type.size == 0 or id(a) in fams:
             return None
     members = [m for m in order if fams.get(id(m)) is n and m is not n]
     if any(id(m) in outputs or id(m) in root for m in members):
@@ -115,10 +146,14 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
     pos = {id(n): i for i, n in enumerate(order)}
     outputs = {id(o) for o in fn.outputs}
     root: Dict[int, int] = {}
+    alias_offsets: Dict[int, int] = {}     # a slice alias -> its byte offset in its input
     for n in order:
-        if is_alias(n, outputs):
+        if is_alias(n, outputs, align):
             a = n.args[0]
             root[id(n)] = root.get(id(a), id(a))
+            off = slice_offset(n, align)
+            if off:
+                alias_offsets[id(n)] = off
     uses: Dict[int, int] = {}
     for n in order:
         for a in n.args:
@@ -145,7 +180,7 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
             owners.add(id(own))
     output_views: Dict[int, int] = {}     # intermediate -> the output reshaping it
     for n in order:
-        if id(n) in outputs and is_alias(n) and isinstance(n.args[0], Call):
+        if id(n) in outputs and _single(n, "reshape") is not None and isinstance(n.args[0], Call):
             a = id(n.args[0])
             if a not in outputs and a not in root and a not in output_views and a not in owners \
                     and a not in concat_parts:
@@ -187,6 +222,7 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
         peak = max(peak, off + size)
     plan = MemoryPlan(offsets, sizes, peak, total, order)
     plan.aliases = root
+    plan.alias_offsets = alias_offsets
     plan.output_views = output_views
     plan.concat_parts = concat_parts
     plan.concat_owners = owners
