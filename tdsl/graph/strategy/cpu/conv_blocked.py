@@ -21,7 +21,7 @@ import tdsl
 from .... import tiling
 from .. import topi
 from ..stages import _ishape, _stages
-from .loops import _inline_except, _par_vec, _vec_split
+from .loops import PAR_MIN_MACS_DEPTHWISE, _inline_except, _par_vec, _vec_split
 
 
 def spread(x, sizes, offsets, strides):
@@ -393,7 +393,8 @@ def schedule_depthwise(s, out, info, parallel, target):
         xo, xi = s[out].split(x, factor=xb)
         s[out].reorder(b, cb, yo, xo, c, yi, xi)
     outer = s[out].fuse(b, cb)
-    if parallel and int(np.prod(_ishape(out))) * 9 >= (1 << 18):
+    taps = int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
+    if parallel and int(np.prod(_ishape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
         s[out].parallel(outer)
     s[Cv].compute_at(s[out], xo)
     _, _, yl, xl, cl = s[Cv].op.axis

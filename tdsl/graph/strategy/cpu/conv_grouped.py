@@ -32,15 +32,11 @@ import tdsl
 from .... import tiling
 from .. import topi
 from . import conv_int8
+from .loops import PAR_MIN_MACS_DEPTHWISE
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
 # a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
 DW_MAX_ROWS, DW_MAX_VECS = 8, 2
-# Parallel from this many multiply-adds: a depthwise 3x3 of 116 channels at 14x14 (0.2M,
-# ~10 us alone on one core) ran 22 us in a network, reading what the other core had
-# just written; split between the cores, shufflenet_v2 took 6-8% less time on Zen 4
-# (native and AVX2), regnet_y_400mf the same (same-process A/B)
-PAR_MIN_MACS = 1 << 16
 # a group's padded plane up to this size is padded once per parallel task (see schedule)
 PLANE_BYTES = 16 * 1024
 
@@ -168,7 +164,7 @@ def schedule(s, out, info, parallel, target, inline_except):
     else:
         outer = s[out].fuse(b, grp, yo)
     macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and macs >= PAR_MIN_MACS:
+    if parallel and macs >= PAR_MIN_MACS_DEPTHWISE:
         s[out].parallel(outer)
     s[ph].compute_at(s[out], outer)
     pq = ph.op.axis[-1]
