@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from .. import dtype as dt
 from .. import tiling
-from ..te.tensor import PlaceholderOp
 from .analysis import StageInfo
 from .cpu_base import BIG, PAR_MIN_WORK, RFACTOR_MIN_REDUCE, CPUBase
-
-PREFETCH_AHEAD = 4096
 
 
 class ReductionRules(CPUBase):
@@ -77,8 +74,6 @@ class ReductionRules(CPUBase):
                          f"the reduction axis is the contiguous one: {width} partial results per "
                          f"output ({nvec} vectors of {lanes} lanes: independent add chains), added "
                          f"as vectors, then {lanes} lanes serially")
-            if self.streams(info, dtype):
-                self.prefetch_stream(rst, info, k, width * dt.bits(dtype) // 8)
             return
         if axes and self.can_vectorize(dtype):
             last = axes[-1]
@@ -103,30 +98,6 @@ class ReductionRules(CPUBase):
         if work is not None and axes:
             self.parallel_prefix(st, [(iv, e, False) for iv, e in zip(axes, info.extents)], work, "outputs")
 
-    def prefetch_stream(self, rst, info, k, step_bytes):
-        """Prefetches of the inputs a streaming reduction reads along its rows, PREFETCH_AHEAD
-        bytes ahead of the partial sums' loop (`rst`, a step of `step_bytes` an iteration).
-        On Zen 4 (two threads, the machine's memory bandwidth the limit): a row sum of
-        8192^2 floats read 2.5-3% more GB/s with them, paired rounds, same process (onnxruntime's
-        ratio 0.97 -> 1.00); 2 KB or 8 KB ahead gained less or lost."""
-        inputs = []
-        for ld in info.loads:
-            if isinstance(ld.tensor.op, PlaceholderOp) and ld.contiguous_in(k) and ld.tensor not in inputs:
-                inputs.append(ld.tensor)
-        ko = rst.op.reduce_axis[-1]
-        ahead = max(1, -(-PREFETCH_AHEAD // step_bytes))
-        for t in inputs:
-            rst.prefetch(t, ko, ahead)
-        if inputs:
-            self.rec.add(rst, "prefetch", f"prefetch({', '.join(t.name for t in inputs)}, {ko.var.name}, {ahead})",
-                         f"the reduction streams its input from memory: each row's reads are fetched "
-                         f"{ahead * step_bytes} bytes ahead")
-
-    def streams(self, info, dtype):
-        """Whether the stage reads more than the last-level cache holds."""
-        l3 = self.t.cache_bytes(3)
-        return bool(l3) and info.outputs(0) * info.reduce_size(0) * (dt.bits(dtype) // 8) > l3
-
     def streams_split_vectors(self, info, dtype):
         """A reduction that streams its input from memory (more than the last-level cache)
         on a core whose 512-bit operations are split in two (one 512-bit FMA a cycle, Zen
@@ -135,7 +106,10 @@ class ReductionRules(CPUBase):
         against 42-46 in two runs, though in runs where the machine's bandwidth swung
         (32-46 GB/s) the two were within noise."""
         t = self.t
-        return t.vector_bits >= 512 and t.fma_units == 1 and self.streams(info, dtype)
+        if t.vector_bits < 512 or t.fma_units != 1 or not t.cache_bytes(3):
+            return False
+        size = info.outputs(0) * info.reduce_size(0) * (dt.bits(dtype) // 8)
+        return size > t.cache_bytes(3)
 
     def parallel_rfactor(self, st):
         info = self.infos[st]
