@@ -130,7 +130,7 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
         if id(n) in views:        # computed straight into the output that reshapes it
             bufs[id(n)] = mem.view(own_buffer(node_of[views[id(n)]]), 0, t)
         elif id(n) in plan.aliases:
-            bufs[id(n)] = mem.view(bufs[id(n.args[0])], plan.alias_offsets.get(id(n), 0), t)
+            bufs[id(n)] = mem.view(bufs[id(n.args[0])], plan.alias_offsets[id(n)], t)
         elif id(n) in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
             bufs[id(n)] = mem.view(own_buffer(node_of[plan.prefix_views[id(n)]]), 0, t)

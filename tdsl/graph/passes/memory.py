@@ -3,8 +3,8 @@ whose lifetimes (first definition to last use, in execution order) do not overla
 bytes. Greedy first fit over the values in order of definition, offsets aligned to 64
 (or more: a GPU's sub-buffer alignment).
 A group that only reshapes an intermediate or an input, or only slices a contiguous run of
-it, is an alias: it gets no buffer and no kernel (the executor views its input), and its
-input lives as long as the alias. When
+it, is an alias: it gets no buffer and no kernel (the executor views its input, at the
+slice's byte offset: `plan.alias_offsets`), and its input lives as long as the alias. When
 such a reshape is an output of the graph, its input is computed straight into the output's
 buffer instead (`plan.output_views`): no copy kernel for a reshaped result.
 
@@ -146,14 +146,12 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
     pos = {id(n): i for i, n in enumerate(order)}
     outputs = {id(o) for o in fn.outputs}
     root: Dict[int, int] = {}
-    alias_offsets: Dict[int, int] = {}     # a slice alias -> its byte offset in its input
+    alias_offsets: Dict[int, int] = {}     # alias -> its byte offset in its input (a reshape: 0)
     for n in order:
         if is_alias(n, outputs, align):
             a = n.args[0]
             root[id(n)] = root.get(id(a), id(a))
-            off = slice_offset(n, align)
-            if off:
-                alias_offsets[id(n)] = off
+            alias_offsets[id(n)] = slice_offset(n, align) or 0
     uses: Dict[int, int] = {}
     for n in order:
         for a in n.args:

@@ -152,4 +152,4 @@ def _pixels_outer(target, Cv):
     (AVX2: 1.21 -> 0.72), 144->24 at 56x56 0.33 -> 0.25, 1024->256 at 14x14 (1 MB of
     weights) 0.60 -> 0.57 (AVX2: 0.77 -> 0.56); 512->128 at 28x28 the same on AVX2."""
     ci = topi._dim(Cv.op.reduce_axis[0].dom.extent)
-    return ci * topi._dim(Cv.shape[2]) * 4 > target.cache_bytes(2) // 2
+    return ci * topi._dim(Cv.shape[2]) * np.dtype(Cv.dtype).itemsize > target.cache_bytes(2) // 2
