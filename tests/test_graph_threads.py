@@ -203,3 +203,72 @@ def test_an_output_computed_through_a_view_is_lent_too():
     for x, out in zip(xs, outs):
         np.testing.assert_allclose(out, (x @ w).reshape(1, 4, 24), rtol=1e-5, atol=1e-5)
     assert len({o.ctypes.data for o in outs}) == 3
+
+
+def _conv_and_view(channels=16, size=32):
+    """y = relu(1x1 conv of x), z = x reshaped: an input of channels*size^2 floats (64 KB
+    at the defaults: read from the caller's array), one output a view of it."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(3).standard_normal((8, channels, 1, 1)).astype(np.float32)
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"]),
+         helper.make_node("Reshape", ["x", "shape"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, size, size]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, channels * size * size])],
+        [numpy_helper.from_array(w, "w"), shape])
+    exe = G.build(G.optimize(G.from_onnx(helper.make_model(g))), target="llvm")
+
+    def ref(x):
+        return np.maximum(np.einsum("oc,bchw->bohw", w[:, :, 0, 0], x.astype(np.float32)), 0)
+    return exe, ref
+
+
+def test_large_inputs_are_read_from_the_callers_array():
+    """A large input is not copied: the kernels read the caller's array (its contents at
+    each run). Any other array (another layout or dtype) is copied into the executor's
+    own buffer, never into an array a caller passed before; so does set_input. An output
+    that is a view of the input is the caller's own copy."""
+    exe, ref = _conv_and_view()
+    rng = np.random.default_rng(0)
+    x1, x2 = (rng.standard_normal((1, 16, 32, 32)).astype(np.float32) for _ in range(2))
+    assert x1.nbytes >= tdsl.graph.runstate.ZERO_COPY_MIN_BYTES
+    y, z = exe(x1)
+    np.testing.assert_allclose(y, ref(x1), rtol=1e-5, atol=1e-5)
+    assert exe.inputs["x"] is x1
+    np.testing.assert_array_equal(z, x1.reshape(1, -1))
+    assert not np.may_share_memory(z, x1)
+    x1 *= 2                                     # the same array, new contents
+    np.testing.assert_allclose(exe(x1)[0], ref(x1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exe(x2)[0], ref(x2), rtol=1e-5, atol=1e-5)
+    assert exe.inputs["x"] is x2
+    saved = x2.copy()
+    for other in (np.asfortranarray(x1), x1.astype(np.float64),
+                  np.frombuffer(x1.tobytes(), np.float32).reshape(x1.shape)):
+        y, z = exe(other)
+        np.testing.assert_allclose(y, ref(other), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(z, other.reshape(1, -1).astype(np.float32))
+    assert exe.inputs["x"] is not x2
+    np.testing.assert_array_equal(x2, saved)    # copies went to the executor's buffer
+    exe(x2)
+    exe.set_input("x", 3 * x1)
+    exe.benchmark(number=1, repeat=1)
+    np.testing.assert_array_equal(x2, saved)
+    np.testing.assert_array_equal(exe.inputs["x"], 3 * x1)
+    np.testing.assert_allclose(exe(x2)[0], ref(x2), rtol=1e-5, atol=1e-5)
+
+
+def test_concurrent_runs_on_callers_arrays_match_single_threaded():
+    exe, ref = _conv_and_view()
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((1, 16, 32, 32)).astype(np.float32) for _ in range(4)]
+    refs = [ref(x) for x in xs]
+
+    def work(i):
+        bad = 0
+        for k in range(60):      # each thread alternates two arrays: states re-bind often
+            j = (i + k % 2) % len(xs)
+            bad += not np.allclose(exe(xs[j])[0], refs[j], rtol=1e-5, atol=1e-5)
+        return bad
+    assert _in_threads(4, work) == [0, 0, 0, 0]

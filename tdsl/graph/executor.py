@@ -220,14 +220,17 @@ class Executor:
         return [p.name for p in self.input_vars]
 
     def set_input(self, name, value):
-        """Writes input `name` of the default state (what benchmark and profile run on)."""
+        """Copies `value` into input `name` of the default state (what benchmark and
+        profile run on)."""
         state = self._pool.take(default=True)
         try:
-            self._set(state, name, value)
+            self._set(state, name, value, copy_host=True)
         finally:
             self._pool.give(state)
 
-    def _set(self, state, name, value):
+    def _set(self, state, name, value, copy_host=False):
+        """Sets input `name` of `state` to `value`: on the host the caller's array itself
+        where the kernels can read it there (RunState.bind_input), unless `copy_host`."""
         if name not in state.inputs:
             raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
         buf = state.inputs[name]
@@ -243,6 +246,9 @@ class Executor:
                 buf.copyfrom(value, state.launches.stream)
                 return
         arr = np.asarray(value)
+        if state.launches is None and state.bind_input(name, arr, zero_copy=not copy_host):
+            return
+        buf = state.home[name]
         if arr.shape != buf.shape:
             raise ArgumentError(f"input '{name}': expected shape {buf.shape}, got {arr.shape}")
         if arr.dtype != buf.dtype:
