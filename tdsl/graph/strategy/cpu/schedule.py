@@ -28,7 +28,7 @@ def schedule_llvm(s, out, g, vectorize=True, parallel=True):
         return _schedule_dense_packed(s, out, info, parallel, g.target)
     if kind == "conv1x1_spatial" and vectorize:
         return conv1x1.schedule(s, out, info, parallel, g.target, _inline_except, _stages(out), _par_vec,
-                                _vec_split, PAR_MIN_MACS // 4)
+                                _vec_split, PAR_MIN_MACS)
     if kind == "conv_grouped" and vectorize and _ishape(out) == _ishape(anchor_t):
         return conv_grouped.schedule(s, out, info, parallel, g.target, _inline_except)
     if kind == "matvec" and vectorize:
@@ -81,7 +81,7 @@ def _schedule_conv_rows(s, out, conv, parallel, target):
     last = sp[-1]
     _vec_split(s, out, last, shape[-1], target)
     taps = int(np.prod([topi._dim(r.dom.extent) for r in conv.op.reduce_axis]))
-    if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS // 4:
+    if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS:
         s[out].parallel(n_c)
     if pad is not None:      # depthwise: the padded plane of one channel, then its rows
         s[pad].compute_at(s[out], n_c)
