@@ -26,12 +26,19 @@ MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
 # Images that need the pixel pack (unaligned, strided) take this path when the blocked
 # NCHW[x]c conv's register tile (rows must divide the output width) is latency-bound, or
 # for expanding convs (CO >= PACK_MIN_EXPANSION * CI) whose blocked tile has fewer
-# accumulators than the target has FMA chains. Measured (bench/cnn_layers.py, interleaved
-# A/B): on znver4 (4 chains) the blocked conv was 1.1-1.2x faster on 4x expansions at 7x7
-# and 14x14 and 2x on reducing convs (672->112 at 14x14, 1024->128 at 7x7: the pixel panel
-# is re-read from L2 for every few output channels); on haswell (10 chains) this path was
-# 1.4x faster on 256->1024 at 14x14 and 1.2x on 320->1280 at 7x7.
+# accumulators than the target has FMA chains, or whose packed image is at most
+# PACK_MAX_PADDING padding over a reduction of PACK_MIN_REDUCTION_VECS vectors or more.
+# Measured (lone convs, same-process A/B, inputs read in place): on znver4 (4 chains)
+# this path took 0.069 ms against the blocked conv's 0.105 on 64->384 at 14x14, 0.124
+# against 0.148 on 96->576 and 0.589 against 0.654 on 256->1024 (+ residual) there, all
+# packed to 224 of 196 pixels; at 7x7 (64 of 49) the blocked conv was 1.05-1.1x faster
+# (320->1280, 512->2048), and 2x on reducing convs (672->112 at 14x14, 1152->192 at 7x7:
+# the pixel panel is re-read from L2 for every few output channels); on haswell (10
+# chains) this path was 1.1-1.4x faster on 4x expansions at 14x14 and 7x7, but not on
+# 16->64 at 55x55 (2 vectors of reduction: 0.067 ms against the blocked conv's 0.060).
 PACK_MIN_EXPANSION = 4
+PACK_MAX_PADDING = 0.25
+PACK_MIN_REDUCTION_VECS = 4
 # ... and whenever the reduction is this many vectors or shorter: the blocked conv's NCHW
 # unpack is one transposing store per output element, against CI multiply-adds (1x1
 # 16->64 at 55x55, squeezenet's expand: 2.6x onnxruntime's time on znver4 with the blocked
@@ -51,13 +58,17 @@ def applies(g, n, blocked_acc=MIN_ACC):
         return False
     if OH * OW < MIN_PIXELS_PER_LANE * lanes:
         return False
-    if not _in_place(a, OH * OW, lanes):
+    hw = OH * OW
+    cb, pv = _tile(g.target, CO, hw, _in_place(a, hw, lanes))
+    if not _in_place(a, hw, lanes):
         chains = g.target.fma_chains
         latency_bound = blocked_acc < min(MIN_ACC, chains)
         short = CI <= SHORT_REDUCTION_VECS * lanes
-        if not latency_bound and not short and not (CO >= PACK_MIN_EXPANSION * CI and blocked_acc < chains):
+        padding = -(-hw // (pv * lanes)) * pv * lanes / hw - 1
+        little_padding = padding <= PACK_MAX_PADDING and CI >= PACK_MIN_REDUCTION_VECS * lanes
+        expanding = CO >= PACK_MIN_EXPANSION * CI and (blocked_acc < chains or little_padding)
+        if not latency_bound and not short and not expanding:
             return False
-    cb, pv = _tile(g.target, CO, OH * OW, _in_place(a, OH * OW, lanes))
     return cb * pv >= MIN_ACC
 
 
