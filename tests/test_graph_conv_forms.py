@@ -161,3 +161,17 @@ def test_resize_is_one_gather_kernel(mode, scales):
     mod = G.optimize(G.from_onnx(_model("Resize", inputs, consts, mode=mode)))
     groups = [[m.op for m in n.op.nodes()] for n in mod.main.nodes() if isinstance(n.op, Function)]
     assert len(groups) == 1 and set(groups[0]) <= {"take", "interp"}, groups
+
+
+@pytest.mark.parametrize("scales,axes", [([1, 1, 8, 8], [3, 2]), ([1, 1, 2, 1.5], [3, 2]),
+                                         ([1, 1, 0.5, 1.5], [2, 3]), ([1, 1, 1, 3], [3])])
+def test_resize_upsampling_rows_interpolates_columns_first(scales, axes):
+    """Upsampled rows: the columns (taps gathered along each row) are interpolated first,
+    on the input's rows, then each output row is two whole rows of that (DeepLabV3's
+    logits, 21x28x28 -> 224x224: 0.68 -> 0.13 ms on Zen 4); downsampled rows first."""
+    inputs = {"x": f32(1, 8, 10, 12)}
+    consts = {"_none_roi": None, "scales": np.array(scales, np.float32)}
+    check("Resize", inputs, consts, rtol=1e-4, mode="linear")
+    mod = G.optimize(G.from_onnx(_model("Resize", inputs, consts, mode="linear")))
+    (group,) = [n.op for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert [m.attrs["axis"] for m in group.nodes() if m.op == "interp"] == axes

@@ -1,13 +1,16 @@
-"""Resize (nearest or linear along the two image axes): an interp along the rows, then one
-along the columns (frontend: one `interp`/`take` per resized axis), fused in one group.
+"""Resize (linear or cubic along the two image axes): an interp along one axis, then one
+along the other (frontend: one `interp` per resized axis), fused in one group.
 
-Inlined, the column interp would redo the row interp for every tap it reads (4 gathers per
-output for bilinear) and both would index through gathers. Instead the row interp is
-computed once, from contiguous input rows (whole vectors along the input width; a buffer of
-output rows x input columns, smaller than the output when it upsamples), and the column
-interp gathers its taps from it, each output row vectorized. (Computed per output row
-instead, its region along the gathered axis would depend on the indices' values, which
-bound inference does not read.) Rows run in parallel in both."""
+Inlined, the second interp would redo the first for every tap it reads (4 gathers per
+output for bilinear) and both would index through gathers. Instead the first interp is
+computed once, into a buffer, and the second reads its taps from that, each output row
+vectorized. The frontend orders the two so that the fewest elements are gathered: a
+column's taps are gathered along the row, a row's taps are whole rows (contiguous
+vectors); so an upsampling resize interpolates the columns of the input rows first and
+then each output row from two of those rows, and a downsampling one the rows first, from
+contiguous input rows. (Computed per output row instead, the buffer's region along the
+gathered axis would depend on the indices' values, which bound inference does not read.)
+Rows run in parallel in both."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,21 +25,22 @@ def _interp_axis(t):
 
 
 def applies(out):
-    """A group whose output is an interp along its last axis, reading an interp along
-    the axis before it (or the group's input)."""
+    """A group whose output is an interp along one of the last two axes, reading an interp
+    along the other one (or the group's input)."""
     nd = len(out.shape)
-    if nd < 2 or _interp_axis(out) != nd - 1:
+    axis = _interp_axis(out)
+    if nd < 2 or axis not in (nd - 1, nd - 2):
         return False
-    rows = [t for t in _stages(out) if t is not out and _interp_axis(t) is not None]
-    return all(_interp_axis(t) == nd - 2 for t in rows) and len(rows) <= 1 \
+    first = [t for t in _stages(out) if t is not out and _interp_axis(t) is not None]
+    return all(_interp_axis(t) == 2 * nd - 3 - axis for t in first) and len(first) <= 1 \
         and all(_interp_axis(t) is not None or not t.op.reduce_axis for t in _stages(out))
 
 
 def schedule(s, out, parallel, target):
     stages = _stages(out)
-    rows = [t for t in stages if t is not out and _interp_axis(t) is not None]
+    first = [t for t in stages if t is not out and _interp_axis(t) is not None]
     for t in stages:
-        if t is not out and t not in rows:
+        if t is not out and t not in first:
             s[t].compute_inline()
     shape = _ishape(out)
     axes = list(out.op.axis)
@@ -44,7 +48,7 @@ def schedule(s, out, parallel, target):
     _vec_split(s, out, axes[-1], shape[-1], target)
     if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
         s[out].parallel(row)
-    for t in rows:
+    for t in first:
         taxes = list(t.op.axis)
         trow = s[t].fuse(*taxes[:-1]) if len(taxes) > 2 else taxes[0]
         _vec_split(s, t, taxes[-1], _ishape(t)[-1], target)
