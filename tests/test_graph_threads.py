@@ -205,8 +205,8 @@ def test_an_output_computed_through_a_view_is_lent_too():
     assert len({o.ctypes.data for o in outs}) == 3
 
 
-def _conv_and_view(channels=16, size=32):
-    """y = relu(1x1 conv of x), z = x reshaped: an input of channels*size^2 floats (64 KB
+def _conv_and_view(channels=16, size=64):
+    """y = relu(1x1 conv of x), z = x reshaped: an input of channels*size^2 floats (256 KB
     at the defaults: read from the caller's array), one output a view of it."""
     from onnx import TensorProto, helper, numpy_helper
     w = np.random.default_rng(3).standard_normal((8, channels, 1, 1)).astype(np.float32)
@@ -232,7 +232,7 @@ def test_large_inputs_are_read_from_the_callers_array():
     that is a view of the input is the caller's own copy."""
     exe, ref = _conv_and_view()
     rng = np.random.default_rng(0)
-    x1, x2 = (rng.standard_normal((1, 16, 32, 32)).astype(np.float32) for _ in range(2))
+    x1, x2 = (rng.standard_normal((1, 16, 64, 64)).astype(np.float32) for _ in range(2))
     assert x1.nbytes >= tdsl.graph.runstate.ZERO_COPY_MIN_BYTES
     y, z = exe(x1)
     np.testing.assert_allclose(y, ref(x1), rtol=1e-5, atol=1e-5)
@@ -262,7 +262,7 @@ def test_large_inputs_are_read_from_the_callers_array():
 def test_concurrent_runs_on_callers_arrays_match_single_threaded():
     exe, ref = _conv_and_view()
     rng = np.random.default_rng(5)
-    xs = [rng.standard_normal((1, 16, 32, 32)).astype(np.float32) for _ in range(4)]
+    xs = [rng.standard_normal((1, 16, 64, 64)).astype(np.float32) for _ in range(4)]
     refs = [ref(x) for x in xs]
 
     def work(i):
