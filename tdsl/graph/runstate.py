@@ -67,12 +67,14 @@ class RunState:
         and dtype, large enough to be worth it, of an input no kernel writes. Otherwise
         (or not `zero_copy`) binds them back to the state's own buffer, for the caller to
         copy into, and returns False."""
+        if name not in self.readers:
+            return False
         home = self.home[name]
-        ok = zero_copy and name in self.readers and type(arr) is np.ndarray and arr.dtype == home.dtype \
+        ok = zero_copy and type(arr) is np.ndarray and arr.dtype == home.dtype \
             and arr.shape == home.shape and arr.nbytes >= ZERO_COPY_MIN_BYTES \
             and arr.flags.c_contiguous and arr.flags.aligned
         target = arr if ok else home
-        if self.inputs[name] is not target and name in self.readers:
+        if self.inputs[name] is not target:
             self._rebind_input(name, target)
         return ok
 
@@ -84,9 +86,7 @@ class RunState:
             args = changed.setdefault(ci, list(self.bound[ci][1]))
             args[ai] = self._same_view(args[ai], old, new)
         for ci, args in changed.items():
-            module = self.bound[ci][0]
-            self.bound[ci] = (module, args)
-            self.calls[ci] = self.mem.bind(module, args)
+            self._bind(ci, args)
         for i in outs_at:
             self.outputs[i] = self._same_view(self.outputs[i], old, new)
         self.inputs[name] = new
@@ -111,11 +111,14 @@ class RunState:
             new = np.empty_like(old)
             self.outputs[i] = new
             for ci in self.lendable[i]:
-                module, args = self.bound[ci]
-                args = [self._same_view(a, old, new) for a in args]
-                self.bound[ci] = (module, args)
-                self.calls[ci] = self.mem.bind(module, args)
+                self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
         self.lent = {}
+
+    def _bind(self, ci, args):
+        """Call `ci` bound to the arrays `args` from now on."""
+        module = self.bound[ci][0]
+        self.bound[ci] = (module, args)
+        self.calls[ci] = self.mem.bind(module, args)
 
     def _same_view(self, a, old, new):
         """`a` if it is not in array `old`'s memory, else the same view of array `new` (an
