@@ -133,6 +133,22 @@ def worth_a_vector(target, width: int, dtype="float32") -> bool:
         (width & (width - 1) == 0 and width * bits >= (64 if bits <= 8 else 128))
 
 
+TRANSPOSE_TILE_MAX_BYTES = 2048   # a square tile transposed in registers: 32 AVX-512 registers
+
+
+def transpose_tile(target, rows_extent: int, cols_extent: int, dtype="float32") -> int:
+    """Side of the square tiles in which a transpose is read (`rows_extent` rows contiguous
+    in memory, each written as a column of `cols_extent`): the largest power of two up to
+    the target's lanes that divides the rows (the columns may end in a ragged tile, which
+    is read as before), is no longer than the columns and fits `TRANSPOSE_TILE_MAX_BYTES`;
+    0 below four lanes, where a strided read costs no more."""
+    n = as_target(target).vector_lanes(dtype)
+    while n >= 4 and (rows_extent % n or n > cols_extent or
+                      n * n * dt.itemsize(dtype) > TRANSPOSE_TILE_MAX_BYTES):
+        n //= 2
+    return n if n >= 4 else 0
+
+
 def parallel_chunks(target) -> int:
     """Parallel tasks worth splitting a loop into: a few per core, for balance."""
     return 4 * as_target(target).num_cores

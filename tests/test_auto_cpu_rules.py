@@ -243,3 +243,30 @@ def test_short_axes_of_narrow_elements_fill_a_vector(target, dtype, lanes, vecto
     tdsl.build(s, [X, P], target=target)(x, out)
     want = np.max([x[:, ky:ky + 10:2, kx:kx + 10:2] for ky in range(3) for kx in range(3)], axis=0)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape,perm,dtype,tiled", [
+    ((1, 14, 16, 32), (0, 3, 1, 2), "float32", True),     # NHWC -> NCHW
+    ((1, 32, 14, 16), (0, 2, 3, 1), "float32", True),     # NCHW -> NHWC
+    ((48, 40), (1, 0), "uint8", True),
+    ((40, 24), (1, 0), "float64", True),
+    ((1, 14, 14, 3), (0, 3, 1, 2), "float32", False),     # 3 channels: no square tile
+])
+def test_transposes_read_square_tiles_without_gathers(target, shape, perm, dtype, tiled):
+    """An elementwise stage that reads its input contiguously along another axis than its
+    own last one takes square tiles (that axis split and unrolled around the vector loop),
+    which the backend reads as rows and transposes in registers: no gather is left."""
+    X = tdsl.placeholder(shape, dtype, name="X")
+    out_shape = tuple(shape[p] for p in perm)
+    inv = [perm.index(d) for d in range(len(perm))]
+    Y = tdsl.compute(out_shape, lambda *i: X[tuple(i[inv[d]] for d in range(len(shape)))] + tdsl.const(1, dtype),
+                     name="Y")
+    s = tdsl.auto_schedule(Y, target)
+    assert ("transposed in registers" in str(s.explain())) == tiled, s.explain()
+    f = tdsl.build(s, [X, Y], target=target)
+    assert not tiled or "gather" not in f.get_source("asm")
+    x = (np.random.default_rng(5).random(shape) * 100).astype(dtype)
+    out = np.zeros(out_shape, dtype)
+    f(x, out)
+    np.testing.assert_array_equal(out, x.transpose(perm) + np.array(1, dtype))

@@ -1,8 +1,8 @@
 """LLVM backend vector accesses that are neither plain vectors nor gathers: loads with a
-small constant stride (one contiguous span and a shuffle) and contiguous accesses of a
-width that is not a power of two (one masked access of the next power of two). Each is
-run on data that ends at an unreadable page, so a read past the last element the serial
-loop touches would fault."""
+small constant stride (one contiguous span and a shuffle), contiguous accesses of a
+width that is not a power of two (one masked access of the next power of two) and square
+tiles read transposed (rows, then shuffles in registers). Each is run on data that ends at
+an unreadable page, so a read past the last element the serial loop touches would fault."""
 import ctypes
 import mmap
 
@@ -23,16 +23,17 @@ def buf(name, n, dtype="float32"):
 
 
 class PageEnd:
-    """`n` float32 elements whose last one ends a page followed by an unreadable page."""
+    """`n` elements whose last one ends a page followed by an unreadable page."""
 
-    def __init__(self, n):
-        pages = -(-n * 4 // PAGE) + 1
+    def __init__(self, n, dtype="float32"):
+        size = np.dtype(dtype).itemsize
+        pages = -(-n * size // PAGE) + 1
         self.mm = mmap.mmap(-1, (pages + 1) * PAGE)
         base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         libc = ctypes.CDLL(None)
         libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         assert libc.mprotect(base + pages * PAGE, PAGE, 0) == 0
-        whole = np.frombuffer(self.mm, np.float32, count=pages * PAGE // 4)
+        whole = np.frombuffer(self.mm, dtype, count=pages * PAGE // size)
         self.array = whole[whole.size - n:]
 
 
@@ -97,3 +98,40 @@ def test_odd_width_contiguous_access_is_one_masked_access(lanes, guarded):
     if guarded:
         want[n - 2:] = 7
     np.testing.assert_array_equal(b, want)
+
+
+def _transpose(rows, cols, n, dtype, select):
+    """B[c, r] = A[r, c] over an (rows, cols) A, in n x n tiles: c.inner unrolled around
+    r.inner vectorized; with select=True the read is behind a lane-varying select."""
+    A, B = buf("A", rows * cols, dtype), buf("B", rows * cols, dtype)
+    ro, co, ci, ri = E.Var("ro"), E.Var("co"), E.Var("ci"), E.Var("ri")
+    r, c = ro * n + ri, co * n + ci
+    val = Ld(A, (r * cols + c,))
+    if select:
+        val = E.select(r % 3 != 1, val, E.const(7, dtype))
+    body = For(ri, I(0), I(n), K.VECTORIZED, St(B, val, (c * rows + r,)))
+    body = For(co, I(0), I(cols // n), K.SERIAL, For(ci, I(0), I(n), K.UNROLLED, body))
+    body = For(ro, I(0), I(rows // n), K.SERIAL, body)
+    return PrimFunc(f"transpose_{dtype}_{n}_{int(select)}", [A, B], body, {"num_user_args": 2})
+
+
+@pytest.mark.parametrize("dtype,n", [("float32", 16), ("float32", 8), ("float32", 4),
+                                     ("uint8", 16), ("int16", 8), ("float64", 8)])
+@pytest.mark.parametrize("select", [False, True])
+def test_transposed_tile_is_read_as_rows_and_shuffled(dtype, n, select):
+    """A square tile read contiguously along the unrolled loop and strided along the lanes
+    is read as rows and transposed with shuffles, no gather, and reads nothing outside A;
+    behind a lane-varying select (which reads only the chosen lanes) it stays a gather."""
+    rows, cols = 3 * n, 2 * n
+    f = _transpose(rows, cols, n, dtype, select)
+    src = L.codegen(f)[0]
+    assert ("masked.gather" in src) == select
+    m = L.build(f)
+    a = PageEnd(rows * cols, dtype).array
+    a[:] = np.arange(rows * cols) % 251
+    b = np.zeros(rows * cols, dtype)
+    m(a, b)
+    want = a.reshape(rows, cols).T
+    if select:
+        want = np.where(np.arange(rows) % 3 != 1, want, 7)
+    np.testing.assert_array_equal(b.reshape(cols, rows), want)

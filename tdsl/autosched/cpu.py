@@ -30,6 +30,11 @@ The order of the rules, and why:
 """
 from __future__ import annotations
 
+from .. import dtype as dt
+from .. import tiling
+from ..arith import linear_coeff, simplify
+from ..ir.visitor import substitute, uses_var
+from ..te.tensor import ComputeOp
 from ..schedule.store_with import store_with_holds
 from .cpu_base import BIG
 from .cpu_contraction import ContractionRules
@@ -96,7 +101,7 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
 
     # ------------------------------------------------------------------ run
     def run(self):
-        inlined = self.inline()
+        inlined = self.inlined = self.inline()
         attach, level = self.groups(inlined)
         tiles = self.stencil_groups(inlined, attach, level)
         epilogue = {}
@@ -224,6 +229,8 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
             self.attach_members(st, loop, members, lvl)
             self.store_in_output(st, members)
             return
+        if self.transposed(st, info, dtype, work):
+            return
         vs = self.vector_split(st, axes[-1], exts[-1], dtype)
         loops = [(iv, e, False) for iv, e in zip(axes[:-1], exts[:-1])]
         if vs is not None:
@@ -231,6 +238,56 @@ class CPUScheduler(TensorizeRules, ContractionRules, ReductionRules, StencilRule
         else:
             loops.append((axes[-1], exts[-1], False))
         self.parallel_prefix(st, loops, work, "elementwise")
+
+    def transposed(self, st, info, dtype, work) -> bool:
+        """A transpose (an input read contiguously along another axis than the output's
+        last, and strided along the last, itself or through inlined stages): square tiles,
+        the other axis split by the tile and unrolled just outside the vector loop, so the
+        backend reads each tile as rows and transposes it in registers instead of
+        gathering every vector."""
+        axes, exts = info.axes, info.extents
+        if not self.can_vectorize(dtype) or len(axes) < 2 or None in exts:
+            return False
+        ranges = {iv.var: iv.dom for iv in axes}
+        last = axes[-1].var
+        for tensor, idx in self.memory_loads(st):
+            idx = [simplify(i, ranges) for i in idx]
+            if not idx or dt.itemsize(tensor.dtype) != dt.itemsize(dtype) or \
+                    not any(uses_var(i, last) for i in idx[:-1]) or uses_var(idx[-1], last):
+                continue
+            k = next((k for k, iv in enumerate(axes[:-1])
+                      if (linear_coeff(idx[-1], iv.var, ranges) or (0,))[0] == 1), None)
+            n = 0 if k is None else tiling.transpose_tile(self.t, exts[k], exts[-1], dtype)
+            if n:
+                break
+        else:
+            return False
+        vo, vi = st.split(axes[-1], factor=n)
+        ko, ki = st.split(axes[k], factor=n)
+        outer = [ko if iv is axes[k] else iv for iv in axes[:-1]] + [vo]
+        st.reorder(*outer, ki, vi)
+        st.unroll(ki)
+        st.vectorize(vi)
+        self.rec.add(st, "vectorize", f"split({last.name}, {n}), split({axes[k].var.name}, "
+                     f"{n}); unroll {axes[k].var.name}.inner; vectorize",
+                     f"reads '{tensor.name}' transposed: {n} x {n} tiles transposed in registers")
+        oext = [e // n if i == k else e for i, e in enumerate(exts[:-1])] + [-(-exts[-1] // n)]
+        ragged = [False] * (len(outer) - 1) + [exts[-1] % n != 0]
+        self.parallel_prefix(st, list(zip(outer, oext, ragged)), work, "elementwise")
+        return True
+
+    def memory_loads(self, st):
+        """(tensor, indices in st's axes) of every read of st from memory, through the
+        stages inlined into it (their index maps composed)."""
+        out = []
+        for ld in self.infos[st].loads:
+            p = self.s[ld.tensor.op] if isinstance(ld.tensor.op, ComputeOp) else None
+            if p is None or p not in self.inlined:
+                out.append((ld.tensor, ld.indices))
+                continue
+            vmap = {iv.var: i for iv, i in zip(p.op.axis, ld.indices)}
+            out += [(t, tuple(substitute(i, vmap) for i in idx)) for t, idx in self.memory_loads(p)]
+        return out
 
 
 def schedule_cpu(s, target, rec, params):

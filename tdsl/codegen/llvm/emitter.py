@@ -6,6 +6,8 @@
   module's notes).
 - A serial loop folding a short run of values into one element (a row reduction's last
   step after rfactor) is a vector and a tree of vector ops (`fold.py`).
+- An unrolled loop around a vectorized one that reads a transposed tile reads it as rows
+  and transposes it in registers (`transpose.py`).
 - Parallel loops are outlined and run on native threads (`parallel.py`); a parallel loop
   nested in another runs serially.
 - Lane-varying conditions inside a vectorized loop become masks.
@@ -18,7 +20,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import externs, fold, memory, parallel
+from . import externs, fold, memory, parallel, transpose
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
 from .types import I1, I32, int_const_value, lanes_of, sanitize, scalar_type
@@ -221,9 +223,17 @@ class FunctionEmitter(ExprEmitter):
 
     def unrolled_for(self, s):
         lo = self.cast(self.expr(s.min), s.min.dtype, s.var.dtype)
-        for i in range(s.extent.value):
-            v = self.int_arith("add", lo, self.const(s.var.dtype, i), s.var.dtype)
-            self._bind_and_emit(s.var, v, s.body)
+        loads = transpose.match(s)
+        tiles = transpose.read_tiles(self, s, loads) if loads else {}
+        outer = self.tile_columns
+        try:
+            for i in range(s.extent.value):
+                if tiles:
+                    self.tile_columns = {**outer, **{k: cols[i] for k, cols in tiles.items()}}
+                v = self.int_arith("add", lo, self.const(s.var.dtype, i), s.var.dtype)
+                self._bind_and_emit(s.var, v, s.body)
+        finally:
+            self.tile_columns = outer
 
     def vector_for(self, s):
         n = s.extent.value

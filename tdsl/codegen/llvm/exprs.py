@@ -42,6 +42,7 @@ class ExprEmitter:
         self.env: Dict[E.Var, ir.Value] = {}
         self.bufs: Dict[S.Buffer, ir.Value] = {}
         self.vec: Optional[VecCtx] = None
+        self.tile_columns: Dict[int, ir.Value] = {}   # transposed tiles' columns (transpose.py)
         self._nsw = False
 
     # small helpers --------------------------------------------------------------------

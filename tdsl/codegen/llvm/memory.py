@@ -47,7 +47,7 @@ def flat_index(node, indices):
     return indices[0]
 
 
-def _from_mem(em, v, dtype):
+def from_mem(em, v, dtype):
     if dtype == "bool":
         return em.builder.icmp_unsigned("!=", v, ir.Constant(v.type, None))
     return v
@@ -93,12 +93,15 @@ def load(em, e):
     """The value of `BufferLoad` `e` (a vector inside a vectorized loop)."""
     idx = flat_index(e, e.indices)
     if em.vec is not None:
+        column = em.tile_columns.get(id(e))
+        if column is not None:
+            return column
         return _vector_load(em, e.buffer, idx)
     iv = em.index(idx)
     buf = e.buffer
     v = em.builder.load(elem_ptr(em, buf, iv), typ=scalar_type(buf.dtype, True),
                         align=dt.itemsize(buf.dtype))
-    return _from_mem(em, v, buf.dtype)
+    return from_mem(em, v, buf.dtype)
 
 
 def _vector_load(em, buf, idx):
@@ -113,7 +116,7 @@ def _vector_load(em, buf, idx):
         if ctx.mask is None:
             v = bl.load(elem_ptr(em, buf, _at_lane0(em, idx)), typ=mt,
                         align=dt.itemsize(buf.dtype))
-            return _from_mem(em, v, buf.dtype)
+            return from_mem(em, v, buf.dtype)
         # a uniform read under a mask: read only if some lane is active
         anyl = _any_lane(em, ctx.mask)
         rb, jb = em.new_block("ld.any"), em.new_block("ld.join")
@@ -128,20 +131,20 @@ def _vector_load(em, buf, idx):
         phi = bl.phi(mt)
         phi.add_incoming(v, r_end)
         phi.add_incoming(ir.Constant(mt, None), pre)
-        return _from_mem(em, phi, buf.dtype)
+        return from_mem(em, phi, buf.dtype)
     c = ctx.info.coeff(idx)
     if c == 1:
         first = _at_lane0(em, idx)
         p = elem_ptr(em, buf, first)
         if _odd_width(n) and not _is_alloca(em, buf) and _masked_loads_cheap(em):
-            return _from_mem(em, _widened_load(em, p, mt, n, ctx.mask, dt.itemsize(buf.dtype)), buf.dtype)
+            return from_mem(em, _widened_load(em, p, mt, n, ctx.mask, dt.itemsize(buf.dtype)), buf.dtype)
         if ctx.mask is None or _inside_alloca(em, buf, first, n):
             v = bl.load(p, typ=vt, align=dt.itemsize(buf.dtype))
         else:
             fn = em.mb.intrinsic(f"llvm.masked.load.v{n}{type_suffix(mt)}.p0", vt,
                                  [PTR, I32, ctx.mask.type, vt])
             v = bl.call(fn, [p, align, ctx.mask, ir.Constant(vt, None)])
-        return _from_mem(em, v, buf.dtype)
+        return from_mem(em, v, buf.dtype)
     if isinstance(c, int) and 2 <= c <= STRIDED_LOAD_MAX:
         return _strided_load(em, buf, idx, c, mt, vt)
     ptrs = _vector_ptrs(em, buf, idx)
@@ -149,7 +152,7 @@ def _vector_load(em, buf, idx):
     fn = em.mb.intrinsic(f"llvm.masked.gather.v{n}{type_suffix(mt)}.v{n}p0", vt,
                          [ptrs.type, I32, mask.type, vt])
     v = bl.call(fn, [ptrs, align, mask, ir.Constant(vt, None)])
-    return _from_mem(em, v, buf.dtype)
+    return from_mem(em, v, buf.dtype)
 
 
 def _inside_alloca(em, buf, first, n) -> bool:
@@ -231,7 +234,7 @@ def _strided_load(em, buf, idx, c, mt, vt):
         wide = bl.call(fn, [p, ir.Constant(I32, dt.itemsize(buf.dtype)), smask, ir.Constant(span, None)])
     v = bl.shuffle_vector(wide, ir.Constant(span, None),
                           ir.Constant(ir.VectorType(I32, n), [i * c for i in range(n)]))
-    return _from_mem(em, v, buf.dtype)
+    return from_mem(em, v, buf.dtype)
 
 
 def store(em, s):
