@@ -12,9 +12,10 @@ the object file of each generated IR text, and here a build of a schedule whose
 fingerprint (`tdsl.fingerprint`) was built before, in any process, skips lowering and IR
 generation as well. `TDSL_DEBUG` (the IR after every pass) always lowers.
 
+Every build checks the accesses whose index is read from memory (a gather's `x[idx[i]]`);
 `bounds_check=True` (or `TDSL_BOUNDS_CHECK=1` in the environment, for every build that
 does not say) checks every buffer access of the generated code
-(`tdsl.passes.bounds_check`); a call that meets an index outside its buffer skips that
+(`tdsl.passes.bounds_check`). A call that meets an index outside its buffer skips that
 access and raises `tdsl.BoundsError` after the kernel returns."""
 from __future__ import annotations
 
@@ -72,10 +73,9 @@ def _bounds_check_flag(value):
 
 
 def _checked(func, checked):
-    if not checked:
-        return func
+    """`func` with its data-dependent accesses checked, and all others too if `checked`."""
     from .passes.bounds_check import bounds_check
-    return bounds_check(func)
+    return bounds_check(func, data_only=not checked)
 
 
 def _extern_names(s):

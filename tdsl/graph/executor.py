@@ -295,8 +295,10 @@ class Executor:
                 outs = [nd.empty(o.shape, o.dtype, self.device).copyfrom(o, seq.stream)
                         for o in state.outputs]
                 seq.sync()
-                return outs
-            return [o.numpy(seq.stream) for o in state.outputs]
+            else:
+                outs = [o.numpy(seq.stream) for o in state.outputs]
+            seq.check()
+            return outs
         finally:
             self._pool.give(state)
 

@@ -1,6 +1,10 @@
-"""bounds_check: every access to a buffer checks its flat index against the buffer's extent.
+"""bounds_check: accesses to a buffer check their flat index against the buffer's extent.
 
-Run by `build(..., bounds_check=True)` on the fully lowered function (after
+Every build runs it for the accesses whose index is read from memory (a gather's
+`x[idx[i]]`, `data_only=True`): no range can prove those inside, and an index out of range
+in the data (a token id past the vocabulary) must be an error, not a read of another
+object's memory or a crash. `build(..., bounds_check=True)` checks every access that the
+loop ranges do not prove inside. It runs on the fully lowered function (after
 storage_flatten, and after split_kernels for GPU targets, so buffers and kernels are
 final). An index outside [0, extent) skips its access (a load yields 0, a store does
 nothing) and records the failure in a record buffer that the pass appends to the
@@ -57,8 +61,9 @@ def _in_bounds(idx, extent):
 class _Checker(Mutator):
     """Checks the accesses of one kernel (or of the whole CPU function)."""
 
-    def __init__(self, kernel, known, record, table, ranges):
+    def __init__(self, kernel, known, record, table, ranges, data_only):
         self.kernel = kernel
+        self.data_only = data_only     # check only indices read from memory
         self.ranges = dict(ranges)     # loop and let variables in scope -> Range
         self.known = dict(known)       # buffer -> extent (int64 expression)
         self.record = record
@@ -85,8 +90,8 @@ class _Checker(Mutator):
             return False
         reads = []
         walk(idx, lambda n: reads.append(n) if isinstance(n, E.BufferLoad) else None)
-        if reads:
-            return True
+        if reads or self.data_only:
+            return bool(reads)
         lo, hi = arith.const_bound(idx, self.ranges)
         ext = self.known[buf]
         if lo is None or lo < 0 or hi is None:
@@ -232,9 +237,10 @@ class _Checker(Mutator):
         return out
 
 
-def bounds_check(func: S.PrimFunc) -> S.PrimFunc:
+def bounds_check(func: S.PrimFunc, data_only: bool = False) -> S.PrimFunc:
     """`func` with checked accesses and the record buffer as its last parameter; unchanged
-    when it has no access to check or was checked already."""
+    when it has no access to check or was checked already. `data_only`: only the accesses
+    whose index is read from memory."""
     if "bounds_record" in func.attrs:
         return func
     record = S.Buffer(RECORD_NAME, (E.const(1),), "int64")
@@ -243,14 +249,14 @@ def bounds_check(func: S.PrimFunc) -> S.PrimFunc:
     ranges = func.attrs.get("size_ranges", {})
     kernels = func.attrs.get("kernels")
     if kernels is None:
-        body = _Checker(func.name, known, record, table, ranges).visit(func.body)
+        body = _Checker(func.name, known, record, table, ranges, data_only).visit(func.body)
         new_kernels = None
     else:
         known.update((b, _extent(b)) for b in func.attrs.get("host_buffers", ()))
         body, new_kernels = func.body, []
         for k in kernels:
             n = len(table)
-            chk = _Checker(k.name, known, record, table, ranges)
+            chk = _Checker(k.name, known, record, table, ranges, data_only)
             chk.known.update((b, _extent(b)) for b in k.shared)
             kbody = chk.visit(k.body)
             params = list(k.params) + ([record] if len(table) > n else [])

@@ -135,7 +135,7 @@ class DeviceModule:
         return convert
 
     def _setup(self, args, in_place=False):
-        """Binds `args`: (api, launches, copy_back, writebacks, handles). `in_place`: host
+        """Binds `args`: (api, launches, copy_back, writebacks, handles, checks). `in_place`: host
         arrays are used as device memory, never copied (target "c", whose memory is host
         memory; `prepared` refuses them on a GPU)."""
         api = self._api()
@@ -166,7 +166,7 @@ class DeviceModule:
             if isinstance(p, E.Var):
                 env[p] = values[i]
         handles = {}
-        copy_back = []
+        copy_back, checks = [], []
         for i, p in enumerate(self.params):
             arr = arrays[i]
             if arr is None:
@@ -183,11 +183,14 @@ class DeviceModule:
                 if sig.params[i]["written"]:
                     copy_back.append((mem, arr))
         rec = sig.new_record()
-        if rec is not None:     # a bounds-checked build: its record comes back like an output
+        if rec is not None:     # checked accesses (tdsl.passes.bounds_check): their record
             mem = handles[self.params[sig.record]] = api.alloc(rec.nbytes)
             api.copy_in(mem, rec)
-            copy_back.append((mem, rec))
-            writebacks = writebacks + [lambda: sig.check_record(rec)]
+            if in_place:        # ... is read back by the prepared sequence's check()
+                checks.append(lambda: _check_device_record(api, sig, mem, rec))
+            else:               # ... comes back like an output
+                copy_back.append((mem, rec))
+                writebacks = writebacks + [lambda: sig.check_record(rec)]
         for b in self.host_buffers:
             n = 1
             for d in b.shape:
@@ -206,7 +209,7 @@ class DeviceModule:
                 else:
                     kargs.append(api.scalar(env[p], p.dtype))
             launches.append((fns[k.name], grid, k.block, kargs, k.dynamic_shared_bytes))
-        return api, launches, copy_back, writebacks, handles
+        return api, launches, copy_back, writebacks, handles, checks
 
     @staticmethod
     def _run(api, launches):
@@ -214,7 +217,7 @@ class DeviceModule:
                 for fn, grid, block, kargs, shared in launches]
 
     def __call__(self, *args):
-        api, launches, copy_back, writebacks, handles = self._setup(args)
+        api, launches, copy_back, writebacks, handles, _ = self._setup(args)
         self._run(api, launches)
         for mem, arr in copy_back:
             api.copy_out(mem, arr)
@@ -231,12 +234,12 @@ class DeviceModule:
 
         Threads: one sequence writes fixed buffers, so two threads must not run the same
         one at once; make one per thread (as the graph executor makes one per run state)."""
-        api, launches, copy_back, writebacks, handles = self._setup(args, in_place=True)
+        api, launches, copy_back, writebacks, handles, checks = self._setup(args, in_place=True)
         if copy_back or writebacks:
             raise ArgumentError(f"{self.name}: a prepared launch cannot stage its arguments")
         runs = [api.prepare(fn, grid, block, kargs, stream, shared=shared)
                 for fn, grid, block, kargs, shared in launches]
-        return LaunchSequence(api, stream, runs, keep=[args, handles])
+        return LaunchSequence(api, stream, runs, keep=[args, handles], checks=checks)
 
     def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
         """f(*args) -> ProfileResult: device time per run (all kernels), from device events
@@ -245,7 +248,7 @@ class DeviceModule:
             raise ValueError("number and repeat must be at least 1")
 
         def evaluate(*args):
-            api, launches, copy_back, writebacks, handles = self._setup(args)
+            api, launches, copy_back, writebacks, handles, _ = self._setup(args)
             self._run(api, launches)  # warm-up
             api.sync()
             results = []
@@ -264,3 +267,14 @@ class DeviceModule:
                 wb()
             return ProfileResult(results)
         return evaluate
+
+
+def _check_device_record(api, sig, mem, rec):
+    """Raises BoundsError for what the kernels recorded in device record `mem` since the
+    last check, and clears it there (a sequence runs again on the same record)."""
+    api.copy_out(mem, rec)
+    if rec[0]:
+        failed = rec.copy()
+        rec[:] = 0
+        api.copy_in(mem, rec)
+        sig.check_record(failed)

@@ -11,11 +11,12 @@ from typing import Callable, List, Sequence
 
 
 class LaunchSequence:
-    def __init__(self, api, stream, runs: List[Callable], keep=()):
+    def __init__(self, api, stream, runs: List[Callable], keep=(), checks=()):
         self.api = api
         self.stream = stream
         self.runs = list(runs)
         self._keep = list(keep)        # buffers the launches point into
+        self._checks = list(checks)    # read back the records of checked accesses
         self._replay = None
 
     @classmethod
@@ -23,7 +24,8 @@ class LaunchSequence:
         for p in parts:
             if p.stream is not stream:
                 raise ValueError("LaunchSequence.join: every part must launch on the same stream")
-        return cls(api, stream, [r for p in parts for r in p.runs], [p._keep for p in parts])
+        return cls(api, stream, [r for p in parts for r in p.runs], [p._keep for p in parts],
+                   [c for p in parts for c in p._checks])
 
     def __len__(self):
         return len(self.runs)
@@ -53,6 +55,15 @@ class LaunchSequence:
 
     def sync(self):
         self.api.sync(self.stream)
+
+    def check(self):
+        """After a run: waits for it and raises tdsl.BoundsError when a kernel met an index
+        outside its buffer (an index read from the data: a gather's), which it skipped. A
+        few bytes copied back per checked kernel; nothing without one."""
+        if self._checks:
+            self.sync()
+        for c in self._checks:
+            c()
 
     def time(self, number, each=False):
         """Device seconds per run (device events); `each=True` times the launches one by

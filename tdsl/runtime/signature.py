@@ -143,8 +143,7 @@ class Signature:
         kernel, buf, access = self.bounds_checks[c]
         index, extent = int(rec[1 + 2 * c]), int(rec[2 + 2 * c])
         raise BoundsError(f"kernel {kernel}: a {access} of buffer '{buf}' at flat index "
-                          f"{index} is outside its extent {extent}; it was skipped "
-                          "(bounds_check)")
+                          f"{index} is outside its extent {extent}; it was skipped")
 
     def describe_shape(self, p, values):
         parts = []

@@ -295,15 +295,29 @@ def strided_slice(ins, attrs, out):
                                                       for d in range(len(i)))], name=uname("slice"))
 
 
+def _gather_index(v, x, ax):
+    """Index `v` read from data into axis `ax` of `x`, negative ones counted from the end.
+    One outside the axis becomes the product of x's sizes up to `ax`, whose element lies
+    past the end of `x` whatever the other indices (an index wrapped into int32, or into the
+    next row, can land inside `x`), so the check every build puts on indices read from
+    memory reports it (tdsl.BoundsError)."""
+    dims = shape_of(x)
+    n = dims[ax]
+    past = 1
+    for d in dims[:ax + 1]:
+        past = past * d
+    v = tdsl.if_then_else(v < 0, v + n, v)
+    ok = tdsl.all(v >= 0, v < n)
+    return tdsl.cast(tdsl.if_then_else(ok, v, tdsl.cast(past, v.dtype)), "int32")
+
+
 def take(ins, attrs, out):
     x, idx = ins
     ax = attrs["axis"]
-    n = shape_of(x)[ax]
     k = len(idx.shape)
 
     def f(*i):
-        j = tdsl.cast(idx[i[ax:ax + k]], "int32")
-        j = tdsl.if_then_else(j < 0, j + n, j)
+        j = _gather_index(idx[i[ax:ax + k]], x, ax)
         return x[i[:ax] + (j,) + i[ax + k:]]
     return tdsl.compute(out.shape, f, name=uname("take"))
 
@@ -311,11 +325,9 @@ def take(ins, attrs, out):
 def gather_elements(ins, attrs, out):
     x, idx = ins
     ax = attrs["axis"]
-    n = shape_of(x)[ax]
 
     def f(*i):
-        j = tdsl.cast(idx[i], "int32")
-        j = tdsl.if_then_else(j < 0, j + n, j)
+        j = _gather_index(idx[i], x, ax)
         return x[i[:ax] + (j,) + i[ax + 1:]]
     return tdsl.compute(out.shape, f, name=uname("gather_elements"))
 
