@@ -28,6 +28,9 @@ class DeviceMemory:
     def new(self, t):
         return nd.empty(t.shape, t.dtype, self.device)
 
+    def new_input(self, t):
+        return nd.array(np.zeros(t.shape, t.dtype), self.device)
+
     def arena_view(self, offset, t):
         return self.arena.view(offset, t.shape, t.dtype)
 

@@ -140,6 +140,11 @@ class HostMemory:
     def new(self, t):
         return np.empty(t.shape, t.dtype)
 
+    def new_input(self, t):
+        # zeros, not garbage: `benchmark()` and `profile()` may run before any input is
+        # set, and an index read from a garbage input would only raise a BoundsError
+        return np.zeros(t.shape, t.dtype)
+
     def arena_view(self, offset, t):
         off = self.base + offset
         return self.arena[off:off + t.nbytes].view(t.dtype).reshape(t.shape)
@@ -166,7 +171,7 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
     a graph node, standing for its buffer, or a constant array; the last is the node
     itself) bound to them."""
     mem = mem or HostMemory(plan)
-    inputs = {p.name: mem.new(p.type) for p in fn.params}
+    inputs = {p.name: mem.new_input(p.type) for p in fn.params}
     bufs: Dict[int, object] = {id(p): inputs[p.name] for p in fn.params}
     outputs = {id(o) for o in fn.outputs}
     views = plan.output_views
