@@ -208,3 +208,23 @@ def test_cuda_source_has_the_checks_and_compiles():
     if not rcuda.have_nvrtc():
         pytest.skip("NVRTC is not installed")
     assert ".entry" in mod.get_source("ptx")
+
+
+@pytest.mark.parametrize("dtype,offset,checked", [("uint8", 0, False), ("int8", 128, False),
+                                                  ("int8", 129, True), ("int16", 0, True)])
+def test_narrow_indices_read_from_memory_are_bounded_by_their_type(dtype, offset, checked):
+    """A table lookup by a uint8 (a quantized network's lookup table) cannot leave a
+    256-entry table and keeps its unchecked code; an offset or a wider type that can leave
+    it is checked."""
+    X = tdsl.placeholder((N,), name="X", dtype=dtype)
+    T = tdsl.placeholder((256,), name="T")
+    Y = tdsl.compute((N,), lambda i: T[tdsl.cast(X[i], "int32") + offset], name="Y")
+    s = tdsl.create_schedule(Y)
+    s[Y].vectorize(s[Y].split(Y.op.axis[0], factor=16)[1])
+    assert ("__tdsl_oob" in tdsl.build(s, [X, T, Y], target="c").get_source()) == checked
+    info = np.iinfo(dtype)
+    x = np.arange(N).astype(dtype) + np.asarray(max(info.min, -offset), dtype)
+    t = np.arange(256, dtype="float32")
+    y = np.zeros(N, "float32")
+    tdsl.build(s, [X, T, Y])(x, t, y)
+    np.testing.assert_array_equal(y, t[x.astype(int) + offset])

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .. import arith
+from .. import dtype as dt
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
@@ -58,6 +59,27 @@ def _in_bounds(idx, extent):
     return E.logical_and(i >= E.const(0, "int64"), i < extent)
 
 
+NARROW_BITS = 16     # a value read from memory of at most this many bits is bounded by its type
+
+
+class _NarrowReads(Mutator):
+    """An index with every load of a narrow integer type replaced by a variable ranging
+    over the type's values (`ranges`); `wide` when a load of another type is left."""
+
+    def __init__(self):
+        self.ranges, self.wide = {}, False
+
+    def visit_BufferLoad(self, e):
+        t = e.dtype
+        if not (dt.is_int(t) or t == "bool") or dt.bits(t) > NARROW_BITS:
+            self.wide = True
+            return e
+        lo = -(1 << (dt.bits(t) - 1)) if dt.is_signed(t) else 0
+        v = E.Var(f"read{len(self.ranges)}", t)
+        self.ranges[v] = Range(E.const(lo, t), E.const(1 << dt.bits(t), "int32"))
+        return v
+
+
 class _Checker(Mutator):
     """Checks the accesses of one kernel (or of the whole CPU function)."""
 
@@ -84,21 +106,29 @@ class _Checker(Mutator):
                                          put(0, c + 1)))
 
     def _needs_check(self, buf, idx):
-        """Whether the access may fall outside: unless the loop ranges prove it inside
-        (an index read from memory never is)."""
+        """Whether the access may fall outside: unless the loop ranges prove it inside,
+        values read from memory taken as anything their type holds (a uint8 indexing a
+        256-entry table is inside; an int32 or int64 never is)."""
         if buf not in self.known or buf is self.record:
             return False
         reads = []
         walk(idx, lambda n: reads.append(n) if isinstance(n, E.BufferLoad) else None)
-        if reads or self.data_only:
-            return bool(reads)
-        lo, hi = arith.const_bound(idx, self.ranges)
+        if self.data_only and not reads:
+            return False
+        ranges = self.ranges
+        if reads:
+            narrow = _NarrowReads()
+            idx = narrow.visit(idx)
+            if narrow.wide:
+                return True
+            ranges = {**ranges, **narrow.ranges}
+        lo, hi = arith.const_bound(idx, ranges)
         ext = self.known[buf]
         if lo is None or lo < 0 or hi is None:
             return True
         if isinstance(ext, E.IntImm):
             return hi >= ext.value
-        return not arith.can_prove(E.cast(idx, "int64") < ext, self.ranges)
+        return not arith.can_prove(E.cast(idx, "int64") < ext, ranges)
 
     # expressions --------------------------------------------------------------------
     def visit_Select(self, e):
