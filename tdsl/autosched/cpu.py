@@ -34,8 +34,8 @@ from .. import dtype as dt
 from .. import tiling
 from ..arith import linear_coeff, simplify
 from ..ir.visitor import substitute, uses_var
-from ..te.tensor import ComputeOp
 from ..schedule.store_with import store_with_holds
+from ..te.tensor import ComputeOp
 from .cpu_base import BIG
 from .cpu_contraction import ContractionRules
 from .cpu_reduce import ReductionRules

@@ -14,14 +14,13 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ... import dtype as dt
-from ...tiling import TRANSPOSE_TILE_MAX_BYTES
 from ...ir import expr as E
 from ...ir import stmt as S
+from ...tiling import TRANSPOSE_TILE_MAX_BYTES
 from .irscan import expr_vars, iter_children
 from .lanes import _local_linear, vector_legality
 from .memory import elem_ptr, from_mem
 from .types import I32, scalar_type
-
 
 
 def _unguarded_loads(e, out):
