@@ -228,3 +228,20 @@ def test_narrow_indices_read_from_memory_are_bounded_by_their_type(dtype, offset
     y = np.zeros(N, "float32")
     tdsl.build(s, [X, T, Y])(x, t, y)
     np.testing.assert_array_equal(y, t[x.astype(int) + offset])
+
+
+@pytest.mark.parametrize("hi,checked", [(255, False), (256, True)])
+def test_clamped_indices_read_from_memory_are_proven_inside(hi, checked):
+    """An int32 index read from memory is proven inside only through a clamp: a table of
+    positions built by the compiler (Resize's) clamped to the axis keeps its unchecked
+    vector code; a clamp one past the end does not prove it."""
+    X = tdsl.placeholder((N,), name="X", dtype="int32")
+    T = tdsl.placeholder((256,), name="T")
+    Y = tdsl.compute((N,), lambda i: T[tdsl.min(tdsl.max(X[i], 0), hi)], name="Y")
+    s = tdsl.create_schedule(Y)
+    assert ("__tdsl_oob" in tdsl.build(s, [X, T, Y], target="c").get_source()) == checked
+    x = np.arange(N, dtype="int32") * 3 - 20
+    t = np.arange(256, dtype="float32")
+    y = np.zeros(N, "float32")
+    tdsl.build(s, [X, T, Y])(x, t, y)
+    np.testing.assert_array_equal(y, t[np.clip(x, 0, 255)])

@@ -62,21 +62,21 @@ def _in_bounds(idx, extent):
 NARROW_BITS = 16     # a value read from memory of at most this many bits is bounded by its type
 
 
-class _NarrowReads(Mutator):
-    """An index with every load of a narrow integer type replaced by a variable ranging
-    over the type's values (`ranges`); `wide` when a load of another type is left."""
+class _ReadsAsVars(Mutator):
+    """An index with every load replaced by a variable: one of a narrow integer type
+    ranging over the type's values (`ranges`), any other unbounded, so that only a clamp
+    around it (`min(max(v, 0), n - 1)`, a lookup by a uint8) proves the index inside."""
 
     def __init__(self):
-        self.ranges, self.wide = {}, False
+        self.ranges, self.count = {}, 0
 
     def visit_BufferLoad(self, e):
         t = e.dtype
-        if not (dt.is_int(t) or t == "bool") or dt.bits(t) > NARROW_BITS:
-            self.wide = True
-            return e
-        lo = -(1 << (dt.bits(t) - 1)) if dt.is_signed(t) else 0
-        v = E.Var(f"read{len(self.ranges)}", t)
-        self.ranges[v] = Range(E.const(lo, t), E.const(1 << dt.bits(t), "int32"))
+        self.count += 1
+        v = E.Var(f"read{self.count}", t)
+        if (dt.is_int(t) or t == "bool") and dt.bits(t) <= NARROW_BITS:
+            lo = -(1 << (dt.bits(t) - 1)) if dt.is_signed(t) else 0
+            self.ranges[v] = Range(E.const(lo, t), E.const(1 << dt.bits(t), "int32"))
         return v
 
 
@@ -108,7 +108,7 @@ class _Checker(Mutator):
     def _needs_check(self, buf, idx):
         """Whether the access may fall outside: unless the loop ranges prove it inside,
         values read from memory taken as anything their type holds (a uint8 indexing a
-        256-entry table is inside; an int32 or int64 never is)."""
+        256-entry table is inside; an int32 or int64 is only when clamped)."""
         if buf not in self.known or buf is self.record:
             return False
         reads = []
@@ -117,11 +117,9 @@ class _Checker(Mutator):
             return False
         ranges = self.ranges
         if reads:
-            narrow = _NarrowReads()
-            idx = narrow.visit(idx)
-            if narrow.wide:
-                return True
-            ranges = {**ranges, **narrow.ranges}
+            as_vars = _ReadsAsVars()
+            idx = as_vars.visit(idx)
+            ranges = {**ranges, **as_vars.ranges}
         lo, hi = arith.const_bound(idx, ranges)
         ext = self.known[buf]
         if lo is None or lo < 0 or hi is None:
