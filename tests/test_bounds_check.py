@@ -245,3 +245,27 @@ def test_clamped_indices_read_from_memory_are_proven_inside(hi, checked):
     y = np.zeros(N, "float32")
     tdsl.build(s, [X, T, Y])(x, t, y)
     np.testing.assert_array_equal(y, t[np.clip(x, 0, 255)])
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_indices_computed_from_floats_read_from_memory(narrow):
+    """A quantized lookup's index, uint8(x * s) of a float read from memory, is within the
+    table whatever the float; int32(x * s) may be anything and is checked (the build must
+    not fail on float math it cannot bound)."""
+    X = tdsl.placeholder((N,), name="X")
+    T = tdsl.placeholder((256,), name="T")
+    if narrow:
+        Y = tdsl.compute((N,), lambda i: T[tdsl.cast(tdsl.cast(X[i] * 3.0, "uint8"), "int32")], name="Y")
+    else:
+        Y = tdsl.compute((N,), lambda i: T[tdsl.cast(X[i] * 3.0, "int32")], name="Y")
+    s = tdsl.create_schedule(Y)
+    assert ("__tdsl_oob" in tdsl.build(s, [X, T, Y], target="c").get_source()) != narrow
+    x = np.arange(N, dtype="float32")
+    t = np.arange(256, dtype="float32") * 2
+    y = np.zeros(N, "float32")
+    tdsl.build(s, [X, T, Y])(x, t, y)
+    np.testing.assert_array_equal(y, t[(x * 3).astype(int)])
+    if not narrow:
+        x[5] = 100.0
+        with pytest.raises(tdsl.BoundsError, match="index 300 is outside its extent 256"):
+            tdsl.build(s, [X, T, Y])(x, t, y)

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .. import arith
+from ..arith.errors import NotIndexExpr
 from .. import dtype as dt
 from ..ir import expr as E
 from ..ir import stmt as S
@@ -70,14 +71,30 @@ class _ReadsAsVars(Mutator):
     def __init__(self):
         self.ranges, self.count = {}, 0
 
-    def visit_BufferLoad(self, e):
-        t = e.dtype
+    def _value(self, t):
         self.count += 1
         v = E.Var(f"read{self.count}", t)
         if (dt.is_int(t) or t == "bool") and dt.bits(t) <= NARROW_BITS:
             lo = -(1 << (dt.bits(t) - 1)) if dt.is_signed(t) else 0
             self.ranges[v] = Range(E.const(lo, t), E.const(1 << dt.bits(t), "int32"))
         return v
+
+    def visit_BufferLoad(self, e):
+        return self._value(e.dtype)
+
+    def visit_Cast(self, e):
+        # a narrow integer cast of a value read from memory (a quantized lookup's
+        # uint8(round(x / s) + z)) is within its type whatever the float math inside
+        t = e.dtype
+        if dt.is_int(t) and dt.bits(t) <= NARROW_BITS and _has_load(e.value):
+            return self._value(t)
+        return self.generic_visit(e)
+
+
+def _has_load(e):
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
+    return bool(found)
 
 
 class _Checker(Mutator):
@@ -120,6 +137,12 @@ class _Checker(Mutator):
             as_vars = _ReadsAsVars()
             idx = as_vars.visit(idx)
             ranges = {**ranges, **as_vars.ranges}
+        try:
+            return self._outside(buf, idx, ranges)
+        except NotIndexExpr:        # float math on values read: nothing to prove with
+            return True
+
+    def _outside(self, buf, idx, ranges):
         lo, hi = arith.const_bound(idx, ranges)
         ext = self.known[buf]
         if lo is None or lo < 0 or hi is None:
