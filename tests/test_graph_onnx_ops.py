@@ -546,6 +546,9 @@ def test_gather_index_out_of_range_is_an_error_not_a_read(op, axis, target):
     for bad in (n, 2 ** 32 + 1, -n - 1):
         idx = good.copy()
         idx.flat[-1] = bad
-        with pytest.raises(tdsl.BoundsError, match="outside its extent"):
+        with pytest.raises(tdsl.BoundsError, match="outside its extent") as ei:
             exe.run(x, idx)
+        # named in the network's terms: the operator and the input that held the index
+        assert ("gather_elements" if op == "GatherElements" else "take") in str(ei.value)
+        assert "'i'" in str(ei.value).split("network's")[1], ei.value
     np.testing.assert_array_equal(exe.run(x, good)[0], _ort(model, {"x": x, "i": good})[0])

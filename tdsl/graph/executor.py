@@ -15,7 +15,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from ..errors import ArgumentError, GraphError, TdslError
+from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import cpu
 from ..runtime import ndarray as nd
 from ..target import Target, as_target
@@ -283,24 +283,40 @@ class Executor:
             missing = [p.name for p in self.input_vars if p.name not in given]
             if missing:
                 raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
-            if state.launches is None:
-                _run_calls(state.calls)
+            try:
+                if state.launches is None:
+                    _run_calls(state.calls)
+                    if output == "device":
+                        return [nd.array(o) for o in state.outputs]
+                    # the outputs themselves where the state can lend them (runstate.py)
+                    return state.hand_out()
+                seq = state.launches
+                seq()
                 if output == "device":
-                    return [nd.array(o) for o in state.outputs]
-                # the outputs themselves where the state can lend them (runstate.py)
-                return state.hand_out()
-            seq = state.launches
-            seq()
-            if output == "device":
-                outs = [nd.empty(o.shape, o.dtype, self.device).copyfrom(o, seq.stream)
-                        for o in state.outputs]
-                seq.sync()
-            else:
-                outs = [o.numpy(seq.stream) for o in state.outputs]
-            seq.check()
-            return outs
+                    outs = [nd.empty(o.shape, o.dtype, self.device).copyfrom(o, seq.stream)
+                            for o in state.outputs]
+                    seq.sync()
+                else:
+                    outs = [o.numpy(seq.stream) for o in state.outputs]
+                seq.check()
+                return outs
+            except BoundsError as e:
+                raise BoundsError(self._in_network(e)) from None
         finally:
             self._pool.give(state)
+
+    def _in_network(self, e) -> str:
+        """A kernel's BoundsError with the graph operators it computes and the network
+        inputs it reads: an index read from the data (a token id past the vocabulary)."""
+        msg = str(e)
+        named = msg.split(":", 1)[0][len("kernel "):]    # a GPU kernel is the group's name + "_kernel..."
+        for k, _, n in self.steps:
+            if named == k.name or named.startswith(k.name + "_kernel"):
+                ops = ", ".join(dict.fromkeys(o.op for o in n.op.nodes() if isinstance(o.op, str)))
+                inputs = [a.name for a in n.args if any(a is p for p in self.input_vars)]
+                where = f" on input{'s' * (len(inputs) > 1)} {', '.join(map(repr, inputs))}" if inputs else ""
+                return f"{msg} (the network's {ops}{where}: an index in the data is out of range)"
+        return msg
 
     __call__ = run
 
