@@ -35,5 +35,8 @@ class LibraryError(TdslError):
 
 
 class BoundsError(TdslError, IndexError):
-    """A module built with `bounds_check=True` met an index outside its buffer; the access
-    was skipped and the message names the kernel, the buffer, the index and the extent."""
+    """A kernel met an index outside its buffer (an index read from memory, which every
+    build checks, or any access with `bounds_check=True`); the access was skipped and the
+    message names the kernel, the buffer, the index and the extent. `module`: the name of
+    the module whose kernel met it."""
+    module = None

@@ -301,22 +301,22 @@ class Executor:
                 seq.check()
                 return outs
             except BoundsError as e:
-                raise BoundsError(self._in_network(e)) from None
+                raise self._in_network(e) from None
         finally:
             self._pool.give(state)
 
-    def _in_network(self, e) -> str:
+    def _in_network(self, e) -> BoundsError:
         """A kernel's BoundsError with the graph operators it computes and the network
         inputs it reads: an index read from the data (a token id past the vocabulary)."""
-        msg = str(e)
-        named = msg.split(":", 1)[0][len("kernel "):]    # a GPU kernel is the group's name + "_kernel..."
         for k, _, n in self.steps:
-            if named == k.name or named.startswith(k.name + "_kernel"):
+            if k.name == e.module:
                 ops = ", ".join(dict.fromkeys(o.op for o in n.op.nodes() if isinstance(o.op, str)))
                 inputs = [a.name for a in n.args if any(a is p for p in self.input_vars)]
                 where = f" on input{'s' * (len(inputs) > 1)} {', '.join(map(repr, inputs))}" if inputs else ""
-                return f"{msg} (the network's {ops}{where}: an index in the data is out of range)"
-        return msg
+                err = BoundsError(f"{e} (the network's {ops}{where}: an index in the data is out of range)")
+                err.module = e.module
+                return err
+        return e
 
     __call__ = run
 

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .. import arith
-from ..arith.errors import NotIndexExpr
 from .. import dtype as dt
+from ..arith.errors import NotIndexExpr
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
@@ -128,8 +128,7 @@ class _Checker(Mutator):
         256-entry table is inside; an int32 or int64 is only when clamped)."""
         if buf not in self.known or buf is self.record:
             return False
-        reads = []
-        walk(idx, lambda n: reads.append(n) if isinstance(n, E.BufferLoad) else None)
+        reads = _has_load(idx)
         if self.data_only and not reads:
             return False
         ranges = self.ranges
@@ -273,9 +272,7 @@ class _Checker(Mutator):
         conds = []
         for a in accesses:
             idx = a.indices[0]
-            has_load = []
-            walk(idx, lambda n: has_load.append(n) if isinstance(n, E.BufferLoad) else None)
-            if has_load or free_vars(idx) & inner or arith.linear_coeff(idx, loop.var) is None:
+            if _has_load(idx) or free_vars(idx) & inner or arith.linear_coeff(idx, loop.var) is None:
                 return None
             ext = self.known[a.buffer]
             for v in (loop.min, last):

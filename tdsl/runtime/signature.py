@@ -142,8 +142,10 @@ class Signature:
         rec[0] = 0
         kernel, buf, access = self.bounds_checks[c]
         index, extent = int(rec[1 + 2 * c]), int(rec[2 + 2 * c])
-        raise BoundsError(f"kernel {kernel}: a {access} of buffer '{buf}' at flat index "
+        err = BoundsError(f"kernel {kernel}: a {access} of buffer '{buf}' at flat index "
                           f"{index} is outside its extent {extent}; it was skipped")
+        err.module = self.name
+        raise err
 
     def describe_shape(self, p, values):
         parts = []

@@ -59,8 +59,9 @@ def applies(g, n, blocked_acc=MIN_ACC):
     if OH * OW < MIN_PIXELS_PER_LANE * lanes:
         return False
     hw = OH * OW
-    cb, pv = _tile(g.target, CO, hw, _in_place(a, hw, lanes))
-    if not _in_place(a, hw, lanes):
+    in_place = _in_place(a, hw, lanes)
+    cb, pv = _tile(g.target, CO, hw, in_place)
+    if not in_place:
         chains = g.target.fma_chains
         latency_bound = blocked_acc < min(MIN_ACC, chains)
         short = CI <= SHORT_REDUCTION_VECS * lanes
