@@ -2,7 +2,7 @@
 two trees can be compared byte for byte: a refactoring must leave the generated code as it
 was (no speed can move).
 
-    python bench/codegen_snapshot.py write OUT [--quick]   # this tree's code into OUT
+    python bench/codegen_snapshot.py write OUT [--quick] [--zoo]  # this tree's code into OUT
     python bench/codegen_snapshot.py compare OLD NEW       # exit 1 on any difference
 
 Workloads: the shipped schedules (`tdsl.examples`) for the host, for `-mcpu=haswell` and,
@@ -164,11 +164,17 @@ def auto(quick):
             yield f"auto.{name}[{tgt}]", go
 
 
-def networks(quick):
+def networks(quick, zoo=False):
     import onnx
     import tdsl.graph as G
     from tdsl.graph import models
     size = 112 if quick else 224
+    if zoo:   # the torch-exported zoo's (pip install -e '.[zoo]')
+        from tdsl.graph import zoo as Z
+        for name in ("resnet18", "bert"):
+            for tgt in ("llvm", "llvm -mcpu=haswell"):
+                yield f"zoo.{name}[{tgt}]", lambda name=name, tgt=tgt: G.build(
+                    G.optimize(G.from_onnx(Z.export(name)), target=tgt), target=tgt)
     nets = {"resnet18": lambda: models.resnet18(1, size),
             "bert": lambda: models.transformer_encoder(1, 128, 256, 4, 1024),
             "mobilenetv2_blocks": lambda: models.mobilenetv2_blocks(1, 56),
@@ -194,10 +200,10 @@ def networks(quick):
 rec = Recorder()
 
 
-def write(out, quick):
+def write(out, quick, zoo):
     rec.install()
     for group in (shipped, auto, networks):
-        for label, go in group(quick):
+        for label, go in (networks(quick, zoo) if group is networks else group(quick)):
             rec.run(label, go)
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -229,12 +235,13 @@ def main(argv=None):
     w = sub.add_parser("write")
     w.add_argument("out")
     w.add_argument("--quick", action="store_true", help="smaller sizes")
+    w.add_argument("--zoo", action="store_true", help="and the torch-exported ResNet-18 and BERT")
     c = sub.add_parser("compare")
     c.add_argument("old")
     c.add_argument("new")
     o = p.parse_args(argv)
     if o.cmd == "write":
-        write(o.out, o.quick)
+        write(o.out, o.quick, o.zoo)
         return 0
     return compare(o.old, o.new)
 
