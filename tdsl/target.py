@@ -73,7 +73,6 @@ def gpu_arch_facts(arch: str) -> GPUFacts:
                     a.static_shared_per_block, a.max_shared_per_block, a.max_threads, a.max_threads_per_block, a.warp_size,
                     "table")
 
-
 # name: (FMA issues per cycle at the full vector width, FMA latency, L1d, L2 per core, L3)
 _UARCH = {
     "haswell": (2, 5, 32 * KiB, 256 * KiB, 8 * MiB),
@@ -193,7 +192,7 @@ class Target:
 
     @property
     def family(self) -> str:
-        """"cpu" or "gpu": the schedules and graph definitions the target takes."""
+        """The kind's family, "cpu" or "gpu": the schedules and graph definitions it takes."""
         return kind_of(self.kind).family
 
     @property
