@@ -23,7 +23,7 @@ from .te import intrin_cuda  # noqa: E402  (the shipped CUDA ones: mma.sync, wgm
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower
-from .build import build
+from .build import build, register_target_kind, unregister_target_kind
 from . import utils  # noqa: E402  (get_const_tuple)
 from . import contrib  # noqa: E402  (contrib.cc.create_shared: link saved object files)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)

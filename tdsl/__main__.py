@@ -14,7 +14,7 @@ def demo(size=1024, target="llvm"):
     from tdsl.examples import gemm, peak
 
     tgt = tdsl.target.Target(target)
-    if tgt.kind in tdsl.target.GPU_KINDS:
+    if tgt.is_gpu:
         from tdsl.examples import gpu_demo
         return gpu_demo.demo(size, tgt)
     M = N = K = size

@@ -22,6 +22,7 @@ from .passes.storage_flatten import storage_flatten
 from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
+from .target_kind import kind_of
 from .te.regions import check_reads
 from .te.scan import scan_roles
 from .te.tensor import PlaceholderOp, Tensor
@@ -36,8 +37,6 @@ PASSES = [
     ("simplify", simplify_func),
     ("legalize_bf16", legalize_bf16),
 ]
-
-GPU_TARGETS = ("cuda", "opencl")
 
 
 def _gpu_passes():
@@ -164,9 +163,10 @@ def lower_for_target(func: S.PrimFunc, target, name=None) -> S.PrimFunc:
 
 
 def _warp_size(target, kind):
-    """The warp cross-thread reductions shuffle within: CUDA's. OpenCL's sub-group shuffles
-    are not portable (PoCL) and "c" runs the lanes as fibers: both keep shared memory."""
-    if kind != "cuda":
+    """The warp cross-thread reductions shuffle within, for kinds that shuffle (CUDA).
+    OpenCL's sub-group shuffles are not portable (PoCL) and "c" runs the lanes as fibers:
+    both keep shared memory."""
+    if not kind_of(kind).warp_shuffles:
         return 0
     from .target import Target
     if not isinstance(target, Target):
@@ -180,7 +180,8 @@ def _current_target():
 
 
 def _needs_gpu_passes(sched, kind):
-    return kind in GPU_TARGETS or (kind == "c" and binds_threads(sched))
+    k = kind_of(kind)
+    return k.is_gpu or (k.emulates_gpu and binds_threads(sched))
 
 
 def _run(start, passes, start_name):

@@ -18,6 +18,10 @@ Where the facts come from, and why:
 Target options (after the kind): `-mcpu=NAME`, `-mattr=+feat,-feat`, `-mtriple=TRIPLE`
 (compile-only for other architectures), `-num-cores=N`; for "cuda", `-arch=sm_NN`.
 
+The kinds (the first word) are `TargetKind`s in the registry of `tdsl.target_kind`
+(`kind_of(name)`: GPU or not, family, device, options); the shipped ones are registered at
+the end of this module.
+
 GPU targets carry the facts GPU schedules are sized from (SMs, registers, shared memory,
 warp size; `GPUFacts`): for "cuda -arch=sm_NN" from a table of architectures, for plain
 "cuda" from the device when one is present (asked lazily, on the first read of a fact, so
@@ -37,9 +41,8 @@ from typing import NamedTuple
 
 from .errors import BuildError
 from .gpu_arch import ARCHS, DEFAULT as DEFAULT_ARCH
-
-KINDS = ("llvm", "c", "cuda", "opencl")
-GPU_KINDS = ("cuda", "opencl")
+from .target_kind import (OPTIONS, TargetKind, kind_of, kinds, register_kind,  # noqa: F401
+                          registry_version, unregister_kind)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -56,9 +59,10 @@ class GPUFacts(NamedTuple):
     warp_size: int
     source: str                   # where the facts came from: "table" or "device"
 
-# OpenCL: a mid-sized GPU; PoCL on the CPU accepts these sizes too
-_OPENCL_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 48 * KiB, 2048, 1024, 32,
-                         "table")
+# OpenCL, and GPU kinds that say nothing else: a mid-sized GPU; PoCL on the CPU accepts
+# these sizes too
+GENERIC_GPU_FACTS = GPUFacts(32, 64 * 1024, 255, 64 * KiB, 48 * KiB, 48 * KiB, 2048, 1024, 32,
+                             "table")
 
 
 def gpu_arch_facts(arch: str) -> GPUFacts:
@@ -170,7 +174,7 @@ class Target:
     def vector_lanes(self, dtype="float32") -> int:
         """Elements of `dtype` in one vector register (1 for GPU targets)."""
         from . import dtype as dt
-        if self.kind in GPU_KINDS:
+        if self.is_gpu:
             return 1
         bits = 8 if dtype == "bool" else dt.bits(dtype)
         return max(1, self.vector_bits // bits)
@@ -180,6 +184,16 @@ class Target:
         if level not in (1, 2, 3):
             raise BuildError(f"Target.cache_bytes: level must be 1, 2 or 3, got {level!r}")
         return self.caches[level - 1]
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether the target's kind is a GPU (`tdsl.target.kind_of(t.kind)` has the rest)."""
+        return kind_of(self.kind).is_gpu
+
+    @property
+    def family(self) -> str:
+        """The kind's family, "cpu" or "gpu": the schedules and graph definitions it takes."""
+        return kind_of(self.kind).family
 
     @property
     def fma_chains(self) -> int:
@@ -195,11 +209,10 @@ class Target:
     @property
     def gpu(self) -> GPUFacts:
         """SMs, registers, shared memory and warp size of a GPU target (read on first use)."""
-        if self.kind not in GPU_KINDS:
+        kind = kind_of(self.kind)
+        if not kind.is_gpu:
             raise BuildError(f"Target.gpu: {self.key!r} is not a GPU target")
-        if self.kind == "opencl":
-            return _OPENCL_FACTS
-        return gpu_arch_facts(self.gpu_arch) if self.gpu_arch else _cuda_facts()
+        return kind.gpu_facts(self) if kind.gpu_facts is not None else GENERIC_GPU_FACTS
 
     sm_count = property(lambda self: self.gpu.sm_count)
     warp_size = property(lambda self: self.gpu.warp_size)
@@ -230,7 +243,7 @@ class Target:
 
     def rows(self):
         """(label, value) pairs: what `describe()` and the Jupyter display show."""
-        if self.kind in GPU_KINDS:
+        if self.is_gpu:
             g = self.gpu
             return [("target", self.key), (f"SMs ({g.source})", str(g.sm_count)),
                     ("warp size", str(g.warp_size)),
@@ -274,11 +287,13 @@ def as_target(target) -> Target:
     `with Target(...)` block, else the host."""
     if target is None:
         target = Target.current() or "llvm"
-    return target if isinstance(target, Target) else _cached(target)
+    return target if isinstance(target, Target) else _cached(target, registry_version())
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(spec: str) -> Target:
+def _cached(spec: str, version: int) -> Target:
+    # `version`: a target string parsed before a kind was registered or dropped is parsed
+    # again
     return Target(spec)
 
 
@@ -291,25 +306,26 @@ def _size(n: int) -> str:
 def _parse(spec: str):
     parts = spec.split()
     kind = parts[0]
-    if kind not in KINDS:
-        raise BuildError(f"unknown target {kind!r} in {spec!r}; use one of {', '.join(KINDS)}")
+    if kind not in kinds():
+        raise BuildError(f"unknown target {kind!r} in {spec!r}; use one of {', '.join(kinds())}")
+    takes = kind_of(kind).options
     opts = {}
     for p in parts[1:]:
+        if p == "-keys=cpu":
+            continue
         name, eq, value = p.partition("=")
-        if kind == "cuda" and name == "-arch" and eq:
-            if not re.fullmatch(r"sm_\d+", value):
-                raise BuildError(f"-arch must name a compute capability such as sm_90, got "
-                                 f"{value!r} in {spec!r}")
-        elif not eq or name not in ("-mcpu", "-mattr", "-mtriple", "-num-cores"):
-            if p == "-keys=cpu":
-                continue
-            raise BuildError(f"unknown target option {p!r} in {spec!r}; supported: -mcpu=NAME, "
-                             "-mattr=+feat,-feat, -mtriple=TRIPLE, -num-cores=N")
+        if not eq or name not in OPTIONS:
+            raise BuildError(f"unknown target option {p!r} in {spec!r}; supported: "
+                             f"{', '.join(OPTIONS[o] for o in takes) or 'none'}")
+        if name not in takes:
+            raise BuildError(f"target {kind!r} takes no options"
+                             f"{' but ' + ', '.join(OPTIONS[o] for o in takes) if takes else ''}, "
+                             f"got {spec!r}")
+        if name == "-arch" and not re.fullmatch(r"sm_\d+", value):
+            raise BuildError(f"-arch must name a compute capability such as sm_90, got "
+                             f"{value!r} in {spec!r}")
         opts[name] = value
     gpu_arch = opts.pop("-arch", None)
-    if kind != "llvm" and opts:
-        raise BuildError(f"target {kind!r} takes no options{' but -arch=sm_NN' if kind == 'cuda' else ''}, "
-                         f"got {spec!r}")
     mattr = tuple(a for a in opts.get("-mattr", "").split(",") if a)
     for a in mattr:
         if a[0] not in "+-":
@@ -395,15 +411,13 @@ def _describe(kind, cpu, mattr, triple, cores, gpu_arch=None):
                    ([f"-mattr={','.join(mattr)}"] if mattr else []) +
                    ([f"-num-cores={cores}"] if cores else []))
     d = {"kind": kind, "key": key, "num_cores": cores or host_cores()}
-    if kind in GPU_KINDS:
+    if kind_of(kind).is_gpu:
         # the architecture stands in the fingerprint's CPU field: it changes the schedules
         d.update(triple=kind, cpu=gpu_arch or "", features="", vector_bits=32, vector_registers=0,
                  fma=True, fma_units=1, fma_latency=4, caches=(0, 0, 0), caches_from_os=False,
                  runs_here=True, arch=kind, gpu_arch=gpu_arch, has_vnni=False, has_bf16=False)
         return d
     d.update(_cpu_facts(cpu, mattr, triple))
-    if kind == "c":
-        d["key"] = "c"
     return d
 
 
@@ -551,3 +565,26 @@ def _check_cpu(triple, cpu):
     if "not a recognized processor" in msg:
         raise BuildError(f"unknown CPU {cpu!r} for {triple}: LLVM does not know it "
                          "(e.g. haswell, skylake-avx512, znver3, znver5, neoverse-n1)")
+
+
+# ------------------------------------------------------------------------ the shipped kinds
+
+def _cuda_target_facts(target):
+    return gpu_arch_facts(target.gpu_arch) if target.gpu_arch else _cuda_facts()
+
+
+register_kind(TargetKind("llvm", "cpu", options=("-mcpu", "-mattr", "-mtriple", "-num-cores")))
+register_kind(TargetKind("c", "cpu", emulates_gpu=True))
+register_kind(TargetKind("cuda", "gpu", device="cuda", options=("-arch",), warp_shuffles=True,
+                         gpu_facts=_cuda_target_facts))
+register_kind(TargetKind("opencl", "gpu", device="opencl"))
+
+
+def __getattr__(name):
+    # the kind names as tuples, as before the registry: read when asked, so that they
+    # include kinds registered later
+    if name == "KINDS":
+        return kinds()
+    if name == "GPU_KINDS":
+        return tuple(n for n in kinds() if kind_of(n).is_gpu)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "tdsl"
 
 # Lowest first. A module may import modules of its own level or of any level before it.
 LEVELS = (
-    ("base", ("tdsl.errors", "tdsl.dtype", "tdsl.target", "tdsl.gpu_arch", "tdsl.tiling",
-              "tdsl.version")),
+    ("base", ("tdsl.errors", "tdsl.dtype", "tdsl.target", "tdsl.target_kind", "tdsl.gpu_arch",
+              "tdsl.tiling", "tdsl.version")),
     ("ir", ("tdsl.ir",)),
     ("arith", ("tdsl.arith",)),
     ("te", ("tdsl.te", "tdsl.utils")),

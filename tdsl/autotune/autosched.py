@@ -22,7 +22,7 @@ from ..autosched.params import AutoParams
 from ..build import build
 from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
-from ..target import GPU_KINDS, as_target
+from ..target import as_target
 from .task import create_task, get_template, template
 from .tune import tune
 
@@ -99,7 +99,7 @@ def _template():
     def auto_template(cfg, defname, target, *args):
         outs, tensors = _definition(defname, args)
         t = as_target(target)
-        if t.kind in GPU_KINDS:
+        if t.is_gpu:
             _gpu_space(cfg, outs)
             p = _gpu_params({k: cfg[k].val for k in [*_GPU_KNOBS, "reduce_threads", "threads"]
                              if k in cfg})
@@ -134,7 +134,7 @@ def create_auto_schedule_task(definition, args=(), target="llvm", **kw):
 
 def params_of(config: dict, target="llvm") -> AutoParams:
     """The AutoParams a tuned config stands for."""
-    if as_target(target).kind in GPU_KINDS:
+    if as_target(target).is_gpu:
         return _gpu_params(config)
     p = AutoParams(unroll=config.get("unroll", 4), chunks=config.get("chunks"))
     rows, vecs = config.get("tile_rows"), config.get("tile_vecs")

@@ -1,21 +1,28 @@
-"""Builds through the C-family printer: GPU modules (CUDA, OpenCL) and plain C.
+"""Builds through the C-family printer: GPU modules (CUDA, OpenCL) and plain C, one
+function per target kind (what `tdsl.build` registers for it).
 
-- `build_gpu(func, target)`: the kernels' source from `CUDAPrinter`/`OpenCLPrinter`; for
-  CUDA it is compiled to PTX through NVRTC at once when NVRTC is installed (so a build
-  fails early on a source error, with or without a GPU), for OpenCL when the program is
-  first loaded. Returns a `DeviceModule` (for CUDA a `CUDAModule`, which adds ptxas's
-  `resources()`).
+- `build_kernels(func, kind, printer)`: the source of the kernels of `func` (lowered for a
+  GPU kind) printed by a C-family dialect, in a `DeviceModule`; a new source kind builds
+  through it with its own dialect.
+- `build_cuda(func)`: `CUDAPrinter`'s source in a `CUDAModule` (which adds ptxas's
+  `resources()`), compiled to PTX through NVRTC at once when NVRTC is installed (so a
+  build fails early on a source error, with or without a GPU).
+- `build_opencl(func)`: `OpenCLPrinter`'s source, compiled when the program is first loaded.
 - `build_c(func)`: C source with the LLVM backend's ABI plus the self-describing symbols of
   exported libraries (`__tdsl_signature`, `__tdsl_num_threads`), compiled by the system C
-  compiler into a shared library and loaded like `tdsl.load_module` does.
+  compiler into a shared library and loaded like `tdsl.load_module` does; the kernels of a
+  GPU schedule emulated on the CPU (`CGPUEmuPrinter`).
 """
 from __future__ import annotations
 
 import json
 
 from ..errors import BuildError, TdslError
-from .source import printer_for
+from ..runtime.device_module import DeviceModule
 from .source.c import CPrinter
+from .source.c_gpu import CGPUEmuPrinter
+from .source.cuda import CUDAPrinter
+from .source.opencl import OpenCLPrinter
 
 
 def _signature(func, symbol):
@@ -23,19 +30,26 @@ def _signature(func, symbol):
     return make_signature(func, symbol)
 
 
-def build_gpu(func, target):
-    from ..runtime.device_module import DeviceModule
+def build_kernels(func, kind, printer, module=DeviceModule):
+    """A `module` (a `DeviceModule` class) of target kind `kind` holding the kernels of
+    `func` as printed by `printer`, a C-family dialect class."""
+    source = printer(func.attrs.get("size_ranges", {})).print_kernels(func)
+    return module(func, kind, source, _signature(func, func.name))
+
+
+def build_cuda(func):
+    from ..runtime import cuda
     from .cuda_module import CUDAModule
-    source = printer_for("c-gpu" if target == "c" else target, func).print_kernels(func)
-    sig = _signature(func, func.name)
-    mod = (CUDAModule if target == "cuda" else DeviceModule)(func, target, source, sig)
-    if target == "cuda":
-        from ..runtime import cuda
-        if cuda.have_nvrtc():
-            cuda.compile_ptx(source)
-        else:
-            mod.notes.append("NVRTC is not installed: the CUDA source was not compiled")
+    mod = build_kernels(func, "cuda", CUDAPrinter, CUDAModule)
+    if cuda.have_nvrtc():
+        cuda.compile_ptx(mod.source)
+    else:
+        mod.notes.append("NVRTC is not installed: the CUDA source was not compiled")
     return mod
+
+
+def build_opencl(func):
+    return build_kernels(func, "opencl", OpenCLPrinter)
 
 
 def _c_string(text):
@@ -53,7 +67,7 @@ def c_source(func, symbol=None):
 
 def build_c(func):
     if "kernels" in func.attrs:   # a GPU schedule: kernels emulated on the CPU
-        return build_gpu(func, "c")
+        return build_kernels(func, "c", CGPUEmuPrinter)
     from ..runtime import ccompiler
     from ..runtime.aot import open_library
     from ..runtime.module import Module

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import cpu
 from ..runtime import ndarray as nd
-from ..target import Target, as_target
+from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
 from .ir import Const, Function, Module
 from .ir.text import print_function
@@ -131,7 +131,8 @@ class Executor:
         self.target = target
         kind = as_target(target).kind
         # GPU targets keep their buffers on the device; "c" emulates GPU schedules on the host
-        self.device = nd.Device(kind, 0) if kind in ("cuda", "opencl") else None
+        device = kind_of(kind).device
+        self.device = nd.Device(device, 0) if device != "cpu" else None
         api, self._unavailable = None, None
         if self.device is not None:
             try:

@@ -4,7 +4,8 @@
 prints what all targets share; the dialects `cuda.CUDAPrinter`, `opencl.OpenCLPrinter`,
 `c.CPrinter` and `c_gpu.CGPUEmuPrinter` only say how a target spells things: kernel and
 address-space keywords, thread indices, shared memory, barriers, type names, math
-functions, vector loads and stores. `printer_for(target, func)` picks one.
+functions, vector loads and stores. A target kind's build step (`tdsl.build`'s registry,
+`tdsl/codegen/source_build.py` for the shipped kinds) names the dialect it prints with.
 
 - Kernels (CUDA, OpenCL): `print_kernels(func)` prints every kernel recorded by the
   `split_kernels` pass in one translation unit. A loop bound to a thread tag becomes
@@ -22,19 +23,3 @@ functions, vector loads and stores. `printer_for(target, func)` picks one.
   other vectorized loops are printed as unrolled loops.
 """
 from __future__ import annotations
-
-from ...errors import BuildError
-from .c import CPrinter
-from .c_gpu import CGPUEmuPrinter
-from .cuda import CUDAPrinter
-from .opencl import OpenCLPrinter
-
-PRINTERS = {"cuda": CUDAPrinter, "opencl": OpenCLPrinter, "c": CPrinter, "c-gpu": CGPUEmuPrinter}
-
-
-def printer_for(target, func=None):
-    cls = PRINTERS.get(target)
-    if cls is None:
-        raise BuildError(f"no C-family printer for target {target!r}")
-    ranges = func.attrs.get("size_ranges", {}) if func is not None else {}
-    return cls(ranges)

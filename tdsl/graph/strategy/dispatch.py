@@ -65,7 +65,7 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
     from ...autotune import tune_auto_schedule
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
-    if sched is None or kind not in ("llvm", "c"):
+    if sched is None or as_target(target).family != "cpu":
         return None
     g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     out = g.build()

@@ -102,7 +102,7 @@ class GroupDef:
         for i, p in enumerate(self.fn.params):
             env[id(p)] = i
         tensors = {}
-        fast = self.family == "cpu" and self.kind in ("llvm", "c")
+        fast = self.family == "cpu" and self.target.family == "cpu"
         for n in self.fn.nodes():
             ins = []
             for a in n.args:
