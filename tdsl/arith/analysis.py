@@ -136,8 +136,9 @@ def _smul_iv(a, b, ctx):
             return m(x, y), m(u, v)
         return (smin(m(a1, b2), m(a2, b1), ctx), smax(m(a1, b1), m(a2, b2), ctx))
     corners = []
-    for x in {a1, a2}:
-        for y in {b1, b2}:
+    # not a set of the two: its order would follow the hashes, which differ run to run
+    for x in dict.fromkeys((a1, a2)):
+        for y in dict.fromkeys((b1, b2)):
             corners.append(m(x, y))
     return _smin_list(corners, ctx), _smax_list(corners, ctx)
 

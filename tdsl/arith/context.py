@@ -34,8 +34,10 @@ def _levels(mapping):
     it symbolic and differences like 8*io + ii - n can cancel."""
     users = {q: [] for q in mapping}
     for v, (lo, hi) in mapping.items():
-        for w in (lo.free_symbols | hi.free_symbols):
-            if w in users and w is not v:
+        # in the map's order, not a set's: on a cycle the levels depend on the order
+        free = lo.free_symbols | hi.free_symbols
+        for w in mapping:
+            if w in free and w is not v:
                 users[w].append(v)
     level = {}
 

@@ -60,7 +60,9 @@ def symbol_order(q):
     return info[2] if info is not None else 1 << 30
 
 
-def _var_index(v):
+def var_index(v):
+    """The number of a Var: Vars are numbered in the order they are first met, so
+    sorting by it is the same from run to run (a Var's hash is its id)."""
     info = _var_info.get(v)
     if info is None:
         var_symbol(v)
@@ -141,7 +143,7 @@ def _nid(e, memo, allow_likely):
     elif t is E.Var:
         if not _is_intlike(e.dtype):
             raise NotIndexExpr(e)
-        r = _intern(("v", _var_index(e)), frozenset((e,)))
+        r = _intern(("v", var_index(e)), frozenset((e,)))
     elif t in _BIN_TAGS:
         if not _is_intlike(e.a.dtype) or not _is_intlike(e.b.dtype):
             raise NotIndexExpr(e)

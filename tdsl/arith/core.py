@@ -51,7 +51,7 @@ _RANGE_ITEMS_LIMIT = 1 << 16
 def _range_item(v, r):
     lo, ext = _range_parts(r)
     try:
-        return (C._var_index(v), C.nid_of(lo), C.nid_of(ext))
+        return (C.var_index(v), C.nid_of(lo), C.nid_of(ext))
     except NotIndexExpr:
         return None
 
@@ -94,9 +94,13 @@ class RangeScope:
         c = self._ctx.get(vs)
         if c is not None:
             return c
+        # sets of Vars iterate in the order of their ids, which differs from run to run:
+        # walk them by number, since the walk numbers the new Vars of the ranges, and
+        # build the context's map in the order of its key, which the relaxation levels
+        # of mutually dependent ranges follow (context.Ctx)
         entries = []
         seen = set()
-        todo = [v for v in vs if v in self.ranges]
+        todo = sorted((v for v in vs if v in self.ranges), key=C.var_index, reverse=True)
         while todo:
             v = todo.pop()
             if v in seen:
@@ -106,11 +110,12 @@ class RangeScope:
             if it is None:
                 continue
             entries.append(it)
-            for w in C.vars_of_nid(it[1]) | C.vars_of_nid(it[2]):
+            for w in sorted(C.vars_of_nid(it[1]) | C.vars_of_nid(it[2]), key=C.var_index,
+                            reverse=True):
                 if w not in seen and w in self.ranges:
                     todo.append(w)
         key = frozenset(entries)
-        c = make_ctx(key, lambda: _build_ctx(entries))
+        c = make_ctx(key, lambda: _build_ctx(sorted(entries)))
         self._ctx[vs] = c
         return c
 
