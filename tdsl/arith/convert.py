@@ -60,7 +60,8 @@ def symbol_order(q):
     return info[2] if info is not None else 1 << 30
 
 
-def _var_index(v):
+def var_index(v):
+    """The index that numbers `v` in structure keys (`index_var` maps it back)."""
     info = _var_info.get(v)
     if info is None:
         var_symbol(v)
@@ -141,7 +142,7 @@ def _nid(e, memo, allow_likely):
     elif t is E.Var:
         if not _is_intlike(e.dtype):
             raise NotIndexExpr(e)
-        r = _intern(("v", _var_index(e)), frozenset((e,)))
+        r = _intern(("v", var_index(e)), frozenset((e,)))
     elif t in _BIN_TAGS:
         if not _is_intlike(e.a.dtype) or not _is_intlike(e.b.dtype):
             raise NotIndexExpr(e)
@@ -220,7 +221,7 @@ def _build(nid):
     if tag == "b":
         return S.true if key[1] else S.false
     if tag == "v":
-        v = _idx_to_var(key[1])
+        v = index_var(key[1])
         q, m = var_symbol(v)
         return q if m == 1 else Integer(m) * q
     if tag == "sel":
@@ -255,7 +256,8 @@ def _build(nid):
     return rel(a, b, evaluate=False)
 
 
-def _idx_to_var(idx):
+def index_var(idx):
+    """The variable that `var_index` numbered `idx`."""
     return _idx_vars[idx]
 
 
@@ -429,5 +431,7 @@ def _from_mul(s, dtype):
 
 
 def clear():
+    _by_obj[0].clear()
+    _by_obj[1].clear()
     _from.cache_clear()
     _skey.cache_clear()
