@@ -48,10 +48,25 @@ def _own_names(tree):
     return {n for n in own if _private(n)}
 
 
+_BY_NAME = {"getattr": False, "hasattr": False, "setattr": True, "delattr": True}
+
+
+def _attribute_uses(tree):
+    """(line, receiver, name, whether it sets) of every `obj._name`, and of every
+    getattr/hasattr/setattr/delattr of `obj` with a constant `"_name"`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            yield node.lineno, node.value, node.attr, isinstance(node.ctx, (ast.Store, ast.Del))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in _BY_NAME and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and _private(node.args[1].value):
+            yield node.lineno, node.args[0], node.args[1].value, _BY_NAME[node.func.id]
+
+
 def _stored_names(tree):
     """Underscore attributes the file sets on any object (`t._info = ...`)."""
-    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.ctx, ast.Store) and _private(n.attr)}
+    return {name for _, _, name, store in _attribute_uses(tree) if store}
 
 
 def _module_aliases(module, is_package, tree):
@@ -117,18 +132,17 @@ def hits_of(module, definers, path=None):
             for a in node.names:
                 if a.name.split(".")[0] == "tdsl" and any(_private(p) for p in a.name.split(".")):
                     out.append((node.lineno, f"imports {a.name}"))
-        elif isinstance(node, ast.Attribute) and _private(node.attr):
-            mod = _dotted(node.value, aliases)
-            if mod is not None:
-                if mod != module:
-                    out.append((node.lineno, f"{mod}.{node.attr}"))
-            elif node.attr not in own and definers.get(node.attr, set()) - {module}:
-                where = ", ".join(sorted(definers[node.attr] - {module}))
-                out.append((node.lineno, f"{ast.unparse(node.value)}.{node.attr} "
-                                         f"(defined in {where})"))
-            elif node.attr not in own and isinstance(node.ctx, ast.Store):
-                out.append((node.lineno, f"{ast.unparse(node.value)}.{node.attr} = ... "
-                                         "(on an object of another module)"))
+    for line, recv, name, store in _attribute_uses(tree):
+        mod = _dotted(recv, aliases)
+        if mod is not None:
+            if mod != module:
+                out.append((line, f"{mod}.{name}"))
+        elif name not in own and definers.get(name, set()) - {module}:
+            where = ", ".join(sorted(definers[name] - {module}))
+            out.append((line, f"{ast.unparse(recv)}.{name} (defined in {where})"))
+        elif name not in own and store:
+            out.append((line, f"{ast.unparse(recv)}.{name} = ... (on an object of another "
+                              "module)"))
     return [f"{rel}:{line}: {what}" for line, what in sorted(out)]
 
 
@@ -162,6 +176,7 @@ def test_the_check_can_fail(tmp_path):
            "        low._wrap(1)\n"
            "        self._partner()\n"
            "        t._info = 2\n"
+           "        getattr(low, '_wrap', None)\n"
            "        return arith._dim\n")
     path = tmp_path / "probe.py"
     path.write_text(src)
@@ -171,6 +186,7 @@ def test_the_check_can_fail(tmp_path):
                    "low._wrap (defined in tdsl.schedule.schedule_ops)",
                    "self._partner (defined in tdsl.autosched.cpu)",
                    "t._info = ... (on an object of another module)",
+                   "low._wrap (defined in tdsl.schedule.schedule_ops)",
                    "tdsl.arith._dim"]
 
 

@@ -359,8 +359,8 @@ def convert(value) -> Expr:
             return const(value.item(), value.dtype.name)
     except ImportError:  # pragma: no cover
         pass
-    incomplete = getattr(value, "_incomplete", None)   # te.TensorSlice: A[i] of a 2-d A
-    if incomplete is not None:
+    incomplete = getattr(value, "incomplete", None)    # te.TensorSlice: A[i] of a 2-d A
+    if callable(incomplete):
         incomplete()
     raise TdslError(f"cannot use {value!r} (a {type(value).__name__}) in a tensor expression")
 

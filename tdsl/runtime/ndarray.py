@@ -175,7 +175,7 @@ class NDArray:
             self.device.api().copy_in(self.handle, source, stream)
         return self
 
-    def _tdsl_host_array(self):
+    def tdsl_host_array(self):
         """The CPU module's seam: a CPU NDArray hands over its numpy array."""
         if self.host is not None:
             return self.host

@@ -406,7 +406,7 @@ def host_array(a, p, i, sig):
     writeback = None
     if not isinstance(a, np.ndarray):
         # seam for device/NDArray-like objects: a host view or a .numpy() copy
-        host = getattr(a, "_tdsl_host_array", None)
+        host = getattr(a, "tdsl_host_array", None)
         view = host() if callable(host) else None
         if view is not None:
             a = view
