@@ -81,9 +81,10 @@ def _module_aliases(module, is_package, tree):
                     else:
                         aliases["tdsl"] = "tdsl"
         elif isinstance(node, ast.ImportFrom):
+            base = _target(module, is_package, node, ast.alias(name="*"))
             for a in node.names:
                 t = _target(module, is_package, node, a)
-                if t is not None and t.rsplit(".", 1)[-1] == a.name:
+                if t is not None and t != base:      # the name is a module itself
                     aliases[a.asname or a.name] = t
     return aliases
 
