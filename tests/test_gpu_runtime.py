@@ -92,7 +92,7 @@ def test_c_target_floor_division_semantics():
 def test_floor_division_printed_plain_only_when_nonnegative():
     i, j = E.Var("i"), E.Var("j")
     p = CUDAPrinter()
-    p._begin()
+    p.begin()
     p.ranges = {i: Range(E.const(0), E.const(16))}
     assert p.expr(E.FloorDiv(i, E.const(4))) == "(i / 4)"
     assert p.expr(E.FloorMod(i, E.const(4))) == "(i % 4)"

@@ -195,7 +195,7 @@ def test_compile_cache_reuses_the_compiled_kernel():
     m = L.build(_matvec_func("cached"))  # a fresh but identical PrimFunc
     assert jit.stats["hits"] == hits + 1
     assert jit.stats["misses"] == misses and jit.stats["compile_s"] == spent
-    assert m._backend.art is first._backend.art
+    assert m.backend.art is first.backend.art
     a, x, c = _args()
     m(a, x, c, 2.0)
     np.testing.assert_allclose(c, a * x + 2.0, rtol=1e-6, atol=1e-6)

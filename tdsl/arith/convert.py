@@ -61,8 +61,9 @@ def symbol_order(q):
 
 
 def var_index(v):
-    """The number of a Var: Vars are numbered in the order they are first met, so
-    sorting by it is the same from run to run (a Var's hash is its id)."""
+    """The number of a Var, which `index_var` maps back: Vars are numbered in the order
+    they are first met, so sorting by it is the same from run to run (a Var's hash is its
+    id)."""
     info = _var_info.get(v)
     if info is None:
         var_symbol(v)
@@ -222,7 +223,7 @@ def _build(nid):
     if tag == "b":
         return S.true if key[1] else S.false
     if tag == "v":
-        v = _idx_to_var(key[1])
+        v = index_var(key[1])
         q, m = var_symbol(v)
         return q if m == 1 else Integer(m) * q
     if tag == "sel":
@@ -257,7 +258,8 @@ def _build(nid):
     return rel(a, b, evaluate=False)
 
 
-def _idx_to_var(idx):
+def index_var(idx):
+    """The variable that `var_index` numbered `idx`."""
     return _idx_vars[idx]
 
 
@@ -431,5 +433,7 @@ def _from_mul(s, dtype):
 
 
 def clear():
+    _by_obj[0].clear()
+    _by_obj[1].clear()
     _from.cache_clear()
     _skey.cache_clear()

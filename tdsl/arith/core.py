@@ -123,7 +123,7 @@ class RangeScope:
 def _build_ctx(entries):
     m = {}
     for idx, nm, ne in entries:
-        v = C._idx_to_var(idx)
+        v = C.index_var(idx)
         q, mult = C.var_symbol(v)
         lo = C.sym_of_nid(nm)
         hi = lo + C.sym_of_nid(ne) - 1
@@ -312,13 +312,13 @@ def equal(a, b, ranges=None):
     if a is b:
         return True
     try:
-        return can_prove(E.EQ(*E._match(a, b)), ranges)
+        return can_prove(E.EQ(*E.convert_operands(a, b)), ranges)
     except NotIndexExpr:
         return False
 
 
 def is_divisible(a, b, ranges=None):
-    a, b = E._match(E.convert(a), E.convert(b))
+    a, b = E.convert_operands(E.convert(a), E.convert(b))
     if _is_const(b, 0) or not dt.is_int(a.dtype):
         return False
     if _is_const(b) and abs(b.value) == 1:
@@ -363,7 +363,7 @@ def linear_coeff(e, var, ranges=None):
 
 
 def ceil_div(a, b):
-    a, b = E._match(E.convert(a), E.convert(b))
+    a, b = E.convert_operands(E.convert(a), E.convert(b))
     if _is_const(a) and _is_const(b):
         return E.IntImm(-(-a.value // b.value), a.dtype)
     if _is_const(b):
@@ -377,8 +377,6 @@ def ceil_div(a, b):
 
 def clear_caches():
     _range_items.clear()
-    C._by_obj[0].clear()
-    C._by_obj[1].clear()
     _simplify_cache.clear()
     _bound_cache.clear()
     _linear_cache.clear()

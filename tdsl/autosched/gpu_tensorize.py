@@ -156,8 +156,8 @@ def _sm(target):
     PTX architecture without one)."""
     arch = target.gpu_arch
     if not arch:
-        from ..runtime.cuda import _default_arch
-        arch = _default_arch()
+        from ..runtime.cuda import default_arch
+        arch = default_arch()
     digits = "".join(ch for ch in arch if ch.isdigit())
     return int(digits) if digits else 0
 

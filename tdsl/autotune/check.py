@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any, Dict, Optional
 
-from .keys import _jsonable
+from .keys import jsonable
 from .measure import STATUSES
 from .record import Record
 from .task import Task
@@ -32,7 +32,7 @@ def to_record(task: Task, config: Dict[str, Any], index: Optional[int], res: dic
             secs = math.nan
         if not (math.isfinite(secs) and secs > 0):
             status, error, secs = "runner_error", f"an ok result without a time ({secs})", math.inf
-    return Record(task=task.name, args=_jsonable(list(task.args)), target=task.target,
+    return Record(task=task.name, args=jsonable(list(task.args)), target=task.target,
                   config=dict(config), status=status, seconds=secs,
                   costs=[float(c) for c in res.get("costs", [])] if status == "ok" else [],
                   gflops=task.flop / secs / 1e9 if status == "ok" and task.flop else 0.0,

@@ -15,7 +15,9 @@ import numpy as np
 from ..target import as_target
 
 
-def _jsonable(x):
+def jsonable(x):
+    """`x` as JSON values: numpy numbers as Python numbers, tuples as lists, anything
+    else by its repr."""
     if isinstance(x, (bool, int, float, str)) or x is None:
         return x
     if isinstance(x, (np.integer,)):
@@ -23,14 +25,14 @@ def _jsonable(x):
     if isinstance(x, (np.floating,)):
         return float(x)
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     return repr(x)
 
 
 def args_key(args) -> str:
-    return json.dumps(_jsonable(list(args)), sort_keys=True, separators=(",", ":"))
+    return json.dumps(jsonable(list(args)), sort_keys=True, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=64)

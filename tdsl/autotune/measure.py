@@ -45,7 +45,7 @@ STATUSES = ("ok", "instantiate_error", "build_error", "runtime_error", "wrong_an
             "timeout", "crash", "runner_error")
 
 # task payloads by token, inherited by forked measuring processes (nothing pickled)
-_SHARED: Dict[str, "Payload"] = {}
+PAYLOADS: Dict[str, "Payload"] = {}
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Job:
     config: Dict[str, Any]
     option: MeasureOption
     trial: int = 0
-    payload: Optional[bytes] = None   # pickled Payload; None in forked processes (_SHARED)
+    payload: Optional[bytes] = None   # pickled Payload; None in forked processes (PAYLOADS)
     time: bool = True
 
 
@@ -239,7 +239,7 @@ _CONTEXTS: "collections.OrderedDict[str, _Context]" = collections.OrderedDict()
 def _context(job: Job) -> _Context:
     ctx = _CONTEXTS.get(job.token)
     if ctx is None:
-        p = pickle.loads(job.payload) if job.payload is not None else _SHARED.get(job.token)
+        p = pickle.loads(job.payload) if job.payload is not None else PAYLOADS.get(job.token)
         if p is None:
             raise _Failed("runner_error", "the measuring process has no payload for this task "
                                           "(was it forked before the task was prepared?)")

@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import TdslError
 from .keys import args_key, target_fingerprint
-from .task import _DISPATCH
+from .task import DispatchContext
 
 LOG_VERSION = 2
 
@@ -146,7 +146,7 @@ def for_this_machine(records: Iterable[Record], target: Optional[str] = None) ->
     return out
 
 
-class apply_best:
+class apply_best(DispatchContext):
     """Context manager: inside it, a template called without a config uses the fastest
     logged config for its (name, args), among the records measured for this machine's
     target (`target`: the target you will build for; default: each record's own target
@@ -168,10 +168,3 @@ class apply_best:
     def query(self, name, key):
         r = self.best.get((name, key))
         return dict(r.config) if r is not None else None
-
-    def __enter__(self):
-        _DISPATCH.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _DISPATCH.remove(self)

@@ -9,7 +9,7 @@ ended by killing that one process, disturbing no other trial.
 Two ways to start one:
 
 - `"fork"` (the tuning session's own measuring processes): the child inherits the
-  templates, reference functions and task data of the session (`measure._SHARED`), so
+  templates, reference functions and task data of the session (`measure.PAYLOADS`), so
   nothing is pickled but a small job; templates written in a notebook just work.
 - `"exec"` (inside executor workers: Dask and Ray workers are often daemonic processes,
   which `multiprocessing` forbids to have children, and are multi-threaded, which makes

@@ -110,7 +110,22 @@ def current_config(name: str, args) -> Config:
     return Config(is_fallback=True)
 
 
-class ApplyConfig:
+class DispatchContext:
+    """A context manager that a plain template call asks for its config (`query(name,
+    key)`, None: not known here); the innermost one that knows it answers, as in TVM."""
+
+    def query(self, name, key):
+        raise NotImplementedError
+
+    def __enter__(self):
+        _DISPATCH.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _DISPATCH.remove(self)
+
+
+class ApplyConfig(DispatchContext):
     """Context manager: every call of template `name` (any args) uses `config`
     (a Config or a dict of knob values)."""
 
@@ -120,13 +135,6 @@ class ApplyConfig:
 
     def query(self, name, key):
         return self.values if self.name in (None, name) else None
-
-    def __enter__(self):
-        _DISPATCH.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _DISPATCH.remove(self)
 
 
 # --------------------------------------------------------------------------------------

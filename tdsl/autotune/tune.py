@@ -42,7 +42,7 @@ from typing import Any, Deque, Dict, List, Optional
 from . import check
 from .dispatch import make_dispatcher
 from .errors import AutotuneError
-from .measure import _SHARED, Job, MeasureOption, Payload, dumps_payload
+from .measure import PAYLOADS, Job, MeasureOption, Payload, dumps_payload
 from .record import Record
 from .task import Task
 from .tuner import Tuner, make_tuner
@@ -291,7 +291,7 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
     dispatcher = make_dispatcher(executor, n_parallel, trial_timeout_s)
     blob = None
     if dispatcher.forks:
-        _SHARED[token] = payload          # forked measuring processes inherit it
+        PAYLOADS[token] = payload         # forked measuring processes inherit it
     else:
         try:
             blob = dumps_payload(payload)
@@ -330,7 +330,7 @@ def tune(task: Task, tuner="random", n_trial: int = 100, timeout_s: Optional[flo
         if not clean:
             dispatcher.cancel()
         dispatcher.close()
-        _SHARED.pop(token, None)
+        PAYLOADS.pop(token, None)
         log.close()
 
     new_records = run.new_records if run is not None else []

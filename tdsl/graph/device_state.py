@@ -50,7 +50,7 @@ def cuda_graphs_enabled() -> bool:
 
 
 def make_device_state(plan, fn, steps, device) -> RunState:
-    api = device._api()
+    api = device.api()
     stream = api.stream()
     state = make_state(plan, fn, steps, DeviceMemory(plan, device, stream))
     state.launches = LaunchSequence.join(api, stream, state.calls)

@@ -136,7 +136,7 @@ class Executor:
         api, self._unavailable = None, None
         if self.device is not None:
             try:
-                api = self.device._api()
+                api = self.device.api()
             except TdslError as e:      # build anyway (kernels need no GPU); runs say why
                 self._unavailable = str(e)
         self.plan = plan_memory(fused, max(ALIGN, getattr(api, "view_alignment", 1)))
@@ -236,8 +236,8 @@ class Executor:
             raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
         buf = state.inputs[name]
         if isinstance(value, nd.NDArray):
-            if value._host is not None:
-                value = value._host
+            if value.host is not None:
+                value = value.host
             elif self.device is None or value.device != self.device:
                 value = value.numpy()
             else:        # already on this device: one copy on the device, in the run's order

@@ -78,7 +78,9 @@ class Expr:
     # tdsl.ir: the printer imports this module, so this module cannot import it
 
 
-def _node(cls):
+def ir_node(cls):
+    """An IR node class: a frozen dataclass compared by identity (`eq=False`), printed by
+    tdsl.ir.printer."""
     return dataclass(frozen=True, eq=False, repr=False)(cls)
 
 
@@ -131,7 +133,7 @@ class _ConstValue:
     def __ge__(self, o): return self._order(o, operator.ge, Expr.__ge__)
 
 
-@_node
+@ir_node
 class IntImm(_ConstValue, Expr):
     value: int
     dtype: str = "int32"
@@ -139,13 +141,13 @@ class IntImm(_ConstValue, Expr):
     def __index__(self): return int(self.value)
 
 
-@_node
+@ir_node
 class FloatImm(_ConstValue, Expr):
     value: float
     dtype: str = "float32"
 
 
-@_node
+@ir_node
 class Var(Expr):
     """A scalar variable: a loop variable, a symbolic size or a scalar argument.
 
@@ -157,7 +159,7 @@ class Var(Expr):
     multiple_of: int = 1
 
 
-@_node
+@ir_node
 class BinaryOp(Expr):
     a: Expr
     b: Expr
@@ -206,13 +208,13 @@ class Or(BinaryOp):
     dtype = "bool"
 
 
-@_node
+@ir_node
 class Not(Expr):
     a: Expr
     dtype = "bool"
 
 
-@_node
+@ir_node
 class Select(Expr):
     """`cond ? t : f`. Code generators evaluate only the chosen side when a side reads
     memory, so `if_then_else(i > 0, A[i - 1], 0)` never reads out of bounds."""
@@ -225,13 +227,13 @@ class Select(Expr):
         return self.t.dtype
 
 
-@_node
+@ir_node
 class Cast(Expr):
     dtype: str
     value: Expr
 
 
-@_node
+@ir_node
 class Call(Expr):
     """A math intrinsic (`exp`, `sqrt`, ...) or a hint such as `likely`; with `extern`, a
     call of the C function `name` itself (`call_pure_extern`), which code generators emit
@@ -242,7 +244,7 @@ class Call(Expr):
     extern: bool = False
 
 
-@_node
+@ir_node
 class ProducerLoad(Expr):
     """`T[i, j]` in a tensor expression: a read of another tensor's element."""
     tensor: Any  # te.Tensor
@@ -253,7 +255,7 @@ class ProducerLoad(Expr):
         return self.tensor.dtype
 
 
-@_node
+@ir_node
 class BufferLoad(Expr):
     """A read of a buffer element in the loop IR (indices as in the buffer's shape)."""
     buffer: Any  # ir.Buffer
@@ -264,7 +266,7 @@ class BufferLoad(Expr):
         return self.buffer.dtype
 
 
-@_node
+@ir_node
 class CommReducer:
     """A commutative reduction: `combine(lhs, rhs)` with `identity(dtype)`; for a reduction
     over tuples (argmax: (index, value)), `combine` takes and returns tuples and
@@ -296,7 +298,7 @@ class CommReducer:
         return self._tuple("the identity", out, len(dtypes), dtypes)
 
 
-@_node
+@ir_node
 class Reduce(Expr):
     """One output of a reduction. A reduction over tuples (`argmax((i, v), axis=k)`)
     makes one Reduce per tuple element: `source` and `init` are then the whole tuples
@@ -357,8 +359,8 @@ def convert(value) -> Expr:
             return const(value.item(), value.dtype.name)
     except ImportError:  # pragma: no cover
         pass
-    incomplete = getattr(value, "_incomplete", None)   # te.TensorSlice: A[i] of a 2-d A
-    if incomplete is not None:
+    incomplete = getattr(value, "incomplete", None)    # te.TensorSlice: A[i] of a 2-d A
+    if callable(incomplete):
         incomplete()
     raise TdslError(f"cannot use {value!r} (a {type(value).__name__}) in a tensor expression")
 
@@ -367,7 +369,7 @@ def _is_python_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _match(a, b):
+def convert_operands(a, b):
     """Convert both operands; Python numbers take the dtype of the other side."""
     if _is_python_number(a) and not _is_python_number(b):
         b = convert(b)
@@ -394,7 +396,7 @@ _FOLD = {
 
 
 def _binary(cls, a, b):
-    a, b = _match(a, b)
+    a, b = convert_operands(a, b)
     if cls in (FloorDiv, FloorMod) and dt.is_float(a.dtype):
         if cls is FloorDiv:
             return call("floor", Div(a, b))
@@ -416,7 +418,7 @@ def _binary(cls, a, b):
 
 
 def true_div(a, b):
-    a, b = _match(a, b)
+    a, b = convert_operands(a, b)
     if not dt.is_float(a.dtype):
         raise TdslError(
             f"'/' on integers ({a} / {b}) is ambiguous; use '//' for floor division "
@@ -461,7 +463,7 @@ _LOGIC = {"&": lambda a, b: And(a, b), "|": lambda a, b: Or(a, b),
 
 def _bitwise(op, a, b):
     """`a op b`: logic on two booleans, a bitwise operation on integers."""
-    a, b = _match(a, b)
+    a, b = convert_operands(a, b)
     if a.dtype == "bool" and b.dtype == "bool" and op in _LOGIC:
         return _LOGIC[op](a, b)
     if not dt.is_int(a.dtype):
@@ -490,7 +492,7 @@ def maximum(a, b):
 
 def select(cond, t, f) -> Expr:
     cond = _as_bool(cond)
-    t, f = _match(t, f)
+    t, f = convert_operands(t, f)
     return Select(cond, t, f)
 
 
@@ -511,7 +513,7 @@ def call(name, *args) -> Expr:
     if name in BINARY_INTRINSICS:
         if len(args) != 2:
             raise TdslError(f"{name}() takes two arguments, got {len(args)}")
-        args = _match(*args)
+        args = convert_operands(*args)
     else:
         args = tuple(convert(a) for a in args)
     dtype = args[0].dtype

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional, Tuple
 
-from .expr import Expr, Var, _node
+from .expr import Expr, Var, ir_node
 
 
 class ForKind(Enum):
@@ -16,7 +16,7 @@ class ForKind(Enum):
     THREAD_BINDING = "thread_binding"
 
 
-@_node
+@ir_node
 class Buffer:
     """A named, typed n-d array. `scope` is global, local or shared; identity is the name
     object, so two buffers with the same name stay distinct."""
@@ -45,7 +45,7 @@ class Stmt:
     # tdsl.ir: the printer imports this module, so this module cannot import it
 
 
-@_node
+@ir_node
 class For(Stmt):
     var: Var
     min: Expr
@@ -56,45 +56,45 @@ class For(Stmt):
     pragmas: Tuple[Tuple[str, Any], ...] = ()
 
 
-@_node
+@ir_node
 class LetStmt(Stmt):
     var: Var
     value: Expr
     body: Stmt
 
 
-@_node
+@ir_node
 class IfThenElse(Stmt):
     cond: Expr
     then_case: Stmt
     else_case: Optional[Stmt] = None
 
 
-@_node
+@ir_node
 class BufferStore(Stmt):
     buffer: Buffer
     value: Expr
     indices: Tuple[Expr, ...]
 
 
-@_node
+@ir_node
 class Allocate(Stmt):
     """Storage for `buffer` over `body`; freed when the body ends."""
     buffer: Buffer
     body: Stmt
 
 
-@_node
+@ir_node
 class SeqStmt(Stmt):
     stmts: Tuple[Stmt, ...]
 
 
-@_node
+@ir_node
 class Evaluate(Stmt):
     value: Expr
 
 
-@_node
+@ir_node
 class Barrier(Stmt):
     """Synchronise the threads of a GPU block over `scope` memory. Asynchronous copies
     into shared memory (cp.async) complete before it: all of them when `async_wait` is
@@ -104,13 +104,13 @@ class Barrier(Stmt):
     async_wait: Optional[int] = None
 
 
-@_node
+@ir_node
 class AsyncCommit(Stmt):
     """Closes the group of asynchronous copies this thread issued since the last one, the
     unit a `Barrier`'s `async_wait` counts. Nothing where copies are synchronous."""
 
 
-@_node
+@ir_node
 class Prefetch(Stmt):
     """A hint: the `extent` consecutive elements of `buffer` from `indices` on will be read
     soon, so their cache lines are fetched now (`Stage.prefetch`). It changes no value;
@@ -120,7 +120,7 @@ class Prefetch(Stmt):
     extent: Expr
 
 
-@_node
+@ir_node
 class ExternCall(Stmt):
     """A call of the function registered as `name` (`tdsl.register_func`) on whole buffers
     and scalars: the body of a `tdsl.extern` stage. `shapes` holds each buffer argument's

@@ -113,7 +113,7 @@ class DeviceModule:
         if self.target == "c":
             from .emu import get_device
             return get_device()
-        return self.device._api()
+        return self.device.api()
 
     def _convert(self, api):
         from .ndarray import NDArray
@@ -121,17 +121,17 @@ class DeviceModule:
 
         def convert(a, p, i, sig):
             if isinstance(a, NDArray):
-                if a._host is not None:
-                    a = a._host
+                if a.host is not None:
+                    a = a.host
                 elif a.device != dev:
-                    raise sig._err(i, f"is on {a.device}, the module runs on {dev}; copy it "
+                    raise sig.error(i, f"is on {a.device}, the module runs on {dev}; copy it "
                                       "with tdsl.nd.array(x.numpy(), device)")
                 else:
                     if a.dtype != sig.np_dtypes[i] and not dt.accepts(p["dtype"], a.dtype):
-                        raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
+                        raise sig.error(i, f"expected dtype {p['dtype']}, got {a.dtype}")
                     return a, None
-            from .signature import _host_array
-            return _host_array(a, p, i, sig)
+            from .signature import host_array
+            return host_array(a, p, i, sig)
         return convert
 
     def _setup(self, args, in_place=False):
@@ -150,14 +150,14 @@ class DeviceModule:
                     raise ArgumentError(f"{self.name}: prepared launches on {self.target} take "
                                         "device arrays (tdsl.nd.array(x, device)), got a host array "
                                         f"for argument {i}")
-                src = a._host if isinstance(a, NDArray) else a
+                src = a.host if isinstance(a, NDArray) else a
                 if not isinstance(src, np.ndarray) or arr.ctypes.data != src.ctypes.data:
                     raise ArgumentError(f"{self.name}: argument {i} of a prepared launch must be a "
                                         "contiguous array of the parameter's dtype (it is used in place)")
 
         def span(arr):
             if isinstance(arr, NDArray):
-                return api.span(arr._handle, arr.nbytes)
+                return api.span(arr.handle, arr.nbytes)
             start = arr.__array_interface__["data"][0]
             return ("host", start, start + arr.nbytes)
         sig.check_overlap(arrays, span)
@@ -172,7 +172,7 @@ class DeviceModule:
             if arr is None:
                 continue
             if isinstance(arr, NDArray):
-                handles[p] = arr._handle
+                handles[p] = arr.handle
             elif in_place:
                 handles[p] = api.wrap(arr)
             else:

@@ -71,6 +71,12 @@ class Module:
         return self.signature.symbol
 
     @property
+    def backend(self):
+        """What runs the kernel: code compiled in this process, a loaded library, a device
+        module."""
+        return self._backend
+
+    @property
     def type_key(self):
         return self._backend.kind
 

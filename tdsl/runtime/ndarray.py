@@ -40,12 +40,13 @@ class Device:
                 from . import opencl
                 return opencl.get_device(self.index, probe=True) is not None and \
                     opencl.unusable_reason(self.index) is None
-            return self._api(probe=True) is not None
+            return self.api(probe=True) is not None
         except TdslError:
             return False
 
-    def _api(self, probe=False):
-        """The runtime object of this device (raises TdslError when it is not available)."""
+    def api(self, probe=False):
+        """The runtime object of this device, None on the CPU (raises TdslError when it
+        is not available)."""
         if self.kind == "cuda":
             from . import cuda
             return cuda.get_device(self.index, probe=probe)
@@ -58,10 +59,10 @@ class Device:
     def name(self) -> str:
         if self.kind == "cpu":
             return "cpu"
-        return self._api().name
+        return self.api().name
 
     def sync(self):
-        api = self._api()
+        api = self.api()
         if api is not None:
             api.sync()
 
@@ -69,7 +70,7 @@ class Device:
         """What the runtime did on this device so far: allocations (`allocs`,
         `alloc_bytes`) and copies (`to_device`, `to_host`, `on_device`); compare two
         snapshots."""
-        api = self._api()
+        api = self.api()
         if api is None:
             from .devstats import Counts
             return Counts().snapshot()
@@ -109,8 +110,8 @@ class NDArray:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dt.to_numpy(dtype)
         self.device = device
-        self._host = host          # the numpy array of a CPU NDArray
-        self._handle = handle      # runtime memory object of a GPU NDArray
+        self.host = host          # the numpy array of a CPU NDArray
+        self.handle = handle      # runtime memory object of a GPU NDArray
 
     @property
     def ndim(self):
@@ -129,11 +130,11 @@ class NDArray:
 
     def numpy(self, stream=None) -> np.ndarray:
         """A numpy copy of the contents (after the work queued on `stream` before it)."""
-        if self._host is not None:
-            return self._host.copy()
+        if self.host is not None:
+            return self.host.copy()
         out = np.empty(self.shape, self.dtype)
         if out.nbytes:
-            self.device._api().copy_out(self._handle, out, stream)
+            self.device.api().copy_out(self.handle, out, stream)
         return out
 
     def view(self, offset, shape, dtype=None) -> "NDArray":
@@ -145,39 +146,39 @@ class NDArray:
         if offset < 0 or offset + out.nbytes > self.nbytes:
             raise TdslError(f"view: bytes [{offset}, {offset + out.nbytes}) are outside an array "
                             f"of {self.nbytes} bytes")
-        if self._host is not None:
-            flat = self._host.reshape(-1).view(np.uint8)
-            out._host = flat[offset:offset + out.nbytes].view(dtype).reshape(out.shape)
+        if self.host is not None:
+            flat = self.host.reshape(-1).view(np.uint8)
+            out.host = flat[offset:offset + out.nbytes].view(dtype).reshape(out.shape)
         else:
-            out._handle = self.device._api().view(self._handle, offset, out.nbytes)
+            out.handle = self.device.api().view(self.handle, offset, out.nbytes)
         return out
 
     def copyfrom(self, source, stream=None):
         """Copies a numpy array (or another NDArray) of the same shape and dtype in; an
         NDArray on the same GPU is copied on the device."""
         if isinstance(source, NDArray):
-            if source.device == self.device and self._host is None:
+            if source.device == self.device and self.host is None:
                 if source.shape != self.shape or source.dtype != self.dtype:
                     raise TdslError(f"copyfrom: expected shape {self.shape} and dtype {self.dtype}, "
                                     f"got {source.shape} {source.dtype}")
                 if self.nbytes:
-                    self.device._api().copy_dd(self._handle, source._handle, self.nbytes, stream)
+                    self.device.api().copy_dd(self.handle, source.handle, self.nbytes, stream)
                 return self
             source = source.numpy()
         source = np.ascontiguousarray(source)
         if source.shape != self.shape or source.dtype != self.dtype:
             raise TdslError(f"copyfrom: expected shape {self.shape} and dtype {self.dtype}, got "
                             f"{source.shape} {source.dtype}")
-        if self._host is not None:
-            self._host[...] = source
+        if self.host is not None:
+            self.host[...] = source
         elif source.nbytes:
-            self.device._api().copy_in(self._handle, source, stream)
+            self.device.api().copy_in(self.handle, source, stream)
         return self
 
-    def _tdsl_host_array(self):
+    def tdsl_host_array(self):
         """The CPU module's seam: a CPU NDArray hands over its numpy array."""
-        if self._host is not None:
-            return self._host
+        if self.host is not None:
+            return self.host
         return None
 
     def __repr__(self):
@@ -191,9 +192,9 @@ def empty(shape, dtype="float32", device=None) -> NDArray:
     dtype = dt.to_numpy(dtype)
     if device.kind == "cpu":
         return NDArray(shape, dtype, device, host=np.empty(shape, dtype))
-    api = device._api()
+    api = device.api()
     arr = NDArray(shape, dtype, device)
-    arr._handle = api.alloc(arr.nbytes)
+    arr.handle = api.alloc(arr.nbytes)
     return arr
 
 

@@ -154,7 +154,7 @@ class Signature:
             parts.append(str(v) if v is not None else (text or "?"))
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
-    def _err(self, i, msg):
+    def error(self, i, msg):
         name = self.params[i]["name"]
         return ArgumentError(f"argument {i} '{name}': {msg}")
 
@@ -167,7 +167,7 @@ class Signature:
         `convert(a, p, i, sig) -> (array, writeback)` turns a user argument for buffer
         parameter `p` into an object with `ndim` and `shape` (numpy arrays on the CPU,
         device arrays for GPU modules); it checks dtype and layout."""
-        convert = convert or _host_array
+        convert = convert or host_array
         params = self.params
         nua = self.num_user_args
         if len(args) != nua:
@@ -195,7 +195,7 @@ class Signature:
                 continue
             shape = params[i]["shape"]
             if arr.ndim != len(shape):
-                raise self._err(i, f"expected a {len(shape)}-d array of shape "
+                raise self.error(i, f"expected a {len(shape)}-d array of shape "
                                    f"{self.describe_shape(params[i], values)}, "
                                    f"got {arr.ndim}-d shape {tuple(arr.shape)}")
             for code, actual in zip(shape, arr.shape):
@@ -227,7 +227,7 @@ class Signature:
                             continue
                         for k, code in enumerate(params[i]["shape"]):
                             if j in _dim_params(code, set()):
-                                raise self._err(i, f"got shape {tuple(arrays[i].shape)}, which "
+                                raise self.error(i, f"got shape {tuple(arrays[i].shape)}, which "
                                                    f"fits no value of '{params[j]['name']}' in "
                                                    f"expected shape "
                                                    f"{self.describe_shape(params[i], values)}")
@@ -249,7 +249,7 @@ class Signature:
                              for j in syms if j in bound_from]
                     if notes:
                         msg += " (" + "; ".join(notes) + ")"
-                    raise self._err(i, msg)
+                    raise self.error(i, msg)
         if self.regions:
             self._check_regions(values)
         return values, arrays, writebacks
@@ -297,7 +297,7 @@ class Signature:
                     if sp0 == sp1 and s0 < e1 and s1 < e0 and (params[i0]["written"]
                                                                or params[i1]["written"]):
                         w, o = (i0, i1) if params[i0]["written"] else (i1, i0)
-                        raise self._err(w, f"is written by the kernel and overlaps argument "
+                        raise self.error(w, f"is written by the kernel and overlaps argument "
                                            f"{o} '{params[o]['name']}' in memory; pass "
                                            "separate arrays")
         return ptrs
@@ -363,7 +363,7 @@ class Signature:
         p = self.params[j]
         lo, hi = _INT_RANGES.get(p["dtype"], (None, None))
         if lo is not None and not lo <= value <= hi:
-            raise self._err(from_arg, f"dimension {value} does not fit the size variable "
+            raise self.error(from_arg, f"dimension {value} does not fit the size variable "
                                       f"'{p['name']}' of type {p['dtype']}")
 
     def _scalar(self, i, p, a):
@@ -374,19 +374,19 @@ class Signature:
             a = a.item()
         if dt.is_float(dtype):
             if isinstance(a, bool) or not isinstance(a, (int, float)):
-                raise self._err(i, f"expected a {dtype} scalar (a Python float or int), "
+                raise self.error(i, f"expected a {dtype} scalar (a Python float or int), "
                                    f"got {type(a).__name__}")
             return float(a)
         if dtype == "bool":
             if isinstance(a, bool) or (isinstance(a, int) and a in (0, 1)):
                 return int(a)
-            raise self._err(i, f"expected a bool, got {a!r}")
+            raise self.error(i, f"expected a bool, got {a!r}")
         if isinstance(a, bool) or not isinstance(a, int):
-            raise self._err(i, f"expected an {dtype} scalar (a Python int), "
+            raise self.error(i, f"expected an {dtype} scalar (a Python int), "
                                f"got {type(a).__name__} {a!r}")
         lo, hi = _INT_RANGES[dtype]
         if not lo <= a <= hi:
-            raise self._err(i, f"value {a} does not fit {dtype}")
+            raise self.error(i, f"value {a} does not fit {dtype}")
         if dtype == "uint64" and a >= 2**63:
             a -= 2**64
         return a
@@ -401,12 +401,12 @@ def _address(a):
         return a.__array_interface__["data"][0]
 
 
-def _host_array(a, p, i, sig):
+def host_array(a, p, i, sig):
     """A numpy view of argument `a` for buffer param `p` and an optional writeback."""
     writeback = None
     if not isinstance(a, np.ndarray):
         # seam for device/NDArray-like objects: a host view or a .numpy() copy
-        host = getattr(a, "_tdsl_host_array", None)
+        host = getattr(a, "tdsl_host_array", None)
         view = host() if callable(host) else None
         if view is not None:
             a = view
@@ -418,21 +418,21 @@ def _host_array(a, p, i, sig):
                     arr = a
                     writeback = lambda: obj.copyfrom(arr)  # noqa: E731
                 else:
-                    raise sig._err(i, f"{type(obj).__name__} is written by the kernel but "
+                    raise sig.error(i, f"{type(obj).__name__} is written by the kernel but "
                                       "has no copyfrom(); pass a numpy array")
         else:
-            raise sig._err(i, f"expected a numpy array of {p['dtype']}, "
+            raise sig.error(i, f"expected a numpy array of {p['dtype']}, "
                               f"got {type(a).__name__}")
         if not isinstance(a, np.ndarray):
-            raise sig._err(i, f"expected a numpy array, got {type(a).__name__}")
+            raise sig.error(i, f"expected a numpy array, got {type(a).__name__}")
     if a.dtype != sig.np_dtypes[i] and not dt.accepts(p["dtype"], a.dtype):
-        raise sig._err(i, f"expected dtype {p['dtype']}, got {a.dtype}")
+        raise sig.error(i, f"expected dtype {p['dtype']}, got {a.dtype}")
     if not a.dtype.isnative:
-        raise sig._err(i, f"expected native byte order, got {a.dtype.str}")
+        raise sig.error(i, f"expected native byte order, got {a.dtype.str}")
     if not a.flags.c_contiguous:
-        raise sig._err(i, "the array is not C-contiguous (use np.ascontiguousarray)")
+        raise sig.error(i, "the array is not C-contiguous (use np.ascontiguousarray)")
     if p["written"] and not a.flags.writeable:
-        raise sig._err(i, "the kernel writes this argument but the array is read-only")
+        raise sig.error(i, "the kernel writes this argument but the array is read-only")
     return a, writeback
 
 

@@ -230,7 +230,7 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
             if r is not parent:
                 _add_reader_loops(r, result, inner)
         outer = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[:a + 1]}
-        outer.update(_enclosing_ranges(sched, parent, result))
+        outer.update(enclosing_ranges(sched, parent, result))
         los, his = None, None
         for r in readers:
             rb = result[r]
@@ -312,6 +312,6 @@ def _add_reader_loops(reader, result, scope):
     scope.update({iv.var: loop_range(result[reader].ranges, iv) for iv in reader.leaf_iter_vars})
 
 
-def _enclosing_ranges(sched, stage, result):
+def enclosing_ranges(sched, stage, result):
     """Ranges of all loop variables around an attached stage (through its attach chain)."""
     return _loops_around(stage, result, lambda parent, iv: True)

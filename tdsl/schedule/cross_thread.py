@@ -1,8 +1,8 @@
 """A reduction whose reduction loop is bound to threadIdx.*: each thread folds its share
 into a local accumulator, the partial results meet in a shared buffer and are combined by
-a tree, and one thread writes the result. On CUDA (`self.warp_size`), whole warps combine
+a tree, and one thread writes the result. On CUDA (`low.warp_size`), whole warps combine
 their lanes by shuffles instead and only one value per warp goes through shared memory:
-one barrier, not one per tree level. `self` is the `ScheduleLowering` building the
+one barrier, not one per tree level. `low` is the `ScheduleLowering` building the
 stage's nest."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..ir.expr import WARP_SHUFFLE_DOWN
 from .nest import allocate_all, bound_tag, combine_into, guarded, store_values, wrap_threads
 
 
-def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, rconds, lower,
+def cross_thread_reduce(low, st, leaves, p, threads, red, bufs, idx, spatial, rconds, lower,
                         srcs):
     """out[idx] = reduce over a threadIdx-bound reduction loop, through shared memory.
 
@@ -40,14 +40,14 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
     if spatial_in:
         raise err(f"the spatial axis '{spatial_in[0].var.name}' is inside the reduction "
                   "loops of a cross-thread reduction; reorder it outside them")
-    rng = self.bounds[st].ranges
+    rng = low.bounds[st].ranges
     T = arith.simplify(rng[tiv].extent)
     if not isinstance(T, E.IntImm):
         raise err(f"the thread-bound reduction axis '{tiv.var.name}' needs a constant "
                   f"extent, got {T}")
     T = T.value
     group, G = E.const(0), 1
-    for iv, ext in self._thread_groups(st, leaves[:p], tag):
+    for iv, ext in low.thread_groups(st, leaves[:p], tag):
         if not isinstance(ext, E.IntImm):
             raise err(f"the thread-bound axis '{iv.var.name}' needs a constant extent")
         group = group * ext.value + iv.var if G > 1 else iv.var
@@ -59,7 +59,7 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
     update = guarded(spatial, guarded(rconds, combine_into(comb, accs, zero, srcs)))
     others = [iv for iv in leaves[p:] if iv is not tiv]
     fold = S.seq(*[S.BufferStore(a, v, zero) for a, v in zip(accs, identity)],
-                 self._wrap(st, others, update))
+                 low.wrap(st, others, update))
     init = None
     if red.inits is not None:
         init = tuple(E.cast(lower.visit(v), b.dtype) for v, b in zip(red.inits, bufs))
@@ -71,20 +71,20 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
     def write(v, result, first):
         if init is not None:
             result = comb.combine_values(init, result)
-        pred, wraps = self._predicate(st, lower, at={tag: v})
+        pred, wraps = low.predicate(st, lower, at={tag: v})
         store = guarded(spatial + pred, store_values(bufs, idx, result))
         return S.IfThenElse(first, wrap_threads(wraps, store))
-    warp = _warp_size(self, tag, T, bufs)
+    warp = _warp_size(low, tag, T, bufs)
     if warp:
-        return self._wrap(st, leaves[:p], _warp_reduce(
-            self, st, tiv, T, warp, group, G, accs, bufs, fold, identity, comb, thread_loop,
+        return low.wrap(st, leaves[:p], _warp_reduce(
+            low, st, tiv, T, warp, group, G, accs, bufs, fold, identity, comb, thread_loop,
             write))
     base = group * T if G > 1 else E.const(0)
     reds = [S.Buffer(f"{b.name}.red", (E.const(G * T),), b.dtype, "shared") for b in bufs]
     per_thread = allocate_all(accs, S.seq(
         fold, *[S.BufferStore(r, E.BufferLoad(a, zero), (base + tiv.var,))
                 for a, r in zip(accs, reds)]))
-    parts = [self._wrap(st, [tiv], per_thread)]
+    parts = [low.wrap(st, [tiv], per_thread)]
     step = 1
     while step < T:
         step *= 2
@@ -100,30 +100,30 @@ def cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial, r
         step //= 2
     result = tuple(E.BufferLoad(r, (base,)) for r in reds)
     parts.append(thread_loop("w", lambda v: write(v, result, E.EQ(v, E.const(0)))))
-    return self._wrap(st, leaves[:p], allocate_all(reds, S.seq(*parts)))
+    return low.wrap(st, leaves[:p], allocate_all(reds, S.seq(*parts)))
 
 
 # dtypes __shfl_down_sync moves in one call
 _SHUFFLED = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
-def _warp_size(self, tag, T, bufs):
+def _warp_size(low, tag, T, bufs):
     """The warp size when the reduction may combine within warps by shuffles: a CUDA target,
     whole warps of reducing threads and dtypes a shuffle moves; else 0 (the shared-memory
     tree). Warps are whole when T is a multiple of the warp size on threadIdx.x and either
     the block is one-dimensional or every stage binds threadIdx.x to T threads (a warp then
     never spans two rows of the block)."""
-    w = self.warp_size
+    w = low.warp_size
     if not w or tag != "threadIdx.x" or T % w or any(b.dtype not in _SHUFFLED for b in bufs):
         return 0
     rows, same = False, True
-    for s in self.sched.stages:
+    for s in low.sched.stages:
         for iv, attr in s.iter_var_attrs.items():
             t = attr.thread.thread_tag if attr.thread is not None else ""
             if t in ("threadIdx.y", "threadIdx.z"):
                 rows = True
-            elif t == tag and s in self.bounds:
-                ext = arith.simplify(self.bounds[s].ranges[iv].extent)
+            elif t == tag and s in low.bounds:
+                ext = arith.simplify(low.bounds[s].ranges[iv].extent)
                 same = same and isinstance(ext, E.IntImm) and ext.value == T
     return w if same or not rows else 0
 
@@ -146,7 +146,7 @@ def _shuffle_tree(comb, accs, width):
     return parts
 
 
-def _warp_reduce(self, st, tiv, T, warp, group, G, accs, bufs, per_thread, identity, comb,
+def _warp_reduce(low, st, tiv, T, warp, group, G, accs, bufs, per_thread, identity, comb,
                  thread_loop, write):
     """Each warp combines its lanes by shuffles; with one warp its lane 0 writes the
     result, with W warps lane 0 stores the warp's value to red[g*W + warp] and, after one
@@ -159,13 +159,13 @@ def _warp_reduce(self, st, tiv, T, warp, group, G, accs, bufs, per_thread, ident
     result = tuple(E.BufferLoad(a, zero) for a in accs)
     if W == 1:
         body = S.seq(per_thread, *fold, write(t, result, E.EQ(t, E.const(0))))
-        return self._wrap(st, [tiv], allocate_all(accs, body))
+        return low.wrap(st, [tiv], allocate_all(accs, body))
     base = group * W if G > 1 else E.const(0)
     reds = [S.Buffer(f"{b.name}.red", (E.const(G * W),), b.dtype, "shared") for b in bufs]
     lane0 = E.EQ(E.FloorMod(t, E.const(warp)), E.const(0))
     publish = S.IfThenElse(lane0, S.seq(*[
         S.BufferStore(r, v, (base + E.FloorDiv(t, E.const(warp)),)) for r, v in zip(reds, result)]))
-    first = self._wrap(st, [tiv], allocate_all(accs, S.seq(per_thread, *fold, publish)))
+    first = low.wrap(st, [tiv], allocate_all(accs, S.seq(per_thread, *fold, publish)))
     width = 1
     while width < W:
         width *= 2

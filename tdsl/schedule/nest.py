@@ -1,5 +1,6 @@
 """Small statement builders shared by the schedule lowering (`schedule_ops.py`) and its
-cross-thread reductions (`cross_thread.py`)."""
+cross-thread reductions (`cross_thread.py`). The nest builder that needs the schedule's
+bounds and attachments (`loop`, `wrap`, `allocate`, `predicate`) is `ScheduleLowering`'s."""
 from __future__ import annotations
 
 from ..ir import expr as E

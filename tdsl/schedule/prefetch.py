@@ -18,7 +18,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import substitute
 from ..te.tensor import PlaceholderOp
-from .bound import effective_bodies, leaf_values, loop_range, pass_up_index, reads_of
+from .bound import leaf_values, loop_range, pass_up_index, reads_of
 
 
 def _box(reads, root_map, var, shift, inner) -> Optional[List[Tuple[E.Expr, E.Expr]]]:
@@ -81,7 +81,7 @@ def prefetch_stmts(low, st, iv) -> List[S.Stmt]:
     vals = pass_up_index(st, b.ranges, leaf_values(st, b.ranges))
     root_map = {r.var: vals[r] for r in list(st.op.axis) + list(st.op.reduce_axis)}
     inner = {lv.var: loop_range(b.ranges, lv) for lv in leaves[leaves.index(iv) + 1:]}
-    bodies = effective_bodies(low.sched, st, low.bodies)
+    bodies = low.bodies_of(st)
     out = []
     for tensor, offset in attr.prefetches:
         src = low.sched.stage_map.get(tensor.op)

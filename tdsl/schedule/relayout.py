@@ -128,12 +128,12 @@ def transform_layout(sched, tensor, readers, layout, scope="global"):
     packed = ComputeOp(f"{tensor.name}.{scope}.packed", "", None, axis,
                        E.ProducerLoad(tensor, tuple(old)), shape).output(0)
     first = min(stages, key=sched.stages.index)
-    pst = sched._insert_stage(packed.op, first)
+    pst = sched.insert_stage(packed.op, first)
     pst.scope = scope
     remap = _Remap(tensor, packed, pieces)
     for st in stages:
         op = st.op
-        sched._replace_op(st, ComputeOp(op.name, op.tag, op.attrs, op.axis,
+        sched.replace_op(st, ComputeOp(op.name, op.tag, op.attrs, op.axis,
                                         tuple(remap.visit(b) for b in op.bodies), op.shape))
     text = ", ".join(f"({d}, {s})" for d, s in layout)
     sched.trace.append(f"transform_layout({tensor.name}, [{', '.join(s.op.name for s in stages)}], "

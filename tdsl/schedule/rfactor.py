@@ -44,7 +44,7 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     op = st.op
     if not isinstance(op, ComputeOp) or not isinstance(op.body, E.Reduce):
         raise ScheduleError(f"rfactor: stage '{op.name}' is not a reduction")
-    st._check_leaf("rfactor", axis)
+    st.check_leaf("rfactor", axis)
     if axis.kind != "reduce":
         raise ScheduleError(f"rfactor: stage '{op.name}': axis '{axis.var.name}' is not a reduction axis")
     if not 0 <= factor_axis <= len(op.axis):
@@ -96,8 +96,8 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     bodies = tuple(E.Reduce(red.combiner, loads if n > 1 else loads[0], (rv,), E.const(True),
                             red.init, k) for k in range(n))
     new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, bodies, op.shape)
-    sched._insert_stage(rf_op, st)
-    sched._replace_op(st, new_op)
+    sched.insert_stage(rf_op, st)
+    sched.replace_op(st, new_op)
     st.all_iter_vars = list(op.axis) + [rv]
     st.leaf_iter_vars = list(st.all_iter_vars)
     st.relations = []

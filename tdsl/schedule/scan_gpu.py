@@ -38,7 +38,7 @@ def grid_leaves(st) -> list:
 
 def scan_kernel(low, op, emit):
     """`emit()` (the init nests and the step loop) inside the grid loops that init and update
-    share, with `low.provided` telling their nests which loops are already open; just
+    share, with `low.provide` telling their nests which loops are already open; just
     `emit()` when nothing of the scan is bound to the grid."""
     stages = [low.sched.stage_map[t.op] for t in op.update + op.init]
     leads = {st: grid_leaves(st) for st in stages}
@@ -50,7 +50,7 @@ def scan_kernel(low, op, emit):
         _check_same_grid(low, op, ref, st, grid, leads[st])
     for st in stages:
         for iv, r in zip(leads[st], grid):
-            low.provided[iv] = r.var
+            low.provide(iv, r.var)
     body = emit()
     _check_own_columns(low, op, body, {iv.var: bound_tag(ref, iv) for iv in grid})
     for k in reversed(range(len(grid))):
@@ -58,8 +58,8 @@ def scan_kernel(low, op, emit):
         # block loop), outside the step loop that reuses it
         for st in stages:
             for a in reversed(low.attach_map.get((st, leads[st][k]), [])):
-                body = low._allocate(a, body)
-        body = low._for(ref, grid[k], body)
+                body = low.allocate(a, body)
+        body = low.loop(ref, grid[k], body)
     return body
 
 

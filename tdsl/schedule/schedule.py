@@ -78,7 +78,7 @@ class Schedule:
     def consumers(self, stage) -> List[Stage]:
         return [s for s in self.stages if stage in self.producers(s)]
 
-    def _depends_on(self, a: Stage, b: Stage) -> bool:
+    def depends_on(self, a: Stage, b: Stage) -> bool:
         """Whether stage a reads stage b, directly or through other stages."""
         todo, seen = [a], set()
         while todo:
@@ -91,7 +91,6 @@ class Schedule:
                     todo.append(p)
         return False
 
-    _reads = _depends_on
 
     def normalize(self):
         """TVM's rebase of loops to start at 0: tdsl's loops already do; returns self."""
@@ -152,13 +151,17 @@ class Schedule:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ dataflow rewrites
-    def _insert_stage(self, op, before: Stage) -> Stage:
+    def insert_stage(self, op, before: Stage) -> Stage:
+        """A new stage computing `op`, placed just before `before` (its reader): the
+        primitives that add a tensor (cache_read, rfactor, transform_layout) call it."""
         st = Stage(op, self)
         self.stages.insert(self.stages.index(before), st)
         self.stage_map[op] = st
         return st
 
-    def _replace_op(self, stage: Stage, new_op: Operation):
+    def replace_op(self, stage: Stage, new_op: Operation):
+        """`stage` computes `new_op` from now on (a rewritten body reading a new tensor);
+        its loops and attachment stay."""
         stage.op = new_op
         self.stage_map[new_op] = stage
 
@@ -184,12 +187,12 @@ class Schedule:
                           E.ProducerLoad(tensor, tuple(iv.var for iv in axis)),
                           tensor.shape).output(0)
         first = min(reader_stages, key=self.stages.index)
-        cst = self._insert_stage(cache.op, first)
+        cst = self.insert_stage(cache.op, first)
         cst.scope = scope
         for st in reader_stages:
             repl = _ReplaceTensor({(src, tensor.value_index): cache}, self)
             bodies = tuple(repl.visit(b) for b in st.op.bodies)
-            self._replace_op(st, _recompute(st.op, bodies))
+            self.replace_op(st, _recompute(st.op, bodies))
         self.trace.append(f"cache_read({tensor.name}, {scope!r}, [{', '.join(s.op.name for s in reader_stages)}])")
         return cache
 
@@ -221,12 +224,12 @@ class Schedule:
         vmap = {o.var: n.var for o, n in zip(op.axis, new_axis)}
         cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, op.attrs, new_axis,
                              tuple(substitute(b, vmap) for b in op.bodies), op.shape)
-        cst = self._insert_stage(cache_op, st)
+        cst = self.insert_stage(cache_op, st)
         cst.scope = scope
         idx = tuple(iv.var for iv in op.axis)
         copy = ComputeOp(op.name, op.tag, op.attrs, op.axis,
                          tuple(E.ProducerLoad(t, idx) for t in cache_op.outputs), op.shape)
-        self._replace_op(st, copy)
+        self.replace_op(st, copy)
         st.all_iter_vars = list(op.axis)
         st.leaf_iter_vars = list(op.axis)
         st.iter_var_attrs = {}

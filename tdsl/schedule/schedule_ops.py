@@ -35,7 +35,7 @@ from .scan_gpu import scan_kernel
 from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .store_with import check_store_with
-from .bound import (StageBound, root_bound, attach_leaf, _enclosing_ranges, leaf_values, effective_bodies,
+from .bound import (StageBound, root_bound, attach_leaf, enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
 
@@ -58,20 +58,28 @@ class _LowerExpr(Mutator):
 
 
 class ScheduleLowering:
+    """The loop IR of one schedule. Besides `lower()`, its nest builder is what the
+    lowering's extensions (`cross_thread.py`, `scan_gpu.py`, `prefetch.py`) build with, as
+    TVM's `op_utils.h` serves its compute ops: `loop` (one leaf's For), `wrap` (the nest of
+    several leaves, with what is attached or prefetched at them), `allocate` (a stage's
+    storage), `predicate` (a store predicate as IR), `thread_groups`, `provide` (a loop
+    already open) and `bodies_of`; `bounds`, `sched`, `attach_map` and `buffer()` are
+    read as they are."""
+
     def __init__(self, sched, args, name, warp_size=0):
         self.sched = sched
         self.name = name
         self.warp_size = warp_size    # cross-thread reductions shuffle within such warps (0: never)
         self.roles = scan_roles([st.op for st in sched.stages])
         self.bounds: Dict[object, StageBound] = infer_bounds(sched)
-        self.bodies = {}
+        self._bodies = {}
         self.buffers = {}         # (stage, output index) -> Buffer
         self.params = []
         self.arg_stages = {}      # stage -> position of its first output among the args
         self.arg_keys = set()     # (stage, output index) passed as arguments
         self.scalar_args = []
         self.double_buffered = {}  # buffer -> stages of multi_buffer() stages, for that pass
-        self.provided = {}        # leaf -> variable of an enclosing loop that stands for it
+        self._provided = {}       # leaf -> variable of an enclosing loop that stands for it
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
         self._bind_args(args)
@@ -148,7 +156,7 @@ class ScheduleLowering:
     def stage_buffers(self, st):
         return [self.buffer(st, k) for k in range(st.op.num_outputs)]
 
-    def _allocate(self, st, body):
+    def allocate(self, st, body):
         """`body` with storage for the outputs of `st` that are not arguments."""
         for k in reversed(range(st.op.num_outputs)):
             if (st, k) not in self.arg_keys and st.stored_with is None:
@@ -190,7 +198,7 @@ class ScheduleLowering:
             roots.append(st)
         body = S.seq(*stmts)
         for st in reversed(roots):
-            body = self._allocate(st, body)
+            body = self.allocate(st, body)
         return body
 
     def make_scan(self, st) -> S.Stmt:
@@ -239,12 +247,15 @@ class ScheduleLowering:
         for st in self.sched.stages:
             if st.attach_type != "root" or not isinstance(st.op, ComputeOp) or st.op in self.roles:
                 continue
-            if _reads_any(effective_bodies(self.sched, st, self.bodies), states):
+            if _reads_any(self.bodies_of(st), states):
                 raise ScheduleError(f"scan '{op.name}': stage '{st.name}' reads the scan state at "
                                     "root, before the steps exist; compute_at it inside the "
                                     "update or compute_inline it")
 
-    def _for(self, st, iv, body):
+    def loop(self, st, iv, body):
+        """The For of leaf `iv` of `st` around `body`: its bound extent, its kind, thread
+        tag and pragmas from the schedule, checked (constant extents where vectorize,
+        unroll or vthread need them, a thread axis's declared domain)."""
         rng = self.bounds[st].ranges[iv]
         attr = st.iter_var_attrs.get(iv)
         kind = attr.kind if attr is not None else S.ForKind.SERIAL
@@ -268,7 +279,12 @@ class ScheduleLowering:
         pragmas = tuple(attr.pragmas) if attr is not None else ()
         return S.For(iv.var, E.const(0), ext, kind, body, tag, pragmas)
 
-    def _wrap(self, st, leaves, body, with_attached=True):
+    def wrap(self, st, leaves, body, with_attached=True):
+        """`body` inside the loops of `leaves` of `st` (outermost first), with the stages
+        attached at each loop computed (and allocated) before the body and its prefetches
+        issued at its top, unless `with_attached` is False (an init nest, which shares the
+        loops of its update). A leaf given to `provide` gets no loop: its variable stands
+        for it."""
         for iv in reversed(leaves):
             if with_attached:
                 attached = self.attach_map.get((st, iv), [])
@@ -276,15 +292,24 @@ class ScheduleLowering:
                     self._check_double_buffer(st, iv, attached)
                     nests = [self.make_nest(a) for a in attached]
                     body = S.seq(*nests, body)
-                    for a in reversed(attached if iv not in self.provided else ()):
-                        body = self._allocate(a, body)
+                    for a in reversed(attached if iv not in self._provided else ()):
+                        body = self.allocate(a, body)
                 body = S.seq(*prefetch_stmts(self, st, iv), body)
-            if iv in self.provided:     # its loop is open already (a scan's grid loops)
-                v = self.provided[iv]
+            if iv in self._provided:     # its loop is open already (a scan's grid loops)
+                v = self._provided[iv]
                 body = body if v is iv.var else substitute(body, {iv.var: v})
                 continue
-            body = self._for(st, iv, body)
+            body = self.loop(st, iv, body)
         return body
+
+    def provide(self, leaf, var):
+        """The loop of `leaf` is open already around the nests about to be built (a scan's
+        grid loops, hoisted out of init and update): `wrap` uses `var` for it."""
+        self._provided[leaf] = var
+
+    def bodies_of(self, st):
+        """The bodies of `st` with its inlined producers substituted."""
+        return effective_bodies(self.sched, st, self._bodies)
 
     def make_nest(self, st) -> S.Stmt:
         op = st.op
@@ -297,7 +322,7 @@ class ScheduleLowering:
         vmap = {iv.var: vals[iv] for iv in roots}
         conds = pass_up_conditions(st, b.ranges, vals)
         if st.attach_type == "scope":
-            around = _enclosing_ranges(self.sched, st, self.bounds)
+            around = enclosing_ranges(self.sched, st, self.bounds)
             around.update(self.size_ranges)
             for iv, x in zip(op.axis, (vals[iv] for iv in op.axis)):
                 dom = iv.dom
@@ -311,9 +336,9 @@ class ScheduleLowering:
         bufs = self.stage_buffers(st)
         off = self.offset(st)
         idx = tuple(arith.simplify(vals[iv] - o) for iv, o in zip(op.axis, off))
-        bodies = effective_bodies(self.sched, st, self.bodies)
+        bodies = self.bodies_of(st)
         lower = _LowerExpr(self, vmap)
-        pred, wraps = self._predicate(st, lower)
+        pred, wraps = self.predicate(st, lower)
         guard = spatial + pred
         tz = self._tensorized(st, leaves, guard, reduce_conds + wraps)
         if tz is not None:
@@ -322,9 +347,9 @@ class ScheduleLowering:
             call = guarded(guard, call)
         if not isinstance(bodies[0], E.Reduce):
             if tz is not None:
-                return self._wrap(st, leaves[:tz], call)
+                return self.wrap(st, leaves[:tz], call)
             store = S.seq(*[S.BufferStore(b, lower.visit(x), idx) for b, x in zip(bufs, bodies)])
-            return self._wrap(st, leaves, wrap_threads(wraps, guarded(guard, store)))
+            return self.wrap(st, leaves, wrap_threads(wraps, guarded(guard, store)))
         red = bodies[0]
         dtypes = [x.dtype for x in red.sources]
         inits = red.inits if red.inits is not None else red.combiner.identity_values(dtypes)
@@ -340,20 +365,20 @@ class ScheduleLowering:
         if tz is not None:      # the intrinsic is the update; its reduce_init, else tdsl's
             q = min(p, tz)      # own loops, initialise
             if init_call is not None:
-                init_nest = self._wrap(st, [iv for iv in leaves[q:tz] if iv.kind != "reduce"],
-                                       guarded(guard, init_call), with_attached=False)
+                init_nest = self.wrap(st, [iv for iv in leaves[q:tz] if iv.kind != "reduce"],
+                                      guarded(guard, init_call), with_attached=False)
             else:
-                init_nest = self._wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
-                                       init_store, with_attached=False)
-            return self._wrap(st, leaves[:q], S.seq(init_nest, self._wrap(st, leaves[q:tz], call)))
+                init_nest = self.wrap(st, [iv for iv in leaves[q:] if iv.kind != "reduce"],
+                                      init_store, with_attached=False)
+            return self.wrap(st, leaves[:q], S.seq(init_nest, self.wrap(st, leaves[q:tz], call)))
         threads = [iv for iv in leaves[p:] if iv.kind == "reduce" and bound_tag(st, iv)]
         if threads:
             return cross_thread_reduce(self, st, leaves, p, threads, red, bufs, idx, spatial,
                                              rconds, lower, srcs)
-        init_nest = self._wrap(st, [iv for iv in leaves[p:] if iv.kind != "reduce"], init_store,
-                               with_attached=False)
-        update_nest = self._wrap(st, leaves[p:], update)
-        return self._wrap(st, leaves[:p], S.seq(init_nest, update_nest))
+        init_nest = self.wrap(st, [iv for iv in leaves[p:] if iv.kind != "reduce"], init_store,
+                              with_attached=False)
+        update_nest = self.wrap(st, leaves[p:], update)
+        return self.wrap(st, leaves[:p], S.seq(init_nest, update_nest))
 
     def _tensorized(self, st, leaves, guards, other):
         """The position of the tensorized leaf of `st`, or None; the block must run whole:
@@ -423,7 +448,7 @@ class ScheduleLowering:
                 out.setdefault(tag, iv.var)
         return out
 
-    def _thread_groups(self, st, outer, tag):
+    def thread_groups(self, st, outer, tag):
         """The loops bound to threadIdx tags other than `tag` around a cross-thread
         reduction of `st` (`outer`: its own loops outside the reduction), one per tag, with
         their extents: each combination of their indices reduces in its own part of the
@@ -443,7 +468,7 @@ class ScheduleLowering:
                     return arith.simplify(self.bounds[st].ranges[iv].extent)
         return None
 
-    def _predicate(self, st, lower, at=None):
+    def predicate(self, st, lower, at=None):
         """The store predicate of `st` as loop IR ([] or [cond]) and the thread loops to put
         around the guarded stores ([(var, extent, tag)]). `at` overrides tag -> variable
         (the write-back loop of a cross-thread reduction)."""

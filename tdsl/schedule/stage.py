@@ -64,7 +64,9 @@ class Stage:
         if isinstance(self.op, PlaceholderOp):
             raise self._error(prim, "is a placeholder (an input); it has no loops to schedule")
 
-    def _check_leaf(self, prim, iv):
+    def check_leaf(self, prim, iv):
+        """Raises the ScheduleError of primitive `prim` unless `iv` is a loop (a leaf axis)
+        of this stage."""
         self._check_compute(prim)
         if not isinstance(iv, IterVar):
             raise self._error(prim, f"expected an axis (IterVar), got {iv!r}")
@@ -93,7 +95,7 @@ class Stage:
     def split(self, parent, factor=None, nparts=None):
         """Splits `parent` into (outer, inner); the inner loop has `factor` iterations
         (or the outer loop has `nparts`). Non-divisible extents are guarded."""
-        self._check_leaf("split", parent)
+        self.check_leaf("split", parent)
         if (factor is None) == (nparts is None):
             raise self._error("split", f"axis '{parent.var.name}': give exactly one of factor= or nparts=")
         val = factor if factor is not None else nparts
@@ -122,7 +124,7 @@ class Stage:
         if not axes:
             raise self._error("fuse", "needs at least one axis")
         for iv in axes:
-            self._check_leaf("fuse", iv)
+            self.check_leaf("fuse", iv)
         if len(axes) == 1:
             return axes[0]
         pos = [self.leaf_iter_vars.index(iv) for iv in axes]
@@ -148,7 +150,7 @@ class Stage:
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
             axes = tuple(axes[0])
         for iv in axes:
-            self._check_leaf("reorder", iv)
+            self.check_leaf("reorder", iv)
         if len(set(map(id, axes))) != len(axes):
             raise self._error("reorder", "an axis appears twice")
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in axes)
@@ -165,7 +167,7 @@ class Stage:
 
     # ------------------------------------------------------------------ annotations
     def _annotate(self, prim, iv, kind):
-        self._check_leaf(prim, iv)
+        self.check_leaf(prim, iv)
         if kind in (ForKind.VECTORIZED, ForKind.PARALLEL) and iv.kind == "reduce":
             what = "vectorize" if kind is ForKind.VECTORIZED else "parallelize"
             raise self._error(prim, f"cannot {what} the reduction axis '{iv.var.name}': its iterations "
@@ -193,7 +195,7 @@ class Stage:
 
     def bind(self, iv, thread_iv):
         """Maps the loop onto a GPU grid dimension (blockIdx.* / threadIdx.*)."""
-        self._check_leaf("bind", iv)
+        self.check_leaf("bind", iv)
         if not isinstance(thread_iv, IterVar) or thread_iv.kind != "thread":
             raise self._error("bind", f"expected tdsl.thread_axis(...), got {thread_iv!r}")
         attr = self._attr(iv)
@@ -218,7 +220,7 @@ class Stage:
     def pragma(self, iv, key, value=True):
         """Attaches a hint to a loop; it is printed with the loop in the IR. ("unroll", n):
         the C-family printers ask the compiler to unroll the serial loop at most n times."""
-        self._check_leaf("pragma", iv)
+        self.check_leaf("pragma", iv)
         if not isinstance(key, str) or not key:
             raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")
         if key == "unroll" and (isinstance(value, bool) or not isinstance(value, int)
@@ -235,7 +237,7 @@ class Stage:
         (TVM's `prefetch`, Halide's `Func::prefetch`): where the region slides along one
         dimension (the rows of a stencil's input), only the rows coming into it. The
         region is clipped to the tensor; it changes no value, only when memory is read."""
-        self._check_leaf("prefetch", iv)
+        self.check_leaf("prefetch", iv)
         if not isinstance(tensor, Tensor):
             raise self._error("prefetch", f"expected a tensor this stage reads, got {tensor!r}")
         if tensor.op not in self.schedule.stage_map:
@@ -253,7 +255,7 @@ class Stage:
     def tensorize(self, iv, intrin):
         """Replaces the loops from `iv` inward by one call of tensor intrinsic `intrin`
         (`tdsl.decl_tensor_intrin`); lowering checks that they compute what it computes."""
-        self._check_leaf("tensorize", iv)
+        self.check_leaf("tensorize", iv)
         if not isinstance(intrin, TensorIntrin):
             raise self._error("tensorize", f"expected a tensor intrinsic from "
                               f"tdsl.decl_tensor_intrin, got {intrin!r}")
@@ -387,10 +389,10 @@ class Stage:
             leaves = ", ".join(_fmt_axis(v) for v in parent.leaf_iter_vars)
             raise self._error("compute_at", f"'{name}' is {where} stage '{parent.op.name}' "
                               f"(its loops are: {leaves})")
-        if self.schedule._depends_on(self, parent):
+        if self.schedule.depends_on(self, parent):
             raise self._error("compute_at", f"stage '{parent.op.name}' is a producer of this stage; "
                               "a stage can only be computed inside one of its consumers")
-        if not self.schedule._reads(parent, self):
+        if not self.schedule.depends_on(parent, self):
             raise self._error("compute_at", f"stage '{parent.op.name}' does not read this stage; "
                               "attach it to a consumer")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv

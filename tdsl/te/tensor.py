@@ -187,13 +187,15 @@ class TensorSlice:
         more = more if isinstance(more, tuple) else (more,)
         return self.tensor[self.indices + more]
 
-    def _incomplete(self, *_):
+    def incomplete(self, *_):
+        """Raises the error of a slice used as a value: the rest of its indices are
+        missing (`tdsl.ir.expr.convert` asks too)."""
         t = self.tensor
         raise TdslError(f"tensor '{t.name}' has {len(t.shape)} dimensions but was indexed with "
                         f"{len(self.indices)}; index the rest too (e.g. {t.name}[i][k] or "
                         f"{t.name}[i, k])")
 
     # used as a value before it is complete: say so
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _incomplete
-    __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __lt__ = __le__ = __gt__ = _incomplete
-    __ge__ = __bool__ = astype = _incomplete
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = incomplete
+    __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __lt__ = __le__ = __gt__ = incomplete
+    __ge__ = __bool__ = astype = incomplete

@@ -35,6 +35,7 @@ class FunctionEmitter(ExprEmitter):
     def __init__(self, mb, fn: ir.Function, in_parallel: bool = False):
         super().__init__(mb, fn)
         self.in_parallel = in_parallel
+        self.extern_status = None   # extern calls' status slot, made by the first (externs.py)
 
     def child(self, fn: ir.Function) -> "FunctionEmitter":
         """An emitter for an outlined parallel body `fn` of the same module."""
@@ -42,10 +43,10 @@ class FunctionEmitter(ExprEmitter):
 
     def finish(self):
         if not self.builder.block.is_terminated:
-            status = getattr(self, "_extern_status", None)
+            status = self.extern_status
             self.builder.ret(ir.Constant(I32, 0) if status is None else
                              self.builder.load(status))
-        self.alloca_builder.branch(self._start)
+        self.alloca_builder.branch(self.start_block)
 
     def fail(self, code):
         """Returns error `code` from the function (current block ends)."""

@@ -36,9 +36,9 @@ class ExprEmitter:
         self.mb = mb
         self.fn = fn
         self.entry = fn.append_basic_block("entry")
-        self._start = fn.append_basic_block("start")
+        self.start_block = fn.append_basic_block("start")
         self.alloca_builder = ir.IRBuilder(self.entry)
-        self.builder = ReusingBuilder(self._start)
+        self.builder = ReusingBuilder(self.start_block)
         self.env: Dict[E.Var, ir.Value] = {}
         self.bufs: Dict[S.Buffer, ir.Value] = {}
         self.vec: Optional[VecCtx] = None

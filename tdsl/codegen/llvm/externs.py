@@ -19,11 +19,11 @@ _ARG = ir.LiteralStructType([PTR, PTR, I32, I32])     # tdsl_arg
 
 def _status(em):
     """The function's status slot (0 until an extern call fails)."""
-    slot = getattr(em, "_extern_status", None)
+    slot = em.extern_status
     if slot is None:
         slot = em.alloca_builder.alloca(I32, name="extern_status")
         em.alloca_builder.store(ir.Constant(I32, 0), slot)
-        em._extern_status = slot
+        em.extern_status = slot
     return slot
 
 

@@ -158,7 +158,7 @@ def load_build(fingerprint: str, target: LLVMTarget):
 
 def remember_build(fingerprint: str, target: LLVMTarget, mod):
     """Records that the schedule with this fingerprint built `mod` (a JIT module)."""
-    rec = {"object": mod._backend.art.key, "sig": mod.signature.raw, "notes": list(mod.notes)}
+    rec = {"object": mod.backend.art.key, "sig": mod.signature.raw, "notes": list(mod.notes)}
     diskcache.put("build", _build_key(fingerprint, target), [json.dumps(rec).encode()])
 
 

@@ -20,20 +20,20 @@ from .irscan import expr_vars, iter_children, structural_key
 MAX_LANES = 256
 
 
-def _local_linear(e, v):
+def local_linear(e, v):
     """Coefficient of `v` in integer expression `e` if `e` is affine in `v`, else None."""
     if e is v:
         return 1
     if isinstance(e, (E.IntImm, E.Var)):
         return 0
     if isinstance(e, E.Add):
-        a, b = _local_linear(e.a, v), _local_linear(e.b, v)
+        a, b = local_linear(e.a, v), local_linear(e.b, v)
         return None if a is None or b is None else a + b
     if isinstance(e, E.Sub):
-        a, b = _local_linear(e.a, v), _local_linear(e.b, v)
+        a, b = local_linear(e.a, v), local_linear(e.b, v)
         return None if a is None or b is None else a - b
     if isinstance(e, E.Mul):
-        a, b = _local_linear(e.a, v), _local_linear(e.b, v)
+        a, b = local_linear(e.a, v), local_linear(e.b, v)
         if a is None or b is None:
             return None
         if a == 0 and b == 0:
@@ -46,7 +46,7 @@ def _local_linear(e, v):
     if isinstance(e, E.Cast):
         if dt.is_int(e.dtype) and dt.is_int(e.value.dtype) \
                 and dt.bits(e.dtype) >= dt.bits(e.value.dtype):
-            return _local_linear(e.value, v)
+            return local_linear(e.value, v)
     if v in expr_vars(e, set()):
         return None
     return 0
@@ -104,7 +104,7 @@ class Lanes:
         hit = self._coeff_cache.get(key)
         if hit is not None:
             return hit[1]
-        c = _local_linear(e, self.var)
+        c = local_linear(e, self.var)
         if c is None:
             c = _arith_linear(e, self.var, self.lo, E.IntImm(self.lanes, self.var.dtype))
         self._coeff_cache[key] = (e, c)

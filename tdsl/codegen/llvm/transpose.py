@@ -18,7 +18,7 @@ from ...ir import expr as E
 from ...ir import stmt as S
 from ...tiling import TRANSPOSE_TILE_MAX_BYTES
 from .irscan import expr_vars, iter_children
-from .lanes import _local_linear, vector_legality
+from .lanes import local_linear, vector_legality
 from .memory import elem_ptr, from_mem
 from .types import I32, scalar_type
 
@@ -59,7 +59,7 @@ def match(s: S.For):
             if ld.buffer in written or len(ld.indices) != 1 or id(ld) in seen:
                 continue
             idx = ld.indices[0]
-            if _local_linear(idx, s.var) != 1 or _local_linear(idx, inner.var) in (0, 1):
+            if local_linear(idx, s.var) != 1 or local_linear(idx, inner.var) in (0, 1):
                 continue
             nbytes += n * n * dt.itemsize(ld.buffer.dtype)
             if nbytes > TRANSPOSE_TILE_MAX_BYTES:   # all of one loop's tiles together

@@ -364,7 +364,7 @@ class CFamilyPrinter(CExprPrinter):
         return "__restrict__"
 
     def print_kernel(self, kernel, written) -> str:
-        self._begin()
+        self.begin()
         for p in kernel.params:       # parameter names first: they keep their names
             self.names(p, p.name)
         params = ", ".join(self.param_text(p, p in written) for p in kernel.params)

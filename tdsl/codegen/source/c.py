@@ -50,7 +50,7 @@ class CPrinter(CFamilyPrinter):
 
     def print_c_function(self, func, symbol) -> str:
         self.note_types(func)
-        self._begin()
+        self.begin()
         written = stored_buffers(func.body)
         for p in func.params:
             self.names(p, p.name)

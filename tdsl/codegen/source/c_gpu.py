@@ -161,7 +161,7 @@ class CGPUEmuPrinter(CPrinter):
                 "#include <math.h>\n" + _EMU_RUNTIME)
 
     def print_kernel(self, kernel, written) -> str:
-        self._begin()
+        self.begin()
         for p in kernel.params:
             self.names(p, p.name)
         argv = f"{kernel.name}_argv"

@@ -143,24 +143,24 @@ class CUDAPrinter(CFamilyPrinter):
     def async_copy(self, dst, src):
         # cp.async (sm_80+) moves global to shared memory without staging in registers:
         # the loads of a double-buffered tile's next slice overlap the work on this one
-        self._add_helper("tdsl_cp_async16", _CP_ASYNC)
+        self.add_helper("tdsl_cp_async16", _CP_ASYNC)
         self.async_copies = True
         return f"tdsl_cp_async16({dst}, {src})"
 
     def s_Barrier(self, s):
         if s.async_wait is not None:    # a pipeline's: its newest groups stay in flight
-            self._add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
+            self.add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
             self.emit(f"tdsl_cp_async_wait_group<{s.async_wait}>(); " + self.barrier())
             return
         self.barriers.append(len(self.lines))
         super().s_Barrier(s)
 
     def async_commit(self):
-        self._add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
+        self.add_helper("tdsl_cp_async_commit", _CP_ASYNC_GROUPS)
         return "tdsl_cp_async_commit();"
 
-    def _begin(self, names=None):
-        super()._begin(names)
+    def begin(self, names=None):
+        super().begin(names)
         self.barriers, self.async_copies, self.uses_wgmma = [], False, False
 
     def end_kernel_body(self):
@@ -173,7 +173,7 @@ class CUDAPrinter(CFamilyPrinter):
         # wgmma reads shared memory through the async proxy: what the threads wrote (the
         # generic proxy, cp.async included) is fenced to it before the barrier
         if self.uses_wgmma:
-            self._add_helper("tdsl_fence_proxy_async", _FENCE_PROXY_ASYNC)
+            self.add_helper("tdsl_fence_proxy_async", _FENCE_PROXY_ASYNC)
             self.lines = [ln.replace(self.barrier(), "tdsl_fence_proxy_async(); " + self.barrier())
                           for ln in self.lines]
 

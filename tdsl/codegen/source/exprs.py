@@ -141,7 +141,8 @@ class CExprPrinter:
         return f"{name}({a}, {b})"
 
     # ------------------------------------------------------------------ helpers
-    def _add_helper(self, name, text):
+    def add_helper(self, name, text):
+        """Emits the helper function `text` once, ahead of the kernels; returns `name`."""
         if name not in self.helpers:
             self.helpers[name] = text
         return name
@@ -151,12 +152,12 @@ class CExprPrinter:
         q = self.helper_qual()
         if mod:
             name = f"tdsl_floormod_{dtype}"
-            return self._add_helper(name, (
+            return self.add_helper(name, (
                 f"{q} {t} {name}({t} a, {t} b) {{\n"
                 f"  {t} r = a % b;\n"
                 f"  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}\n"))
         name = f"tdsl_floordiv_{dtype}"
-        return self._add_helper(name, (
+        return self.add_helper(name, (
             f"{q} {t} {name}({t} a, {t} b) {{\n"
             f"  {t} q = a / b;\n"
             f"  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}\n"))
@@ -168,10 +169,10 @@ class CExprPrinter:
         q = self.helper_qual()
         pun = f"union {{ {u32} u; float f; }} v;"
         if not from_f32:
-            return self._add_helper("tdsl_bf16_to_f32", (
+            return self.add_helper("tdsl_bf16_to_f32", (
                 f"{q} float tdsl_bf16_to_f32({u16} h) {{ {pun} v.u = ({u32})h << 16; "
                 "return v.f; }\n"))
-        return self._add_helper("tdsl_f32_to_bf16", (
+        return self.add_helper("tdsl_f32_to_bf16", (
             f"{q} {u16} tdsl_f32_to_bf16(float f) {{\n  {pun} v.f = f;\n"
             f"  if (f != f) return ({u16})((v.u >> 16) | 0x40u);\n"
             f"  return ({u16})((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);\n}}\n"))
@@ -180,7 +181,7 @@ class CExprPrinter:
         t = self.type_name(dtype)
         name = f"tdsl_{'max' if is_max else 'min'}_{dtype}"
         op = ">" if is_max else "<"
-        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
+        return self.add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
                                       f"{{ return a {op} b ? a : b; }}\n")
 
     def helper_shift(self, left, dtype):
@@ -196,7 +197,7 @@ class CExprPrinter:
             body = f"return ({u})s >= {bits}u ? ({t})(a < 0 ? -1 : 0) : ({t})(a >> s);"
         else:
             body = f"return ({u})s >= {bits}u ? ({t})0 : ({t})(a >> s);"
-        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} s) "
+        return self.add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} s) "
                                       f"{{ {body} }}\n")
 
     def helper_truncmod(self, dtype):
@@ -204,7 +205,7 @@ class CExprPrinter:
         t = self.type_name(dtype)
         name = f"tdsl_truncmod_{dtype}"
         bad = "b == 0 || b == -1" if dt.is_signed(dtype) else "b == 0"
-        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
+        return self.add_helper(name, f"{self.helper_qual()} {t} {name}({t} a, {t} b) "
                                       f"{{ return ({bad}) ? 0 : a % b; }}\n")
 
     def unsigned_of(self, x, dtype):
@@ -232,11 +233,12 @@ class CExprPrinter:
     def helper_abs(self, dtype):
         t = self.type_name(dtype)
         name = f"tdsl_abs_{dtype}"
-        return self._add_helper(name, f"{self.helper_qual()} {t} {name}({t} a) "
+        return self.add_helper(name, f"{self.helper_qual()} {t} {name}({t} a) "
                                       f"{{ return a < 0 ? -a : a; }}\n")
 
     # ------------------------------------------------------------------ state per function
-    def _begin(self, names=None):
+    def begin(self, names=None):
+        """Starts a function: fresh lines, names and expression texts."""
         self.names = names or _Names()
         self.lines: List[str] = []
         self.ind = 1

@@ -218,7 +218,7 @@ def mma(printer, e):
         b_load = _B_SCALAR if why_b else _B_LDMATRIX_X4 + (
             _B_LDMATRIX_X2.replace("{j}", str(tn - 1)) if tn % 2 else "")
         if why_a or why_b:
-            printer._add_helper("tdsl_mma_pack", PACK)
+            printer.add_helper("tdsl_mma_pack", PACK)
         text = _CUDA_MMA.format(
             comment=LAYOUT.replace("\n", "\n// "), name=name,
             a_how="ldmatrix.x4" if why_a is None else f"scalar loads ({why_a})",
@@ -230,7 +230,7 @@ def mma(printer, e):
         text = _EMULATED_MMA.format(
             name=name, a_ik=printer.cast_text("a[row * lda + k]", dtype, "float32"),
             b_kj=printer.cast_text("b[k * ldb + col]", dtype, "float32"), **fields)
-    printer._add_helper(name, text)
+    printer.add_helper(name, text)
     args = ", ".join(printer.expr(x) for x in (c, a, b))
     steps = ", ".join(f"(int)({printer.expr(x)})" for x in (ldc, lda, ldb))
     return f"{name}({args}, {steps})"
@@ -242,7 +242,7 @@ def fill(printer, e):
     c, ldc = e.args[:2]
     tm, tn = (_int(x, e.name, "block count") for x in e.args[2:4])
     name = f"tdsl_mma_fill_{tm}x{tn}"
-    printer._add_helper(name, _FILL.format(name=name, **_loop_fields(printer, tm, tn)))
+    printer.add_helper(name, _FILL.format(name=name, **_loop_fields(printer, tm, tn)))
     return f"{name}({printer.expr(c)}, (int)({printer.expr(ldc)}))"
 
 
@@ -254,7 +254,7 @@ def store(printer, e):
     tm, tn = (_int(x, e.name, "block count") for x in e.args[4:6])
     pairs = printer.target == "cuda" and _aligned(printer, dst, ld, 2) is None
     name = f"tdsl_mma_store_{tm}x{tn}{'_v2' if pairs else ''}"
-    printer._add_helper(name, _STORE.format(
+    printer.add_helper(name, _STORE.format(
         name=name, stores=_STORE_FLOAT2 if pairs else _STORE_SCALAR,
         **_loop_fields(printer, tm, tn)))
     args = ", ".join(printer.expr(x) for x in (dst, c))
@@ -333,7 +333,7 @@ def wgmma(printer, e):
                   lane=printer.thread_index("threadIdx.x"))
     name = f"tdsl_wgmma_{ptx}_n64_k{16 * ks}"
     if printer.target == "cuda":
-        printer._add_helper("tdsl_wgmma_desc", _WGMMA_DESC)
+        printer.add_helper("tdsl_wgmma_desc", _WGMMA_DESC)
         printer.uses_wgmma = True
         text = _CUDA_WGMMA.format(name=name, regs=", ".join(f"%{i}" for i in range(32)),
                                   outs=", ".join(f'"+f"(c[{i}])' for i in range(32)),
@@ -345,7 +345,7 @@ def wgmma(printer, e):
             b_kj=printer.cast_text(f"*tdsl_wgmma_at_{ptx}(b0 + k * 128 + 2 * col)", dtype,
                                    "float32"),
             **fields)
-    printer._add_helper(name, text)
+    printer.add_helper(name, text)
     args = ", ".join(printer.expr(x) for x in (c, a, b))
     return f"{name}({args}, (int)({printer.expr(ldc)}))"
 

@@ -68,7 +68,7 @@ def _mma(printer, e):
     fields = dict(name=name, t=printer.mem_type(dtype), ptx=ptx,
                   lane=printer.thread_index("threadIdx.x"))
     if printer.target == "cuda":
-        printer._add_helper("tdsl_mma_pack", PACK)
+        printer.add_helper("tdsl_mma_pack", PACK)
         text = _CUDA.format(comment=LAYOUT.replace("\n", "\n// "), **fields)
     elif printer.target == "c":
         text = _EMULATED.format(a_ik=printer.cast_text("a[i * lda + k]", dtype, "float32"),
@@ -77,7 +77,7 @@ def _mma(printer, e):
     else:
         raise BuildError(f"{e.name} has no {printer.target} form; build for 'cuda' (sm_80 "
                          "or later) or 'c'")
-    printer._add_helper(name, text)
+    printer.add_helper(name, text)
     args = ", ".join(printer.expr(a) for a in e.args[:3])
     steps = ", ".join(f"(int)({printer.expr(a)})" for a in e.args[3:])
     return f"{name}({args}, {steps})"

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import GraphError
 from ..ir import Const
-from .registry import _reshape, converter
+from .registry import reshape_to, converter
 
 
 def parse_equation(eq, ranks):
@@ -80,7 +80,7 @@ def _diagonals(ctx, eq, x, letters):
         perm = rest + [p, q]
         if perm != list(range(len(perm))):
             x = ctx.call("transpose", [x], axes=perm)
-        x = _reshape(ctx, x, [x.type.shape[d] for d in range(len(rest))] + [n * n])
+        x = reshape_to(ctx, x, [x.type.shape[d] for d in range(len(rest))] + [n * n])
         x = ctx.call("take", [x, Const(np.arange(n, dtype=np.int64) * (n + 1))], axis=len(rest))
         letters = "".join(letters[d] for d in rest) + dup
 
@@ -130,16 +130,16 @@ def _einsum(ctx, node, ins, attrs):
             raise GraphError(f"Einsum equation '{eq}': operand dtypes differ ({dt}, {y.type.dtype})")
         if not contract:
             a = _transpose_to(ctx, x, lx, batch + fa)
-            a = _reshape(ctx, a, [size[ch] for ch in batch + fa] + [1] * len(fb))
+            a = reshape_to(ctx, a, [size[ch] for ch in batch + fa] + [1] * len(fb))
             b = _transpose_to(ctx, y, ly, batch + fb)
-            b = _reshape(ctx, b, [size[ch] for ch in batch] + [1] * len(fa) + [size[ch] for ch in fb])
+            b = reshape_to(ctx, b, [size[ch] for ch in batch] + [1] * len(fa) + [size[ch] for ch in fb])
             x = ctx.call("multiply", [a, b])
         else:
             nb, m, kk, n = (int(np.prod([size[ch] for ch in g], dtype=np.int64)) for g in (batch, fa, contract, fb))
             lead = [nb] if batch else []
-            a = _reshape(ctx, _transpose_to(ctx, x, lx, batch + fa + contract), lead + [m, kk])
-            b = _reshape(ctx, _transpose_to(ctx, y, ly, batch + contract + fb), lead + [kk, n])
-            x = _reshape(ctx, ctx.call("nn.matmul", [a, b]), [size[ch] for ch in batch + fa + fb])
+            a = reshape_to(ctx, _transpose_to(ctx, x, lx, batch + fa + contract), lead + [m, kk])
+            b = reshape_to(ctx, _transpose_to(ctx, y, ly, batch + contract + fb), lead + [kk, n])
+            x = reshape_to(ctx, ctx.call("nn.matmul", [a, b]), [size[ch] for ch in batch + fa + fb])
         lx = "".join(batch + fa + fb)
     x, lx = _sum_away(ctx, x, lx, set(out))
     x = _transpose_to(ctx, x, lx, list(out))

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .registry import _const_like, _np_dtype, converter, fold_value
+from .registry import const_like, np_dtype, converter
 
 # ---------------------------------------------------------------------------- elementwise
 
@@ -51,7 +51,7 @@ def _where(ctx, node, ins, attrs):
 
 @converter("Cast")
 def _cast(ctx, node, ins, attrs):
-    return ctx.call("cast", [ins[0]], dtype=_np_dtype(attrs["to"]))
+    return ctx.call("cast", [ins[0]], dtype=np_dtype(attrs["to"]))
 
 
 @converter("Clip")
@@ -69,7 +69,7 @@ def _clip(ctx, node, ins, attrs):
             if e is None:
                 bounds.append(default)
                 continue
-            v = fold_value(e, ctx._fold_memo)
+            v = ctx.fold(e)
             if v is None:      # a bound computed at run time
                 x = ctx.call(op, [x, e])
                 bounds.append(default)
@@ -87,10 +87,10 @@ def _gelu(ctx, node, ins, attrs):
     dt = x.type.dtype
     if attrs.get("approximate", "none") == "tanh":
         inner = ctx.call("multiply", [ctx.call("add", [x, ctx.call("multiply", [
-            ctx.call("multiply", [ctx.call("multiply", [x, x]), x]), _const_like(0.044715, dt)])]),
-            _const_like(math.sqrt(2 / math.pi), dt)])
-        t = ctx.call("add", [ctx.call("tanh", [inner]), _const_like(1, dt)])
+            ctx.call("multiply", [ctx.call("multiply", [x, x]), x]), const_like(0.044715, dt)])]),
+            const_like(math.sqrt(2 / math.pi), dt)])
+        t = ctx.call("add", [ctx.call("tanh", [inner]), const_like(1, dt)])
     else:
-        t = ctx.call("add", [ctx.call("erf", [ctx.call("multiply", [x, _const_like(1 / math.sqrt(2), dt)])]),
-                             _const_like(1, dt)])
-    return ctx.call("multiply", [ctx.call("multiply", [x, t]), _const_like(0.5, dt)])
+        t = ctx.call("add", [ctx.call("erf", [ctx.call("multiply", [x, const_like(1 / math.sqrt(2), dt)])]),
+                             const_like(1, dt)])
+    return ctx.call("multiply", [ctx.call("multiply", [x, t]), const_like(0.5, dt)])

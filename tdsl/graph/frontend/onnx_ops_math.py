@@ -8,7 +8,7 @@ import numpy as np
 from ...errors import GraphError
 from ..ir import Const
 from .onnx_ops_nn import reduce_axes
-from .registry import _axis, _reshape, converter
+from .registry import norm_axis, reshape_to, converter
 
 
 @converter("HardSigmoid")
@@ -90,7 +90,7 @@ def _log_sum_exp(ctx, x, axes, keep):
     m = ctx.call("max", [x], axis=axes, keepdims=True)
     s = ctx.call("sum", [ctx.call("exp", [ctx.call("subtract", [x, m])])], axis=axes, keepdims=keep)
     if not keep:
-        m = _reshape(ctx, m, s.type.shape)
+        m = reshape_to(ctx, m, s.type.shape)
     return ctx.call("add", [ctx.call("log", [s]), m])
 
 
@@ -102,7 +102,7 @@ def _arg_extreme(ctx, node, ins, attrs):
     # holding it: plain reductions and a where, so it fuses and folds like everything else
     x = ins[0]
     n = x.type.ndim
-    ax = _axis(attrs.get("axis", 0), n)
+    ax = norm_axis(attrs.get("axis", 0), n)
     keep = bool(attrs.get("keepdims", 1))
     last = bool(attrs.get("select_last_index", 0))
     size = x.type.shape[ax]
@@ -122,7 +122,7 @@ def _arg_extreme(ctx, node, ins, attrs):
 def _cumsum(ctx, node, ins, attrs):
     x = ins[0]
     ax = int(np.asarray(ctx.static(ins[1], "CumSum axis")).reshape(-1)[0])
-    return ctx.call("cumsum", [x], axis=_axis(ax, x.type.ndim), exclusive=bool(attrs.get("exclusive", 0)),
+    return ctx.call("cumsum", [x], axis=norm_axis(ax, x.type.ndim), exclusive=bool(attrs.get("exclusive", 0)),
                     reverse=bool(attrs.get("reverse", 0)))
 
 
@@ -133,7 +133,7 @@ def _topk(ctx, node, ins, attrs):
         k = int(np.asarray(ctx.static(ins[1], "TopK k")).reshape(-1)[0])
     else:
         k = int(attrs["k"])
-    ax = _axis(attrs.get("axis", -1), x.type.ndim)
+    ax = norm_axis(attrs.get("axis", -1), x.type.ndim)
     if x.type.dtype == "bool":
         raise GraphError("TopK of a bool tensor is not supported")
     # sorted=0 leaves the order to the implementation; sorted order is one valid answer

@@ -7,11 +7,12 @@ import numpy as np
 
 from ...errors import GraphError
 from ..ir import Const
-from .registry import _axis, _const_like, _reshape, converter
+from .registry import norm_axis, const_like, reshape_to, converter
 
 # ---------------------------------------------------------------------------- conv / gemm
 
-def _spatial_pads(attrs, in_dims, k, s, dl, nd):
+def spatial_pads(attrs, in_dims, k, s, dl, nd):
+    """The begin and end pads of a conv or pool node (`auto_pad` resolved)."""
     auto = attrs.get("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0] * (2 * nd)
@@ -35,7 +36,7 @@ def _conv(ctx, node, ins, attrs):
     k = list(attrs.get("kernel_shape", w.type.shape[2:]))
     s = list(attrs.get("strides", [1] * nd))
     dl = list(attrs.get("dilations", [1] * nd))
-    pads = _spatial_pads(attrs, x.type.shape[2:], k, s, dl, nd)
+    pads = spatial_pads(attrs, x.type.shape[2:], k, s, dl, nd)
     y = ctx.call(f"nn.conv{nd}d", [x, w], strides=s, padding=pads, dilation=dl, groups=int(attrs.get("group", 1)))
     if len(ins) > 2 and ins[2] is not None:
         y = ctx.call("nn.bias_add", [y, ins[2]], axis=1)
@@ -92,10 +93,10 @@ def _gemm(ctx, node, ins, attrs):
     alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
     dt = y.type.dtype
     if alpha != 1.0:
-        y = ctx.call("multiply", [y, _const_like(alpha, dt)])
+        y = ctx.call("multiply", [y, const_like(alpha, dt)])
     if c is not None:
         if beta != 1.0:
-            c = ctx.call("multiply", [c, _const_like(beta, dt)])
+            c = ctx.call("multiply", [c, const_like(beta, dt)])
         if c.type.shape == (y.type.shape[1],):
             y = ctx.call("nn.bias_add", [y, c], axis=1)
         else:
@@ -108,15 +109,15 @@ def _matmul(ctx, node, ins, attrs):
     a, b = ins
     a_vec, b_vec = a.type.ndim == 1, b.type.ndim == 1
     if a_vec:
-        a = _reshape(ctx, a, (1, a.type.shape[0]))
+        a = reshape_to(ctx, a, (1, a.type.shape[0]))
     if b_vec:
-        b = _reshape(ctx, b, (b.type.shape[0], 1))
+        b = reshape_to(ctx, b, (b.type.shape[0], 1))
     if isinstance(b, Const) and b.type.ndim == 2 and a.type.dtype.startswith("float"):
         lead = a.type.shape[:-1]
         k = a.type.shape[-1]
-        a2 = _reshape(ctx, a, (int(np.prod(lead)), k))
+        a2 = reshape_to(ctx, a, (int(np.prod(lead)), k))
         y = ctx.call("nn.dense", [a2, _transpose2(ctx, b)], units=b.type.shape[1])
-        y = _reshape(ctx, y, (*lead, b.type.shape[1]))
+        y = reshape_to(ctx, y, (*lead, b.type.shape[1]))
     else:
         y = ctx.call("nn.matmul", [a, b])
     shape = list(y.type.shape)
@@ -124,7 +125,7 @@ def _matmul(ctx, node, ins, attrs):
         shape.pop(-1)
     if a_vec:
         shape.pop(-2 if not b_vec else -1)
-    return _reshape(ctx, y, shape)
+    return reshape_to(ctx, y, shape)
 
 
 # ---------------------------------------------------------------------------- normalization
@@ -135,18 +136,18 @@ def _softmax(ctx, node, ins, attrs):
     op = "nn.softmax" if node.op_type == "Softmax" else "nn.log_softmax"
     n = x.type.ndim
     if ctx.opset < 13:
-        ax = _axis(attrs.get("axis", 1), n)
+        ax = norm_axis(attrs.get("axis", 1), n)
         shp = x.type.shape
-        x2 = _reshape(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
-        return _reshape(ctx, ctx.call(op, [x2], axis=1), shp)
-    return ctx.call(op, [x], axis=_axis(attrs.get("axis", -1), n))
+        x2 = reshape_to(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
+        return reshape_to(ctx, ctx.call(op, [x2], axis=1), shp)
+    return ctx.call(op, [x], axis=norm_axis(attrs.get("axis", -1), n))
 
 
 @converter("LayerNormalization")
 def _layer_norm(ctx, node, ins, attrs):
     x, g = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 and ins[2] is not None else Const(np.zeros(g.type.shape, g.type.dtype))
-    ax = _axis(attrs.get("axis", -1), x.type.ndim)
+    ax = norm_axis(attrs.get("axis", -1), x.type.ndim)
     eps = float(attrs.get("epsilon", 1e-5))
     y = ctx.call("nn.layer_norm", [x, g, b], axis=ax, epsilon=eps)
     if len(node.output) == 1 or not any(node.output[1:]):
@@ -156,7 +157,7 @@ def _layer_norm(ctx, node, ins, attrs):
     mean = ctx.call("mean", [x], axis=axes, keepdims=True)
     d = ctx.call("subtract", [x, mean])
     var = ctx.call("mean", [ctx.call("multiply", [d, d])], axis=axes, keepdims=True)
-    inv = ctx.call("reciprocal", [ctx.call("sqrt", [ctx.call("add", [var, _const_like(eps, dt)])])])
+    inv = ctx.call("reciprocal", [ctx.call("sqrt", [ctx.call("add", [var, const_like(eps, dt)])])])
     return [y, mean, inv]
 
 
@@ -172,13 +173,13 @@ def _batch_norm(ctx, node, ins, attrs):
     dt = x.type.dtype
     mean = ctx.call("mean", [x], axis=axes, keepdims=False)
     shape = [1, x.type.shape[1]] + [1] * (x.type.ndim - 2)
-    d = ctx.call("subtract", [x, _reshape(ctx, mean, shape)])
+    d = ctx.call("subtract", [x, reshape_to(ctx, mean, shape)])
     var = ctx.call("mean", [ctx.call("multiply", [d, d])], axis=axes, keepdims=False)
     y = ctx.call("nn.batch_norm", [x, g, b, mean, var], epsilon=eps)
-    rm = ctx.call("add", [ctx.call("multiply", [m, _const_like(mom, dt)]),
-                          ctx.call("multiply", [mean, _const_like(1 - mom, dt)])])
-    rv = ctx.call("add", [ctx.call("multiply", [v, _const_like(mom, dt)]),
-                          ctx.call("multiply", [var, _const_like(1 - mom, dt)])])
+    rm = ctx.call("add", [ctx.call("multiply", [m, const_like(mom, dt)]),
+                          ctx.call("multiply", [mean, const_like(1 - mom, dt)])])
+    rv = ctx.call("add", [ctx.call("multiply", [v, const_like(mom, dt)]),
+                          ctx.call("multiply", [var, const_like(1 - mom, dt)])])
     return [y, rm, rv]
 
 
@@ -189,7 +190,7 @@ def _pool_attrs(ctx, x, attrs):
     k = list(attrs["kernel_shape"])
     s = list(attrs.get("strides", [1] * nd))
     dl = list(attrs.get("dilations", [1] * nd))
-    pads = _spatial_pads(attrs, x.type.shape[2:], k, s, dl, nd)
+    pads = spatial_pads(attrs, x.type.shape[2:], k, s, dl, nd)
     return dict(pool_size=k, strides=s, padding=pads, dilation=dl, ceil_mode=bool(attrs.get("ceil_mode", 0)))
 
 
@@ -239,7 +240,7 @@ def reduce_axes(ctx, x, ins, attrs):
         if attrs.get("noop_with_empty_axes", 0):
             return None
         axes = list(range(x.type.ndim))
-    return sorted({_axis(a, x.type.ndim) for a in axes})
+    return sorted({norm_axis(a, x.type.ndim) for a in axes})
 
 
 @converter(*_REDUCE)

@@ -5,34 +5,34 @@ points are reshaped to broadcast along their axis, so the graph operators
 from __future__ import annotations
 
 from ...errors import GraphError
-from .onnx_ops_nn import _spatial_pads
-from .registry import _axis, _const_like, _np_dtype, _reshape, converter
+from .onnx_ops_nn import spatial_pads
+from .registry import norm_axis, const_like, np_dtype, reshape_to, converter
 
 
 def along(ctx, v, axis, ndim):
     """A per-axis vector `v` shaped to broadcast along `axis` of a rank-`ndim` tensor; a
     single value stays as it is."""
     if v.type.size == 1:
-        return _reshape(ctx, v, ())
+        return reshape_to(ctx, v, ())
     if v.type.ndim != 1:
         raise GraphError(f"a per-axis scale or zero point must be 1-D, got {v.type}")
-    return _reshape(ctx, v, (v.type.shape[0],) + (1,) * (ndim - axis - 1))
+    return reshape_to(ctx, v, (v.type.shape[0],) + (1,) * (ndim - axis - 1))
 
 
 def _zero_point(ctx, ins, i, dtype):
-    return ins[i] if len(ins) > i and ins[i] is not None else _const_like(0, dtype)
+    return ins[i] if len(ins) > i and ins[i] is not None else const_like(0, dtype)
 
 
 def _blocked(ctx, v, ax, x, block):
     """A blocked scale (one per `block` elements along `ax`) repeated to x's shape."""
     if v.type.size == 1:
-        return _reshape(ctx, v, ())
+        return reshape_to(ctx, v, ())
     sh = list(v.type.shape)
     if len(sh) != x.type.ndim or sh[ax] * block < x.type.shape[ax]:
         raise GraphError(f"blocked quantization: {v.type} does not tile {x.type} in blocks of {block}")
-    v = _reshape(ctx, v, sh[:ax + 1] + [1] + sh[ax + 1:])
+    v = reshape_to(ctx, v, sh[:ax + 1] + [1] + sh[ax + 1:])
     v = ctx.call("broadcast_to", [v], shape=sh[:ax + 1] + [block] + sh[ax + 1:])
-    v = _reshape(ctx, v, sh[:ax] + [sh[ax] * block] + sh[ax + 1:])
+    v = reshape_to(ctx, v, sh[:ax] + [sh[ax] * block] + sh[ax + 1:])
     if v.type.shape[ax] != x.type.shape[ax]:
         v = ctx.call("strided_slice", [v], begin=[0] * len(sh), end=list(x.type.shape), strides=[1] * len(sh))
     return v
@@ -44,8 +44,8 @@ def _params(ctx, x, ins, attrs, zdt):
     s, z = ins[1], _zero_point(ctx, ins, 2, zdt)
     block = int(attrs.get("block_size", 0))
     if s.type.size == 1:
-        return _reshape(ctx, s, ()), _reshape(ctx, z, ())
-    ax = _axis(attrs.get("axis", 1), x.type.ndim)
+        return reshape_to(ctx, s, ()), reshape_to(ctx, z, ())
+    ax = norm_axis(attrs.get("axis", 1), x.type.ndim)
     if block:
         return _blocked(ctx, s, ax, x, block), _blocked(ctx, z, ax, x, block)
     return along(ctx, s, ax, x.type.ndim), along(ctx, z, ax, x.type.ndim)
@@ -70,7 +70,7 @@ def _quantize(ctx, node, ins, attrs):
     if len(ins) > 2 and ins[2] is not None:
         dt = ins[2].type.dtype
     else:
-        dt = _np_dtype(attrs["output_dtype"]) if attrs.get("output_dtype") else "uint8"
+        dt = np_dtype(attrs["output_dtype"]) if attrs.get("output_dtype") else "uint8"
     s, z = _params(ctx, x, ins, attrs, dt)
     return ctx.call("qnn.quantize", [_f32(ctx, x), _f32(ctx, s), z], out_dtype=dt)
 
@@ -81,12 +81,12 @@ def conv_attrs(attrs, x, w):
     k = list(attrs.get("kernel_shape", w.type.shape[2:]))
     s = list(attrs.get("strides", [1, 1]))
     dl = list(attrs.get("dilations", [1, 1]))
-    return dict(strides=s, padding=_spatial_pads(attrs, x.type.shape[2:], k, s, dl, 2), dilation=dl,
+    return dict(strides=s, padding=spatial_pads(attrs, x.type.shape[2:], k, s, dl, 2), dilation=dl,
                 groups=int(attrs.get("group", 1)))
 
 
 def qconv(ctx, x, w, xz, wz, attrs):
-    return ctx.call("qnn.conv2d", [x, w, _reshape(ctx, xz, ()), along(ctx, wz, 0, 4)], **conv_attrs(attrs, x, w))
+    return ctx.call("qnn.conv2d", [x, w, reshape_to(ctx, xz, ()), along(ctx, wz, 0, 4)], **conv_attrs(attrs, x, w))
 
 
 @converter("ConvInteger")
@@ -122,8 +122,8 @@ def _qlinear_conv(ctx, node, ins, attrs):
     acc = qconv(ctx, x, w, xz, wz, attrs)
     if len(ins) > 8 and ins[8] is not None:
         acc = ctx.call("nn.bias_add", [acc, ins[8]], axis=1)
-    return requantize(ctx, acc, (_reshape(ctx, xs, ()), along(ctx, ws, 0, 3), _reshape(ctx, ys, ())),
-                      _reshape(ctx, yz, ()), yz.type.dtype)
+    return requantize(ctx, acc, (reshape_to(ctx, xs, ()), along(ctx, ws, 0, 3), reshape_to(ctx, ys, ())),
+                      reshape_to(ctx, yz, ()), yz.type.dtype)
 
 
 @converter("QLinearMatMul")
@@ -131,5 +131,5 @@ def _qlinear_matmul(ctx, node, ins, attrs):
     a, as_, az, b, bs, bz, ys, yz = ins
     acc = qmatmul(ctx, a, b, az, bz)
     nd = a.type.ndim
-    return requantize(ctx, acc, (along(ctx, as_, nd - 2, nd), along(ctx, bs, 0, 1), _reshape(ctx, ys, ())),
-                      _reshape(ctx, yz, ()), yz.type.dtype)
+    return requantize(ctx, acc, (along(ctx, as_, nd - 2, nd), along(ctx, bs, 0, 1), reshape_to(ctx, ys, ())),
+                      reshape_to(ctx, yz, ()), yz.type.dtype)

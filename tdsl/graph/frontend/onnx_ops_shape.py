@@ -8,7 +8,7 @@ import numpy as np
 from ...errors import GraphError
 from ..ir import Const, Var
 from ..ir.registry import broadcast_shape
-from .registry import _axis, _reshape, converter
+from .registry import norm_axis, reshape_to, converter
 
 @converter("Identity")
 def _identity(ctx, node, ins, attrs):
@@ -94,7 +94,7 @@ def _reshape_conv(ctx, node, ins, attrs):
         if known == 0 or x.type.size % known:
             raise GraphError(f"Reshape: cannot infer -1 in {shape} for {x.type}")
         out[out.index(-1)] = x.type.size // known
-    return _reshape(ctx, x, out) if tuple(out) != x.type.shape else ctx.call("copy", [x]) if isinstance(x, Var) else x
+    return reshape_to(ctx, x, out) if tuple(out) != x.type.shape else ctx.call("copy", [x]) if isinstance(x, Var) else x
 
 
 @converter("Flatten")
@@ -103,7 +103,7 @@ def _flatten(ctx, node, ins, attrs):
     ax = int(attrs.get("axis", 1))
     ax = ax + x.type.ndim if ax < 0 else ax
     shp = x.type.shape
-    return _reshape(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
+    return reshape_to(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
 
 
 @converter("Squeeze")
@@ -116,11 +116,11 @@ def _squeeze(ctx, node, ins, attrs):
     n = x.type.ndim
     if axes is None:
         axes = [d for d, s in enumerate(x.type.shape) if s == 1]
-    axes = {_axis(a, n) for a in axes}
+    axes = {norm_axis(a, n) for a in axes}
     for a in axes:
         if x.type.shape[a] != 1:
             raise GraphError(f"Squeeze: dimension {a} of {x.type} is not 1")
-    return _reshape(ctx, x, [s for d, s in enumerate(x.type.shape) if d not in axes])
+    return reshape_to(ctx, x, [s for d, s in enumerate(x.type.shape) if d not in axes])
 
 
 @converter("Unsqueeze")
@@ -131,11 +131,11 @@ def _unsqueeze(ctx, node, ins, attrs):
     else:
         axes = list(attrs["axes"])
     n = x.type.ndim + len(axes)
-    axes = sorted(_axis(a, n) for a in axes)
+    axes = sorted(norm_axis(a, n) for a in axes)
     shape = list(x.type.shape)
     for a in axes:
         shape.insert(a, 1)
-    return _reshape(ctx, x, shape)
+    return reshape_to(ctx, x, shape)
 
 
 @converter("Transpose")
@@ -150,13 +150,13 @@ def _concat(ctx, node, ins, attrs):
     xs = [i for i in ins if i is not None and i.type.size > 0] or [ins[0]]
     if len(xs) == 1:
         return xs[0]
-    return ctx.call("concatenate", xs, axis=_axis(attrs["axis"], xs[0].type.ndim))
+    return ctx.call("concatenate", xs, axis=norm_axis(attrs["axis"], xs[0].type.ndim))
 
 
 @converter("Split")
 def _split(ctx, node, ins, attrs):
     x = ins[0]
-    ax = _axis(attrs.get("axis", 0), x.type.ndim)
+    ax = norm_axis(attrs.get("axis", 0), x.type.ndim)
     n = len(node.output)
     if len(ins) > 1 and ins[1] is not None:
         sizes = [int(v) for v in ctx.static(ins[1], "Split split")]
@@ -191,7 +191,7 @@ def _slice(ctx, node, ins, attrs):
     e = list(x.type.shape)
     st = [1] * n
     for s0, e0, a, sp in zip(starts, ends, axes, steps):
-        a = _axis(a, n)
+        a = norm_axis(a, n)
         dim = x.type.shape[a]
         if sp == 0:
             raise GraphError("Slice: a step of 0")
@@ -208,7 +208,7 @@ def _slice(ctx, node, ins, attrs):
 @converter("Gather")
 def _gather(ctx, node, ins, attrs):
     x, idx = ins
-    ax = _axis(attrs.get("axis", 0), x.type.ndim)
+    ax = norm_axis(attrs.get("axis", 0), x.type.ndim)
     if isinstance(idx, Const):
         iv = idx.data.astype(np.int64)
         iv = np.where(iv < 0, iv + x.type.shape[ax], iv)
@@ -217,7 +217,7 @@ def _gather(ctx, node, ins, attrs):
             e = list(x.type.shape)
             b[ax], e[ax] = int(iv), int(iv) + 1
             y = ctx.call("strided_slice", [x], begin=b, end=e, strides=[1] * x.type.ndim)
-            return _reshape(ctx, y, [s for d, s in enumerate(x.type.shape) if d != ax])
+            return reshape_to(ctx, y, [s for d, s in enumerate(x.type.shape) if d != ax])
         idx = Const(iv)
     return ctx.call("take", [x, idx], axis=ax)
 
@@ -230,7 +230,7 @@ def _pad(ctx, node, ins, attrs):
     if len(ins) > 1:
         pads = [int(v) for v in ctx.static(ins[1], "Pad pads")]
         value = ctx.static(ins[2], "Pad constant_value").item() if len(ins) > 2 and ins[2] is not None else 0
-        axes = [_axis(int(a), n) for a in ctx.static(ins[3], "Pad axes")] if len(ins) > 3 and ins[3] is not None else list(range(n))
+        axes = [norm_axis(int(a), n) for a in ctx.static(ins[3], "Pad axes")] if len(ins) > 3 and ins[3] is not None else list(range(n))
     else:
         pads = list(attrs["pads"])
         value = attrs.get("value", 0.0)

@@ -7,13 +7,13 @@ import numpy as np
 
 from ...errors import GraphError
 from ..ir import Const
-from .registry import _axis, _reshape, converter, fold_value
+from .registry import norm_axis, reshape_to, converter
 
 
 @converter("GatherElements")
 def _gather_elements(ctx, node, ins, attrs):
     x, idx = ins
-    return ctx.call("gather_elements", [x, idx], axis=_axis(attrs.get("axis", 0), x.type.ndim))
+    return ctx.call("gather_elements", [x, idx], axis=norm_axis(attrs.get("axis", 0), x.type.ndim))
 
 
 @converter("Trilu")
@@ -37,7 +37,7 @@ def _scatter_nd(ctx, node, ins, attrs):
     red = attrs.get("reduction", "none")
     if red != "none" and red not in _SCATTER_COMBINE:
         raise GraphError(f"ScatterND: unknown reduction '{red}'")
-    iv = fold_value(idx, ctx._fold_memo)
+    iv = ctx.fold(idx)
     if iv is None:
         raise GraphError("ScatterND indices must be known at compile time (a constant or computed "
                          "from constants and shapes), but they depend on a graph input")
@@ -61,7 +61,7 @@ def _scatter_nd(ctx, node, ins, attrs):
         if j == len(layers):
             layers.append(np.full(shp[:q], -1, np.int64))
         layers[j][t] = r
-    flat = _reshape(ctx, upd, (rows.shape[0],) + tuple(rest))
+    flat = reshape_to(ctx, upd, (rows.shape[0],) + tuple(rest))
     out = x
     for src in layers:
         taken = ctx.call("take", [flat, Const(np.maximum(src, 0))], axis=0)
@@ -147,7 +147,7 @@ def _resize_sizes(ctx, x, ins, attrs):
     axes and keep_aspect_ratio_policy)."""
     n = x.type.ndim
     shp = x.type.shape
-    axes = [_axis(a, n) for a in attrs.get("axes", range(n))]
+    axes = [norm_axis(a, n) for a in attrs.get("axes", range(n))]
 
     def given(k, what):
         if len(ins) <= k or ins[k] is None:

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import GraphError
 from ..ir import Const, Expr, Function, Module, TensorType, Var
 from .onnx_inputs import input_shapes
-from .registry import _CONVERTERS, Ctx, _np_dtype
+from .registry import CONVERTERS, Ctx, np_dtype
 
 def _to_array(tensor):
     from onnx import numpy_helper
@@ -75,7 +75,7 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
             opset = imp.version
     unsupported = []
     for node in g.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _CONVERTERS:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
             unsupported.append(node)
     if unsupported:
         n = unsupported[0]
@@ -101,7 +101,7 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
         inputs.append(inp)
     static, dim_values = input_shapes(inputs, shape, default_dim, dims)
     for inp in inputs:
-        v = Var(_legal_name(inp.name), TensorType(static[inp.name], _np_dtype(inp.type.tensor_type.elem_type)))
+        v = Var(_legal_name(inp.name), TensorType(static[inp.name], np_dtype(inp.type.tensor_type.elem_type)))
         params.append(v)
         env[inp.name] = v
     if bind:
@@ -116,7 +116,7 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
         ins = [env[i] if i else None for i in node.input]
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         try:
-            outs = _CONVERTERS[node.op_type](ctx, node, ins, attrs)
+            outs = CONVERTERS[node.op_type](ctx, node, ins, attrs)
         except GraphError as e:
             msg = str(e)
             if "(node '" not in msg:

@@ -9,19 +9,19 @@ from ...errors import GraphError
 from ..ir import Call, Const, Expr, Function
 from ..ir.registry import evaluate
 
-_CONVERTERS = {}
+CONVERTERS = {}
 
 
 def converter(*names):
     def deco(fn):
         for n in names:
-            _CONVERTERS[n] = fn
+            CONVERTERS[n] = fn
         return fn
     return deco
 
 
 def supported_operators():
-    return sorted(_CONVERTERS)
+    return sorted(CONVERTERS)
 
 
 class Ctx:
@@ -33,9 +33,13 @@ class Ctx:
     def call(self, op, args, **attrs):
         return Call(op, args, attrs, span=self.node.name or self.node.op_type if self.node is not None else "")
 
+    def fold(self, e: Expr):
+        """The value of `e` when it is computable from constants, else None."""
+        return fold_value(e, self._fold_memo)
+
     def static(self, e: Expr, what="input") -> np.ndarray:
         """The value of `e`, which must be computable from constants."""
-        v = fold_value(e, self._fold_memo)
+        v = self.fold(e)
         if v is None:
             raise GraphError(f"{what} must be known at compile time (a constant or computed from "
                              "constants and shapes), but it depends on a graph input")
@@ -65,7 +69,8 @@ def fold_value(e, memo):
 
 # ---------------------------------------------------------------------------- helpers
 
-def _np_dtype(elem_type):
+def np_dtype(elem_type):
+    """The numpy dtype name of an ONNX element type."""
     import onnx
     try:
         return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
@@ -73,19 +78,22 @@ def _np_dtype(elem_type):
         raise GraphError(f"unsupported ONNX element type {elem_type}") from None
 
 
-def _axis(ax, ndim):
+def norm_axis(ax, ndim):
+    """ONNX axis `ax` (negative: from the end) as an index into `ndim` dimensions."""
     ax = int(ax)
     if not -ndim <= ax < max(ndim, 1):
         raise GraphError(f"axis {ax} out of range for rank {ndim}")
     return ax + ndim if ax < 0 else ax
 
 
-def _reshape(ctx, x, shape):
+def reshape_to(ctx, x, shape):
+    """`x` reshaped to `shape` (itself when it has that shape)."""
     shape = [int(s) for s in shape]
     if tuple(shape) == x.type.shape:
         return x
     return ctx.call("reshape", [x], newshape=shape)
 
 
-def _const_like(value, dtype):
+def const_like(value, dtype):
+    """A constant of `value` in `dtype`."""
     return Const(np.asarray(value, dtype=dtype))

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import GraphError
 from .ops_nn import pool_out_type
-from .registry import _nargs, register
+from .registry import check_nargs, register
 from .types import TensorType
 
 
@@ -29,7 +29,7 @@ def _axis_attr(attrs, ndim):
 # ---------------------------------------------------------------------------- interp
 
 def _interp_infer(types, attrs):
-    _nargs(types, 3)
+    check_nargs(types, 3)
     x, idx, w = types
     ax = _axis_attr(attrs, x.ndim)
     if idx.ndim != 2 or w.shape != idx.shape or not idx.dtype.startswith("int") or w.dtype != x.dtype:
@@ -55,7 +55,7 @@ register("interp", "injective", _interp_infer, _interp_ref, required=("axis",))
 # ---------------------------------------------------------------------------- trilu
 
 def _trilu_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     if x.ndim < 2:
         raise GraphError(f"input {x} needs rank >= 2")
@@ -73,7 +73,7 @@ register("trilu", "injective", _trilu_infer, _trilu_ref, {"upper": True, "k": 0}
 # ---------------------------------------------------------------------------- cumsum
 
 def _cumsum_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     _axis_attr(attrs, x.ndim)
     if x.dtype == "bool":
@@ -97,7 +97,7 @@ register("cumsum", "reduce", _cumsum_infer, _cumsum_ref, {"exclusive": False, "r
 # ---------------------------------------------------------------------------- top-k
 
 def _topk_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     ax = _axis_attr(attrs, x.ndim)
     k = attrs["k"]
@@ -126,7 +126,7 @@ register("topk_indices", "reduce", _topk_infer, _topk_ref, {"largest": True}, re
 # ---------------------------------------------------------------------------- max-pool indices
 
 def _pool_indices_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, y = types
     nd = x.ndim - 2
     if nd < 1:
@@ -136,7 +136,8 @@ def _pool_indices_infer(types, attrs):
     return TensorType(y.shape, "int64")
 
 
-def _window_positions(out_idx, k_idx, s, p, dl):
+def window_positions(out_idx, k_idx, s, p, dl):
+    """Per spatial dimension, the input position that tap `k_idx` of output `out_idx` reads."""
     return [out_idx[d] * s[d] - p[d] + k_idx[d] * dl[d] for d in range(len(s))]
 
 
@@ -149,7 +150,7 @@ def _pool_indices_ref(x, y, a):
     n, ch = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
     for oi in np.ndindex(*o):
         for ki in np.ndindex(*k):
-            pos = _window_positions(oi, ki, s, p, dl)
+            pos = window_positions(oi, ki, s, p, dl)
             if not all(0 <= pos[d] < x.shape[2 + d] for d in range(nd)):
                 continue
             flat = (n * x.shape[1] + ch)
@@ -159,11 +160,11 @@ def _pool_indices_ref(x, y, a):
             cur = out[(slice(None), slice(None)) + oi]
             out[(slice(None), slice(None)) + oi] = np.where(hit, np.minimum(cur, flat), cur)
     if a["storage_order"]:
-        out = _to_column_major(out, x.shape[2:], lambda v, m: v % m)
+        out = to_column_major(out, x.shape[2:], lambda v, m: v % m)
     return out
 
 
-def _to_column_major(flat, spatial, mod):
+def to_column_major(flat, spatial, mod):
     """Row-major flat indices (with the batch and channel offset) as column-major ones:
     the spatial position keeps its offset, its digits are weighed in reverse order."""
     size = int(np.prod(spatial))

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
-from .ops_nn import _conv_infer, conv_ref
-from .ops_quant import _qconv_infer, _qconv_ref
-from .registry import _nargs, register
+from .ops_nn import conv_infer, conv_ref
+from .ops_quant import qconv_infer, qconv_ref
+from .registry import check_nargs, register
 from .types import TensorType
 
 
@@ -30,7 +30,7 @@ def blocks(c, bn):
 
 
 def _to_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     bn = attrs["bn"]
     if x.ndim < 3 or not isinstance(bn, int) or bn < 1:
@@ -48,7 +48,7 @@ def to_blocked_ref(x, a):
 
 
 def _from_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     bn, c = attrs["bn"], attrs["channels"]
     if x.ndim < 4 or x.shape[-1] != bn or blocks(c, bn) != x.shape[1]:
@@ -78,14 +78,14 @@ def _blocked_type(t, bn):
 
 
 def _conv_blocked_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, w = types
     ci = w.shape[1] * attrs["groups"]
     x = _plain_data(x, w, attrs, "nn.conv2d_blocked")
     g = attrs["groups"]
     if g not in (1, ci) or (g == ci and w.shape[0] != ci):
         raise GraphError(f"nn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
-    return _blocked_type(_conv_infer(2)([x, w], attrs), attrs["bn"])
+    return _blocked_type(conv_infer(2)([x, w], attrs), attrs["bn"])
 
 
 def _plain_data_ref(x, w, a):
@@ -97,17 +97,17 @@ def conv_blocked_ref(x, w, a):
 
 
 def _qconv_blocked_infer(types, attrs):
-    _nargs(types, 4)
+    check_nargs(types, 4)
     x, w, xz, wz = types
     g, ci = attrs["groups"], w.shape[1] * attrs["groups"]
     if g not in (1, ci) or (g == ci and w.shape[0] != ci):
         raise GraphError(f"qnn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
     x = _plain_data(x, w, attrs, "qnn.conv2d_blocked")
-    return _blocked_type(_qconv_infer([x, w, xz, wz], attrs), attrs["bn"])
+    return _blocked_type(qconv_infer([x, w, xz, wz], attrs), attrs["bn"])
 
 
 def qconv_blocked_ref(x, w, xz, wz, a):
-    return to_blocked_ref(_qconv_ref(_plain_data_ref(x, w, a), w, xz, wz, a), {"bn": a["bn"]})
+    return to_blocked_ref(qconv_ref(_plain_data_ref(x, w, a), w, xz, wz, a), {"bn": a["bn"]})
 
 
 # from_blocked fuses into its producer's kernel like an elementwise epilogue (the blocked

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ...errors import GraphError
-from .registry import _FLOATS, _nargs, broadcast_shape, register
+from .registry import FLOATS, check_nargs, broadcast_shape, register
 from .types import TensorType
 
 
@@ -15,9 +15,9 @@ from .types import TensorType
 
 def _unary_infer(float_only=False, out_dtype=None):
     def infer(types, attrs):
-        _nargs(types, 1)
+        check_nargs(types, 1)
         t = types[0]
-        if float_only and t.dtype not in _FLOATS:
+        if float_only and t.dtype not in FLOATS:
             raise GraphError(f"needs a floating-point input, got {t.dtype}")
         return TensorType(t.shape, out_dtype or t.dtype)
     return infer
@@ -77,13 +77,13 @@ def _isinf_ref(x, a):
 
 register("isinf", "elemwise", _unary_infer(out_dtype="bool"), _isinf_ref,
          {"detect_positive": True, "detect_negative": True})
-register("cast", "elemwise", lambda t, a: (_nargs(t, 1), TensorType(t[0].shape, a["dtype"]))[1],
+register("cast", "elemwise", lambda t, a: (check_nargs(t, 1), TensorType(t[0].shape, a["dtype"]))[1],
          lambda x, a: x.astype(a["dtype"]), required=("dtype",))
 
 
 def _binary_infer(out_dtype=None, same_dtype=True):
     def infer(types, attrs):
-        _nargs(types, 2)
+        check_nargs(types, 2)
         a, b = types
         if same_dtype and a.dtype != b.dtype:
             raise GraphError(f"operand dtypes differ: {a.dtype} and {b.dtype}")
@@ -142,7 +142,7 @@ for _n, (_f, _od, _same) in BINARY.items():
 
 
 def _where_infer(types, attrs):
-    _nargs(types, 3)
+    check_nargs(types, 3)
     c, a, b = types
     if c.dtype != "bool":
         raise GraphError(f"the condition must be bool, got {c.dtype}")
@@ -155,7 +155,7 @@ register("where", "broadcast", _where_infer, lambda c, a, b, at: np.where(c, a, 
 
 
 def _bias_add_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, b = types
     ax = attrs["axis"]
     if not 0 <= ax < x.ndim:

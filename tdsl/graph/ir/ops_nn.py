@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
-from .registry import _nargs, broadcast_shape, register
+from .registry import check_nargs, broadcast_shape, register
 from .types import TensorType
 
 
@@ -30,9 +30,10 @@ def _check_list(attrs, key, n):
     return list(v)
 
 
-def _conv_infer(nd):
+def conv_infer(nd):
+    """The type inference of an `nd`-d convolution."""
     def infer(types, attrs):
-        _nargs(types, 2)
+        check_nargs(types, 2)
         x, w = types
         if x.ndim != nd + 2 or w.ndim != nd + 2:
             raise GraphError(f"data {x} and weight {w} must both have rank {nd + 2}")
@@ -69,7 +70,7 @@ def conv_ref(x, w, a):
 
 def _convt_infer(nd):
     def infer(types, attrs):
-        _nargs(types, 2)
+        check_nargs(types, 2)
         x, w = types
         if x.ndim != nd + 2 or w.ndim != nd + 2:
             raise GraphError(f"data {x} and weight {w} must both have rank {nd + 2}")
@@ -107,7 +108,7 @@ def conv_transpose_ref(x, w, a):
 
 
 for _nd in (1, 2, 3):
-    register(f"nn.conv{_nd}d", "anchor", _conv_infer(_nd), conv_ref,
+    register(f"nn.conv{_nd}d", "anchor", conv_infer(_nd), conv_ref,
              {"strides": [1] * _nd, "padding": [0] * (2 * _nd), "dilation": [1] * _nd, "groups": 1})
     register(f"nn.conv{_nd}d_transpose", "anchor", _convt_infer(_nd), conv_transpose_ref,
              {"strides": [1] * _nd, "padding": [0] * (2 * _nd), "dilation": [1] * _nd, "groups": 1,
@@ -115,7 +116,7 @@ for _nd in (1, 2, 3):
 
 
 def _dense_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, w = types
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
         raise GraphError(f"data {x} and weight {w} must be (M, K) and (N, K)")
@@ -131,7 +132,7 @@ register("nn.dense", "anchor", _dense_infer,
 
 
 def _matmul_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     a, b = types
     if a.ndim < 2 or b.ndim < 2:
         raise GraphError(f"operands {a} and {b} need rank >= 2")
@@ -181,7 +182,7 @@ def pool_out_type(x: TensorType, attrs, nd) -> TensorType:
 
 def _pool_infer(nd):
     def infer(types, attrs):
-        _nargs(types, 1)
+        check_nargs(types, 1)
         x = types[0]
         if x.ndim != nd + 2:
             raise GraphError(f"input {x} must have rank {nd + 2}")
@@ -224,7 +225,7 @@ for _nd in (1, 2, 3):
 
 
 def _gap_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     if x.ndim < 3:
         raise GraphError(f"input {x} needs rank >= 3")
@@ -250,7 +251,7 @@ def _axes(attrs, ndim):
 
 
 def _reduce_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     axes = _axes(attrs, x.ndim)
     if attrs["keepdims"]:
@@ -287,7 +288,7 @@ for _n in ("sum", "mean", "max", "min", "prod"):
 
 
 def _axis_infer(types, attrs, nargs=1):
-    _nargs(types, nargs)
+    check_nargs(types, nargs)
     x = types[0]
     if not 0 <= attrs["axis"] < x.ndim:
         raise GraphError(f"axis {attrs['axis']} out of range for rank {x.ndim}")
@@ -307,7 +308,7 @@ register("nn.log_softmax", "opaque", _axis_infer, lambda x, a: _softmax_ref(x, a
 
 
 def _ln_infer(types, attrs):
-    _nargs(types, 3)
+    check_nargs(types, 3)
     x, g, b = types
     ax = attrs["axis"]
     if not 0 <= ax < x.ndim:
@@ -335,7 +336,7 @@ register("nn.layer_norm", "opaque", _ln_infer, _ln_ref, {"axis": -1, "epsilon": 
 
 
 def _bn_infer(types, attrs):
-    _nargs(types, 5)
+    check_nargs(types, 5)
     x = types[0]
     if x.ndim < 2:
         raise GraphError(f"input {x} needs rank >= 2")

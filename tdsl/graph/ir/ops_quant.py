@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
-from .ops_nn import _conv_infer, conv_ref
-from .registry import _nargs, broadcast_shape, register
+from .ops_nn import conv_infer, conv_ref
+from .registry import check_nargs, broadcast_shape, register
 from .types import TensorType
 
 QTYPES = ("uint8", "int8")
@@ -29,7 +29,7 @@ def saturate(v, z, dtype):
 
 def _scaled_infer(out_dtype=None):
     def infer(types, attrs):
-        _nargs(types, 3)
+        check_nargs(types, 3)
         x, s, z = types
         if s.dtype != "float32":
             raise GraphError(f"the scale must be float32, got {s.dtype}")
@@ -63,31 +63,33 @@ def _int_operands(types):
             raise GraphError(f"integer operands must be uint8 or int8, got {t.dtype}")
 
 
-def _qconv_infer(types, attrs):
-    _nargs(types, 4)
+def qconv_infer(types, attrs):
+    """The type of a quantized convolution (x, w and their zero points): int32."""
+    check_nargs(types, 4)
     x, w, xz, wz = types
     _int_operands(types)
     # the weight's zero point is one value or one per output channel, shaped (CO, 1, 1, 1)
     if xz.size != 1 or wz.size not in (1, w.shape[0]) or broadcast_shape(w.shape, wz.shape) != w.shape:
         raise GraphError(f"zero points {xz}, {wz}: one for the data, one or one per output channel for the weight")
-    return _conv_infer(2)([TensorType(x.shape, "int32"), TensorType(w.shape, "int32")], attrs)
+    return conv_infer(2)([TensorType(x.shape, "int32"), TensorType(w.shape, "int32")], attrs)
 
 
 def _shifted(v, z):
     return v.astype(np.int64) - z.astype(np.int64)
 
 
-def _qconv_ref(x, w, xz, wz, a):
+def qconv_ref(x, w, xz, wz, a):
+    """A quantized convolution in numpy: the int32 sums of the shifted operands."""
     out = conv_ref(_shifted(x, xz.reshape(())).astype(np.float64), _shifted(w, wz).astype(np.float64), a)
     return np.rint(out).astype(np.int32)
 
 
 _CONV_ATTRS = {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}
-register("qnn.conv2d", "anchor", _qconv_infer, _qconv_ref, _CONV_ATTRS)
+register("qnn.conv2d", "anchor", qconv_infer, qconv_ref, _CONV_ATTRS)
 
 
 def _qmatmul_infer(types, attrs):
-    _nargs(types, 4)
+    check_nargs(types, 4)
     a, b, az, bz = types
     _int_operands(types)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
@@ -119,7 +121,7 @@ def _round_saturate(v, z, dtype):
 
 
 def _qadd_infer(types, attrs):
-    _nargs(types, 8)
+    check_nargs(types, 8)
     a, b, sa, za, sb, zb, ry, zy = types
     _int_operands([a, b])
     _scalars([sa, za, sb, zb, ry, zy], ["float32", None, "float32", None, "float32", None], "qnn.add")
@@ -141,7 +143,7 @@ register("qnn.add", "broadcast", _qadd_infer, _qadd_ref, required=("out_dtype",)
 
 
 def _qgap_infer(types, attrs):
-    _nargs(types, 4)
+    check_nargs(types, 4)
     x, m, bias, zy = types
     _int_operands([x])
     _scalars([m, bias, zy], ["float32", "int32", None], "qnn.global_avg_pool")
@@ -161,7 +163,7 @@ register("qnn.global_avg_pool", "reduce", _qgap_infer, _qgap_ref, required=("out
 
 
 def _lut_infer(types, attrs):
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, t = types
     _int_operands([x, t])
     if t.shape != (256,):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
-from .registry import _nargs, broadcast_shape, register
+from .registry import check_nargs, broadcast_shape, register
 from .types import TensorType
 
 
 # ---------------------------------------------------------------------------- layout / data movement
 
 def _reshape_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     ns = attrs["newshape"]
     if not all(isinstance(s, int) and s >= 0 for s in ns):
@@ -26,7 +26,7 @@ register("reshape", "injective", _reshape_infer, lambda x, a: x.reshape(a["newsh
 
 
 def _transpose_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     ax = attrs["axes"]
     if sorted(ax) != list(range(x.ndim)):
@@ -67,7 +67,7 @@ def slice_len(begin, end, stride):
 
 
 def _slice_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     b, e, s = attrs["begin"], attrs["end"], attrs["strides"]
     if not (len(b) == len(e) == len(s) == x.ndim):
@@ -93,7 +93,7 @@ register("strided_slice", "injective", _slice_infer, _slice_ref, required=("begi
 
 def _data_and_indices(types, attrs):
     """(data type, indices type, axis) of a gather-like operator, checked."""
-    _nargs(types, 2)
+    check_nargs(types, 2)
     x, idx = types
     ax = attrs["axis"]
     if not 0 <= ax < x.ndim:
@@ -135,7 +135,7 @@ register("gather_elements", "injective", _gather_elements_infer, _gather_element
 
 
 def _pad_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     pw = attrs["pad_width"]
     if len(pw) != x.ndim or any(len(p) != 2 for p in pw):
@@ -163,7 +163,7 @@ register("nn.pad", "injective", _pad_infer, _pad_ref, {"pad_value": 0.0, "mode":
 
 
 def _bcast_to_infer(types, attrs):
-    _nargs(types, 1)
+    check_nargs(types, 1)
     x = types[0]
     shape = tuple(attrs["shape"])
     if broadcast_shape(x.shape, shape) != shape:

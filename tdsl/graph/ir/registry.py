@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import GraphError
 
 KINDS = ("elemwise", "broadcast", "injective", "reduce", "anchor", "opaque")
-_FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "float32", "float64")
 
 
 class OpDef:
@@ -61,7 +61,8 @@ def get_op(name, span=""):
         raise GraphError(f"unknown graph operator '{name}'{where}") from None
 
 
-def _nargs(types, n, what=""):
+def check_nargs(types, n, what=""):
+    """Raises a GraphError unless an operator got `n` arguments."""
     if len(types) != n:
         raise GraphError(f"expected {n} argument{'s' * (n != 1)}{what}, got {len(types)}")
 
