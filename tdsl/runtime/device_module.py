@@ -17,6 +17,7 @@ from .. import dtype as dt
 from ..errors import ArgumentError, BuildError, TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
+from ..target_kind import kind_of
 from .launches import LaunchSequence
 from .module import ProfileResult
 from .signature import Signature
@@ -67,7 +68,7 @@ class DeviceModule:
     @property
     def device(self):
         from .ndarray import Device
-        return Device("cpu" if self.target == "c" else self.target, 0)
+        return Device(kind_of(self.target).device, 0)
 
     def __repr__(self):
         ks = ", ".join(k.name for k in self.kernels)
@@ -110,7 +111,7 @@ class DeviceModule:
 
     # calling ------------------------------------------------------------------------
     def _api(self):
-        if self.target == "c":
+        if kind_of(self.target).emulates_gpu:
             from .emu import get_device
             return get_device()
         return self.device.api()
