@@ -136,7 +136,8 @@ def _pool_indices_infer(types, attrs):
     return TensorType(y.shape, "int64")
 
 
-def _window_positions(out_idx, k_idx, s, p, dl):
+def window_positions(out_idx, k_idx, s, p, dl):
+    """The input position of tap `k_idx` of the window of output `out_idx`."""
     return [out_idx[d] * s[d] - p[d] + k_idx[d] * dl[d] for d in range(len(s))]
 
 
@@ -149,7 +150,7 @@ def _pool_indices_ref(x, y, a):
     n, ch = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
     for oi in np.ndindex(*o):
         for ki in np.ndindex(*k):
-            pos = _window_positions(oi, ki, s, p, dl)
+            pos = window_positions(oi, ki, s, p, dl)
             if not all(0 <= pos[d] < x.shape[2 + d] for d in range(nd)):
                 continue
             flat = (n * x.shape[1] + ch)
@@ -159,11 +160,11 @@ def _pool_indices_ref(x, y, a):
             cur = out[(slice(None), slice(None)) + oi]
             out[(slice(None), slice(None)) + oi] = np.where(hit, np.minimum(cur, flat), cur)
     if a["storage_order"]:
-        out = _to_column_major(out, x.shape[2:], lambda v, m: v % m)
+        out = to_column_major(out, x.shape[2:], lambda v, m: v % m)
     return out
 
 
-def _to_column_major(flat, spatial, mod):
+def to_column_major(flat, spatial, mod):
     """Row-major flat indices (with the batch and channel offset) as column-major ones:
     the spatial position keeps its offset, its digits are weighed in reverse order."""
     size = int(np.prod(spatial))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import tdsl
 
-from ..ir.ops_index import _to_column_major, _window_positions
-from . import topi
+from ..ir.ops_index import to_column_major, window_positions
+from . import tag, topi
 from .topi import c, shape_of, uname
 
 
@@ -28,9 +28,7 @@ def _interp_te(ins, attrs, out):
             v = x[i[:ax] + (j,) + i[ax + 1:]] * w[t, o]
             acc = v if acc is None else acc + v
         return acc
-    y = tdsl.compute(out.shape, f, name=uname("interp"))
-    y._graph_info = {"kind": "interp", "axis": ax % len(out.shape)}
-    return y
+    return tdsl.compute(out.shape, f, name=uname("interp"), tag=tag.INTERP, attrs={"axis": ax % len(out.shape)})
 
 
 topi.TE["interp"] = _interp_te
@@ -114,7 +112,7 @@ def _pool_indices_te(ins, attrs, out):
     rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
 
     def f(n, ch, *sp):
-        pos = _window_positions(sp, rax, s, p, dl)
+        pos = window_positions(sp, rax, s, p, dl)
         conds = []
         for d in range(nd):
             conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
@@ -129,7 +127,7 @@ def _pool_indices_te(ins, attrs, out):
     if not attrs["storage_order"]:
         return idx
     # ties still go to the first maximum in row-major order, as onnxruntime scans windows
-    return tdsl.compute(out.shape, lambda *i: _to_column_major(idx[i], xs[2:], lambda v, m: v % m),
+    return tdsl.compute(out.shape, lambda *i: to_column_major(idx[i], xs[2:], lambda v, m: v % m),
                         name=uname("column_major"))
 
 
