@@ -33,7 +33,7 @@ class GroupDef:
         self.consts = consts
         self.target = as_target(target)
         self.kind = self.target.kind
-        self.family = family       # "cpu": the fast definitions below; "gpu": topi's
+        self.family = family       # "cpu": the CPU's own definitions on llvm and C; "gpu"
         self.pidx = {p: i for i, p in enumerate(fn.params)}
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}

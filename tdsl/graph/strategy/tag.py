@@ -27,7 +27,7 @@ reads, with the stages and sizes it chose:
 
 Stages that schedules find by their tag, wherever they are in a group:
 
-* CONV_GENERIC: a direct conv (topi_nn.conv_generic, cpu/conv_grouped.depthwise_strided);
+* CONV_GENERIC: a direct conv (topi_nn.conv_generic, cpu/conv_direct.depthwise_strided);
   attrs pad (the padded input stage, or None), depthwise.
 * DENSE_GENERIC, MATMUL: topi's dense and (integer) matmul.
 * SOFTMAX, LAYER_NORM: the last stage of a softmax or a layer norm; attrs axis.
