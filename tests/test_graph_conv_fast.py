@@ -80,7 +80,7 @@ def _kinds(mod, target="llvm"):
             consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
             g = GroupDef(n.op, consts, target)
             g.build()
-            kinds.append(g.anchor[1]["kind"] if g.anchor else None)
+            kinds.append(g.anchor.tensor.op.tag if g.anchor else None)
     return kinds
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tdsl.graph.ir import Const, Function
 from tdsl.graph.strategy.cpu import generic
-from tdsl.graph.strategy.cpu.anchors import conv_path
+from tdsl.graph.strategy.cpu.conv_choice import conv_path
 from tdsl.graph.strategy.groupdef import GroupDef
 
 from test_graph_conv_fast import Net, _check

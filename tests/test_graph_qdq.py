@@ -24,7 +24,7 @@ def _kinds(mod, target):
         if isinstance(n.op, Function):
             g = GroupDef(n.op, {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}, target)
             g.build()
-            kinds.append(g.anchor[1]["kind"] if g.anchor else None)
+            kinds.append(g.anchor.tensor.op.tag if g.anchor else None)
     return kinds
 
 

@@ -25,7 +25,7 @@ from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .runstate import StatePool, make_state
-from .strategy import compile_group, tune_group
+from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
 
@@ -34,6 +34,9 @@ _KERNELS: Dict[tuple, object] = {}
 
 def clear_kernel_cache():
     _KERNELS.clear()
+
+
+registry.on_change(clear_kernel_cache)      # kernels built with other implementations
 
 
 def _group_key(fn: Function, target, const_args):

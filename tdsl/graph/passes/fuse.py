@@ -87,7 +87,7 @@ def _takes_channel_scale(n, uses, outputs, group_of):
     """conv2d(multiply(x, s), W) with s per channel (1, C, 1, 1), constant W and the
     multiply read by nothing else: the squeeze-excite scaling. The multiply moves into the
     conv's kernel, which reads x as it is and scales its packed weights by s once per call
-    (strategy/cpu/anchors.conv_fast), instead of a kernel of its own that writes the scaled image for
+    (strategy/cpu/conv_choice.on_input), instead of a kernel of its own that writes the scaled image for
     the conv to read back."""
     if not SCALE_INTO_CONV or n.op not in ("nn.conv2d", "nn.conv2d_blocked") or n.attrs.get("groups") != 1 \
             or not isinstance(n.args[1], Const) or (n.op == "nn.conv2d_blocked" and not n.attrs["in_blocked"]):

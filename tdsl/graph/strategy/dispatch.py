@@ -1,7 +1,8 @@
 """The kernel of a fused group: its definition (groupdef.py) scheduled by the schedule of
 its target (`SCHEDULES`: cpu/schedule.py for llvm and C, gpu/schedule.py for cuda and
-opencl; `register_schedule` adds one), then built; and the tuning of the groups that take
-the auto-scheduler's rules."""
+opencl, each choosing from the registry of implementations; `register_schedule` adds a
+target's), then built; and the tuning of the groups that take the auto-scheduler's
+rules."""
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -14,7 +15,7 @@ from ...errors import GraphError, TdslError
 from ...target import as_target
 from ..ir import Function
 from ..ir.text import print_function
-from . import topi
+from . import registry, topi
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
@@ -52,6 +53,7 @@ def register_schedule(target_kind: str, fn: Callable, family: str = "cpu"):
     `schedule_gpu` emulates the GPU kernels on the CPU)."""
     SCHEDULES[target_kind] = fn
     FAMILIES[target_kind] = family
+    registry.changed()
 
 
 AUTO_FALLBACKS = []   # (kernel, error) where the auto rules failed and the plain schedule ran

@@ -39,7 +39,7 @@ class SymType:
 def size_var():
     return tdsl.size_var(SIZE_NAME)
 
-def _c_axis(t, ndim=4):
+def c_axis(t, ndim=4):
     """The axis of type `t` aligned (numpy broadcasting) with axis 1 of a rank-4 image."""
     a = 1 - (ndim - len(t.shape))
     return a if a >= 0 else None
@@ -48,7 +48,7 @@ def _c_axis(t, ndim=4):
 def node_type(e: Optional[Erasure], n, var):
     """The type topi builds node `n` with: in an elementwise group generic in C, its C axis
     is the size variable `var`."""
-    a = _c_axis(n.type)
+    a = c_axis(n.type)
     if e is None or e.kind != "elementwise" or a is None or n.type.shape[a] != e.size:
         return n.type
     shape = list(n.type.shape)

@@ -1,6 +1,7 @@
-"""The definition of a fused group: its operators as tdsl tensors (`GroupDef.build`), the
-fast CPU definitions where they apply, the GPU's column-GEMM conv where it applies,
-`topi.TE` otherwise."""
+"""The definition of a fused group: its operators as tdsl tensors (`GroupDef.build`), each
+node by the registry's implementation of the highest priority that takes it (registry.py,
+implementations.py): the CPU's own definitions with packed weights, the GPU's column-GEMM
+conv, topi's otherwise."""
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -9,18 +10,12 @@ import numpy as np
 
 import tdsl
 
-from ...errors import GraphError
 from ...target import as_target
 from ..ir import Function, Var
-from . import erasure, topi, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
-from .cpu import conv_grouped, conv_int8, matmul_int8, pool, squeeze
-from .cpu.anchors import conv_blocked_fast, conv_fast, dense_fast, depthwise_strided_fast
-from .gpu import conv_gemm
+from . import erasure, implementations, registry, tag, topi  # noqa: F401  (implementations fills the registry)
 
 
 # ---------------------------------------------------------------------------- definition
-
-CONV_FAST = ("nn.conv2d", "nn.conv3d", "nn.conv2d_transpose", "nn.conv3d_transpose")
 
 DERIVED = 1 << 16      # slots of derived params: DERIVED * tag + the source param's index
 
@@ -31,18 +26,18 @@ def derived_source(slot):
 
 
 class GroupDef:
-    """Builds the te graph of a group; anchors may ask for re-laid-out constant params."""
+    """Builds the te graph of a group; definitions may ask for re-laid-out constant params."""
 
     def __init__(self, fn: Function, consts: Dict[int, np.ndarray], target, family="cpu"):
         self.fn = fn
         self.consts = consts
         self.target = as_target(target)
         self.kind = self.target.kind
-        self.family = family       # "cpu": the fast definitions below; "gpu": topi's
-        self.pidx = {id(p): i for i, p in enumerate(fn.params)}
+        self.family = family       # "cpu": the CPU's own definitions on llvm and C; "gpu"
+        self.pidx = {p: i for i, p in enumerate(fn.params)}
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
-        self.anchor = None        # (tensor, info)
+        self.anchor = None        # registry.Anchor: the node definition that schedules the group
         self.use_auto = True      # groups without a hand strategy: tdsl.autosched's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
@@ -59,14 +54,14 @@ class GroupDef:
         return self.placeholders[i]
 
     def operand(self, e, tensors):
-        """The tensor of expression `e` inside the group: a node defined before (`tensors`,
-        by id), else the placeholder of the group parameter it is."""
-        return tensors[id(e)] if id(e) in tensors else self.param_tensor(self.pidx[id(e)])
+        """The tensor of expression `e` inside the group: a node defined before (`tensors`),
+        else the placeholder of the group parameter it is."""
+        return tensors[e] if e in tensors else self.param_tensor(self.pidx[e])
 
     def const_param(self, e):
         """Index of the group parameter `e` if it is bound to a constant."""
-        if isinstance(e, Var) and id(e) in self.pidx and self.pidx[id(e)] in self.consts:
-            return self.pidx[id(e)]
+        if isinstance(e, Var) and e in self.pidx and self.pidx[e] in self.consts:
+            return self.pidx[e]
         return None
 
     def packed_param(self, i, shape, transform):
@@ -82,8 +77,7 @@ class GroupDef:
             ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0, k[-2]], name=topi.uname("scaled_weights"))
         else:
             ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))
-        ws.op._graph_root = True      # computed once per call, never inlined into the conv
-        return ws
+        return tag.mark(ws, tag.ROOT)      # computed once per call, never inlined into the conv
 
     def derived_param(self, i, tag, shape, dtype, transform):
         """A placeholder bound to `transform(constant param i)`, computed once at build
@@ -98,47 +92,13 @@ class GroupDef:
 
     def build(self):
         topi.reset_names()
-        env = {}
-        for i, p in enumerate(self.fn.params):
-            env[id(p)] = i
         tensors = {}
         fast = self.family == "cpu" and self.target.family == "cpu"
+        # the definitions of the target's family: the CPU's own on llvm and C only
+        family = "cpu" if fast else "gpu" if self.family == "gpu" else None
         for n in self.fn.nodes():
-            ins = []
-            for a in n.args:
-                if id(a) in tensors:
-                    ins.append(tensors[id(a)])
-            out_t = None
-            if fast and n.op in CONV_FAST:
-                out_t = conv_fast(self, n, tensors)
-            elif fast and n.op in ("qnn.conv2d", "qnn.conv2d_blocked"):
-                out_t = conv_int8.qconv2d(self, n, tensors)
-            elif fast and n.op == "nn.conv2d_blocked":
-                out_t = conv_blocked_fast(self, n, tensors)
-            elif fast and n.op == "qnn.matmul":
-                out_t = matmul_int8.qmatmul(self, n)
-            elif fast and n.op == "nn.dense":
-                out_t = dense_fast(self, n)
-            if out_t is None and fast and n.op in ("nn.conv2d", "qnn.conv2d"):
-                out_t = conv_grouped.grouped_conv2d(self, n, tensors)
-            if out_t is None and fast and n.op == "nn.conv2d":
-                out_t = depthwise_strided_fast(self, n, tensors)
-            if out_t is None and fast and n.op in ("nn.max_pool2d", "nn.avg_pool2d"):
-                out_t = pool.pool2d_sep(self, n, self.operand(n.args[0], tensors), n.op[3:6])
-            if out_t is None and fast and squeeze.applies_blocked_pool(n) and id(n.args[0]) in self.pidx:
-                out_t = squeeze.global_avg_pool_blocked(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
-            if out_t is None and fast and n.op == "nn.global_avg_pool" and n.type.dtype == "float32" \
-                    and len(n.type.shape) == 4 and id(n.args[0]) in self.pidx:
-                out_t = squeeze.global_avg_pool_fast(self, n, self.param_tensor(self.pidx[id(n.args[0])]))
-            if out_t is None and self.family == "gpu" and n.op == "nn.conv2d":
-                out_t = conv_gemm.conv2d(self, n, tensors)
-            if out_t is None:
-                args = [self.operand(a, tensors) for a in n.args]
-                out_type = erasure.node_type(self.erasure, n, self.size_var)
-                try:
-                    out_t = topi.TE[n.op](args, n.attrs, out_type)
-                except KeyError:
-                    raise GraphError(f"no tensor-expression definition for operator '{n.op}'") from None
-            tensors[id(n)] = out_t
-        out = tensors[id(self.fn.outputs[0])]
-        return out
+            impl = registry.define(self, n, family)
+            tensors[n] = impl.compute(self, n, tensors)
+            if family in impl.schedules:
+                self.anchor = registry.Anchor(impl, tensors[n])
+        return tensors[self.fn.outputs[0]]

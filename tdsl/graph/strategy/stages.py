@@ -4,13 +4,14 @@ from __future__ import annotations
 from . import topi
 
 
-def _stages(out):
+def stages_of(out):
+    """The compute stages `out` is made of, producers first."""
     seen, order = set(), []
 
     def visit(t):
-        if id(t.op) in seen:
+        if t.op in seen:
             return
-        seen.add(id(t.op))
+        seen.add(t.op)
         for i in t.op.input_tensors():
             visit(i)
         order.append(t)
@@ -18,5 +19,6 @@ def _stages(out):
     return [t for t in order if t.op.__class__.__name__ == "ComputeOp"]
 
 
-def _ishape(t):
-    return [topi._dim(s) for s in t.shape]
+def ishape(t):
+    """The shape of `t` as ints (a size variable's representative size, topi.dim)."""
+    return [topi.dim(s) for s in t.shape]

@@ -47,7 +47,7 @@ def _is_one(s):
     return isinstance(v, (int, np.integer)) and v == 1
 
 
-def _dim(s):
+def dim(s):
     """A size as an int; a size variable of a generic kernel reads as its value in the
     group being compiled (`representative`)."""
     v = getattr(s, "value", None)
@@ -64,12 +64,12 @@ def _dim(s):
 
 
 def shape_of(t):
-    return tuple(_dim(s) for s in t.shape)
+    return tuple(dim(s) for s in t.shape)
 
 
 # ---------------------------------------------------------------------------- elementwise
 
-def _is_float(dt):
+def is_float(dt):
     return dt.startswith("float")
 
 
@@ -117,7 +117,7 @@ def _isinf(x, a):
 
 
 def _clip_const(v, dt):
-    if not _is_float(dt):
+    if not is_float(dt):
         info = np.iinfo(dt)
         v = int(min(max(v, info.min), info.max))
     return c(v, dt)
@@ -130,7 +130,7 @@ def _cast(x, dt):
 
 
 def _div(a, b):
-    if _is_float(a.dtype):
+    if is_float(a.dtype):
         return a / b
     q = a // b
     if a.dtype.startswith("uint"):
@@ -139,7 +139,7 @@ def _div(a, b):
 
 
 def _floor_mod(a, b):
-    if _is_float(a.dtype):
+    if is_float(a.dtype):
         r = tdsl.fmod(a, b)
         zero = c(0, a.dtype)
         return tdsl.if_then_else(tdsl.all(r != zero, (r < zero) != (b < zero)), r + b, r)
@@ -149,7 +149,7 @@ def _floor_mod(a, b):
 
 
 def _pow(a, b):
-    if _is_float(a.dtype):
+    if is_float(a.dtype):
         return tdsl.power(a, tdsl.cast(b, a.dtype))
     r = tdsl.power(tdsl.cast(a, "float64"), tdsl.cast(b, "float64"))
     return tdsl.cast(tdsl.round(r), a.dtype)
@@ -351,7 +351,7 @@ def pad(ins, attrs, out):
             v = x[tuple(src)]
             if not conds:
                 return v
-            return tdsl.if_then_else(tdsl.all(*conds), v, _clip_const(attrs["pad_value"], dt) if not _is_float(dt) else c(attrs["pad_value"], dt))
+            return tdsl.if_then_else(tdsl.all(*conds), v, _clip_const(attrs["pad_value"], dt) if not is_float(dt) else c(attrs["pad_value"], dt))
         idx = []
         for d in range(len(i)):
             e = src[d]

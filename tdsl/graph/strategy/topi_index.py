@@ -6,7 +6,7 @@ from __future__ import annotations
 import tdsl
 
 from ..ir.ops_index import to_column_major, window_positions
-from . import topi
+from . import tag, topi
 from .topi import c, shape_of, uname
 
 
@@ -28,9 +28,7 @@ def _interp_te(ins, attrs, out):
             v = x[i[:ax] + (j,) + i[ax + 1:]] * w[t, o]
             acc = v if acc is None else acc + v
         return acc
-    y = tdsl.compute(out.shape, f, name=uname("interp"))
-    y._graph_info = {"kind": "interp", "axis": ax % len(out.shape)}
-    return y
+    return tdsl.compute(out.shape, f, name=uname("interp"), tag=tag.INTERP, attrs={"axis": ax % len(out.shape)})
 
 
 topi.TE["interp"] = _interp_te

@@ -7,7 +7,8 @@ import numpy as np
 
 import tdsl
 
-from .topi import TE, _is_float, bidx, c, shape_of, uname
+from . import tag
+from .topi import TE, bidx, c, is_float, shape_of, uname
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -78,7 +79,7 @@ def pool(kind):
             return pos, tdsl.all(*conds)
 
         if kind == "max":
-            low = c(float("-inf"), dt) if _is_float(dt) else c(int(np.iinfo(dt).min), dt)
+            low = c(float("-inf"), dt) if is_float(dt) else c(int(np.iinfo(dt).min), dt)
 
             def f(n, ch, *sp):
                 pos, inside = window(sp)
@@ -124,13 +125,14 @@ def softmax(log=False):
         ex = tdsl.compute(xs, lambda *i: tdsl.exp(x[i] - mx[drop(i)]), name=uname("sexp"))
         sm = tdsl.compute(rshape, lambda *i: tdsl.sum(ex[at(i, k2)], axis=k2), name=uname("ssum"))
         if log:
-            y = tdsl.compute(xs, lambda *i: x[i] - mx[drop(i)] - tdsl.log(sm[drop(i)]), name=uname("log_softmax"))
+            y = tdsl.compute(xs, lambda *i: x[i] - mx[drop(i)] - tdsl.log(sm[drop(i)]), name=uname("log_softmax"),
+                             tag=tag.SOFTMAX, attrs={"axis": ax})
         else:
             # a reciprocal per row and a multiply per element, as onnxruntime computes it:
             # a division per element cost 12% of a 4096 x 1024 softmax on Zen 4
             rcp = tdsl.compute(rshape, lambda *i: c(1, x.dtype) / sm[i], name=uname("srcp"))
-            y = tdsl.compute(xs, lambda *i: ex[i] * rcp[drop(i)], name=uname("softmax"))
-        y._graph_info = {"kind": "softmax", "stages": [mx, ex, sm], "axis": ax}
+            y = tdsl.compute(xs, lambda *i: ex[i] * rcp[drop(i)], name=uname("softmax"), tag=tag.SOFTMAX,
+                             attrs={"axis": ax})
         return y
     return build
 
@@ -159,9 +161,7 @@ def layer_norm(ins, attrs, out):
         li = tuple(i[:ax])
         r = tdsl.rsqrt(var[li if lead else (0,)] / c(cnt, dt) + c(attrs["epsilon"], dt))
         return (x[i] - m(li)) * r * g[bidx(len(xs), g, i)] + b[bidx(len(xs), b, i)]
-    y = tdsl.compute(xs, f, name=uname("layer_norm"))
-    y._graph_info = {"kind": "layer_norm", "stages": [mu, var], "axis": ax}
-    return y
+    return tdsl.compute(xs, f, name=uname("layer_norm"), tag=tag.LAYER_NORM, attrs={"axis": ax})
 
 
 # ---------------------------------------------------------------------------- generic conv / matmul
@@ -193,10 +193,8 @@ def conv_generic(ins, attrs, out):
         ci = (co // cog) * cig + rc if g > 1 else rc
         return tdsl.sum(xp[(n, ci) + tuple(sp[d] * s[d] + rk[d] * dl[d] for d in range(nd))] * w[(co, rc) + tuple(rk)],
                         axis=[rc] + rk)
-    y = tdsl.compute(out.shape, f, name=uname("conv"))
-    y._graph_info = {"kind": "conv_generic", "pad": xp if xp is not x else None, "depthwise": cig == 1 and g > 1,
-                     "weight": w, "strides": s, "dilation": dl, "groups": g}
-    return y
+    return tdsl.compute(out.shape, f, name=uname("conv"), tag=tag.CONV_GENERIC,
+                        attrs={"pad": xp if xp is not x else None, "depthwise": cig == 1 and g > 1})
 
 
 def conv_transpose(ins, attrs, out):
@@ -237,15 +235,14 @@ def matmul(ins, attrs, out):
 
     def f(*i):
         bi = i[:-2]
-        ai_ = bidx(n - 2, _Lead(a), bi) + (i[-2], k)
-        bi_ = bidx(n - 2, _Lead(b), bi) + (k, i[-1])
+        ai_ = bidx(n - 2, Lead(a), bi) + (i[-2], k)
+        bi_ = bidx(n - 2, Lead(b), bi) + (k, i[-1])
         return tdsl.sum(a[ai_] * b[bi_], axis=k)
-    y = tdsl.compute(out.shape, f, name=uname("matmul"))
-    y._graph_info = {"kind": "matmul"}
-    return y
+    return tdsl.compute(out.shape, f, name=uname("matmul"), tag=tag.MATMUL)
 
 
-class _Lead:
+class Lead:
+    """The leading (batch) axes of a matmul operand, as `bidx` reads a tensor's shape."""
     def __init__(self, t):
         self.shape = shape_of(t)[:-2]
         self.ndim = len(self.shape)
@@ -254,9 +251,8 @@ class _Lead:
 def dense_generic(ins, attrs, out):
     x, w = ins
     k = tdsl.reduce_axis((0, shape_of(x)[1]), name="k")
-    y = tdsl.compute(out.shape, lambda i, j: tdsl.sum(x[i, k] * w[j, k], axis=k), name=uname("dense"))
-    y._graph_info = {"kind": "dense_generic"}
-    return y
+    return tdsl.compute(out.shape, lambda i, j: tdsl.sum(x[i, k] * w[j, k], axis=k), name=uname("dense"),
+                        tag=tag.DENSE_GENERIC)
 
 
 TE.update({

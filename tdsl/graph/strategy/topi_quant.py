@@ -8,8 +8,9 @@ import numpy as np
 
 import tdsl
 
+from . import tag
 from .topi import TE, bidx, c, shape_of, uname
-from .topi_nn import _Lead, conv_generic
+from .topi_nn import Lead, conv_generic
 
 
 def saturate(v, z, dtype):
@@ -81,14 +82,12 @@ def qmatmul(ins, attrs, out):
     k = tdsl.reduce_axis((0, shape_of(a)[-1]), name="k")
 
     def f(*i):
-        ai = bidx(n - 2, _Lead(a), i[:-2]) + (i[-2], k)
-        bi = bidx(n - 2, _Lead(b), i[:-2]) + (k, i[-1])
+        ai = bidx(n - 2, Lead(a), i[:-2]) + (i[-2], k)
+        bi = bidx(n - 2, Lead(b), i[:-2]) + (k, i[-1])
         da = tdsl.cast(a[ai], "int32") - tdsl.cast(az[bidx(len(a.shape), az, ai)], "int32")
         db = tdsl.cast(b[bi], "int32") - tdsl.cast(bz[bidx(len(b.shape), bz, bi)], "int32")
         return tdsl.sum(da * db, axis=k)
-    y = tdsl.compute(out.shape, f, name=uname("qmatmul"))
-    y._graph_info = {"kind": "matmul"}
-    return y
+    return tdsl.compute(out.shape, f, name=uname("qmatmul"), tag=tag.MATMUL)
 
 
 def lut(ins, attrs, out):

@@ -19,7 +19,9 @@ import numpy as np
 import tdsl
 
 from .... import tiling
-from .. import topi
+from .. import tag, topi
+from ..stages import stages_of
+from .loops import PAR_MIN_MACS, inline_except, par_vec, vec_split
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
 MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
@@ -114,14 +116,14 @@ def conv1x1(g, n, x, wi):
     Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(xin(b, ci, p) * Wp[co // cb, ci, co % cb], axis=ci),
                       name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co, y * OW + xx], name=topi.uname("unflat"))
-    g.anchor = (O, {"kind": "conv1x1_spatial", "conv": Cv, "pack": xp, "cb": cb, "pv": pv, "lanes": lanes})
-    return O
+    return tag.mark(O, tag.CONV1X1, conv=Cv, pack=xp, cb=cb, pv=pv, lanes=lanes)
 
 
-def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec_split, min_macs):
+def schedule(s, out, g, parallel=True):
+    info, target = g.anchor.tensor.op.attrs, g.target
     Cv, xp, cb, pv, lanes = info["conv"], info["pack"], info["cb"], info["pv"], info["lanes"]
     inline_except(s, out, [Cv] + ([xp] if xp is not None else []))
-    for t in stages:
+    for t in stages_of(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
             par_vec(s, t, target, True, parallel)
     b, co, y, x = out.op.axis
@@ -136,8 +138,8 @@ def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec
         s[out].reorder(b, cob, po, coi, pvo, pl)
         par = s[out].fuse(b, cob, po)
     s[out].vectorize(pl)
-    macs = int(np.prod([topi._dim(d) for d in Cv.shape])) * topi._dim(Cv.op.reduce_axis[0].dom.extent)
-    if parallel and macs >= min_macs:
+    macs = int(np.prod([topi.dim(d) for d in Cv.shape])) * topi.dim(Cv.op.reduce_axis[0].dom.extent)
+    if parallel and macs >= PAR_MIN_MACS:
         s[out].parallel(par)
     s[Cv].compute_at(s[out], par)
     _, cl, pc = s[Cv].op.axis
@@ -149,9 +151,9 @@ def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec
     s[Cv].vectorize(pci)
     if xp is not None:      # the packed pixels of each input channel, channels in parallel
         rows = s[xp].fuse(*xp.op.axis[:-1])
-        if parallel and macs >= min_macs:
+        if parallel and macs >= PAR_MIN_MACS:
             s[xp].parallel(rows)
-        vec_split(s, xp, xp.op.axis[-1], topi._dim(xp.shape[-1]), target)
+        vec_split(s, xp, xp.op.axis[-1], topi.dim(xp.shape[-1]), target)
 
 
 def _pixels_outer(target, Cv):
@@ -163,5 +165,5 @@ def _pixels_outer(target, Cv):
     two threads, 1x1 NCHW convs, same-process A/B: 256->64 at 56x56 0.78 -> 0.63 ms
     (AVX2: 1.21 -> 0.72), 144->24 at 56x56 0.33 -> 0.25, 1024->256 at 14x14 (1 MB of
     weights) 0.60 -> 0.57 (AVX2: 0.77 -> 0.56); 512->128 at 28x28 the same on AVX2."""
-    ci = topi._dim(Cv.op.reduce_axis[0].dom.extent)
-    return ci * topi._dim(Cv.shape[2]) * np.dtype(Cv.dtype).itemsize > target.cache_bytes(2) // 2
+    ci = topi.dim(Cv.op.reduce_axis[0].dom.extent)
+    return ci * topi.dim(Cv.shape[2]) * np.dtype(Cv.dtype).itemsize > target.cache_bytes(2) // 2

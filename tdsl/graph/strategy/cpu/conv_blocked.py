@@ -19,9 +19,9 @@ import numpy as np
 import tdsl
 
 from .... import tiling
-from .. import topi
-from ..stages import _ishape, _stages
-from .loops import PAR_MIN_MACS_DEPTHWISE, _inline_except, _par_vec, _vec_split
+from .. import tag, topi
+from ..stages import ishape, stages_of
+from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
 
 
 def spread(x, sizes, offsets, strides):
@@ -73,19 +73,30 @@ def pad_blocked(x, sizes, offsets, fill=None):
     return tdsl.compute((xs[0], xs[1]) + tuple(sizes) + (xs[-1],), f, name=topi.uname("pad"))
 
 
-def conv2d_blocked(g, n, x):
-    """nn.conv2d_blocked (ir/ops_layout.py) of image `x`: the blocked conv, or the blocked
-    depthwise conv, from a blocked or plain input to a blocked output."""
-    x_e, w_e = n.args
-    wi = g.const_param(w_e)
-    if wi is None or x_e.type.dtype != "float32":
-        return None
+def applies_depthwise(g, n):
+    """nn.conv2d_blocked of groups > 1 (a depthwise conv), float, its weights constant and
+    its input a group parameter."""
+    return (n.attrs["groups"] != 1 and g.const_param(n.args[1]) is not None
+            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx)
+
+
+def _padding(n):
+    p = n.attrs["padding"]
+    H, W = n.args[0].type.shape[2:4]
+    return [H + p[0] + p[2], W + p[1] + p[3]], p[:2]
+
+
+def depthwise2d_blocked(g, n, tensors):
+    """nn.conv2d_blocked of groups > 1: the blocked depthwise conv of the padded input."""
+    x = g.param_tensor(g.pidx[n.args[0]])
+    return depthwise_blocked(g, n, x, pad_blocked(x, *_padding(n)), g.const_param(n.args[1]))
+
+
+def conv2d_blocked(g, n, x, wi):
+    """nn.conv2d_blocked (ir/ops_layout.py) of groups 1 of image `x`: the blocked conv from
+    a blocked or plain input to a blocked output."""
     a = n.attrs
-    p = a["padding"]
-    H, W = x_e.type.shape[2:4]
-    sizes, offsets = [H + p[0] + p[2], W + p[1] + p[3]], p[:2]
-    if a["groups"] != 1:
-        return depthwise_blocked(g, n, x, pad_blocked(x, sizes, offsets), wi)
+    sizes, offsets = _padding(n)
     if a["in_blocked"]:
         return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]))
     return conv_blocked(g, n, x, wi, (sizes, offsets, (1, 1)), blocked=(None, a["bn"]))
@@ -113,8 +124,7 @@ def depthwise_blocked(g, n, x, src, wi):
         src[b, cb, oy * sh + ky * dh, ox * sw + kx * dw, c] * Wp[cb, ky, kx, c], axis=[ky, kx]),
         name=topi.uname("conv"))
     xb, rb = tiling.depthwise_tile(g.target, OH, OW)
-    g.anchor = (Cv, {"kind": "depthwise_blocked", "conv": Cv, "xb": xb, "rb": rb, "bn": bn})
-    return Cv
+    return tag.mark(Cv, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=bn)
 
 
 def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
@@ -173,7 +183,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
             sp, cc = o[:nd], o[nd]
             return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
                             * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
-    info = {"kind": "conv2d_packed", "pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
+    info = {"pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
     planes = -(-CI // bn) if src_b is not None else CI
     plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn, N) if blocked else None
@@ -192,17 +202,13 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         V = tdsl.compute((N, cb_n) + out_sp + (bn,), lambda b, cb, *o: Cv[b, cb, flat(o[:nd]), o[nd]],
                          name=topi.uname("plane"))
         info.update(conv=Cv, ow=P, tile=plane, view=V)
-        g.anchor = (V, info)
-        return V
+        return tag.mark(V, tag.CONV_BLOCKED, **info)
     Cv = tdsl.compute((N, cb_n) + out_sp + (bn,), conv, name=topi.uname("conv"))
-    info["conv"] = Cv
     if blocked:
-        g.anchor = (Cv, info)
-        return Cv
+        return tag.mark(Cv, tag.CONV_BLOCKED, **info, conv=Cv)
     O = tdsl.compute((N, CO) + out_sp, lambda b, co, *o: Cv[(b, co // bn) + o + (co % bn,)],
                      name=topi.uname("unpack"))
-    g.anchor = (O, info)
-    return O
+    return tag.mark(O, tag.CONV_BLOCKED, **info, conv=Cv)
 
 
 FLAT_MAX_WIDTH = 14
@@ -305,21 +311,22 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     return next(d for d in range(per, 0, -1) if planes % d == 0), rows   # no guarded last pass
 
 
-def schedule(s, out, info, parallel, target):
+def schedule(s, out, g, parallel=True):
+    info, target = g.anchor.tensor.op.attrs, g.target
     Cv, pad, OW, bn = info["conv"], info["pad"], info["ow"], info["bn"]
     keep = [Cv] + ([pad] if pad is not None else [])
-    _inline_except(s, out, keep)
-    for t in _stages(out):
+    inline_except(s, out, keep)
+    for t in stages_of(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
-            _par_vec(s, t, target, True, parallel)
-    CB = _ishape(Cv)[1]
+            par_vec(s, t, target, True, parallel)
+    CB = ishape(Cv)[1]
     xb, cbb = info.get("tile") or tiling.register_tile(target, OW, CB * bn, whole_rows=True,
                                                         whole_vecs=True)
-    blocked_out = len(out.shape) == len(_ishape(info.get("view", Cv)))
+    blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
     first, *rest = s[Cv].op.reduce_axis
-    shape = _ishape(Cv)
+    shape = ishape(Cv)
     chunk, rows = (0, 1) if "tile" in info else \
         _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
     if blocked_out:
@@ -366,17 +373,18 @@ def schedule(s, out, info, parallel, target):
         pa = s[pad].fuse(*pad.op.axis[:-1])
         if parallel:
             s[pad].parallel(pa)
-        _vec_split(s, pad, pad.op.axis[-1], _ishape(pad)[-1], target)
+        vec_split(s, pad, pad.op.axis[-1], ishape(pad)[-1], target)
 
 
-def schedule_depthwise(s, out, info, parallel, target):
+def schedule_depthwise(s, out, g, parallel=True):
     """The blocked depthwise conv: a register tile of `rb` rows x `xb` pixels, each a
     vector of channels, the taps unrolled (neighbouring pixels share their input loads at
     stride 1). The padding is read through its bounds test, inlined: a padded copy of
     the plane measured 1.4-2x slower on 112x112 and 56x56 planes (the conv is bound by
     reading its input; the copy writes and reads it again), about even on 14x14."""
+    info = g.anchor.tensor.op.attrs
     Cv, xb, rb, bn = info["conv"], info["xb"], info["rb"], info["bn"]
-    _inline_except(s, out, [Cv])
+    inline_except(s, out, [Cv])
     blocked_out = len(out.shape) == len(Cv.shape)
     if Cv is out:
         Cv = s.cache_write(out, "local")
@@ -393,8 +401,8 @@ def schedule_depthwise(s, out, info, parallel, target):
         xo, xi = s[out].split(x, factor=xb)
         s[out].reorder(b, cb, yo, xo, c, yi, xi)
     outer = s[out].fuse(b, cb)
-    taps = int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and int(np.prod(_ishape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
+    taps = int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
+    if parallel and int(np.prod(ishape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
         s[out].parallel(outer)
     s[Cv].compute_at(s[out], xo)
     _, _, yl, xl, cl = s[Cv].op.axis

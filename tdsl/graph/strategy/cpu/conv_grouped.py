@@ -30,9 +30,10 @@ import numpy as np
 import tdsl
 
 from .... import tiling
-from .. import topi
+from .. import tag, topi
 from . import conv_int8
-from .loops import PAR_MIN_MACS_DEPTHWISE
+from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except
+from ..stages import ishape
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
 # a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
@@ -41,26 +42,32 @@ DW_MAX_ROWS, DW_MAX_VECS = 8, 2
 PLANE_BYTES = 16 * 1024
 
 
+def applies(g, n):
+    """`nn.conv2d` node `n` with groups > 1 and constant weights (float32, static shapes),
+    or such a `qnn.conv2d` (uint8 data, int8 weights of zero point 0, constant zero
+    points)."""
+    x_e, w_e = n.args[:2]
+    quantized = n.op == "qnn.conv2d"
+    if n.attrs["groups"] == 1 or x_e.type.dtype != ("uint8" if quantized else "float32") \
+            or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape) or g.const_param(w_e) is None:
+        return False
+    if not quantized:
+        return True
+    xzi, wzi = g.const_param(n.args[2]), g.const_param(n.args[3])
+    return xzi is not None and wzi is not None and w_e.type.dtype == "int8" and not np.any(g.consts[wzi] != 0)
+
+
 def grouped_conv2d(g, n, tensors):
-    """Definition of `nn.conv2d` node `n` with groups > 1 and constant weights (float32,
-    llvm/c targets, static shapes), or of such a `qnn.conv2d` (uint8 data, int8 weights of
-    zero point 0: int32 products, the padding reading the data's zero point, whose share
-    z * sum(w) the epilogue subtracts, as in conv_int8.py); None for any other conv."""
+    """Definition of the conv node `n` that `applies` takes; a quantized one has int32
+    products, the padding reading the data's zero point, whose share z * sum(w) the
+    epilogue subtracts, as in conv_int8.py."""
     x_e, w_e = n.args[:2]
     a = n.attrs
     groups = a["groups"]
     quantized = n.op == "qnn.conv2d"
-    if groups == 1 or x_e.type.dtype != ("uint8" if quantized else "float32") \
-            or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape):
-        return None
     wi = g.const_param(w_e)
-    if wi is None:
-        return None
     if quantized:
-        xzi, wzi = g.const_param(n.args[2]), g.const_param(n.args[3])
-        if xzi is None or wzi is None or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
-            return None
-        zero = g.param_tensor(xzi)[()]
+        zero = g.param_tensor(g.const_param(n.args[2]))[()]
     x = g.operand(x_e, tensors)
     N, C, H, W = x_e.type.shape
     CO, CIG, KH, KW = w_e.type.shape
@@ -118,10 +125,8 @@ def grouped_conv2d(g, n, tensors):
         crop = out
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: crop[b, co, oy, ox] - zi * sums[co],
                            name=topi.uname("qconv_out"))
-    g.anchor = (out, {"kind": "conv_grouped", "conv": Cv, "pad": ph, "cb": cb, "rb": rb, "pv": pv,
-                     "wv": wv, "lanes": lanes, "blocks": per_block, "cig": CIG,
-                     "sh": sh, "redo": max(0, (KH - 1) * dh + 1 - sh)})
-    return out
+    return tag.mark(out, tag.CONV_GROUPED, conv=Cv, pad=ph, cb=cb, rb=rb, pv=pv, wv=wv, lanes=lanes,
+                    blocks=per_block, cig=CIG, sh=sh, redo=max(0, (KH - 1) * dh + 1 - sh))
 
 
 def _divisor_at_most(n, k):
@@ -136,13 +141,18 @@ def _ph_channels(info):
     return info["cig"] if info["blocks"] > 1 or info["cig"] > 1 else info["cb"]
 
 
-def schedule(s, out, info, parallel, target, inline_except):
-    """Schedules a group whose anchor is `grouped_conv2d`'s output;
-    `inline_except(s, out, keep)` inlines the group's elementwise stages."""
+def fits(out, g):
+    """Groups whose output has the anchor's shape (an epilogue of elementwise stages)."""
+    return ishape(out) == ishape(g.anchor.tensor)
+
+
+def schedule(s, out, g, parallel=True):
+    """Schedules a group whose anchor is `grouped_conv2d`'s output."""
+    info, target = g.anchor.tensor.op.attrs, g.target
     Cv, ph = info["conv"], info["pad"]
     cb, rb, pv, wv = info["cb"], info["rb"], info["pv"], info["wv"]
     inline_except(s, out, [Cv, ph])
-    shape = [topi._dim(d) for d in out.shape]
+    shape = [topi.dim(d) for d in out.shape]
     N, CO, OH, OW = shape
     if Cv is out:
         Cv = s.cache_write(out, "local")
@@ -156,14 +166,14 @@ def schedule(s, out, info, parallel, target, inline_except):
     s[out].reorder(b, grp, yo, blk, xo, coi, yi, xv, xl)
     s[out].vectorize(xl)
     tasks = N * CO // (cb * info["blocks"])
-    plane = int(np.prod([topi._dim(d) for d in ph.shape[2:]])) * 4 * _ph_channels(info)
+    plane = int(np.prod([topi.dim(d) for d in ph.shape[2:]])) * 4 * _ph_channels(info)
     if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores and 2 * info["redo"] >= rb * info["sh"]:
         # a small plane whose row tiles would pad half their rows again (short tiles,
         # tall kernels: 2 rows of a 5x5 redo 4): pad the group's plane once per task
         outer = s[out].fuse(b, grp)
     else:
         outer = s[out].fuse(b, grp, yo)
-    macs = N * CO * OH * OW * int(np.prod([topi._dim(r.dom.extent) for r in Cv.op.reduce_axis]))
+    macs = N * CO * OH * OW * int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
     if parallel and macs >= PAR_MIN_MACS_DEPTHWISE:
         s[out].parallel(outer)
     s[ph].compute_at(s[out], outer)

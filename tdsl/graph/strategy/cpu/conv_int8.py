@@ -16,10 +16,10 @@ import tdsl
 from .... import tiling
 from ....target import as_target
 from ....te import intrin_x86
-from .. import topi
-from ..stages import _ishape
+from .. import tag, topi
+from ..stages import ishape
 from . import conv_blocked
-from .loops import _inline_except, _vec_split
+from .loops import inline_except, vec_split
 
 LANES, GROUP = intrin_x86.LANES, 4
 
@@ -79,33 +79,53 @@ def _channels_along_reduction(g, wi, x, zero, a, xs, ws, os_, blocked_in):
     return P, Cv
 
 
+def _is_depthwise(n):
+    CO, CI = n.args[1].type.shape[:2]
+    return n.op == "qnn.conv2d_blocked" and n.attrs["in_blocked"] and n.attrs["groups"] == CO and CI == 1
+
+
+def _applies(g, n):
+    x_e, w_e, xz_e, wz_e = n.args
+    wzi = g.const_param(wz_e)
+    if None in (g.const_param(w_e), g.const_param(xz_e), wzi) or x_e not in g.pidx \
+            or x_e.type.dtype != "uint8" or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
+        return False
+    return n.op != "qnn.conv2d_blocked" or n.attrs["bn"] == LANES
+
+
+def applies(g, n):
+    """qnn.conv2d or qnn.conv2d_blocked of groups 1: uint8 data in a group parameter,
+    constant int8 weights of zero point 0, a constant data zero point."""
+    return n.attrs["groups"] == 1 and _applies(g, n)
+
+
+def applies_depthwise(g, n):
+    """The depthwise qnn.conv2d_blocked of blocked data (what `applies` asks otherwise)."""
+    return _is_depthwise(n) and _applies(g, n)
+
+
+def _operands(g, n):
+    """The data and its zero point: read at run time (kernels are shared by groups that
+    differ only in their constants' values)."""
+    x = g.param_tensor(g.pidx[n.args[0]])
+    return x, g.param_tensor(g.const_param(n.args[2]))[()]
+
+
 def qconv2d(g, n, tensors):
     """qnn.conv2d (NCHW in, NCHW out) and qnn.conv2d_blocked (ir/ops_layout.py: NCHW or
     NCHW[16c] in, NCHW[16c] out, the layout passes/layout.py keeps between the convs of a
     quantized network: the epilogue then requantizes whole accumulator vectors, where an
     NCHW output gathers each channel's row out of them, and the next conv reads the data
     as it is, where NCHW data is packed again; 1.15-1.35x faster per layer on Zen 4)."""
-    x_e, w_e, xz_e, wz_e = n.args
+    x_e, w_e = n.args[:2]
     a = n.attrs
-    wi, xzi, wzi = g.const_param(w_e), g.const_param(xz_e), g.const_param(wz_e)
+    wi = g.const_param(w_e)
     blocked_out = n.op == "qnn.conv2d_blocked"
     blocked_in = blocked_out and a["in_blocked"]
     CO, CI, KH, KW = w_e.type.shape
-    depthwise = blocked_in and a["groups"] == CO and CI == 1
-    if None in (wi, xzi, wzi) or id(x_e) not in g.pidx or (a["groups"] != 1 and not depthwise) \
-            or x_e.type.dtype != "uint8" or w_e.type.dtype != "int8" or np.any(g.consts[wzi] != 0):
-        return None
-    if blocked_out and a["bn"] != LANES:
-        return None
-    x = g.param_tensor(g.pidx[id(x_e)])
+    x, zero = _operands(g, n)
     N, H, W = x_e.type.shape[0], x_e.type.shape[2], x_e.type.shape[3]
     OH, OW = n.type.shape[2:4]
-    # the zero point is read at run time (kernels are shared by groups that differ only in
-    # their constants' values)
-    xz = g.param_tensor(xzi)
-    zero = xz[()]
-    if depthwise:
-        return _depthwise(g, n, x, zero, wi)
     # a stem of 3 channels is padded to a group of 4: putting a kernel row's (kx, channel)
     # pairs along the reduction instead saved 12% of the instructions but ran no faster
     # (0.42 against 0.405 ms), its data layout being larger
@@ -113,14 +133,13 @@ def qconv2d(g, n, tensors):
     sums = weight_sums(g, wi, CO)
     zi = zero.astype("int32")
     ragged = CO % LANES != 0
+    kind = tag.QCONV2D_VNNI if g.target.has_vnni else tag.QCONV2D_INT32
     # channels past CO (a ragged last block) repeat CO - 1's sum: of no meaning
     Ob = tdsl.compute((N, -(-CO // LANES), OH, OW, LANES), lambda b, cb, y, xx, ln: Cv[b, cb, y, xx, ln] - zi * sums[
         tdsl.min(cb * LANES + ln, CO - 1) if ragged else cb * LANES + ln], name=topi.uname("qconv_out"))
     O = Ob if blocked_out else tdsl.compute(
         (N, CO, OH, OW), lambda b, co, y, xx: Ob[b, co // LANES, y, xx, co % LANES], name=topi.uname("unpack"))
-    g.anchor = (O, {"kind": "qconv2d_vnni" if g.target.has_vnni else "qconv2d_int32", "conv": Cv, "pad": P,
-                    "ow": OW, "blocked": Ob if ragged else None})
-    return O
+    return tag.mark(O, kind, conv=Cv, pad=P, ow=OW, blocked=Ob if ragged else None)
 
 
 def weight_sums(g, wi, CO):
@@ -131,11 +150,13 @@ def weight_sums(g, wi, CO):
     return g.derived_param(wi, 1, (CO,), "int32", sums)
 
 
-def _depthwise(g, n, x, zero, wi):
+def qdepthwise(g, n, tensors):
     """The blocked depthwise integer conv: per tap, a vector of 16 channels' int32 products
     (the data widened from bytes, the weights packed as int32 once), in the float depthwise
     conv's register tile and schedule (cpu/conv_blocked.py); the padding reads as the zero
     point."""
+    x, zero = _operands(g, n)
+    wi = g.const_param(n.args[1])
     a = n.attrs
     N, (C, _, KH, KW), (OH, OW) = n.type.shape[0], n.args[1].type.shape, n.type.shape[2:4]
     CB = -(-C // LANES)
@@ -158,8 +179,7 @@ def _depthwise(g, n, x, zero, wi):
     O = tdsl.compute(n.type.shape, lambda b, cb, y, xx, c: Cv[b, cb, y, xx, c] - zi * sums[
         tdsl.min(cb * LANES + c, C - 1)], name=topi.uname("qdepthwise_out"))
     xb, rb = tiling.depthwise_tile(g.target, OH, OW)
-    g.anchor = (O, {"kind": "depthwise_blocked", "conv": Cv, "xb": xb, "rb": rb, "bn": LANES})
-    return O
+    return tag.mark(O, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=LANES)
 
 
 # accumulators of the register tile of the VNNI conv: vpdpbusd takes the weights from
@@ -186,23 +206,25 @@ def vnni_tile(target, ow, cb):
     return best
 
 
-def schedule(s, out, info, parallel, target):
+def schedule(s, out, g, parallel=True):
+    target = g.target
+    info = g.anchor.tensor.op.attrs
     Cv, P, Ob = info["conv"], info["pad"], info["blocked"]
     # an NCHW output would narrow the lanes of a ragged last block of output channels
     # (bound inference), which then no longer match the 16 of the instruction: the conv
     # goes to a blocked stage, which the output relays out (the classifier conv of
     # SqueezeNet, 1000 channels: 4x faster than the int32 loops it took before)
     relaid = Ob is not None and len(out.op.axis) == 4
-    _inline_except(s, out, [Cv] + [t for t in (P, Ob if relaid else None) if t is not None])
+    inline_except(s, out, [Cv] + [t for t in (P, Ob if relaid else None) if t is not None])
     if relaid:
         b, co, y, x = out.op.axis
         rows = s[out].fuse(b, co, y)
         if parallel:
             s[out].parallel(rows)
-        _vec_split(s, out, x, _ishape(out)[-1], as_target(target))
+        vec_split(s, out, x, ishape(out)[-1], as_target(target))
         out = Ob
-    _, CB, _, OW, _ = _ishape(Cv)
-    vnni = info["kind"] == "qconv2d_vnni"
+    _, CB, _, OW, _ = ishape(Cv)
+    vnni = g.anchor.tensor.op.tag == tag.QCONV2D_VNNI
     if vnni:      # 24% faster on the QDQ ResNet-18 than register_tile
         xb, cbb = vnni_tile(target, OW, CB)
     else:
@@ -241,7 +263,7 @@ def schedule(s, out, info, parallel, target):
     rows = s[P].fuse(*P.op.axis[:3])
     if parallel:
         s[P].parallel(rows)
-    if _ishape(P)[-1] == LANES:
+    if ishape(P)[-1] == LANES:
         s[P].vectorize(P.op.axis[4])    # a pixel's 16 channels: one 16-byte copy
     else:
         s[P].unroll(P.op.axis[4])      # the 4 channels of a group: 4 rows read side by side

@@ -2,7 +2,7 @@
 stem of a CNN: 3 channels, 7x7 s2 or 3x3 s2; squeezenet's first 3x3 expand), and for
 those whose blocked-conv register tile would be too small.
 
-The NCHW[x]c conv of anchors.conv_fast does few multiply-adds per output element
+The NCHW[x]c conv of conv_blocked.py does few multiply-adds per output element
 there (3 * 3 * 3 = 27 in a 3x3 stem), so unpacking its blocked output back to NCHW (a
 transposing store per element) costs as much as the conv. Here the output stays NCHW:
 a register tile of `cb` output channels x `pv` vectors of one output row accumulates
@@ -19,7 +19,9 @@ import numpy as np
 import tdsl
 
 from .... import tiling
-from .. import topi
+from .. import tag, topi
+from ..stages import stages_of
+from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
 # 16->64 at 55x55 (measured 0.89x the blocked conv's time on znver4, 0.39x on haswell);
@@ -70,14 +72,14 @@ def conv2d_rows(g, n, x, wi):
         ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw] * Wp[co // cb, ci, ky, kx, co % cb],
         axis=[ci, ky, kx]), name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
-    g.anchor = (O, {"kind": "conv_rows_spatial", "conv": Cv, "pad": ph, "cb": cb, "pv": pv, "lanes": lanes})
-    return O
+    return tag.mark(O, tag.CONV_ROWS, conv=Cv, pad=ph, cb=cb, pv=pv, lanes=lanes)
 
 
-def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec_split, min_par):
+def schedule(s, out, g, parallel=True):
+    info, target = g.anchor.tensor.op.attrs, g.target
     Cv, ph, cb, pv, lanes = info["conv"], info["pad"], info["cb"], info["pv"], info["lanes"]
     inline_except(s, out, [Cv, ph])
-    for t in stages:
+    for t in stages_of(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
             par_vec(s, t, target, True, parallel)
     b, co, oy, ox = out.op.axis
@@ -99,6 +101,6 @@ def schedule(s, out, info, parallel, target, inline_except, stages, par_vec, vec
     s[Cv].unroll(xlo)
     s[Cv].vectorize(xli)
     pa = s[ph].fuse(*ph.op.axis[:-1])
-    if parallel and int(np.prod([topi._dim(d) for d in ph.shape])) >= min_par:
+    if parallel and int(np.prod([topi.dim(d) for d in ph.shape])) >= PAR_MIN_ELEMS:
         s[ph].parallel(pa)
-    vec_split(s, ph, ph.op.axis[-1], topi._dim(ph.shape[-1]), target)
+    vec_split(s, ph, ph.op.axis[-1], topi.dim(ph.shape[-1]), target)

@@ -27,10 +27,10 @@ import numpy as np
 from ....target import as_target
 from ...ir import Const, Function, Var
 from ...ir.text import print_function
-from ..erasure import OUTPUT_HAS_C, SIZE_NAME, Erasure, _c_axis
+from ..erasure import OUTPUT_HAS_C, SIZE_NAME, Erasure, c_axis
 from ..groupdef import GroupDef
 from ..topi import BINARY_EXPR, UNARY_EXPR
-from .anchors import conv_path
+from .conv_choice import conv_path
 
 
 def _elementwise_ops():
@@ -58,7 +58,7 @@ def _elementwise(fn, nodes):
     C = out.shape[1]
     params = []
     for i, p in enumerate(fn.params):
-        a = _c_axis(p.type)
+        a = c_axis(p.type)
         if a is not None and p.type.shape[a] == C:
             params.append((i, a))
     return Erasure(C, tuple(params), "elementwise") if params else None
@@ -75,8 +75,8 @@ def _global_pool(fn, pool, consts):
 def _conv(fn, nodes, consts, target):
     conv = nodes[0]
     x, w = conv.args
-    pidx = {id(p): i for i, p in enumerate(fn.params)}
-    if id(x) not in pidx or id(w) not in pidx or pidx[id(x)] in consts or pidx[id(w)] not in consts:
+    pidx = {p: i for i, p in enumerate(fn.params)}
+    if x not in pidx or w not in pidx or pidx[x] in consts or pidx[w] not in consts:
         return None
     if conv.attrs["groups"] != 1 or x.type.dtype != "float32" or x.type.ndim != 4:
         return None
@@ -86,7 +86,7 @@ def _conv(fn, nodes, consts, target):
     path = conv_path(GroupDef(fn, consts, target), conv)
     if path not in ("1x1", "blocked"):
         return None
-    return Erasure(x.type.shape[1], ((pidx[id(x)], 1), (pidx[id(w)], 1)), path)
+    return Erasure(x.type.shape[1], ((pidx[x], 1), (pidx[w], 1)), path)
 
 
 def key_text(fn: Function, e: Erasure) -> str:

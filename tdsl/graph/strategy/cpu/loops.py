@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .... import tiling
-from ..stages import _ishape, _stages
+from .. import tag
+from ..stages import ishape, stages_of
 
 
 PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
@@ -20,7 +21,7 @@ PAR_MIN_MACS = 1 << 19
 PAR_MIN_MACS_DEPTHWISE = 1 << 16
 
 
-def _vec_split(s, t, axis, width, target):
+def vec_split(s, t, axis, width, target):
     """Splits `axis` (of `width` elements) by the target's vector width for t's dtype and
     vectorizes the inner loop; None when the row is too short to be worth a vector."""
     if not tiling.worth_a_vector(target, width, t.dtype):
@@ -30,11 +31,11 @@ def _vec_split(s, t, axis, width, target):
     return lo, li
 
 
-def _par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
+def par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
     """Parallel over the fused outer axes, vectorized along the last spatial axis."""
     axes = list(s[t].op.axis)
     raxes = list(s[t].op.reduce_axis)
-    shape = _ishape(t)
+    shape = ishape(t)
     if not axes:
         return None
     total = int(np.prod(shape))
@@ -57,11 +58,13 @@ def _par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS)
     return fused
 
 
-def _inline_except(s, out, keep, target=None):
-    for t in _stages(out):
+def inline_except(s, out, keep, target=None):
+    """Inlines the group's elementwise stages but `out` and `keep`; a ROOT stage is
+    computed once, at root."""
+    for t in stages_of(out):
         if t is out or t in keep:
             continue
-        if getattr(t.op, "_graph_root", False):
+        if t.op.tag == tag.ROOT:
             _root_rows(s, t)
         elif not t.op.reduce_axis:
             s[t].compute_inline()
@@ -71,6 +74,6 @@ def _root_rows(s, t):
     """A small stage computed once, at root, vectorized along its last axis when that is
     a whole number of vectors (packed weights: the channel block)."""
     last = t.op.axis[-1]
-    ext = _ishape(t)[-1]
+    ext = ishape(t)[-1]
     if ext % 4 == 0 and ext >= 4:
         s[t].vectorize(last)

@@ -16,25 +16,32 @@ import tdsl
 from .... import tiling
 from ....autosched.cpu_tensorize import dot_micro_kernel
 from ....te import intrin_x86
-from .. import topi
-from ..stages import _stages
-from .loops import _vec_split
+from .. import tag, topi
+from ..stages import stages_of
+from .loops import vec_split
 
 LANES, GROUP = intrin_x86.LANES, 4
 
 
-def qmatmul(g, n):
-    """The VNNI form of node `n` (qnn.matmul), or None where it does not apply."""
+def applies(g, n):
+    """qnn.matmul on a VNNI target: uint8 data in a group parameter with static sizes and
+    one constant zero point, constant int8 (K, N) weights of zero point 0, K a multiple
+    of 4."""
     a_e, b_e, az_e, bz_e = n.args
     bi, azi, bzi = g.const_param(b_e), g.const_param(az_e), g.const_param(bz_e)
-    if None in (bi, azi, bzi) or id(a_e) not in g.pidx or not g.target.has_vnni or len(b_e.type.shape) != 2 \
+    if None in (bi, azi, bzi) or a_e not in g.pidx or not g.target.has_vnni or len(b_e.type.shape) != 2 \
             or a_e.type.dtype != "uint8" or b_e.type.dtype != "int8" or np.any(g.consts[bzi] != 0) \
             or g.consts[azi].size != 1:
-        return None
+        return False
+    return b_e.type.shape[0] % GROUP == 0 and all(isinstance(d, int) for d in a_e.type.shape)
+
+
+def qmatmul(g, n, tensors):
+    """The VNNI form of node `n` (qnn.matmul)."""
+    a_e, b_e, az_e, bz_e = n.args
+    bi, azi = g.const_param(b_e), g.const_param(az_e)
     K, N = b_e.type.shape
-    if K % GROUP or not all(isinstance(d, int) for d in a_e.type.shape):
-        return None
-    a = g.param_tensor(g.pidx[id(a_e)])
+    a = g.param_tensor(g.pidx[a_e])
     lead = tuple(a_e.type.shape[:-1])
     R = int(np.prod(lead))
     NB = -(-N // LANES)
@@ -59,22 +66,21 @@ def qmatmul(g, n):
     if Rp == R and NB * LANES == N:
         O = tdsl.compute(lead + (N,), lambda *i: L[_ravel(i[:-1], lead), i[-1]] - zi * sums[i[-1]],
                          name=topi.uname("qmatmul_out"))
-        g.anchor = (O, {"kind": "qmatmul_vnni", "sum": L, "blocked": None, "tile": (mr, vecs)})
-        return O
+        return tag.mark(O, tag.QMATMUL_VNNI, sum=L, blocked=None, tile=(mr, vecs))
     # a tile that does not divide the output: whole tiles into a root stage, which the
     # output reads (a tile cut short would narrow the accumulators below the instruction's
     # 16 lanes, or its rows below the unrolled ones)
     Ob = tdsl.compute((Rp, NB * LANES), lambda r, j: L[r, j] - zi * sums[tdsl.min(j, N - 1)],
                       name=topi.uname("qmatmul_out"))
     out = tdsl.compute(lead + (N,), lambda *i: Ob[_ravel(i[:-1], lead), i[-1]], name=topi.uname("unpad"))
-    g.anchor = (out, {"kind": "qmatmul_vnni", "sum": L, "blocked": Ob, "tile": (mr, vecs)})
-    return out
+    return tag.mark(out, tag.QMATMUL_VNNI, sum=L, blocked=Ob, tile=(mr, vecs))
 
 
-def schedule(s, out, info, parallel, target):
+def schedule(s, out, g, parallel=True):
+    info, target = g.anchor.tensor.op.attrs, g.target
     L, Ob = info["sum"], info["blocked"]
     keep = {L} | ({Ob} if Ob is not None else set())
-    for t in _stages(out):
+    for t in stages_of(out):
         if t is not out and t not in keep:
             s[t].compute_inline()
     if Ob is not None:      # the output reads the whole blocks of a root stage
@@ -82,7 +88,7 @@ def schedule(s, out, info, parallel, target):
         rows = s[out].fuse(*lead) if len(lead) > 1 else lead[0]
         if parallel:
             s[out].parallel(rows)
-        _vec_split(s, out, j, topi._dim(out.shape[-1]), target)
+        vec_split(s, out, j, topi.dim(out.shape[-1]), target)
         out = Ob
     *lead, j = out.op.axis
     rows = s[out].fuse(*lead) if len(lead) > 1 else lead[0]

@@ -16,25 +16,34 @@ import numpy as np
 
 import tdsl
 
-from .. import topi
-from ..stages import _ishape, _stages
-from .loops import PAR_MIN_ELEMS, _inline_except, _par_vec, _vec_split
+from .. import tag, topi
+from ..stages import ishape, stages_of
+from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 
 ROW_PASS_MIN_KW = 3
 
 
-def pool2d_sep(g, n, x, kind):
+def applies(g, n):
+    """nn.max_pool2d and nn.avg_pool2d of float32; an average pool only where every window
+    lies inside the image."""
+    a = n.attrs
+    (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
+    H, W = n.args[0].type.shape[2:]
+    OH, OW = n.type.shape[2:]
+    if n.args[0].type.dtype != "float32":
+        return False
+    return n.op == "nn.max_pool2d" or not (any(a["padding"]) or (OH - 1) * sh + (kh - 1) * dh + 1 > H
+                                           or (OW - 1) * sw + (kw - 1) * dw + 1 > W)
+
+
+def pool2d_sep(g, n, tensors):
+    x, kind = g.operand(n.args[0], tensors), n.op[3:6]
     a = n.attrs
     (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
     N, C, H, W = n.args[0].type.shape
     OH, OW = n.type.shape[2:]
-    if n.args[0].type.dtype != "float32":
-        return None
-    if kind == "avg" and (any(a["padding"]) or (OH - 1) * sh + (kh - 1) * dh + 1 > H
-                          or (OW - 1) * sw + (kw - 1) * dw + 1 > W):
-        return None
     wn = (OW - 1) * sw + (kw - 1) * dw + 1        # padded columns the windows touch
     if kind == "max":
         low = tdsl.const(float("-inf"), "float32")
@@ -77,31 +86,34 @@ def pool2d_sep(g, n, x, kind):
     name = topi.uname(f"{kind}_pool")
     if sw == 1 or kw < ROW_PASS_MIN_KW:
         O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: finish(row(b, ch, oy, ox * sw)), name=name)
-        g.anchor = (O, {"kind": "pool_sep", "col": vm, "row": None})
-        return O
+        return tag.mark(O, tag.POOL_SEP, col=vm, row=None)
     # strided: the row pass at every column (contiguous), then every sw-th column of it
     hm = tdsl.compute((N, C, OH, (OW - 1) * sw + 1), row, name=topi.uname("pool_row"))
     O = tdsl.compute((N, C, OH, OW), lambda b, ch, oy, ox: finish(hm[b, ch, oy, ox * sw]), name=name)
-    g.anchor = (O, {"kind": "pool_sep", "col": vm, "row": hm})
-    return O
+    return tag.mark(O, tag.POOL_SEP, col=vm, row=hm)
 
 
-def _schedule_pool_sep(s, out, info, parallel, target):
+def fits(out, g):
+    return len(out.shape) == 4
+
+
+def schedule(s, out, g, parallel=True):
     """One output row per iteration of the parallel loop; its padded column-max row is
     computed right before it, both vectorized along the row."""
+    info, target = g.anchor.tensor.op.attrs, g.target
     vm, hm = info["col"], info["row"]
-    _inline_except(s, out, [vm] + ([hm] if hm is not None else []))
-    for t in _stages(out):
+    inline_except(s, out, [vm] + ([hm] if hm is not None else []))
+    for t in stages_of(out):
         if t.op.reduce_axis and t is not out:
-            _par_vec(s, t, target, True, parallel)
+            par_vec(s, t, target, True, parallel)
     b, ch, oy, ox = out.op.axis
-    shape = _ishape(out)
+    shape = ishape(out)
     rows = s[out].fuse(b, ch, oy)
-    _vec_split(s, out, ox, shape[-1], target)
+    vec_split(s, out, ox, shape[-1], target)
     if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
         s[out].parallel(rows)
     for t in (vm, hm):
         if t is None:
             continue
         s[t].compute_at(s[out], rows)
-        _vec_split(s, t, t.op.axis[-1], _ishape(t)[-1], target)
+        vec_split(s, t, t.op.axis[-1], ishape(t)[-1], target)

@@ -15,42 +15,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..stages import _ishape, _stages
-from .loops import PAR_MIN_ELEMS, _vec_split
+from .. import tag
+from ..stages import ishape, stages_of
+from .loops import PAR_MIN_ELEMS, vec_split
 
 
 def _interp_axis(t):
-    info = getattr(t, "_graph_info", {})
-    return info.get("axis") if info.get("kind") == "interp" else None
+    return t.op.attrs["axis"] if t.op.tag == tag.INTERP else None
 
 
-def applies(out):
+def fits(out, g):
     """A group whose output is an interp along one of the last two axes, reading an interp
     along the other one (or the group's input)."""
     nd = len(out.shape)
     axis = _interp_axis(out)
     if nd < 2 or axis not in (nd - 1, nd - 2):
         return False
-    first = [t for t in _stages(out) if t is not out and _interp_axis(t) is not None]
+    first = [t for t in stages_of(out) if t is not out and _interp_axis(t) is not None]
     return all(_interp_axis(t) == 2 * nd - 3 - axis for t in first) and len(first) <= 1 \
-        and all(_interp_axis(t) is not None or not t.op.reduce_axis for t in _stages(out))
+        and all(_interp_axis(t) is not None or not t.op.reduce_axis for t in stages_of(out))
 
 
-def schedule(s, out, parallel, target):
-    stages = _stages(out)
+def schedule(s, out, g, parallel=True):
+    stages, target = stages_of(out), g.target
     first = [t for t in stages if t is not out and _interp_axis(t) is not None]
     for t in stages:
         if t is not out and t not in first:
             s[t].compute_inline()
-    shape = _ishape(out)
+    shape = ishape(out)
     axes = list(out.op.axis)
     row = s[out].fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
-    _vec_split(s, out, axes[-1], shape[-1], target)
+    vec_split(s, out, axes[-1], shape[-1], target)
     if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
         s[out].parallel(row)
     for t in first:
         taxes = list(t.op.axis)
         trow = s[t].fuse(*taxes[:-1]) if len(taxes) > 2 else taxes[0]
-        _vec_split(s, t, taxes[-1], _ishape(t)[-1], target)
-        if parallel and int(np.prod(_ishape(t))) >= PAR_MIN_ELEMS:
+        vec_split(s, t, taxes[-1], ishape(t)[-1], target)
+        if parallel and int(np.prod(ishape(t))) >= PAR_MIN_ELEMS:
             s[t].parallel(trow)

@@ -18,13 +18,15 @@ import numpy as np
 import tdsl
 
 from .... import tiling
-from .. import topi
+from .. import tag, topi
+from ..stages import stages_of
+from .loops import PAR_MIN_ELEMS, par_vec
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
 
 
 def _size(t):
-    return int(np.prod([topi._dim(s) for s in t.shape]))
+    return int(np.prod([topi.dim(s) for s in t.shape]))
 
 
 def conv_matvec(g, n, x, wi):
@@ -43,8 +45,7 @@ def conv_matvec(g, n, x, wi):
     D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(x[b, k, 0, 0] * Wp[j // lanes, k, j % lanes], axis=k),
                      name=topi.uname("matvec"))
     O = tdsl.compute((N, CO, 1, 1), lambda b, co, y, xx: D[b, co], name=topi.uname("unflat"))
-    g.anchor = (O, {"kind": "matvec", "dense": D, "lanes": lanes})
-    return O
+    return tag.mark(O, tag.MATVEC, dense=D, lanes=lanes)
 
 
 def is_matvec_conv(n):
@@ -53,22 +54,23 @@ def is_matvec_conv(n):
             and tuple(n.type.shape[2:]) == (1, 1))
 
 
-def schedule_matvec_group(s, out, info, parallel, target, par_vec, stages):
+def schedule_matvec_group(s, out, g, parallel=True):
     """The mat-vec at root (all output vectors accumulate over the input channels), the
     small epilogue stages inlined into the last small one, a broadcast consumer over the
     image vectorized and parallel."""
+    info, target, stages = g.anchor.tensor.op.attrs, g.target, stages_of(out)
     D, lanes = info["dense"], info["lanes"]
     big = _size(out)
-    small = {id(t.op) for t in stages if t is not out and _size(t) * BROADCAST_RATIO <= big}
+    small = {t.op for t in stages if t is not out and _size(t) * BROADCAST_RATIO <= big}
     read_by_big = set()
     for t in stages:
-        if id(t.op) not in small:
+        if t.op not in small:
             for i in t.op.input_tensors():
-                read_by_big.add(id(i.op))
+                read_by_big.add(i.op)
     for t in stages:
         if t is out or t is D:
             continue
-        if getattr(t.op, "_graph_root", False) or (id(t.op) in small and id(t.op) in read_by_big):
+        if t.op.tag == tag.ROOT or (t.op in small and t.op in read_by_big):
             s[t].compute_root()
         elif not t.op.reduce_axis:
             s[t].compute_inline()
@@ -77,7 +79,7 @@ def schedule_matvec_group(s, out, info, parallel, target, par_vec, stages):
     b, j = s[D].op.axis
     (k,) = s[D].op.reduce_axis
     jo, ji = s[D].split(j, factor=lanes)
-    nb = topi._dim(D.shape[1]) // lanes
+    nb = topi.dim(D.shape[1]) // lanes
     blk = 4 if nb > 8 else nb
     if blk < nb:
         joo, joi = s[D].split(jo, factor=blk)
@@ -90,10 +92,11 @@ def schedule_matvec_group(s, out, info, parallel, target, par_vec, stages):
     par_vec(s, out, target, True, parallel)
 
 
-def global_avg_pool_fast(g, n, x):
+def global_avg_pool_fast(g, n, tensors):
     """Global average pool of an NCHW image as column sums (a vectorized add of each row
     into one row of partial sums) then one short row sum: the adds of the long reduction
     are independent vector adds instead of one scalar dependency chain."""
+    x = g.param_tensor(g.pidx[n.args[0]])
     N, _, H, W = n.args[0].type.shape
     C = x.shape[1]          # a size variable in a kernel generic in it
     ry = tdsl.reduce_axis((0, H), "ry")
@@ -102,15 +105,15 @@ def global_avg_pool_fast(g, n, x):
     dt = n.type.dtype
     tot = tdsl.compute((N, C), lambda b, ch: tdsl.sum(cols[b, ch, rx], axis=rx), name=topi.uname("gap_sum"))
     O = tdsl.compute((N, C, 1, 1), lambda b, ch, y, xx: tot[b, ch] / topi.c(H * W, dt), name=topi.uname("gap"))
-    g.anchor = (O, {"kind": "global_pool", "cols": cols, "sum": tot})
-    return O
+    return tag.mark(O, tag.GLOBAL_POOL, cols=cols, sum=tot)
 
 
-def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
+def schedule_global_pool(s, out, g, parallel=True):
     """Channels in parallel; per channel its column sums (rows accumulated into vectors
     along the row), then the row sum, then the epilogue."""
+    info, target = g.anchor.tensor.op.attrs, g.target
     cols, tot = info["cols"], info["sum"]
-    for t in stages:
+    for t in stages_of(out):
         if t is not out and t is not cols and t is not tot and not t.op.reduce_axis:
             s[t].compute_inline()
     # the channel and the unit axes after it: with the batch fused in too, bounds
@@ -118,13 +121,13 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
     # count is a size variable (generic.py), and would compute them all per channel
     axes = list(s[out].op.axis)
     ch = s[out].fuse(*axes[1:])
-    if parallel and _size(cols) * topi._dim(cols.op.reduce_axis[0].dom.extent) >= min_par:
+    if parallel and _size(cols) * topi.dim(cols.op.reduce_axis[0].dom.extent) >= PAR_MIN_ELEMS:
         s[out].parallel(ch)
     s[tot].compute_at(s[out], ch)
     s[cols].compute_at(s[out], ch)
     _, _, xx = s[cols].op.axis
     (ry,) = s[cols].op.reduce_axis
-    W = topi._dim(cols.shape[2])
+    W = topi.dim(cols.shape[2])
     lanes = target.vector_lanes(cols.dtype)
     if W >= max(2, lanes // 2):
         xo, xi = s[cols].split(xx, factor=tiling.row_vector(target, W, cols.dtype))
@@ -135,11 +138,12 @@ def schedule_global_pool(s, out, info, parallel, target, min_par, stages):
 ACC = 8     # independent partial sums of a blocked global pool (FMA latency x units, about)
 
 
-def global_avg_pool_blocked(g, n, x):
+def global_avg_pool_blocked(g, n, tensors):
     """The mean over the image of a channel-blocked (N, C/bn, H, W, bn) tensor (the
     squeeze of squeeze-excite after a blocked conv, passes/layout.py): per channel block,
     `ACC` independent vector sums along the pixels (one chain would wait on each add's
     latency), then their sum."""
+    x = g.param_tensor(g.pidx[n.args[0]])
     N, CB, H, W, bn = n.args[0].type.shape
     P = H * W
     acc = next(a for a in (ACC, 4, 2, 1) if P % a == 0)
@@ -151,25 +155,31 @@ def global_avg_pool_blocked(g, n, x):
     tot = tdsl.compute((N, CB, 1, 1, bn), lambda b, cb, y, xx, c: tdsl.sum(part[b, cb, j, c], axis=j),
                        name=topi.uname("gap_sum"))
     O = tdsl.compute((N, CB, 1, 1, bn), lambda *i: tot[i] / topi.c(P, dt), name=topi.uname("gap"))
-    g.anchor = (O, {"kind": "global_pool_blocked", "part": part, "sum": tot})
-    return O
+    return tag.mark(O, tag.GLOBAL_POOL_BLOCKED, part=part, sum=tot)
 
 
-def applies_blocked_pool(n):
-    """A `mean` over axes 2, 3 (keepdims) of a float32 blocked image with static sizes."""
+def applies_blocked_pool(g, n):
+    """A `mean` over axes 2, 3 (keepdims) of a float32 blocked image with static sizes, a
+    group parameter."""
     t = n.args[0].type
-    return (n.op == "mean" and t.ndim == 5 and t.dtype == "float32" and sorted(n.attrs["axis"] or []) == [2, 3]
+    return (n.op == "mean" and n.args[0] in g.pidx and t.ndim == 5 and t.dtype == "float32" and sorted(n.attrs["axis"] or []) == [2, 3]
             and n.attrs["keepdims"] and all(isinstance(d, int) for d in t.shape))
 
 
-def schedule_global_pool_blocked(s, out, info, parallel, target, stages):
+def applies_global_pool(g, n):
+    """nn.global_avg_pool of a float32 NCHW image, a group parameter."""
+    return n.type.dtype == "float32" and len(n.type.shape) == 4 and n.args[0] in g.pidx
+
+
+def schedule_global_pool_blocked(s, out, g, parallel=True):
+    info = g.anchor.tensor.op.attrs
     part, tot = info["part"], info["sum"]
-    for t in stages:
+    for t in stages_of(out):
         if t is not out and t is not part and t is not tot and not t.op.reduce_axis:
             s[t].compute_inline()
     b, cb, y, xx, c = s[out].op.axis
     outer = s[out].fuse(b, cb, y, xx)
-    if parallel and _size(part) * topi._dim(part.op.reduce_axis[0].dom.extent) >= (1 << 16):
+    if parallel and _size(part) * topi.dim(part.op.reduce_axis[0].dom.extent) >= (1 << 16):
         s[out].parallel(outer)
     s[out].vectorize(c)
     s[tot].compute_at(s[out], outer)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tdsl
 
-from .. import topi
+from .. import tag, topi
 
 # Output pixels per image up to which a 1x1 conv takes the column GEMM (larger convs
 # always do): its column buffer is a copy of the input, and on an H200 MobileNetV2 at
@@ -46,9 +46,7 @@ def applies(n) -> bool:
 
 
 def conv2d(g, n, tensors):
-    """The col / GEMM / gather stages of conv node `n` in group `g`, or None."""
-    if not applies(n):
-        return None
+    """The col / GEMM / gather stages of conv node `n` in group `g`."""
     x = g.operand(n.args[0], tensors)
     N, C, H, W = n.args[0].type.shape
     F, _, KH, KW = n.args[1].type.shape
@@ -75,7 +73,5 @@ def conv2d(g, n, tensors):
     rk = tdsl.reduce_axis((0, K), name="rk")
     gm = tdsl.compute((F, N * P), lambda f, q: tdsl.sum(wm[f, rk] * col[rk, q], axis=rk),
                       name=topi.uname("conv_gemm"))
-    y = tdsl.compute(n.type.shape, lambda b, f, yy, xx: gm[f, b * P + yy * OW + xx],
-                     name=topi.uname("conv"))
-    y._graph_info = {"kind": "conv_gemm", "gemm": gm, "col": col}
-    return y
+    return tdsl.compute(n.type.shape, lambda b, f, yy, xx: gm[f, b * P + yy * OW + xx],
+                        name=topi.uname("conv"), tag=tag.CONV_GEMM)

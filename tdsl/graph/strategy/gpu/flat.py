@@ -4,25 +4,36 @@ register, so the group stays one kernel."""
 from __future__ import annotations
 
 from ....autosched.gpu_flat import bind_flat, flat_vector
-from ..stages import _ishape, _stages
+from ..stages import ishape, stages_of
+from .schedule import THREADS, gpu_facts
 
 
 def applies(out):
     """Every reduction of the group makes one output (a window, taps, a count) of an
     elementwise `out`: one kernel, a thread per output. Other reductions (a softmax's row
     statistics, a global pool) are the auto-scheduler's (rows across threads)."""
-    return not out.op.reduce_axis and all(_per_output(t, _ishape(out))
-                                          for t in _stages(out) if t is not out and t.op.reduce_axis)
+    return not out.op.reduce_axis and all(_per_output(t, ishape(out))
+                                          for t in stages_of(out) if t is not out and t.op.reduce_axis)
+
+
+def fits(out, g):
+    """Groups this schedule takes: those it applies to, and every group where the
+    auto-scheduler's rules may not run."""
+    return not g.use_auto or applies(out)
+
+
+def schedule_group(s, out, g):
+    schedule_pointwise(s, out, min(THREADS, gpu_facts(g.target).max_threads_per_block))
 
 
 def _per_output(t, shape):
-    return _ishape(t) == shape or _ishape(t) == shape[len(shape) - len(t.shape):]
+    return ishape(t) == shape or ishape(t) == shape[len(shape) - len(t.shape):]
 
 
 def schedule_pointwise(s, out, threads):
-    shape = _ishape(out)
+    shape = ishape(out)
     per_output = []
-    for t in _stages(out):
+    for t in stages_of(out):
         if t is out:
             continue
         if not t.op.reduce_axis:

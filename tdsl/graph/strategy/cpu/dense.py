@@ -1,0 +1,83 @@
+"""Dense with constant weights packed at build time, (N/lanes, K, lanes): a register tile
+of rows x column vectors accumulates over K, each step loading whole vectors of packed
+weights and broadcasting the rows' elements."""
+from __future__ import annotations
+
+import numpy as np
+
+import tdsl
+
+from .... import tiling
+from .. import tag, topi
+from ..stages import ishape
+from .loops import PAR_MIN_MACS, inline_except
+
+
+def applies(g, n):
+    """nn.dense of a float32 group parameter by constant weights."""
+    x_e, w_e = n.args
+    return g.const_param(w_e) is not None and x_e.type.dtype == "float32" and x_e in g.pidx
+
+
+def dense_packed(g, n, tensors):
+    x_e, w_e = n.args
+    wi = g.const_param(w_e)
+    x = g.param_tensor(g.pidx[x_e])
+    M, K = x_e.type.shape
+    N = w_e.type.shape[0]
+    lanes = g.target.vector_lanes(x_e.type.dtype)
+    nb = -(-N // lanes)
+
+    def pack(w):
+        # from w.T, (K, N): contiguous when w is a folded transpose of MatMul's (K, N)
+        # weights, so packing is one copy of `lanes`-long runs, not a transpose
+        wp = w.T
+        if N % lanes:
+            wp = np.zeros((K, nb * lanes), w.dtype)
+            wp[:, :N] = w.T
+        return np.ascontiguousarray(wp.reshape(K, nb, lanes).transpose(1, 0, 2))
+    Wp = g.packed_param(wi, (nb, K, lanes), pack)
+    k = tdsl.reduce_axis((0, K), "k")
+    D = tdsl.compute((M, N), lambda i, j: tdsl.sum(x[i, k] * Wp[j // lanes, k, j % lanes], axis=k), name=topi.uname("dense"))
+    return tag.mark(D, tag.DENSE_PACKED, dense=D, lanes=lanes)
+
+
+def schedule(s, out, g, parallel=True):
+    info, target = g.anchor.tensor.op.attrs, g.target
+    D, lanes = info["dense"], info["lanes"]
+    inline_except(s, out, [D])
+    if D is out:
+        D = s.cache_write(out, "local")
+    M, N = ishape(out)
+    mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
+    mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
+    s[out].vectorize(ni)
+    # the operand re-read by the inner tile loop should be the smaller one: with more
+    # weight columns than rows (a language model's vocabulary projection: 50k x 256
+    # weights, 128 rows) the columns go outside, so each packed weight panel streams from
+    # memory once instead of once per row block
+    cols_outer = N > M
+    if cols_outer:
+        s[out].reorder(no, mo, mi, ni)
+    s[D].compute_at(s[out], mo if cols_outer else no)
+    mc, nc = s[D].op.axis
+    (k,) = s[D].op.reduce_axis
+    nco, nci = s[D].split(nc, factor=lanes)
+    s[D].reorder(k, mc, nco, nci)
+    s[D].unroll(mc)
+    s[D].unroll(nco)
+    s[D].vectorize(nci)
+    K = topi.dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
+    if not (parallel and M * N * K >= PAR_MIN_MACS):
+        return
+    # a fused loop keeps a guard in its body when a tile is ragged: parallelize the
+    # unfused loop instead, so that loop partitioning peels the ragged tiles off
+    outer, inner = (no, mo) if cols_outer else (mo, no)
+    outer_n = -(-N // nr) if cols_outer else -(-M // mr)
+    if M % mr == 0 and N % nr == 0:
+        s[out].parallel(s[out].fuse(outer, inner))
+    elif outer_n >= 2 * target.num_cores:
+        s[out].parallel(outer)
+    else:
+        s[out].reorder(inner, outer, mi, ni)
+        s[out].parallel(inner)
