@@ -23,7 +23,7 @@ import os
 
 from .errors import BuildError
 from .ir.stmt import PrimFunc
-from .lower import lower, lower_for_target
+from .lower import build_passes, lower, lower_for_target
 from .target import KINDS as TARGETS, as_target
 
 
@@ -40,7 +40,7 @@ def build(s, args=None, target=None, name=None, bounds_check=None):
         if args is not None and list(args) != list(s.attrs.get("args", args)):
             raise BuildError(f"build: function '{s.name}' was lowered with its arguments; "
                              "build(func) takes no other args")
-        func = _checked(lower_for_target(s, t.kind, name), checked)
+        func = build_passes(lower_for_target(s, t.kind, name), checked)
         if t.kind == "llvm" and t.runs_here:
             from .codegen import llvm
             return llvm.build(func, t)
@@ -48,7 +48,7 @@ def build(s, args=None, target=None, name=None, bounds_check=None):
         return _build_llvm(s, args, t, name or "main", checked)
     else:
         _check_externs(s, t.kind)
-        func = _checked(lower(s, args, name or "main", target=t.kind), checked)
+        func = build_passes(lower(s, args, name or "main", target=t.kind), checked)
     if t.kind == "llvm":
         from .codegen.llvm import cross
         return cross.build(func, t)
@@ -70,12 +70,6 @@ def _bounds_check_flag(value):
     if not isinstance(value, bool):
         raise BuildError(f"build: bounds_check must be True, False or None, got {value!r}")
     return value
-
-
-def _checked(func, checked):
-    """`func` with its data-dependent accesses checked, and all others too if `checked`."""
-    from .passes.bounds_check import bounds_check
-    return bounds_check(func, data_only=not checked)
 
 
 def _extern_names(s):
@@ -114,7 +108,7 @@ def _build_llvm(s, args, t, name, checked):
             mod = jit.load_build(fp, tgt)
             if mod is not None:
                 return llvm.keep_externs(mod)
-    mod = llvm.build(_checked(lower(s, args, name, target="llvm"), checked), tgt)
+    mod = llvm.build(build_passes(lower(s, args, name, target="llvm"), checked), tgt)
     if fp is not None:
         jit.remember_build(fp, tgt, mod)
     return mod
