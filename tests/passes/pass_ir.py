@@ -46,3 +46,24 @@ def nodes(node, cls):
                 kids.extend(x for x in v if isinstance(x, (E.Expr, S.Stmt)))
         stack.extend(reversed(kids))
     return out
+
+
+def gpu_reverse_rows(at="block"):
+    """C[i, j] = A[i, 7 - j] * 2 + 1 on an 8 x 8 grid (blockIdx.x = i, threadIdx.x = j),
+    through a stage B = A * 2 computed at the block (threads exchange data through it) or
+    at the thread (`at="thread"`, then B[i, j] is read in place), or at root."""
+    A = tdsl.placeholder((8, 8), name="A")
+    B = tdsl.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    read = (lambda i, j: B[i, 7 - j] + 1.0) if at == "block" else (lambda i, j: B[i, j] + 1.0)
+    C = tdsl.compute((8, 8), read, name="C")
+    s = tdsl.create_schedule(C)
+    for t in ((B, C) if at == "root" else (C,)):
+        i, j = t.op.axis
+        s[t].bind(i, tdsl.thread_axis("blockIdx.x"))
+        s[t].bind(j, tdsl.thread_axis("threadIdx.x"))
+    if at == "block":
+        s[B].compute_at(s[C], C.op.axis[0])
+        s[B].bind(B.op.axis[1], tdsl.thread_axis("threadIdx.x"))
+    elif at == "thread":
+        s[B].compute_at(s[C], C.op.axis[1])
+    return s, [A, C]
