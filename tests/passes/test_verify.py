@@ -108,7 +108,8 @@ def test_constant_extents_where_needed(kind, tag, match):
 @pytest.mark.parametrize("body,match", [
     (loop(i, 4, store(A, i), S.ForKind.SERIAL, "threadIdx.x"),
      "loop 'i' of kind serial has the thread tag 'threadIdx.x'"),
-    (loop(i, 4, store(A, i), S.ForKind.THREAD_BINDING), "of kind thread_binding has the thread tag ''"),
+    (loop(i, 4, store(A, i), S.ForKind.THREAD_BINDING),
+     "of kind thread_binding has the thread tag ''"),
     (loop(i, E.FloatImm(4.0), store(A, i)), "the loop extent has type float32"),
     (S.IfThenElse(n, store(A, n)), "the condition has type int32"),
     (S.LetStmt(j, ONE, store(A, E.const(0))), "let 'j' of type int32 is bound to a value of type"),
