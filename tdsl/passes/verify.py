@@ -39,7 +39,10 @@ class IRVerifyError(InternalError):
 
 
 def _excerpt(node):
-    text = str(node)
+    try:
+        text = str(node)
+    except Exception as e:      # a node the printer cannot print is still worth naming
+        text = f"<{type(node).__name__}: unprintable, {type(e).__name__}: {e}>"
     return text if len(text) <= _MAX_NODE_TEXT else text[:_MAX_NODE_TEXT] + "\n..."
 
 
@@ -109,11 +112,6 @@ class _Verifier:
             self.fail(f"buffer '{buf.name}' of {len(buf.shape)} dimensions is accessed with "
                       f"{len(indices)} indices", stmt)
 
-    def typed(self, e, want, what, stmt):
-        ok = want(e.dtype) if callable(want) else e.dtype == want
-        if not ok:
-            self.fail(f"{what} has type {e.dtype}", stmt)
-
     # statements ----------------------------------------------------------------------
     def stmt(self, s):
         t = type(s)
@@ -132,7 +130,8 @@ class _Verifier:
             self.vars.discard(s.var)
         elif t is S.IfThenElse:
             self.expr(s.cond, s)
-            self.typed(s.cond, "bool", "the condition", s)
+            if s.cond.dtype != "bool":
+                self.fail(f"the condition has type {s.cond.dtype}", s)
             self.stmt(s.then_case)
             if s.else_case is not None:
                 self.stmt(s.else_case)
@@ -175,9 +174,9 @@ class _Verifier:
     def loop(self, f):
         self.expr(f.min, f)
         self.expr(f.extent, f)
-        for what, e in (("the loop min", f.min), ("the loop extent", f.extent),
-                        (f"the loop variable '{f.var.name}'", f.var)):
-            self.typed(e, dt.is_int, what, f)
+        if not (dt.is_int(f.min.dtype) and dt.is_int(f.extent.dtype) and dt.is_int(f.var.dtype)):
+            self.fail(f"loop '{f.var.name}' of type {f.var.dtype} runs from {f.min.dtype} "
+                      f"{f.min} over {f.extent.dtype} {f.extent}: loops count in integers", f)
         tag = f.thread_tag
         if (f.kind is S.ForKind.THREAD_BINDING) != bool(tag):
             self.fail(f"loop '{f.var.name}' of kind {f.kind.value} has the thread tag "

@@ -110,7 +110,7 @@ def test_constant_extents_where_needed(kind, tag, match):
      "loop 'i' of kind serial has the thread tag 'threadIdx.x'"),
     (loop(i, 4, store(A, i), S.ForKind.THREAD_BINDING),
      "of kind thread_binding has the thread tag ''"),
-    (loop(i, E.FloatImm(4.0), store(A, i)), "the loop extent has type float32"),
+    (loop(i, E.FloatImm(4.0), store(A, i)), "over float32 4.0f: loops count in integers"),
     (S.IfThenElse(n, store(A, n)), "the condition has type int32"),
     (S.LetStmt(j, ONE, store(A, E.const(0))), "let 'j' of type int32 is bound to a value of type"),
     (store(A, n, E.const(1)), "a value of type int32 is stored to buffer 'A' of type float32"),
