@@ -2,10 +2,9 @@
 each operation; float32 math on converted loads and IR without bfloat16 are left alone."""
 import tdsl
 from tdsl.ir import expr as E
-from tdsl.ir import stmt as S
 from tdsl.passes.legalize_bf16 import legalize_bf16
 
-from pass_ir import before, func, loop, nodes
+from pass_ir import before, func, nodes
 
 
 def _bf16_and_f32():
