@@ -11,8 +11,8 @@ generator far from the cause (tinygrad's `spec.py`, TVM's `VerifySSA`/`VerifyMem
   or one (a flattened access);
 - a barrier, or an asynchronous-copy commit, is only inside a GPU kernel (a loop bound
   to blockIdx or threadIdx);
-- vectorized and unrolled loops, and loops bound to threadIdx or vthread, have constant
-  extents; a loop with a thread tag is a thread binding and the other way round;
+- vectorized and unrolled loops, and loops bound to vthread, have constant extents; a
+  loop with a thread tag is a thread binding and the other way round;
 - loop bounds are integers, conditions booleans, a let value has its variable's type and
   a stored value its buffer's;
 - no tensor-expression node (`ProducerLoad`, `Reduce`) is left in the loop IR;
@@ -20,7 +20,10 @@ generator far from the cause (tinygrad's `spec.py`, TVM's `VerifySSA`/`VerifyMem
   allocates.
 
 `lower` runs it after every pass when `TDSL_DEBUG` or `TDSL_VERIFY=1` is set (the test
-suite sets the latter). A failure is an `IRVerifyError`, a bug of tdsl, never the user's.
+suite sets the latter). A failure is an `IRVerifyError`, a bug of tdsl (or of IR a user
+function made, such as a tensor intrinsic's statement): mistakes in a schedule are refused
+before, or by the pass that can name them (a threadIdx loop of symbolic extent, by
+`split_kernels`), so the rules here leave those alone.
 """
 from __future__ import annotations
 
@@ -61,7 +64,8 @@ class _Verifier:
             where += f", kernel '{self.kernel}'"
         when = f" after pass '{self.after}'" if self.after else ""
         raise IRVerifyError(f"IR verifier: {where}{when}: {msg}, in:\n{_excerpt(node)}\n"
-                            "This is a bug in tdsl; please report it with the code that "
+                            "This is a bug in tdsl (or in IR handed to it, such as a tensor "
+                            "intrinsic's statement); please report it with the code that "
                             "defines the schedule.")
 
     # scopes ------------------------------------------------------------------------
@@ -181,8 +185,8 @@ class _Verifier:
         if (f.kind is S.ForKind.THREAD_BINDING) != bool(tag):
             self.fail(f"loop '{f.var.name}' of kind {f.kind.value} has the thread tag "
                       f"{tag!r}", f)
-        if (f.kind in _CONST_EXTENT or tag == "vthread" or tag.startswith("threadIdx")) \
-                and not isinstance(f.extent, E.IntImm):
+        # (a threadIdx loop of any extent is the user's mistake, which split_kernels names)
+        if (f.kind in _CONST_EXTENT or tag == "vthread") and not isinstance(f.extent, E.IntImm):
             what = f.kind.value if f.kind in _CONST_EXTENT else f"bound to {tag}"
             self.fail(f"loop '{f.var.name}' ({what}) has the non-constant extent {f.extent}",
                       f)
