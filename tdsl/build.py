@@ -29,7 +29,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 
 from .errors import BuildError
 from .ir.stmt import PrimFunc
-from .lower import lower, lower_for_target
+from .lower import build_passes, lower, lower_for_target
 from .target import as_target
 from .target_kind import TargetKind, register_kind, unregister_kind
 
@@ -86,14 +86,14 @@ def build(s, args=None, target=None, name=None, bounds_check=None):
         if args is not None and list(args) != list(s.attrs.get("args", args)):
             raise BuildError(f"build: function '{s.name}' was lowered with its arguments; "
                              "build(func) takes no other args")
-        return builder.generate(_checked(lower_for_target(s, t.kind, name), checked), t)
+        return builder.generate(build_passes(lower_for_target(s, t.kind, name), checked), t)
     if builder.build_schedule is not None:
         mod = builder.build_schedule(s, args, t, name or "main", checked)
         if mod is not None:
             return mod
     if not builder.calls_externs:
         _check_externs(s, t.kind)
-    return builder.generate(_checked(lower(s, args, name or "main", target=t.kind), checked), t)
+    return builder.generate(build_passes(lower(s, args, name or "main", target=t.kind), checked), t)
 
 
 def _bounds_check_flag(value):
@@ -108,12 +108,6 @@ def _bounds_check_flag(value):
     if not isinstance(value, bool):
         raise BuildError(f"build: bounds_check must be True, False or None, got {value!r}")
     return value
-
-
-def _checked(func, checked):
-    """`func` with its data-dependent accesses checked, and all others too if `checked`."""
-    from .passes.bounds_check import bounds_check
-    return bounds_check(func, data_only=not checked)
 
 
 def _extern_names(s):
@@ -157,7 +151,7 @@ def _build_llvm(s, args, t, name, checked):
             mod = jit.load_build(fp, tgt)
             if mod is not None:
                 return llvm.keep_externs(mod)
-    mod = llvm.build(_checked(lower(s, args, name, target="llvm"), checked), tgt)
+    mod = llvm.build(build_passes(lower(s, args, name, target="llvm"), checked), tgt)
     if fp is not None:
         jit.remember_build(fp, tgt, mod)
     return mod

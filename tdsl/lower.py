@@ -1,24 +1,36 @@
 """The lowering script: schedule -> loop IR, one pass after another.
 
-Set TDSL_DEBUG=2 to print the IR after every pass.
+`PASSES` is the one ordered list of loop-IR passes, from the output of `schedule_ops` to
+the function a code generator receives. Each entry says when it runs (its phase):
+`lower()` runs the "lower" passes, and the "target" ones when it knows the target;
+`build()` runs what is left for its target, then the "build" passes with its options.
+
+Set TDSL_DEBUG=2 to print the IR after every pass. With TDSL_DEBUG set, or TDSL_VERIFY=1
+(the test suite sets it), `tdsl.passes.verify` checks the IR after every pass.
 """
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Tuple
 
 from .errors import LoweringError, TdslError, InternalError
 from .ir import expr as E
 from .ir import stmt as S
 from .ir.expr import Range
+from .passes.bounds_check import bounds_check
 from .passes.double_buffer import inject_double_buffer
 from .passes.fuse_siblings import fuse_sibling_loops
+from .passes.gpu import gpu_storage_scope, split_kernels
 from .passes.intrin_rules import lower_intrinsics
 from .passes.legalize_bf16 import legalize_bf16
 from .passes.loop_partition import loop_partition
 from .passes.mma_fragments import lower_mma_fragments
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
+from .passes.thread_sync import thread_sync
+from .passes.verify import verify
 from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
@@ -27,31 +39,49 @@ from .te.regions import check_reads
 from .te.scan import scan_roles
 from .te.tensor import PlaceholderOp, Tensor
 
+# the phases: when a pass runs
+LOWER = "lower"     # in every lower()
+TARGET = "target"   # once the target is known: in lower() given one, else in build()
+CPU = "cpu"         # in lower(), for a schedule that binds no GPU threads
+GPU = "gpu"         # as "target", for GPU targets (and GPU schedules built for "c")
+BUILD = "build"     # in build(), on the function lowered for its target
+
+
+class Pass(NamedTuple):
+    name: str
+    fn: Callable                    # fn(func, **options) -> func
+    phase: str = LOWER
+    options: Tuple[str, ...] = ()   # the `Options` fields it takes, as keywords
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a pass may be told besides the function."""
+    kind: str = "llvm"          # the target kind
+    data_only: bool = True      # bounds_check: only the accesses whose index is read from memory
+
+
 PASSES = [
-    ("inject_double_buffer", inject_double_buffer),
-    ("fuse_sibling_loops", fuse_sibling_loops),
-    ("simplify", simplify_func),
-    ("loop_partition", loop_partition),
-    ("lower_mma_fragments", lower_mma_fragments),
-    ("storage_flatten", storage_flatten),
-    ("simplify", simplify_func),
-    ("legalize_bf16", legalize_bf16),
+    Pass("inject_double_buffer", inject_double_buffer),
+    Pass("fuse_sibling_loops", fuse_sibling_loops),
+    Pass("simplify", simplify_func),
+    Pass("loop_partition", loop_partition),
+    Pass("lower_mma_fragments", lower_mma_fragments),
+    Pass("storage_flatten", storage_flatten),
+    Pass("simplify", simplify_func),
+    Pass("legalize_bf16", legalize_bf16),
+    Pass("lower_intrinsics", lower_intrinsics, TARGET, ("kind",)),
+    # virtual threads on the CPU run interleaved; a GPU schedule keeps them for the GPU
+    # passes, where barriers exist
+    Pass("inject_virtual_thread", inject_virtual_thread, CPU),
+    Pass("gpu_storage_scope", gpu_storage_scope, GPU),
+    Pass("thread_sync", thread_sync, GPU),
+    # after thread_sync: its barriers (placed as if virtual threads were threads) are where
+    # the interleaving of virtual threads must meet
+    Pass("inject_virtual_thread", inject_virtual_thread, GPU),
+    Pass("split_kernels", split_kernels, GPU),
+    Pass("bounds_check", bounds_check, BUILD, ("data_only",)),
 ]
-
-
-def _gpu_passes():
-    # virtual threads after thread_sync: its barriers (placed as if they were threads) are
-    # where the interleaving of virtual threads must meet
-    from .passes.gpu import gpu_storage_scope, split_kernels
-    from .passes.thread_sync import thread_sync
-    return [("gpu_storage_scope", gpu_storage_scope), ("thread_sync", thread_sync),
-            ("inject_virtual_thread", inject_virtual_thread), ("split_kernels", split_kernels)]
-
-
-def _cpu_passes(sched):
-    """Virtual threads of a schedule that binds no GPU loops run interleaved on the CPU
-    (a GPU schedule keeps them for the GPU passes, where barriers exist)."""
-    return [] if binds_threads(sched) else [("inject_virtual_thread", inject_virtual_thread)]
 
 
 def binds_threads(sched) -> bool:
@@ -122,11 +152,15 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
         func.attrs["size_ranges"] = _size_ranges(func)
         func.attrs["region_checks"] = checks
         return func
-    # a function lowered for no target gets the rules of the one it is built for
-    rules = [] if target is None and _current_target() is None else \
-        [("lower_intrinsics", lambda f: lower_intrinsics(f, kind))]
-    func = _run(start, PASSES + rules + (_gpu_passes() if gpu else _cpu_passes(s)),
-                "schedule_ops")
+    phases = {LOWER}
+    if gpu:
+        phases.add(GPU)
+    elif not binds_threads(s):
+        phases.add(CPU)
+    # a function lowered for no target gets the target's passes when it is built for one
+    if target is not None or _current_target() is not None:
+        phases.add(TARGET)
+    func = _run(start, phases, Options(kind), "schedule_ops")
     func.attrs["target"] = kind
     return func
 
@@ -148,14 +182,15 @@ def lower_for_target(func: S.PrimFunc, target, name=None) -> S.PrimFunc:
     if "kernels" in func.attrs and not gpu:
         raise LoweringError(f"build: function '{func.name}' was lowered for the GPU target "
                             f"'{lowered_for}'; lower the schedule again for target '{kind}'")
-    rules = [("lower_intrinsics", lambda f: lower_intrinsics(f, kind))] \
-        if func.attrs.get("intrinsics_lowered_for") != kind and "kernels" not in func.attrs else []
+    phases = set()
+    if func.attrs.get("intrinsics_lowered_for") != kind and "kernels" not in func.attrs:
+        phases.add(TARGET)
     if gpu and "kernels" not in func.attrs:
         from .passes.gpu import check_gpu_schedule
         check_gpu_schedule(sched, kind)
-        func = _run(lambda: func, rules + _gpu_passes(), "lower")
-    elif rules:
-        func = _run(lambda: func, rules, "lower")
+        phases.add(GPU)
+    if phases:
+        func = _run(lambda: func, phases, Options(kind), "lower")
     if func.attrs.get("target") != kind:
         func = func.with_body(func.body)
         func.attrs["target"] = kind
@@ -184,18 +219,37 @@ def _needs_gpu_passes(sched, kind):
     return k.is_gpu or (k.emulates_gpu and binds_threads(sched))
 
 
-def _run(start, passes, start_name):
-    """start() and then each pass, with TDSL_DEBUG=2 printing the IR after each; errors
-    that are not the user's become InternalError."""
-    debug = int(os.environ.get("TDSL_DEBUG", "0") or 0)
+def build_passes(func: S.PrimFunc, bounds_check=False) -> S.PrimFunc:
+    """The "build" passes of PASSES on `func` from `lower_for_target`: the accesses whose
+    index is read from memory checked, and all others too when `bounds_check`."""
+    return _run(lambda: func, {BUILD}, Options(func.attrs.get("target", "llvm"),
+                                               data_only=not bounds_check), None)
+
+
+def verifies() -> bool:
+    """Whether lowering checks the IR after every pass: TDSL_DEBUG set (any level but 0)
+    or TDSL_VERIFY=1."""
+    return os.environ.get("TDSL_VERIFY", "") not in ("", "0") or _debug_level() > 0
+
+
+def _debug_level():
+    return int(os.environ.get("TDSL_DEBUG", "0") or 0)
+
+
+def _run(start, phases, options, start_name):
+    """start() and then each pass of PASSES in `phases`, told its `options`; TDSL_DEBUG=2
+    prints the IR after each, and the verifier checks it (`verifies()`). Errors that are
+    not the user's become InternalError."""
+    debug = _debug_level()
+    check = verifies()
     try:
         func = start()
-        if debug >= 2:
-            print(f"# after {start_name}\n{func}\n", file=sys.stderr)
-        for pass_name, fn in passes:
-            func = fn(func)
-            if debug >= 2:
-                print(f"# after {pass_name}\n{func}\n", file=sys.stderr)
+        if start_name is not None:
+            _after(func, start_name, debug, check)
+        for p in PASSES:
+            if p.phase in phases:
+                func = p.fn(func, **{o: getattr(options, o) for o in p.options})
+                _after(func, p.name, debug, check)
     except TdslError:
         raise
     except RecursionError as e:
@@ -204,3 +258,10 @@ def _run(start, passes, start_name):
         raise InternalError(f"lowering failed unexpectedly: {type(e).__name__}: {e}. "
                             "Please report this with the code that defines the schedule.") from e
     return func
+
+
+def _after(func, pass_name, debug, check):
+    if debug >= 2:
+        print(f"# after {pass_name}\n{func}\n", file=sys.stderr)
+    if check:
+        verify(func, pass_name)

@@ -33,6 +33,9 @@ _TMP_DIR = tempfile.mkdtemp(prefix="pytest-tmpdir-")
 os.environ["TDSL_CACHE_DIR"] = _CACHE_DIR
 os.environ["TMPDIR"] = _TMP_DIR
 tempfile.tempdir = None          # gettempdir() reads TMPDIR again
+# every lowering in the suite (and in the subprocesses it starts) checks the IR after each
+# pass (tdsl.passes.verify); TDSL_VERIFY=0 in the environment turns it off
+os.environ.setdefault("TDSL_VERIFY", "1")
 
 
 def pytest_addoption(parser):

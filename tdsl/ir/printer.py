@@ -57,15 +57,15 @@ class Printer:
             return f"{e.value!r}{suffix}"
         if t is E.Var:
             return self.name(e, e.name)
+        if t is E.Not:      # before the binary operators: one operand, but a precedence
+            s = f"not {self.expr(e.a, 3)}"
+            return f"({s})" if 3 < prec else s
         if t in _PREC:
             p = _PREC[t]
             # left-assoc: the right operand of - // % / needs parens at equal precedence
             right_p = p + 1 if t in (E.Sub, E.Div, E.FloorDiv, E.FloorMod) or p == 4 else p
             s = f"{self.expr(e.a, p)} {_SYM[t]} {self.expr(e.b, right_p)}"
             return f"({s})" if p < prec else s
-        if t is E.Not:
-            s = f"not {self.expr(e.a, 3)}"
-            return f"({s})" if 3 < prec else s
         if t in (E.Min, E.Max):
             return f"{t.__name__.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
         if t is E.Select:
