@@ -31,7 +31,7 @@ def compile_ptx(source: str, arch: str = None) -> str:
     """PTX for `source` through NVRTC (falls back to nvcc when NVRTC is missing); for the
     GPU of this machine when `arch` is None, with none for the oldest tdsl builds for (for
     sm_90a where the source uses wgmma)."""
-    arch = arch_for(source, arch or _default_arch(source))
+    arch = arch_for(source, arch or default_arch(source))
     key = (source, arch)
     ptx = _ptx_cache.get(key)
     if ptx is not None:
@@ -52,7 +52,7 @@ def compile_ptx(source: str, arch: str = None) -> str:
     return ptx
 
 
-def _default_arch(source: str = ""):
+def default_arch(source: str = ""):
     """This machine's GPU's architecture; with none, the fallback for `source`."""
     dev = None
     try:
