@@ -23,9 +23,9 @@ PHASES = (INLINE_PHASE, SCHEDULE_PHASE)
 
 class Rule:
     """One rule: a name (which `explain()` prints for the decisions it records), the phase
-    it runs in, when it applies to a stage and what it does to it. Subclass it, or give
-    the two methods to an instance; rules keep no state of their own between stages (what
-    the rules share lives in the context)."""
+    it runs in, when it applies to a stage and what it does to it. A rule is a subclass
+    and one instance of it in the lists; it keeps no state of its own between stages
+    (what the rules share lives in the context)."""
 
     name = "rule"
     phase = SCHEDULE_PHASE
