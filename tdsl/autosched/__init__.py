@@ -5,9 +5,12 @@ It returns an ordinary `Schedule` (an `AutoSchedule`, which only adds `explain()
 it, edit it with the usual primitives, build it. `explain()` lists every rule applied, on
 which stage, what it did and why; the primitives themselves are in the schedule's trace.
 
-Rules live in small modules: `analysis` (what a definition's loads and axes say),
-`cpu` (llvm and c), `gpu` (cuda and opencl), `params` (the knobs a search may set),
-`record` (the explanation). The search over those knobs sits above the rules, in
+The rules are ordered lists of `Rule` (`rule.py`: a name, when it applies to a stage, what
+it does): `CPU_RULES` (llvm and c, `cpu.py`) and `GPU_RULES` (cuda and opencl, `gpu.py`),
+one rule a module beside them; they share a context (`context.py`: the schedule, the
+target, the analysis of each stage (`analysis.py`), what earlier rules decided), the knobs
+a search may set (`params.py`) and the explanation (`record.py`). `auto_schedule(...,
+rules=[...])` runs another list. The search over the knobs sits above the rules, in
 `tdsl.autotune.autosched`."""
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
 from ..target import GPU_KINDS, as_target
 from ..te.tensor import ComputeOp, Operation, Tensor
+from .cpu import CPU_RULES, schedule_cpu
+from .gpu import GPU_RULES, schedule_gpu
 from .params import AutoParams
 from .record import Decision, Explanation
+from .rule import INLINE_PHASE, SCHEDULE_PHASE, Rule
 
 
 class AutoSchedule(Schedule):
@@ -29,10 +35,11 @@ class AutoSchedule(Schedule):
         return self.explanation
 
 
-def auto_schedule(outputs, target=None, params=None) -> AutoSchedule:
+def auto_schedule(outputs, target=None, params=None, rules=None) -> AutoSchedule:
     """A schedule for `outputs` (a tensor or a list of them) on `target` (a string or a
     `tdsl.target.Target`; None: the enclosing `with Target(...)` block's, else "llvm"),
-    sized from the target's vector lanes, registers, FMA units and cores. `params` (a dict or `AutoParams`) overrides the sizes the rules would derive."""
+    sized from the target's vector lanes, registers, FMA units and cores. `params` (a dict or `AutoParams`) overrides the sizes the rules would derive.
+    `rules` (a list of `Rule`) replaces the target family's list (`CPU_RULES`, `GPU_RULES`)."""
     t = as_target(target)
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     if not outs:
@@ -46,24 +53,21 @@ def auto_schedule(outputs, target=None, params=None) -> AutoSchedule:
                                 "there is nothing to compute")
     p = AutoParams.of(params)
     s = AutoSchedule(list(outs))
-    s.explanation = apply_rules(s, t, p)
+    s.explanation = apply_rules(s, t, p, rules)
     return s
 
 
-def apply_rules(s, target=None, params=None) -> Explanation:
-    """Applies the rules to `s`, a schedule nothing was done to yet (the graph layer's
-    fallback for groups without a hand strategy); returns the explanation."""
+def apply_rules(s, target=None, params=None, rules=None) -> Explanation:
+    """Applies the rules (`rules`, else the target family's list) to `s`, a schedule nothing
+    was done to yet (the graph layer's fallback for groups without a hand strategy);
+    returns the explanation."""
     t = as_target(target)
     p = AutoParams.of(params)
     rec = Explanation(t)
     rec.params = p.changed()
-    if t.kind in GPU_KINDS:
-        from .gpu import schedule_gpu
-        schedule_gpu(s, t, rec, p)
-    else:
-        from .cpu import schedule_cpu
-        schedule_cpu(s, t, rec, p)
+    (schedule_gpu if t.kind in GPU_KINDS else schedule_cpu)(s, t, rec, p, rules)
     return rec
 
 
-__all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision"]
+__all__ = ["auto_schedule", "apply_rules", "AutoSchedule", "AutoParams", "Explanation", "Decision",
+           "Rule", "CPU_RULES", "GPU_RULES", "INLINE_PHASE", "SCHEDULE_PHASE"]

@@ -39,7 +39,8 @@ from .. import dtype as dt
 from ..ir import expr as E
 from ..ir.visitor import walk
 from .analysis import EXPENSIVE_CALLS
-from .cpu_base import BIG, CPUBase
+from .cpu_base import BIG
+from .rule import INLINE_PHASE, Rule
 
 STENCIL_MIN_SAVED = 8       # arithmetic operations saved per point to pay a store and loads
 CALL_OPS = 16               # a vectorized exp/log/tanh: a polynomial and a range reduction
@@ -87,219 +88,256 @@ def arith_ops(body) -> int:
     return n[0]
 
 
-class StencilRules(CPUBase):
-    # ------------------------------------------------------------------ analysis
-    def taps(self, st, reader) -> Optional[Offsets]:
-        """The offsets at which `reader` reads `st` (each index its own axis plus a
-        constant), None when some read is not of that form."""
-        ri = self.infos[reader]
-        out = set()
-        for ld in ri.loads_of(st.op.output(0)):
-            if len(ld.indices) != len(ri.axes):
+class Stencil(Rule):
+    """Inline phase: a stage of the stencil plan (`stencil_plan`) is kept, to be computed
+    per tile of its consumer, unless a contraction reads it (then it is materialized)."""
+    name = "stencil"
+    phase = INLINE_PHASE
+
+    def applies(self, ctx, st):
+        return st in ctx.stencil_plan and not ctx.contraction_readers(st)
+
+    def apply(self, ctx, st):
+        ctx.stencil.add(st)
+        self.note(ctx, st, "materialize per tile", ctx.stencil_plan[st])
+
+
+class StencilTile(Rule):
+    """Schedule phase: the owner of a stencil group is tiled, its members computed per tile."""
+    name = "stencil tile"
+
+    def applies(self, ctx, st):
+        return st in ctx.tiles
+
+    def apply(self, ctx, st):
+        stencil_tile(ctx, st, ctx.tiles[st])
+
+
+STENCIL = Stencil()
+STENCIL_TILE = StencilTile()
+
+
+def read_taps(ctx, st, reader) -> Optional[Offsets]:
+    """The offsets at which `reader` reads `st` (each index its own axis plus a
+    constant), None when some read is not of that form."""
+    ri = ctx.infos[reader]
+    out = set()
+    for ld in ri.loads_of(st.op.output(0)):
+        if len(ld.indices) != len(ri.axes):
+            return None
+        offs = tuple(index_offset(ix, iv.var) for ix, iv in zip(ld.indices, ri.axes))
+        if any(o is None for o in offs):
+            return None
+        out.add(offs)
+    return frozenset(out)
+
+
+def taps_at(ctx, st, through) -> Optional[Tuple[object, Offsets]]:
+    """(owner, offsets): the one stage outside `through` that reads `st` (through the
+    stages in `through`) and the offsets of those reads relative to its point; None
+    if there are several such readers or some read is not a shifted one."""
+    owner, total = None, set()
+    for c in ctx.readers[st]:
+        own = read_taps(ctx, st, c)
+        if own is None:
+            return None
+        if c in through:
+            up = taps_at(ctx, c, through)
+            if up is None:
                 return None
-            offs = tuple(index_offset(ix, iv.var) for ix, iv in zip(ld.indices, ri.axes))
-            if any(o is None for o in offs):
-                return None
-            out.add(offs)
-        return frozenset(out)
+            o, outer = up
+            own = {tuple(a + b for a, b in zip(u, i)) for u in outer for i in own}
+        else:
+            o = c
+        if owner is not None and o is not owner:
+            return None
+        owner = o
+        total |= own
+    return None if owner is None else (owner, frozenset(total))
 
-    def taps_at(self, st, through) -> Optional[Tuple[object, Offsets]]:
-        """(owner, offsets): the one stage outside `through` that reads `st` (through the
-        stages in `through`) and the offsets of those reads relative to its point; None
-        if there are several such readers or some read is not a shifted one."""
-        owner, total = None, set()
-        for c in self.readers[st]:
-            own = self.taps(st, c)
-            if own is None:
-                return None
-            if c in through:
-                up = self.taps_at(c, through)
-                if up is None:
-                    return None
-                o, outer = up
-                own = {tuple(a + b for a, b in zip(u, i)) for u in outer for i in own}
-            else:
-                o = c
-            if owner is not None and o is not owner:
-                return None
-            owner = o
-            total |= own
-        return None if owner is None else (owner, frozenset(total))
 
-    def pointwise(self, st) -> bool:
-        info = self.infos.get(st)
-        return info is not None and not info.is_reduction and not st.is_output
+def pointwise(ctx, st) -> bool:
+    info = ctx.infos.get(st)
+    return info is not None and not info.is_reduction and not st.is_output
 
-    def work(self, st, planned) -> int:
-        """Arithmetic per point of `st`, with the pointwise producers inlined into it (those
-        not materialized) counted once per read."""
-        info = self.infos[st]
-        n = sum(arith_ops(b) for b in st.op.bodies)
-        for p in self.s.producers(st):
-            if self.pointwise(p) and p not in planned:
-                n += self.work(p, planned) * len(info.loads_of(p.op.output(0)))
-        return n
 
-    def stencil_plan(self) -> Dict:
-        """{stage: why} for the pointwise stages to compute per tile of their consumer,
-        decided producers first, every stage below assumed inlined: a producer
-        materialized makes the stages reading it cheap to inline (a product of two
-        materialized gradients stays inlined into its box sum)."""
-        plan = {}
-        for st in self.comp:
-            info = self.infos[st]
-            if not self.pointwise(st) or len(info.axes) < 2 or \
-                    st.op.output(0).dtype == "bool":
-                continue
-            through = {c for c in self.comp if self.pointwise(c) and c not in plan and c is not st}
-            found = self.taps_at(st, through)
-            if found is None or len(found[1]) < 2 or self.infos[found[0]].is_reduction:
-                continue
-            owner, taps = found
-            w = self.work(st, plan)
-            saved = (len(taps) - 1) * w
-            if saved > STENCIL_MIN_SAVED:
-                plan[st] = (f"read at {len(taps)} shifted points by '{owner.op.name}': inlined "
-                            f"it would cost {saved} more operations per point than computing "
-                            f"it once ({w} each)")
-        return plan
+def point_work(ctx, st, planned) -> int:
+    """Arithmetic per point of `st`, with the pointwise producers inlined into it (those
+    not materialized) counted once per read."""
+    info = ctx.infos[st]
+    n = sum(arith_ops(b) for b in st.op.bodies)
+    for p in ctx.sched.producers(st):
+        if pointwise(ctx, p) and p not in planned:
+            n += point_work(ctx, p, planned) * len(info.loads_of(p.op.output(0)))
+    return n
 
-    # ------------------------------------------------------------------ the group
-    def owner_of(self, st, stencil, inlined):
-        """The stage whose tile `st` is computed at: the first reader, through inlined and
-        other stencil stages, that is neither."""
-        readers = self.eff_readers(st, inlined)
-        out = set()
-        for c in readers:
-            out |= {self.owner_of(c, stencil, inlined)} if c in stencil else {c}
-        return out.pop() if len(out) == 1 else None
 
-    def stencil_groups(self, inlined, attach, level) -> Dict:
-        """{owner: members, producers first}; a stencil stage whose tile has no single
-        pointwise owner free of other groupings is computed at the root instead."""
-        groups = {}
-        for st in [m for m in self.comp if m in self.stencil]:
-            owner = self.owner_of(st, self.stencil, inlined)
-            if owner is None or owner in attach or owner in level or \
-                    self.infos[owner].is_reduction:
-                self.stencil.discard(st)
-                self.rec.add(st, "stencil", "compute_root", "no single pointwise consumer to "
-                             "tile: computed once over the whole image")
-                continue
-            groups.setdefault(owner, []).append(st)
-        return groups
+def stencil_plan(ctx) -> Dict:
+    """{stage: why} for the pointwise stages to compute per tile of their consumer,
+    decided producers first, every stage below assumed inlined: a producer
+    materialized makes the stages reading it cheap to inline (a product of two
+    materialized gradients stays inlined into its box sum)."""
+    plan = {}
+    for st in ctx.comp:
+        info = ctx.infos[st]
+        if not pointwise(ctx, st) or len(info.axes) < 2 or \
+                st.op.output(0).dtype == "bool":
+            continue
+        through = {c for c in ctx.comp if pointwise(ctx, c) and c not in plan and c is not st}
+        found = taps_at(ctx, st, through)
+        if found is None or len(found[1]) < 2 or ctx.infos[found[0]].is_reduction:
+            continue
+        owner, taps = found
+        w = point_work(ctx, st, plan)
+        saved = (len(taps) - 1) * w
+        if saved > STENCIL_MIN_SAVED:
+            plan[st] = (f"read at {len(taps)} shifted points by '{owner.op.name}': inlined "
+                        f"it would cost {saved} more operations per point than computing "
+                        f"it once ({w} each)")
+    return plan
 
-    def memory_inputs(self, st, inlined):
-        """The stages `st` reads from memory: its producers, looking through inlined ones."""
-        out, todo = [], list(self.s.producers(st))
-        while todo:
-            p = todo.pop()
-            if p in inlined:
-                todo.extend(self.s.producers(p))
-            elif p not in out:
-                out.append(p)
-        return out
 
-    def shifted_reads(self, p, reader, inlined) -> Optional[Offsets]:
-        """The offsets at which `reader` reads `p`, through inlined stages too; None unless
-        every read is at the reader's own point shifted by constants (rows read in order)."""
-        out = set()
-        for q in self.s.producers(reader):
-            if q is p:
-                own = self.taps(p, reader)
-            elif q in inlined:
-                inner, outer = self.shifted_reads(p, q, inlined), self.taps(q, reader)
-                own = None if inner is None or outer is None else \
-                    {tuple(a + b for a, b in zip(u, i)) for u in outer for i in inner}
-            else:
-                continue
-            if own is None:
-                return None
-            out |= own
-        return frozenset(out)
+def owner_of(ctx, st):
+    """The stage whose tile `st` is computed at: the first reader, through inlined and
+    other stencil stages, that is neither."""
+    readers = ctx.eff_readers(st)
+    out = set()
+    for c in readers:
+        out |= {owner_of(ctx, c)} if c in ctx.stencil else {c}
+    return out.pop() if len(out) == 1 else None
 
-    def prefetch_rows(self, m, inlined, members, fetched, row_bytes):
-        """Prefetches, at member `m`'s row loop, the input rows its tile reads a few rows
-        ahead. Each tile reads its rows in short runs (the tile's width), too short for
-        the hardware prefetchers to follow across rows: at 4096^2 a Harris tile waited on
-        memory for a fifth of its time. Each input is fetched by its first member only."""
-        for p in self.memory_inputs(m, inlined):
-            # rows read in order: a transposed or gathered read would fetch a line a point
-            if p in members or p in fetched or not self.shifted_reads(p, m, inlined):
-                continue
-            fetched.add(p)
-            row = m.op.axis[-2]
-            ahead = max(1, -(-PREFETCH_AHEAD // max(1, row_bytes)))
-            self.s[m].prefetch(p.op.output(0), row, ahead)
-            self.rec.add(m, "prefetch", f"prefetch({p.op.name}, {row.var.name}, {ahead})",
-                         f"the rows of '{p.op.name}' a tile reads are fetched {ahead} row(s) "
-                         f"(~{PREFETCH_AHEAD // 1024} KiB) ahead: runs of {row_bytes} bytes "
-                         "are too short for the hardware prefetcher to follow")
 
-    def stencil_tile(self, owner, members, inlined):
-        """Tiles `owner` (rows x vector columns), computes `members` at the tile with their
-        halo, parallel over tiles, vectorized along the columns."""
-        info = self.infos[owner]
-        axes, exts = list(owner.op.axis), list(info.extents)
-        dtype = owner.op.output(0).dtype
-        lanes = self.lanes(dtype)
-        esize = max(1, dt.bits(dtype) // 8)
-        through = set(members) | set(inlined)
-        halos = []
-        for m in members:
-            found = self.taps_at(m, through)
-            taps = found[1] if found else {(0,) * len(axes)}
-            halos.append(tuple(max(t[d] for t in taps) - min(t[d] for t in taps) for d in (-2, -1)))
-        hy = max(h[0] for h in halos)
-        hx = max(h[1] for h in halos)
-        W, H = exts[-1], exts[-2]
-        # columns: a whole number of vectors, at most the row; rows: a power of two such
-        # that the members' tiles with their halos take a share of L2 together
-        cols = lanes * COL_VECTORS
-        if W is not None:
-            cols = min(cols, -(-W // lanes) * lanes)
-        budget = self.t.cache_bytes(2) // (L2_SHARE * len(members))
-        rows = max(1, budget // (esize * (cols + hx)) - hy)
-        rows = max(1, min(rows, 1 << (rows.bit_length() - 1)))   # a power of two
-        if H is not None:
-            rows = min(rows, H)
-        yo, xo, yi, xi = owner.tile(axes[-2], axes[-1], rows, cols)
-        self.rec.add(owner, "stencil tile", f"tile({axes[-2].var.name}, {axes[-1].var.name}, "
-                     f"{rows}, {cols})", f"{len(members)} stage(s) computed per tile with a halo of "
-                     f"{hy} x {hx}: each member's tile within {budget // 1024} KiB, 1/{L2_SHARE} of "
-                     f"L2 ({self.t.cache_bytes(2) // 1024} KiB) across {len(members)} buffer(s)")
-        self.vector_split(owner, xi, cols, dtype)
-        nty = None if H is None else -(-H // rows)
-        ntx = None if W is None else -(-W // cols)
-        loops = [(iv, e, False) for iv, e in zip(axes[:-2], exts[:-2])]
-        loops += [(yo, nty, H is None or H % rows != 0), (xo, ntx, W is None or W % cols != 0)]
-        work = info.outputs(BIG)
-        # a fused loop cannot carry the members when its extent is symbolic (bound
-        # inference cannot bound their region through it): then only the rows go parallel
-        if H is None or W is None:
-            loops = loops[:-1]
-        par = self.parallel_prefix(owner, loops, work, "tiles of a stencil group")
-        at = par if xo not in owner.leaf_iter_vars else xo
-        fetched = set()
-        for m in members:
-            ms = self.s[m]
-            ms.compute_at(owner, at)
-            self.prefetch_rows(m, inlined, members, fetched, (cols + hx) * esize)
-            maxes, mlanes = list(m.op.axis), self.lanes(m.op.output(0).dtype)
-            self.rec.add(m, "stencil", f"compute_at({owner.op.name}, {at.var.name}); "
-                         f"storage_align({maxes[-2].var.name}, {mlanes}, 0)",
-                         f"computed per tile of '{owner.op.name}' with its halo: produced and "
-                         "consumed while in cache; rows padded to whole vectors")
-            # rows start on a vector boundary (Halide rounds them up likewise): the
-            # consumer's unshifted tap is an aligned load
-            ms.storage_align(maxes[-2], mlanes, 0)
-            self.vector_split(m, maxes[-1], None, m.op.output(0).dtype)
-            if len(members) > 1:
-                # members over the same region at one place: one loop computes them all,
-                # loading the inputs they share once (passes/fuse_siblings.py)
-                ms.pragma(maxes[0], "fuse_siblings")
+def stencil_groups(ctx) -> Dict:
+    """{owner: members, producers first}; a stencil stage whose tile has no single
+    pointwise owner free of other groupings is computed at the root instead."""
+    groups = {}
+    for st in [m for m in ctx.comp if m in ctx.stencil]:
+        owner = owner_of(ctx, st)
+        if owner is None or owner in ctx.attach or owner in ctx.level or \
+                ctx.infos[owner].is_reduction:
+            ctx.stencil.discard(st)
+            ctx.rec.add(st, "stencil", "compute_root", "no single pointwise consumer to "
+                        "tile: computed once over the whole image")
+            continue
+        groups.setdefault(owner, []).append(st)
+    return groups
+
+
+def memory_inputs(ctx, st):
+    """The stages `st` reads from memory: its producers, looking through inlined ones."""
+    out, todo = [], list(ctx.sched.producers(st))
+    while todo:
+        p = todo.pop()
+        if p in ctx.inlined:
+            todo.extend(ctx.sched.producers(p))
+        elif p not in out:
+            out.append(p)
+    return out
+
+
+def shifted_reads(ctx, p, reader) -> Optional[Offsets]:
+    """The offsets at which `reader` reads `p`, through inlined stages too; None unless
+    every read is at the reader's own point shifted by constants (rows read in order)."""
+    out = set()
+    for q in ctx.sched.producers(reader):
+        if q is p:
+            own = read_taps(ctx, p, reader)
+        elif q in ctx.inlined:
+            inner, outer = shifted_reads(ctx, p, q), read_taps(ctx, q, reader)
+            own = None if inner is None or outer is None else \
+                {tuple(a + b for a, b in zip(u, i)) for u in outer for i in inner}
+        else:
+            continue
+        if own is None:
+            return None
+        out |= own
+    return frozenset(out)
+
+
+def prefetch_rows(ctx, m, members, fetched, row_bytes):
+    """Prefetches, at member `m`'s row loop, the input rows its tile reads a few rows
+    ahead. Each tile reads its rows in short runs (the tile's width), too short for
+    the hardware prefetchers to follow across rows: at 4096^2 a Harris tile waited on
+    memory for a fifth of its time. Each input is fetched by its first member only."""
+    for p in memory_inputs(ctx, m):
+        # rows read in order: a transposed or gathered read would fetch a line a point
+        if p in members or p in fetched or not shifted_reads(ctx, p, m):
+            continue
+        fetched.add(p)
+        row = m.op.axis[-2]
+        ahead = max(1, -(-PREFETCH_AHEAD // max(1, row_bytes)))
+        ctx.sched[m].prefetch(p.op.output(0), row, ahead)
+        ctx.rec.add(m, "prefetch", f"prefetch({p.op.name}, {row.var.name}, {ahead})",
+                    f"the rows of '{p.op.name}' a tile reads are fetched {ahead} row(s) "
+                    f"(~{PREFETCH_AHEAD // 1024} KiB) ahead: runs of {row_bytes} bytes "
+                    "are too short for the hardware prefetcher to follow")
+
+
+def stencil_tile(ctx, owner, members):
+    """Tiles `owner` (rows x vector columns), computes `members` at the tile with their
+    halo, parallel over tiles, vectorized along the columns."""
+    info = ctx.infos[owner]
+    axes, exts = list(owner.op.axis), list(info.extents)
+    dtype = owner.op.output(0).dtype
+    lanes = ctx.lanes(dtype)
+    esize = max(1, dt.bits(dtype) // 8)
+    through = set(members) | set(ctx.inlined)
+    halos = []
+    for m in members:
+        found = taps_at(ctx, m, through)
+        taps = found[1] if found else {(0,) * len(axes)}
+        halos.append(tuple(max(t[d] for t in taps) - min(t[d] for t in taps) for d in (-2, -1)))
+    hy = max(h[0] for h in halos)
+    hx = max(h[1] for h in halos)
+    W, H = exts[-1], exts[-2]
+    # columns: a whole number of vectors, at most the row; rows: a power of two such
+    # that the members' tiles with their halos take a share of L2 together
+    cols = lanes * COL_VECTORS
+    if W is not None:
+        cols = min(cols, -(-W // lanes) * lanes)
+    budget = ctx.target.cache_bytes(2) // (L2_SHARE * len(members))
+    rows = max(1, budget // (esize * (cols + hx)) - hy)
+    rows = max(1, min(rows, 1 << (rows.bit_length() - 1)))   # a power of two
+    if H is not None:
+        rows = min(rows, H)
+    yo, xo, yi, xi = owner.tile(axes[-2], axes[-1], rows, cols)
+    ctx.rec.add(owner, "stencil tile", f"tile({axes[-2].var.name}, {axes[-1].var.name}, "
+                f"{rows}, {cols})", f"{len(members)} stage(s) computed per tile with a halo of "
+                f"{hy} x {hx}: each member's tile within {budget // 1024} KiB, 1/{L2_SHARE} of "
+                f"L2 ({ctx.target.cache_bytes(2) // 1024} KiB) across {len(members)} buffer(s)")
+    ctx.vector_split(owner, xi, cols, dtype)
+    nty = None if H is None else -(-H // rows)
+    ntx = None if W is None else -(-W // cols)
+    loops = [(iv, e, False) for iv, e in zip(axes[:-2], exts[:-2])]
+    loops += [(yo, nty, H is None or H % rows != 0), (xo, ntx, W is None or W % cols != 0)]
+    work = info.outputs(BIG)
+    # a fused loop cannot carry the members when its extent is symbolic (bound
+    # inference cannot bound their region through it): then only the rows go parallel
+    if H is None or W is None:
+        loops = loops[:-1]
+    par = ctx.parallel_prefix(owner, loops, work, "tiles of a stencil group")
+    at = par if xo not in owner.leaf_iter_vars else xo
+    fetched = set()
+    for m in members:
+        ms = ctx.sched[m]
+        ms.compute_at(owner, at)
+        prefetch_rows(ctx, m, members, fetched, (cols + hx) * esize)
+        maxes, mlanes = list(m.op.axis), ctx.lanes(m.op.output(0).dtype)
+        ctx.rec.add(m, "stencil", f"compute_at({owner.op.name}, {at.var.name}); "
+                    f"storage_align({maxes[-2].var.name}, {mlanes}, 0)",
+                    f"computed per tile of '{owner.op.name}' with its halo: produced and "
+                    "consumed while in cache; rows padded to whole vectors")
+        # rows start on a vector boundary (Halide rounds them up likewise): the
+        # consumer's unshifted tap is an aligned load
+        ms.storage_align(maxes[-2], mlanes, 0)
+        ctx.vector_split(m, maxes[-1], None, m.op.output(0).dtype)
         if len(members) > 1:
-            self.rec.add(owner, "fuse siblings", "pragma(fuse_siblings) on every member",
-                         "members over the same region are computed in one loop nest where "
-                         "they do not depend on each other: the inputs they share are loaded "
-                         "once")
+            # members over the same region at one place: one loop computes them all,
+            # loading the inputs they share once (passes/fuse_siblings.py)
+            ms.pragma(maxes[0], "fuse_siblings")
+    if len(members) > 1:
+        ctx.rec.add(owner, "fuse siblings", "pragma(fuse_siblings) on every member",
+                    "members over the same region are computed in one loop nest where "
+                    "they do not depend on each other: the inputs they share are loaded "
+                    "once")
+

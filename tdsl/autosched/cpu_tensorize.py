@@ -22,7 +22,7 @@ from .. import tiling
 from ..ir import expr as E
 from ..te import intrin_x86
 from .analysis import Load
-from .cpu_base import CPUBase
+from .rule import Rule
 
 LANES = intrin_x86.LANES
 # (data dtype, kernel dtype, accumulator) -> (products per lane, intrinsic, Target fact,
@@ -65,129 +65,141 @@ def _operand(e, acc):
     return None
 
 
-class TensorizeRules(CPUBase):
-    def dot_plan(self, R):
-        """(plan, None) when R can run on a dot-product instruction of the target, else
-        (None, why not) -- why is None for contractions that are not low precision."""
-        info = self.infos[R]
-        body = R.op.body
-        if not isinstance(body, E.Reduce) or body.combiner.name != "sum" or \
-                body.condition is not None and not (isinstance(body.condition, E.IntImm)
-                                                    and body.condition.value):
-            return None, None
-        src = body.source[0] if isinstance(body.source, tuple) else body.source
-        acc = R.op.output(0).dtype
-        if not isinstance(src, E.Mul):
-            return None, None
-        a, b = _operand(src.a, acc), _operand(src.b, acc)
-        if a is None or b is None or not {a.dtype, b.dtype} & _LOW:
-            return None, None
-        kernel_first = len(info.axes) >= 2 and Load(a).uses(info.axes[-1]) and \
-            not Load(b).uses(info.axes[-1])
-        if kernel_first:        # B[k, j] * A[i, k]: the data operand is the second factor
-            a, b = b, a
-        key = (a.dtype, b.dtype, acc)
-        if key not in DOT_KINDS:
-            return None, (f"{a.dtype} x {b.dtype} -> {acc} has no dot-product instruction "
-                          "(uint8 x int8 -> int32 and bfloat16 x bfloat16 -> float32 do)")
-        g, intrin, fact, instr, ext = DOT_KINDS[key]
-        if self.t.kind != "llvm" or not getattr(self.t, fact):
-            return None, f"target '{self.t}' has no {ext} ({instr})"
-        if len(info.axes) < 2 or len(info.raxes) != 1:
-            return None, (f"{len(info.axes)} output axes and {len(info.raxes)} reduction axes: "
-                          "the rule takes a (batched) matrix product")
-        if None in info.extents or None in info.rextents:
-            return None, "symbolic sizes: the packed layout needs constant extents"
-        (M, N), (K,) = info.extents[-2:], info.rextents
-        if N % LANES or K % g:
-            return None, (f"N={N}, K={K}: the instruction needs N a multiple of {LANES} and K "
-                          f"of {g}")
-        *batch, i, j = info.axes
-        (k,) = info.raxes
-        la, lb = Load(a), Load(b)
-        if la.uses(j) or not la.uses(i) or lb.uses(i) or not lb.uses(j) or \
-                not (la.uses(k) and lb.uses(k)):
-            return None, (f"'{a.tensor.name}' must be read along rows and '{b.tensor.name}' "
-                          "along columns, both along the reduction")
-        b_pos = _positions(b, info.axes + [k])
-        if b_pos is None or len(info.loads_of(b.tensor)) != 1:
-            return None, (f"'{b.tensor.name}' is not read once at plain loop indices: it "
-                          "cannot be packed")
-        b_layout = [(b_pos[v], None) for v in batch if v in b_pos] + \
-            [(b_pos[j], None), (b_pos[k], None), (b_pos[j], LANES), (b_pos[k], g)]
-        a_layout = None
-        if not (isinstance(a.indices[-1], E.Var) and a.indices[-1] is k.var) or \
-                any(la.pos_vars[n] & {id(k.var)} for n in range(len(a.indices) - 1)):
-            # A read as A[k, i] (A.T @ B): copied row-major first
-            a_pos = _positions(a, info.axes + [k])
-            if a_pos is None or len(info.loads_of(a.tensor)) != 1:
-                return None, (f"'{a.tensor.name}' is neither contiguous along the reduction "
-                              f"'{k.var.name}' nor read at plain loop indices: the "
-                              f"instruction loads {g} adjacent values")
-            a_layout = [(a_pos[v], None) for v in batch if v in a_pos] + \
-                [(a_pos[i], None), (a_pos[k], None)]
-        return dict(g=g, intrin=intrin(self.t, kernel_first=kernel_first), instr=instr,
-                    ext=ext, A=a.tensor, B=b.tensor,
-                    a_layout=a_layout, b_layout=b_layout, M=M, N=N, K=K,
-                    batch=info.extents[:-2]), None
+class Tensorize(Rule):
+    """A low-precision contraction on the target's dot-product instruction; where it
+    cannot run there, it says why and the next rules schedule the contraction."""
+    name = "tensorize"
 
-    def dot_tensorize(self, R, T):
-        """Schedules contraction R (with T, its elementwise consumer, or None) on the
-        target's dot-product instruction; False (after saying why) when it cannot."""
-        plan, why = self.dot_plan(R)
-        if plan is None:
-            if why is not None:
-                self.rec.add(R, "tensorize", "none", why + "; the register-tile rule instead")
-            return False
-        s, g = self.s, plan["g"]
-        M, N, K = plan["M"], plan["N"], plan["K"]
-        copies = []
-        if plan["a_layout"] is not None:
-            copies.append(s[s.transform_layout(plan["A"], [R.op.output(0)], plan["a_layout"])])
-            self.rec.add(R, "pack", f"transform_layout({plan['A'].name}) to rows",
-                         f"'{plan['A'].name}' is read along the reduction across its rows; the "
-                         f"instruction broadcasts {g} adjacent values")
-        copies.append(s[s.transform_layout(plan["B"], [R.op.output(0)], plan["b_layout"])])
-        self.rec.add(R, "pack", f"transform_layout({plan['B'].name}) to [N/{LANES}][K/{g}]"
-                     f"[{LANES}][{g}]", f"{plan['instr']} multiplies a {LANES} x {g} block of "
-                     f"'{plan['B'].name}' whose {g} values per column are adjacent")
-        acc = R.op.output(0).dtype
-        # whole vectors: a guard inside the block cannot be one call; a ragged tile of rows
-        # is guarded around the calls, so it is taken when it holds twice the accumulators
-        rows, vecs = tiling.register_tile(self.t, M, N, acc, whole_rows=True, whole_vecs=True)
-        alt = tiling.register_tile(self.t, M, N, acc, whole_vecs=True)
-        if alt[0] * alt[1] >= 2 * rows * vecs:
-            rows, vecs = alt
-        if self.p.tile:
-            given = self.p.tile
-            rows = given[0] or rows
-            vecs = given[1] if given[1] and (N // LANES) % given[1] == 0 else vecs
-        if T is None:
-            L = s[s.cache_write(R.op.output(0), "local")]
-            O = s[R.op.output(0)]
-        else:
-            L, O = s[R.op.output(0)], s[T.op.output(0)]
-            self.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s "
-                         "tile", "the elementwise consumer reads the accumulators from registers")
-        no, mo = dot_micro_kernel(s, O, L, rows, vecs, g, plan["intrin"])
-        self.rec.add(R, "tensorize", f"{plan['instr']} ({plan['intrin'].name}); tile {rows} x "
-                     f"{vecs * LANES}", f"{plan['ext']} on {self.t.key}: {LANES} lanes x {g} "
-                     f"products per instruction; {rows * vecs} accumulators fit "
-                     f"{self.t.vector_registers} vector registers")
-        batch = 1
-        for e in plan["batch"]:
-            batch *= e
-        loops = [(iv, e, False) for iv, e in zip(list(O.op.axis)[:-2], plan["batch"])]
-        loops += [(no, N // (vecs * LANES), False), (mo, -(-M // rows), M % rows != 0)]
-        self.parallel_prefix(O, loops, batch * M * N * K, "tiles")
-        for P in copies:
-            pax = list(P.op.axis)
-            size = 1
-            for iv in pax:
-                size *= iv.dom.extent.value
-            self.parallel_prefix(P, [(pax[0], pax[0].dom.extent.value, False)], size, "copy")
-        copies[-1].unroll(list(copies[-1].op.axis)[-1])
-        return True
+    def applies(self, ctx, st):
+        return ctx.contraction_of(st) is not None
+
+    def apply(self, ctx, st):
+        return dot_tensorize(ctx, *ctx.contraction_of(st))
+
+
+def dot_plan(ctx, R):
+    """(plan, None) when R can run on a dot-product instruction of the target, else
+    (None, why not) -- why is None for contractions that are not low precision."""
+    info = ctx.infos[R]
+    body = R.op.body
+    if not isinstance(body, E.Reduce) or body.combiner.name != "sum" or \
+            body.condition is not None and not (isinstance(body.condition, E.IntImm)
+                                                and body.condition.value):
+        return None, None
+    src = body.source[0] if isinstance(body.source, tuple) else body.source
+    acc = R.op.output(0).dtype
+    if not isinstance(src, E.Mul):
+        return None, None
+    a, b = _operand(src.a, acc), _operand(src.b, acc)
+    if a is None or b is None or not {a.dtype, b.dtype} & _LOW:
+        return None, None
+    kernel_first = len(info.axes) >= 2 and Load(a).uses(info.axes[-1]) and \
+        not Load(b).uses(info.axes[-1])
+    if kernel_first:        # B[k, j] * A[i, k]: the data operand is the second factor
+        a, b = b, a
+    key = (a.dtype, b.dtype, acc)
+    if key not in DOT_KINDS:
+        return None, (f"{a.dtype} x {b.dtype} -> {acc} has no dot-product instruction "
+                      "(uint8 x int8 -> int32 and bfloat16 x bfloat16 -> float32 do)")
+    g, intrin, fact, instr, ext = DOT_KINDS[key]
+    if ctx.target.kind != "llvm" or not getattr(ctx.target, fact):
+        return None, f"target '{ctx.target}' has no {ext} ({instr})"
+    if len(info.axes) < 2 or len(info.raxes) != 1:
+        return None, (f"{len(info.axes)} output axes and {len(info.raxes)} reduction axes: "
+                      "the rule takes a (batched) matrix product")
+    if None in info.extents or None in info.rextents:
+        return None, "symbolic sizes: the packed layout needs constant extents"
+    (M, N), (K,) = info.extents[-2:], info.rextents
+    if N % LANES or K % g:
+        return None, (f"N={N}, K={K}: the instruction needs N a multiple of {LANES} and K "
+                      f"of {g}")
+    *batch, i, j = info.axes
+    (k,) = info.raxes
+    la, lb = Load(a), Load(b)
+    if la.uses(j) or not la.uses(i) or lb.uses(i) or not lb.uses(j) or \
+            not (la.uses(k) and lb.uses(k)):
+        return None, (f"'{a.tensor.name}' must be read along rows and '{b.tensor.name}' "
+                      "along columns, both along the reduction")
+    b_pos = _positions(b, info.axes + [k])
+    if b_pos is None or len(info.loads_of(b.tensor)) != 1:
+        return None, (f"'{b.tensor.name}' is not read once at plain loop indices: it "
+                      "cannot be packed")
+    b_layout = [(b_pos[v], None) for v in batch if v in b_pos] + \
+        [(b_pos[j], None), (b_pos[k], None), (b_pos[j], LANES), (b_pos[k], g)]
+    a_layout = None
+    if not (isinstance(a.indices[-1], E.Var) and a.indices[-1] is k.var) or \
+            any(la.pos_vars[n] & {id(k.var)} for n in range(len(a.indices) - 1)):
+        # A read as A[k, i] (A.T @ B): copied row-major first
+        a_pos = _positions(a, info.axes + [k])
+        if a_pos is None or len(info.loads_of(a.tensor)) != 1:
+            return None, (f"'{a.tensor.name}' is neither contiguous along the reduction "
+                          f"'{k.var.name}' nor read at plain loop indices: the "
+                          f"instruction loads {g} adjacent values")
+        a_layout = [(a_pos[v], None) for v in batch if v in a_pos] + \
+            [(a_pos[i], None), (a_pos[k], None)]
+    return dict(g=g, intrin=intrin(ctx.target, kernel_first=kernel_first), instr=instr,
+                ext=ext, A=a.tensor, B=b.tensor,
+                a_layout=a_layout, b_layout=b_layout, M=M, N=N, K=K,
+                batch=info.extents[:-2]), None
+
+
+def dot_tensorize(ctx, R, T):
+    """Schedules contraction R (with T, its elementwise consumer, or None) on the
+    target's dot-product instruction; False (after saying why) when it cannot."""
+    plan, why = dot_plan(ctx, R)
+    if plan is None:
+        if why is not None:
+            ctx.rec.add(R, "tensorize", "none", why + "; the register-tile rule instead")
+        return False
+    s, g = ctx.sched, plan["g"]
+    M, N, K = plan["M"], plan["N"], plan["K"]
+    copies = []
+    if plan["a_layout"] is not None:
+        copies.append(s[s.transform_layout(plan["A"], [R.op.output(0)], plan["a_layout"])])
+        ctx.rec.add(R, "pack", f"transform_layout({plan['A'].name}) to rows",
+                    f"'{plan['A'].name}' is read along the reduction across its rows; the "
+                    f"instruction broadcasts {g} adjacent values")
+    copies.append(s[s.transform_layout(plan["B"], [R.op.output(0)], plan["b_layout"])])
+    ctx.rec.add(R, "pack", f"transform_layout({plan['B'].name}) to [N/{LANES}][K/{g}]"
+                f"[{LANES}][{g}]", f"{plan['instr']} multiplies a {LANES} x {g} block of "
+                f"'{plan['B'].name}' whose {g} values per column are adjacent")
+    acc = R.op.output(0).dtype
+    # whole vectors: a guard inside the block cannot be one call; a ragged tile of rows
+    # is guarded around the calls, so it is taken when it holds twice the accumulators
+    rows, vecs = tiling.register_tile(ctx.target, M, N, acc, whole_rows=True, whole_vecs=True)
+    alt = tiling.register_tile(ctx.target, M, N, acc, whole_vecs=True)
+    if alt[0] * alt[1] >= 2 * rows * vecs:
+        rows, vecs = alt
+    if ctx.params.tile:
+        given = ctx.params.tile
+        rows = given[0] or rows
+        vecs = given[1] if given[1] and (N // LANES) % given[1] == 0 else vecs
+    if T is None:
+        L = s[s.cache_write(R.op.output(0), "local")]
+        O = s[R.op.output(0)]
+    else:
+        L, O = s[R.op.output(0)], s[T.op.output(0)]
+        ctx.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s "
+                    "tile", "the elementwise consumer reads the accumulators from registers")
+    no, mo = dot_micro_kernel(s, O, L, rows, vecs, g, plan["intrin"])
+    ctx.rec.add(R, "tensorize", f"{plan['instr']} ({plan['intrin'].name}); tile {rows} x "
+                f"{vecs * LANES}", f"{plan['ext']} on {ctx.target.key}: {LANES} lanes x {g} "
+                f"products per instruction; {rows * vecs} accumulators fit "
+                f"{ctx.target.vector_registers} vector registers")
+    batch = 1
+    for e in plan["batch"]:
+        batch *= e
+    loops = [(iv, e, False) for iv, e in zip(list(O.op.axis)[:-2], plan["batch"])]
+    loops += [(no, N // (vecs * LANES), False), (mo, -(-M // rows), M % rows != 0)]
+    ctx.parallel_prefix(O, loops, batch * M * N * K, "tiles")
+    for P in copies:
+        pax = list(P.op.axis)
+        size = 1
+        for iv in pax:
+            size *= iv.dom.extent.value
+        ctx.parallel_prefix(P, [(pax[0], pax[0].dom.extent.value, False)], size, "copy")
+    copies[-1].unroll(list(copies[-1].op.axis)[-1])
+    return True
 
 
 def _positions(load, axes):
@@ -202,4 +214,6 @@ def _positions(load, axes):
     return out
 
 
-__all__ = ["TensorizeRules", "dot_micro_kernel", "DOT_KINDS"]
+TENSORIZE = Tensorize()
+
+__all__ = ["Tensorize", "TENSORIZE", "dot_micro_kernel", "DOT_KINDS"]

@@ -28,6 +28,7 @@ from ..ir.visitor import walk
 from ..te import thread_axis
 from .analysis import StageInfo, vars_of
 from .gpu_flat import bind_flat
+from .rule import Rule
 
 BLOCK = (16, 16)        # threads per block (y, x): 256, what fast SGEMMs use
 THREAD_TILE = (8, 4)    # outputs per thread: 32 accumulators, ~105 registers double-buffered
@@ -344,3 +345,18 @@ def split_k(s, st, info, parts, target, params, rec, out=None):
     rec.add(final, "bind", f"fuse all; split {params.threads}; bind blockIdx.x / threadIdx.x",
             f"each thread adds the {parts} partial sums of its output"
             + ("" if out is None else " and applies the epilogue"))
+
+
+class BlockTile(Rule):
+    """A contraction: block tiles staged through shared memory, register tiles per thread
+    (split-K when the tiles are too few to fill the GPU)."""
+    name = "block-tile"
+
+    def applies(self, ctx, st):
+        return ctx.infos[st].is_reuse_reduction()
+
+    def apply(self, ctx, st):
+        contraction(ctx.sched, st, ctx.infos[st], ctx.target, ctx.params, ctx.rec)
+
+
+BLOCK_TILE = BlockTile()

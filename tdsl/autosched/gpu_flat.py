@@ -1,9 +1,10 @@
 """One output per thread (or one vector of them): the GPU binding of stages that are
-neither tiled contractions nor rows reduced across threads (`gpu.py`), and of the sum of
+neither tiled contractions nor rows reduced across threads (the `bind` rule), and of the sum of
 split-K partials (`gpu_contraction.py`)."""
 from __future__ import annotations
 
 from ..te import thread_axis
+from .rule import Rule
 
 VECTOR = 4      # float32 outputs a thread of an elementwise stage writes: one 16-byte access
 
@@ -33,3 +34,35 @@ def bind_flat(st, threads, vector=1):
     st.bind(bo, thread_axis("blockIdx.x"))
     st.bind(ti, thread_axis("threadIdx.x"))
     return ti
+
+
+class Flat(Rule):
+    """Every stage no earlier rule took: spatial axes fused and split into blocks of
+    `threads` threads; a (short) reduction runs its loop inside one thread, accumulating
+    in a register."""
+    name = "bind"
+
+    def apply(self, ctx, st):
+        info = ctx.infos[st]
+        threads = min(ctx.params.threads, ctx.target.max_threads_per_block)
+        if info.is_reduction:
+            local = ctx.sched.cache_write(st.op.output(0), "local")
+            ctx.rec.add(st, "cache_write", "cache_write(local)",
+                        "each thread accumulates in a register")
+        vec = 1 if info.is_reduction else flat_vector(st, info.extents)
+        ti = bind_flat(st, threads, vec)
+        if ti is None:
+            ctx.rec.add(st, "serial", "one thread", "a scalar output")
+            return
+        if vec > 1:
+            self.note(ctx, st, f"fuse all; split {vec}, vectorize; split {threads}; bind "
+                      "blockIdx.x / threadIdx.x", f"{vec} consecutive outputs per thread (one "
+                      f"16-byte access each), {threads} threads per block")
+        else:
+            self.note(ctx, st, f"fuse all; split {threads}; bind blockIdx.x / threadIdx.x",
+                      f"one output element per thread, {threads} threads per block")
+        if info.is_reduction:
+            ctx.sched[local].compute_at(st, ti)
+
+
+FLAT = Flat()

@@ -7,6 +7,7 @@ rows share a block (threadIdx.y), so a block still has enough threads to hide la
 from __future__ import annotations
 
 from ..te import thread_axis
+from .rule import Rule
 
 MAX_ROW_THREADS = 512   # torch's block reduce; more only lengthens the log-tree
 ELEMS_PER_THREAD = 4    # a thread folds at least this many elements before the tree
@@ -73,3 +74,19 @@ def cross_thread(s, st, info, target, params, rec):
             f"a reduction of {'a symbolic number of' if None in info.rextents else rsize} "
             "elements per output: the row's threads read it coalesced, fold their share in a "
             "register and combine the partial results through shared memory")
+
+
+class CrossThread(Rule):
+    """A long reduction read along the row, or too few to fill the GPU a thread each: a
+    block's threads reduce a row together."""
+    name = "cross-thread"
+
+    def applies(self, ctx, st):
+        info = ctx.infos[st]
+        return info.is_reduction and wants_cross_thread(info, ctx.target, ctx.params)
+
+    def apply(self, ctx, st):
+        cross_thread(ctx.sched, st, ctx.infos[st], ctx.target, ctx.params, ctx.rec)
+
+
+CROSS_THREAD = CrossThread()

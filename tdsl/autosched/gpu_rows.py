@@ -16,6 +16,7 @@ from typing import Dict, List, Tuple
 
 from ..te import thread_axis
 from .gpu_reduce import row_threads, wants_cross_thread
+from .rule import Rule
 
 
 def _aligned(tensor, reader_info, d) -> bool:
@@ -100,3 +101,19 @@ def schedule_row_group(s, owner, d, members, infos, target, params, rec):
                 f"reduce the row; bind {ki.var.name} to threadIdx.x, {ko.var.name} serial",
                 "coalesced reads, partial results in registers, combined by warp shuffles and "
                 "shared memory")
+
+
+class RowGroup(Rule):
+    """The owner of a row group (`row_groups`): one block per row computes the row's
+    reductions, then its outputs."""
+    name = "row-group"
+
+    def applies(self, ctx, st):
+        return st in ctx.row_groups
+
+    def apply(self, ctx, st):
+        schedule_row_group(ctx.sched, st, *ctx.row_groups[st], ctx.infos, ctx.target,
+                           ctx.params, ctx.rec)
+
+
+ROW_GROUP = RowGroup()

@@ -31,6 +31,7 @@ from __future__ import annotations
 from .. import dtype as dt
 from ..ir import expr as E
 from ..te import intrin_cuda, thread_axis
+from .rule import Rule
 
 MT, NT, KT = intrin_cuda.M, intrin_cuda.N, intrin_cuda.K
 # (warps (rows, cols), blocks of 16 x 8 per warp (rows, cols)), largest first. 2 x 2 warps
@@ -261,6 +262,26 @@ def tensor_core(s, st, info, target, rec, readers=(), infos=None):
                 "shared tile once, the epilogue reads it there and writes the output once")
         return {st, T}
     return {st}
+
+
+
+class TensorCore(Rule):
+    """A half-precision contraction on the tensor cores, with its elementwise epilogue;
+    where it cannot run there, it says why and the next rules schedule the contraction."""
+    name = "tensorize"
+
+    def applies(self, ctx, st):
+        return ctx.infos[st].is_reuse_reduction()
+
+    def apply(self, ctx, st):
+        readers = [c for c in ctx.readers[st] if c not in ctx.inlined]
+        done = tensor_core(ctx.sched, st, ctx.infos[st], ctx.target, ctx.rec, readers, ctx.infos)
+        if not done:
+            return False
+        ctx.taken |= done
+
+
+TENSOR_CORE = TensorCore()
 
 
 WG_K = 64       # k a step of the wgmma schedule: one 128-byte row of a swizzled A tile
