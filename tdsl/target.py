@@ -579,12 +579,3 @@ register_kind(TargetKind("cuda", "gpu", device="cuda", options=("-arch",), warp_
                          gpu_facts=_cuda_target_facts))
 register_kind(TargetKind("opencl", "gpu", device="opencl"))
 
-
-def __getattr__(name):
-    # the kind names as tuples, as before the registry: read when asked, so that they
-    # include kinds registered later
-    if name == "KINDS":
-        return kinds()
-    if name == "GPU_KINDS":
-        return tuple(n for n in kinds() if kind_of(n).is_gpu)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

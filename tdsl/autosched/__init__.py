@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
-from ..target import GPU_KINDS, as_target
+from ..target import as_target
 from ..te.tensor import ComputeOp, Operation, Tensor
 from .cpu import CPU_RULES, schedule_cpu
 from .gpu import GPU_RULES, schedule_gpu
@@ -65,7 +65,7 @@ def apply_rules(s, target=None, params=None, rules=None) -> Explanation:
     p = AutoParams.of(params)
     rec = Explanation(t)
     rec.params = p.changed()
-    (schedule_gpu if t.kind in GPU_KINDS else schedule_cpu)(s, t, rec, p, rules)
+    (schedule_gpu if t.is_gpu else schedule_cpu)(s, t, rec, p, rules)
     return rec
 
 

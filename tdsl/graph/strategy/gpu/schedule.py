@@ -8,7 +8,7 @@ rows across threads) the auto-scheduler's GPU rules (fallback.py), like groups w
 hand strategy on the CPU."""
 from __future__ import annotations
 
-from ....target import GPU_KINDS, Target
+from ....target import Target
 from .. import registry
 
 THREADS = 256     # per block for one-output-per-thread kernels: 8 warps, many blocks per SM
@@ -17,7 +17,7 @@ THREADS = 256     # per block for one-output-per-thread kernels: 8 warps, many b
 def gpu_facts(target):
     """The target GPU schedules are sized for; the emulation of GPU schedules on "c" stands
     for a CUDA device."""
-    return target if target.kind in GPU_KINDS else Target("cuda")
+    return target if target.is_gpu else Target("cuda")
 
 
 def schedule_gpu(s, out, g):
