@@ -147,22 +147,9 @@ def hits_of(module, definers, path=None):
     return [f"{rel}:{line}: {what}" for line, what in sorted(out)]
 
 
-# folders other work is restructuring; their hits are listed separately
-ELSEWHERE = ("tdsl/graph/strategy/", "tdsl/autosched/")
-
-
-def _all_hits():
-    definers = _definers()
-    return [h for m in sorted(MODULES) for h in hits_of(m, definers)]
-
-
 def test_no_private_names_of_other_modules():
-    hits = [h for h in _all_hits() if not h.startswith(ELSEWHERE)]
-    assert hits == [], "private names of other modules:\n" + "\n".join(hits)
-
-
-def test_no_private_names_in_strategy_and_autosched():
-    hits = [h for h in _all_hits() if h.startswith(ELSEWHERE)]
+    definers = _definers()
+    hits = [h for m in sorted(MODULES) for h in hits_of(m, definers)]
     assert hits == [], "private names of other modules:\n" + "\n".join(hits)
 
 
