@@ -33,7 +33,7 @@ from sympy import Add, Integer, Mul, S
 from sympy.logic.boolalg import Boolean
 
 from .symbolic import (floordiv, floormod, imin, imax, iselect, expand_mul, terms_of,
-                       monomial_quotient, RELATIONALS)
+                       RELATIONALS)
 from .context import CACHE_SIZE
 from .intervals import cbound
 from .normal import normal_rel, recombine

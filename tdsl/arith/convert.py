@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import sympy
-from sympy import Add, Integer, Mul, S
+from sympy import Integer, Mul, S
 
 from ..ir import expr as E
 from .. import dtype as dt

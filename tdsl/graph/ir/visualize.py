@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 from ...ir.html import highlight, wrap
-from .nodes import Call, Const, Function, Module, Var
+from .nodes import Call, Const, Function, Module
 
 
 def _label(n: Call):
