@@ -327,11 +327,6 @@ def prove_nonpos(s, ctx):
     return h is not None and h <= 0
 
 
-def prove_pos(s, ctx):
-    l = _num_lo(s, ctx)
-    return l is not None and l > 0
-
-
 # ---------------------------------------------------------------------------------------
 # range-aware simplification
 

@@ -51,10 +51,6 @@ def var_symbol(v):
     return info[1], info[2]
 
 
-def var_of_symbol(q):
-    return _sym_info[q][0]
-
-
 def symbol_order(q):
     info = _sym_info.get(q)
     return info[2] if info is not None else 1 << 30

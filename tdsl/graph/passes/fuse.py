@@ -13,9 +13,6 @@ from .rewrite import use_counts
 
 # ---------------------------------------------------------------------------- fusion
 
-_ORDER = {"elemwise": 0, "broadcast": 1, "injective": 2, "reduce": 3, "anchor": 4, "opaque": 5}
-
-
 def _kind(n):
     return get_op(n.op).kind
 
