@@ -172,38 +172,37 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
     itself) bound to them."""
     mem = mem or HostMemory(plan)
     inputs = {p.name: mem.new_input(p.type) for p in fn.params}
-    bufs: Dict[int, object] = {id(p): inputs[p.name] for p in fn.params}
-    outputs = {id(o) for o in fn.outputs}
+    bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
+    outputs = set(fn.outputs)
     views = plan.output_views
-    node_of = {id(n): n for n in plan.order}
 
     def own_buffer(n):
         t = n.type
-        if id(n) not in bufs:
-            if id(n) in outputs:
-                bufs[id(n)] = mem.new(t)
+        if n not in bufs:
+            if n in outputs:
+                bufs[n] = mem.new(t)
             else:
-                bufs[id(n)] = mem.arena_view(plan.offsets[id(n)], t)
-        return bufs[id(n)]
+                bufs[n] = mem.arena_view(plan.offsets[n], t)
+        return bufs[n]
     for n in plan.order:
         t = n.type
-        if id(n) in views:        # computed straight into the output that reshapes it
-            bufs[id(n)] = mem.view(own_buffer(node_of[views[id(n)]]), 0, t)
-        elif id(n) in plan.aliases:
-            bufs[id(n)] = mem.view(bufs[id(n.args[0])], plan.alias_offsets[id(n)], t)
-        elif id(n) in plan.prefix_views:
+        if n in views:        # computed straight into the output that reshapes it
+            bufs[n] = mem.view(own_buffer(views[n]), 0, t)
+        elif n in plan.aliases:
+            bufs[n] = mem.view(bufs[n.args[0]], plan.alias_offsets[n], t)
+        elif n in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
-            bufs[id(n)] = mem.view(own_buffer(node_of[plan.prefix_views[id(n)]]), 0, t)
-        elif id(n) in plan.concat_parts:
+            bufs[n] = mem.view(own_buffer(plan.prefix_views[n]), 0, t)
+        elif n in plan.concat_parts:
             # written in place: a contiguous slice of the concatenation's buffer
-            owner, off = plan.concat_parts[id(n)]
-            bufs[id(n)] = mem.view(own_buffer(owner), off, t)
+            owner, off = plan.concat_parts[n]
+            bufs[n] = mem.view(own_buffer(owner), off, t)
         else:
             own_buffer(n)
-    bound = [(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
+    bound = [(k.module, [bufs[a] if isinstance(a, Expr) else a for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
-    outs = [mem.const(o.data) if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
+    outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
     lendable, readers = {}, {}
     if isinstance(mem, HostMemory):
         for i, o in enumerate(fn.outputs):
