@@ -5,8 +5,8 @@ A CPU conv vectorizes along output channels: each kernel of the blocked conv acc
 `bn` channels (one vector) per register, and the depthwise conv is one FMA per tap per
 vector only when channels, not pixels, fill the vector (7- and 14-wide rows of a mobile
 net leave a row vector half empty). Between two such convs an NCHW tensor costs a
-transposing store in the first (measured 1.3-1.5x the conv's time on 1x1 expansions at
-7x7-14x14, Zen 4) and a strided or padded read in the second. Here the convs of a chain
+transposing store in the first (on small 1x1 expansions it costs more than the conv
+itself) and a strided or padded read in the second. Here the convs of a chain
 write and read `(N, C/bn, H, W, bn)` tensors (ir/ops_layout.py); elementwise operators on
 the way (bias, folded batch norm, activations, residual adds, squeeze-excite gates) work
 on the blocked tensor with their per-channel constants re-laid out; `layout.from_blocked`
@@ -15,19 +15,17 @@ fuses into the producing kernel as its store.
 
 A chain is convs that read others' outputs through elementwise operators only (two convs
 that merely read one image are not one: squeezenet's expand convs), or through a
-concatenation along the channels of conv outputs that are whole vectors of channels (a
-fire module's expand convs and the next squeeze: the blocked images concatenate along
-their block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
-fires: a 3-D pool of the blocked image whose last window is one element, so each lane
-pools alone; squeezenet 1.1 went from 5.0-5.2 ms to 3.6 on Zen 4 with both, ResNet-18
-and -50 5-9% faster), without the tails that only
-plain consumers read (below); a conv alone keeps the strategy chosen for it in NCHW (the
-stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
-transposing store. Convs that join: float32 2-D convs with constant weights and static
-shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not reading a
-concatenation of other images (DenseNet's convs of growing concatenations of the block's
-input and its features share one kernel generic in the channel count in NCHW,
-strategy/cpu/generic.py).
+concatenation along the channels of conv outputs that are whole vectors of channels (a fire
+module's expand convs and the next squeeze: the blocked images concatenate along their
+block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
+fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
+alone), without the tails that only plain consumers read (below); a conv alone keeps the
+strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
+layout would only move the same transposing store. Convs that join: float32 2-D convs with
+constant weights and static shapes, groups 1 or depthwise, on images larger than 1x1 (a
+mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
+concatenations of the block's input and its features share one kernel generic in the
+channel count in NCHW, strategy/cpu/generic.py).
 
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
 point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
