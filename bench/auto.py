@@ -99,7 +99,6 @@ def ort_op(op, inputs, out_shape, **attrs):
     """A callable running one ONNX operator on `inputs` (numpy arrays, fed every call) with
     onnxruntime, on as many threads as the target has cores; None without onnxruntime."""
     try:
-        import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper
     except ImportError:

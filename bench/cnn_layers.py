@@ -26,7 +26,6 @@ from graph import _interleaved, _ort_session  # noqa: E402
 
 
 def _model(nodes, inits, x_shape, out_name="y", out_shape=None):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     graph = helper.make_graph(
         nodes, "layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],

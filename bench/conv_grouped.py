@@ -51,7 +51,6 @@ LAYERS = {
 
 
 def layer_model(cin, hw, cout, groups, k, stride, act, seed=0):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((cout, cin // groups, k, k)) * 0.2).astype(np.float32)

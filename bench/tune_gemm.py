@@ -55,10 +55,10 @@ def gemm_template(cfg, M, N, K):
     cfg.define_knob("order", ["mn", "nm"])
     if cfg["order"].val == "mn":
         s[C].reorder(mo, no, mi, ni)
-        outer, attach = s[C].fuse(mo, no), None
+        outer = s[C].fuse(mo, no)
     else:
         s[C].reorder(no, mo, mi, ni)
-        outer, attach = s[C].fuse(no, mo), None
+        outer = s[C].fuse(no, mo)
     s[C].vectorize(ni)
     s[C].parallel(outer)
     s[CC].compute_at(s[C], outer)

@@ -18,8 +18,8 @@ from .ir.expr import call_pure_extern
 from .runtime.extern import register_func
 from .passes.intrin_rules import register_intrin_lowering, remove_intrin_lowering
 from .te.tensor_intrin import decl_tensor_intrin, TensorIntrin, Region  # noqa: E402
-from .te import intrin_x86  # noqa: E402  (the shipped CPU tensor intrinsics: VNNI, BF16)
-from .te import intrin_cuda  # noqa: E402  (the shipped CUDA ones: mma.sync, wgmma)
+from .te import intrin_x86  # noqa: E402,F401  (registers the shipped CPU tensor intrinsics: VNNI, BF16)
+from .te import intrin_cuda  # noqa: E402,F401  (registers the shipped CUDA ones: mma.sync, wgmma)
 from .schedule.schedule import Schedule, create_schedule
 from .schedule.stage import Stage
 from .lower import lower
@@ -30,6 +30,23 @@ from . import target  # noqa: E402  (tdsl.target.Target: the machine facts sched
 from .autosched import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.autosched)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
+
+__all__ = [
+    "TdslError", "ScheduleError", "LoweringError", "BuildError", "ArgumentError",
+    "LibraryError", "GraphError", "InternalError", "BoundsError", "var", "size_var",
+    "placeholder", "compute", "reduce_axis", "thread_axis", "comm_reducer", "sum", "prod",
+    "max", "min", "all", "any", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+    "floor", "ceil", "round", "sin", "cos", "exp2", "log2", "trunc", "abs", "power",
+    "if_then_else", "select", "const", "cast", "Tensor", "IterVar", "scan", "exp10", "log10",
+    "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "nearbyint", "atan2", "hypot", "copysign", "fmod", "ldexp", "isnan", "isinf", "isfinite",
+    "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+    "shift_right", "min_value", "max_value", "extern", "call_packed", "call_pure_extern",
+    "register_func", "register_intrin_lowering", "remove_intrin_lowering", "decl_tensor_intrin",
+    "TensorIntrin", "Region", "Schedule", "create_schedule", "Stage", "lower", "build", "utils",
+    "contrib", "target", "auto_schedule", "nd", "cpu", "cuda", "opencl", "Device",
+    "load_module", "__version__",
+]
 
 
 def load_module(path):

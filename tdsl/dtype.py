@@ -45,10 +45,6 @@ def is_signed(dtype: str) -> bool:
     return dtype.startswith("int") or is_float(dtype)
 
 
-def is_bool(dtype: str) -> bool:
-    return dtype == "bool"
-
-
 def bits(dtype: str) -> int:
     if dtype == "bool":
         return 1

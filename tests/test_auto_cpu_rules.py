@@ -186,7 +186,7 @@ def test_row_sums_streamed_from_memory_load_by_the_datapath(cpu, rows, lanes):
     target = Target(f"llvm -mcpu={cpu}")
     s = tdsl.auto_schedule(R, target=target)
     text = str(tdsl.lower(s, [X, R]))
-    assert f"unroll(4)" in text and f"vectorized({lanes})" in text, text
+    assert "unroll(4)" in text and f"vectorized({lanes})" in text, text
     f = tdsl.build(s, [X, R], target=target)
     # the vectors the machine code adds from memory: LLVM splits an over-wide vector type
     # into its widest registers, so the IR's lanes alone do not say which loads it makes

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 import tdsl
-from tdsl.codegen.source.c import CPrinter
 from tdsl.codegen.source.cuda import CUDAPrinter
 from tdsl.examples import gpu as G
 from tdsl.examples import kernels as K

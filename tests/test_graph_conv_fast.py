@@ -121,8 +121,8 @@ def test_conv1x1_odd_sizes_and_strides(ci, co, hw, s, act, residual, kind):
     (8, 48, 7, 1, "conv1x1_spatial", "conv1x1_spatial"),
     # 13-wide rows, 512 -> 1000: one accumulator on haswell's blocked tile
     (512, 1000, 13, 1, "conv2d_packed", "conv1x1_spatial"),
-    # 4x expansions: at 14x14 the pixels pack to 224 of 196 (the pixel GEMM 1.2-1.5x
-    # faster on znver4), at 7x7 to 64 of 49 (the blocked conv 1.05-1.1x faster)
+    # 4x expansions: at 14x14 the pixels pack to 224 of 196 (the pixel GEMM is faster
+    # on znver4), at 7x7 to 64 of 49 (the blocked conv is faster)
     (64, 384, 14, 1, "conv1x1_spatial", "conv1x1_spatial"),
     (320, 1280, 7, 1, "conv2d_packed", "conv1x1_spatial"),
 ])

@@ -2,7 +2,6 @@
 layers whose BatchNorm+ReLU and 1x1 conv groups differ only in C share one kernel each, and still match
 onnxruntime, at channel counts that are not whole vectors too. CI runs the suite again with
 TDSL_HOST_CPU=haswell (AVX2 sizes)."""
-import numpy as np
 import pytest
 
 from tdsl.graph.ir import Const, Function

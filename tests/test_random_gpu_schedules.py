@@ -137,7 +137,6 @@ def _matmul(rnd):
     shared = [rnd.random() < 0.6, rnd.random() < 0.6]
     local = [rnd.random() < 0.4, rnd.random() < 0.4]
     use_cw = rnd.random() < 0.6
-    readers = [C]
     CL = s.cache_write(C, "local") if use_cw else None
     W = CL if use_cw else C          # the stage that does the reduction
     caches = []

@@ -33,7 +33,7 @@ from sympy import Add, Integer, Mul, S
 from sympy.logic.boolalg import Boolean
 
 from .symbolic import (floordiv, floormod, imin, imax, iselect, expand_mul, terms_of,
-                       monomial_quotient, RELATIONALS)
+                       RELATIONALS)
 from .context import CACHE_SIZE
 from .intervals import cbound
 from .normal import normal_rel, recombine
@@ -326,11 +326,6 @@ def prove_neg(s, ctx):
 def prove_nonpos(s, ctx):
     h = _num_hi(s, ctx)
     return h is not None and h <= 0
-
-
-def prove_pos(s, ctx):
-    l = _num_lo(s, ctx)
-    return l is not None and l > 0
 
 
 # ---------------------------------------------------------------------------------------

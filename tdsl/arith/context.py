@@ -69,9 +69,3 @@ def make_ctx(key, build):
         c = Ctx(key, build())
         _ctx_table[key] = c
     return c
-
-
-def ctx_from_bounds(bounds):
-    """A context from {symbol: (lo, hi)} sympy bounds (for tests and internal use)."""
-    key = frozenset(bounds.items())
-    return make_ctx(key, lambda: dict(bounds))

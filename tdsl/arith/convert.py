@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import sympy
-from sympy import Add, Integer, Mul, S
+from sympy import Integer, Mul, S
 
 from ..ir import expr as E
 from .. import dtype as dt
@@ -49,10 +49,6 @@ def var_symbol(v):
         _sym_info[q] = (v, m, idx)
         _idx_vars[idx] = v
     return info[1], info[2]
-
-
-def var_of_symbol(q):
-    return _sym_info[q][0]
 
 
 def symbol_order(q):

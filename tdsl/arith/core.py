@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sympy import Add, S
+from sympy import Add
 
 from ..ir import expr as E
 from .. import dtype as dt

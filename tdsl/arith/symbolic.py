@@ -308,6 +308,5 @@ class iselect(Function):
         return None
 
 
-INT_FUNCS = (floordiv, floormod, imin, imax, iselect)
 RELATIONALS = (sympy.StrictLessThan, sympy.LessThan, sympy.StrictGreaterThan,
                sympy.GreaterThan, sympy.Equality, sympy.Unequality)

@@ -89,8 +89,8 @@ def measuring_env() -> dict:
     the settings its executor imposed on worker processes, which the kernel will not see
     in the user's application. Dask's nanny sets MALLOC_TRIM_THRESHOLD_ (and thread
     counts); with it glibc hands every freed heap buffer back to the OS, and a kernel with
-    a 256 KiB scratch buffer was measured taking 65 page faults per call instead of none,
-    running up to 3x slower than in a plain process."""
+    a scratch buffer takes page faults on every call that it would not take in a plain
+    process, so it would measure slower than it runs."""
     env = dict(os.environ)
     if "distributed" in sys.modules:
         try:

@@ -164,3 +164,19 @@ def run_checked(f, M, N, K, seed=0):
     ref = a @ b
     err = float(np.max(np.abs(c - ref)) / np.max(np.abs(ref)))
     return a, b, c, bool(np.allclose(c, ref, rtol=1e-3, atol=1e-3)), err
+
+
+def numpy_seconds(a, b, c):
+    """Seconds numpy's matmul of `a` by `b` into `c` takes (the demos' reference): the median
+    of five means of five calls, each mean after one call that warms the caches."""
+    import time
+
+    import numpy as np
+
+    def mean(number=5):
+        np.matmul(a, b, out=c)
+        t0 = time.perf_counter()
+        for _ in range(number):
+            np.matmul(a, b, out=c)
+        return (time.perf_counter() - t0) / number
+    return sorted(mean() for _ in range(5))[2]

@@ -66,7 +66,7 @@ def _compile_all(calls, target, stats, tuned):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
-    are raised in the order of the calls. Returns {id(call): kernel key}."""
+    are raised in the order of the calls. Returns {call: kernel key}."""
     todo, keys, entries, sizes = {}, {}, [], {}
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
@@ -81,7 +81,7 @@ def _compile_all(calls, target, stats, tuned):
             key = gkey
         else:
             erasure = None
-        keys[id(n)] = key
+        keys[n] = key
         if key in _KERNELS:
             continue
         # a generic kernel is scheduled for its largest size: where the size decides whether
@@ -156,14 +156,14 @@ class Executor:
             if not isinstance(n.op, Function):
                 raise GraphError(f"build: unexpected unfused operator {n.op_name}")
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
-                 and id(n) not in self.plan.aliases and id(n) not in views.values()
-                 and id(n) not in self.plan.concat_owners and id(n) not in self.plan.prefix_views]
+                 and n not in self.plan.aliases and n not in views.values()
+                 and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
         keys = _compile_all(calls, target, self.stats, self.tuned)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
             for n in calls:
-                k = _KERNELS[keys[id(n)]]
+                k = _KERNELS[keys[n]]
                 args = []
                 for i in k.param_order:
                     a = n.args[derived_source(i)]
@@ -172,7 +172,7 @@ class Executor:
                         if tf is None:
                             args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
                         else:
-                            ck = (id(a), k.key or id(k), i)
+                            ck = (a, k.key or id(k), i)
                             if ck not in packed_cache:
                                 packed_cache[ck] = pool.submit(tf, a.data)
                             args.append(packed_cache[ck])
@@ -187,7 +187,7 @@ class Executor:
             self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
         else:
             if kind == "cuda":       # NVRTC errors at build, GPU or not
-                for src in {id(k.module): k.module for k, _, _ in self.steps}.values():
+                for src in dict.fromkeys(k.module for k, _, _ in self.steps):
                     src.get_source("ptx")
             if self._unavailable is None:
                 self.steps = upload_constants(self.steps, self.device)
@@ -202,8 +202,8 @@ class Executor:
         reused by the next build. Returns {kernel key: parameters}."""
         groups = {}
         for n in self.plan.order:
-            if isinstance(n.op, Function) and n.type.size and id(n) not in self.plan.aliases \
-                    and id(n) not in self.plan.concat_owners:
+            if isinstance(n.op, Function) and n.type.size and n not in self.plan.aliases \
+                    and n not in self.plan.concat_owners:
                 consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
                 groups.setdefault(_group_key(n.op, target, consts), (n.op, consts))
         tuned, deadline = {}, time.perf_counter() + 60.0 * minutes

@@ -8,17 +8,17 @@ other's inputs and intermediates; constants (packed weights) are read-only and s
 every state.
 
 A host run hands its output arrays to the caller rather than copies (a language model's
-logits are 26 MB: the copy and its fresh pages were 2 ms a run). The state lends them:
+logits are 26 MB: a copy writes as many fresh pages every run). The state lends them:
 when it is next taken, an output the caller still holds (any reference beyond the state's
 own) is replaced by a new array and the calls that write it (or a view into it) are bound
 again; one the caller dropped is written again in place. An output named twice, or that
 is an input or a constant, is copied as before.
 
-A host run reads a large input from the caller's own array instead of copying it in
-(TVM's `set_input_zero_copy`, what onnxruntime does with a numpy input): a 1x1 conv over a
-1.8 MB image took 106 us, and 248 us with the copy. The kernels that read the input are
-bound to the caller's array (`bind_input`) and stay bound to it until an input of another
-array comes; an input a kernel writes, a small one, or an array of another dtype, layout or
+A host run reads a large input from the caller's own array instead of copying it in (TVM's
+`set_input_zero_copy`, what onnxruntime does with a numpy input): for a light kernel over a
+large image the copy costs more than the kernel. The kernels that read the input are bound
+to the caller's array (`bind_input`) and stay bound to it until an input of another array
+comes; an input a kernel writes, a small one, or an array of another dtype, layout or
 alignment is copied into the state's own buffer as before.
 """
 from __future__ import annotations
@@ -33,8 +33,7 @@ from .ir import Const, Expr
 
 
 # Below this an input is copied: re-binding the kernels that read it to a new array costs
-# ~8 us a run (a conv and a view of the input: 64 KB alternating between two arrays took
-# 16.6 us a run in place, 10.6 copied; 256 KB 29.9 in place, 59.3 copied)
+# more than copying a small input (128 KB lies between the sizes where each won)
 ZERO_COPY_MIN_BYTES = 1 << 17
 
 
@@ -172,38 +171,37 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
     itself) bound to them."""
     mem = mem or HostMemory(plan)
     inputs = {p.name: mem.new_input(p.type) for p in fn.params}
-    bufs: Dict[int, object] = {id(p): inputs[p.name] for p in fn.params}
-    outputs = {id(o) for o in fn.outputs}
+    bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
+    outputs = set(fn.outputs)
     views = plan.output_views
-    node_of = {id(n): n for n in plan.order}
 
     def own_buffer(n):
         t = n.type
-        if id(n) not in bufs:
-            if id(n) in outputs:
-                bufs[id(n)] = mem.new(t)
+        if n not in bufs:
+            if n in outputs:
+                bufs[n] = mem.new(t)
             else:
-                bufs[id(n)] = mem.arena_view(plan.offsets[id(n)], t)
-        return bufs[id(n)]
+                bufs[n] = mem.arena_view(plan.offsets[n], t)
+        return bufs[n]
     for n in plan.order:
         t = n.type
-        if id(n) in views:        # computed straight into the output that reshapes it
-            bufs[id(n)] = mem.view(own_buffer(node_of[views[id(n)]]), 0, t)
-        elif id(n) in plan.aliases:
-            bufs[id(n)] = mem.view(bufs[id(n.args[0])], plan.alias_offsets[id(n)], t)
-        elif id(n) in plan.prefix_views:
+        if n in views:        # computed straight into the output that reshapes it
+            bufs[n] = mem.view(own_buffer(views[n]), 0, t)
+        elif n in plan.aliases:
+            bufs[n] = mem.view(bufs[n.args[0]], plan.alias_offsets[n], t)
+        elif n in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
-            bufs[id(n)] = mem.view(own_buffer(node_of[plan.prefix_views[id(n)]]), 0, t)
-        elif id(n) in plan.concat_parts:
+            bufs[n] = mem.view(own_buffer(plan.prefix_views[n]), 0, t)
+        elif n in plan.concat_parts:
             # written in place: a contiguous slice of the concatenation's buffer
-            owner, off = plan.concat_parts[id(n)]
-            bufs[id(n)] = mem.view(own_buffer(owner), off, t)
+            owner, off = plan.concat_parts[n]
+            bufs[n] = mem.view(own_buffer(owner), off, t)
         else:
             own_buffer(n)
-    bound = [(k.module, [bufs[id(a)] if isinstance(a, Expr) else a for a in args])
+    bound = [(k.module, [bufs[a] if isinstance(a, Expr) else a for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
-    outs = [mem.const(o.data) if isinstance(o, Const) else bufs[id(o)] for o in fn.outputs]
+    outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
     lendable, readers = {}, {}
     if isinstance(mem, HostMemory):
         for i, o in enumerate(fn.outputs):
@@ -244,7 +242,7 @@ class StatePool:
 
     def __init__(self, make):
         self._make = make
-        # a plain lock for the run path (~1 us less per run than the condition's methods);
+        # a plain lock for the run path (cheaper per run than the condition's methods);
         # the condition, on the same lock, only for callers waiting for the default state
         self._lock = threading.Lock()
         self._default_back = threading.Condition(self._lock)

@@ -4,6 +4,13 @@ from .expr import Range, Expr, Var, IntImm, FloatImm
 from .stmt import (Buffer, Stmt, For, ForKind, LetStmt, IfThenElse, BufferStore, Allocate,
                    SeqStmt, Evaluate, Barrier, AsyncCommit, Prefetch, ExternCall, PrimFunc, seq)
 from .visitor import Mutator, walk, substitute, free_vars
+
+__all__ = [
+    "Range", "Expr", "Var", "IntImm", "FloatImm", "Buffer", "Stmt", "For", "ForKind", "LetStmt",
+    "IfThenElse", "BufferStore", "Allocate", "SeqStmt", "Evaluate", "Barrier", "AsyncCommit",
+    "Prefetch", "ExternCall", "PrimFunc", "seq", "Mutator", "walk", "substitute", "free_vars",
+]
+
 from . import printer as _printer
 
 # The printer reads the node classes, so the node modules cannot import it for their text:

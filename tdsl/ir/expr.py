@@ -11,7 +11,7 @@ through these classes.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Tuple
 
 from .. import dtype as dt

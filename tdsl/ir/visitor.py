@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from .expr import BufferLoad, Expr, Var
-from .stmt import Buffer, BufferStore, Stmt
+from .expr import And, BufferLoad, Expr, Var
+from .stmt import Barrier, Buffer, BufferStore, Stmt
 
 
 @lru_cache(maxsize=None)
@@ -113,3 +113,17 @@ def buffers_accessed(node):
             writes.add(n.buffer)
     walk(node, f)
     return reads, writes
+
+
+def has_barrier(node) -> bool:
+    """Whether a Barrier is anywhere under `node`."""
+    found = []
+    walk(node, lambda n: found.append(1) if isinstance(n, Barrier) else None)
+    return bool(found)
+
+
+def conjuncts(cond):
+    """The terms of a chain of `And`s, left to right (`[cond]` for any other condition)."""
+    if isinstance(cond, And):
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]

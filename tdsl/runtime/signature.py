@@ -340,7 +340,7 @@ class Signature:
         """`prepare` for numpy arrays of exactly the parameters' dtypes and shapes,
         C-contiguous, aligned and writeable where written (numpy's `carray` flag: one
         attribute read in the common case), and not overlapping where one is written
-        (the full checks take ~10 us, these ~0.6 us a buffer); None for anything else,
+        (an order of magnitude cheaper than the full checks); None for anything else,
         which the full checks then take (and explain)."""
         exact = self.exact
         if len(args) != len(exact):
@@ -393,8 +393,8 @@ class Signature:
 
 
 def _address(a):
-    """The address of a numpy array's first element: through the buffer protocol (0.3 us)
-    where the array is writeable, else its array interface (1 us)."""
+    """The address of a numpy array's first element: through the buffer protocol (the
+    faster way) where the array is writeable, else its array interface."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):

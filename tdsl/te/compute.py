@@ -10,7 +10,7 @@ from ..errors import TdslError
 from ..ir import expr as E
 from ..ir.expr import Range, Var
 from ..ir.visitor import walk
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
+from .tensor import ComputeOp, IterVar, PlaceholderOp
 
 _INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 

@@ -33,10 +33,9 @@ _cache: "collections.OrderedDict[str, JITArtifact]" = collections.OrderedDict()
 CACHE_SIZE = 512
 stats = {"hits": 0, "misses": 0, "disk_hits": 0, "build_hits": 0, "compile_s": 0.0}
 
-# LLVM's O2 pipeline: the code is as fast as O3's on the zoo and the kernel benches
-# (measured interleaved on znver4: efficientnet, resnet50, mobilenet_v2, densenet121,
-# convnext_tiny, BERT, GEMM, conv2d 3x3), since tdsl emits its vectors and unrolling
-# itself; O3's extra passes cost 5-25% of a network's cold build
+# LLVM's O2 pipeline: the code is as fast as O3's on the zoo and the kernel benches,
+# since tdsl emits its vectors and unrolling itself; O3's extra passes only lengthen a
+# network's cold build
 SPEED_LEVEL = 2
 _pto_cache = {}
 

@@ -13,7 +13,7 @@ from llvmlite import ir
 from ...errors import BuildError
 from ...ir import expr as E
 from .memory import elem_ptr, flat_index
-from .types import F32, I32, PTR
+from .types import F32, I32
 
 
 class _BFloat(ir.Type):

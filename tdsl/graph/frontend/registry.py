@@ -52,18 +52,17 @@ def fold_value(e, memo):
         return e.data
     if not isinstance(e, Call) or isinstance(e.op, Function):
         return None
-    key = id(e)
-    if key in memo:
-        return memo[key][1]
+    if e in memo:
+        return memo[e]
     vals = []
     for a in e.args:
         v = fold_value(a, memo)
         if v is None:
-            memo[key] = (e, None)
+            memo[e] = None
             return None
         vals.append(v)
     out = evaluate(e.op, e.attrs, vals)
-    memo[key] = (e, out)   # keep e alive so its id stays unique
+    memo[e] = out
     return out
 
 

@@ -136,15 +136,15 @@ def topo_order(outputs: Sequence[Expr]) -> List[Call]:
             if not isinstance(e, Call):
                 continue
             if done:
-                if id(e) not in seen:
-                    seen.add(id(e))
+                if e not in seen:
+                    seen.add(e)
                     order.append(e)
                 continue
-            if id(e) in seen:
+            if e in seen:
                 continue
             stack.append((e, True))
             for a in reversed(e.args):
-                if isinstance(a, Call) and id(a) not in seen:
+                if isinstance(a, Call) and a not in seen:
                     stack.append((a, False))
     return order
 

@@ -9,7 +9,7 @@ Pattern kinds, in fusion order: ``elemwise`` < ``broadcast`` < ``injective`` < `
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import numpy as np
 

@@ -75,9 +75,9 @@ class _Printer:
             vals = [_fmt_scalar(x, c.type.dtype) for x in flat]
             val = vals[0] if c.type.ndim == 0 else "[" + ", ".join(vals) + "]"
             return f"const({val}, ({', '.join(map(str, c.type.shape))}), {c.type.dtype})"
-        i = self.meta_ids.get(id(c))
+        i = self.meta_ids.get(c)
         if i is None:
-            i = self.meta_ids[id(c)] = len(self.meta)
+            i = self.meta_ids[c] = len(self.meta)
             self.meta.append(c.data)
         return f"meta[{i}]"
 
@@ -90,13 +90,13 @@ class _Printer:
         lines.append(head + " {")
         names = {}
         for p in fn.params:
-            names[id(p)] = "%" + p.name
+            names[p] = "%" + p.name
 
         def ref(e):
             if isinstance(e, Const):
                 return self.const(e)
             try:
-                return names[id(e)]
+                return names[e]
             except KeyError:
                 raise GraphError(f"@{fn.name}: {e!r} is not defined in this function "
                                  "(a variable of another function?)") from None
@@ -104,7 +104,7 @@ class _Printer:
         for k, n in enumerate(fn.nodes()):
             args = [ref(a) for a in n.args]
             args += [f"{key}={fmt_attr(v)}" for key, v in _shown_attrs(n)]
-            names[id(n)] = f"%{k}"
+            names[n] = f"%{k}"
             lines.append(f"  %{k} = {n.op_name}({', '.join(args)});")
         outs = [ref(o) for o in fn.outputs]
         lines.append(f"  return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'};")

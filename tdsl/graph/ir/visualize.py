@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 from ...ir.html import highlight, wrap
-from .nodes import Call, Const, Function, Module, Var
+from .nodes import Call, Const, Function, Module
 
 
 def _label(n: Call):
@@ -25,10 +25,10 @@ def to_dot(mod: Module) -> str:
     counter = [0]
 
     def nid(e):
-        if id(e) not in ids:
+        if e not in ids:
             counter[0] += 1
-            ids[id(e)] = f"n{counter[0]}"
-        return ids[id(e)]
+            ids[e] = f"n{counter[0]}"
+        return ids[e]
 
     for p in mod.main.params:
         lines.append(f'  {nid(p)} [label="%{p.name}\\n{p.type}", shape=ellipse, fillcolor="#ffffff"];')
@@ -36,23 +36,23 @@ def to_dot(mod: Module) -> str:
         if isinstance(n.op, Function):
             fn = n.op
             lines.append(f'  subgraph cluster_{k} {{ label="@{fn.name}"; style="rounded"; color="#4a78c2";')
-            inner = {id(p): a for p, a in zip(fn.params, n.args)}
+            inner = {p: a for p, a in zip(fn.params, n.args)}
             local = {}
             for m in fn.nodes():
                 counter[0] += 1
-                local[id(m)] = f"n{counter[0]}"
-                lines.append(f'    {local[id(m)]} [label="{_label(m)}"];')
+                local[m] = f"n{counter[0]}"
+                lines.append(f'    {local[m]} [label="{_label(m)}"];')
             lines.append("  }")
             for m in fn.nodes():
                 for a in m.args:
-                    if id(a) in local:
-                        lines.append(f'  {local[id(a)]} -> {local[id(m)]} [label="{a.type.shape}"];')
+                    if a in local:
+                        lines.append(f'  {local[a]} -> {local[m]} [label="{a.type.shape}"];')
                     else:
-                        src = inner.get(id(a), a)
+                        src = inner.get(a, a)
                         if isinstance(src, Const):
                             continue
-                        lines.append(f'  {nid(src)} -> {local[id(m)]} [label="{src.type.shape}"];')
-            ids[id(n)] = local[id(fn.outputs[0])]
+                        lines.append(f'  {nid(src)} -> {local[m]} [label="{src.type.shape}"];')
+            ids[n] = local[fn.outputs[0]]
         else:
             lines.append(f'  {nid(n)} [label="{_label(n)}"];')
             for a in n.args:

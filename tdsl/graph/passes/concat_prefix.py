@@ -35,25 +35,25 @@ def _eligible(n):
         and all(a.type.dtype == n.type.dtype for a in n.args)
 
 
-def families(nodes: List[Call]) -> Dict[int, Call]:
-    """{id(concat): its family's owner} for every concatenation whose inputs begin the
+def families(nodes: List[Call]) -> Dict[Call, Call]:
+    """{concat: its family's owner} for every concatenation whose inputs begin the
     inputs of another one (same axis and dtype), the owners included. Families have at
     least two members; a concatenation in none is left out."""
     cands = [n for n in nodes if _eligible(n)]
-    key = {id(n): (_body(n).attrs["axis"] % n.type.ndim, n.type.dtype) for n in cands}
-    args = {id(n): tuple(id(a) for a in n.args) for n in cands}
-    owner: Dict[int, Call] = {}
+    key = {n: (_body(n).attrs["axis"] % n.type.ndim, n.type.dtype) for n in cands}
+    args = {n: n.args for n in cands}
+    owner: Dict[Call, Call] = {}
     for n in sorted(cands, key=lambda m: -len(m.args)):        # longest first: the owners
-        if id(n) in owner:
+        if n in owner:
             continue
-        members = [m for m in cands if id(m) not in owner and key[id(m)] == key[id(n)]
-                   and args[id(n)][:len(m.args)] == args[id(m)]]
+        members = [m for m in cands if m not in owner and key[m] == key[n]
+                   and args[n][:len(m.args)] == args[m]]
         if len(members) >= 2:
             for m in members:
-                owner[id(m)] = n
+                owner[m] = n
     return owner
 
 
 def sealed(nodes: List[Call]) -> set:
-    """Ids of the raw concatenations fusion must keep alone."""
+    """The raw concatenations fusion must keep alone."""
     return set(families(nodes))

@@ -35,21 +35,21 @@ def conv1d_as_conv2d(mod: Module) -> Module:
     for nn.conv1d_transpose. A bias or a constant scale or shift on the result (a folded
     batch norm) goes inside the reshape with the constant given the row axis, so that it
     joins the conv's kernel (sink_reshapes moves activations after it)."""
-    rows = {}       # id(reshape made here) -> the 2-D tensor inside it
+    rows = {}       # reshape made here -> the 2-D tensor inside it
 
     def wrap(y, n):
         out = Call("reshape", [y], {"newshape": list(n.type.shape)}, n.span)
-        rows[id(out)] = y
+        rows[out] = y
         return out
 
     def visit(n, args):
-        if n.op == "nn.bias_add" and id(args[0]) in rows and n.attrs.get("axis") == 1:
-            return wrap(Call("nn.bias_add", [rows[id(args[0])], args[1]], n.attrs, n.span), n)
-        if n.op in _AFFINE and id(args[0]) in rows and isinstance(args[1], Const) \
+        if n.op == "nn.bias_add" and args[0] in rows and n.attrs.get("axis") == 1:
+            return wrap(Call("nn.bias_add", [rows[args[0]], args[1]], n.attrs, n.span), n)
+        if n.op in _AFFINE and args[0] in rows and isinstance(args[1], Const) \
                 and n.type.shape == args[0].type.shape:
             c = args[1].data
             c = c.reshape(c.shape[:-1] + (1,) + c.shape[-1:]) if c.ndim else c
-            return wrap(Call(n.op, [rows[id(args[0])], Const(c)], n.attrs, n.span), n)
+            return wrap(Call(n.op, [rows[args[0]], Const(c)], n.attrs, n.span), n)
         if n.op not in ("nn.conv1d", "nn.conv1d_transpose"):
             return same(n, args)
         y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], attrs_as_2d(n.attrs), n.span)

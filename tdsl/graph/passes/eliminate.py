@@ -30,7 +30,7 @@ def eliminate_common_subexpr(mod: Module) -> Module:
 
     def visit(n, args):
         args = [canon(a) for a in args]
-        key = (n.op if isinstance(n.op, str) else id(n.op), tuple(id(a) for a in args), repr(sorted(n.attrs.items())))
+        key = (n.op, tuple(args), repr(sorted(n.attrs.items())))
         hit = seen.get(key)
         if hit is not None:
             return hit

@@ -41,13 +41,13 @@ def fold_batch_norm(mod: Module) -> Module:
         bias = None
         conv = x
         if isinstance(x, Call) and x.op == "nn.bias_add" and isinstance(x.args[1], Const) \
-                and uses.get(id(n.args[0]), 0) == 1 and isinstance(x.args[0], Call) and x.args[0].op.startswith("nn.conv") \
-                and not x.args[0].op.endswith("transpose") and uses.get(id(n.args[0].args[0]), 0) == 1:
+                and uses.get(n.args[0], 0) == 1 and isinstance(x.args[0], Call) and x.args[0].op.startswith("nn.conv") \
+                and not x.args[0].op.endswith("transpose") and uses.get(n.args[0].args[0], 0) == 1:
             bias = x.args[1].data.astype(np.float64)
             conv = x.args[0]
         if isinstance(conv, Call) and isinstance(conv.op, str) and conv.op.startswith("nn.conv") \
                 and not conv.op.endswith("transpose") and isinstance(conv.args[1], Const) \
-                and (bias is not None or uses.get(id(n.args[0]), 0) == 1):
+                and (bias is not None or uses.get(n.args[0], 0) == 1):
             w = conv.args[1].data
             w2 = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
             newconv = Call(conv.op, [conv.args[0], Const(w2)], conv.attrs, conv.span)

@@ -13,9 +13,6 @@ from .rewrite import use_counts
 
 # ---------------------------------------------------------------------------- fusion
 
-_ORDER = {"elemwise": 0, "broadcast": 1, "injective": 2, "reduce": 3, "anchor": 4, "opaque": 5}
-
-
 def _kind(n):
     return get_op(n.op).kind
 
@@ -39,10 +36,10 @@ class _Group:
 
 
 def _users(nodes):
-    out: Dict[int, List[Call]] = {}
+    out: Dict[Expr, List[Call]] = {}
     for n in nodes:
         for a in n.args:
-            lst = out.setdefault(id(a), [])
+            lst = out.setdefault(a, [])
             if not lst or lst[-1] is not n:
                 lst.append(n)
     return out
@@ -57,27 +54,27 @@ def _diamond(a, users, uses, outputs, pos):
     (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
     nothing outside reads a or the chains, so the group stays one kernel with one output
     (SiLU after every conv of efficientnet would otherwise cost a memory pass each)."""
-    direct = users.get(id(a), [])
+    direct = users.get(a, [])
     if not direct:
         return None
-    sink = max(direct, key=lambda u: pos[id(u)])
-    members = {id(sink): sink}
+    sink = max(direct, key=lambda u: pos[u])
+    members = dict.fromkeys([sink])     # in order, once each: two chains may meet early
     for u in direct:
         m, depth = u, 0
         while m is not sink:
-            if depth >= DIAMOND_DEPTH or _kind(m) not in ("elemwise", "broadcast") or id(m) in outputs \
-                    or uses.get(id(m), 0) != 1:
+            if depth >= DIAMOND_DEPTH or _kind(m) not in ("elemwise", "broadcast") or m in outputs \
+                    or uses.get(m, 0) != 1:
                 return None
-            members[id(m)] = m
-            m = users[id(m)][0]
+            members[m] = None
+            m = users[m][0]
             depth += 1
     if _kind(sink) not in ("elemwise", "broadcast"):
         return None
     # every edge out of a and out of a chain node lands inside the diamond
-    edges = sum(1 for m in members.values() for x in m.args if x is a)
-    if edges != uses.get(id(a), 0):
+    edges = sum(1 for m in members for x in m.args if x is a)
+    if edges != uses.get(a, 0):
         return None
-    return sorted(members.values(), key=lambda m: pos[id(m)])
+    return sorted(members, key=lambda m: pos[m])
 
 
 SCALE_INTO_CONV = True     # off: the squeeze-excite multiply keeps a kernel of its own (A/B)
@@ -93,16 +90,15 @@ def _takes_channel_scale(n, uses, outputs, group_of):
             or not isinstance(n.args[1], Const) or (n.op == "nn.conv2d_blocked" and not n.attrs["in_blocked"]):
         return False
     a = n.args[0]
-    if not isinstance(a, Call) or a.op != "multiply" or uses.get(id(a), 0) != 1 or id(a) in outputs \
-            or id(a) not in group_of or group_of[id(a)].last is not a:
+    if not isinstance(a, Call) or a.op != "multiply" or uses.get(a, 0) != 1 or a in outputs \
+            or a not in group_of or group_of[a].last is not a:
         return False
     shape = a.type.shape
     # batch 1: a scale per input channel ((1, C/bn, 1, 1, bn) for a blocked image)
     if len(shape) != (5 if n.op == "nn.conv2d_blocked" else 4) or shape[0] != 1 or a.type.dtype != "float32":
         return False
     # the conv scales its weights once per call: worth it while they are fewer than the
-    # image's pixels per channel (measured: 240->40 at 28x28 gained 15%, 1152->192 at 7x7
-    # lost 18%)
+    # image's pixels per channel (with more, scaling the weights costs more than the image)
     co, _, kh, kw = n.args[1].type.shape
     if co * kh * kw > shape[2] * shape[3]:
         return False
@@ -113,7 +109,7 @@ def _takes_channel_scale(n, uses, outputs, group_of):
 
 def _split_off_last(a, group_of, groups):
     """Moves `a`, the last node of its group, into a new group that will take a conv."""
-    g = group_of[id(a)]
+    g = group_of[a]
     if len(g.nodes) == 1:
         g.master_kind = "anchor"
         return g
@@ -121,7 +117,7 @@ def _split_off_last(a, group_of, groups):
     ng = _Group(a)
     ng.master_kind = "anchor"
     groups.append(ng)
-    group_of[id(a)] = ng
+    group_of[a] = ng
     return ng
 
 
@@ -134,22 +130,22 @@ def fuse_ops(mod: Module) -> Module:
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
     uses = use_counts(fn)
-    group_of: Dict[int, _Group] = {}
+    group_of: Dict[Call, _Group] = {}
     groups: List[_Group] = []
     nodes = fn.nodes()
     users = _users(nodes)
-    outputs = {id(o) for o in fn.outputs}
-    pos = {id(n): i for i, n in enumerate(nodes)}
-    pending: Dict[int, _Group] = {}     # diamond members -> the group they will join
+    outputs = set(fn.outputs)
+    pos = {n: i for i, n in enumerate(nodes)}
+    pending: Dict[Call, _Group] = {}     # diamond members -> the group they will join
     alone = concat_prefix.sealed(nodes)  # concatenations that will be views of a buffer
     for n in nodes:
         kind = _kind(n)
-        target = pending.pop(id(n), None)
-        if target is None and _takes_channel_scale(n, uses, outputs, group_of) and id(n.args[0]) not in alone:
+        target = pending.pop(n, None)
+        if target is None and _takes_channel_scale(n, uses, outputs, group_of) and n.args[0] not in alone:
             target = _split_off_last(n.args[0], group_of, groups)
-        for a in n.args if target is None and id(n) not in alone else ():
-            if isinstance(a, Call) and uses.get(id(a), 0) == 1 and id(a) not in alone:
-                g = group_of[id(a)]
+        for a in n.args if target is None and n not in alone else ():
+            if isinstance(a, Call) and uses.get(a, 0) == 1 and a not in alone:
+                g = group_of[a]
                 if g.last is a and g.accepts(kind):
                     target = g
                     break
@@ -158,36 +154,36 @@ def fuse_ops(mod: Module) -> Module:
             groups.append(target)
         else:
             target.nodes.append(n)
-        group_of[id(n)] = target
-        if uses.get(id(n), 0) > 1 and id(n) not in outputs and id(n) not in alone:
+        group_of[n] = target
+        if uses.get(n, 0) > 1 and n not in outputs and n not in alone:
             members = _diamond(n, users, uses, outputs, pos)
             # a node already promised to another group (two diamonds sharing a sink) stays out
-            if members and all(target.accepts(_kind(m)) and id(m) not in pending for m in members):
+            if members and all(target.accepts(_kind(m)) and m not in pending for m in members):
                 for m in members:
-                    pending[id(m)] = target
+                    pending[m] = target
     # build primitive functions and the new main
-    memo: Dict[int, Expr] = {}
+    memo: Dict[Call, Expr] = {}
     funcs: Dict[str, Function] = {}
     by_text: Dict[str, Function] = {}
-    pos = {id(n): i for i, n in enumerate(fn.nodes())}
-    groups.sort(key=lambda g: pos[id(g.last)])   # a group runs after every group it reads
+    pos = {n: i for i, n in enumerate(fn.nodes())}
+    groups.sort(key=lambda g: pos[g.last])   # a group runs after every group it reads
     for g in groups:
-        members = {id(n) for n in g.nodes}
+        members = set(g.nodes)
         params, outer_args, pmap = [], [], {}
         for n in g.nodes:
             for a in n.args:
-                if id(a) in members or id(a) in pmap:
+                if a in members or a in pmap:
                     continue
                 p = Var(f"p{len(params)}", a.type)
-                pmap[id(a)] = p
+                pmap[a] = p
                 params.append(p)
-                outer_args.append(memo.get(id(a), a))
-        inner: Dict[int, Expr] = {}
+                outer_args.append(memo.get(a, a))
+        inner: Dict[Call, Expr] = {}
         for n in g.nodes:
-            args = [inner[id(a)] if id(a) in inner else pmap[id(a)] for a in n.args]
-            inner[id(n)] = Call(n.op, args, n.attrs, n.span)
+            args = [inner[a] if a in inner else pmap[a] for a in n.args]
+            inner[n] = Call(n.op, args, n.attrs, n.span)
         base = "fused_" + "_".join(dict.fromkeys(n.op.replace("nn.", "").replace(".", "_") for n in g.nodes))
-        f = Function(base, params, [inner[id(g.last)]], {"primitive": 1})
+        f = Function(base, params, [inner[g.last]], {"primitive": 1})
         text = print_function(f).split("(", 1)[1]
         if text in by_text:
             f = by_text[text]
@@ -200,6 +196,6 @@ def fuse_ops(mod: Module) -> Module:
             funcs[name] = f
             by_text[text] = f
         call = Call(f, outer_args, {}, g.last.span)
-        memo[id(g.last)] = call
-    outs = [memo.get(id(o), o) for o in fn.outputs]
+        memo[g.last] = call
+    outs = [memo.get(o, o) for o in fn.outputs]
     return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)

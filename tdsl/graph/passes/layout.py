@@ -5,8 +5,8 @@ A CPU conv vectorizes along output channels: each kernel of the blocked conv acc
 `bn` channels (one vector) per register, and the depthwise conv is one FMA per tap per
 vector only when channels, not pixels, fill the vector (7- and 14-wide rows of a mobile
 net leave a row vector half empty). Between two such convs an NCHW tensor costs a
-transposing store in the first (measured 1.3-1.5x the conv's time on 1x1 expansions at
-7x7-14x14, Zen 4) and a strided or padded read in the second. Here the convs of a chain
+transposing store in the first (on small 1x1 expansions it costs more than the conv
+itself) and a strided or padded read in the second. Here the convs of a chain
 write and read `(N, C/bn, H, W, bn)` tensors (ir/ops_layout.py); elementwise operators on
 the way (bias, folded batch norm, activations, residual adds, squeeze-excite gates) work
 on the blocked tensor with their per-channel constants re-laid out; `layout.from_blocked`
@@ -15,19 +15,17 @@ fuses into the producing kernel as its store.
 
 A chain is convs that read others' outputs through elementwise operators only (two convs
 that merely read one image are not one: squeezenet's expand convs), or through a
-concatenation along the channels of conv outputs that are whole vectors of channels (a
-fire module's expand convs and the next squeeze: the blocked images concatenate along
-their block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
-fires: a 3-D pool of the blocked image whose last window is one element, so each lane
-pools alone; squeezenet 1.1 went from 5.0-5.2 ms to 3.6 on Zen 4 with both, ResNet-18
-and -50 5-9% faster), without the tails that only
-plain consumers read (below); a conv alone keeps the strategy chosen for it in NCHW (the
-stem's row conv, the 1x1 pixel GEMM), since for it the layout would only move the same
-transposing store. Convs that join: float32 2-D convs with constant weights and static
-shapes, groups 1 or depthwise, on images larger than 1x1 (a mat-vec stays), not reading a
-concatenation of other images (DenseNet's convs of growing concatenations of the block's
-input and its features share one kernel generic in the channel count in NCHW,
-strategy/cpu/generic.py).
+concatenation along the channels of conv outputs that are whole vectors of channels (a fire
+module's expand convs and the next squeeze: the blocked images concatenate along their
+block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
+fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
+alone), without the tails that only plain consumers read (below); a conv alone keeps the
+strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
+layout would only move the same transposing store. Convs that join: float32 2-D convs with
+constant weights and static shapes, groups 1 or depthwise, on images larger than 1x1 (a
+mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
+concatenations of the block's input and its features share one kernel generic in the
+channel count in NCHW, strategy/cpu/generic.py).
 
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
 point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
@@ -42,7 +40,7 @@ from typing import Dict
 import numpy as np
 
 from ...te import intrin_x86
-from ..ir import Call, Const, Module, Function
+from ..ir import Call, Const, Expr, Module, Function
 from ..ir.ops_layout import blocks
 from ..ir.registry import get_op
 
@@ -112,9 +110,9 @@ def _made_by_conv(e):
     stack, seen = [e], set()
     while stack:
         e = stack.pop()
-        if id(e) in seen or not isinstance(e, Call):
+        if e in seen or not isinstance(e, Call):
             continue
-        seen.add(id(e))
+        seen.add(e)
         if _conv_form(e) or e.op == "qnn.conv2d":
             return True
         stack.extend(_image_args(e))
@@ -147,11 +145,11 @@ def _chains(fn, bn, int8):
     the chains' tails whose output only goes to plain consumers (a concatenation, a
     transpose), repeatedly: such a conv would only unpack its blocked input's producer
     into its own kernel, where its NCHW strategies (rows, 1x1 pixel GEMM) do better."""
-    users: Dict[int, list] = {}
+    users: Dict[Expr, list] = {}
     for n in fn.nodes():
         for a in n.args:
-            users.setdefault(id(a), []).append(n)
-    feeds: Dict[int, set] = {}      # conv -> the convs that read it
+            users.setdefault(a, []).append(n)
+    feeds: Dict[Call, set] = {}      # conv -> the convs that read it
     convs = {}
     for n in fn.nodes():
         if not _convertible_conv(n, bn, int8):
@@ -159,12 +157,12 @@ def _chains(fn, bn, int8):
         stack, seen = [n.args[0]], set()
         while stack:
             e = stack.pop()
-            if id(e) in seen or not isinstance(e, Call):
+            if e in seen or not isinstance(e, Call):
                 continue
-            seen.add(id(e))
+            seen.add(e)
             if _convertible_conv(e, bn, int8):
-                feeds.setdefault(id(e), set()).add(id(n))
-                convs[id(e)], convs[id(n)] = e, n
+                feeds.setdefault(e, set()).add(n)
+                convs[e], convs[n] = e, n
             elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d":
                 stack.extend(e.args)
             else:
@@ -189,10 +187,10 @@ def _reaches_pool(conv, users, bn):
     stack, seen = [conv], set()
     while stack:
         e = stack.pop()
-        for u in users.get(id(e), []):
-            if id(u) in seen:
+        for u in users.get(e, []):
+            if u in seen:
                 continue
-            seen.add(id(u))
+            seen.add(u)
             # (a quantized network's integer pool reads the relaid-out 7x7 image: a tiny copy)
             if u.op in ("nn.global_avg_pool", "qnn.global_avg_pool"):
                 return True
@@ -225,39 +223,39 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
     chained = _chains(fn, bn, int8)
     if not chained:
         return mod
-    blocked: Dict[int, Call] = {}
-    plain: Dict[int, object] = {}
+    blocked: Dict[Expr, Call] = {}
+    plain: Dict[Expr, object] = {}
 
     def get_plain(e):
-        if id(e) in plain:
-            return plain[id(e)]
-        if id(e) in blocked:
-            plain[id(e)] = _from_blocked(blocked[id(e)], e.type.shape[1], bn)
-            return plain[id(e)]
+        if e in plain:
+            return plain[e]
+        if e in blocked:
+            plain[e] = _from_blocked(blocked[e], e.type.shape[1], bn)
+            return plain[e]
         return e
 
     def get_blocked(e):
-        if id(e) not in blocked:
+        if e not in blocked:
             x = get_plain(e)
             shape = tuple(e.type.shape)
             if shape[2:] == (1, 1) and shape[1] % bn == 0:    # the same bytes: a view
-                blocked[id(e)] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, 1, 1, bn]})
+                blocked[e] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, 1, 1, bn]})
             else:
-                blocked[id(e)] = Call("layout.to_blocked", [x], {"bn": bn})
-        return blocked[id(e)]
+                blocked[e] = Call("layout.to_blocked", [x], {"bn": bn})
+        return blocked[e]
 
     for n in fn.nodes():
-        if n.op == "nn.global_avg_pool" and id(n.args[0]) in blocked:
+        if n.op == "nn.global_avg_pool" and n.args[0] in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
-            m = Call("mean", [blocked[id(n.args[0])]], {"axis": [2, 3], "keepdims": True}, n.span)
-            plain[id(n)] = _from_blocked(m, n.type.shape[1], bn)
+            m = Call("mean", [blocked[n.args[0]]], {"axis": [2, 3], "keepdims": True}, n.span)
+            plain[n] = _from_blocked(m, n.type.shape[1], bn)
             continue
         y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
         if y is not None:
-            blocked[id(n)] = y
+            blocked[n] = y
         else:
             args = [get_plain(a) for a in n.args]
-            plain[id(n)] = n if all(a is b for a, b in zip(args, n.args)) else Call(n.op, args, n.attrs, n.span)
+            plain[n] = n if all(a is b for a, b in zip(args, n.args)) else Call(n.op, args, n.attrs, n.span)
     outs = [get_plain(o) for o in fn.outputs]
     return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
 
@@ -271,45 +269,45 @@ def _from_blocked(xb, C, bn):
 
 def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     """The blocked form of node `n`, or None where it stays plain."""
-    if id(n) in chained and n.op == "qnn.conv2d":
+    if n in chained and n.op == "qnn.conv2d":
         x = n.args[0]
-        inb = id(x) in blocked or n.attrs["groups"] != 1
+        inb = x in blocked or n.attrs["groups"] != 1
         return Call("qnn.conv2d_blocked", [get_blocked(x) if inb else get_plain(x)] + list(n.args[1:]),
                     dict(n.attrs, bn=bn, in_blocked=inb), n.span)
-    if id(n) in chained:
+    if n in chained:
         x, w = n.args
         a = dict(n.attrs, bn=bn)
-        if id(x) in blocked or n.attrs["groups"] != 1:
+        if x in blocked or n.attrs["groups"] != 1:
             return Call("nn.conv2d_blocked", [get_blocked(x), w], dict(a, in_blocked=True), n.span)
         return Call("nn.conv2d_blocked", [get_plain(x), w], dict(a, in_blocked=False), n.span)
-    if not any(id(a) in blocked for a in n.args) or len(n.type.shape) != 4:
+    if not any(a in blocked for a in n.args) or len(n.type.shape) != 4:
         return None
     if n.op == "concatenate":
-        if not (_blockable_concat(n, bn) and all(id(a) in blocked for a in n.args)):
+        if not (_blockable_concat(n, bn) and all(a in blocked for a in n.args)):
             return None
-        return Call("concatenate", [blocked[id(a)] for a in n.args], {"axis": 1}, n.span)
+        return Call("concatenate", [blocked[a] for a in n.args], {"axis": 1}, n.span)
     if n.op == "nn.max_pool2d":
         # a 3-D pool whose last window is one element: each lane of a block pools alone
         a = n.attrs
         p = list(a["padding"])
-        return Call("nn.max_pool3d", [blocked[id(n.args[0])]],
+        return Call("nn.max_pool3d", [blocked[n.args[0]]],
                     {"pool_size": list(a["pool_size"]) + [1], "strides": list(a["strides"]) + [1],
                      "padding": p[:2] + [0] + p[2:] + [0], "dilation": list(a["dilation"]) + [1],
                      "ceil_mode": a["ceil_mode"]}, n.span)
     C = n.type.shape[1]
     if _unary(n):
-        return Call(n.op, [blocked[id(n.args[0])]], n.attrs, n.span)
+        return Call(n.op, [blocked[n.args[0]]], n.attrs, n.span)
     if n.op == "qnn.lut":       # a table of the 256 values: the same for every channel
-        return Call(n.op, [blocked[id(n.args[0])], n.args[1]], n.attrs, n.span)
+        return Call(n.op, [blocked[n.args[0]], n.args[1]], n.attrs, n.span)
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
         b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
-        return Call("add", [blocked[id(n.args[0])], b], {}, n.span)
+        return Call("add", [blocked[n.args[0]], b], {}, n.span)
     if n.op not in _BINARY + _QUANT:
         return None
     args = []
     for a in n.args:
-        if id(a) in blocked:
-            args.append(blocked[id(a)])
+        if a in blocked:
+            args.append(blocked[a])
         elif isinstance(a, Const):
             c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0))
             if c is None:

@@ -21,13 +21,13 @@ from typing import Dict, List
 import numpy as np
 
 from . import concat_prefix
-from ..ir import Call, Function, Module, Var
+from ..ir import Call, Expr, Function, Module, Var
 
 ALIGN = 64
 
 
 class MemoryPlan:
-    def __init__(self, offsets: Dict[int, int], sizes: Dict[int, int], peak: int, total: int, order):
+    def __init__(self, offsets: Dict[Call, int], sizes: Dict[Call, int], peak: int, total: int, order):
         self.offsets = offsets
         self.sizes = sizes
         self.peak_bytes = peak
@@ -88,13 +88,13 @@ def slice_offset(n, align=ALIGN):
 def is_alias(n, outputs=(), align=ALIGN) -> bool:
     """A call of a group whose whole body is one reshape of an intermediate or an input,
     or one contiguous slice of it (`slice_offset`): a view, not a kernel."""
-    if not isinstance(n.op, Function) or id(n) in outputs:
+    if not isinstance(n.op, Function) or n in outputs:
         return False
     return _single(n, "reshape") is not None or slice_offset(n, align) is not None
 
 
 def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
-    """{id(input): byte offset} when concat group call `n` can be written in place."""
+    """{input: byte offset} when concat group call `n` can be written in place."""
     if not isinstance(n.op, Function):
         return None
     body = n.op.nodes()
@@ -107,11 +107,11 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
         return None
     parts, off = {}, 0
     for a in n.args:
-        if not isinstance(a, Call) or not isinstance(a.op, Function) or uses.get(id(a), 0) != 1 \
-                or id(a) in outputs or id(a) in taken or id(a) in parts or a.type.dtype != n.type.dtype \
-                or is_alias(a, outputs, align) or a.type.size == 0 or id(a) in owners:
+        if not isinstance(a, Call) or not isinstance(a.op, Function) or uses.get(a, 0) != 1 \
+                or a in outputs or a in taken or a in parts or a.type.dtype != n.type.dtype \
+                or is_alias(a, outputs, align) or a.type.size == 0 or a in owners:
             return None
-        parts[id(a)] = off
+        parts[a] = off
         off += a.type.nbytes
     return parts
 
@@ -120,20 +120,20 @@ def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, or
     """`n` when it owns a concat prefix family (`fams`, from concat_prefix.families) that
     can share its buffer, recording the shorter members in `prefix_views`; None
     otherwise. Parts may have other readers, unlike `_concat_parts`'s."""
-    own = fams.get(id(n))
-    if own is not n or id(n) in outputs or id(n) in root or id(n) in owners:
+    own = fams.get(n)
+    if own is not n or n in outputs or n in root or n in owners:
         return None
-    if len({id(a) for a in n.args}) != len(n.args) or not _offsets_aligned(n.args, align):
+    if len(set(n.args)) != len(n.args) or not _offsets_aligned(n.args, align):
         return None
     for a in n.args:
-        if not isinstance(a.op, Function) or id(a) in outputs or id(a) in taken or id(a) in owners \
-                or id(a) in root or is_alias(a, outputs, align) or a.type.size == 0 or id(a) in fams:
+        if not isinstance(a.op, Function) or a in outputs or a in taken or a in owners \
+                or a in root or is_alias(a, outputs, align) or a.type.size == 0 or a in fams:
             return None
-    members = [m for m in order if fams.get(id(m)) is n and m is not n]
-    if any(id(m) in outputs or id(m) in root for m in members):
+    members = [m for m in order if fams.get(m) is n and m is not n]
+    if any(m in outputs or m in root for m in members):
         return None
     for m in members:
-        prefix_views[id(m)] = id(n)
+        prefix_views[m] = n
     return n
 
 
@@ -143,67 +143,67 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
     align = max(int(align), ALIGN)
     fn = mod.main
     order: List[Call] = fn.nodes()
-    pos = {id(n): i for i, n in enumerate(order)}
-    outputs = {id(o) for o in fn.outputs}
-    root: Dict[int, int] = {}
-    alias_offsets: Dict[int, int] = {}     # alias -> its byte offset in its input (a reshape: 0)
+    pos = {n: i for i, n in enumerate(order)}
+    outputs = set(fn.outputs)
+    root: Dict[Expr, Expr] = {}
+    alias_offsets: Dict[Call, int] = {}     # alias -> its byte offset in its input (a reshape: 0)
     for n in order:
         if is_alias(n, outputs, align):
             a = n.args[0]
-            root[id(n)] = root.get(id(a), id(a))
-            alias_offsets[id(n)] = slice_offset(n, align) or 0
-    uses: Dict[int, int] = {}
+            root[n] = root.get(a, a)
+            alias_offsets[n] = slice_offset(n, align) or 0
+    uses: Dict[Expr, int] = {}
     for n in order:
         for a in n.args:
-            uses[id(a)] = uses.get(id(a), 0) + 1
+            uses[a] = uses.get(a, 0) + 1
     for o in fn.outputs:
-        uses[id(o)] = uses.get(id(o), 0) + 1
-    concat_parts: Dict[int, tuple] = {}       # id(part) -> (concat call, byte offset)
+        uses[o] = uses.get(o, 0) + 1
+    concat_parts: Dict[Call, tuple] = {}       # part -> (concat call, byte offset)
     owners = set()
     for n in order:
         parts = _concat_parts(n, uses, outputs, concat_parts, owners, align)
-        if parts and id(n) not in root:
-            owners.add(id(n))
+        if parts and n not in root:
+            owners.add(n)
             for a in n.args:
-                concat_parts[id(a)] = (n, parts[id(a)])
-    prefix_views: Dict[int, int] = {}     # concat -> the family owner whose prefix it is
+                concat_parts[a] = (n, parts[a])
+    prefix_views: Dict[Call, Call] = {}     # concat -> the family owner whose prefix it is
     fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
     for n in order:
         own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align)
         if own is not None:
             off = 0
             for a in own.args:
-                concat_parts[id(a)] = (own, off)
+                concat_parts[a] = (own, off)
                 off += a.type.nbytes
-            owners.add(id(own))
-    output_views: Dict[int, int] = {}     # intermediate -> the output reshaping it
+            owners.add(own)
+    output_views: Dict[Call, Call] = {}     # intermediate -> the output reshaping it
     for n in order:
-        if id(n) in outputs and _single(n, "reshape") is not None and isinstance(n.args[0], Call):
-            a = id(n.args[0])
+        if n in outputs and _single(n, "reshape") is not None and isinstance(n.args[0], Call):
+            a = n.args[0]
             if a not in outputs and a not in root and a not in output_views and a not in owners \
                     and a not in concat_parts:
-                output_views[a] = id(n)
-    last_use: Dict[int, int] = {}
+                output_views[a] = n
+    last_use: Dict[Expr, int] = {}
     for i, n in enumerate(order):
         for a in n.args:
-            if id(a) in pos:
-                r = root.get(id(a), id(a))
+            if a in pos:
+                r = root.get(a, a)
                 r = prefix_views.get(r, r)
                 last_use[r] = max(last_use.get(r, i), i)
     for part, (own, _) in concat_parts.items():     # a part read after its concat's last
         if part in last_use:                          # use keeps the shared buffer alive
-            last_use[id(own)] = max(last_use.get(id(own), 0), last_use[part])
+            last_use[own] = max(last_use.get(own, 0), last_use[part])
     live = []     # (offset, end, free_at)
     offsets, sizes = {}, {}
     peak = total = 0
     for i, n in enumerate(order):
-        if id(n) in outputs or id(n) in root or id(n) in output_views or id(n) in prefix_views:
+        if n in outputs or n in root or n in output_views or n in prefix_views:
             continue      # outputs get their own buffers; aliases share their input's
-        if id(n) in owners and id(n) in offsets:
+        if n in owners and n in offsets:
             continue      # a concat written in place: allocated with its first part
-        if id(n) in concat_parts:
-            n = concat_parts[id(n)][0]
-            if id(n) in offsets or id(n) in outputs:
+        if n in concat_parts:
+            n = concat_parts[n][0]
+            if n in offsets or n in outputs:
                 continue
         live = [b for b in live if b[2] >= i]
         size = _align(max(n.type.nbytes, 1), align)
@@ -213,10 +213,10 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
             if off + size <= b[0]:
                 break
             off = max(off, b[1])
-        end_use = last_use.get(id(n), i)
+        end_use = last_use.get(n, i)
         live.append((off, off + size, end_use))
-        offsets[id(n)] = off
-        sizes[id(n)] = size
+        offsets[n] = off
+        sizes[n] = size
         peak = max(peak, off + size)
     plan = MemoryPlan(offsets, sizes, peak, total, order)
     plan.aliases = root

@@ -37,10 +37,10 @@ def _static(e, memo):
         return e.data
     if not isinstance(e, Call) or isinstance(e.op, Function):
         return None
-    if id(e) not in memo:
+    if e not in memo:
         vals = [_static(a, memo) for a in e.args]
-        memo[id(e)] = (e, None if any(v is None for v in vals) else evaluate(e.op, e.attrs, vals))
-    return memo[id(e)][1]
+        memo[e] = None if any(v is None for v in vals) else evaluate(e.op, e.attrs, vals)
+    return memo[e]
 
 
 def _dq(e, memo, static_data=False):
@@ -202,8 +202,8 @@ def _table(n, args, memo):
     src, seen = [], {}
 
     def value(e):
-        if id(e) in seen:
-            return seen[id(e)]
+        if e in seen:
+            return seen[e]
         if len(seen) > _TABLE_NODES:
             raise LookupError
         if isinstance(e, Const):
@@ -223,7 +223,7 @@ def _table(n, args, memo):
             v = evaluate(e.op, e.attrs, [value(a) for a in e.args])
         else:
             raise LookupError
-        seen[id(e)] = v
+        seen[e] = v
         return v
     try:
         f = value(args[0])

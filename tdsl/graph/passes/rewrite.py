@@ -10,11 +10,11 @@ from ..ir import Call, Expr, Function, Module
 def rewrite(mod: Module, visit: Callable[[Call, List[Expr]], Expr]) -> Module:
     """Rebuilds @main bottom-up: `visit(old_call, new_args)` returns the replacement."""
     fn = mod.main
-    memo: Dict[int, Expr] = {}
+    memo: Dict[Call, Expr] = {}
     for n in fn.nodes():
-        args = [memo.get(id(a), a) for a in n.args]
-        memo[id(n)] = visit(n, args)
-    outs = [memo.get(id(o), o) for o in fn.outputs]
+        args = [memo.get(a, a) for a in n.args]
+        memo[n] = visit(n, args)
+    outs = [memo.get(o, o) for o in fn.outputs]
     return Module(Function(fn.name, fn.params, outs, fn.attrs), mod.info)
 
 
@@ -25,10 +25,10 @@ def same(n: Call, args):
 
 
 def use_counts(fn: Function):
-    uses: Dict[int, int] = {}
+    uses: Dict[Expr, int] = {}
     for n in fn.nodes():
         for a in n.args:
-            uses[id(a)] = uses.get(id(a), 0) + 1
+            uses[a] = uses.get(a, 0) + 1
     for o in fn.outputs:
-        uses[id(o)] = uses.get(id(o), 0) + 1
+        uses[o] = uses.get(o, 0) + 1
     return uses
