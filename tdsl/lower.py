@@ -37,7 +37,7 @@ from .schedule.schedule_ops import schedule_to_func
 from .target_kind import kind_of
 from .te.regions import check_reads
 from .te.scan import scan_roles
-from .te.tensor import PlaceholderOp, Tensor
+from .te.tensor import PlaceholderOp
 
 # the phases: when a pass runs
 LOWER = "lower"     # in every lower()

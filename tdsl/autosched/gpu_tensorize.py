@@ -28,7 +28,6 @@ fragment intrinsics emulated lane by lane in the instruction's layout.
 """
 from __future__ import annotations
 
-from .. import dtype as dt
 from ..ir import expr as E
 from ..te import intrin_cuda, thread_axis
 from .rule import Rule

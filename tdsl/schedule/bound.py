@@ -26,7 +26,7 @@ from ..ir import expr as E
 from ..ir.expr import Range
 from ..ir.visitor import Mutator, substitute, walk
 from ..te.scan import scan_roles
-from ..te.tensor import ComputeOp, IterVar, PlaceholderOp
+from ..te.tensor import IterVar, PlaceholderOp
 from .relations import Fuse, Split
 
 

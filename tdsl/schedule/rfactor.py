@@ -15,7 +15,7 @@ from ..ir.expr import Range, Var
 from ..ir.visitor import free_vars, substitute
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from .bound import pass_down, pass_up_conditions, pass_up_index
-from .relations import Fuse, Split
+from .relations import Split
 
 
 def _roots_of(stage, iv):
