@@ -44,8 +44,8 @@ __all__ = [
     "shift_right", "min_value", "max_value", "extern", "call_packed", "call_pure_extern",
     "register_func", "register_intrin_lowering", "remove_intrin_lowering", "decl_tensor_intrin",
     "TensorIntrin", "Region", "Schedule", "create_schedule", "Stage", "lower", "build",
-    "register_target_kind", "unregister_target_kind", "utils", "contrib", "target", "auto_schedule", "nd", "cpu", "cuda", "opencl", "Device",
-    "load_module", "__version__",
+    "register_target_kind", "unregister_target_kind", "utils", "contrib", "target",
+    "auto_schedule", "nd", "cpu", "cuda", "opencl", "Device", "load_module", "__version__",
 ]
 
 
