@@ -26,7 +26,7 @@ from ..errors import BuildError, ScheduleError
 from ..gpu_arch import ARCHS
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, walk, free_vars
+from ..ir.visitor import Mutator, free_vars, has_barrier, walk
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import PlaceholderOp
 
@@ -227,12 +227,6 @@ def _preorder(s, fn):
             _preorder(s.else_case, fn)
 
 
-def _has_barrier(s):
-    found = []
-    walk(s, lambda n: found.append(1) if isinstance(n, S.Barrier) else None)
-    return bool(found)
-
-
 class _Widen(Mutator):
     def __init__(self, widen):
         self.widen = widen      # id(For) -> launch extent
@@ -285,7 +279,7 @@ def _widen_thread_loops(nest, loops, whole):
             continue
         top = max(e.value for e in exts)
         small = [x for x, e in zip(fs, exts) if e.value < top]
-        if not small or any(_has_barrier(x.body) or not _is_whole_axis(x.var, whole)
+        if not small or any(has_barrier(x.body) or not _is_whole_axis(x.var, whole)
                             for x in small):
             continue
         for x in small:

@@ -13,13 +13,7 @@ from .. import arith
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, free_vars
-
-
-def _conjuncts(c):
-    if isinstance(c, E.And):
-        return _conjuncts(c.a) + _conjuncts(c.b)
-    return [c]
+from ..ir.visitor import Mutator, conjuncts, free_vars
 
 
 def _collect(body, inner, out):
@@ -32,7 +26,7 @@ def _collect(body, inner, out):
     elif isinstance(body, (S.LetStmt, S.Allocate)):
         _collect(body.body, inner, out)
     elif isinstance(body, S.IfThenElse):
-        for c in _conjuncts(body.cond):
+        for c in conjuncts(body.cond):
             if isinstance(c, E.Call) and c.name == "likely":
                 out.append((c, inner))
         _collect(body.then_case, inner, out)
@@ -50,7 +44,7 @@ def _all_guarded(body, guards):
     if isinstance(body, (S.For, S.LetStmt, S.Allocate)):
         return _all_guarded(body.body, guards)
     if isinstance(body, S.IfThenElse):
-        if any(id(c) in ids for c in _conjuncts(body.cond)):
+        if any(id(c) in ids for c in conjuncts(body.cond)):
             return body.else_case is None or _all_guarded(body.else_case, guards)
         return _all_guarded(body.then_case, guards) and (
             body.else_case is None or _all_guarded(body.else_case, guards))
@@ -64,7 +58,7 @@ class _Drop(Mutator):
         self.ids = {id(n) for n in nodes}
 
     def visit_IfThenElse(self, s):
-        parts = [E.const(True) if id(c) in self.ids else c for c in _conjuncts(s.cond)]
+        parts = [E.const(True) if id(c) in self.ids else c for c in conjuncts(s.cond)]
         parts = [c for c in parts if not E.is_const_int(c, 1)]
         then = self.visit(s.then_case)
         other = self.visit(s.else_case)

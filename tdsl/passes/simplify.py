@@ -29,17 +29,11 @@ from .. import dtype as dt
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, substitute, free_vars
+from ..ir.visitor import Mutator, conjuncts, free_vars, substitute
 
 
-def _conjuncts(c):
-    if isinstance(c, E.And):
-        return _conjuncts(c.a) + _conjuncts(c.b)
-    return [c]
-
-
-def _same_conjuncts(parts, cond):
-    old = _conjuncts(cond)
+def _sameconjuncts(parts, cond):
+    old = conjuncts(cond)
     return len(old) == len(parts) and all(a is b for a, b in zip(old, parts))
 
 
@@ -144,7 +138,7 @@ class _Simplify(Mutator):
             # each conjunct is simplified under the facts of the ones before it, and the
             # then-branch under the facts of all of them
             parts = []
-            for i, c in enumerate(_conjuncts(cond)):
+            for i, c in enumerate(conjuncts(cond)):
                 c2 = c if i == 0 else self.expr(c)
                 if _is_const(c2):
                     if c2.value:
@@ -159,7 +153,7 @@ class _Simplify(Mutator):
             new_cond = parts[0]
             for c in parts[1:]:
                 new_cond = E.And(new_cond, c)
-            if _same_conjuncts(parts, cond):
+            if _sameconjuncts(parts, cond):
                 new_cond = cond
             then = self.visit(s.then_case)
         finally:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import walk, free_vars
+from ..ir.visitor import free_vars, has_barrier, walk
 from ..te.tensor_intrin import pointer_writes
 
 
@@ -36,12 +36,6 @@ def shared_accesses(node):
                 writes.add(n.args[0].buffer)
     walk(node, f)
     return reads, writes
-
-
-def _has_barrier(node):
-    found = []
-    walk(node, lambda n: found.append(1) if isinstance(n, S.Barrier) else None)
-    return bool(found)
 
 
 def _ends_with_barrier(s):
@@ -63,7 +57,7 @@ def _starts_with_barrier(s):
             if _starts_with_barrier(x):
                 return True
             r, w = shared_accesses(x)
-            if r or w or _has_barrier(x):
+            if r or w or has_barrier(x):
                 return False
         return False
     if isinstance(s, S.IfThenElse):
@@ -99,7 +93,7 @@ class _Sync:
         if t is S.IfThenElse:
             then = self.visit(s.then_case)
             other = self.visit(s.else_case) if s.else_case is not None else None
-            if (_has_barrier(then) or (other is not None and _has_barrier(other))) and \
+            if (has_barrier(then) or (other is not None and has_barrier(other))) and \
                     free_vars(s.cond) & self.thread_vars:
                 raise BuildError(
                     f"thread_sync: shared memory is exchanged under the thread-dependent "

@@ -26,13 +26,7 @@ from .. import arith
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, free_vars, substitute, walk
-
-
-def _has_barrier(s):
-    found = []
-    walk(s, lambda n: found.append(1) if isinstance(n, S.Barrier) else None)
-    return bool(found)
+from ..ir.visitor import Mutator, free_vars, has_barrier, substitute, walk
 
 
 def _touched(stmt, v):
@@ -133,7 +127,7 @@ class _Injector:
     def run(self, s):
         if not self.depends(s):
             return s
-        if not _has_barrier(s):
+        if not has_barrier(s):
             return self.each(s)
         if isinstance(s, S.SeqStmt):
             return S.seq(*[self.run(x) for x in s.stmts])

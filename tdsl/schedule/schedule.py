@@ -64,9 +64,6 @@ class Schedule:
                                 "was given outputs that do not depend on it)")
         return st
 
-    def stage_of(self, tensor) -> Stage:
-        return self.stage_map[tensor.op]
-
     def producers(self, stage) -> List[Stage]:
         out = []
         for t in stage.op.input_tensors():
