@@ -161,8 +161,8 @@ class CPUBase(Context):
             if ext is None or tiling.worth_a_vector(self.target, ext, dtype):
                 # whole vectors and a ragged last one, not a narrower vector that divides
                 # the row: every lane of an odd-width vector pays for the masks that the
-                # reduction's reads carry (a padded or strided stencil's bounds tests):
-                # depthwise 3x3 on 56-wide rows measured 5.8x faster with 16 lanes than 14
+                # reduction's reads carry (a padded or strided stencil's bounds tests), a
+                # cost far above one ragged vector a row
                 width = lanes if ext is None or ext > lanes else ext
                 vo, vi = st.split(last, factor=width)
                 st.reorder(*axes[:-1], vo, *raxes, vi)
@@ -181,10 +181,8 @@ class CPUBase(Context):
     def streams_split_vectors(self, info, dtype):
         """A reduction that streams its input from memory (more than the last-level cache)
         on a core whose 512-bit operations are split in two (one 512-bit FMA a cycle, Zen
-        4): 256-bit loads. A row sum of 8192^2 floats on Zen 4 read 28.6 GB/s with them on
-        one thread against 25.7 with 512-bit loads (torch 28.1); on two threads 49-51
-        against 42-46 in two runs, though in runs where the machine's bandwidth swung
-        (32-46 GB/s) the two were within noise."""
+        4): 256-bit loads, which such a core streams from memory at least as fast as
+        512-bit ones (it splits those in two anyway)."""
         t = self.target
         if t.vector_bits < 512 or t.fma_units != 1 or not t.cache_bytes(3):
             return False

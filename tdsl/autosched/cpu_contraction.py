@@ -120,8 +120,8 @@ def tile(ctx, R, T):
            f"loaded vectors; >= {ctx.target.fma_chains} independent FMA chains "
            f"({ctx.target.fma_units} units x latency {ctx.target.fma_latency})")
     # whole rows where they are as good; a ragged tail of rows where the model scores it
-    # better (a prime extent leaves 1-row tiles, one FMA per load: ViT's 197 tokens
-    # ran Q K^T at 52 GFLOP/s with 1 x 4 vectors, 154 with 8 x 2)
+    # better (a prime extent, such as ViT's 197 tokens in Q K^T, leaves 1-row tiles with
+    # few FMAs per load)
     alt = tiling.register_tile(ctx.target, mr, mv, dtype)
     score = tiling.tile_score(ctx.target, rows, vecs, mr, mv, dtype)
     alt_score = tiling.tile_score(ctx.target, *alt, mr, mv, dtype)

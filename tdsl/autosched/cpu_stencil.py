@@ -27,7 +27,7 @@ taps they share are loaded once.
 
 Each member prefetches the rows of the inputs it reads from memory a few rows ahead
 (`Stage.prefetch`): a tile reads each row in a run of its width, too short for the
-hardware prefetchers to follow from row to row (at 4096^2, Harris 10.5 -> 9.2 ms).
+hardware prefetchers to follow from row to row.
 
 Sliding windows (storage folding across rows, each row of a member computed once) were
 not adopted: with tiles of tens of rows the halo's recomputation is a few percent."""

@@ -46,8 +46,8 @@ MIN_SPLIT = 32          # reduction steps a split-K partial sum gets at least
 # 512 channels as one GEMM) leaves each partial sum hundreds of steps.
 LONG_K = 2048
 # a short axis's tiles spread evenly over fewer threads (56 columns of 4: 14 threads); False
-# keeps a power of two (16, two idle), so blocks are whole warps. The H200's sweep hinted at
-# the latter for the 3x3 conv row (bench/gpu_probe.py policies "whole_warps" compares them)
+# keeps a power of two (16, two idle), so blocks are whole warps (bench/gpu_probe.py
+# policies "whole_warps" compares the two)
 SPREAD = True
 
 
@@ -55,8 +55,8 @@ def _fit(ext, threads, per):
     """Shrinks (threads, per) along an axis of extent `ext` until the tile is less than
     twice the extent: a larger tile is mostly guarded-off threads."""
     ext = LARGE if ext is None else ext
-    # a short axis keeps its register tile and drops threads first, down to 8 (an H200:
-    # the 3x3 64->64 56x56 conv 12.1 -> 13.8 TFLOP/s, bench/gpu_probe.py policies)
+    # a short axis keeps its register tile and drops threads first, down to 8, so each
+    # thread keeps the reuse of its loads that the tile gives (bench/gpu_probe.py policies)
     while threads * per >= 2 * ext and threads > 8:
         threads //= 2
     while threads * per >= 2 * ext and per > 1:
@@ -159,9 +159,9 @@ def _long_k(info):
 
 
 def _double_buffer_fits(live, threads, target):
-    """tdsl's double buffering unrolls the reduction loop by two, which ptxas showed costs
-    ~40% more registers (an 8x8 tile: 127 -> 175 on sm_90, one block per SM instead of two):
-    use it only where the estimate (`live` values plus ~32 for addresses) stays within the
+    """tdsl's double buffering unrolls the reduction loop by two, which costs ~40% more
+    registers (enough to leave an 8x8 tile one block per SM instead of two): use it only
+    where the estimate (`live` values plus ~32 for addresses) stays within the
     registers of BLOCKS_PER_SM blocks."""
     budget = target.gpu.registers_per_sm // (threads * BLOCKS_PER_SM)
     return (live + 32) * 1.4 <= min(budget, target.max_registers_per_thread)
@@ -334,8 +334,7 @@ def split_k(s, st, info, parts, target, params, rec, out=None):
              f"SMs of the {target.sm_count} without a block even with the smallest tiles: ") +
             f"{parts} blocks share each tile's reduction, a second kernel adds their results")
     # a part's reduction is a few k_tile steps, too few for double buffering to pay for
-    # its unrolled copies (ptxas, the graph's 1x512x1000 dense on sm_90: 72 registers and
-    # 8 bytes spilled with it, 52 and none without)
+    # its unrolled copies, whose extra registers can spill
     if params.double_buffer is None:
         params = dataclasses.replace(params, double_buffer=False)
     contraction(s, s[rf], StageInfo(rf.op), target, params, rec)

@@ -12,7 +12,7 @@ VECTOR = 4      # float32 outputs a thread of an elementwise stage writes: one 1
 def flat_vector(st, extents) -> int:
     """VECTOR for a float32 elementwise stage whose last axis is a multiple of it (its
     outputs then come in aligned 16-byte pieces: each thread's loads of a whole vector are
-    in flight together, where one float a thread leaves an H200's bandwidth 40% idle),
+    in flight together, where one float a thread leaves much of the bandwidth idle),
     else 1."""
     last = extents[-1] if extents else None
     if st.op.output(0).dtype != "float32" or not isinstance(last, int) or last % VECTOR:

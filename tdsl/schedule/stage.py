@@ -302,8 +302,8 @@ class Stage:
         in a buffer of its own: an intermediate that `tensor` turns into its own values
         element by element (softmax's exponentials, divided by their row sum) is written
         where the output goes. The output's cache lines are then fetched while the costly
-        values are computed, and the last pass rewrites them in cache (a softmax of
-        4096 x 1024 floats on Zen 4 ran 1.4x faster on one core).
+        values are computed, and the last pass rewrites them in cache instead of writing
+        a second buffer back to memory.
 
         `tensor` has this stage's shape and dtype and is an argument of the build; this
         stage is computed at a loop of it (`compute_at`), which reads it only at its own

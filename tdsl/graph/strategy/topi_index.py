@@ -23,7 +23,7 @@ def _interp_te(ins, attrs, out):
         for t in range(shape_of(idx)[0]):
             # the table is in range by construction; the clamp (two vector ops) proves it
             # to the build's check of indices read from memory, which would otherwise
-            # guard every tap and run the loop serially (10x slower)
+            # guard every tap and run the loop serially, unvectorized
             j = tdsl.min(tdsl.max(tdsl.cast(idx[t, o], "int32"), 0), n - 1)
             v = x[i[:ax] + (j,) + i[ax + 1:]] * w[t, o]
             acc = v if acc is None else acc + v

@@ -30,21 +30,16 @@ MIN_PIXELS_PER_LANE = 2     # images smaller than two vectors: mostly padding
 # for expanding convs (CO >= PACK_MIN_EXPANSION * CI) whose blocked tile has fewer
 # accumulators than the target has FMA chains, or whose packed image is at most
 # PACK_MAX_PADDING padding over a reduction of PACK_MIN_REDUCTION_VECS vectors or more.
-# Measured (lone convs, same-process A/B, inputs read in place): on znver4 (4 chains)
-# this path took 0.069 ms against the blocked conv's 0.105 on 64->384 at 14x14, 0.124
-# against 0.148 on 96->576 and 0.589 against 0.654 on 256->1024 (+ residual) there, all
-# packed to 224 of 196 pixels; at 7x7 (64 of 49) the blocked conv was 1.05-1.1x faster
-# (320->1280, 512->2048), and 2x on reducing convs (672->112 at 14x14, 1152->192 at 7x7:
-# the pixel panel is re-read from L2 for every few output channels); on haswell (10
-# chains) this path was 1.1-1.4x faster on 4x expansions at 14x14 and 7x7, but not on
-# 16->64 at 55x55 (2 vectors of reduction: 0.067 ms against the blocked conv's 0.060).
+# The pack pays off when its cost is shared by many output channels; an image padded
+# by more than a quarter (7x7 packed to 64 of 49 pixels) or a reducing conv (the pixel panel
+# is re-read from L2 for every few output channels) stays faster with the blocked conv, as
+# does a reduction of fewer than PACK_MIN_REDUCTION_VECS vectors.
 PACK_MIN_EXPANSION = 4
 PACK_MAX_PADDING = 0.25
 PACK_MIN_REDUCTION_VECS = 4
 # ... and whenever the reduction is this many vectors or shorter: the blocked conv's NCHW
-# unpack is one transposing store per output element, against CI multiply-adds (1x1
-# 16->64 at 55x55, squeezenet's expand: 2.6x onnxruntime's time on znver4 with the blocked
-# conv)
+# unpack is one transposing store per output element, against CI multiply-adds, so with
+# so few input channels (squeezenet's 16->64 expand) the unpack dominates the conv.
 SHORT_REDUCTION_VECS = 1
 
 
@@ -161,9 +156,7 @@ def _pixels_outer(target, Cv):
     input panel (a run of pixels from every input plane) is then read once and stays in
     L1 for every block, while the packed weights are read once a tile, contiguously. The
     other order reads the weights once but the whole image once a block of channels,
-    from L3 (one stream per input plane) when the image outgrows L2. Measured on Zen 4,
-    two threads, 1x1 NCHW convs, same-process A/B: 256->64 at 56x56 0.78 -> 0.63 ms
-    (AVX2: 1.21 -> 0.72), 144->24 at 56x56 0.33 -> 0.25, 1024->256 at 14x14 (1 MB of
-    weights) 0.60 -> 0.57 (AVX2: 0.77 -> 0.56); 512->128 at 28x28 the same on AVX2."""
+    from L3 (one stream per input plane) when the image outgrows L2; so pixels go outside
+    once the image takes more than half of L2."""
     ci = topi.dim(Cv.op.reduce_axis[0].dom.extent)
     return ci * topi.dim(Cv.shape[2]) * np.dtype(Cv.dtype).itemsize > target.cache_bytes(2) // 2

@@ -218,15 +218,13 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     """The register tile (pixels, vectors) along the flattened output plane, or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
-    or broadcasts per FMA leave the FMA units half idle (AVX2 on Zen 4: 7x7 convs at ~50%
-    of a core's peak). Along the flattened plane any tile divides all but the plane's
-    last, peeled tile, and each pixel's input address is hoisted out of the reduction.
-    Measured on Zen 4 with AVX2, two threads: 3x3 convs 1.2x at 7x7 and 1.15x at 14x14,
-    ResNet-18 0.84-0.91x the time. 1x1 convs whose plane streams want row passes
-    (_row_passes) keep them unless the whole image is one pass: 1x1 at 7x7 1.1-1.3x with
-    the flat tile, at 14x14 up to 13% slower than in row passes. The plane's tasks are its
-    channel blocks only, so there must be enough of them for the cores. Wider rows (28, 56)
-    measured 4-19% faster per layer but not faster in whole networks, and stay in rows."""
+    or broadcasts per FMA leave the FMA units half idle. Along the flattened plane any
+    tile divides all but the plane's last, peeled tile, and each pixel's input address is
+    hoisted out of the reduction. 1x1 convs whose plane streams want row passes
+    (_row_passes) keep them unless the whole image is one pass, where the passes gain
+    nothing. The plane's tasks are its channel blocks only, so there must be enough of
+    them for the cores. Wider rows (28, 56) stay in rows: there the flat tile's gain on a
+    single layer does not carry over to whole networks."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH:
         return None
@@ -288,14 +286,12 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     (0, 1) for the register tile accumulating over the whole reduction. A 1x1 conv's tile
     of `xb` pixels reads `xb * bn` elements of each input plane before the next plane.
     With ROW_MIN_PLANES planes or more, each visited for less than ROW_VISIT_BYTES (AVX2's
-    8-channel blocks, 4-7 pixels a tile), the plane streams defeat the prefetcher: a 1x1
-    conv of 512 channels at 56x56 ran on two threads no faster than on one (Zen 4). Then
-    the tiles of a whole row take turns over a few planes at a time, reading each plane's
-    row from start to end, their accumulators going to memory and back once a pass. On
-    Zen 4 with AVX2, two threads: 1.2-2.3x on 512->128 at 28x28, 1024->256 and 256->1024
-    at 14x14 and 512->512 at 56x56; with 8-16 planes (64->256 at 56x56, 128->512 at
-    28x28) it was 10-25% slower; not for convs with taps, whose neighbouring taps read the
-    same lines (neutral to 10% slower), nor for AVX-512's 16-channel blocks (no gain).
+    8-channel blocks, 4-7 pixels a tile), the plane streams defeat the prefetcher, so
+    that a second thread adds next to nothing. Then the tiles of a whole row take turns
+    over a few planes at a time, reading each plane's row from start to end, their
+    accumulators going to memory and back once a pass. With fewer planes that round trip
+    costs more than it saves; convs with taps are left alone, their neighbouring taps
+    reading the same lines, and so are AVX-512's 16-channel blocks, which gain nothing.
     A pass takes as many rows as keep its accumulators within PASS_ACC_BYTES of L1, so
     that a pass's weights serve several tiles from L1 (a 7x7 image is one pass)."""
     planes = getattr(first.dom.extent, "value", first.dom.extent)
@@ -379,9 +375,9 @@ def schedule(s, out, g, parallel=True):
 def schedule_depthwise(s, out, g, parallel=True):
     """The blocked depthwise conv: a register tile of `rb` rows x `xb` pixels, each a
     vector of channels, the taps unrolled (neighbouring pixels share their input loads at
-    stride 1). The padding is read through its bounds test, inlined: a padded copy of
-    the plane measured 1.4-2x slower on 112x112 and 56x56 planes (the conv is bound by
-    reading its input; the copy writes and reads it again), about even on 14x14."""
+    stride 1). The padding is read through its bounds test, inlined, not copied: the conv
+    is bound by reading its input, and a padded copy would write and read it again, which
+    costs most on the large planes of a network's first stages."""
     info = g.anchor.tensor.op.attrs
     Cv, xb, rb, bn = info["conv"], info["xb"], info["rb"], info["bn"]
     inline_except(s, out, [Cv])

@@ -36,7 +36,7 @@ from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except
 from ..stages import ishape
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
-# a 112-wide row) redo more of the padding copy per output: up to 25% slower (Zen 4).
+# a 112-wide row) redo more of the padding copy per output.
 DW_MAX_ROWS, DW_MAX_VECS = 8, 2
 # a group's padded plane up to this size is padded once per parallel task (see schedule)
 PLANE_BYTES = 16 * 1024

@@ -116,7 +116,7 @@ def qconv2d(g, n, tensors):
     NCHW[16c] in, NCHW[16c] out, the layout passes/layout.py keeps between the convs of a
     quantized network: the epilogue then requantizes whole accumulator vectors, where an
     NCHW output gathers each channel's row out of them, and the next conv reads the data
-    as it is, where NCHW data is packed again; 1.15-1.35x faster per layer on Zen 4)."""
+    as it is, where NCHW data is packed again)."""
     x_e, w_e = n.args[:2]
     a = n.attrs
     wi = g.const_param(w_e)
@@ -127,8 +127,8 @@ def qconv2d(g, n, tensors):
     N, H, W = x_e.type.shape[0], x_e.type.shape[2], x_e.type.shape[3]
     OH, OW = n.type.shape[2:4]
     # a stem of 3 channels is padded to a group of 4: putting a kernel row's (kx, channel)
-    # pairs along the reduction instead saved 12% of the instructions but ran no faster
-    # (0.42 against 0.405 ms), its data layout being larger
+    # pairs along the reduction instead saves instructions, but its larger data layout
+    # gives the time back
     P, Cv = _channels_along_reduction(g, wi, x, zero, a, (N, CI, H, W), (CO, KH, KW), (OH, OW), blocked_in)
     sums = weight_sums(g, wi, CO)
     zi = zero.astype("int32")
@@ -212,8 +212,9 @@ def schedule(s, out, g, parallel=True):
     Cv, P, Ob = info["conv"], info["pad"], info["blocked"]
     # an NCHW output would narrow the lanes of a ragged last block of output channels
     # (bound inference), which then no longer match the 16 of the instruction: the conv
-    # goes to a blocked stage, which the output relays out (the classifier conv of
-    # SqueezeNet, 1000 channels: 4x faster than the int32 loops it took before)
+    # goes to a blocked stage, which the output relays out, so that it keeps the VNNI
+    # instruction rather than falling back to the int32 loops (SqueezeNet's 1000-channel
+    # classifier)
     relaid = Ob is not None and len(out.op.axis) == 4
     inline_except(s, out, [Cv] + [t for t in (P, Ob if relaid else None) if t is not None])
     if relaid:
@@ -225,7 +226,7 @@ def schedule(s, out, g, parallel=True):
         out = Ob
     _, CB, _, OW, _ = ishape(Cv)
     vnni = g.anchor.tensor.op.tag == tag.QCONV2D_VNNI
-    if vnni:      # 24% faster on the QDQ ResNet-18 than register_tile
+    if vnni:      # vpdpbusd reads the weights from memory, leaving registers for accumulators
         xb, cbb = vnni_tile(target, OW, CB)
     else:
         xb, cbb = tiling.register_tile(target, OW, CB * LANES, "int32", whole_rows=True, whole_vecs=True)

@@ -24,8 +24,7 @@ from ..stages import stages_of
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
-# 16->64 at 55x55 (measured 0.89x the blocked conv's time on znver4, 0.39x on haswell);
-# at 32->128, 27x27 the blocked conv was 1.8x faster.
+# 16->64 at 55x55; from 32 input channels on (32->128 at 27x27) the blocked conv wins.
 MAX_CI = 16
 
 

@@ -3,7 +3,7 @@ from another only in it.
 
 DenseNet-121 applies BatchNorm+ReLU and then a 1x1 conv to the concatenation of all its
 feature maps so far: 116 groups that differ only in their number of channels C, and so
-116 kernels of about 100 ms each to build (LLVM's pipeline and tdsl's lowering). A group
+116 kernels to build, each through LLVM's pipeline and tdsl's lowering. A group
 whose code does not depend on C is built once with C a size variable, bound at call time
 from the arguments' shapes like any symbolic size of `tdsl.build`:
 

@@ -10,14 +10,12 @@ from ..stages import ishape, stages_of
 
 PAR_MIN_ELEMS = 1 << 14     # below this, a fork-join costs more than it saves
 # Contractions (dense, 1x1 and direct convs) are split between the cores from this many
-# multiply-adds: an 8x512x256 dense (1M) took 18.9 us on one core and 10.3 us on two
-# (Zen 4), a tenth of an MLP's run
+# multiply-adds, where a second core already nearly halves the time (an 8x512x256 dense,
+# 1M multiply-adds, is a good share of a small MLP's run)
 PAR_MIN_MACS = 1 << 19
-# Depthwise and grouped convs are split between the cores from this many multiply-adds:
-# a depthwise 3x3 of 116 channels at 14x14 (0.2M, ~10 us alone on one core) ran 22 us in
-# a network, reading what the other core's kernel had just written. Split, shufflenet_v2
-# took 6-8% less time on Zen 4 (native and AVX2), mobilenet_v3_small 3-5% less,
-# regnet_y_400mf, efficientnet_b0 and mobilenet_v2 the same (same-process A/B).
+# Depthwise and grouped convs are split between the cores from fewer multiply-adds: in a
+# network a small depthwise conv runs far slower than alone, reading what the other core's
+# kernel has just written, so splitting it pays even where its arithmetic alone would not.
 PAR_MIN_MACS_DEPTHWISE = 1 << 16
 
 

@@ -7,8 +7,8 @@ where the generic definition checks bounds per tap and divides by a per-pixel co
 
 A column stride reads the column pass's row with that stride (a gather per output vector
 and tap); for windows wider than two columns a row pass at every column first costs less
-than kw gathers (ROW_PASS_MIN_KW; measured on a 2x2 s2 average pool: reading the taps
-directly was 1.3x faster than the extra row pass on znver4 and haswell).
+than kw gathers (ROW_PASS_MIN_KW); a two-column window reads its taps directly, since
+two gathers cost less than an extra pass over the row.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@
 
 The direct conv's block tile (`contraction.py`) spans output channels x one output row, so
 a late ResNet layer (7x7 or 14x14 pixels, 256-512 channels, a K of 2304-4608) gets 7-14
-columns a tile and a thread 8 x 1 outputs: 2.4 TFLOP/s for 3x3 512->512 at 7x7, batch 8,
-on an H200, against 12.3 for 3x3 64->64 at 56x56. As one GEMM the batch and the image
+columns a tile and a thread 8 x 1 outputs, a fraction of the throughput the same rule
+reaches on the 56-wide rows of early layers. As one GEMM the batch and the image
 are one axis of N*OH*OW columns, which the contraction rule tiles square (and splits
 along K when the grid is short), and the shared-memory copies read plain rows.
 
@@ -22,9 +22,9 @@ import tdsl
 from .. import tag, topi
 
 # Output pixels per image up to which a 1x1 conv takes the column GEMM (larger convs
-# always do): its column buffer is a copy of the input, and on an H200 MobileNetV2 at
-# batch 8 ran 1.07 ms with this bound, 1.28 ms with every 1x1 conv a column GEMM
-# (bench/gpu_probe.py policies).
+# always do): its column buffer is a plain copy of the input, worth its traffic only on
+# small images, whose rows make narrow tiles for the direct conv (bench/gpu_probe.py
+# policies compares the two).
 MAX_PIXELS = 1024
 # The largest column buffer taken (bytes): beyond it (a 3x3 conv of 64 channels at 224x224
 # and batch 32 would want 3.7 GB) the direct conv, which needs none.
