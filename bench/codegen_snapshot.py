@@ -49,8 +49,7 @@ class Recorder:
     def install(self):
         from tdsl.codegen import llvm, source_build
         rec = self
-        codegen, c_source, build_kernels = (llvm.codegen, source_build.c_source,
-                                            source_build.build_kernels)
+        codegen, c_source = llvm.codegen, source_build.c_source
 
         def spy_codegen(func, target="llvm"):
             out = codegen(func, target)
@@ -62,13 +61,29 @@ class Recorder:
             rec.add(func.name, "c", text)
             return text, sig
 
-        def spy_build_kernels(func, kind, printer, *args):
-            mod = build_kernels(func, kind, printer, *args)
-            rec.add(func.name, {"cuda": "cu", "opencl": "cl"}.get(kind, "gpu.c"), mod.source)
-            return mod
+        llvm.codegen, source_build.c_source = spy_codegen, spy_c_source
+        if hasattr(source_build, "build_kernels"):
+            build_kernels = source_build.build_kernels
 
-        llvm.codegen, source_build.c_source, source_build.build_kernels = (
-            spy_codegen, spy_c_source, spy_build_kernels)
+            def spy_build_kernels(func, kind, printer, *args):
+                mod = build_kernels(func, kind, printer, *args)
+                rec.add(func.name, {"cuda": "cu", "opencl": "cl"}.get(kind, "gpu.c"), mod.source)
+                return mod
+            source_build.build_kernels = spy_build_kernels
+        else:   # trees from before the target-kind registry print through printer_for
+            printer_for = source_build.printer_for
+
+            def spy_printer_for(target, func=None):
+                printer = printer_for(target, func)
+                print_kernels = printer.print_kernels
+
+                def spy_print(f):
+                    text = print_kernels(f)
+                    rec.add(f.name, {"cuda": "cu", "opencl": "cl"}.get(target, "gpu.c"), text)
+                    return text
+                printer.print_kernels = spy_print
+                return printer
+            source_build.printer_for = spy_printer_for
         # the executor compiles two kernels at a time; one at a time, in the order of the
         # network, the snapshot does not depend on which thread finishes first
         from concurrent.futures import ThreadPoolExecutor
