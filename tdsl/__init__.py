@@ -13,7 +13,7 @@ from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, 
                  atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
                  popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
                  shift_right, min_value, max_value)
-from .te import extern, call_packed
+from .te import extern, call_packed, gradient
 from .ir.expr import call_pure_extern
 from .runtime.extern import register_func
 from .passes.intrin_rules import register_intrin_lowering, remove_intrin_lowering
@@ -41,7 +41,8 @@ __all__ = [
     "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
     "nearbyint", "atan2", "hypot", "copysign", "fmod", "ldexp", "isnan", "isinf", "isfinite",
     "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-    "shift_right", "min_value", "max_value", "extern", "call_packed", "call_pure_extern",
+    "shift_right", "min_value", "max_value", "extern", "call_packed", "gradient",
+    "call_pure_extern",
     "register_func", "register_intrin_lowering", "remove_intrin_lowering", "decl_tensor_intrin",
     "TensorIntrin", "Region", "Schedule", "create_schedule", "Stage", "lower", "build",
     "register_target_kind", "unregister_target_kind", "utils", "contrib", "target",

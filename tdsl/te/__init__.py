@@ -12,6 +12,7 @@ from .compute import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, c
 from .tensor import TensorSlice
 from .scan import ScanOp, scan
 from .extern import ExternOp, PackedCall, extern, call_packed
+from .autodiff import gradient
 
 __all__ = [
     "IterVar", "Operation", "PlaceholderOp", "ComputeOp", "Tensor", "var", "size_var",
@@ -23,5 +24,5 @@ __all__ = [
     "nearbyint", "atan2", "hypot", "copysign", "fmod", "ldexp", "isnan", "isinf", "isfinite",
     "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
     "shift_right", "min_value", "max_value", "TensorSlice", "ScanOp", "scan", "ExternOp",
-    "PackedCall", "extern", "call_packed",
+    "PackedCall", "extern", "call_packed", "gradient",
 ]
