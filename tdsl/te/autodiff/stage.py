@@ -243,14 +243,15 @@ def stage_adjoints(op, adjoints, prefix, wants):
         else:
             reads = load_adjoints(body, seed, wants, where, value=Y[v])
             cond = None
-        n = 0
+        count = {}
         for read, adj in reads:
             for case_cond, load in _index_cases(read, where):
+                n = count.get(load.tensor, 0)
                 name = f"{load.tensor.name}.grad.{Y.name}" + (f".{n}" if n else "")
                 both = case_cond if cond is None else (
                     cond if case_cond is None else E.logical_and(cond, case_cond))
                 c = _contribution(op, load, adj, both, prefix, pvars, name)
                 if c is not None:
                     out.append((load.tensor, c))
-                    n += 1
+                    count[load.tensor] = n + 1
     return out
