@@ -425,3 +425,32 @@ def test_matmul_512_adjoints_are_matmuls_and_auto_schedule():
         print(s.explain())
     print(f"forward GEMM {g0:.1f} GFLOP/s; " + "; ".join(
         f"{n} {g:.1f} GFLOP/s ({g / g0:.2f}x)" for n, g in rates.items()))
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_conv_gradients_auto_schedule(target):
+    X = tdsl.placeholder((1, 8, 13, 13), "float32", "X")
+    W = tdsl.placeholder((16, 8, 3, 3), "float32", "W")
+    Y = _conv2d(X, W, 2, 1)
+    H = tdsl.placeholder(Y.shape, "float32", "H")
+    dX, dW = tdsl.gradient(Y, [X, W], H)
+    x, w = RNG.rand(1, 8, 13, 13).astype("f"), RNG.rand(16, 8, 3, 3).astype("f")
+    h = RNG.rand(*[int(d) for d in Y.shape]).astype("f")
+    ref = _run([dX, dW], [X, W, H], [x, w, h])            # default schedule, checked above
+    for T, args, vals, want in ((dX, [W, H], [w, h], ref[0]), (dW, [X, H], [x, h], ref[1])):
+        f = tdsl.build(tdsl.auto_schedule(T, target=target), args + [T], target=target)
+        out = np.zeros(want.shape, "float32")
+        f(*vals, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_gradients_auto_schedule_for_cuda_build():
+    """The GPU rules schedule the gradient stages; the CUDA source builds without a GPU."""
+    X = tdsl.placeholder((1, 8, 13, 13), "float32", "X")
+    W = tdsl.placeholder((16, 8, 3, 3), "float32", "W")
+    Y = _conv2d(X, W, 2, 1)
+    H = tdsl.placeholder(Y.shape, "float32", "H")
+    dX, dW = tdsl.gradient(Y, [X, W], H)
+    for T, args in ((dX, [W, H]), (dW, [X, H])):
+        g = tdsl.build(tdsl.auto_schedule(T, target="cuda"), args + [T], target="cuda")
+        assert "__global__" in g.get_source()
