@@ -176,6 +176,31 @@ def _index_cases(load, where):
     return out
 
 
+def _tighten(unknown, conds):
+    """`unknown`'s domain narrowed by the conditions that bound it by constants alone
+    (the case `i - 1 < 0` of a clamped read: one point, not the whole axis)."""
+    if not (isinstance(unknown.lo, E.IntImm) and isinstance(unknown.extent, E.IntImm)):
+        return unknown
+    lo, hi = unknown.lo.value, unknown.lo.value + unknown.extent.value      # [lo, hi)
+    for c in conds:
+        if not isinstance(c, (E.LT, E.LE, E.GT, E.GE)):
+            continue
+        small, big = (c.a, c.b) if isinstance(c, (E.LT, E.LE)) else (c.b, c.a)
+        strict = isinstance(c, (E.LT, E.GT))
+        lc = arith.linear_coeff(small - big, unknown.var)     # small - big < 0 (or <= 0)
+        if lc is None or abs(lc[0]) != 1 or not isinstance(lc[1], E.IntImm):
+            continue
+        coeff, base = lc[0], lc[1].value            # coeff*u + base < 0 (or <= 0)
+        if coeff == 1:
+            hi = min(hi, -base if strict else -base + 1)
+        else:
+            lo = max(lo, base + 1 if strict else base)
+    if (lo, hi) == (unknown.lo.value, unknown.lo.value + unknown.extent.value):
+        return unknown
+    return Unknown(unknown.var, E.const(lo, unknown.var.dtype),
+                   E.const(max(hi - lo, 0), unknown.var.dtype), unknown.kind)
+
+
 def _contribution(op, load, adj, cond, prefix, pvars, name):
     """The gather stage holding what one read `load` of `op` contributes to its tensor's
     adjoint, given that read's adjoint `adj` (over op's variables) and the condition
@@ -188,6 +213,10 @@ def _contribution(op, load, adj, cond, prefix, pvars, name):
     ranges = {u.var: Range(u.lo, u.extent) for u in stage_vars}
     targets = [E.Var(f"a{k}", "int32") for k in range(len(A.shape))]
     inv = invert(load.indices, stage_vars, targets, ranges, A, where)
+    pre = [substitute(c, inv.subst) for c in _split_conds([cond] + inv.conds)]
+    inv.free = [_tighten(u, [arith.simplify(c) for c in pre]) for u in inv.free]
+    if any(isinstance(u.extent, E.IntImm) and u.extent.value == 0 for u in inv.free):
+        return None
     axes = [IterVar(Range(u.lo, u.extent), E.Var("r_" + u.var.name, u.var.dtype), "reduce")
             for u in inv.free]
     renamed = {u.var: iv.var for u, iv in zip(inv.free, axes)}
