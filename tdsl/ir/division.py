@@ -35,6 +35,9 @@ def floormod(a, b) -> E.Expr:
 def truncdiv(a, b) -> E.Expr:
     """Integer a / b rounded toward zero (C's division)."""
     a, b = _operands("truncdiv", a, b, integers_only=True)
+    if isinstance(a, E.IntImm) and isinstance(b, E.IntImm) and b.value != 0:
+        q = abs(a.value) // abs(b.value)
+        return E.const(q if (a.value < 0) == (b.value < 0) else -q, a.dtype)
     q = a // b
     if not dt.is_signed(a.dtype):
         return q
@@ -51,6 +54,9 @@ def truncdiv(a, b) -> E.Expr:
 def truncmod(a, b) -> E.Expr:
     """The remainder of `truncdiv`, with the sign of a (C's `%`)."""
     a, b = _operands("truncmod", a, b, integers_only=True)
+    if isinstance(a, E.IntImm) and isinstance(b, E.IntImm) and b.value != 0:
+        r = abs(a.value) % abs(b.value)
+        return E.const(r if a.value >= 0 else -r, a.dtype)
     if not dt.is_signed(a.dtype):
         return a % b
     return E.call("fmod", a, b)

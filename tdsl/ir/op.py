@@ -99,10 +99,22 @@ def get_op_attr(op_name, attr_key, default=None):
     return default if hit is None else hit[0]
 
 
+def remove_op(op_name):
+    """Drops every attribute registered for `op_name` (a user's op is then unknown)."""
+    name = short_name(op_name, "remove_op")
+    for key in [k for k in _attrs if k[0] == name]:
+        del _attrs[key]
+
+
 def is_registered(name) -> bool:
     """Whether `name` is one of tdsl's ops or has a registered attribute."""
     short = name[4:] if name.startswith("tir.") else name
     return short in BUILTIN_OPS or any(n == short for n, _ in _attrs)
+
+
+def user_ops():
+    """The names of the registered ops that are not tdsl's own."""
+    return sorted({n for n, _ in _attrs if n not in BUILTIN_OPS})
 
 
 def is_user_op(name) -> bool:

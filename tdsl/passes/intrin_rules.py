@@ -21,7 +21,7 @@ import hashlib
 from ..errors import LoweringError, TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.op import (is_user_op, lowering_rule, lowering_rules, register_intrin_lowering,
+from ..ir.op import (is_user_op, user_ops, lowering_rule, lowering_rules, register_intrin_lowering,
                      remove_intrin_lowering)
 from ..ir.visitor import Mutator
 
@@ -64,9 +64,8 @@ def lower_intrinsics(func: S.PrimFunc, kind: str) -> S.PrimFunc:
     """`func` with the rules of target `kind` applied (once: a rule's result is not
     lowered again, so a rule may return the call it was given). Runs before the GPU
     passes, which split the body into kernels."""
-    rules = lowering_rules()
-    out = func.with_body(_Lower(kind).visit(func.body)) \
-        if any(k in (kind, "default") for (_, k), _ in rules) else func.with_body(func.body)
+    active = user_ops() or any(k in (kind, "default") for (_, k), _ in lowering_rules())
+    out = func.with_body(_Lower(kind).visit(func.body) if active else func.body)
     out.attrs["intrinsics_lowered_for"] = kind
     return out
 

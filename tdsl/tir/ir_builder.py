@@ -204,6 +204,10 @@ class IRBuilder:
 
     def if_scope(self, cond):
         """A `with` block run when `cond` (a boolean) holds; `else_scope` may follow."""
+        if isinstance(cond, bool):
+            raise TdslError(f"ir_builder.if_scope: the condition is the Python bool {cond}, "
+                            "not an expression; a thread axis compared with == gives one "
+                            "(tdsl's IterVars compare by identity): write tx.var == 0")
         c = _expr(cond, "if_scope's condition")
         if c.dtype != "bool":
             raise TdslError(f"ir_builder.if_scope: the condition {c} has type {c.dtype}; "
