@@ -373,3 +373,18 @@ def test_tvm_index_names_on_negative_operands():
     assert int(tdsl.floordiv(-7, 2)) == -4 and int(tdsl.tir.indexmod(-7, 2)) == 1
     with pytest.raises(tdsl.TdslError, match=r"truncdiv\(x, 2.0f\): the operands must be integers"):
         tdsl.truncdiv(x, 2.0)
+
+
+def test_auto_schedule_keeps_what_an_extern_body_reads_at_root():
+    n = 1024
+    A = tdsl.placeholder((n,), name="A")
+    P = tdsl.compute((n,), lambda i: A[i] * 2.0, name="P")     # elementwise: would be inlined
+    B = tdsl.extern((n,), [P], _prefix_sum, name="B")
+    E = tdsl.compute((n,), lambda i: B[i] + 1.0, name="E")
+    s = tdsl.auto_schedule(E, target="llvm")
+    assert "P: vectorize" in str(s.explain())
+    f = tdsl.build(s, [A, E])
+    a = np.random.default_rng(4).random(n, dtype="float32")
+    e = np.zeros_like(a)
+    f(a, e)
+    np.testing.assert_allclose(e, np.cumsum(2 * a) + 1, rtol=1e-4)
