@@ -111,18 +111,20 @@ def test_parallel_and_vectorized_loops_on_a_2d_buffer(target):
         a, b = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
         with ib.for_range(0, rows, name="r", kind="parallel") as r:
             with ib.for_range(0, cols // 8, name="co") as co:
-                with ib.for_range(0, 8, name="ci", kind="vectorize") as ci:
-                    c = co * 8 + ci
-                    b[r, c] = a[r, c] * 3.0 + tdsl.cast(r, "float32")
+                with ib.for_range(0, 4, name="cu", kind="unroll") as cu:
+                    with ib.for_range(0, 2, name="ci", kind="vectorize") as ci:
+                        c = co * 8 + cu * 2 + ci
+                        b[r, c] = a[r, c] * 3.0 + tdsl.cast(r, "float32")
         return ib.get()
     A = tdsl.placeholder((rows, cols), name="A")
     B = tdsl.extern(A.shape, [A], body, name="B")
     s = tdsl.create_schedule(B.op)
     text = str(tdsl.lower(s, [A, B]))
-    assert "for r in parallel(37)" in text and "for ci in vectorized(8)" in text
+    assert "for r in parallel(37)" in text and "for cu in unroll(4)" in text
+    assert "for ci in vectorized(2)" in text
     f = tdsl.build(s, [A, B], target=target)
     if target == "llvm":
-        assert "<8 x float>" in f.get_source()
+        assert "<2 x float>" in f.get_source()
     a = np.random.default_rng(1).random((rows, cols), dtype="float32")
     b = np.zeros_like(a)
     f(a, b)
@@ -308,6 +310,16 @@ def test_builder_mistakes_are_named():
         return ib.get()
     with pytest.raises(tdsl.TdslError, match="'Other' is neither an input nor an output"):
         tdsl.extern((8,), [A], reads_unlisted, name="B")
+
+    def loop_var_escapes(ins, outs):
+        ib = ib_create()
+        a, b = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
+        with ib.for_range(0, 8) as i:
+            b[i] = a[i]
+        b[i] = 0.0
+        return ib.get()
+    with pytest.raises(tdsl.TdslError, match="uses the variable 'i' outside the loop"):
+        tdsl.extern((8,), [A], loop_var_escapes, name="B")
 
     ib = ib_create()
     with pytest.raises(tdsl.TdslError, match="for_range's end is 8.5 of type float32"):

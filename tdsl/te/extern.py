@@ -22,7 +22,7 @@ from typing import List
 from ..errors import TdslError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import walk
+from ..ir.visitor import free_vars, walk
 from .tensor import Operation, Tensor
 
 # {tensor: Buffer} of the extern stages whose fcompute is running, innermost last
@@ -147,6 +147,10 @@ class ExternOp(Operation):
         if unwritten:
             raise TdslError(f"extern '{self.name}': the body never stores into output "
                             f"'{unwritten[0]}'")
+        stray = _out_of_scope(self.body)
+        if stray is not None:
+            raise TdslError(f"extern '{self.name}': the body uses the variable '{stray.name}' "
+                            "outside the loop (for_range, scope_attr) or let that defines it")
 
     @property
     def binds_threads(self) -> bool:
@@ -162,6 +166,40 @@ class ExternOp(Operation):
 
     def __repr__(self):
         return f"ExternOp({self.name})"
+
+
+def _out_of_scope(body):
+    """A variable that a loop or let of `body` defines, read outside that scope, or None."""
+    defined = set()
+    walk(body, lambda n: defined.add(n.var) if isinstance(n, (S.For, S.LetStmt)) else None)
+    if not defined:
+        return None
+    found = []
+
+    def check(node, scope):
+        found.extend((free_vars(node) & defined) - scope)
+
+    def visit(s, scope):
+        if isinstance(s, (S.For, S.LetStmt)):
+            for e in ((s.min, s.extent) if isinstance(s, S.For) else (s.value,)):
+                check(e, scope)
+            visit(s.body, scope | {s.var})
+        elif isinstance(s, S.SeqStmt):
+            for x in s.stmts:
+                visit(x, scope)
+        elif isinstance(s, S.IfThenElse):
+            check(s.cond, scope)
+            visit(s.then_case, scope)
+            if s.else_case is not None:
+                visit(s.else_case, scope)
+        elif isinstance(s, S.Allocate):
+            for d in s.buffer.shape:
+                check(d, scope)
+            visit(s.body, scope)
+        else:
+            check(s, scope)
+    visit(body, frozenset())
+    return found[0] if found else None
 
 
 def _shape(s, name):
