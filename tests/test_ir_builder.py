@@ -400,3 +400,48 @@ def test_auto_schedule_keeps_what_an_extern_body_reads_at_root():
     e = np.zeros_like(a)
     f(a, e)
     np.testing.assert_allclose(e, np.cumsum(2 * a) + 1, rtol=1e-4)
+
+
+@pytest.mark.parametrize("target", CPU)
+def test_emit_let_new_scope_and_likely(target):
+    n = 20
+
+    def body(ins, outs):
+        ib = ib_create()
+        a, b = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
+        with ib.new_scope():
+            tmp = ib.allocate("float32", (n,), name="tmp")
+            with ib.for_range(0, n, name="i") as i:
+                half = ib.let("half", a[i] * 0.5)
+                ib.emit(tdsl.ir.BufferStore(tmp.asobject(), half + 1.0, (i,)))
+            with ib.for_range(0, n, name="i") as i:
+                with ib.if_scope(ib.likely(i < n - 1)):
+                    b[i] = tmp[i] + tmp[i + 1]
+                with ib.else_scope():
+                    b[i] = tmp[i]
+        return ib.get()
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.extern((n,), [A], body, name="B")
+    f = tdsl.build(tdsl.create_schedule(B.op), [A, B], target=target)
+    a = np.arange(n, dtype="float32")
+    b = np.zeros_like(a)
+    f(a, b)
+    t = a * 0.5 + 1
+    np.testing.assert_allclose(b, np.append(t[:-1] + t[1:], t[-1]))
+
+
+def test_gpu_body_is_bounds_checked_on_the_c_emulation(monkeypatch):
+    def body(ins, outs):
+        ib = ib_create()
+        a, b = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
+        tx = tdsl.thread_axis("threadIdx.x")
+        ib.scope_attr(tdsl.thread_axis("blockIdx.x"), "thread_extent", 1)
+        ib.scope_attr(tx, "thread_extent", 16)
+        b[tx] = a[tx + 1]                 # one past the end for the last thread
+        return ib.get()
+    A = tdsl.placeholder((16,), name="A")
+    B = tdsl.extern((16,), [A], body, name="B")
+    monkeypatch.setenv("TDSL_BOUNDS_CHECK", "1")
+    f = tdsl.build(tdsl.create_schedule(B.op), [A, B], target="c")
+    with pytest.raises(tdsl.BoundsError, match="buffer 'A' at flat index 16"):
+        f(np.zeros(16, "float32"), np.zeros(16, "float32"))
