@@ -15,6 +15,7 @@ from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, 
                  shift_right, min_value, max_value)
 from .te import extern, call_packed, gradient
 from .ir.expr import call_pure_extern
+from .ir.division import floordiv, floormod, truncdiv, truncmod, indexdiv, indexmod
 from .runtime.extern import register_func
 from .passes.intrin_rules import register_intrin_lowering, remove_intrin_lowering
 from .te.tensor_intrin import decl_tensor_intrin, TensorIntrin, Region  # noqa: E402
@@ -27,6 +28,7 @@ from .build import build, register_target_kind, unregister_target_kind
 from . import utils  # noqa: E402  (get_const_tuple)
 from . import contrib  # noqa: E402  (contrib.cc.create_shared: link saved object files)
 from . import target  # noqa: E402  (tdsl.target.Target: the machine facts schedules read)
+from . import tir  # noqa: E402  (TVM's tvm.tir names: ir_builder, call_intrin, truncdiv, ...)
 from .autosched import auto_schedule  # noqa: E402  (schedules derived from the target: tdsl.autosched)
 from .runtime import ndarray as nd
 from .runtime.ndarray import cpu, cuda, opencl, Device
@@ -43,6 +45,7 @@ __all__ = [
     "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
     "shift_right", "min_value", "max_value", "extern", "call_packed", "gradient",
     "call_pure_extern",
+    "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod", "tir",
     "register_func", "register_intrin_lowering", "remove_intrin_lowering", "decl_tensor_intrin",
     "TensorIntrin", "Region", "Schedule", "create_schedule", "Stage", "lower", "build",
     "register_target_kind", "unregister_target_kind", "utils", "contrib", "target",

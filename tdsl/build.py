@@ -112,7 +112,8 @@ def _bounds_check_flag(value):
 
 def _extern_names(s):
     from .te.extern import ExternOp
-    return sorted({st.op.call.name for st in s.stages if isinstance(st.op, ExternOp)})
+    return sorted({st.op.call.name for st in s.stages
+                   if isinstance(st.op, ExternOp) and st.op.call is not None})
 
 
 def _check_externs(s, kind):

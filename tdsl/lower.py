@@ -35,6 +35,7 @@ from .passes.virtual_thread import inject_virtual_thread
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
 from .target_kind import kind_of
+from .te.extern import ExternOp
 from .te.regions import check_reads
 from .te.scan import scan_roles
 from .te.tensor import PlaceholderOp
@@ -85,9 +86,11 @@ PASSES = [
 
 
 def binds_threads(sched) -> bool:
-    """Whether any loop of the schedule is bound to blockIdx/threadIdx."""
+    """Whether any loop of the schedule is bound to blockIdx/threadIdx (an extern stage's
+    ir_builder body included)."""
     return any(a.thread is not None and a.thread.thread_tag != "vthread"
-               for st in sched.stages for a in st.iter_var_attrs.values())
+               for st in sched.stages for a in st.iter_var_attrs.values()) or \
+        any(isinstance(st.op, ExternOp) and st.op.binds_threads for st in sched.stages)
 
 
 def target_kind(target) -> str:

@@ -19,6 +19,7 @@ LEVELS = (
     ("ir", ("tdsl.ir",)),
     ("arith", ("tdsl.arith",)),
     ("te", ("tdsl.te", "tdsl.utils")),
+    ("tir", ("tdsl.tir",)),
     ("schedule", ("tdsl.schedule",)),
     ("passes", ("tdsl.passes",)),
     ("lower", ("tdsl.lower",)),

@@ -750,3 +750,129 @@ def test_intrin_rule_mistakes_are_named(exp_rules):
         tdsl.build(s, [A, B], "llvm")
     with pytest.raises(tdsl.TdslError, match="must be a function"):
         tdsl.register_intrin_lowering("exp", "c", 3)
+
+
+def test_intrin_math_tutorial_runs_to_the_end():
+    """gallery/how_to/work_with_schedules/intrin_math.py, call for call: tvm -> tdsl,
+    te -> tdsl, `from tvm.ir import ...` -> `from tdsl.ir import ...`."""
+    from tdsl.ir import register_op_attr, register_intrin_lowering
+    tvm = tdsl
+    try:
+        n = te.var("n")
+        A = te.placeholder((n,), name="A")
+        B = te.compute(A.shape, lambda i: tvm.tir.call_pure_extern("float32", "__expf", A[i]),
+                       name="B")
+        s = te.create_schedule(B.op)
+        num_thread = 64
+        bx, tx = s[B].split(B.op.axis[0], factor=num_thread)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        f = tvm.build(s, [A, B], "cuda", name="myexp")
+        assert "__expf(A[" in f.imported_modules[0].get_source()
+
+        n = te.var("n")
+        A = te.placeholder((n,), name="A")
+        B = te.compute(A.shape, lambda i: te.exp(A[i]), name="B")
+        s = te.create_schedule(B.op)
+        bx, tx = s[B].split(B.op.axis[0], factor=num_thread)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        fcuda = tvm.build(s, [A, B], "cuda", name="myexp")
+        assert "__expf(" in fcuda.imported_modules[0].get_source()
+        fopencl = tvm.build(s, [A, B], "opencl", name="myexp")
+        assert "exp(" in fopencl.imported_modules[0].get_source()
+
+        def my_cuda_math_rule(op):
+            """Customized CUDA intrinsic lowering rule"""
+            assert isinstance(op, tvm.tir.Call)
+            name = op.op.name
+            assert name.startswith("tir.")
+            dispatch_name = name[4:]
+            if op.dtype == "float32":
+                return tvm.tir.call_pure_extern("float32", "%sf" % dispatch_name, op.args[0])
+            elif op.dtype == "float64":
+                return tvm.tir.call_pure_extern("float32", dispatch_name, op.args[0])
+            else:
+                return op
+
+        register_intrin_lowering("tir.exp", target="cuda", f=my_cuda_math_rule, level=99)
+        fcuda = tvm.build(s, [A, B], "cuda", name="myexp")
+        src = fcuda.imported_modules[0].get_source()
+        assert " expf(A[" in src and "__expf" not in src
+
+        def mylog(x):
+            """customized log intrinsic function"""
+            return tvm.tir.call_intrin(x.dtype, "tir.mylog", x)
+
+        def my_cuda_mylog_rule(op):
+            """CUDA lowering rule for log"""
+            if op.dtype == "float32":
+                return tvm.tir.call_pure_extern("float32", "logf", op.args[0])
+            elif op.dtype == "float64":
+                return tvm.tir.call_pure_extern("float64", "log", op.args[0])
+            else:
+                return op
+
+        register_op_attr("tir.mylog", "TCallEffectKind", tvm.tir.CallEffectKind.Pure)
+        register_intrin_lowering("tir.mylog", target="cuda", f=my_cuda_mylog_rule, level=99)
+
+        n = te.var("n")
+        A = te.placeholder((n,), name="A")
+        B = te.compute(A.shape, lambda i: mylog(A[i]), name="B")
+        s = te.create_schedule(B.op)
+        bx, tx = s[B].split(B.op.axis[0], factor=num_thread)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        fcuda = tvm.build(s, [A, B], "cuda", name="mylog")
+        assert " logf(A[" in fcuda.imported_modules[0].get_source()
+
+        # beyond the tutorial: the op computes, and what is missing is named
+        with pytest.raises(tdsl.LoweringError, match="'tir.mylog' has no lowering rule for "
+                                                      "target 'c'"):
+            tvm.build(s, [A, B], "c", name="mylog")
+        register_intrin_lowering("tir.mylog", target="c", f=my_cuda_mylog_rule, level=99)
+        f = tvm.build(s, [A, B], "c", name="mylog")
+        a = np.linspace(0.5, 9, 131).astype("float32")
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_allclose(b, np.log(a), rtol=1e-6)
+        register_op_attr("tir.mylog", "default.FLowerIntrinsic",
+                         lambda op: te.log(op.args[0]) * 1.0)
+        s2 = te.create_schedule(B.op)
+        xo, xi = s2[B].split(B.op.axis[0], factor=8)
+        s2[B].vectorize(xi)
+        f = tvm.build(s2, [A, B], "llvm")
+        f(a, b)
+        np.testing.assert_allclose(b, np.log(a), rtol=1e-6)
+        C = te.compute(A.shape, lambda i: mylog(A[i].astype("float16")), name="C")
+        with pytest.raises(tdsl.LoweringError, match="kept the call"):
+            tvm.build(te.create_schedule(C.op), [A, C], "c")
+    finally:
+        for target in ("cuda", "c", "default"):
+            tdsl.remove_intrin_lowering("tir.exp", target)
+            tdsl.remove_intrin_lowering("tir.mylog", target)
+
+
+def test_op_attr_levels_and_mistakes():
+    from tdsl.ir import get_op_attr, register_op_attr
+    try:
+        register_op_attr("tir.myop2", "TCallEffectKind", tdsl.tir.CallEffectKind.Pure)
+        assert get_op_attr("myop2", "TCallEffectKind") is tdsl.tir.CallEffectKind.Pure
+        with pytest.raises(tdsl.TdslError, match="already has 'TCallEffectKind' at level 10"):
+            register_op_attr("tir.myop2", "TCallEffectKind", tdsl.tir.CallEffectKind.Opaque)
+        register_op_attr("tir.myop2", "TCallEffectKind", tdsl.tir.CallEffectKind.Opaque, level=5)
+        assert get_op_attr("myop2", "TCallEffectKind") is tdsl.tir.CallEffectKind.Pure
+        register_op_attr("tir.myop2", "TCallEffectKind", tdsl.tir.CallEffectKind.Opaque, level=20)
+        assert get_op_attr("myop2", "TCallEffectKind") is tdsl.tir.CallEffectKind.Opaque
+        x = te.var("x", "float32")
+        assert str(tdsl.tir.call_intrin("float32", "tir.myop2", x)) == "myop2(x)"
+        assert str(tdsl.tir.call_intrin("float32", "tir.exp", x)) == "exp(x)"
+        with pytest.raises(tdsl.TdslError, match="unknown op 'tir.nosuchop'.*register_op_attr"):
+            tdsl.tir.call_intrin("float32", "tir.nosuchop", x)
+        with pytest.raises(tdsl.TdslError, match="returns float32, not int32"):
+            tdsl.tir.call_intrin("int32", "tir.exp", x)
+        with pytest.raises(tdsl.TdslError, match="must be a function"):
+            register_op_attr("tir.myop2", "llvm.FLowerIntrinsic", 3)
+    finally:
+        from tdsl.ir import op
+        op.remove_op("myop2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from ..te.extern import ExternOp
 from .analysis import StageInfo, stage_infos
 from .rule import INLINE_PHASE
 
@@ -23,13 +24,16 @@ class Context:
         self.readers = {st: [c for c in self.comp if st in sched.producers(c)]
                         for st in self.comp}
         self.inlined = set()    # stages computed where they are read
+        # read whole by an extern stage: they must exist at root as buffers
+        self.read_whole = {st for c in sched.stages if isinstance(c.op, ExternOp)
+                           for st in sched.producers(c)}
         self.taken = set()      # scheduled with another: the schedule phase skips them
 
     def visit(self, phase):
         """The stages the rules of `phase` are offered, in order."""
         if phase == INLINE_PHASE:
-            return [st for st in reversed(self.comp)
-                    if not st.is_output and not self.infos[st].is_reduction]
+            return [st for st in reversed(self.comp) if not st.is_output
+                    and not self.infos[st].is_reduction and st not in self.read_whole]
         self.plan()
         order = reversed(self.comp) if self.consumers_first else self.comp
         # a generator: a rule may take later stages while the phase runs

@@ -4,11 +4,15 @@ from .expr import Range, Expr, Var, IntImm, FloatImm
 from .stmt import (Buffer, Stmt, For, ForKind, LetStmt, IfThenElse, BufferStore, Allocate,
                    SeqStmt, Evaluate, Barrier, AsyncCommit, Prefetch, ExternCall, PrimFunc, seq)
 from .visitor import Mutator, walk, substitute, free_vars
+from .op import (CallEffectKind, register_op_attr, get_op_attr, register_intrin_lowering,
+                 remove_intrin_lowering, call_intrin)
 
 __all__ = [
     "Range", "Expr", "Var", "IntImm", "FloatImm", "Buffer", "Stmt", "For", "ForKind", "LetStmt",
     "IfThenElse", "BufferStore", "Allocate", "SeqStmt", "Evaluate", "Barrier", "AsyncCommit",
     "Prefetch", "ExternCall", "PrimFunc", "seq", "Mutator", "walk", "substitute", "free_vars",
+    "CallEffectKind", "register_op_attr", "get_op_attr", "register_intrin_lowering",
+    "remove_intrin_lowering", "call_intrin",
 ]
 
 from . import printer as _printer

@@ -243,6 +243,18 @@ class Call(Expr):
     dtype: str
     extern: bool = False
 
+    @property
+    def op(self):
+        """TVM's `call.op`: what lowering rules written for TVM read (`op.op.name`,
+        "tir.exp")."""
+        return OpRef(self.name if self.extern else "tir." + self.name)
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """The op a Call calls, named as TVM names it."""
+    name: str
+
 
 @ir_node
 class ProducerLoad(Expr):

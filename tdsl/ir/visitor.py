@@ -9,7 +9,7 @@ import dataclasses
 from functools import lru_cache
 
 from .expr import And, BufferLoad, Expr, Var
-from .stmt import Barrier, Buffer, BufferStore, Stmt
+from .stmt import Allocate, Barrier, Buffer, BufferStore, Prefetch, Stmt
 
 
 @lru_cache(maxsize=None)
@@ -84,6 +84,30 @@ def substitute(node, vmap):
     if not vmap:
         return node
     return _Substituter(vmap).visit(node)
+
+
+class _BufferSwap(Mutator):
+    def __init__(self, bmap):
+        self.bmap = bmap
+
+    def visit_BufferLoad(self, e):
+        return BufferLoad(self.bmap.get(e.buffer, e.buffer), tuple(self.visit(i) for i in e.indices))
+
+    def visit_BufferStore(self, s):
+        return BufferStore(self.bmap.get(s.buffer, s.buffer), self.visit(s.value),
+                           tuple(self.visit(i) for i in s.indices))
+
+    def visit_Prefetch(self, s):
+        return Prefetch(self.bmap.get(s.buffer, s.buffer), tuple(self.visit(i) for i in s.indices),
+                        self.visit(s.extent))
+
+    def visit_Allocate(self, s):
+        return Allocate(self.bmap.get(s.buffer, s.buffer), self.visit(s.body))
+
+
+def replace_buffers(node, bmap):
+    """`node` with the buffers that are keys of `bmap` replaced by their values."""
+    return _BufferSwap(bmap).visit(node) if bmap else node
 
 
 def free_vars(node):

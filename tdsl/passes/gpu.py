@@ -27,6 +27,7 @@ from ..gpu_arch import ARCHS
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, free_vars, has_barrier, walk
+from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import PlaceholderOp
 
@@ -45,6 +46,9 @@ def check_gpu_schedule(sched, target):
     roles = scan_roles([st.op for st in sched.stages])
     for st in sched.stages:
         if isinstance(st.op, (PlaceholderOp, ScanOp)) or st.attach_type == "inline":
+            continue
+        if isinstance(st.op, ExternOp) and st.op.body is not None:
+            _check_extern_body(st, target)
             continue
         for iv in st.leaf_iter_vars:
             tag = _bound(st, iv)
@@ -75,6 +79,21 @@ def check_gpu_schedule(sched, target):
                 f"stage '{st.name}': the loop '{leaves[0].var.name}' is outside the loops bound to "
                 f"the GPU grid (first bound loop: '{bound[0].var.name}'); reorder so that the "
                 "bound loops are outermost, or bind it too")
+
+
+def _check_extern_body(st, target):
+    """An ir_builder body on the GPU: each of its top-level statements is a kernel, so
+    each must open with a loop bound to the grid (`ib.scope_attr(bx, "thread_extent", n)`,
+    TVM's form)."""
+    body = st.op.body
+    for k, top in enumerate(body.stmts if isinstance(body, S.SeqStmt) else (body,)):
+        if not (isinstance(top, S.For) and top.kind is S.ForKind.THREAD_BINDING
+                and top.thread_tag != "vthread"):
+            raise ScheduleError(
+                f"extern stage '{st.name}': statement {k} of its ir_builder body does not "
+                f"bind the GPU grid on target '{target}'; open it with "
+                "ib.scope_attr(tdsl.thread_axis('blockIdx.x'), 'thread_extent', nblocks) "
+                "(and threadIdx.x likewise), as TVM's GPU ir_builder kernels do")
 
 
 # ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ generator far from the cause (tinygrad's `spec.py`, TVM's `VerifySSA`/`VerifyMem
 
 `lower` runs it after every pass when `TDSL_DEBUG` or `TDSL_VERIFY=1` is set (the test
 suite sets the latter). A failure is an `IRVerifyError`, a bug of tdsl (or of IR a user
-function made, such as a tensor intrinsic's statement): mistakes in a schedule are refused
+function made, such as a tensor intrinsic's statement or an ir_builder body): mistakes in a schedule are refused
 before, or by the pass that can name them (a threadIdx loop of symbolic extent, by
 `split_kernels`), so the rules here leave those alone.
 """
@@ -65,7 +65,7 @@ class _Verifier:
         when = f" after pass '{self.after}'" if self.after else ""
         raise IRVerifyError(f"IR verifier: {where}{when}: {msg}, in:\n{_excerpt(node)}\n"
                             "This is a bug in tdsl (or in IR handed to it, such as a tensor "
-                            "intrinsic's statement); please report it with the code that "
+                            "intrinsic's statement or an ir_builder body); please report it with the code that "
                             "defines the schedule.")
 
     # scopes ------------------------------------------------------------------------

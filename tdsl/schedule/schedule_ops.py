@@ -24,7 +24,7 @@ from .. import arith
 from ..errors import LoweringError, ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
-from ..ir.visitor import Mutator, substitute, free_vars, walk
+from ..ir.visitor import Mutator, replace_buffers, substitute, free_vars, walk
 from ..te.compute import THREAD_TAGS
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
@@ -220,18 +220,29 @@ class ScheduleLowering:
             return S.seq(*inits, loop)
         return scan_kernel(self, op, emit)
 
+    def _whole_buffer(self, st, t, callee):
+        """The buffer of tensor `t`, which extern stage `st` reads or writes whole."""
+        src = self.sched.stage_map[t.op]
+        if src.attach_type != "root" and src not in self.arg_stages \
+                and not isinstance(src.op, PlaceholderOp):
+            raise ScheduleError(f"extern stage '{st.name}' passes '{t.name}' whole to "
+                                f"{callee}; compute '{src.name}' at root "
+                                "(it is inlined or attached)")
+        return self.buffer(src, t.value_index)
+
     def make_extern(self, st) -> S.Stmt:
-        """The call on the whole buffers of its tensors."""
+        """The call on the whole buffers of its tensors, or its loop-IR body addressing
+        them."""
+        op = st.op
+        if op.body is not None:
+            tensors = op.inputs + op.outputs
+            return replace_buffers(op.body, {
+                b: self._whole_buffer(st, t, "its ir_builder body")
+                for t, b in zip(tensors, op.stage_buffers)})
         args, shapes, writes = [], [], []
         for k, a in enumerate(st.op.call.args):
             if isinstance(a, Tensor):
-                src = self.sched.stage_map[a.op]
-                if src.attach_type != "root" and src not in self.arg_stages \
-                        and not isinstance(src.op, PlaceholderOp):
-                    raise ScheduleError(f"extern stage '{st.name}' passes '{a.name}' whole to "
-                                        f"'{st.op.call.name}'; compute '{src.name}' at root "
-                                        "(it is inlined or attached)")
-                args.append(self.buffer(src, a.value_index))
+                args.append(self._whole_buffer(st, a, f"'{st.op.call.name}'"))
                 shapes.append(tuple(a.shape))
                 if a.op is st.op:
                     writes.append(k)
