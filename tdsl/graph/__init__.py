@@ -13,8 +13,9 @@ from .passes import optimize, fold_constants, simplify, eliminate_dead_code, eli
 from .passes import sink_reshapes
 from .passes import plan_memory
 from .executor import build, Executor
+from .autodiff import gradient, register_gradient
 
 __all__ = ["GraphError", "Call", "Const", "Function", "Module", "TensorType", "Var", "parse",
            "from_onnx", "supported_operators", "optimize", "fold_constants", "simplify",
            "eliminate_dead_code", "eliminate_common_subexpr", "fold_batch_norm", "fuse_ops",
-           "sink_reshapes", "plan_memory", "build", "Executor"]
+           "sink_reshapes", "plan_memory", "build", "Executor", "gradient", "register_gradient"]

@@ -143,9 +143,11 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
         raise GraphError("from_onnx: the graph has no outputs")
     fn = Function("main", params, outputs)
     fn.attrs = {}
+    # the initializers by name, in the model's order: `graph.gradient` turns them into inputs
+    inits = {i.name: env[i.name] for i in g.initializer if isinstance(env.get(i.name), Const)}
     mod = Module(fn, {"output_names": [o.name for o in g.output],
                       "input_names": {p.name: i.name for p, i in zip(params, inputs)},
-                      "dims": dim_values})
+                      "dims": dim_values, "initializers": inits})
     return mod
 
 
@@ -169,4 +171,4 @@ def _attr_value(a):
 
 # the operator families register their converters on import
 from . import onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape  # noqa: E402,F401
-from . import onnx_ops_einsum, onnx_ops_math, onnx_ops_quant, onnx_ops_tensor  # noqa: E402,F401
+from . import onnx_ops_einsum, onnx_ops_loss, onnx_ops_math, onnx_ops_quant, onnx_ops_tensor  # noqa: E402,F401
