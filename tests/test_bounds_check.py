@@ -269,3 +269,24 @@ def test_indices_computed_from_floats_read_from_memory(narrow):
         x[5] = 100.0
         with pytest.raises(tdsl.BoundsError, match="index 300 is outside its extent 256"):
             tdsl.build(s, [X, T, Y])(x, t, y)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_and_guards_its_right_side(target):
+    """`a and b` evaluates b only where a holds (`or`: where a fails), so a load in b that
+    a keeps inside is neither a lowering error nor a reported failure."""
+    A = tdsl.placeholder((8,), name="A")
+    r = tdsl.reduce_axis((0, 3), "r")
+    B = tdsl.compute((8,), lambda i: tdsl.sum(A[i] * 0.0 + 1.0, axis=r, where=tdsl.all(
+        i + r < 8, A[i + r] > 0.0)), name="B")
+    C = tdsl.compute((8,), lambda i: tdsl.sum(A[i] * 0.0 + 1.0, axis=r, where=tdsl.any(
+        i + r >= 8, A[i + r] > 0.0)), name="C")
+    f = tdsl.build(tdsl.create_schedule([B.op, C.op]), [A, B, C], target=target,
+                   bounds_check=True)
+    a = np.random.RandomState(1).randn(8).astype("float32")
+    b, c = np.zeros(8, "float32"), np.zeros(8, "float32")
+    f(a, b, c)
+    want = [sum(a[i + k] > 0 for k in range(3) if i + k < 8) for i in range(8)]
+    np.testing.assert_array_equal(b, want)
+    np.testing.assert_array_equal(c, [w + sum(i + k >= 8 for k in range(3))
+                                      for i, w in enumerate(want)])

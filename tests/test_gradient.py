@@ -457,3 +457,82 @@ def test_conv_gradients_auto_schedule_for_cuda_build():
     for T, args in ((dX, [W, H]), (dW, [X, H])):
         g = tdsl.build(tdsl.auto_schedule(T, target="cuda"), args + [T], target="cuda")
         assert "__global__" in g.get_source()
+
+
+# ---------------------------------------------------------------------------------------
+# reads at the borders of padded and clamped inputs: every target, every access checked
+# (an adjoint must never read a helper stage such as max's argbest outside its shape)
+
+
+def check_on_targets(Y, inputs, vals, tol=1e-6):
+    H = tdsl.placeholder(Y.shape, Y.dtype, "H")
+    h = RNG.randn(*[int(d) for d in Y.shape])
+    grads = tdsl.gradient(Y, list(inputs), H)
+    want = numeric_grads(Y, inputs, vals, h)
+    ops = _ops_of(grads)
+    used = [(a, v) for a, v in zip(list(inputs) + [H], list(vals) + [h]) if a.op in ops]
+    for target in ("llvm", "c"):
+        s = tdsl.create_schedule([g.op for g in grads])
+        f = tdsl.build(s, [a for a, _ in used] + list(grads), target=target,
+                       bounds_check=True)
+        got = [np.zeros(w.shape, F64) for w in want]
+        f(*[v for _, v in used], *got)
+        for t, g, w in zip(inputs, got, want):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, np.abs(w).max()),
+                                       err_msg=f"gradient of {t.name} on {target}")
+
+
+def _padded_max_pool(X, k, stride, pads):
+    """topi's max pool: the window reads X under a condition, -inf in the padding;
+    `pads` = (top, left, bottom, right) as ONNX orders them."""
+    N, C, H, W = (int(d) for d in X.shape)
+    top, left, bottom, right = pads
+    OH, OW = (H + top + bottom - k) // stride + 1, (W + left + right - k) // stride + 1
+    r0, r1 = tdsl.reduce_axis((0, k), "r0"), tdsl.reduce_axis((0, k), "r1")
+
+    def f(n, c, i, j):
+        h, w = i * stride - top + r0, j * stride - left + r1
+        inside = tdsl.all(h >= 0, h < H, w >= 0, w < W)
+        return tdsl.max(tdsl.if_then_else(inside, X[n, c, h, w],
+                                           tdsl.const(float("-inf"), X.dtype)), axis=[r0, r1])
+    return tdsl.compute((N, C, OH, OW), f, name="max_pool_0")
+
+
+@pytest.mark.parametrize("k,stride,pads", [
+    (2, 1, (1, 0, 0, 1)), (2, 2, (1, 0, 0, 1)), (3, 2, (0, 2, 1, 0)), (3, 1, (2, 1, 0, 2))])
+def test_padded_max_pool_on_every_target(k, stride, pads):
+    X = tdsl.placeholder((2, 2, 5, 6), F64, "X")
+    Y = _padded_max_pool(X, k, stride, pads)
+    check_on_targets(Y, [X], [RNG.randn(2, 2, 5, 6)])
+
+
+@pytest.mark.parametrize("stride,pads", [(1, (1, 0, 0, 1)), (2, (0, 2, 1, 0))])
+def test_conv2d_asymmetric_pads_on_every_target(stride, pads):
+    """The padding inline in the conv's read, as topi writes it (no padded stage)."""
+    X = tdsl.placeholder((1, 2, 5, 6), F64, "X")
+    W = tdsl.placeholder((3, 2, 3, 2), F64, "W")
+    top, left, bottom, right = pads
+    OH, OW = (5 + top + bottom - 3) // stride + 1, (6 + left + right - 2) // stride + 1
+    rc, rh, rw = (tdsl.reduce_axis((0, e), n) for e, n in ((2, "rc"), (3, "rh"), (2, "rw")))
+
+    def f(n, k, i, j):
+        h, w = i * stride - top + rh, j * stride - left + rw
+        x = tdsl.if_then_else(tdsl.all(h >= 0, h < 5, w >= 0, w < 6), X[n, rc, h, w],
+                              tdsl.const(0, F64))
+        return tdsl.sum(x * W[k, rc, rh, rw], axis=[rc, rh, rw])
+    Y = tdsl.compute((1, 3, OH, OW), f, name="conv")
+    check_on_targets(Y, [X, W], [RNG.randn(1, 2, 5, 6), RNG.randn(3, 2, 3, 2)])
+
+
+def test_clamped_stencils_on_every_target():
+    X = tdsl.placeholder((5, 6), F64, "X")
+
+    def f(y, x):
+        up, left = tdsl.max(y - 1, 0), tdsl.max(x - 2, 0)
+        return X[up, tdsl.min(x + 1, 5)] * 2.0 + X[y, left] - X[tdsl.min(y + 2, 4), x]
+    check_on_targets(tdsl.compute((5, 6), f, name="clamped2d"), [X], [RNG.randn(5, 6)])
+    # a max over a clamped window: the argbest read sits beside the clamped cases
+    r = tdsl.reduce_axis((0, 3), "r")
+    Y = tdsl.compute((5, 6), lambda y, x: tdsl.max(X[y, tdsl.min(x + r, 5)], axis=r),
+                     name="clamped_max")
+    check_on_targets(Y, [X], [RNG.randn(5, 6)])

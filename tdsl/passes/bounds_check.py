@@ -162,6 +162,23 @@ class _Checker(Mutator):
             return e
         return E.Select(cond, t, f)
 
+    def _short_circuit(self, e, guard):
+        # codegen evaluates the right side of `and` / `or` only where the left side does
+        # not decide the result: a load there is made under that condition only
+        a = self.visit(e.a)
+        self.path.append(guard(a))
+        b = self.visit(e.b)
+        self.path.pop()
+        if a is e.a and b is e.b:
+            return e
+        return type(e)(a, b)
+
+    def visit_And(self, e):
+        return self._short_circuit(e, lambda a: a)
+
+    def visit_Or(self, e):
+        return self._short_circuit(e, E.logical_not)
+
     def visit_BufferLoad(self, e):
         idx = self.visit(e.indices[0])
         load = e if idx is e.indices[0] else E.BufferLoad(e.buffer, (idx,))

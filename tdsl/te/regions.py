@@ -105,6 +105,10 @@ class _Reads:
             for s in e.inits or ():
                 self.visit(s, conds)
             self.visit(e.condition, conds)
+        elif isinstance(e, (E.And, E.Or)):
+            # codegen evaluates the right side only where the left decides nothing
+            self.visit(e.a, conds)
+            self.visit(e.b, conds + (e.a if isinstance(e, E.And) else E.Not(e.a),))
         elif isinstance(e, E.ProducerLoad):
             for i in e.indices:
                 self.visit(i, conds)

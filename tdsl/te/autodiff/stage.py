@@ -201,6 +201,12 @@ def _tighten(unknown, conds):
                    E.const(max(hi - lo, 0), unknown.var.dtype), unknown.kind)
 
 
+def _reads_memory(e):
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, E.ProducerLoad) else None)
+    return bool(found)
+
+
 def _contribution(op, load, adj, cond, prefix, pvars, name):
     """The gather stage holding what one read `load` of `op` contributes to its tensor's
     adjoint, given that read's adjoint `adj` (over op's variables) and the condition
@@ -232,6 +238,10 @@ def _contribution(op, load, adj, cond, prefix, pvars, name):
         if arith.can_prove(E.Not(c), out_ranges):
             return None
         kept.append(c)
+    # `and` evaluates its right side only where the left holds: the range conditions go
+    # first so that a condition reading a tensor (max's argbest, a user's `where`) never
+    # reads it at a point outside the solved variables' domains
+    kept.sort(key=_reads_memory)
     body = arith.simplify(substitute(adj, m), out_ranges)
     guard = functools.reduce(E.logical_and, kept) if kept else None
     nprefix = len(pvars)
