@@ -270,3 +270,43 @@ def test_transposes_read_square_tiles_without_gathers(target, shape, perm, dtype
     out = np.zeros(out_shape, dtype)
     f(x, out)
     np.testing.assert_array_equal(out, x.transpose(perm) + np.array(1, dtype))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("B,M,K,N,epilogue", [
+    (1, 256, 300, 288, False),   # a reduction in no whole vectors
+    (2, 256, 256, 256, True)])   # batched, an elementwise consumer
+def test_long_reduction_over_a_transposed_operand_packs_it_transposed(target, B, M, K, N,
+                                                                     epilogue):
+    """A @ B.T with a long reduction (a gradient's H @ B.T, a dense layer's x W^T): B's
+    panel is copied transposed (transform_layout) and the register tile runs as for A @ B,
+    instead of the dot-product tile."""
+    t = Target(target)
+    A = tdsl.placeholder((B, M, K), name="A")
+    Bm = tdsl.placeholder((B, N, K), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((B, M, N), lambda b, i, j: tdsl.sum(A[b, i, k] * Bm[b, j, k], axis=k),
+                     name="C")
+    Y = tdsl.compute(C.shape, lambda *i: C[i] * 0.5, name="Y") if epilogue else C
+    s = tdsl.auto_schedule(Y, target=t)
+    rules = s.explain().rules("C")
+    assert "register-tile" in rules and "dot-tile" not in rules, s.explain()
+    assert any(d.rule == "pack" and d.action.startswith("transform_layout(B")
+               for d in s.explain().decisions), s.explain()
+    f = tdsl.build(s, [A, Bm, Y], target=t)
+    a, b = _data(B, M, K), _data(B, N, K)
+    out = np.full((B, M, N), np.nan, np.float32)
+    f(a, b, out)
+    want = a @ b.transpose(0, 2, 1) * (0.5 if epilogue else 1.0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("M,K,N", [(197, 64, 197), (8, 512, 512), (128, 256, 256), (261, 300, 270)])
+def test_short_reduction_or_few_rows_keep_the_dot_product_tile(M, K, N):
+    """Attention's Q K^T over a head of 64, few rows or columns, ragged tiles: a
+    transposed copy would not pay."""
+    A = tdsl.placeholder((M, K), name="A")
+    Bm = tdsl.placeholder((N, K), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * Bm[j, k], axis=k), name="C")
+    assert "dot-tile" in tdsl.auto_schedule(C).explain().rules("C")

@@ -163,6 +163,25 @@ def test_matmul():
     assert [iv.dom.extent for iv in dB.op.reduce_axis] == [4]
 
 
+
+def test_matmul_adjoints_auto_schedule_as_register_tiles():
+    """dA = H B^T runs along the reduction in both operands; with a long reduction the
+    auto-scheduler copies B's panels transposed and tiles it like the forward GEMM."""
+    n = 256
+    A = tdsl.placeholder((n, n), "float32", "A")
+    B = tdsl.placeholder((n, n), "float32", "B")
+    k = tdsl.reduce_axis((0, n), "k")
+    Y = tdsl.compute((n, n), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="Y")
+    H = tdsl.placeholder((n, n), "float32", "H")
+    dA, dB = tdsl.gradient(Y, [A, B], H)
+    a, b, h = (RNG.randn(n, n).astype("float32") for _ in range(3))
+    for g, args, vals, want in ((dA, [H, B], [h, b], h @ b.T), (dB, [A, H], [a, h], a.T @ h)):
+        s = tdsl.auto_schedule(g, target="llvm")
+        assert "register-tile" in s.explain().rules(g.op.name), s.explain()
+        out = np.zeros((n, n), "float32")
+        tdsl.build(s, args + [g], target="llvm")(*vals, out)
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+
 def _conv2d(X, W, stride, pad):
     N, C, H, Wd = X.shape
     K, _, KH, KW = W.shape

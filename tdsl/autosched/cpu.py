@@ -18,8 +18,11 @@ order `CPU_RULES` applies them, and why:
    - `tensorize`: a uint8 x int8 or bfloat16 contraction on a CPU with a dot-product
      instruction: B packed into the instruction's layout, a register tile tensorized
      (cpu_tensorize.py);
-   - `dot-tile`: a contraction whose operands are contiguous along the reduction (A @ B.T):
-     rows x cols vectors of partial sums along the reduction (rfactor, lanes last);
+   - `dot-tile`: a contraction whose operands are contiguous along the reduction (A @ B.T)
+     over a short reduction or few rows (attention's Q K^T): rows x cols vectors of partial
+     sums along the reduction (rfactor, lanes last); with a long reduction and rows enough
+     (a gradient's H @ B.T, a dense layer x W^T) `register-tile` takes it instead, B's
+     panels copied transposed (transform_layout);
    - `register-tile`: any other contraction (some operand is reused along a spatial axis:
      matmul, conv, batch matmul): a register tile (rows x vectors, sized by
      tiling.register_tile from the target's vector lanes, registers and FMA units)

@@ -1,7 +1,8 @@
 """CPU rules for contractions (an operand reused along a spatial axis: matmul, conv, batch
 matmul): a register tile accumulating in registers with the reused operand's strided panel
 packed, or, when the operands are contiguous along the reduction (A @ B.T), a dot-product
-tile of vectors of partial sums. When the vector axis is only a few vectors long (a blocked
+tile of vectors of partial sums; with a long reduction and rows enough, the register tile
+again, the operand that runs along the reduction copied transposed panel by panel. When the vector axis is only a few vectors long (a blocked
 layout's inner block, NCHW[x]c), the tile's vectors also span blocks of an outer axis that
 the broadcast operand does not use (the conv's channel blocks)."""
 from __future__ import annotations
@@ -17,7 +18,8 @@ class DotTile(Rule):
 
     def applies(self, ctx, st):
         pair = ctx.contraction_of(st)
-        return pair is not None and dot_layout(ctx, pair[0])
+        return pair is not None and dot_layout(ctx, pair[0]) \
+            and not transpose_pays(ctx, pair[0])
 
     def apply(self, ctx, st):
         dot_tile(ctx, *ctx.contraction_of(st))
@@ -159,6 +161,11 @@ def tile(ctx, R, T):
     nr = max(1, min(vecs * lanes, mv)) if bb == 1 else ext_v
     owner = T if T is not None else R
     out = owner.op.output(0)
+    operand = pack_operand(ctx, R, r, v, nr) if ctx.params.pack is not False else None
+    if operand is not None and ctx.params.pack is None and not pays_to_pack(ctx, R, operand, nr):
+        operand = None
+    flip = transposed_operand(ctx, R, r, v) \
+        if operand is None and ctx.params.pack is not False else None
     if T is None:
         local = s.cache_write(R.op.output(0), "local")
         L = s[local]
@@ -168,6 +175,11 @@ def tile(ctx, R, T):
         L = R
         ctx.rec.add(T, "fuse-epilogue", f"'{R.op.name}' computed inside '{T.op.name}''s tile",
                     "the elementwise consumer reads the accumulators straight from registers")
+    packed = None
+    if flip is not None:
+        # before the tile's primitives: the tile reads the copy from here on
+        operand = flip[0]
+        packed = s.transform_layout(operand, [L.op.output(0)], flip[1])
     O = s[out]
     ax = list(O.op.axis)
     bi = None
@@ -180,9 +192,6 @@ def tile(ctx, R, T):
     ro_ext = None if ext_r is None else -(-ext_r // rows)
     vo_ext = None if ext_v is None else -(-ext_v // nr)
     ro_rag, vo_rag = ext_r is None or ext_r % rows != 0, ext_v is None or ext_v % nr != 0
-    operand = pack_operand(ctx, R, r, v, nr) if ctx.params.pack is not False else None
-    if operand is not None and ctx.params.pack is None and not pays_to_pack(ctx, R, operand, nr):
-        operand = None
     if operand is not None:
         outer = [(vo, vo_ext, vo_rag), (ro, ro_ext, ro_rag)]
     else:
@@ -205,16 +214,22 @@ def tile(ctx, R, T):
     at = leaves[leaves.index(inner[0]) - 1]
     L.compute_at(O, at)
     if operand is not None:
-        pk = s.cache_read(operand, "global", [L.op.output(0)])
+        pk = packed if packed is not None else s.cache_read(operand, "global", [L.op.output(0)])
         P = s[pk]
         # the panel is copied at the loop over column tiles (or the parallel loop that
         # contains it), so every row tile of that column reuses it
         pat = vo if vo in leaves else par
         P.compute_at(O, pat)
         pax = list(P.op.axis)
-        ctx.rec.add(R, "pack", f"cache_read({operand.name}) at {pat.var.name}",
-                    f"the reused operand's {nr}-wide panel is strided in '{operand.name}': copied "
-                    "once per column of tiles into contiguous memory")
+        if packed is None:
+            ctx.rec.add(R, "pack", f"cache_read({operand.name}) at {pat.var.name}",
+                        f"the reused operand's {nr}-wide panel is strided in '{operand.name}': "
+                        "copied once per column of tiles into contiguous memory")
+        else:
+            ctx.rec.add(R, "pack", f"transform_layout({operand.name}, {list(flip[1])}) at "
+                        f"{pat.var.name}", f"'{operand.name}' runs along the reduction, the tile "
+                        f"loads vectors along '{ax[v].var.name}': its {nr}-wide panel is copied "
+                        "transposed once per column of tiles")
         ctx.vector_split(P, pax[-1], None, operand.dtype, unroll=False)
     la = list(L.op.axis)
     lr = list(L.op.reduce_axis)
@@ -277,6 +292,55 @@ def pack_operand(ctx, R, r, v, nr):
             if len(info.loads_of(ld.tensor)) == 1:
                 return ld.tensor
     return None
+
+
+def transposed_operand(ctx, R, r, v):
+    """(tensor, layout) for the operand that the tile would load as vectors along the
+    vector axis but that is contiguous along the reduction (B in A @ B.T): read once, with
+    constant extents, one index exactly the vector axis and the last exactly a reduction
+    axis, the row axis unused. The layout moves the vector axis's dimension last."""
+    info = ctx.infos[R]
+    row, vec = info.axes[r], info.axes[v]
+    for ld in info.loads:
+        if ld.uses(row) or not ld.uses(vec) or ld.contiguous_in(vec) or len(ld.indices) < 2:
+            continue
+        if len(info.loads_of(ld.tensor)) != 1 or any(_static(d) is None for d in ld.tensor.shape):
+            continue
+        last = len(ld.indices) - 1
+        dims = [d for d in range(last) if ld.index_is_axis(d, vec)]
+        if len(dims) != 1 or not any(ld.index_is_axis(last, k) for k in info.raxes):
+            continue
+        if any(id(vec.var) in pv for d, pv in enumerate(ld.pos_vars) if d != dims[0]):
+            continue
+        return ld.tensor, tuple((d, None) for d in range(len(ld.indices)) if d != dims[0]) \
+            + ((dims[0], None),)
+    return None
+
+
+# a reduction this long, and as many rows and columns, amortize a transposed
+# copy of the operand (one pass over it); shorter ones (attention's Q K^T over a head of
+# 64, small dense layers) stay dot products
+TRANSPOSE_MIN_REDUCTION = 256
+
+
+def transpose_pays(ctx, R) -> bool:
+    """The register tile with a transposed panel beats the dot-product tile: the
+    reduction is long and there are rows enough to reuse each panel."""
+    info = ctx.infos[R]
+    if ctx.params.pack is False or ctx.params.tile:
+        return False
+    n = len(info.axes)
+    r = info.row_axis()
+    if r is None or r == n - 1 or transposed_operand(ctx, R, r, n - 1) is None:
+        return False
+    ext_k, ext_r, ext_v = info.rextents[-1], info.extents[r], info.extents[n - 1]
+    if None in (ext_k, ext_r, ext_v):
+        return False
+    # measured: with fewer rows or columns the copies and the few column tiles (the
+    # parallel loop) cost more than the dot-product tile loses
+    # ragged tiles (a tail of rows or columns) measured slower than the dot-product tile
+    return ext_k >= TRANSPOSE_MIN_REDUCTION and ext_r >= TRANSPOSE_MIN_REDUCTION \
+        and ext_v >= TRANSPOSE_MIN_REDUCTION and ext_r % 8 == 0 and ext_v % 32 == 0
 
 
 def pays_to_pack(ctx, R, operand, nr):
