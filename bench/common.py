@@ -64,3 +64,25 @@ def timings(fn, number=3, repeat=7, warmup_s=0.1):
             fn()
         out.append((time.perf_counter() - t0) / number)
     return out
+
+
+def interleaved_samples(fns, blocks, number, warmup_s=0.2, pause_s=0.3):
+    """Per-call seconds of each callable in `fns`, `blocks * number` calls each, timed in
+    blocks taken in turn (a block of the first, one of the second, ...) so that all see the
+    same machine load on a shared CPU. Before each block: a pause of `pause_s` (the other
+    side's worker threads may still spin for a while after its run) and `warmup_s` of
+    untimed calls. Returns one list of call times per callable."""
+    for f in fns:
+        f()
+    out = [[] for _ in fns]
+    for _ in range(blocks):
+        for f, times in zip(fns, out):
+            time.sleep(pause_s)
+            t_end = time.perf_counter() + warmup_s
+            while time.perf_counter() < t_end:
+                f()
+            for _ in range(number):
+                t0 = time.perf_counter()
+                f()
+                times.append(time.perf_counter() - t0)
+    return out
