@@ -42,24 +42,6 @@ from tdsl.graph import GraphError, models  # noqa: E402
 BATCH = 8
 
 
-def with_loss(model):
-    """`model` (one float output of logits, or of their Softmax) with a trailing
-    SoftmaxCrossEntropyLoss on the logits and an int64 `labels` input; the loss is the
-    only output."""
-    from onnx import TensorProto, helper
-    g = model.graph
-    out = g.output[0].name
-    last = g.node[len(g.node) - 1]
-    if last.op_type == "Softmax" and last.output[0] == out:      # the loss has the softmax
-        out = last.input[0]
-        del g.node[len(g.node) - 1]
-    g.node.append(helper.make_node("SoftmaxCrossEntropyLoss", [out, "labels"], ["loss"]))
-    g.input.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH]))
-    del g.output[:]
-    g.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
-    return model
-
-
 def digits_cnn(batch=BATCH, seed=0):
     """The network of tutorials/10_training.ipynb: logits of 8x8 one-channel images."""
     from onnx import TensorProto, helper, numpy_helper
@@ -83,59 +65,6 @@ def digits_cnn(batch=BATCH, seed=0):
     return m
 
 
-def trainable(model):
-    """Floating-point initializers except BatchNormalization's running statistics (torch
-    does not train those either)."""
-    from onnx import numpy_helper
-    stats = {n.input[i] for n in model.graph.node if n.op_type == "BatchNormalization" for i in (3, 4)}
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    return {k: v.copy() for k, v in inits.items() if k not in stats and v.dtype.kind == "f"}, inits
-
-
-def _torch_forward(model, params, feeds):
-    """Runs the ONNX graph with torch.nn.functional: `params` are torch tensors (the
-    trained ones with requires_grad), `feeds` the inputs."""
-    import torch
-    from onnx import helper
-    F = torch.nn.functional
-    env = dict(params, **feeds)
-    for n in model.graph.node:
-        a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
-        x = [env[i] for i in n.input]
-        op = n.op_type
-        if op == "Conv":
-            pads = a.get("pads", [0] * 4)
-            if pads[: len(pads) // 2] != pads[len(pads) // 2:]:
-                raise NotImplementedError("asymmetric Conv pads")
-            y = F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None, a.get("strides", 1),
-                         pads[: len(pads) // 2], a.get("dilations", 1), a.get("group", 1))
-        elif op == "BatchNormalization":
-            y = F.batch_norm(x[0], x[3], x[4], x[1], x[2], False, 0.0, a.get("epsilon", 1e-5))
-        elif op == "Relu":
-            y = F.relu(x[0])
-        elif op == "MaxPool":
-            pads = a.get("pads", [0] * 4)
-            y = F.max_pool2d(x[0], a["kernel_shape"], a.get("strides", 1), pads[: len(pads) // 2])
-        elif op == "Add":
-            y = x[0] + x[1]
-        elif op == "GlobalAveragePool":
-            y = x[0].mean((2, 3), keepdim=True)
-        elif op == "Flatten":
-            y = x[0].flatten(a.get("axis", 1))
-        elif op == "Gemm":
-            m0 = x[0].T if a.get("transA") else x[0]
-            m1 = x[1].T if a.get("transB") else x[1]
-            y = torch.addmm(x[2], m0, m1, beta=a.get("beta", 1.0), alpha=a.get("alpha", 1.0))
-        elif op == "MatMul":
-            y = x[0] @ x[1]
-        elif op == "SoftmaxCrossEntropyLoss":
-            y = F.cross_entropy(x[0], x[1])
-        else:
-            raise NotImplementedError(f"no torch rule for ONNX {op}")
-        env[n.output[0]] = y
-    return env[model.graph.output[0].name]
-
-
 class Side:
     """One framework's training step on one network, with its own copy of the weights."""
 
@@ -144,7 +73,7 @@ class Side:
 
 
 def tdsl_side(model, target, lr, feeds):
-    weights, _ = trainable(model)
+    weights, _ = models.trainable(model)
     grad = tdsl.graph.gradient(tdsl.graph.from_onnx(model), wrt=list(weights))
     exe = tdsl.graph.build(tdsl.graph.optimize(grad), target=target)
 
@@ -160,7 +89,7 @@ def tdsl_side(model, target, lr, feeds):
 
 def torch_side(model, lr, feeds):
     import torch
-    weights, inits = trainable(model)
+    weights, inits = models.trainable(model)
     params = {k: torch.from_numpy(v.copy()) for k, v in inits.items()}
     for k in weights:
         params[k].requires_grad_(True)
@@ -170,7 +99,7 @@ def torch_side(model, lr, feeds):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = _torch_forward(model, params, tfeeds)
+        loss = models.torch_forward(model, params, tfeeds)
         loss.backward()
         opt.step()
         return loss.detach(), [p.grad for p in trained]
@@ -213,7 +142,7 @@ def main():
     rng = np.random.default_rng(0)
     for name in args.models.split(","):
         make, shape, lr = NETWORKS[name]
-        model = with_loss(make(args))
+        model = models.with_loss(make(args), BATCH)
         shape = shape or (BATCH, 3, args.resnet_size, args.resnet_size)
         feeds = {"input": rng.standard_normal(shape, dtype=np.float32),
                  "labels": rng.integers(0, 10, BATCH).astype(np.int64)}

@@ -2,7 +2,10 @@
 a ResNet-18-shaped CNN, a MobileNetV2 block stack, 1-D and 3-D CNNs, an MLP and a
 transformer encoder layer,
 written the way exporters write them (Conv + BatchNormalization, Clip as ReLU6, MatMul +
-Add, Reshape/Transpose for attention heads, Erf GELU, LayerNormalization)."""
+Add, Reshape/Transpose for attention heads, Erf GELU, LayerNormalization). For training
+comparisons: `with_loss` appends a cross-entropy loss, `trainable` picks the weights torch
+would train, and `torch_forward` replays a model with torch.nn.functional (torch imported
+only there)."""
 from __future__ import annotations
 
 import math
@@ -200,6 +203,108 @@ def transformer_encoder(batch=1, seq=64, d_model=256, heads=4, ff=1024, seed=0):
     b2 = b.const(np.zeros(d_model, np.float32), "ln_b")
     y = b.node("LayerNormalization", [y, g2, b2], axis=-1, epsilon=1e-5)
     return b.model([("input", [batch, seq, d_model])], [y], "transformer_encoder")
+
+
+def with_loss(model, batch=None):
+    """`model` (one float output of logits, or of their Softmax) with a trailing
+    SoftmaxCrossEntropyLoss on the logits and an int64 `labels` input of `batch` entries
+    (default: the first input's first dimension); the loss is the only output. Edits
+    `model` in place and returns it."""
+    from onnx import TensorProto, helper
+    g = model.graph
+    if batch is None:
+        batch = g.input[0].type.tensor_type.shape.dim[0].dim_value
+    out = g.output[0].name
+    last = g.node[len(g.node) - 1]
+    if last.op_type == "Softmax" and last.output[0] == out:      # the loss has the softmax
+        out = last.input[0]
+        del g.node[len(g.node) - 1]
+    g.node.append(helper.make_node("SoftmaxCrossEntropyLoss", [out, "labels"], ["loss"]))
+    g.input.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [batch]))
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    return model
+
+
+def trainable(model):
+    """(trained, initializers): copies of the floating-point initializers except
+    BatchNormalization's running statistics (torch does not train those either), in the
+    model's order, and every initializer by name."""
+    from onnx import numpy_helper
+    stats = {n.input[i] for n in model.graph.node if n.op_type == "BatchNormalization" for i in (3, 4)}
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {k: v.copy() for k, v in inits.items() if k not in stats and v.dtype.kind == "f"}, inits
+
+
+def torch_forward(model, params, feeds, batch_stats=False):
+    """The first output of the ONNX graph, computed with torch.nn.functional (so that
+    autograd differentiates it): `params` are the initializers as torch tensors (the trained
+    ones with requires_grad), `feeds` the inputs. Covers the operators of this module's CNNs
+    and MLP with a loss; another raises NotImplementedError. With `batch_stats`, batch norms
+    normalize by the batch's statistics and store them in `params`' running statistics
+    (torch's training mode with momentum 1)."""
+    import torch
+    from onnx import helper
+    F = torch.nn.functional
+    env = dict(params, **feeds)
+    for n in model.graph.node:
+        a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+        x = [env[i] for i in n.input]
+        op = n.op_type
+        if op == "Conv":
+            pads = a.get("pads", [0] * 4)
+            if pads[: len(pads) // 2] != pads[len(pads) // 2:]:
+                raise NotImplementedError("asymmetric Conv pads")
+            y = F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None, a.get("strides", 1),
+                         pads[: len(pads) // 2], a.get("dilations", 1), a.get("group", 1))
+        elif op == "BatchNormalization":
+            y = F.batch_norm(x[0], x[3], x[4], x[1], x[2], batch_stats, 1.0, a.get("epsilon", 1e-5))
+        elif op == "Relu":
+            y = F.relu(x[0])
+        elif op == "MaxPool":
+            pads = a.get("pads", [0] * 4)
+            y = F.max_pool2d(x[0], a["kernel_shape"], a.get("strides", 1), pads[: len(pads) // 2])
+        elif op == "Add":
+            y = x[0] + x[1]
+        elif op == "GlobalAveragePool":
+            y = x[0].mean((2, 3), keepdim=True)
+        elif op == "Flatten":
+            y = x[0].flatten(a.get("axis", 1))
+        elif op == "Gemm":
+            m0 = x[0].T if a.get("transA") else x[0]
+            m1 = x[1].T if a.get("transB") else x[1]
+            y = torch.addmm(x[2], m0, m1, beta=a.get("beta", 1.0), alpha=a.get("alpha", 1.0))
+        elif op == "MatMul":
+            y = x[0] @ x[1]
+        elif op == "SoftmaxCrossEntropyLoss":
+            y = F.cross_entropy(x[0], x[1])
+        else:
+            raise NotImplementedError(f"no torch rule for ONNX {op}")
+        env[n.output[0]] = y
+    return env[model.graph.output[0].name]
+
+
+def calibrate_batch_norm(model, feeds):
+    """Sets every BatchNormalization's running mean and variance (in place, in `model`'s
+    initializers) to the statistics of its input when `model` runs on `feeds` (numpy
+    arrays, one per model input), as training would leave them: the activations of the inference-form network
+    are then normalized and its loss well scaled, where random statistics let them grow
+    stage after stage. Needs torch. Returns `model`."""
+    import torch
+    from onnx import numpy_helper
+    stats = {n.input[i] for n in model.graph.node if n.op_type == "BatchNormalization" for i in (3, 4)}
+
+    def as_torch(a):             # float64, so that the statistics are exact to float32
+        return torch.from_numpy(a.astype(np.float64) if a.dtype.kind == "f" else a)
+    params = {i.name: as_torch(numpy_helper.to_array(i)) for i in model.graph.initializer}
+    tfeeds = {k: as_torch(np.asarray(v)) for k, v in feeds.items()}
+    with torch.no_grad():
+        torch_forward(model, params, tfeeds, batch_stats=True)
+    for k, init in enumerate(model.graph.initializer):
+        if init.name in stats:
+            model.graph.initializer[k].CopyFrom(
+                numpy_helper.from_array(params[init.name].numpy().astype(np.float32), init.name))
+    return model
 
 
 def onnxruntime_run(model, feeds):
