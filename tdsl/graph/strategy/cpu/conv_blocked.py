@@ -19,6 +19,7 @@ import numpy as np
 import tdsl
 
 from .... import tiling
+from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
@@ -127,10 +128,34 @@ def depthwise_blocked(g, n, x, src, wi):
     return tag.mark(Cv, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=bn)
 
 
+def runtime_pack(w, shape, CO, transposed):
+    """The packed weights `shape` = (CO/bn, CI, *K, bn) of weights `w` that are a kernel
+    input, not a constant: a stage computed once per call (tag.ROOT), one pass over the
+    weights against the conv's CO*CI*K multiply-adds per output pixel. `transposed`: w is a
+    transposed conv's (CI, CO, *K), read with its channel axes swapped and its taps
+    reversed (as conv_transpose's `orient`). Output channels past CO read zero."""
+    nd = len(shape) - 3
+    bn = shape[-1]
+    K = shape[2:2 + nd]
+    ragged = shape[0] * bn != CO
+    f0 = tdsl.const(0, w.dtype)
+
+    def f(cb, ci, *kc):
+        k, c = kc[:nd], kc[nd]
+        co = tdsl.min(cb * bn + c, CO - 1) if ragged else cb * bn + c
+        if transposed:
+            v = w[(ci, co) + tuple(K[d] - 1 - k[d] for d in range(nd))]
+        else:
+            v = w[(co, ci) + tuple(k)]
+        return tdsl.if_then_else(cb * bn + c < CO, v, f0) if ragged else v
+    return tag.mark(tdsl.compute(shape, f, name=topi.uname("weights_packed")), tag.ROOT)
+
+
 def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     """The blocked conv of node `n` (nn.convNd, groups 1) over `spread(x, *spread_args)`,
     its weights the constant param `wi` laid out (CO, CI, *K) by `orient` (for a transposed
-    conv: swap the channel axes and flip the taps). `blocked`: (the padded blocked input or
+    conv: swap the channel axes and flip the taps), or the placeholder of weights that are
+    a kernel input (runtime_pack; a plain input only). `blocked`: (the padded blocked input or
     None for a plain one, bn) for nn.conv2d_blocked, whose output stays blocked."""
     a = n.attrs
     src_b = blocked[0] if blocked else None
@@ -158,6 +183,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     strides = a["strides"] if "transpose" not in n.op else (1,) * nd
     dl = a["dilation"]
     rk = [tdsl.reduce_axis((0, K[d]), f"k{d}") for d in range(nd)]
+    if src_b is not None and not isinstance(wi, int):
+        raise GraphError(f"{n.op}: a blocked input with runtime weights has no blocked conv")
     if src_b is not None:
         # input channels blocked too: (cio, cii) reduce, weights (CO/bn, CI/bn, *K, bn_i, bn_o)
         cib = -(-CI // bn)
@@ -176,7 +203,9 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
             return tdsl.sum(src[(b, cio) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd)) + (cii,)]
                             * Wp[(cb, cio) + tuple(rk) + (cii, cc)], axis=[cio] + rk + [cii])
     else:
-        Wp = g.packed_param(wi, (cb_n, CI) + K + (bn,), pack)
+        shape = (cb_n, CI) + K + (bn,)
+        Wp = g.packed_param(wi, shape, pack) if isinstance(wi, int) else \
+            runtime_pack(wi, shape, CO, "transpose" in n.op)
         ci = tdsl.reduce_axis((0, CI), "ci")
 
         def conv(b, cb, *o):
@@ -185,6 +214,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
                             * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
     info = {"pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
+    if not isinstance(wi, int):
+        info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
     plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn, N) if blocked else None
     if plane is not None:
