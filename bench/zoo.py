@@ -58,6 +58,7 @@ import tdsl.graph as G  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
 from tdsl.examples import peak  # noqa: E402
 from tdsl.graph import models  # noqa: E402
+from tdsl.runtime import threadpool  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
 from graph import _ort_session, flops  # noqa: E402
 from latency import blocks, percentiles  # noqa: E402
@@ -95,6 +96,18 @@ def _output_step(model):
     if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
         return None
     return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
+
+
+def _sleeps_per_call(before, after, spread):
+    """How often, per tdsl call of `spread`, the pool's workers slept between parallel
+    loops (threadpool.stats), less the one sleep each worker takes in each pause between
+    the runs of calls. On a quiet machine under one; many when another process takes a
+    core, so that a worker misses its spin."""
+    if not before:
+        return 0.0
+    idle = after["workers"] * len(spread.firsts)
+    slept = after["worker_sleeps"] - before["worker_sleeps"] - idle
+    return max(slept, 0) / (len(spread.calls) + len(spread.firsts))
 
 
 def _ms(spread):
@@ -138,7 +151,13 @@ def run_one(name, target, a, threads, peak, ov_version):
             ovs = None
             notes.append(f"OpenVINO failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     times = blocks(fns, a.number, a.repeat)
+    before = threadpool.stats()
     spreads = percentiles(fns, calls=a.calls)
+    woke = _sleeps_per_call(before, threadpool.stats(), spreads[0])
+    if woke > 2:
+        notes.append(f"tdsl's pool workers slept {woke:.0f} times a call between its parallel loops "
+                     "(they did not run during their spins): another process had a core, the "
+                     "latencies are of a shared machine")
     t_tdsl, t_ort = times[:2]
     t_ov = times[2] if ovs else float("nan")
     best = min(t_ort, t_ov) if ovs else t_ort
