@@ -26,7 +26,10 @@ machine load is the same for all and one side's spinning threads (onnxruntime's 
 OpenVINO's spin after a run) do not slow the next: "best block", the best of 3 blocks of
 (a pause, a warm-up, 5 calls); "p50/p99", of at least 100 single calls per side, in runs of
 25 taken in turn, each after a pause; "idle", the median first call of those runs, the
-first call after an idle pause of 0.3 s. The ratios are of the best blocks: tdsl over
+first call after an idle pause of 0.3 s. A note under a row says when another process
+took a core during tdsl's calls (its pool's workers, not running during their spins,
+slept between the parallel loops of a call: tdsl.runtime.threadpool.stats), so that row's
+latencies, all three sides', are of a shared machine. The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
