@@ -27,9 +27,10 @@ OpenVINO's spin after a run) do not slow the next: "best block", the best of 3 b
 (a pause, a warm-up, 5 calls); "p50/p99", of at least 100 single calls per side, in runs of
 25 taken in turn, each after a pause; "idle", the median first call of those runs, the
 first call after an idle pause of 0.3 s. A note under a row says when another process
-took a core during tdsl's calls (its pool's workers, not running during their spins,
-slept between the parallel loops of a call: tdsl.runtime.threadpool.stats), so that row's
-latencies, all three sides', are of a shared machine. The ratios are of the best blocks: tdsl over
+took a core during the p50/p99 calls: how many cores other processes kept busy during
+each side's calls (/proc/stat), and how often tdsl's pool workers, not running during
+their spins, slept between its parallel loops (tdsl.runtime.threadpool.stats); that
+row's latencies are of a shared machine. The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
@@ -101,16 +102,17 @@ def _output_step(model):
     return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
 
 
-def _sleeps_per_call(before, after, spread):
-    """How often, per tdsl call of `spread`, the pool's workers slept between parallel
-    loops (threadpool.stats), less the one sleep each worker takes in each pause between
-    the runs of calls. On a quiet machine under one; many when another process takes a
-    core, so that a worker misses its spin."""
-    if not before:
+def _sleep_share(before, after, spread):
+    """The share of tdsl's parallel loops in the calls of `spread` after which the pool's
+    workers slept (threadpool.stats), less the one sleep each worker takes in each pause
+    between the runs of calls. On a quiet machine a few percent at most; a large share
+    when another process takes a core, so that a worker is not running during its spin."""
+    launches = after.get("launches", 0) - before.get("launches", 0)
+    if not launches:
         return 0.0
     idle = after["workers"] * len(spread.firsts)
     slept = after["worker_sleeps"] - before["worker_sleeps"] - idle
-    return max(slept, 0) / (len(spread.calls) + len(spread.firsts))
+    return max(slept, 0) / (launches * after["workers"])
 
 
 def _ms(spread):
@@ -156,11 +158,14 @@ def run_one(name, target, a, threads, peak, ov_version):
     times = blocks(fns, a.number, a.repeat)
     before = threadpool.stats()
     spreads = percentiles(fns, calls=a.calls)
-    woke = _sleeps_per_call(before, threadpool.stats(), spreads[0])
-    if woke > 2:
-        notes.append(f"tdsl's pool workers slept {woke:.0f} times a call between its parallel loops "
-                     "(they did not run during their spins): another process had a core, the "
-                     "latencies are of a shared machine")
+    slept = _sleep_share(before, threadpool.stats(), spreads[0])
+    others = [sp.others for sp in spreads]
+    if slept > 0.1 or max(o or 0.0 for o in others) > 0.2:
+        sides = "tdsl's, onnxruntime's" + (", OpenVINO's" if ovs else "")
+        used = "/".join("?" if o is None else f"{o:.1f}" for o in others)
+        notes.append(f"other processes kept {used} cores busy during {sides} calls, and tdsl's pool "
+                     f"workers slept after {slept:.0%} of its parallel loops (not running during "
+                     "their spins): the latencies are of a shared machine")
     t_tdsl, t_ort = times[:2]
     t_ov = times[2] if ovs else float("nan")
     best = min(t_ort, t_ov) if ovs else t_ort
