@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import models  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
+from latency import blocks  # noqa: E402
 
 
 def _ort_session(model, threads=0):
@@ -35,25 +36,9 @@ def _ort_session(model, threads=0):
 
 
 def _interleaved(f_a, f_b, number, repeat, warmup_s=0.2, pause_s=0.3):
-    """Best-of-`repeat` mean seconds of two callables, timed in blocks taken in turn so that
-    both see the same machine load (the CPU may be shared). A block is: a pause of
-    `pause_s` (onnxruntime's worker threads spin for a while after a run and would take a
-    core from the next kernels: tdsl's median ResNet-18 latency measured up to 2x right
-    after an onnxruntime run; sleeping lets them stop instead of competing with them),
-    `warmup_s` of untimed runs, then `number` timed runs."""
-    f_a(), f_b()
-    best = [float("inf"), float("inf")]
-    for _ in range(repeat):
-        for i, f in enumerate((f_a, f_b)):
-            time.sleep(pause_s)
-            t_end = time.perf_counter() + warmup_s
-            while time.perf_counter() < t_end:
-                f()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                f()
-            best[i] = min(best[i], (time.perf_counter() - t0) / number)
-    return best
+    """Best-of-`repeat` mean seconds of two callables, timed in blocks taken in turn
+    (latency.blocks: a pause, a warm-up, `number` calls)."""
+    return blocks([f_a, f_b], number, repeat, warmup_s, pause_s)
 
 
 def _taps_in_image(n):

@@ -1,6 +1,7 @@
-"""Real networks, tdsl.graph vs onnxruntime, in one run on this CPU (2 threads each).
+"""Real networks, tdsl.graph vs onnxruntime and OpenVINO, in one run on this CPU (2 threads each).
 
-    pip install -e '.[zoo]'
+    pip install -e '.[zoo]'                # torch, torchvision, transformers, onnxruntime
+    pip install -e '.[openvino]'           # optional: OpenVINO's columns
     python bench/zoo.py                    # the whole list
     python bench/zoo.py --only resnet      # models whose name contains "resnet"
     python bench/zoo.py --profile          # and the slowest kernels of each
@@ -9,21 +10,40 @@
 
 Each model is exported from torch (random weights, tdsl.graph.zoo; skipped when torch is
 not installed) or built with onnx.helper (tdsl.graph.models: a 1-D and a 3-D CNN, the
-MobileNetV2 blocks; no torch needed), imported, optimized and built (build seconds: cold, with an empty compile cache, and warm, a second build that
-reads it, the first executor released; beside them, onnxruntime's session creation, its
-own build), checked against onnxruntime (max abs error over the
-output's max magnitude) and timed in blocks taken in turn with onnxruntime (a pause, a
-warm-up, 5 calls; best of 3 blocks: bench/graph._interleaved), so onnxruntime's spinning
-threads do not slow tdsl's next call. First the CPU and its measured FMA peak; per model
-tdsl's share of that peak (conv/dense/matmul flops over its latency; a conv's taps that
-read padding are not counted: both sides skip them in dilated convs on small images). The
-last line is the geometric mean of the latency ratios.
+MobileNetV2 blocks; no torch needed), imported, optimized and built (build seconds: cold,
+with an empty compile cache, and warm, a second build that reads it, the first executor
+released; beside them, onnxruntime's session creation and OpenVINO's read and compile,
+their own builds), checked against onnxruntime (max abs error over the output's max
+magnitude).
+
+OpenVINO (when installed; without it a note says so and its columns are left out) runs
+its CPU plugin with the same number of threads, the latency hint (one stream) and float32
+inference precision set explicitly (bench/ov_session.py: a CPU with bf16 would otherwise
+run in bf16).
+
+Timing, every side in the same process and in turn (bench/latency.py), so that the
+machine load is the same for all and one side's spinning threads (onnxruntime's and
+OpenVINO's spin after a run) do not slow the next: "best block", the best of 3 blocks of
+(a pause, a warm-up, 5 calls); "p50/p99", of at least 100 single calls per side, in runs of
+25 taken in turn, each after a pause; "idle", the median first call of those runs, the
+first call after an idle pause of 0.3 s. A note under a row says when another process
+took a core during the p50/p99 calls: how many cores other processes kept busy during
+each side's calls (/proc/stat), and how often tdsl's pool workers, not running during
+their spins, slept between its parallel loops (tdsl.runtime.threadpool.stats); that
+row's latencies are of a shared machine. The ratios are of the best blocks: tdsl over
+onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
+measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
+latency; a conv's taps that read padding are not counted: both sides skip them in dilated
+convs on small images). The last lines are the geometric means of the ratios and the
+worst p99/p50 of tdsl.
 
 With --int8 each model is first quantized by onnxruntime's quantizer (tdsl.graph.models.
 quantize_qdq: uint8 activations, per-channel int8 weights, calibrated on two random
-inputs) and compared with onnxruntime's int8 session; the error column is then in units of
-the output's quantization step, and the peak share is of the integer dot-product peak (4
-products per float32 lane where the CPU has AVX512-VNNI).
+inputs) and compared with onnxruntime's int8 session and OpenVINO running the same QDQ
+model (its low-precision transformations make its convolutions int8; a note says when it
+ran none of them in int8); the error column is then in units of the output's
+quantization step, and the peak share is of the integer dot-product peak (4 products per
+float32 lane where the CPU has AVX512-VNNI).
 """
 from __future__ import annotations
 
@@ -42,8 +62,12 @@ import tdsl.graph as G  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
 from tdsl.examples import peak  # noqa: E402
 from tdsl.graph import models  # noqa: E402
+from tdsl.runtime import threadpool  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
-from graph import _interleaved, _ort_session, flops  # noqa: E402
+from graph import _ort_session, flops  # noqa: E402
+from latency import blocks, percentiles  # noqa: E402
+import ov_session  # noqa: E402
+from ov_session import OVSession  # noqa: E402
 
 # name -> onnx.helper builder, input shape
 HELPER = {
@@ -78,7 +102,25 @@ def _output_step(model):
     return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
 
 
-def run_one(name, target, profile, number, repeat, threads, peak, int8=False):
+def _sleep_share(before, after, spread):
+    """The share of tdsl's parallel loops in the calls of `spread` after which the pool's
+    workers slept (threadpool.stats), less the one sleep each worker takes in each pause
+    between the runs of calls. On a quiet machine a few percent at most; a large share
+    when another process takes a core, so that a worker is not running during its spin."""
+    launches = after.get("launches", 0) - before.get("launches", 0)
+    if not launches:
+        return 0.0
+    idle = after["workers"] * len(spread.firsts)
+    slept = after["worker_sleeps"] - before["worker_sleeps"] - idle
+    return max(slept, 0) / (launches * after["workers"])
+
+
+def _ms(spread):
+    return f"{spread.p50 * 1e3:.2f}/{spread.p99 * 1e3:.2f}"
+
+
+def run_one(name, target, a, threads, peak, ov_version):
+    int8 = a.int8
     model, x = _model_and_input(name)
     work = flops(G.from_onnx(model))
     if int8:
@@ -96,17 +138,56 @@ def run_one(name, target, profile, number, repeat, threads, peak, int8=False):
     feed = {model.graph.input[0].name: x}
     ref = sess.run(None, feed)[0]
     step = _output_step(model) if int8 else None
-    err = float(np.abs(out - ref).max() / (step or max(float(np.abs(ref).max()), 1e-30)))
-    t_tdsl, t_ort = _interleaved(lambda: exe.run(x), lambda: sess.run(None, feed), number, repeat)
+    scale = step or max(float(np.abs(ref).max()), 1e-30)
+    err = float(np.abs(out - ref).max() / scale)
+    fns = [lambda: exe.run(x), lambda: sess.run(None, feed)]
+    ovs, notes = None, []
+    if ov_version:
+        try:
+            ovs = OVSession(model, threads)
+            ov_err = float(np.abs(ovs.run(x) - ref).max() / scale)
+            fns.append(lambda: ovs.run(x))
+            if ov_err > (2.0 if step else 1e-2):
+                notes.append(f"OpenVINO's output differs from onnxruntime's by {ov_err:.3g}"
+                             f"{' steps' if step else ' of its magnitude'}")
+            if int8 and not ovs.int8_layers():
+                notes.append("OpenVINO ran none of the quantized layers in int8 (its column: float)")
+        except Exception as e:  # OpenVINO that cannot read or compile a model: two columns
+            ovs = None
+            notes.append(f"OpenVINO failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    times = blocks(fns, a.number, a.repeat)
+    before = threadpool.stats()
+    spreads = percentiles(fns, calls=a.calls)
+    slept = _sleep_share(before, threadpool.stats(), spreads[0])
+    others = [sp.others for sp in spreads]
+    if slept > 0.1 or max(o or 0.0 for o in others) > 0.2:
+        sides = "tdsl's, onnxruntime's" + (", OpenVINO's" if ovs else "")
+        used = "/".join("?" if o is None else f"{o:.1f}" for o in others)
+        notes.append(f"other processes kept {used} cores busy during {sides} calls, and tdsl's pool "
+                     f"workers slept after {slept:.0%} of its parallel loops (not running during "
+                     "their spins): the latencies are of a shared machine")
+    t_tdsl, t_ort = times[:2]
+    t_ov = times[2] if ovs else float("nan")
+    best = min(t_ort, t_ov) if ovs else t_ort
     share = work / t_tdsl / 1e9 / peak
     err_txt = f"{err:6.0f} st" if step else f"{err:9.1e}"
-    print(f"{name:20s} {cold:7.1f} {warm:7.2f} {ort_init:7.2f} {len(exe.steps):7d} {t_tdsl * 1e3:9.2f} {t_ort * 1e3:9.2f} "
-          f"{t_tdsl / t_ort:7.2f}x {share:6.1%} {err_txt}", flush=True)
-    if profile:
-        time.sleep(0.3)   # onnxruntime's threads, still spinning after its last block, took a core
+    ov_cols = (f"{ovs.compile_s:6.2f}", f"{t_ov * 1e3:8.2f}", _ms(spreads[2])) if ovs else ("-", "-", "-")
+    idle = "/".join(f"{s.idle * 1e3:.1f}" for s in spreads)
+    print(f"{name:20s} {cold:7.1f} {warm:6.2f} {ort_init:6.2f} {ov_cols[0]:>6s} {len(exe.steps):4d} "
+          f"{t_tdsl * 1e3:8.2f} {t_ort * 1e3:8.2f} {ov_cols[1]:>8s} {_ms(spreads[0]):>13s} "
+          f"{_ms(spreads[1]):>13s} {ov_cols[2]:>13s} {idle:>15s} {t_tdsl / t_ort:6.2f}x "
+          f"{t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
+    for n in notes:
+        print(f"{'':20s} note: {n}")
+    if a.profile:
+        time.sleep(0.3)   # the other runtimes' threads, still spinning after their last block, took a core
         exe.run(x)
-        print(exe.profile_text(number=number, top=15))
-    return t_tdsl / t_ort
+        print(exe.profile_text(number=a.number, top=15))
+    return t_tdsl / t_ort, t_tdsl / best, [sp.p99 / sp.p50 for sp in spreads]
+
+
+def _geomean(xs):
+    return math.exp(sum(math.log(r) for r in xs) / len(xs))
 
 
 def main(argv=None):
@@ -115,6 +196,7 @@ def main(argv=None):
     p.add_argument("--profile", action="store_true")
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--calls", type=int, default=100, help="single calls per side for p50/p99")
     p.add_argument("--int8", action="store_true", help="each model quantized (QDQ) against onnxruntime's int8")
     add_target_option(p)
     a = p.parse_args(argv)
@@ -124,7 +206,14 @@ def main(argv=None):
     per_fma = 4 if a.int8 and target.has_vnni else 1
     if per_fma > 1:
         print(f"int8 peak (vpdpbusd: 4 products a float32 lane): {per_fma * peak_gflops:.1f} GOP/s")
-    print(f"onnxruntime and tdsl: {threads} threads each\n")
+    ov_version = ov_session.available()
+    import onnxruntime
+    print(f"onnxruntime {onnxruntime.__version__}" +
+          (f", OpenVINO {ov_version} (CPU plugin, latency hint, f32)" if ov_version else "") +
+          f" and tdsl: {threads} threads each")
+    if not ov_version:
+        print("OpenVINO is not installed (pip install openvino): its columns are left out")
+    print()
     try:
         import torch  # noqa: F401
         exported = list(zoo.MODELS)
@@ -132,13 +221,15 @@ def main(argv=None):
         print("torch is not installed: only the onnx.helper networks\n")
         exported = []
     names = [n for n in list(HELPER) + exported if not a.only or any(s in n for s in a.only.split(","))]
-    print(f"{'model':20s} {'build s':>7s} {'warm s':>7s} {'ort s':>7s} {'kernels':>7s} {'tdsl ms':>9s} {'ort ms':>9s} "
-          f"{'ratio':>8s} {'peak':>6s} {'max err':>9s}")
-    ratios, failed = [], []
+    print(f"{'':20s} {'build s':>7s} {'':>6s} {'':>6s} {'':>6s} {'':>4s} {'best block ms':>26s} "
+          f"{'p50/p99 ms':>41s} {'idle ms':>15s} {'tdsl /':>6s} {'tdsl /':>7s}")
+    print(f"{'model':20s} {'cold':>7s} {'warm':>6s} {'ort':>6s} {'ov':>6s} {'kern':>4s} {'tdsl':>8s} {'ort':>8s} "
+          f"{'ov':>8s} {'tdsl':>13s} {'ort':>13s} {'ov':>13s} {'tdsl/ort/ov':>15s} {'ort':>7s} {'best':>7s} "
+          f"{'peak':>6s} {'max err':>9s}")
+    rows, failed = [], []
     for name in names:
         try:
-            ratios.append(run_one(name, target, a.profile, a.number, a.repeat, threads, per_fma * peak_gflops,
-                                  a.int8))
+            rows.append((name,) + run_one(name, target, a, threads, per_fma * peak_gflops, ov_version))
         except Exception as e:  # a model that fails is reported and the list goes on
             failed.append(name)
             print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
@@ -146,10 +237,20 @@ def main(argv=None):
     if again > 1.05 * peak_gflops:
         print(f"\nnote: the FMA peak measured {again:.1f} GFLOP/s at the end (the machine was "
               f"busier at the start); shares above are of {peak_gflops:.1f}")
-    if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"\ngeometric mean tdsl/onnxruntime over {len(ratios)} models: {geo:.2f}x; "
-              f"worst {max(ratios):.2f}x" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if rows:
+        done, to_ort, to_best, spread = zip(*rows)
+        print(f"\ngeometric mean tdsl/onnxruntime over {len(rows)} models: {_geomean(to_ort):.2f}x; "
+              f"worst {max(to_ort):.2f}x" + (f"; failed: {', '.join(failed)}" if failed else ""))
+        if ov_version:
+            print(f"geometric mean tdsl/the faster of onnxruntime and OpenVINO: {_geomean(to_best):.2f}x; "
+                  f"worst {max(to_best):.2f}x")
+        wide = [n for n, r in zip(done, spread) if r[0] > 1.2]
+        print(f"tdsl p99/p50: worst {max(r[0] for r in spread):.2f}x" +
+              (f"; above 1.2x: {', '.join(wide)}" if wide else ""))
+        for i, side in enumerate(("onnxruntime", "OpenVINO")[:len(spread[0]) - 1], 1):
+            mine = [r[i] for r in spread if len(r) > i]
+            print(f"{side} p99/p50: worst {max(mine):.2f}x; above 1.2x on {sum(r > 1.2 for r in mine)} "
+                  f"of {len(mine)} models")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,14 @@ static atomic_ullong claim;
 static atomic_long pending;      /* claimed or unclaimed tasks not finished yet */
 static int parked_caller;
 
+/* What tdsl_parallel_stats reports (tdsl.runtime.threadpool.stats): launches handed to
+ * the workers, times a worker went to sleep (no launch within its spin), times a
+ * launching thread did (its workers had not finished within its spin), and the workers
+ * asleep now. A worker that sleeps between most of a network's loops did not run during
+ * its spins: another process had its core. */
+static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps;
+static atomic_int sleeping;
+
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -72,7 +80,12 @@ static void *worker_main(void *arg) {
     while (atomic_load(&generation) == seen && now_ns() < until) pause_cpu();
     if (atomic_load(&generation) == seen) {
       pthread_mutex_lock(&mu);
-      while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &mu);
+      if (atomic_load(&generation) == seen) {
+        atomic_fetch_add_explicit(&n_worker_sleeps, 1, memory_order_relaxed);
+        atomic_fetch_add(&sleeping, 1);
+        while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &mu);
+        atomic_fetch_sub(&sleeping, 1);
+      }
       pthread_mutex_unlock(&mu);
     }
     seen = atomic_load(&generation);
@@ -105,6 +118,7 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
     pthread_mutex_unlock(&launch_mu);
     return;
   }
+  atomic_fetch_add_explicit(&n_launches, 1, memory_order_relaxed);
   job_fn = fn;
   job_tasks = (char *)tasks;
   job_size = size;
@@ -120,6 +134,7 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
   int64_t until = now_ns() + SPIN_NS;
   while (atomic_load(&pending) > 0 && now_ns() < until) pause_cpu();
   if (atomic_load(&pending) > 0) {
+    atomic_fetch_add_explicit(&n_caller_sleeps, 1, memory_order_relaxed);
     pthread_mutex_lock(&mu);
     parked_caller = 1;
     while (atomic_load(&pending) > 0) pthread_cond_wait(&done, &mu);
@@ -127,4 +142,12 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
     pthread_mutex_unlock(&mu);
   }
   pthread_mutex_unlock(&launch_mu);
+}
+
+void tdsl_parallel_stats(int64_t *out) {
+  out[0] = atomic_load(&n_launches);
+  out[1] = atomic_load(&n_worker_sleeps);
+  out[2] = atomic_load(&n_caller_sleeps);
+  out[3] = atomic_load(&sleeping);
+  out[4] = num_workers;
 }

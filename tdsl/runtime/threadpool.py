@@ -5,6 +5,9 @@ calls `tdsl_parallel_launch`. Exported libraries compile the same source in.
 Without a C compiler (or with TDSL_NO_THREADPOOL set), code generation falls back to
 creating threads per launch (pthread_create/join from the generated code): correct,
 ~50 us slower per parallel loop.
+
+`stats()` counts what the pool did: how many parallel loops a network's run opens, and
+how often the workers slept between them.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 from ..errors import TdslError
 
 SYMBOL = "tdsl_parallel_launch"
+STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers")
 SOURCE = os.path.join(os.path.dirname(__file__), "threadpool.c")
 _state = {}
 
@@ -39,3 +43,22 @@ def _load() -> bool:
     except TdslError:
         return False
     return True
+
+
+def stats() -> dict:
+    """The pool's counters since the process started: `launches` (parallel loops handed to
+    the workers), `worker_sleeps` (a worker had no launch within its spin and slept:
+    many per run of a network mean that another process had its core), `caller_sleeps` (a
+    launching thread slept waiting for its workers), and now: `sleeping` (workers asleep),
+    `workers`. Empty where the pool is not loaded."""
+    import ctypes
+    fn = _state.get("stats")
+    if fn is None:
+        import llvmlite.binding as llvm
+        addr = llvm.address_of_symbol("tdsl_parallel_stats") if load_into_jit() else 0
+        fn = _state["stats"] = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(addr) if addr else False
+    if not fn:
+        return {}
+    out = (ctypes.c_int64 * len(STATS))()
+    fn(out)
+    return dict(zip(STATS, out))

@@ -1,0 +1,100 @@
+"""The parallel-loop worker pool (tdsl/runtime/threadpool.c) across idle pauses: idle
+workers go to sleep (an idle process burns no CPU), a launch wakes them and gets every
+task done, and a network's runs on several threads, with pauses long enough for the
+workers to fall asleep between them, give the single-threaded answers. Its counters
+(`threadpool.stats`) count what it did. Latency is measured by bench/zoo.py, not here."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.runtime import threadpool
+
+pytestmark = pytest.mark.skipif(not threadpool.load_into_jit(),
+                                reason="no C compiler: parallel loops start threads per launch")
+
+
+def _until(cond, what, timeout=20.0):
+    """Waits for `cond()` (the workers are threads the OS schedules when it can)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"{what}: {threadpool.stats()}"
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def sin_cos():
+    A = tdsl.placeholder((1 << 16,), name="A")
+    B = tdsl.compute(A.shape, lambda i: tdsl.sin(tdsl.cos(A[i])), name="B")
+    s = tdsl.create_schedule(B)
+    io, _ = s[B].split(B.op.axis[0], factor=1024)
+    s[B].parallel(io)
+    f = tdsl.build(s, [A, B])
+    f.set_num_threads(4)
+    a = np.random.default_rng(0).standard_normal(1 << 16).astype("float32")
+    return f, a, np.sin(np.cos(a))
+
+
+def _check(f, a, ref):
+    b = np.zeros_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_idle_workers_sleep_and_a_launch_wakes_them(sin_cos):
+    f, a, ref = sin_cos
+    _check(f, a, ref)
+    n = threadpool.stats()["workers"]
+    assert n >= 3       # 4 threads: the caller and 3 workers
+    for _ in range(3):
+        _until(lambda: threadpool.stats()["sleeping"] == n, "idle workers sleep")
+        before = threadpool.stats()
+        _check(f, a, ref)           # woken by the launch; every chunk written
+        after = threadpool.stats()
+        assert after["launches"] == before["launches"] + 1
+        # each sleeping worker was woken: it slept again after the launch
+        _until(lambda: threadpool.stats()["worker_sleeps"] >= before["worker_sleeps"] + n,
+               "a launch wakes every sleeping worker")
+    _until(lambda: threadpool.stats()["sleeping"] == n, "idle again, they sleep again")
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    pytest.importorskip("onnx")
+    import tdsl.graph as G
+    from tdsl.graph import models
+    return G.build(G.optimize(G.from_onnx(models.resnet18(size=32, width=8, num_classes=10))))
+
+
+def test_runs_with_pauses_on_several_threads_give_the_single_threaded_answer(cnn):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(3)]
+    refs = [cnn.run(x)[0].copy() for x in xs]
+    assert not any(np.allclose(refs[0], r) for r in refs[1:])
+    before = threadpool.stats()
+    cnn.run(xs[0])
+    per_run = threadpool.stats()["launches"] - before["launches"]
+    assert per_run > 1                      # the network's loops run on the pool
+    # pauses of none, less than a worker's spin, and far more (the workers fall asleep
+    # between runs and a launch of another thread's run wakes them)
+    pauses = [0.0, 2e-5, 0.03]
+    errors = []
+
+    def work(i):
+        try:
+            for k in range(12):
+                time.sleep(pauses[(i + k) % 3])
+                np.testing.assert_allclose(cnn(xs[i])[0], refs[i], rtol=1e-5, atol=1e-5)
+        except BaseException as e:      # noqa: BLE001 - re-raised on the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    # a loop that finds the pool busy with another run's runs on its caller, uncounted
+    assert threadpool.stats()["launches"] > before["launches"] + per_run
