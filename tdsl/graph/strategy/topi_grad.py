@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import tdsl
 
-from ..ir.ops_index import window_positions
 from .topi import TE, c, shape_of, uname
+from .topi_index import window_max_hit
 from .topi_nn import pool
 
 _max_pool = pool("max")
@@ -31,12 +31,7 @@ def max_pool_grad(ins, attrs, out):
         return lin
 
     def first(n, ch, *sp):
-        pos = window_positions(sp, rax, s, p, dl)
-        conds = []
-        for d in range(nd):
-            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
-        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
-        hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
+        _, hit = window_max_hit(x, y, n, ch, sp, rax, attrs)
         # the first maximum in row-major window order, as torch and onnxruntime pick it
         return tdsl.min(tap_of(rax), axis=rax, where=hit)
     chosen = tdsl.compute(ys, first, name=uname("max_pool_tap"))

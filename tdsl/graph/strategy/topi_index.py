@@ -104,23 +104,31 @@ topi.TE["topk_indices"] = _topk_te
 
 # ---------------------------------------------------------------------------- max-pool indices
 
+def window_max_hit(x, y, n, ch, sp, rax, attrs):
+    """For output `(n, ch) + sp` of a max pool of `x` (result `y`) and the window taps
+    `rax`: the tap's input position, clamped inside `x`, and whether the tap reads inside
+    the input (not padding) and holds the window's maximum."""
+    xs = shape_of(x)
+    pos = window_positions(sp, rax, attrs["strides"], attrs["padding"], attrs["dilation"])
+    conds = []
+    for d, q in enumerate(pos):
+        conds += [q >= 0, q < xs[2 + d]]
+    safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+    return safe, tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
+
+
 def _pool_indices_te(ins, attrs, out):
     x, y = ins
     xs = shape_of(x)
     nd = len(xs) - 2
-    k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+    k = attrs["pool_size"]
     rax = [tdsl.reduce_axis((0, k[d]), name=f"r{d}") for d in range(nd)]
 
     def f(n, ch, *sp):
-        pos = window_positions(sp, rax, s, p, dl)
-        conds = []
-        for d in range(nd):
-            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
-        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+        safe, hit = window_max_hit(x, y, n, ch, sp, rax, attrs)
         flat = tdsl.cast(n, "int64") * xs[1] + tdsl.cast(ch, "int64")
         for d in range(nd):
             flat = flat * xs[2 + d] + tdsl.cast(safe[d], "int64")
-        hit = tdsl.all(*conds, x[(n, ch) + safe] == y[(n, ch) + tuple(sp)])
         # the first maximum in row-major window order is the one with the lowest flat index
         return tdsl.min(flat, axis=rax, where=hit)
     idx = tdsl.compute(out.shape, f, name=uname("max_pool_indices"))
