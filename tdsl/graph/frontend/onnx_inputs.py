@@ -1,12 +1,13 @@
-"""The static shapes of an ONNX model's inputs: fixed dimensions as the model says them,
-symbolic ones (ONNX dim_params such as "batch", or unnamed unknowns) from the sizes the
-user gives at import. tdsl compiles for static shapes, so a symbolic dimension with no size
-is an error that lists them all, the way TVM's relay.frontend.from_onnx wants its shape=."""
+"""The shapes of an ONNX model's inputs: fixed dimensions as the model says them, symbolic
+ones (ONNX dim_params such as "batch", or unnamed unknowns) from the sizes the user gives
+at import, or else kept symbolic: a size variable named after the dim_param (an unnamed
+one after its input and axis), optionally bounded by `dims={"sequence": (1, 512)}`."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import GraphError
+from ..ir.dims import legal_name, size_var
 
 
 def _symbolic(inputs):
@@ -23,9 +24,10 @@ def _symbolic(inputs):
 
 
 def input_shapes(inputs, shape=None, default_dim=None, dims=None):
-    """The static shape of each ONNX graph input (fixed dims as the model says, symbolic
-    ones from `dims` by name, `shape` by input, or `default_dim`) and the value each
-    symbolic dimension took."""
+    """The shape of each ONNX graph input (fixed dims as the model says, symbolic ones from
+    `dims` by name, `shape` by input, or `default_dim`, else a size variable), the value
+    each symbolic dimension took (an int or its size variable) and the declared bounds
+    {size variable name: (low, high)}."""
     shape = {k: tuple(v) for k, v in (shape or {}).items()}
     dims = dict(dims or {})
     by_name = {i.name: i for i in inputs}
@@ -37,9 +39,18 @@ def input_shapes(inputs, shape=None, default_dim=None, dims=None):
     if stray:
         raise GraphError(f"from_onnx: dims= names {stray}, which no input has as a symbolic dimension; "
                          f"the symbolic dimensions are {sorted(symbolic) or 'none'}")
-    for k, v in dims.items():
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise GraphError(f"from_onnx: dims['{k}'] = {v!r} must be a non-negative integer")
+    bounds = {}
+    for k, v in list(dims.items()):
+        if isinstance(v, (tuple, list)):
+            if len(v) != 2 or not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in v) \
+                    or not 1 <= v[0] <= v[1]:
+                raise GraphError(f"from_onnx: dims['{k}'] = {v!r}: a range of sizes is (low, high) "
+                                 "with 1 <= low <= high")
+            bounds[k] = (int(v[0]), int(v[1]))
+            del dims[k]
+        elif not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise GraphError(f"from_onnx: dims['{k}'] = {v!r} must be a non-negative integer "
+                             "or a (low, high) range")
     value = {k: int(v) for k, v in dims.items()}
     # a whole input shape given by shape= fixes the dimensions that input names
     for name, shp in shape.items():
@@ -56,17 +67,19 @@ def input_shapes(inputs, shape=None, default_dim=None, dims=None):
                 raise GraphError(f"from_onnx: dimension '{key}' is {value[key]} elsewhere but shape['{name}'] "
                                  f"gives {s} at axis {ax}")
     missing = [k for k in symbolic if k not in value]
-    if missing and default_dim is None:
-        where = "; ".join(f"'{k}' (" + ", ".join(f"input '{i}' axis {a}" for i, a in symbolic[k]) + ")"
-                          for k in missing)
-        named = ", ".join(f"'{k}': <size>" for k in missing if "[" not in k)
-        raise GraphError(
-            f"from_onnx: the model's inputs have symbolic dimensions with no value: {where}. Shapes are "
-            f"static, so give each one the size you will run at import: "
-            + (f"from_onnx(model, dims={{{named}}}), or " if named else "")
-            + "shape={input name: full shape} per input; default_dim=N takes N for every one left")
-    for k in missing:
-        value[k] = int(default_dim)
+    if default_dim is not None:
+        for k in missing:
+            if k not in bounds:
+                value[k] = int(default_dim)
+    names = {}
+    for k in symbolic:
+        if k not in value:
+            n = legal_name(k.replace("[", "_").replace("]", "")) if "[" in k else legal_name(k)
+            if n in names.values():
+                raise GraphError(f"from_onnx: the symbolic dimensions {k!r} and "
+                                 f"{[a for a, b in names.items() if b == n][0]!r} have one name {n!r}")
+            names[k] = n
+            value[k] = size_var(n)
     out = {}
     for inp in inputs:
         sh = []
@@ -76,4 +89,4 @@ def input_shapes(inputs, shape=None, default_dim=None, dims=None):
             else:
                 sh.append(value[d.dim_param if d.HasField("dim_param") and d.dim_param else f"{inp.name}[{ax}]"])
         out[inp.name] = tuple(sh)
-    return out, {k: value[k] for k in symbolic}
+    return out, {k: value[k] for k in symbolic}, {names.get(k, k): b for k, b in bounds.items()}

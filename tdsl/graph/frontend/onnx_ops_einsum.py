@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
+from ..ir.dims import product
 from ..ir import Const
 from .registry import reshape_to, converter
 
@@ -135,7 +136,7 @@ def _einsum(ctx, node, ins, attrs):
             b = reshape_to(ctx, b, [size[ch] for ch in batch] + [1] * len(fa) + [size[ch] for ch in fb])
             x = ctx.call("multiply", [a, b])
         else:
-            nb, m, kk, n = (int(np.prod([size[ch] for ch in g], dtype=np.int64)) for g in (batch, fa, contract, fb))
+            nb, m, kk, n = (product([size[ch] for ch in g]) for g in (batch, fa, contract, fb))
             lead = [nb] if batch else []
             a = reshape_to(ctx, _transpose_to(ctx, x, lx, batch + fa + contract), lead + [m, kk])
             b = reshape_to(ctx, _transpose_to(ctx, y, ly, batch + contract + fb), lead + [kk, n])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
+from ..ir.dims import product
 from ..ir import Const
 from .registry import norm_axis, const_like, reshape_to, converter
 
@@ -115,7 +116,7 @@ def _matmul(ctx, node, ins, attrs):
     if isinstance(b, Const) and b.type.ndim == 2 and a.type.dtype.startswith("float"):
         lead = a.type.shape[:-1]
         k = a.type.shape[-1]
-        a2 = reshape_to(ctx, a, (int(np.prod(lead)), k))
+        a2 = reshape_to(ctx, a, (product(lead), k))
         y = ctx.call("nn.dense", [a2, _transpose2(ctx, b)], units=b.type.shape[1])
         y = reshape_to(ctx, y, (*lead, b.type.shape[1]))
     else:
@@ -138,7 +139,7 @@ def _softmax(ctx, node, ins, attrs):
     if ctx.opset < 13:
         ax = norm_axis(attrs.get("axis", 1), n)
         shp = x.type.shape
-        x2 = reshape_to(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
+        x2 = reshape_to(ctx, x, (product(shp[:ax]), product(shp[ax:])))
         return reshape_to(ctx, ctx.call(op, [x2], axis=1), shp)
     return ctx.call(op, [x], axis=norm_axis(attrs.get("axis", -1), n))
 

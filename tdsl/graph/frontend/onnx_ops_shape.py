@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
-from ..ir import Const, Var
+from ..ir import Const, DimValues, Var
+from ..ir.dims import as_dim, is_static, product
 from ..ir.registry import broadcast_shape
-from .registry import norm_axis, reshape_to, converter
+from .registry import dmax, dmin, norm_axis, reshape_to, converter
 
 @converter("Identity")
 def _identity(ctx, node, ins, attrs):
@@ -47,9 +48,11 @@ def _constant(ctx, node, ins, attrs):
 
 @converter("ConstantOfShape")
 def _const_of_shape(ctx, node, ins, attrs):
-    shape = [int(s) for s in ctx.static(ins[0], "ConstantOfShape shape")]
+    shape = ctx.dims(ins[0], "ConstantOfShape shape")
     v = attrs.get("value", np.zeros(1, np.float32))
-    return Const(np.full(shape, v.reshape(-1)[0], v.dtype))
+    if is_static(shape):
+        return Const(np.full(shape, v.reshape(-1)[0], v.dtype))
+    return ctx.call("broadcast_to", [Const(v.reshape(()))], shape=shape)
 
 
 @converter("Shape")
@@ -60,18 +63,31 @@ def _shape(ctx, node, ins, attrs):
     end = attrs.get("end", n)
     start = min(max(start + n if start < 0 else start, 0), n)
     end = min(max(end + n if end < 0 else end, 0), n)
-    return Const(np.asarray(shape[start:end], np.int64))
+    if is_static(shape[start:end]):
+        return Const(np.asarray(shape[start:end], np.int64))
+    return DimValues(shape[start:end])
 
 
 @converter("Size")
 def _size(ctx, node, ins, attrs):
-    return Const(np.asarray(ins[0].type.size, np.int64))
+    size = ins[0].type.size
+    return Const(np.asarray(size, np.int64)) if isinstance(size, int) else DimValues(size)
 
 
 @converter("Range")
 def _range(ctx, node, ins, attrs):
     s, l, d = (ctx.static(i, "Range input") for i in ins)
-    return Const(np.arange(s, l, d).astype(s.dtype))
+    if s.dtype != object and l.dtype != object and d.dtype != object:
+        return Const(np.arange(s, l, d).astype(s.dtype))
+    # a symbolic length (positions 0..sequence): computed per call from the size
+    start, limit, delta = (as_dim(np.asarray(v).reshape(-1)[0]) for v in (s, l, d))
+    if not isinstance(start, int) or not isinstance(delta, int) or delta == 0:
+        raise GraphError(f"Range: only a symbolic limit is supported, got start {start}, delta {delta}")
+    import sympy
+    n = as_dim(dmax(sympy.ceiling(sympy.Rational(1, 1) * (limit - start) / delta), 0)) \
+        if delta < 0 else as_dim(sympy.ceiling((limit - start) / sympy.Integer(delta)))
+    dtype = str(ins[0].type.dtype)
+    return ctx.call("arange", [], start=start, step=delta, shape=[n], dtype=dtype)
 
 
 # ---------------------------------------------------------------------------- shapes
@@ -79,7 +95,7 @@ def _range(ctx, node, ins, attrs):
 @converter("Reshape")
 def _reshape_conv(ctx, node, ins, attrs):
     x = ins[0]
-    shape = [int(s) for s in ctx.static(ins[1], "Reshape shape")]
+    shape = ctx.dims(ins[1], "Reshape shape")
     allowzero = attrs.get("allowzero", 0)
     out = []
     for i, s in enumerate(shape):
@@ -90,10 +106,11 @@ def _reshape_conv(ctx, node, ins, attrs):
     if out.count(-1) > 1:
         raise GraphError(f"Reshape: more than one -1 in {shape}")
     if -1 in out:
-        known = int(np.prod([s for s in out if s != -1]))
-        if known == 0 or x.type.size % known:
+        known = product([s for s in out if s != -1])
+        rest = _exact_div(x.type.size, known)
+        if rest is None:
             raise GraphError(f"Reshape: cannot infer -1 in {shape} for {x.type}")
-        out[out.index(-1)] = x.type.size // known
+        out[out.index(-1)] = rest
     return reshape_to(ctx, x, out) if tuple(out) != x.type.shape else ctx.call("copy", [x]) if isinstance(x, Var) else x
 
 
@@ -103,7 +120,7 @@ def _flatten(ctx, node, ins, attrs):
     ax = int(attrs.get("axis", 1))
     ax = ax + x.type.ndim if ax < 0 else ax
     shp = x.type.shape
-    return reshape_to(ctx, x, (int(np.prod(shp[:ax])), int(np.prod(shp[ax:]))))
+    return reshape_to(ctx, x, (product(shp[:ax]), product(shp[ax:])))
 
 
 @converter("Squeeze")
@@ -159,7 +176,7 @@ def _split(ctx, node, ins, attrs):
     ax = norm_axis(attrs.get("axis", 0), x.type.ndim)
     n = len(node.output)
     if len(ins) > 1 and ins[1] is not None:
-        sizes = [int(v) for v in ctx.static(ins[1], "Split split")]
+        sizes = ctx.dims(ins[1], "Split split")
     elif "split" in attrs:
         sizes = list(attrs["split"])
     else:
@@ -183,8 +200,8 @@ def _split(ctx, node, ins, attrs):
 def _slice(ctx, node, ins, attrs):
     x = ins[0]
     n = x.type.ndim
-    starts = [int(v) for v in ctx.static(ins[1], "Slice starts")]
-    ends = [int(v) for v in ctx.static(ins[2], "Slice ends")]
+    starts = ctx.dims(ins[1], "Slice starts")
+    ends = ctx.dims(ins[2], "Slice ends")
     axes = [int(v) for v in ctx.static(ins[3], "Slice axes")] if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
     steps = [int(v) for v in ctx.static(ins[4], "Slice steps")] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
     b = [0] * n
@@ -195,14 +212,29 @@ def _slice(ctx, node, ins, attrs):
         dim = x.type.shape[a]
         if sp == 0:
             raise GraphError("Slice: a step of 0")
-        s0 = s0 + dim if s0 < 0 else s0
-        e0 = e0 + dim if e0 < 0 else e0
+        s0 = s0 + dim if _negative(s0) else s0
+        e0 = e0 + dim if _negative(e0) else e0
         if sp > 0:
-            s0, e0 = min(max(s0, 0), dim), min(max(e0, 0), dim)
+            s0, e0 = dmin(dmax(s0, 0), dim), ctx.slice_end(dmax(e0, 0), dim)
         else:
-            s0, e0 = min(max(s0, -1), dim - 1), min(max(e0, -1), dim - 1)
+            s0, e0 = dmin(dmax(s0, -1), dim - 1), dmin(dmax(e0, -1), dim - 1)
         b[a], e[a], st[a] = s0, e0, sp
     return ctx.call("strided_slice", [x], begin=b, end=e, strides=st)
+
+
+def _negative(d) -> bool:
+    """Whether a Slice bound counts from the end: a negative number (a symbolic bound is
+    a size, never negative)."""
+    return isinstance(d, int) and d < 0
+
+
+def _exact_div(a, b):
+    """a / b where it divides exactly (ints or symbolic sizes), else None."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 else None
+    import sympy
+    q = sympy.cancel(sympy.sympify(a) / b)
+    return as_dim(q) if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1) else None
 
 
 @converter("Gather")
@@ -246,7 +278,7 @@ def _pad(ctx, node, ins, attrs):
 @converter("Expand")
 def _expand(ctx, node, ins, attrs):
     x = ins[0]
-    shape = [int(s) for s in ctx.static(ins[1], "Expand shape")]
+    shape = ctx.dims(ins[1], "Expand shape")
     out = broadcast_shape(x.type.shape, shape)
     if out == x.type.shape:
         return x

@@ -1,12 +1,13 @@
 """ONNX -> graph IR (`from_onnx`). Opsets 13 to 21 of the default domain.
 
-Shapes are static: a symbolic input dimension takes its value from `dims=` (by name),
-`shape=` (by input) or, only when asked, `default_dim=`; otherwise the import stops with
-the list of what is missing (as TVM's relay.frontend.from_onnx needs its shape=). Inputs
-that ONNX passes as tensors but that must be known at compile time (Reshape's shape,
-Slice's starts, Pad's pads, ...) are evaluated from constants with the numpy meaning of the
-operators (`static`), so torch's Shape -> Gather -> Concat -> Reshape chains become plain
-attributes. Each ONNX node maps to one or a few graph operators.
+A symbolic input dimension takes its value from `dims=` (by name), `shape=` (by input) or,
+only when asked, `default_dim=`; otherwise it stays symbolic, a size variable named after
+the dim_param (ir/dims.py), and the network is built once for every size. Inputs that ONNX
+passes as tensors but that must be known at compile time (Reshape's shape, Slice's starts,
+Pad's pads, ...) are evaluated from constants and shapes with the numpy meaning of the
+operators (`static`; symbolic sizes as sympy expressions), so torch's Shape -> Gather ->
+Concat -> Reshape chains become plain attributes. Each ONNX node maps to one or a few
+graph operators.
 """
 from __future__ import annotations
 
@@ -61,12 +62,13 @@ def _load(model):
 def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bind: Dict[str, np.ndarray] = None,
               dims: Dict[str, int] = None) -> Module:
     """Imports an ONNX model (a path, bytes or an `onnx.ModelProto`) as a graph Module.
-    Shapes are static: every symbolic input dimension (an ONNX dim_param such as "batch")
-    needs a value at import, from `dims` (dimension name -> size, shared by every input
-    that names it), from `shape` (input name -> whole static shape), or from `default_dim`
-    (one size for all that are left; off unless given). A missing one raises a GraphError
-    that lists them all. `bind` maps input names to arrays that become constants (shape or
-    axes inputs that a static-shape compiler needs at compile time)."""
+    A symbolic input dimension (an ONNX dim_param such as "batch", or an unnamed unknown)
+    takes a size from `dims` (dimension name -> size, shared by every input that names
+    it), from `shape` (input name -> whole static shape), or from `default_dim` (one size
+    for all that are left; off unless given); one left without a size stays symbolic, and
+    the built network then runs at any size (`dims={"sequence": (1, 512)}` keeps it
+    symbolic within those bounds, checked per call). `bind` maps input names to arrays
+    that become constants."""
     m = _load(model)
     g = m.graph
     opset = 13
@@ -99,7 +101,7 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
             raise GraphError(f"from_onnx: input '{inp.name}' is not a tensor (sequences and maps "
                              "are not supported)")
         inputs.append(inp)
-    static, dim_values = input_shapes(inputs, shape, default_dim, dims)
+    static, dim_values, bounds = input_shapes(inputs, shape, default_dim, dims)
     for inp in inputs:
         v = Var(_legal_name(inp.name), TensorType(static[inp.name], np_dtype(inp.type.tensor_type.elem_type)))
         params.append(v)
@@ -141,14 +143,51 @@ def from_onnx(model, shape: Dict[str, tuple] = None, default_dim: int = None, bi
         outputs.append(env[o.name])
     if not outputs:
         raise GraphError("from_onnx: the graph has no outputs")
-    fn = Function("main", params, outputs)
+    fn = _materialize_sizes(Function("main", params, outputs), ctx)
     fn.attrs = {}
     # the initializers by name, in the model's order: `graph.gradient` turns them into inputs
     inits = {i.name: env[i.name] for i in g.initializer if isinstance(env.get(i.name), Const)}
     mod = Module(fn, {"output_names": [o.name for o in g.output],
                       "input_names": {p.name: i.name for p, i in zip(params, inputs)},
                       "dims": dim_values, "initializers": inits})
+    for name, hi in ctx.upper_bounds.items():
+        lo, hi0 = bounds.get(name, (1, hi))
+        bounds[name] = (lo, min(hi, hi0))
+    if bounds:
+        mod.info["dim_bounds"] = bounds
     return mod
+
+
+def _materialize_sizes(fn, ctx):
+    """@main with every value that folds to symbolic sizes (Shape's output and the shape
+    arithmetic on it) and that a kernel reads computed per call (`size_values`): the
+    folding needed them as sympy expressions, the network needs them as numbers."""
+    from ..ir import Call, DimValues
+    memo = {}
+
+    def sized(e):
+        v = e.data if isinstance(e, DimValues) else ctx.fold(e) if isinstance(e, Call) else None
+        if v is None or v.dtype != object:
+            return None
+        return Call("size_values", [], {"values": v.reshape(-1).tolist(), "shape": list(v.shape),
+                                        "dtype": e.type.dtype})
+
+    def visit(e):
+        if e in memo:
+            return memo[e]
+        out = e
+        if isinstance(e, (Call, DimValues)):
+            out = sized(e)
+            if out is None and isinstance(e, Call):
+                args = [visit(a) for a in e.args]
+                out = e if all(a is b for a, b in zip(args, e.args)) else Call(e.op, args, e.attrs, e.span)
+        memo[e] = out
+        return out
+    for n in fn.nodes():        # topological order: no deep recursion in visit
+        visit(n)
+    if not any(isinstance(o, DimValues) for o in fn.outputs) and all(memo.get(n) is n for n in fn.nodes()):
+        return fn
+    return Function(fn.name, fn.params, [visit(o) for o in fn.outputs])
 
 
 def _legal_name(name):

@@ -60,6 +60,22 @@ class Const(Expr):
         return f"Const({self.type})"
 
 
+class DimValues(Expr):
+    """An integer tensor whose values are symbolic sizes: what ONNX's Shape returns for a
+    tensor with symbolic dimensions, while the importer folds the shape arithmetic that
+    exporters write (Shape -> Gather -> Concat -> Reshape). `data` is a numpy object array
+    of ints and sympy expressions. It exists only during import: a value that a kernel
+    reads is then computed from the sizes of the call (the `size_values` operator)."""
+    __slots__ = ("data",)
+
+    def __init__(self, data, dtype="int64"):
+        self.data = np.asarray(data, dtype=object)
+        self.type = TensorType(self.data.shape, dtype)
+
+    def __repr__(self):
+        return f"DimValues({self.data.tolist()})"
+
+
 class Call(Expr):
     __slots__ = ("op", "args", "attrs", "span")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GraphError
+from .dims import equal, is_dim, product
 from .registry import check_nargs, broadcast_shape, register
 from .types import TensorType
 
@@ -15,9 +16,9 @@ def _reshape_infer(types, attrs):
     check_nargs(types, 1)
     x = types[0]
     ns = attrs["newshape"]
-    if not all(isinstance(s, int) and s >= 0 for s in ns):
+    if not all(isinstance(s, int) and s >= 0 or not isinstance(s, int) and is_dim(s) for s in ns):
         raise GraphError(f"newshape {ns} must be non-negative integers (resolve -1 and 0 first)")
-    if int(np.prod(ns, dtype=np.int64)) != x.size:
+    if not equal(product(ns), x.size):
         raise GraphError(f"cannot reshape {x} ({x.size} elements) to {tuple(ns)}")
     return TensorType(ns, x.dtype)
 
@@ -48,7 +49,7 @@ def _concat_infer(types, attrs):
     total = 0
     for t in types:
         if t.ndim != x.ndim or t.dtype != x.dtype or any(
-                t.shape[d] != x.shape[d] for d in range(x.ndim) if d != ax):
+                not equal(t.shape[d], x.shape[d]) for d in range(x.ndim) if d != ax):
             raise GraphError(f"input {t} does not fit {x} along axis {ax}")
         total += t.shape[ax]
     shape = list(x.shape)
@@ -61,9 +62,15 @@ register("concatenate", "injective", _concat_infer,
 
 
 def slice_len(begin, end, stride):
-    if stride > 0:
-        return max(0, -(-(end - begin) // stride))
-    return max(0, -(-(begin - end) // -stride))
+    if isinstance(begin, int) and isinstance(end, int):
+        if stride > 0:
+            return max(0, -(-(end - begin) // stride))
+        return max(0, -(-(begin - end) // -stride))
+    import sympy
+    n = end - begin if stride > 0 else begin - end
+    n = n if abs(stride) == 1 else sympy.ceiling(sympy.sympify(n) / abs(stride))
+    n = sympy.Max(0, n)
+    return n if not getattr(n, "is_Integer", False) else int(n)
 
 
 def _slice_infer(types, attrs):
@@ -77,7 +84,7 @@ def _slice_infer(types, attrs):
         if s[d] == 0:
             raise GraphError("a stride of 0")
         lo, hi = (0, x.shape[d]) if s[d] > 0 else (-1, x.shape[d] - 1)
-        if not (lo <= b[d] <= hi and lo <= e[d] <= hi):
+        if all(isinstance(v, int) for v in (hi, b[d], e[d])) and not (lo <= b[d] <= hi and lo <= e[d] <= hi):
             raise GraphError(f"begin {b[d]}/end {e[d]} out of range for dim {d} of size {x.shape[d]} (normalize first)")
         shape.append(slice_len(b[d], e[d], s[d]))
     return TensorType(shape, x.dtype)
@@ -169,6 +176,36 @@ def _bcast_to_infer(types, attrs):
     if broadcast_shape(x.shape, shape) != shape:
         raise GraphError(f"{x} does not broadcast to {shape}")
     return TensorType(shape, x.dtype)
+
+
+def _arange_infer(types, attrs):
+    check_nargs(types, 0)
+    return TensorType(attrs["shape"], attrs["dtype"])
+
+
+def _arange_ref(a):
+    n = a["shape"][0]
+    return (a["start"] + a["step"] * np.arange(n)).astype(a["dtype"])
+
+
+# start + step * i for i < shape[0]: a Range whose length is a symbolic size
+register("arange", "injective", _arange_infer, _arange_ref, {"start": 0, "step": 1},
+         required=("shape", "dtype"))
+
+
+def _size_values_infer(types, attrs):
+    check_nargs(types, 0)
+    vals = attrs["values"]
+    if not all(is_dim(v) for v in vals):
+        raise GraphError(f"values {vals} must be integers or symbolic sizes")
+    return TensorType(attrs["shape"], attrs["dtype"])
+
+
+# an integer tensor of symbolic sizes (what ONNX's Shape gives for symbolic dimensions,
+# where a network computes with it): its values are the sizes of each call
+register("size_values", "injective", _size_values_infer,
+         lambda a: np.asarray(a["values"], a["dtype"]).reshape(a["shape"]), {"dtype": "int64"},
+         required=("values", "shape"))
 
 
 register("broadcast_to", "broadcast", _bcast_to_infer,

@@ -18,8 +18,10 @@ import re
 from typing import List
 
 import numpy as np
+import sympy
 
 from ...errors import GraphError
+from .dims import dim_str, parse_dim
 from .nodes import Call, Const, Function, Module, Var
 from .registry import get_op
 from .types import TensorType
@@ -55,6 +57,8 @@ def fmt_attr(v):
         return "[" + ", ".join(fmt_attr(x) for x in v) + "]"
     if v is None:
         return "None"
+    if isinstance(v, sympy.Expr):
+        return dim_str(v)
     raise GraphError(f"attribute value {v!r} cannot be printed")
 
 
@@ -179,6 +183,7 @@ _TOKEN = re.compile(r"""
     (?P<gvar>@[A-Za-z_][\w.]*) |
     (?P<lvar>%[\w.]+) |
     (?P<name>[A-Za-z_][\w.]*) |
+    (?P<dim>\{[\w*+\-/(),. ]*\}) |
     (?P<punct>[()\[\]{},;:=])
 """, re.VERBOSE)
 
@@ -248,9 +253,9 @@ class _Parser:
         shape = []
         while not self.accept(")"):
             t = self.next()
-            if t[0] != "num":
+            if t[0] not in ("num", "name", "dim"):
                 raise GraphError(f"parse: expected a dimension on line {t[2]}, got '{t[1]}'")
-            shape.append(int(t[1]))
+            shape.append(int(t[1]) if t[0] == "num" else parse_dim(t[1].strip("{}")))
             self.accept(",")
         self.expect(",")
         dt = self.next()
@@ -403,6 +408,8 @@ class _Parser:
             return None
         if t[1] == "nan":
             return float("nan")
+        if t[0] in ("name", "dim"):       # a symbolic size
+            return parse_dim(t[1].strip("{}"))
         raise GraphError(f"parse: expected an attribute value on line {t[2]}, got '{t[1]}'")
 
 

@@ -1,0 +1,127 @@
+"""Symbolic sizes of graph tensors: a dimension is an int or a sympy expression of size
+variables (positive integers named after the ONNX dim_params, "batch", "sequence"), so
+that shape inference carries `batch*sequence`, `(L - 3)//2 + 1` or `2*sequence` through
+a network the way it carries numbers.
+
+A shape whose entries are all ints is static; everything below the graph layer that needs
+a number reads a dimension through `evaluate` with the sizes of one call (the executor) or
+of a representative call (a schedule's heuristics).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Dict, Iterable, Mapping
+
+import numpy as np
+import sympy
+
+from ...errors import GraphError
+
+
+@lru_cache(maxsize=None)
+def size_var(name: str) -> sympy.Symbol:
+    """The size variable `name` (one object per name, so equal names compare equal)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise GraphError(f"a size variable's name must be an identifier, got {name!r}")
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def legal_name(name: str) -> str:
+    """An identifier for an ONNX dim_param ("batch_size", "seq-len" -> "seq_len")."""
+    s = re.sub(r"\W", "_", str(name))
+    return s if s and not s[0].isdigit() else "d_" + s
+
+
+def is_dim(d) -> bool:
+    return isinstance(d, (int, np.integer)) and not isinstance(d, bool) or \
+        isinstance(d, sympy.Expr) and (d.is_integer is not False)
+
+
+def as_dim(d):
+    """`d` as a dimension: an int, or a sympy expression with size variables in it."""
+    if isinstance(d, sympy.Expr):
+        d = sympy.sympify(d)
+        if d.is_Integer:
+            return int(d)
+        if not d.free_symbols or d.is_integer is False:
+            raise GraphError(f"dimension {d} is not an integer")
+        return d
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return int(d)
+    if isinstance(d, float) and d.is_integer():
+        return int(d)
+    raise TypeError(f"not a dimension: {d!r}")
+
+
+def is_static(shape: Iterable) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def free_vars(shapes: Iterable) -> set:
+    """The size variables in dimensions or shapes (nested iterables of them)."""
+    out = set()
+    for d in shapes:
+        if isinstance(d, sympy.Expr):
+            out |= d.free_symbols
+        elif isinstance(d, (tuple, list)):
+            out |= free_vars(d)
+    return out
+
+
+def evaluate(d, sizes: Mapping):
+    """The number dimension `d` is when the size variables have `sizes` ({name or
+    symbol: int}); an unknown variable is a GraphError naming it."""
+    if isinstance(d, int):
+        return d
+    subs = {}
+    for s in d.free_symbols:
+        v = sizes.get(s.name, sizes.get(s))
+        if v is None:
+            raise GraphError(f"no size for the symbolic dimension '{s.name}' (in {d})")
+        subs[s] = sympy.Integer(int(v))
+    v = d.xreplace(subs)
+    if not v.is_Integer:
+        raise GraphError(f"dimension {d} is not an integer at {', '.join(f'{k}={v}' for k, v in subs.items())}")
+    return int(v)
+
+
+def evaluate_shape(shape, sizes: Mapping) -> tuple:
+    return tuple(evaluate(d, sizes) for d in shape)
+
+
+def product(shape):
+    """The number of elements of `shape` (an int, or a sympy expression)."""
+    p = 1
+    for d in shape:
+        p = p * d
+    return as_dim(p) if not isinstance(p, int) else p
+
+
+def equal(a, b) -> bool:
+    """Whether two dimensions are the same for every size (`2*(n + 1)` and `2*n + 2`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a == b or sympy.expand(sympy.sympify(a) - b) == 0
+
+
+def parse_dim(text: str, symbols: Dict[str, sympy.Symbol] = None):
+    """A dimension from its printed form ("batch", "2*sequence + 1", "64")."""
+    text = text.strip()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - {"floor", "ceiling", "Max", "Min", "Mod"}
+    local = {n: size_var(n) for n in names}
+    local.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max, "Min": sympy.Min,
+                  "Mod": sympy.Mod})
+    try:
+        return as_dim(sympy.sympify(text, locals=local))
+    except (sympy.SympifyError, TypeError, GraphError) as e:
+        raise GraphError(f"cannot read the dimension {text!r}: {e}") from None
+
+
+def dim_str(d) -> str:
+    """A dimension as the text form writes it: `64`, `batch`, `{batch*sequence}`."""
+    if isinstance(d, (int, np.integer)) or isinstance(d, sympy.Symbol):
+        return str(d)
+    return "{" + str(d).replace(" ", "") + "}"
