@@ -49,10 +49,10 @@ def cuda_graphs_enabled() -> bool:
     return os.environ.get("TDSL_CUDA_GRAPHS", "1") != "0"
 
 
-def make_device_state(plan, fn, steps, device) -> RunState:
+def make_device_state(plan, fn, steps, device, sizes=None) -> RunState:
     api = device.api()
     stream = api.stream()
-    state = make_state(plan, fn, steps, DeviceMemory(plan, device, stream))
+    state = make_state(plan, fn, steps, DeviceMemory(plan, device, stream), sizes)
     state.launches = LaunchSequence.join(api, stream, state.calls)
     # one graph launch instead of one launch per kernel: host time is what batch-1 pays
     if device.kind == "cuda" and len(state.launches) > 1 and cuda_graphs_enabled():

@@ -24,10 +24,13 @@ from .ir import Const, Function, Module
 from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
-from .runstate import StatePool, make_state
+from .ir.dims import free_vars
+from .runstate import SizeArg, StatePool, make_state
+from .sizes import SizeBinder, StatesBySize
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
+from .strategy.symbolic import group_size_vars, representative
 
 _KERNELS: Dict[tuple, object] = {}
 
@@ -51,18 +54,19 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     params = (tuned or {}).get(key)
     if params:
         return key + (repr(sorted(params.items())),), params, None, None
-    erasure = generic.find(fn, const_args, target)
+    # a kernel with symbolic sizes is generic in them already
+    erasure = None if group_size_vars(fn) else generic.find(fn, const_args, target)
     if erasure is None:
         return key, params, None, None
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
 
 
-def _compile(fn, target, const_args, params, erasure):
+def _compile(fn, target, const_args, params, erasure, bounds=None):
     with cpu.python_side():
-        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure)
+        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure, bounds=bounds)
 
 
-def _compile_all(calls, target, stats, tuned):
+def _compile_all(calls, target, stats, tuned, bounds=None):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
@@ -93,7 +97,7 @@ def _compile_all(calls, target, stats, tuned):
         return keys
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-build") as pool:
-        futures = {key: pool.submit(_compile, fn, target, *rest) for key, (fn, *rest) in todo.items()}
+        futures = {key: pool.submit(_compile, fn, target, *rest, bounds) for key, (fn, *rest) in todo.items()}
         try:
             for key, fut in futures.items():
                 _KERNELS[key] = fut.result()
@@ -142,7 +146,16 @@ class Executor:
                 api = self.device.api()
             except TdslError as e:      # build anyway (kernels need no GPU); runs say why
                 self._unavailable = str(e)
-        self.plan = plan_memory(fused, max(ALIGN, getattr(api, "view_alignment", 1)))
+        self._align = max(ALIGN, getattr(api, "view_alignment", 1))
+        # symbolic sizes (ir/dims.py): read per call from the inputs; the plan here is of
+        # representative sizes, each call's is of its own (StatesBySize)
+        fn = fused.main
+        self.binder = None
+        if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
+            self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"))
+        self.bounds = fused.info.get("dim_bounds")
+        rep = representative(self.binder.names, self.bounds) if self.binder else None
+        self.plan = plan_memory(fused, self._align, rep)
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
         fn = fused.main
         self.input_vars = list(fn.params)
@@ -158,7 +171,7 @@ class Executor:
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
                  and n not in self.plan.aliases and n not in views.values()
                  and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
-        keys = _compile_all(calls, target, self.stats, self.tuned)
+        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
@@ -179,10 +192,19 @@ class Executor:
                     else:
                         args.append(a)
                 args.append(n)
+                args += [SizeArg(name) for name in k.size_args]
                 self.steps.append((k, args, n))
         for _, args, _ in self.steps:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
+        if self.binder is not None:
+            self._by_size = StatesBySize(self._pool_at)
+            self._pool, self._sizes = None, None
+            if self.device is not None and kind == "cuda":
+                for src in dict.fromkeys(k.module for k, _, _ in self.steps):
+                    src.get_source("ptx")
+            self.inputs = {}
+            return
         if self.device is None:
             self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
         else:
@@ -195,6 +217,44 @@ class Executor:
             else:
                 self._pool = _NoDevice(self._unavailable)
         self.inputs = self._pool.default.inputs
+
+    def _pool_at(self, sizes):
+        """The run states of one set of sizes: their own memory plan, kernels bound to
+        buffers of those sizes."""
+        fn = self.mod.main
+        plan = plan_memory(self.mod, self._align, sizes)
+        if self.device is None:
+            return StatePool(lambda: make_state(plan, fn, self.steps, sizes=sizes))
+        if self._unavailable is not None:
+            return _NoDevice(self._unavailable)
+        if not getattr(self, "_uploaded", False):
+            self.steps, self._uploaded = upload_constants(self.steps, self.device), True
+        steps = self.steps
+        return StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes))
+
+    def _pool_for(self, args, inputs):
+        """The state pool of this call: the executor's, or with symbolic sizes the one of
+        the sizes the inputs have (made on the first call at them)."""
+        if self.binder is None:
+            return self._pool
+        shapes = {p.name: _shape_of(a) for p, a in zip(self.input_vars, args)}
+        shapes.update({k: _shape_of(v) for k, v in inputs.items() if k in shapes or
+                       any(p.name == k for p in self.input_vars)})
+        sizes = self.binder.bind(shapes)
+        if len(sizes) < len(self.binder.names):
+            missing = [n for n in self.binder.names if n not in sizes]
+            raise ArgumentError(f"missing input{'s' * (len(missing) > 1)} for the sizes {', '.join(missing)}")
+        pool = self._by_size.get(self.binder.key(sizes), sizes)
+        self._pool, self._sizes = pool, sizes
+        self.inputs = pool.default.inputs
+        return pool
+
+    def _current_pool(self):
+        if self._pool is None:
+            raise GraphError("this network has symbolic sizes "
+                             f"({', '.join(self.binder.names)}): run it (or set_input) first, "
+                             "so that its sizes are known")
+        return self._pool
 
     def _tune(self, fused, target, minutes, log_file):
         """The distinct groups without a hand strategy share `minutes` of search of the
@@ -226,11 +286,19 @@ class Executor:
     def set_input(self, name, value):
         """Copies `value` into input `name` of the default state (what benchmark and
         profile run on)."""
-        state = self._pool.take(default=True)
+        pool = self._pool
+        if self.binder is not None:
+            if name not in self.input_names:
+                raise ArgumentError(f"unknown input '{name}'; the inputs are {', '.join(self.input_names)}")
+            known = {p.name: tuple(self.inputs[p.name].shape) for p in self.input_vars
+                     if p.name in self.inputs and p.name != name}
+            known[name] = _shape_of(value)
+            pool = self._pool_for([], known)
+        state = pool.take(default=True)
         try:
             self._set(state, name, value, copy_host=True)
         finally:
-            self._pool.give(state)
+            pool.give(state)
 
     def _set(self, state, name, value, copy_host=False):
         """Sets input `name` of `state` to `value`: on the host the caller's array itself
@@ -277,7 +345,8 @@ class Executor:
             raise ArgumentError(f"output must be 'numpy' or 'device', got {output!r}")
         if len(args) > len(self.input_vars):
             raise ArgumentError(f"expected {len(self.input_vars)} inputs, got {len(args)}")
-        state = self._pool.take()
+        pool = self._pool_for(args, inputs)
+        state = pool.take()
         try:
             for p, a in zip(self.input_vars, args):
                 self._set(state, p.name, a)
@@ -307,7 +376,7 @@ class Executor:
             except BoundsError as e:
                 raise self._in_network(e) from None
         finally:
-            self._pool.give(state)
+            pool.give(state)
 
     def _in_network(self, e) -> BoundsError:
         """A kernel's BoundsError with the graph operators it computes and the network
@@ -327,7 +396,8 @@ class Executor:
     def benchmark(self, number=10, repeat=3, warmup=1):
         """Latency of one inference (inputs as last set on the default state, by set_input
         or a run that took it): dict of mean/min/median seconds."""
-        state = self._pool.take(default=True)
+        pool = self._current_pool()
+        state = pool.take(default=True)
         run = state.launches or (lambda: _run_calls(state.calls))
         wait = state.launches.sync if state.launches else (lambda: None)
         try:
@@ -342,7 +412,7 @@ class Executor:
                 wait()
                 res.append((time.perf_counter() - t0) / number)
         finally:
-            self._pool.give(state)
+            pool.give(state)
         res.sort()
         return {"mean": sum(res) / len(res), "min": res[0], "median": res[len(res) // 2], "repeats": res}
 
@@ -351,7 +421,8 @@ class Executor:
         share), slowest first. On a GPU the times are device times (events); where the run
         is a captured CUDA graph, `stats["cuda_graph"]` then says what the graph saved over
         launching kernel by kernel (device seconds per run, both ways)."""
-        state = self._pool.take(default=True)
+        pool = self._current_pool()
+        state = pool.take(default=True)
         try:
             if state.launches is not None:
                 times = self._profile_device(state, number)
@@ -364,7 +435,7 @@ class Executor:
                         call()
                         times[i] += time.perf_counter() - t0
         finally:
-            self._pool.give(state)
+            pool.give(state)
         total = sum(times) or 1.0
         rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(self.steps, times))]
         return sorted(rows, key=lambda r: -r[1])
@@ -419,6 +490,12 @@ class _NoDevice:
 
     def take(self, default=False):
         raise TdslError(f"this executor was built for a GPU that is not here: {self.reason}")
+
+
+def _shape_of(v):
+    if isinstance(v, nd.NDArray):
+        return tuple(v.shape)
+    return tuple(np.shape(v))
 
 
 def _run_calls(calls):

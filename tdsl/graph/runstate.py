@@ -29,7 +29,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from .ir import Const, Expr
+from .ir import Const, Expr, TensorType
+from .ir.dims import evaluate_shape
 
 
 # Below this an input is copied: re-binding the kernels that read it to a new array costs
@@ -164,19 +165,21 @@ class HostMemory:
         return lambda: module(*args)
 
 
-def make_state(plan, fn, steps, mem=None) -> RunState:
+def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
     """One set of buffers for `plan` (of the fused @main `fn`) made by `mem` (HostMemory
     by default), with the calls of `steps` ((kernel, arguments, node) where an argument is
     a graph node, standing for its buffer, or a constant array; the last is the node
-    itself) bound to them."""
+    itself) bound to them. `sizes`: the values of the size variables of a network with
+    symbolic sizes, the plan's (the buffers of one call's sizes)."""
     mem = mem or HostMemory(plan)
-    inputs = {p.name: mem.new_input(p.type) for p in fn.params}
+    types = TypesAt(sizes)
+    inputs = {p.name: mem.new_input(types(p.type)) for p in fn.params}
     bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
     outputs = set(fn.outputs)
     views = plan.output_views
 
     def own_buffer(n):
-        t = n.type
+        t = types(n.type)
         if n not in bufs:
             if n in outputs:
                 bufs[n] = mem.new(t)
@@ -184,7 +187,7 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
                 bufs[n] = mem.arena_view(plan.offsets[n], t)
         return bufs[n]
     for n in plan.order:
-        t = n.type
+        t = types(n.type)
         if n in views:        # computed straight into the output that reshapes it
             bufs[n] = mem.view(own_buffer(views[n]), 0, t)
         elif n in plan.aliases:
@@ -198,7 +201,8 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
             bufs[n] = mem.view(own_buffer(owner), off, t)
         else:
             own_buffer(n)
-    bound = [(k.module, [bufs[a] if isinstance(a, Expr) else a for a in args])
+    bound = [(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg) else a
+                         for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
@@ -220,6 +224,31 @@ def make_state(plan, fn, steps, mem=None) -> RunState:
                 readers[name] = (args_at, [i for i, o in enumerate(outs) if _shares(o, buf)])
     return RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
                     readers=readers)
+
+
+class SizeArg:
+    """A kernel argument that is the value of size variable `name` in the call's sizes."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class TypesAt:
+    """Graph types with their symbolic sizes evaluated at `sizes` (each distinct type
+    once: a network has few)."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+        self.memo = {}
+
+    def __call__(self, t):
+        if t.static:
+            return t
+        out = self.memo.get(t)
+        if out is None:
+            out = self.memo[t] = TensorType(evaluate_shape(t.shape, self.sizes), t.dtype)
+        return out
 
 
 def _shares(a, buf) -> bool:

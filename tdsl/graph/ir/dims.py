@@ -66,6 +66,8 @@ def free_vars(shapes: Iterable) -> set:
             out |= d.free_symbols
         elif isinstance(d, (tuple, list)):
             out |= free_vars(d)
+        elif isinstance(d, np.ndarray) and d.dtype == object:
+            out |= free_vars(d.reshape(-1).tolist())
     return out
 
 

@@ -16,7 +16,7 @@ FOLD_LIMIT = 1 << 26   # bytes: do not materialize huge broadcasts
 def fold_constants(mod: Module) -> Module:
     """Evaluates every operator whose inputs are all constants (numpy meaning)."""
     def visit(n, args):
-        if not isinstance(n.op, Function) and args and all(isinstance(a, Const) for a in args) \
+        if not isinstance(n.op, Function) and args and all(isinstance(a, Const) for a in args) and n.type.static \
                 and n.type.nbytes <= FOLD_LIMIT:
             return Const(evaluate(n.op, n.attrs, [a.data for a in args]))
         return same(n, args)

@@ -13,7 +13,12 @@ before it (channels at batch 1: squeezenet's fire modules, inception blocks) is 
 place: each input is a contiguous slice of the concatenation's buffer, so its producer's
 kernel stores straight into it and the concat runs no kernel (`concat_parts`: input ->
 (concat, byte offset)). Only inputs that nothing else reads qualify; the buffer is
-allocated when its first part is defined and lives until the concat's last use."""
+allocated when its first part is defined and lives until the concat's last use.
+
+With symbolic sizes (ir/dims.py) the plan's structure (which values alias, which concats
+are written in place) is decided on the symbolic types, so it is the same at every size
+and so are the kernels; the byte offsets are computed for the sizes of a call (`sizes`).
+A symbolic dimension is never taken for 1."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -22,6 +27,7 @@ import numpy as np
 
 from . import concat_prefix
 from ..ir import Call, Expr, Function, Module, Var
+from ..ir.dims import evaluate
 
 ALIGN = 64
 
@@ -43,23 +49,30 @@ def _align(n, align=ALIGN):
     return (n + align - 1) // align * align
 
 
-def _offsets_aligned(args, align):
+def nbytes(t, sizes=None) -> int:
+    """The bytes of type `t` at `sizes` ({size variable: int}; a static type needs none)."""
+    return t.nbytes if t.static else evaluate(t.nbytes, sizes or {})
+
+
+def _offsets_aligned(args, align, sizes=None):
     """Whether every part of a concatenation of `args` starts at a multiple of `align`
     (a GPU view of it is a sub-buffer, which OpenCL requires aligned). The host views any
     byte offset, so the default alignment asks nothing."""
     if align <= ALIGN:
         return True
+    if not all(a.type.static for a in args):     # aligned at some sizes only
+        return False
     off = 0
     for a in args:
         if off % align:
             return False
-        off += a.type.nbytes
+        off += nbytes(a.type, sizes)
     return True
 
 
 def _single(n, op):
     """The one node of group call `n` when it is an `op` of an intermediate or an input."""
-    if not isinstance(n.op, Function) or not isinstance(n.args[0], (Call, Var)):
+    if not isinstance(n.op, Function) or not n.args or not isinstance(n.args[0], (Call, Var)):
         return None
     body = n.op.nodes()
     return body[0] if len(body) == 1 and body[0].op == op else None
@@ -71,7 +84,7 @@ def slice_offset(n, align=ALIGN):
     shufflenet's channel split at batch 1), else None. A GPU view must start at a
     multiple of its sub-buffer alignment (`align`); the host views any offset."""
     sl = _single(n, "strided_slice")
-    if sl is None:
+    if sl is None or not n.args[0].type.static:
         return None
     shape = n.args[0].type.shape
     b, e, st = sl.attrs["begin"], sl.attrs["end"], sl.attrs["strides"]
@@ -93,7 +106,7 @@ def is_alias(n, outputs=(), align=ALIGN) -> bool:
     return _single(n, "reshape") is not None or slice_offset(n, align) is not None
 
 
-def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
+def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
     """{input: byte offset} when concat group call `n` can be written in place."""
     if not isinstance(n.op, Function):
         return None
@@ -103,7 +116,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
     axis = body[0].attrs["axis"] % n.type.ndim
     if any(d != 1 for d in n.type.shape[:axis]) or [p for p in body[0].args] != list(n.op.params):
         return None
-    if not _offsets_aligned(n.args, align):
+    if not _offsets_aligned(n.args, align, sizes):
         return None
     parts, off = {}, 0
     for a in n.args:
@@ -112,18 +125,18 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN):
                 or is_alias(a, outputs, align) or a.type.size == 0 or a in owners:
             return None
         parts[a] = off
-        off += a.type.nbytes
+        off += nbytes(a.type, sizes)
     return parts
 
 
-def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order, align=ALIGN):
+def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, order, align=ALIGN, sizes=None):
     """`n` when it owns a concat prefix family (`fams`, from concat_prefix.families) that
     can share its buffer, recording the shorter members in `prefix_views`; None
     otherwise. Parts may have other readers, unlike `_concat_parts`'s."""
     own = fams.get(n)
     if own is not n or n in outputs or n in root or n in owners:
         return None
-    if len(set(n.args)) != len(n.args) or not _offsets_aligned(n.args, align):
+    if len(set(n.args)) != len(n.args) or not _offsets_aligned(n.args, align, sizes):
         return None
     for a in n.args:
         if not isinstance(a.op, Function) or a in outputs or a in taken or a in owners \
@@ -137,9 +150,10 @@ def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, or
     return n
 
 
-def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
+def plan_memory(mod: Module, align: int = ALIGN, sizes=None) -> MemoryPlan:
     """`align`: every offset (and every in-place concat part's) is a multiple of it; a GPU
-    executor asks for its device's sub-buffer alignment."""
+    executor asks for its device's sub-buffer alignment. `sizes`: the values of the size
+    variables of a module with symbolic sizes (the plan of one call's sizes)."""
     align = max(int(align), ALIGN)
     fn = mod.main
     order: List[Call] = fn.nodes()
@@ -161,7 +175,7 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
     concat_parts: Dict[Call, tuple] = {}       # part -> (concat call, byte offset)
     owners = set()
     for n in order:
-        parts = _concat_parts(n, uses, outputs, concat_parts, owners, align)
+        parts = _concat_parts(n, uses, outputs, concat_parts, owners, align, sizes)
         if parts and n not in root:
             owners.add(n)
             for a in n.args:
@@ -169,12 +183,12 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
     prefix_views: Dict[Call, Call] = {}     # concat -> the family owner whose prefix it is
     fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
     for n in order:
-        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align)
+        own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align, sizes)
         if own is not None:
             off = 0
             for a in own.args:
                 concat_parts[a] = (own, off)
-                off += a.type.nbytes
+                off += nbytes(a.type, sizes)
             owners.add(own)
     output_views: Dict[Call, Call] = {}     # intermediate -> the output reshaping it
     for n in order:
@@ -194,7 +208,7 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
         if part in last_use:                          # use keeps the shared buffer alive
             last_use[own] = max(last_use.get(own, 0), last_use[part])
     live = []     # (offset, end, free_at)
-    offsets, sizes = {}, {}
+    offsets, buf_sizes = {}, {}
     peak = total = 0
     for i, n in enumerate(order):
         if n in outputs or n in root or n in output_views or n in prefix_views:
@@ -206,7 +220,7 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
             if n in offsets or n in outputs:
                 continue
         live = [b for b in live if b[2] >= i]
-        size = _align(max(n.type.nbytes, 1), align)
+        size = _align(max(nbytes(n.type, sizes), 1), align)
         total += size
         off = 0
         for b in sorted(live):
@@ -216,9 +230,9 @@ def plan_memory(mod: Module, align: int = ALIGN) -> MemoryPlan:
         end_use = last_use.get(n, i)
         live.append((off, off + size, end_use))
         offsets[n] = off
-        sizes[n] = size
+        buf_sizes[n] = size
         peak = max(peak, off + size)
-    plan = MemoryPlan(offsets, sizes, peak, total, order)
+    plan = MemoryPlan(offsets, buf_sizes, peak, total, order)
     plan.aliases = root
     plan.alias_offsets = alias_offsets
     plan.output_views = output_views

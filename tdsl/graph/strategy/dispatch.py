@@ -19,19 +19,22 @@ from . import registry, topi
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
+from .symbolic import representative
 from .groupdef import GroupDef
 
 
 class Kernel:
-    """A compiled group: `module(*args)` with args in `param_order` then the output."""
+    """A compiled group: `module(*args)` with args in `param_order`, then the output, then
+    the values of `size_args` (size variables that no argument's shape holds)."""
 
-    def __init__(self, name, module, param_order, transforms, out_type, source_key):
+    def __init__(self, name, module, param_order, transforms, out_type, source_key, size_args=()):
         self.name = name
         self.module = module
         self.param_order = param_order
         self.transforms = transforms
         self.out_type = out_type
         self.key = source_key
+        self.size_args = tuple(size_args)
 
 
 SCHEDULES: Dict[str, Callable] = {
@@ -81,6 +84,14 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
         return None          # a hand strategy, or the rules did not hold
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
+    size_args = []
+    if g.symbolic:
+        shaped = set()
+        for t in args:
+            for d in t.shape:
+                shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)} if not isinstance(d, int) else set()
+        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
+        args += [g.sizes.vars[n] for n in size_args]
 
     def definition():
         return [out], args
@@ -99,9 +110,10 @@ def print_group_key(fn, consts):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
-                  auto_params=None, erasure=None) -> Kernel:
+                  auto_params=None, erasure=None, bounds=None) -> Kernel:
     """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
-    count."""
+    count. A group with symbolic sizes gets a kernel that takes them at call time, its
+    schedule sized for representative ones within `bounds` ({name: (low, high)})."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -110,14 +122,18 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     g.auto_params = auto_params
     sizes = {}
+    if g.symbolic:
+        sizes = representative(g.sizes.vars, bounds)
     if erasure is not None:
         g.erasure, sizes = erasure, {SIZE_NAME: erasure.size}
         # the auto-scheduler's rules read sizes as numbers: the plain schedule instead
         g.use_auto = erasure.kind != "elementwise"
     token = topi.representative.set(sizes)
+    token2 = topi.symbolic_sizes.set(g.symbolic)
     try:
         return _compile_group(g, fn, target, name, sched)
     finally:
+        topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
 
 
@@ -127,6 +143,14 @@ def _compile_group(g, fn, target, name, sched):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
+    size_args = []
+    if g.symbolic:
+        shaped = set()
+        for t in args:
+            for d in t.shape:
+                shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)} if not isinstance(d, int) else set()
+        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
+        args += [g.sizes.vars[n] for n in size_args]
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)
@@ -145,4 +169,4 @@ def _compile_group(g, fn, target, name, sched):
         except TdslError as e2:
             raise GraphError(f"build: kernel @{name} failed for target '{target}': "
                              f"{type(e2).__name__}: {e2}") from None
-    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None)
+    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None, size_args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...autosched import apply_rules
 from ...errors import GraphError
-from . import erasure, topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
+from . import topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu.loops import par_vec
 from .gpu.schedule import gpu_facts
 from .stages import stages_of
@@ -14,9 +14,8 @@ from .stages import stages_of
 
 def define(g, n, tensors):
     args = [g.operand(a, tensors) for a in n.args]
-    out_type = erasure.node_type(g.erasure, n, g.size_var)
     try:
-        return topi.TE[n.op](args, n.attrs, out_type)
+        return topi.TE[n.op](args, g.attrs_of(n), g.node_type(n))
     except KeyError:
         raise GraphError(f"no tensor-expression definition for operator '{n.op}'") from None
 

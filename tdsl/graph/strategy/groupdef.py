@@ -13,6 +13,7 @@ import tdsl
 from ...target import as_target
 from ..ir import Function, Var
 from . import erasure, implementations, registry, tag, topi  # noqa: F401  (implementations fills the registry)
+from .symbolic import TeSizes, buffer_atoms, group_size_vars
 
 
 # ---------------------------------------------------------------------------- definition
@@ -44,14 +45,37 @@ class GroupDef:
         self.channel_scale = None  # set while a conv of a channel-scaled input is defined
         self.erasure = None        # a kernel generic in the channel count (cpu/generic.py)
         self.size_var = erasure.size_var()
+        # a group with symbolic sizes (ir/dims.py): its kernel takes them as size variables
+        names = {v.name for v in group_size_vars(fn)}
+        buffers = [d for t in [p.type for p in fn.params] + [o.type for o in fn.outputs] for d in t.shape]
+        self.sizes = TeSizes(names, buffer_atoms(buffers, names)) if names else None
+
+    @property
+    def symbolic(self) -> bool:
+        return self.sizes is not None
 
     def param_tensor(self, i):
         if i not in self.placeholders:
             p = self.fn.params[i]
             shape = p.type.shape if self.erasure is None else \
                 self.erasure.shape(i, p.type.shape, self.size_var)
+            if self.sizes is not None:
+                shape = self.sizes.shape(shape)
             self.placeholders[i] = tdsl.placeholder(shape, p.type.dtype, name=f"p{i}")
         return self.placeholders[i]
+
+    def node_type(self, n):
+        """The type topi builds node `n` with: sizes as index expressions where they are
+        symbolic, the channel size variable in a group generic in it."""
+        if self.sizes is not None and not n.type.static:
+            return erasure.SymType(self.sizes.shape(n.type.shape), n.type.dtype)
+        return erasure.node_type(self.erasure, n, self.size_var)
+
+    def attrs_of(self, n):
+        """`n.attrs` with symbolic sizes as index expressions."""
+        if self.sizes is None:
+            return n.attrs
+        return {k: self.sizes.value(v) for k, v in n.attrs.items()}
 
     def operand(self, e, tensors):
         """The tensor of expression `e` inside the group: a node defined before (`tensors`),

@@ -70,7 +70,8 @@ for impl in [
     Implementation("conv_direct", TAGGED - 1, schedules={"cpu": conv_direct.schedule}, fits=conv_direct.fits),
     Implementation("gpu_contraction", TAGGED, schedules={"gpu": contraction.schedule_group}, fits=contraction.fits),
     Implementation("gpu_flat", TAGGED - 1, schedules={"gpu": flat.schedule_group}, fits=flat.fits),
-    Implementation("topi", FALLBACK, None, compute=fallback.define),
-    Implementation("auto", FALLBACK, schedules={"cpu": fallback.schedule_cpu, "gpu": fallback.schedule_gpu}),
+    Implementation("topi", FALLBACK, None, compute=fallback.define, symbolic=True),
+    Implementation("auto", FALLBACK, schedules={"cpu": fallback.schedule_cpu, "gpu": fallback.schedule_gpu},
+                   symbolic=True),
 ]:
     register(impl)

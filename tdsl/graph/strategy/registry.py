@@ -36,7 +36,9 @@ class Implementation:
     `g.operand(arg, tensors)`.
     schedules: {family: schedule(s, out, g, **options)} (the "cpu" schedules take
     `parallel`); fits(out, g): whether the schedule takes the group whose output is `out`;
-    None: always."""
+    None: always. symbolic: whether compute and schedules take a group with symbolic
+    sizes (`g.symbolic`: node types and attributes then hold index expressions of size
+    variables, `g.node_type(n)`, `g.attrs_of(n)`; `topi.dim` reads representative sizes)."""
     name: str
     priority: int
     ops: Optional[Tuple[str, ...]] = ()
@@ -45,17 +47,19 @@ class Implementation:
     compute: Optional[Callable] = None
     schedules: Dict[str, Callable] = field(default_factory=dict)
     fits: Optional[Callable] = None
+    symbolic: bool = False
 
     def defines(self, g, n, family) -> bool:
         """Whether this implementation's compute takes node `n` in a group whose
         definitions are those of `family`."""
         return (self.compute is not None and (self.ops is None or n.op in self.ops)
                 and (self.family is None or self.family == family)
+                and (self.symbolic or not g.symbolic)
                 and (self.applies is None or self.applies(g, n)))
 
     def takes(self, out, g, family) -> bool:
         """Whether this implementation's schedule for `family` takes the group."""
-        if family not in self.schedules:
+        if family not in self.schedules or g.symbolic and not self.symbolic:
             return False
         if self.compute is not None and (g.anchor is None or g.anchor.impl is not self):
             return False

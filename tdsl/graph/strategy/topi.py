@@ -63,7 +63,18 @@ def dim(s):
     return int(e.value)
 
 
+# Whether the group being compiled has symbolic sizes (a network with a symbolic batch or
+# sequence): its definitions then keep them as index expressions, and only schedules'
+# heuristics read numbers (`dim`)
+symbolic_sizes: "contextvars.ContextVar[bool]" = contextvars.ContextVar("symbolic_sizes", default=False)
+
+
 def shape_of(t):
+    """The shape of tensor `t` for a definition: ints, except in a group with symbolic
+    sizes, where a symbolic size stays the index expression it is."""
+    if symbolic_sizes.get():
+        return tuple(int(s.value) if getattr(s, "value", None) is not None else s
+                     if not isinstance(s, (int, np.integer)) else int(s) for s in t.shape)
     return tuple(dim(s) for s in t.shape)
 
 
@@ -221,29 +232,50 @@ def batch_norm(ins, attrs, out):
 
 # ---------------------------------------------------------------------------- injective
 
+def prod(dims):
+    """The product of sizes: an int, or an index expression where one is symbolic."""
+    out = 1
+    for d in dims:
+        out = out * d if not (isinstance(out, int) and out == 1) else d
+    return int(out) if isinstance(out, (int, np.integer)) else out
+
+
+def count(dims, dtype):
+    """The number of elements of `dims` (at least 1) as a value of `dtype`: a mean's divisor."""
+    n = prod(dims)
+    if isinstance(n, int):
+        return c(max(n, 1), dtype)
+    return tdsl.cast(tdsl.max(n, 1), dtype)
+
+
+def _is_const(v, k):
+    return isinstance(v, (int, np.integer)) and v == k
+
+
 def reshape(ins, attrs, out):
     (x,) = ins
     ishape = shape_of(x)
     oshape = out.shape
-    ostr = [int(np.prod(oshape[d + 1:], dtype=np.int64)) for d in range(len(oshape))]
-    istr = [int(np.prod(ishape[d + 1:], dtype=np.int64)) for d in range(len(ishape))]
+    ostr = [prod(oshape[d + 1:]) for d in range(len(oshape))]
+    istr = [prod(ishape[d + 1:]) for d in range(len(ishape))]
 
     def f(*i):
         flat = None
         for d, iv in enumerate(i):
-            if oshape[d] == 1:
+            if _is_const(oshape[d], 1):
                 continue
-            t = iv * ostr[d] if ostr[d] != 1 else iv
+            t = iv * ostr[d] if not _is_const(ostr[d], 1) else iv
             flat = t if flat is None else flat + t
         if flat is None:
             flat = c(0, "int32")
         idx = []
         for d in range(len(ishape)):
-            if ishape[d] == 1:
+            if _is_const(ishape[d], 1):
                 idx.append(0)
                 continue
-            e = flat // istr[d] if istr[d] != 1 else flat
-            if d > 0 and istr[d] * ishape[d] < int(np.prod(ishape, dtype=np.int64)):
+            e = flat // istr[d] if not _is_const(istr[d], 1) else flat
+            # the outermost axis that is not 1 needs no wrap-around
+            if any(not _is_const(ishape[k], 1) for k in range(d)):
                 e = e % ishape[d]
             idx.append(e)
         return x[tuple(idx)]
@@ -375,6 +407,34 @@ def broadcast_to(ins, attrs, out):
     return tdsl.compute(out.shape, lambda *i: x[bidx(n, x, i)], name=uname("broadcast"))
 
 
+def arange(ins, attrs, out):
+    start, step = attrs["start"], attrs["step"]
+    dt = out.dtype
+    return tdsl.compute(out.shape, lambda i: tdsl.cast(i, dt) * c(step, dt) + c(start, dt), name=uname("arange"))
+
+
+def size_values(ins, attrs, out):
+    """The sizes of the call as an integer tensor (what ONNX's Shape gave)."""
+    vals = [tdsl.cast(v, out.dtype) if not isinstance(v, (int, np.integer)) else c(int(v), out.dtype)
+            for v in attrs["values"]]
+
+    def f(*i):
+        flat = prod_index(i, out.shape)
+        val = vals[-1]
+        for k in range(len(vals) - 2, -1, -1):
+            val = tdsl.if_then_else(flat == k, vals[k], val)
+        return val
+    return tdsl.compute(out.shape, f, name=uname("sizes"))
+
+
+def prod_index(i, shape):
+    """The row-major flat index of index `i` into `shape` (static)."""
+    flat = c(0, "int32")
+    for iv, n in zip(i, shape):
+        flat = flat * n + iv
+    return flat
+
+
 TE = {}
 for _op in UNARY_EXPR:
     TE[_op] = unary(_op)
@@ -384,4 +444,5 @@ TE.update({
     "where": where, "nn.bias_add": bias_add, "nn.batch_norm": batch_norm, "reshape": reshape,
     "transpose": transpose, "concatenate": concatenate, "strided_slice": strided_slice,
     "take": take, "gather_elements": gather_elements, "nn.pad": pad, "broadcast_to": broadcast_to,
+    "arange": arange, "size_values": size_values,
 })

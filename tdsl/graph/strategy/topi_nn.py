@@ -8,7 +8,7 @@ import numpy as np
 import tdsl
 
 from . import tag
-from .topi import TE, bidx, c, is_float, shape_of, uname
+from .topi import TE, bidx, c, count, is_float, shape_of, uname
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -44,8 +44,8 @@ def reduce(op):
             return tdsl.compute(out.shape, lambda *i: x[i], name=uname(op))
         r = tdsl.compute(out.shape, f, name=uname(op))
         if op == "mean":
-            cnt = int(np.prod([xs[a] for a in axes]))
-            return tdsl.compute(out.shape, lambda *i: r[i] / c(max(cnt, 1), dt), name=uname("mean_div"))
+            cnt = count([xs[a] for a in axes], dt)
+            return tdsl.compute(out.shape, lambda *i: r[i] / cnt, name=uname("mean_div"))
         if dt == "bool":
             return tdsl.compute(out.shape, lambda *i: r[i] != c(0, "uint8"), name=uname("tobool"))
         return r
@@ -57,8 +57,8 @@ def global_avg_pool(ins, attrs, out):
     xs = shape_of(x)
     rax = [tdsl.reduce_axis((0, s), name=f"k{d}") for d, s in enumerate(xs[2:])]
     r = tdsl.compute(out.shape, lambda n, ch, *_: tdsl.sum(x[(n, ch) + tuple(rax)], axis=rax), name=uname("gap_sum"))
-    cnt = int(np.prod(xs[2:]))
-    return tdsl.compute(out.shape, lambda *i: r[i] / c(cnt, x.dtype), name=uname("gap"))
+    cnt = count(xs[2:], x.dtype)
+    return tdsl.compute(out.shape, lambda *i: r[i] / cnt, name=uname("gap"))
 
 
 def pool(kind):
