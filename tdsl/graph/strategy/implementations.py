@@ -53,7 +53,7 @@ for impl in [
     Implementation("qmatmul_vnni", DEFINITION, ("qnn.matmul",), "cpu", matmul_int8.applies,
                    matmul_int8.qmatmul, {"cpu": matmul_int8.schedule}),
     Implementation("dense_packed", DEFINITION, ("nn.dense",), "cpu", dense.applies,
-                   dense.dense_packed, {"cpu": dense.schedule}),
+                   dense.dense_packed, {"cpu": dense.schedule}, symbolic=True),
     Implementation("conv2d_grouped", GROUPED, ("nn.conv2d", "qnn.conv2d"), "cpu", conv_grouped.applies,
                    conv_grouped.grouped_conv2d, {"cpu": conv_grouped.schedule}, conv_grouped.fits),
     Implementation("depthwise2d_strided", STRIDED, ("nn.conv2d",), "cpu", conv_direct.applies_depthwise_strided,

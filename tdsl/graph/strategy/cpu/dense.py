@@ -14,16 +14,18 @@ from .loops import PAR_MIN_MACS, inline_except
 
 
 def applies(g, n):
-    """nn.dense of a float32 group parameter by constant weights."""
+    """nn.dense of a float32 group parameter by constant weights (the rows may be a
+    symbolic size: a batch, or batch x sequence)."""
     x_e, w_e = n.args
-    return g.const_param(w_e) is not None and x_e.type.dtype == "float32" and x_e in g.pidx
+    return g.const_param(w_e) is not None and x_e.type.dtype == "float32" and x_e in g.pidx \
+        and isinstance(x_e.type.shape[1], int)
 
 
 def dense_packed(g, n, tensors):
     x_e, w_e = n.args
     wi = g.const_param(w_e)
     x = g.param_tensor(g.pidx[x_e])
-    M, K = x_e.type.shape
+    M, K = x.shape[0], x_e.type.shape[1]
     N = w_e.type.shape[0]
     lanes = g.target.vector_lanes(x_e.type.dtype)
     nb = -(-N // lanes)
@@ -49,6 +51,9 @@ def schedule(s, out, g, parallel=True):
     if D is out:
         D = s.cache_write(out, "local")
     M, N = ishape(out)
+    # rows of a symbolic size (M is then a representative number): the column blocks
+    # outside, so the threads split the weights, whose number is known
+    symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
     mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
     s[out].vectorize(ni)
@@ -56,7 +61,7 @@ def schedule(s, out, g, parallel=True):
     # weight columns than rows (a language model's vocabulary projection: 50k x 256
     # weights, 128 rows) the columns go outside, so each packed weight panel streams from
     # memory once instead of once per row block
-    cols_outer = N > M
+    cols_outer = N > M or symbolic
     if cols_outer:
         s[out].reorder(no, mo, mi, ni)
     s[D].compute_at(s[out], mo if cols_outer else no)
@@ -74,7 +79,7 @@ def schedule(s, out, g, parallel=True):
     # unfused loop instead, so that loop partitioning peels the ragged tiles off
     outer, inner = (no, mo) if cols_outer else (mo, no)
     outer_n = -(-N // nr) if cols_outer else -(-M // mr)
-    if M % mr == 0 and N % nr == 0:
+    if M % mr == 0 and N % nr == 0 and not symbolic:
         s[out].parallel(s[out].fuse(outer, inner))
     elif outer_n >= 2 * target.num_cores:
         s[out].parallel(outer)
