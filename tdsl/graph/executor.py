@@ -9,6 +9,7 @@ constants): identical layers compile once per process.
 """
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List
@@ -198,6 +199,7 @@ class Executor:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
         if self.binder is not None:
+            self._upload_lock, self._uploaded = threading.Lock(), False
             self._by_size = StatesBySize(self._pool_at)
             self._pool, self._sizes = None, None
             if self.device is not None and kind == "cuda":
@@ -224,13 +226,17 @@ class Executor:
         fn = self.mod.main
         plan = plan_memory(self.mod, self._align, sizes)
         if self.device is None:
-            return StatePool(lambda: make_state(plan, fn, self.steps, sizes=sizes))
-        if self._unavailable is not None:
+            pool = StatePool(lambda: make_state(plan, fn, self.steps, sizes=sizes))
+        elif self._unavailable is not None:
             return _NoDevice(self._unavailable)
-        if not getattr(self, "_uploaded", False):
-            self.steps, self._uploaded = upload_constants(self.steps, self.device), True
-        steps = self.steps
-        return StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes))
+        else:
+            with self._upload_lock:
+                if not self._uploaded:
+                    self.steps, self._uploaded = upload_constants(self.steps, self.device), True
+            steps = self.steps
+            pool = StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes))
+        pool.plan = plan
+        return pool
 
     def _pool_for(self, args, inputs):
         """The state pool of this call: the executor's, or with symbolic sizes the one of
@@ -466,8 +472,10 @@ class Executor:
 
     @property
     def peak_memory_bytes(self):
-        """The arena of one run (from the memory plan); each concurrent run holds one."""
-        return self.plan.peak_bytes
+        """The arena of one run (from the memory plan; with symbolic sizes, of the sizes
+        of the last run); each concurrent run holds one."""
+        pool = self._pool if self.binder is not None else None
+        return (pool.plan if pool is not None else self.plan).peak_bytes
 
     def __repr__(self):
         return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "

@@ -176,8 +176,11 @@ def transformer_encoder(batch=1, seq=64, d_model=256, heads=4, ff=1024, seed=0):
     dh = d_model // heads
     x = "input"
 
+    # a symbolic batch or sequence (a dim_param name) is copied from the input (ONNX's 0)
+    lead = [0 if isinstance(d, str) else d for d in (batch, seq)]
+
     def heads_of(t):
-        t = b.node("Reshape", [t, b.const(np.array([batch, seq, heads, dh], np.int64), "shape")])
+        t = b.node("Reshape", [t, b.const(np.array([*lead, heads, dh], np.int64), "shape")])
         return b.node("Transpose", [t], perm=[0, 2, 1, 3])
     q = heads_of(b.linear(x, d_model, d_model))
     k = heads_of(b.linear(x, d_model, d_model))
@@ -187,7 +190,7 @@ def transformer_encoder(batch=1, seq=64, d_model=256, heads=4, ff=1024, seed=0):
     p = b.node("Softmax", [s], axis=-1)
     o = b.node("MatMul", [p, v])
     o = b.node("Transpose", [o], perm=[0, 2, 1, 3])
-    o = b.node("Reshape", [o, b.const(np.array([batch, seq, d_model], np.int64), "shape")])
+    o = b.node("Reshape", [o, b.const(np.array([*lead, d_model], np.int64), "shape")])
     o = b.linear(o, d_model, d_model)
     h = b.node("Add", [x, o])
     g1 = b.const(np.ones(d_model, np.float32), "ln_g")

@@ -103,8 +103,10 @@ def _fold_symbolic(e, vals):
             return None
         out = vals[0]
     else:
+        # numpy gives a bare sympy value, not an array, for a 0-d object array
+        vals = [v.reshape(1) if v.ndim == 0 and v.dtype == object else v for v in vals]
         try:
-            out = np.asarray(evaluate(e.op, e.attrs, vals))
+            out = np.asarray(evaluate(e.op, e.attrs, vals)).reshape(e.type.shape)
         except (TypeError, ValueError, AttributeError, ZeroDivisionError):
             return None
     if out.dtype == bool or out.dtype != object:

@@ -1,0 +1,236 @@
+"""Networks with symbolic sizes: imported without sizes, built once, run at any size
+(issue: networks of any size). Every result is compared with onnxruntime."""
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import tdsl
+import tdsl.graph as G
+from tdsl.graph import executor as executor_mod
+from tdsl.graph import models
+
+pytest.importorskip("onnxruntime")
+
+
+def _close(out, ref, rtol=1e-4):
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol * max(1.0, float(np.abs(ref).max())))
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name, TensorProto.INT64 if arr.dtype == np.int64 else TensorProto.FLOAT, arr.shape, arr.reshape(-1).tolist()))
+
+
+def shape_subgraph_model():
+    """What exporters write around a symbolic batch and sequence: Shape -> Gather ->
+    Unsqueeze -> Concat -> Reshape, shape arithmetic, Range over the sequence, Slice
+    with a symbolic end, ConstantOfShape and Expand, Where on a shape."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        _const("i0", np.array(0, np.int64)), _const("i1", np.array(1, np.int64)),
+        _const("ax0", np.array([0], np.int64)), _const("two", np.array([2], np.int64)),
+        _const("four", np.array([4], np.int64)), _const("eight", np.array(8, np.int64)),
+        _const("one", np.array([1], np.int64)), _const("zero1", np.array([0], np.int64)),
+        _const("minus1", np.array(-1, np.int64)), _const("start", np.array(0, np.int64)),
+        _const("step", np.array(1, np.int64)),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        # (batch, seq, 2, 4)
+        helper.make_node("Concat", ["b1", "n1", "two", "four"], ["shape4"], axis=0),
+        helper.make_node("Reshape", ["x", "shape4"], ["y4"]),
+        # (batch, seq * 8): arithmetic on a size
+        helper.make_node("Mul", ["n", "eight"], ["n8"]),
+        helper.make_node("Unsqueeze", ["n8", "ax0"], ["n81"]),
+        helper.make_node("Concat", ["b1", "n81"], ["shape2"], axis=0),
+        helper.make_node("Reshape", ["x", "shape2"], ["y2"]),
+        # positions 0..seq-1 added along the sequence
+        helper.make_node("Range", ["start", "n", "step"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+        _const("ax02", np.array([0, 2], np.int64)),
+        helper.make_node("Unsqueeze", ["posf", "ax02"], ["pos3"]),
+        helper.make_node("Add", ["x", "pos3"], ["ypos"]),
+        # all but the last position: a Slice whose end is computed from the sequence
+        helper.make_node("Sub", ["n1", "one"], ["nm1"]),
+        helper.make_node("Slice", ["x", "zero1", "nm1", "one"], ["ycut"]),
+        # ones of shape (batch, 1, 1) expanded to x's shape, where the -1 entries of a
+        # shape would have been replaced by 1
+        helper.make_node("Concat", ["b1", "one", "one"], ["shb11"], axis=0),
+        helper.make_node("ConstantOfShape", ["shb11"], ["ones"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+        helper.make_node("Equal", ["s", "minus1"], ["neg"]),
+        helper.make_node("Where", ["neg", "one", "s"], ["s_fixed"]),
+        helper.make_node("Expand", ["ones", "s_fixed"], ["twos"]),
+        helper.make_node("Mul", ["x", "twos"], ["ydouble"]),
+    ]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y4", "y2", "ypos", "ycut", "ydouble")]
+    g = helper.make_graph(nodes, "shapes", [x], outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_import_keeps_symbolic_dims_and_prints_them():
+    m = shape_subgraph_model()
+    mod = G.from_onnx(m)
+    (x,) = mod.main.params
+    assert str(x.type) == "Tensor[(batch, seq, 8), float32]"
+    assert [str(t) for t in mod.main.ret_types] == [
+        "Tensor[(batch, seq, 2, 4), float32]", "Tensor[(batch, {8*seq}), float32]",
+        "Tensor[(batch, seq, 8), float32]", "Tensor[(batch, {seq-1}, 8), float32]",
+        "Tensor[(batch, seq, 8), float32]"]
+    text = str(mod)
+    again = G.parse(text, meta=mod.meta)
+    assert str(again) == text
+    # dims= still fixes a dimension
+    fixed = G.from_onnx(m, dims={"batch": 3})
+    assert str(fixed.main.params[0].type) == "Tensor[(3, seq, 8), float32]"
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_shape_subgraphs_match_onnxruntime_at_every_size(target):
+    m = shape_subgraph_model()
+    exe = G.build(G.optimize(G.from_onnx(m)), target=target)
+    rng = np.random.default_rng(0)
+    for shape in [(2, 5, 8), (1, 2, 8), (3, 9, 8)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        outs = exe.run(x)
+        refs = models.onnxruntime_run(m, {"x": x})
+        assert len(outs) == len(refs)
+        for o, r in zip(outs, refs):
+            assert o.shape == r.shape
+            _close(o, r)
+
+
+def test_mlp_built_once_runs_at_any_batch_without_compiling():
+    m = models.mlp(batch="batch", sizes=(64, 48, 10))
+    mod = G.optimize(G.from_onnx(m))
+    assert str(mod.main.params[0].type) == "Tensor[(batch, 64), float32]"
+    exe = G.build(mod)
+    compiled = exe.stats["compiled"]
+    kernels = len(executor_mod._KERNELS)
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 3, 32, 7):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        out = exe.run(x)[0]
+        assert out.shape == (n, 10)
+        _close(out, models.onnxruntime_run(m, {"input": x})[0])
+    # no compile on the request path: every size ran on the kernels built once
+    assert exe.stats["compiled"] == compiled and len(executor_mod._KERNELS) == kernels
+    # profile and benchmark run at the last sizes; the printer shows the symbolic ones
+    assert exe.profile(number=2) and exe.benchmark(number=2, repeat=1)["min"] > 0
+    assert "batch" in str(exe.mod)
+
+
+def test_transformer_with_symbolic_sequence_matches_onnxruntime():
+    m = models.transformer_encoder(batch="batch", seq="sequence", d_model=64, heads=4, ff=128)
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    rng = np.random.default_rng(2)
+    for b, s in [(1, 5), (2, 17), (1, 64)]:
+        x = rng.standard_normal((b, s, 64)).astype(np.float32)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+
+
+def _two_inputs(bounds=None):
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 8])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add", [a, b], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return G.build(G.from_onnx(m, dims={"batch": bounds} if bounds else None))
+
+
+def test_inputs_that_disagree_on_a_size_name_the_dimension():
+    exe = _two_inputs()
+    a = np.ones((2, 8), np.float32)
+    with pytest.raises(tdsl.GraphError, match=r"dimension 'batch' is 2 in input 'a' \(axis 0\) but 3 in input 'b'"):
+        exe.run(a, np.ones((3, 8), np.float32))
+    with pytest.raises(tdsl.GraphError, match=r"input 'b': expected rank 2 \(batch, 8\), got shape \(2, 8, 1\)"):
+        exe.run(a, np.ones((2, 8, 1), np.float32))
+    with pytest.raises(tdsl.GraphError, match=r"input 'a': axis 1 must be 8, got 9"):
+        exe.run(np.ones((2, 9), np.float32), np.ones((2, 9), np.float32))
+    np.testing.assert_array_equal(exe.run(a, a)[0], 2 * a)
+
+
+def test_a_size_outside_its_bounds_is_an_error():
+    exe = _two_inputs(bounds=(1, 4))
+    x = np.ones((4, 8), np.float32)
+    np.testing.assert_array_equal(exe.run(x, x)[0], 2 * x)
+    y = np.ones((5, 8), np.float32)
+    with pytest.raises(tdsl.GraphError, match=r"dimension 'batch' = 5 \(input 'a' axis 0\) is outside its bounds \[1, 4\]"):
+        exe.run(y, y)
+    with pytest.raises(tdsl.GraphError, match=r"a range of sizes is \(low, high\)"):
+        _two_inputs(bounds=(4, 1))
+
+
+def test_a_slice_of_a_table_bounds_the_size():
+    """Positions 0..sequence of a 16-entry table: the network cannot run beyond 16."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence"])
+    table = helper.make_tensor("table", TensorProto.FLOAT, [1, 16], np.arange(16, dtype=np.float32).tolist())
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("i1", np.array([1], np.int64)), _const("z", np.array([0], np.int64)),
+             _const("two", np.array([2], np.int64)),
+             helper.make_node("Slice", ["s", "i1", "two"], ["n"]),
+             helper.make_node("Slice", ["table", "z", "n", "i1"], ["t"]),
+             helper.make_node("Add", ["x", "t"], ["y"])]
+    g = helper.make_graph(nodes, "pos", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[table])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mod = G.from_onnx(m)
+    assert mod.info["dim_bounds"] == {"sequence": (1, 16)}
+    exe = G.build(G.optimize(mod))
+    v = np.ones((1, 16), np.float32)
+    _close(exe.run(v)[0], models.onnxruntime_run(m, {"x": v})[0])
+    with pytest.raises(tdsl.GraphError, match=r"'sequence' = 17 .* outside its bounds \[1, 16\]"):
+        exe.run(np.ones((1, 17), np.float32))
+
+
+def test_data_dependent_sizes_are_named_errors():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("v",)]
+    g = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["v", "i"])], "topk", [x, k], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tdsl.GraphError, match=r"TopK .*k must be known"):
+        G.from_onnx(m)
+    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["v"])], "nz", [x], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tdsl.GraphError, match=r"NonZero"):
+        G.from_onnx(m)
+
+
+def test_concurrent_calls_of_different_sizes():
+    m = models.mlp(batch="batch", sizes=(32, 16, 4))
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    rng = np.random.default_rng(3)
+    cases = [rng.standard_normal((n, 32)).astype(np.float32) for n in (1, 2, 5, 9, 16, 3)]
+    refs = [models.onnxruntime_run(m, {"input": x})[0] for x in cases]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(30):
+                i = (k + r) % len(cases)
+                out = exe.run(cases[i])[0]
+                if out.shape != refs[i].shape or not np.allclose(out, refs[i], rtol=1e-4, atol=1e-5):
+                    errors.append((k, i))
+        except Exception as e:      # pragma: no cover - reported below
+            errors.append(repr(e))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_cli_compile_without_dims(tmp_path, capsys):
+    from tdsl.__main__ import main
+    path = tmp_path / "mlp.onnx"
+    onnx.save(models.mlp(batch="batch", sizes=(16, 32, 8)), str(path))
+    assert main(["compile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Tensor[(batch, 16), float32]" in out and "MISMATCH" not in out
