@@ -67,7 +67,6 @@ def compile_model(path, target="llvm", number=10, dims=None):
     input, a comparison with onnxruntime when it is installed, and both latencies.
     `dims` ("batch=1,sequence=128") sizes the model's symbolic input dimensions; those
     left without one stay symbolic: the network is built once and run at two sizes."""
-    import numpy as np
 
     import tdsl.graph as G
     from tdsl.errors import TdslError
