@@ -21,9 +21,9 @@ from .runstate import RunState, make_state
 class DeviceMemory:
     """make_state's buffers on `device`; kernels bound on `stream`."""
 
-    def __init__(self, plan, device, stream):
+    def __init__(self, plan, device, stream, arena=None):
         self.device, self.stream = device, stream
-        self.arena = nd.empty(max(plan.peak_bytes, 1), "uint8", device)
+        self.arena = nd.empty(max(plan.peak_bytes, 1), "uint8", device) if arena is None else arena
 
     def new(self, t):
         return nd.empty(t.shape, t.dtype, self.device)
@@ -49,10 +49,10 @@ def cuda_graphs_enabled() -> bool:
     return os.environ.get("TDSL_CUDA_GRAPHS", "1") != "0"
 
 
-def make_device_state(plan, fn, steps, device, sizes=None) -> RunState:
+def make_device_state(plan, fn, steps, device, sizes=None, arena=None) -> RunState:
     api = device.api()
     stream = api.stream()
-    state = make_state(plan, fn, steps, DeviceMemory(plan, device, stream), sizes)
+    state = make_state(plan, fn, steps, DeviceMemory(plan, device, stream, arena), sizes)
     state.launches = LaunchSequence.join(api, stream, state.calls)
     # one graph launch instead of one launch per kernel: host time is what batch-1 pays
     if device.kind == "cuda" and len(state.launches) > 1 and cuda_graphs_enabled():

@@ -9,7 +9,6 @@ constants): identical layers compile once per process.
 """
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List
@@ -26,8 +25,8 @@ from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
-from .runstate import SizeArg, StatePool, make_state
-from .sizes import SizeBinder, StatesBySize
+from .runstate import HostMemory, SizeArg, StatePool, make_state
+from .sizes import Plans, SizeBinder, SizedPool, Slot
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
@@ -199,13 +198,24 @@ class Executor:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
         if self.binder is not None:
-            self._upload_lock, self._uploaded = threading.Lock(), False
-            self._by_size = StatesBySize(self._pool_at)
-            self._pool, self._sizes = None, None
-            if self.device is not None and kind == "cuda":
-                for src in dict.fromkeys(k.module for k, _, _ in self.steps):
-                    src.get_source("ptx")
-            self.inputs = {}
+            self._plans = Plans(lambda sizes: plan_memory(fused, self._align, sizes))
+            self._pool, self._sizes, self.inputs = None, None, {}
+            if self.device is not None:
+                if kind == "cuda":
+                    for src in dict.fromkeys(k.module for k, _, _ in self.steps):
+                        src.get_source("ptx")
+                if self._unavailable is not None:
+                    self._slots = _NoDevice(self._unavailable)
+                    return
+                self.steps = upload_constants(self.steps, self.device)
+            self._slots = StatePool(lambda: Slot(self._alloc_arena))
+            hi = {n: self.bounds[n][1] for n in self.binder.names if n in (self.bounds or {})}
+            if len(hi) == len(self.binder.names):
+                # every size bounded: the arena for the largest, paged in now, so that no
+                # call allocates (a first touch of fresh pages costs more than the run)
+                plan = self._plans.get(self.binder.key(hi), hi)
+                self._slots.default.reserve(plan.peak_bytes + 64,
+                                            (lambda a: a.fill(0)) if self.device is None else None)
             return
         if self.device is None:
             self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
@@ -220,23 +230,17 @@ class Executor:
                 self._pool = _NoDevice(self._unavailable)
         self.inputs = self._pool.default.inputs
 
-    def _pool_at(self, sizes):
-        """The run states of one set of sizes: their own memory plan, kernels bound to
-        buffers of those sizes."""
+    def _make_sized(self, plan, sizes, arena):
+        """The run state of `sizes` on `arena` (a Slot's)."""
         fn = self.mod.main
-        plan = plan_memory(self.mod, self._align, sizes)
         if self.device is None:
-            pool = StatePool(lambda: make_state(plan, fn, self.steps, sizes=sizes))
-        elif self._unavailable is not None:
-            return _NoDevice(self._unavailable)
-        else:
-            with self._upload_lock:
-                if not self._uploaded:
-                    self.steps, self._uploaded = upload_constants(self.steps, self.device), True
-            steps = self.steps
-            pool = StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes))
-        pool.plan = plan
-        return pool
+            return make_state(plan, fn, self.steps, HostMemory(plan, arena), sizes)
+        return make_device_state(plan, fn, self.steps, self.device, sizes, arena)
+
+    def _alloc_arena(self, nbytes):
+        if self.device is None:
+            return np.empty(nbytes, np.uint8)
+        return nd.empty(nbytes, "uint8", self.device)
 
     def _pool_for(self, args, inputs):
         """The state pool of this call: the executor's, or with symbolic sizes the one of
@@ -250,9 +254,13 @@ class Executor:
         if len(sizes) < len(self.binder.names):
             missing = [n for n in self.binder.names if n not in sizes]
             raise ArgumentError(f"missing input{'s' * (len(missing) > 1)} for the sizes {', '.join(missing)}")
-        pool = self._by_size.get(self.binder.key(sizes), sizes)
+        key = self.binder.key(sizes)
+        if self._pool is not None and self._pool.key == key:
+            return self._pool
+        if isinstance(self._slots, _NoDevice):
+            self._slots.take()
+        pool = SizedPool(self._slots, key, sizes, self._plans.get(key, sizes), self._make_sized)
         self._pool, self._sizes = pool, sizes
-        self.inputs = pool.default.inputs
         return pool
 
     def _current_pool(self):
@@ -303,6 +311,8 @@ class Executor:
         state = pool.take(default=True)
         try:
             self._set(state, name, value, copy_host=True)
+            if self.binder is not None:
+                self.inputs = state.inputs
         finally:
             pool.give(state)
 

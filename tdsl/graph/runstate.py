@@ -133,8 +133,10 @@ class HostMemory:
     """Where make_state puts buffers on the host: numpy arrays, the arena 64-byte aligned.
     A device executor passes its own (device_state.DeviceMemory) with the same methods."""
 
-    def __init__(self, plan):
-        self.arena = np.empty(plan.peak_bytes + 64, np.uint8)
+    def __init__(self, plan, arena=None):
+        # `arena`: a buffer of at least peak + 64 bytes to plan into (a Slot's, shared by
+        # the states of several sizes that never run at once)
+        self.arena = np.empty(plan.peak_bytes + 64, np.uint8) if arena is None else arena
         self.base = (-self.arena.ctypes.data) % 64
 
     def new(self, t):

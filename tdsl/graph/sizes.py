@@ -1,11 +1,12 @@
 """The sizes of one call of a network with symbolic sizes: the size variables read from the
-inputs' shapes and checked (`SizeBinder`), and the run states made for each distinct set of
-sizes, the most recent few kept (`StatesBySize`).
+inputs' shapes and checked (`SizeBinder`), the memory plan of each set of sizes (`Plans`)
+and the run states of each, kept per concurrent caller (`Slot`, `SizedPool`).
 
 A network imported with its batch or sequence left symbolic is built once: its kernels
 take the sizes at call time, and its buffers depend on them, so each set of sizes gets
 its own memory plan and run states (made on the first call at those sizes, from kernels
-compiled at build: no compile on the request path).
+compiled at build: no compile on the request path), views of one arena per concurrent
+caller that grows to the largest sizes run (`Slot`).
 """
 from __future__ import annotations
 
@@ -84,15 +85,87 @@ class SizeBinder:
         return tuple(sizes[n] for n in self.names)
 
 
-class StatesBySize:
-    """{sizes: what `make(sizes)` made} for the `keep` most recently used sets of sizes."""
+class Slot:
+    """What one caller at a time runs on: an arena that grows to the largest plan it has
+    run, and the run states of the sizes it ran last (at most `keep`), all of them views
+    of that arena. A call at sizes seen before reuses their state; at new sizes it binds
+    a new state to the same arena (no allocation, no first touch of fresh pages) unless
+    the arena must grow, which it does at least twofold."""
 
-    def __init__(self, make: Callable, keep: int = 8):
-        self._make = make
+    def __init__(self, alloc: Callable, keep=8):
+        self.alloc = alloc      # bytes -> a new arena (host or device)
+        self.keep = keep
+        self.arena, self.arena_bytes = None, 0
+        self.states: "OrderedDict[tuple, object]" = OrderedDict()
+
+    def reclaim(self):      # StatePool's hook; each state reclaims its outputs when taken
+        pass
+
+    def reserve(self, nbytes, touch=None):
+        """An arena of at least `nbytes` now (`touch(arena)` faults its pages in), so that
+        no call up to those sizes allocates or first-touches memory."""
+        if self.arena_bytes < nbytes:
+            self.states.clear()
+            self.arena = None
+            self.arena, self.arena_bytes = self.alloc(nbytes), nbytes
+            if touch is not None:
+                touch(self.arena)
+
+    def state(self, key, sizes, plan, make):
+        """The state of sizes `key`, made by `make(plan, sizes, arena)` when new."""
+        st = self.states.get(key)
+        if st is not None:
+            self.states.move_to_end(key)
+            st.reclaim()
+            return st
+        need = plan.peak_bytes + 64
+        if self.arena is None or self.arena_bytes < need:
+            size = max(need, 2 * self.arena_bytes)
+            self.states.clear()
+            self.arena = None       # freed before the larger one is made
+            self.arena, self.arena_bytes = self.alloc(size), size
+        st = make(plan, sizes, self.arena)
+        self.states[key] = st
+        while len(self.states) > self.keep:
+            self.states.popitem(last=False)
+        return st
+
+
+class SizedPool:
+    """The StatePool interface (take, give, default) of one set of sizes, over the slots
+    of an executor with symbolic sizes: a caller takes a slot, and in it the state of
+    these sizes."""
+
+    def __init__(self, slots, key, sizes, plan, make):
+        self.slots, self.key, self.sizes, self.plan, self.make = slots, key, sizes, plan, make
+        self._held = {}
+        self._lock = threading.Lock()
+
+    def take(self, default=False):
+        slot = self.slots.take(default)
+        try:
+            st = slot.state(self.key, self.sizes, self.plan, self.make)
+        except BaseException:
+            self.slots.give(slot)
+            raise
+        with self._lock:
+            self._held[id(st)] = slot
+        return st
+
+    def give(self, state):
+        with self._lock:
+            slot = self._held.pop(id(state))
+        self.slots.give(slot)
+
+
+class Plans:
+    """The memory plan of each set of sizes (the most recent `keep`), computed once."""
+
+    def __init__(self, compute: Callable, keep: int = 32):
+        self._compute = compute
         self._keep = keep
         self._lock = threading.Lock()
         self._items: "OrderedDict[tuple, object]" = OrderedDict()
-        self.made = 0
 
     def get(self, key: tuple, sizes: Dict[str, int]):
         with self._lock:
@@ -100,15 +173,9 @@ class StatesBySize:
             if item is not None:
                 self._items.move_to_end(key)
                 return item
-        item = self._make(sizes)      # outside the lock: other sizes run meanwhile
+        item = self._compute(sizes)
         with self._lock:
-            if key in self._items:    # another thread made it first
-                return self._items[key]
-            self._items[key] = item
-            self.made += 1
+            self._items.setdefault(key, item)
             while len(self._items) > self._keep:
                 self._items.popitem(last=False)
-        return item
-
-    def __len__(self):
-        return len(self._items)
+            return self._items[key]

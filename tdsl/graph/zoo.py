@@ -63,6 +63,40 @@ def _gpt2():
     return _first_output(GPT2LMHeadModel(cfg)), ((1, 128), "int64")
 
 
+def _encoder(config_cls, model_cls, **kw):
+    """A small transformers encoder of one family (random weights) at sequence 128."""
+    def make():
+        import transformers
+        cfg = getattr(transformers, config_cls)(**kw)
+        return _first_output(getattr(transformers, model_cls)(cfg)), ((1, 128), "int64")
+    return make
+
+
+def _t5_encoder():
+    from transformers import T5Config, T5EncoderModel
+    cfg = T5Config(d_model=256, d_kv=64, d_ff=1024, num_layers=4, num_heads=4, vocab_size=32128)
+    return _first_output(T5EncoderModel(cfg)), ((1, 128), "int64")
+
+
+def _whisper_encoder():
+    """Whisper's audio encoder (two convs over 80 mel bins, then attention) on 30 s of
+    frames, as the model takes them."""
+    import torch
+    from transformers import WhisperConfig, WhisperModel
+    cfg = WhisperConfig(d_model=256, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=1024,
+                        decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=1024, num_mel_bins=80)
+    enc = WhisperModel(cfg).get_encoder()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = enc
+
+        def forward(self, features):
+            return self.m(features, return_dict=False)[0]
+    return Encoder(), ((1, 80, 3000), "float32")
+
+
 def _first_output(model):
     """A transformers model as a torch module of the token ids returning its first output."""
     import torch
@@ -95,6 +129,14 @@ MODELS: Dict[str, Callable[[], Tuple[object, tuple]]] = {
     "deeplabv3_mobilenet_v3_large": _segmentation("deeplabv3_mobilenet_v3_large"),
     "bert": _bert,
     "gpt2": _gpt2,
+    "distilbert": _encoder("DistilBertConfig", "DistilBertModel", dim=256, n_layers=4, n_heads=4,
+                           hidden_dim=1024),
+    "roberta": _encoder("RobertaConfig", "RobertaModel", hidden_size=256, num_hidden_layers=4,
+                        num_attention_heads=4, intermediate_size=1024, max_position_embeddings=514),
+    "albert": _encoder("AlbertConfig", "AlbertModel", hidden_size=256, num_hidden_layers=4,
+                       num_attention_heads=4, intermediate_size=1024, embedding_size=128),
+    "t5_encoder": _t5_encoder,
+    "whisper_encoder": _whisper_encoder,
 }
 
 
