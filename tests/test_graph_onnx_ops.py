@@ -437,17 +437,21 @@ def _dynamic_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_symbolic_dims_missing_are_all_listed():
+def test_symbolic_dims_without_sizes_stay_symbolic():
     m = _dynamic_model()
-    with pytest.raises(GraphError) as e:
-        G.from_onnx(m)
-    msg = str(e.value)
-    assert "'batch' (input 'x' axis 0, input 'm' axis 0)" in msg
-    assert "'seq' (input 'x' axis 1, input 'm' axis 1)" in msg
-    assert "'u[0]' (input 'u' axis 0)" in msg
-    assert "dims={'batch': <size>, 'seq': <size>}" in msg and "shape=" in msg
-    with pytest.raises(GraphError, match=r"'u\[0\]'"):
-        G.from_onnx(m, dims={"batch": 2, "seq": 3})           # the unnamed one is still missing
+    mod = G.from_onnx(m)
+    # named after the dim_params; the unnamed unknown after its input and axis
+    assert [str(p.type) for p in mod.main.params] == [
+        "Tensor[(batch, seq, 4), float32]", "Tensor[(batch, seq), float32]", "Tensor[(u_0, 3), float32]"]
+    assert str(mod.main.ret_types[0]) == "Tensor[(batch, {4*seq}), float32]"
+    exe = G.build(G.optimize(mod))
+    for b, q, u in [(2, 5, 4), (1, 1, 7)]:
+        feeds = {"x": f32(b, q, 4), "m": f32(b, q), "u": f32(u, 3)}
+        for g, r in zip(exe.run(*feeds.values()), _ort(m, feeds)):
+            np.testing.assert_allclose(g, r, rtol=1e-6)
+    # one given, the others symbolic
+    part = G.from_onnx(m, dims={"batch": 2, "seq": 3})
+    assert [str(p.type) for p in part.main.params][2] == "Tensor[(u_0, 3), float32]"
     with pytest.raises(GraphError, match=r"dims= names \['sequence'\].*\['batch', 'seq', 'u\[0\]'\]"):
         G.from_onnx(m, dims={"batch": 2, "sequence": 3})
     with pytest.raises(GraphError, match=r"'batch' is 2 elsewhere but shape\['m'\] gives 5"):
@@ -480,8 +484,9 @@ def test_cli_compile_dims(tmp_path, capsys):
     path = tmp_path / "dyn.onnx"
     onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x_info], [y_info]),
                                 opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    assert main(["compile", str(path)]) == 1
-    assert "--dims NAME=SIZE" in capsys.readouterr().err
+    assert main(["compile", str(path)]) == 0           # symbolic: built once, run at two batches
+    out = capsys.readouterr().out
+    assert "Tensor[(batch, 8), float32]" in out and "at batch=8" in out and "MISMATCH" not in out
     assert main(["compile", str(path), "--dims", "batch=3"]) == 0
     out = capsys.readouterr().out
     assert "Tensor[(3, 8), float32]" in out and "MISMATCH" not in out
