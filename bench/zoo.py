@@ -7,6 +7,7 @@
     python bench/zoo.py --profile          # and the slowest kernels of each
     python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run
     python bench/zoo.py --int8             # each model quantized (QDQ, onnxruntime's quantizer)
+    python bench/zoo.py --dynamic          # symbolic batch/sequence, built once, swept over sizes
 
 Each model is exported from torch (random weights, tdsl.graph.zoo; skipped when torch is
 not installed) or built with onnx.helper (tdsl.graph.models: a 1-D and a 3-D CNN, the
@@ -198,9 +199,18 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--calls", type=int, default=100, help="single calls per side for p50/p99")
     p.add_argument("--int8", action="store_true", help="each model quantized (QDQ) against onnxruntime's int8")
+    p.add_argument("--dynamic", action="store_true",
+                   help="symbolic batch (and sequence) sizes: built once, swept over sizes (bench/dynamic.py)")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
+    if a.dynamic:
+        import dynamic
+        print_target(target)
+        names = [n for n in list(dynamic.HELPER) + list(zoo.MODELS)
+                 if not a.only or any(s in n for s in a.only.split(","))]
+        dynamic.main(names, target, a.number, a.repeat)
+        return
     threads = target.num_cores
     peak_gflops = print_target(target)
     per_fma = 4 if a.int8 and target.has_vnni else 1

@@ -1,0 +1,128 @@
+"""Networks of any size (`python bench/zoo.py --dynamic`): each model exported with its batch
+symbolic (and the sequence of the transformers, the signal length of the 1-D net), built
+once by tdsl, then run at a sweep of sizes beside onnxruntime on the same symbolic model,
+and beside tdsl's own build of the model made static at that size.
+
+Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, after a
+pause), the static build's, onnxruntime's; the ratios dynamic/static and
+dynamic/onnxruntime; and "first", what the first call at a size never run before cost
+beyond a warm call at that size (no compile happens there: the memory plan, the run state
+and the first touch of the arena's pages). Per model: the build seconds, dynamic and the
+mean static. The last lines: the geometric mean of dynamic/onnxruntime over every pair,
+the worst pair, and the worst dynamic/static.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+
+import tdsl.graph as G
+from tdsl.graph import models, zoo
+from graph import _ort_session
+from latency import blocks
+
+CNN_BATCHES = (1, 2, 4, 8)
+SEQUENCES = ((1, 1), (1, 16), (1, 128), (1, 512), (4, 64), (8, 128))
+SIGNALS = ((1, 4000), (1, 16000), (1, 48000), (4, 16000))
+
+# name -> (model maker with symbolic dims, sizes to sweep: full input shapes)
+HELPER = {
+    "conv1d_net": (lambda: _symbolic(models.conv1d_net(), {0: "batch", 2: "signal"}),
+                   [(b, 1, n) for b, n in SIGNALS]),
+    "conv3d_net": (lambda: _symbolic(models.conv3d_net(), {0: "batch"}),
+                   [(b, 3, 8, 56, 56) for b in (1, 2, 4)]),
+    "mobilenetv2_blocks": (lambda: _symbolic(models.mobilenetv2_blocks(1, 112), {0: "batch"}),
+                           [(b, 3, 112, 112) for b in CNN_BATCHES]),
+}
+
+
+def _symbolic(model, axes):
+    """`model` with input axes `axes` ({axis: dim_param}) symbolic, as exporters write them."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for ax, name in axes.items():
+        dims[ax].ClearField("dim_value")
+        dims[ax].dim_param = name
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    return model
+
+
+def _sweep(name):
+    """(symbolic model, input shapes to run) of a zoo or helper network."""
+    if name in HELPER:
+        make, shapes = HELPER[name]
+        return make(), shapes
+    model = zoo.export(name, dynamic=True)
+    example = zoo.example_input(name)
+    shape = example.shape
+    if example.dtype == np.int64:
+        return model, [(b, s) for b, s in SEQUENCES]
+    return model, [(b,) + tuple(shape[1:]) for b in CNN_BATCHES]
+
+
+def _input(model, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    if model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64:
+        return rng.integers(0, 1000, shape).astype(np.int64)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _static_dims(model, shape):
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    return {d.dim_param: s for d, s in zip(dims, shape) if d.dim_param}
+
+
+def run_one(name, target, number, repeat):
+    """Prints the rows of one model; returns [(dynamic/ort, dynamic/static)] per size."""
+    model, shapes = _sweep(name)
+    t0 = time.perf_counter()
+    dyn = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
+    build_dyn = time.perf_counter() - t0
+    sess = _ort_session(model, target.num_cores)
+    iname = sess.get_inputs()[0].name
+    out, static_builds = [], []
+    for shape in shapes:
+        x = _input(model, shape)
+        t0 = time.perf_counter()
+        got = dyn.run(x)[0]
+        first = time.perf_counter() - t0
+        ref = sess.run(None, {iname: x})[0]
+        err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+        t0 = time.perf_counter()
+        st = G.build(G.optimize(G.from_onnx(model, dims=_static_dims(model, shape)), target=target),
+                     target=str(target))
+        static_builds.append(time.perf_counter() - t0)
+        warm = min(blocks([lambda: dyn.run(x)], 1, 3, warmup_s=0.0, pause_s=0.0))
+        t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
+                                     lambda: sess.run(None, {iname: x})], number, repeat)
+        del st
+        out.append((t_dyn / t_ort, t_dyn / t_st))
+        print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
+              f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
+              f"{max(first - warm, 0.0) * 1e3:8.1f} {err:9.1e}", flush=True)
+    print(f"{name:20s} build: dynamic {build_dyn:.2f} s, static {np.mean(static_builds):.2f} s "
+          f"(mean of {len(static_builds)})\n", flush=True)
+    return out
+
+
+def main(names, target, number, repeat):
+    print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
+          f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
+    pairs, failed = [], []
+    for name in names:
+        try:
+            pairs += run_one(name, target, number, repeat)
+        except Exception as e:     # a model that fails is reported and the sweep goes on
+            failed.append(name)
+            print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                  flush=True)
+    if pairs:
+        to_ort = [p[0] for p in pairs]
+        to_static = [p[1] for p in pairs]
+        geo = float(np.exp(np.mean(np.log(to_ort))))
+        print(f"geometric mean dynamic/onnxruntime over {len(pairs)} (model, size) pairs: {geo:.2f}x; "
+              f"worst {max(to_ort):.2f}x; dynamic/static worst {max(to_static):.2f}x, "
+              f"geometric mean {float(np.exp(np.mean(np.log(to_static)))):.2f}x"
+              + (f"; failed: {', '.join(failed)}" if failed else ""))
