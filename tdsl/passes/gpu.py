@@ -17,6 +17,8 @@ function into kernels launched in order by host code.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -135,7 +137,8 @@ class _Rescope(Mutator):
 
     def visit_BufferStore(self, s):
         idx = tuple(self.visit(i) for i in s.indices)
-        return S.BufferStore(self.map.get(s.buffer, s.buffer), self.visit(s.value), idx)
+        return dataclasses.replace(s, buffer=self.map.get(s.buffer, s.buffer),
+                                   value=self.visit(s.value), indices=idx)
 
 
 def gpu_storage_scope(func: S.PrimFunc) -> S.PrimFunc:

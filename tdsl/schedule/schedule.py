@@ -10,7 +10,9 @@ from ..ir.expr import Range, Var
 from ..ir.visitor import Mutator, substitute
 from ..te import intrin_cuda
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ..te.update import UpdateOp
 from .stage import Stage
+from .updates import update_chains
 
 
 def _as_op(x, what):
@@ -52,12 +54,16 @@ class Schedule:
             visit(op)
         for op in self.outputs:
             self.stage_map[op].is_output = True
+            if isinstance(op, UpdateOp):      # the chain's buffer is the output
+                self.stage_map[op.base].is_output = True
 
     # ------------------------------------------------------------------ access
     def __getitem__(self, t) -> Stage:
         if isinstance(t, Stage):
             return t
         op = _as_op(t, "schedule[...]")
+        if isinstance(op, UpdateOp) and not isinstance(t, Stage):
+            op = op.base      # as in Halide, a tensor with updates names its pure stage
         st = self.stage_map.get(op)
         if st is None:
             raise ScheduleError(f"tensor '{op.name}' is not part of this schedule (create_schedule "
@@ -71,6 +77,10 @@ class Schedule:
             if p not in out:
                 out.append(p)
         return out
+
+    def updates_of(self, stage) -> List[Stage]:
+        """The stages of the update definitions of pure stage `stage`, in order."""
+        return update_chains(self).get(stage, [])
 
     def consumers(self, stage) -> List[Stage]:
         return [s for s in self.stages if stage in self.producers(s)]

@@ -29,12 +29,15 @@ from ..te.compute import THREAD_TAGS
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..te.update import UpdateOp
 from .tensorize import tensorize_update
 from .cross_thread import cross_thread_reduce
 from .scan_gpu import scan_kernel
 from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .store_with import check_store_with
+from .update_nest import make_update
+from .updates import update_chains
 from .bound import (StageBound, root_bound, attach_leaf, enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -82,6 +85,9 @@ class ScheduleLowering:
         self._provided = {}       # leaf -> variable of an enclosing loop that stands for it
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
+        self.chains = update_chains(sched)     # pure stage -> its update stages
+        self.chain_of = {u: base for base, ups in self.chains.items() for u in ups}
+        self._check_chain_readers()
         self._bind_args(args)
         check_store_with(sched, self.bounds, self.arg_stages)
         self.size_ranges = {}
@@ -105,6 +111,7 @@ class ScheduleLowering:
                     # TVM leaves such an argument unwritten; the caller would read stale data,
                     # so it is computed at root as well as inlined into its readers
                     self.bounds[st] = root_bound(st)
+                st = self._chain_arg(k, a, st)
                 role = self.roles.get(a.op)
                 if role is not None:
                     raise LoweringError(f"argument {k} '{a.name}' is the {role[2]} of scan "
@@ -124,15 +131,44 @@ class ScheduleLowering:
             else:
                 raise LoweringError(f"argument {k}: expected a tensor or a tdsl.var, got {a!r}")
         for st in self.sched.stages:
-            if st.is_output and st not in self.arg_stages:
+            if st.is_output and st not in self.arg_stages and st not in self.chain_of:
                 raise LoweringError(f"output '{st.name}' is not in the argument list")
             if isinstance(st.op, PlaceholderOp) and st not in self.arg_stages \
                     and st.op not in self.roles:
                 if any(st in self.sched.producers(c) for c in self.sched.stages):
                     raise LoweringError(f"placeholder '{st.name}' is read but not in the argument list")
 
+    def _chain_arg(self, k, a, st):
+        """The stage whose buffer argument `a` is: a chain's pure stage for the tensor of
+        its last update; the tensors before it are not values any buffer holds."""
+        base = self.chain_of.get(st, st)
+        ups = self.chains.get(base)
+        if ups and st is not ups[-1]:
+            raise LoweringError(f"argument {k} '{a.name}' is '{base.name}' before its update "
+                                f"{ups[-1].op.k}; pass the tensor the last tdsl.update returned")
+        return base
+
+    def _check_chain_readers(self):
+        """Outside its chain, a stage with updates is read through its last update."""
+        for st in self.sched.stages:
+            for p in self.sched.producers(st):
+                base = self.chain_of.get(p, p)
+                ups = self.chains.get(base)
+                if ups and p is not ups[-1] and self.chain_of.get(st) is not base:
+                    raise LoweringError(
+                        f"stage '{st.name}' reads '{base.name}' before its update "
+                        f"{ups[-1].op.k} ('{p.name}'); read the tensor the last tdsl.update "
+                        "returned")
+
+    def lowerer(self, vmap):
+        """The mutator that turns tensor reads into buffer reads, with loop variables
+        replaced by `vmap` (the nests of `update_nest.py` build with it)."""
+        return _LowerExpr(self, vmap)
+
     def buffer(self, st, k=0) -> S.Buffer:
         """The buffer of output `k` of stage `st`."""
+        if st in self.chain_of:      # an update writes its pure stage's buffer
+            return self.buffer(self.chain_of[st])
         role = self.roles.get(st.op)
         if role is not None:     # a scan's init, update and state are rows of its output
             return self.buffer(self.sched.stage_map[role[0]], role[1])
@@ -164,6 +200,8 @@ class ScheduleLowering:
         return body
 
     def offset(self, st):
+        if st in self.chain_of:
+            return self.offset(self.chain_of[st])
         if st in self.arg_stages or st.attach_type == "root" or isinstance(st.op, PlaceholderOp) \
                 or st.stored_with is not None:
             return tuple(E.const(0) for _ in st.op.shape)
@@ -188,8 +226,8 @@ class ScheduleLowering:
             if isinstance(st.op, ExternOp) and st.attach_type != "root":
                 raise ScheduleError(f"extern stage '{st.name}' is a call on whole arrays: it "
                                     "runs at root and cannot be inlined or attached")
-            if st.op in self.roles:
-                continue        # emitted with its scan
+            if st.op in self.roles or st in self.chain_of:
+                continue        # emitted with its scan, or with its pure stage
             if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
                 continue
             make = self.make_scan if isinstance(st.op, ScanOp) else \
@@ -323,6 +361,12 @@ class ScheduleLowering:
         return effective_bodies(self.sched, st, self._bodies)
 
     def make_nest(self, st) -> S.Stmt:
+        """The loop nest of `st`; for a stage with updates, then one per update."""
+        nest = self.make_pure_nest(st)
+        ups = self.chains.get(st)
+        return S.seq(nest, *[make_update(self, u) for u in ups]) if ups else nest
+
+    def make_pure_nest(self, st) -> S.Stmt:
         op = st.op
         if not isinstance(op, ComputeOp):
             raise LoweringError(f"stage '{st.name}' cannot be computed")
