@@ -29,7 +29,6 @@ from ..te.compute import THREAD_TAGS
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from ..te.update import UpdateOp
 from .tensorize import tensorize_update
 from .cross_thread import cross_thread_reduce
 from .scan_gpu import scan_kernel

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ..errors import ScheduleError
+from ..ir.atomic import ATOMIC_DTYPES
 from ..te.update import UpdateOp
 from .relations import Fuse, Split
 
@@ -94,6 +95,9 @@ def check_atomic(stage):
                             "update of the element it writes (old + e, old * e, min(old, e), "
                             "max(old, e), with e and the condition free of the state), so no "
                             "atomic operation computes it")
+    if op.dtype not in ATOMIC_DTYPES:
+        raise ScheduleError(f"atomic: stage '{op.name}': {op.dtype} has no atomic operations; "
+                            f"use one of {', '.join(ATOMIC_DTYPES)}")
 
 
 def canonical_reduce_order(stage) -> list:

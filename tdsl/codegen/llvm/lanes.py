@@ -166,6 +166,10 @@ def vector_legality(loop: S.For) -> Optional[str]:
             if len(s.indices) != 1:
                 problems.append(f"the store to {s.buffer.name} is not flattened")
                 return
+            if s.atomic:
+                problems.append(f"the store to {s.buffer.name} is atomic (lanes may update "
+                                "one element)")
+                return
             loads(s.value, masked)
             loads(s.indices[0], masked)
             idx = lanes.inline(s.indices[0])
