@@ -253,6 +253,15 @@ class Schedule:
     def rfactor(self, tensor, axis, factor_axis=0):
         """Factors the reduction of `tensor` over leaf `axis` into a new stage that keeps
         `axis` as a spatial (parallelisable) dimension; the original stage then reduces it."""
+        if isinstance(tensor, Tensor) and self.updates_of(self[tensor]):
+            # Halide's rfactor of an update: the update whose loop `axis` is
+            from .update_rfactor import rfactor_update
+            owner = next((u for u in self.updates_of(self[tensor])
+                          if axis in u.leaf_iter_vars), None)
+            if owner is None:
+                raise ScheduleError(f"rfactor: '{getattr(axis, 'name', axis)}' is not a loop "
+                                    f"of an update of '{tensor.name}'")
+            return rfactor_update(self, owner, axis, factor_axis)
         from .rfactor import rfactor
         return rfactor(self, tensor, axis, factor_axis)
 

@@ -225,8 +225,14 @@ class ScheduleLowering:
             if isinstance(st.op, ExternOp) and st.attach_type != "root":
                 raise ScheduleError(f"extern stage '{st.name}' is a call on whole arrays: it "
                                     "runs at root and cannot be inlined or attached")
-            if st.op in self.roles or st in self.chain_of:
-                continue        # emitted with its scan, or with its pure stage
+            if st in self.chain_of:
+                # at root each update runs at its place in the dataflow (after an rfactor's
+                # partial results); attached, with its pure stage
+                if self.chain_of[st].attach_type == "root":
+                    stmts.append(make_update(self, st))
+                continue
+            if st.op in self.roles:
+                continue        # emitted with its scan
             if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
                 continue
             make = self.make_scan if isinstance(st.op, ScanOp) else \
@@ -363,7 +369,9 @@ class ScheduleLowering:
         """The loop nest of `st`; for a stage with updates, then one per update."""
         nest = self.make_pure_nest(st)
         ups = self.chains.get(st)
-        return S.seq(nest, *[make_update(self, u) for u in ups]) if ups else nest
+        if not ups or st.attach_type == "root":
+            return nest
+        return S.seq(nest, *[make_update(self, u) for u in ups])
 
     def make_pure_nest(self, st) -> S.Stmt:
         op = st.op
