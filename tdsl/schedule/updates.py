@@ -68,6 +68,9 @@ def _dependent(stage, roots):
 def check_concurrent(stage, prim, iv):
     """Raises the ScheduleError of `prim` (parallel, vectorize, bind) on leaf `iv` of
     update stage `stage` unless its iterations may run at once."""
+    if any(isinstance(rel, Split) and rel.outer is iv and rel.nparts == 1
+           for rel in stage.relations):
+        return          # one iteration: nothing runs at once (a serial update on one thread)
     roots = reduce_roots(stage, iv)
     bad = _dependent(stage, roots)
     if bad is None or stage.atomics:
