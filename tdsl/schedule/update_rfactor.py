@@ -93,9 +93,10 @@ def rfactor_update(sched, st, axis, factor_axis=0):
     idx = [substitute(i, vmap) for i in op.index]
     idx.insert(factor_axis, fv)
     dims = [d + (d >= factor_axis) for d in op.pure_dims] + [factor_axis]
+    # the split's guard first: the condition may read at the index it keeps in range
     where = substitute(op.where, vmap)
-    for c in conds:
-        where = E.And(where, c)
+    for c in reversed(conds):
+        where = E.And(c, where)
     delta = substitute(op.delta(), vmap)
     value = _COMBINE[comb](E.ProducerLoad(rf_state, tuple(idx)), delta)
     rf_pure = [IterVar(Range(E.const(0), E.convert(shape[d])), v, "data_par")
