@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..ir import expr as E
 from ..schedule.updates import update_chains
 from ..te.compute import thread_axis
+from .cpu_base import PAR_MIN_WORK
 from .rule import Rule
 
 GPU_THREADS = 256
@@ -61,10 +62,15 @@ class Updates(Rule):
         axes = list(st.op.axis)
         inner = self._vector(ctx, st, axes[-1], _extent(axes[-1].dom.extent))
         outer = axes[0] if len(axes) > 1 else inner
-        if _extent(axes[0].dom.extent) != 1:
+        size = 1
+        for iv in axes:
+            size = size * (_extent(iv.dom.extent) or PAR_MIN_WORK)
+        if size >= PAR_MIN_WORK and ctx.params.parallel:
             st.parallel(outer)
-        self.note(ctx, st, f"parallel({outer.var.name}), vectorize", "the pure definition: "
-                  "every element independent")
+            self.note(ctx, st, f"parallel({outer.var.name}), vectorize", "the pure "
+                      "definition: every element independent")
+        else:
+            self.note(ctx, st, "vectorize", "the pure definition: too small for threads")
 
     def _pure_vars_cpu(self, ctx, u):
         op = u.op

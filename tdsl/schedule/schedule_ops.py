@@ -36,7 +36,7 @@ from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .store_with import check_store_with
 from .update_nest import make_update
-from .updates import update_chains
+from .updates import chain_arg, check_chain_readers, update_chains
 from .bound import (StageBound, root_bound, attach_leaf, enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -86,7 +86,7 @@ class ScheduleLowering:
                            if a.thread is not None}
         self.chains = update_chains(sched)     # pure stage -> its update stages
         self.chain_of = {u: base for base, ups in self.chains.items() for u in ups}
-        self._check_chain_readers()
+        check_chain_readers(self.sched, self.chains, self.chain_of)
         self._bind_args(args)
         check_store_with(sched, self.bounds, self.arg_stages)
         self.size_ranges = {}
@@ -110,7 +110,7 @@ class ScheduleLowering:
                     # TVM leaves such an argument unwritten; the caller would read stale data,
                     # so it is computed at root as well as inlined into its readers
                     self.bounds[st] = root_bound(st)
-                st = self._chain_arg(k, a, st)
+                st = chain_arg(self.chains, self.chain_of, k, a, st)
                 role = self.roles.get(a.op)
                 if role is not None:
                     raise LoweringError(f"argument {k} '{a.name}' is the {role[2]} of scan "
@@ -136,28 +136,6 @@ class ScheduleLowering:
                     and st.op not in self.roles:
                 if any(st in self.sched.producers(c) for c in self.sched.stages):
                     raise LoweringError(f"placeholder '{st.name}' is read but not in the argument list")
-
-    def _chain_arg(self, k, a, st):
-        """The stage whose buffer argument `a` is: a chain's pure stage for the tensor of
-        its last update; the tensors before it are not values any buffer holds."""
-        base = self.chain_of.get(st, st)
-        ups = self.chains.get(base)
-        if ups and st is not ups[-1]:
-            raise LoweringError(f"argument {k} '{a.name}' is '{base.name}' before its update "
-                                f"{ups[-1].op.k}; pass the tensor the last tdsl.update returned")
-        return base
-
-    def _check_chain_readers(self):
-        """Outside its chain, a stage with updates is read through its last update."""
-        for st in self.sched.stages:
-            for p in self.sched.producers(st):
-                base = self.chain_of.get(p, p)
-                ups = self.chains.get(base)
-                if ups and p is not ups[-1] and self.chain_of.get(st) is not base:
-                    raise LoweringError(
-                        f"stage '{st.name}' reads '{base.name}' before its update "
-                        f"{ups[-1].op.k} ('{p.name}'); read the tensor the last tdsl.update "
-                        "returned")
 
     def lowerer(self, vmap):
         """The mutator that turns tensor reads into buffer reads, with loop variables
@@ -579,12 +557,6 @@ def _reads_any(bodies, ops) -> bool:
     for b in bodies:
         walk(b, f)
     return bool(found)
-
-
-
-
-
-
 
 
 def schedule_to_func(sched, args, name, warp_size=0) -> S.PrimFunc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from ..errors import ScheduleError
+from ..errors import LoweringError, ScheduleError
 from ..ir.atomic import ATOMIC_DTYPES
 from ..te.update import UpdateOp
 from .relations import Fuse, Split
@@ -34,11 +34,29 @@ def update_chains(sched) -> Dict[object, List[object]]:
     return out
 
 
-def chain_owner(sched, stage):
-    """The pure stage of the chain `stage` belongs to (itself for a pure stage)."""
-    if isinstance(stage.op, UpdateOp):
-        return sched.stage_map[stage.op.base]
-    return stage
+def chain_arg(chains, chain_of, k, a, st):
+    """The stage whose buffer argument `k` (tensor `a` of stage `st`) is: a chain's pure
+    stage for the tensor of its last update; the tensors before it are no values any
+    buffer holds once the chain ran."""
+    base = chain_of.get(st, st)
+    ups = chains.get(base)
+    if ups and st is not ups[-1]:
+        raise LoweringError(f"argument {k} '{a.name}' is '{base.name}' before its update "
+                            f"{ups[-1].op.k}; pass the tensor the last tdsl.update returned")
+    return base
+
+
+def check_chain_readers(sched, chains, chain_of):
+    """Outside its chain, a stage with updates is read through its last update."""
+    for st in sched.stages:
+        for p in sched.producers(st):
+            base = chain_of.get(p, p)
+            ups = chains.get(base)
+            if ups and p is not ups[-1] and chain_of.get(st) is not base:
+                raise LoweringError(
+                    f"stage '{st.name}' reads '{base.name}' before its update "
+                    f"{ups[-1].op.k} ('{p.name}'); read the tensor the last tdsl.update "
+                    "returned")
 
 
 def reduce_roots(stage, iv) -> list:
