@@ -13,7 +13,7 @@ from .te import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, cosh, 
                  atanh, nearbyint, atan2, hypot, copysign, fmod, ldexp, isnan, isinf, isfinite,
                  popcount, clz, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, shift_left,
                  shift_right, min_value, max_value)
-from .te import extern, call_packed, gradient
+from .te import extern, call_packed, gradient, update
 from .ir.expr import call_pure_extern
 from .ir.division import floordiv, floormod, truncdiv, truncmod, indexdiv, indexmod
 from .runtime.extern import register_func
@@ -43,7 +43,7 @@ __all__ = [
     "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
     "nearbyint", "atan2", "hypot", "copysign", "fmod", "ldexp", "isnan", "isinf", "isfinite",
     "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-    "shift_right", "min_value", "max_value", "extern", "call_packed", "gradient",
+    "shift_right", "min_value", "max_value", "extern", "call_packed", "gradient", "update",
     "call_pure_extern",
     "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod", "tir",
     "register_func", "register_intrin_lowering", "remove_intrin_lowering", "decl_tensor_intrin",

@@ -32,9 +32,9 @@ def _scaled_matmul():
 def test_the_lists_order_and_names():
     assert [r.name for r in CPU_RULES] == [
         "stencil", "materialize", "inline",
-        "stencil tile", "tensorize", "dot-tile", "register-tile", "reduction", "elementwise"]
+        "update", "stencil tile", "tensorize", "dot-tile", "register-tile", "reduction", "elementwise"]
     assert [r.name for r in GPU_RULES] == [
-        "materialize", "inline", "row-group", "tensorize", "block-tile", "cross-thread", "bind"]
+        "materialize", "inline", "update", "row-group", "tensorize", "block-tile", "cross-thread", "bind"]
     for rules in (CPU_RULES, GPU_RULES):
         assert all(isinstance(r, Rule) for r in rules)
         phases = [r.phase for r in rules]

@@ -18,6 +18,7 @@ from ..errors import ScheduleError
 from ..schedule.schedule import Schedule
 from ..target import as_target
 from ..te.tensor import ComputeOp, Operation, Tensor
+from ..te.update import UpdateOp
 from .cpu import CPU_RULES, schedule_cpu
 from .gpu import GPU_RULES, schedule_gpu
 from .params import AutoParams
@@ -48,7 +49,7 @@ def auto_schedule(outputs, target=None, params=None, rules=None) -> AutoSchedule
         op = o.op if isinstance(o, Tensor) else o
         if not isinstance(op, Operation):
             raise ScheduleError(f"auto_schedule: outputs must be tensors, got {o!r}")
-        if not isinstance(op, ComputeOp):
+        if not isinstance(op, (ComputeOp, UpdateOp)):
             raise ScheduleError(f"auto_schedule: output '{op.name}' is a placeholder (an input); "
                                 "there is nothing to compute")
     p = AutoParams.of(params)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from ..schedule.updates import update_chains
 from ..te.extern import ExternOp
 from .analysis import StageInfo, stage_infos
 from .rule import INLINE_PHASE
@@ -27,6 +28,8 @@ class Context:
         # read whole by an extern stage: they must exist at root as buffers
         self.read_whole = {st for c in sched.stages if isinstance(c.op, ExternOp)
                            for st in sched.producers(c)}
+        # a stage with updates stays at root: the update rule schedules its definitions
+        self.read_whole |= set(update_chains(sched))
         self.taken = set()      # scheduled with another: the schedule phase skips them
 
     def visit(self, phase):

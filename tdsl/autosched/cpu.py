@@ -48,10 +48,11 @@ from .cpu_stencil import STENCIL, STENCIL_TILE, stencil_groups, stencil_plan
 from .cpu_tensorize import TENSORIZE
 from .inline import INLINE, MATERIALIZE
 from .rule import run_rules
+from .updates import UPDATES
 
 CPU_RULES = [
     STENCIL, MATERIALIZE, INLINE,
-    STENCIL_TILE, TENSORIZE, DOT_TILE, REGISTER_TILE, REDUCTION, ELEMENTWISE,
+    UPDATES, STENCIL_TILE, TENSORIZE, DOT_TILE, REGISTER_TILE, REDUCTION, ELEMENTWISE,
 ]
 
 

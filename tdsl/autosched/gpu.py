@@ -29,10 +29,11 @@ from .gpu_rows import ROW_GROUP, row_groups
 from .gpu_tensorize import TENSOR_CORE
 from .inline import INLINE, MATERIALIZE
 from .rule import run_rules
+from .updates import UPDATES
 
 GPU_RULES = [
     MATERIALIZE, INLINE,
-    ROW_GROUP, TENSOR_CORE, BLOCK_TILE, CROSS_THREAD, FLAT,
+    UPDATES, ROW_GROUP, TENSOR_CORE, BLOCK_TILE, CROSS_THREAD, FLAT,
 ]
 
 

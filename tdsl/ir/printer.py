@@ -136,7 +136,8 @@ class Printer:
                 self.stmt(s.else_case, ind + 1, out)
         elif t is S.BufferStore:
             idx = ", ".join(self.expr(i) for i in s.indices)
-            out.append(f"{pad}{self.name(s.buffer, s.buffer.name)}[{idx}] = {self.expr(s.value)}")
+            eq = f" = atomic_{s.atomic}" if s.atomic else " ="
+            out.append(f"{pad}{self.name(s.buffer, s.buffer.name)}[{idx}]{eq} {self.expr(s.value)}")
         elif t is S.Allocate:
             b = s.buffer
             shape = ", ".join(self.expr(x) for x in b.shape)

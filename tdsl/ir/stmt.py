@@ -72,9 +72,14 @@ class IfThenElse(Stmt):
 
 @ir_node
 class BufferStore(Stmt):
+    """`buffer[indices] = value`. With `atomic` ("add", "mul", "min" or "max": an update's
+    `atomic()`) the value is `buffer[indices] <op> e` and the read-modify-write is one
+    indivisible operation, so that threads or lanes may update one element at once; code
+    generators find `e` in the value (`atomic_operand`)."""
     buffer: Buffer
     value: Expr
     indices: Tuple[Expr, ...]
+    atomic: str = ""
 
 
 @ir_node

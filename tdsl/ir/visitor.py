@@ -94,8 +94,9 @@ class _BufferSwap(Mutator):
         return BufferLoad(self.bmap.get(e.buffer, e.buffer), tuple(self.visit(i) for i in e.indices))
 
     def visit_BufferStore(self, s):
-        return BufferStore(self.bmap.get(s.buffer, s.buffer), self.visit(s.value),
-                           tuple(self.visit(i) for i in s.indices))
+        return dataclasses.replace(s, buffer=self.bmap.get(s.buffer, s.buffer),
+                                   value=self.visit(s.value),
+                                   indices=tuple(self.visit(i) for i in s.indices))
 
     def visit_Prefetch(self, s):
         return Prefetch(self.bmap.get(s.buffer, s.buffer), tuple(self.visit(i) for i in s.indices),

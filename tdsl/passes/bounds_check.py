@@ -205,7 +205,7 @@ class _Checker(Mutator):
         value = self.visit(s.value)
         idx = self.visit(s.indices[0])
         pre, self.pending = self.pending, saved
-        store = S.BufferStore(s.buffer, value, (idx,))
+        store = dataclasses.replace(s, value=value, indices=(idx,))
         if self._needs_check(s.buffer, idx):
             store = S.IfThenElse(_in_bounds(idx, self.known[s.buffer]), store,
                                  self._report(s.buffer, "store", idx))
@@ -351,4 +351,5 @@ class _Rebind(Mutator):
 
     def visit_BufferStore(self, s):
         b = self.new if s.buffer is self.old else s.buffer
-        return S.BufferStore(b, self.visit(s.value), tuple(self.visit(i) for i in s.indices))
+        return dataclasses.replace(s, buffer=b, value=self.visit(s.value),
+                                   indices=tuple(self.visit(i) for i in s.indices))

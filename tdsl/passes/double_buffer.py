@@ -28,6 +28,8 @@ work, so F must not read what the loop writes; that is checked. Runs first, on t
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir import stmt as S
@@ -44,7 +46,8 @@ class _Rename(Mutator):
 
     def visit_BufferStore(self, s):
         idx = tuple(self.visit(i) for i in s.indices)
-        return S.BufferStore(self.bufs.get(s.buffer, s.buffer), self.visit(s.value), idx)
+        return dataclasses.replace(s, buffer=self.bufs.get(s.buffer, s.buffer),
+                                   value=self.visit(s.value), indices=idx)
 
 
 class _DoubleBuffer(Mutator):

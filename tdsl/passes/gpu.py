@@ -17,6 +17,8 @@ function into kernels launched in order by host code.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -30,6 +32,7 @@ from ..ir.visitor import Mutator, free_vars, has_barrier, walk
 from ..te.extern import ExternOp
 from ..te.scan import ScanOp, scan_roles
 from ..te.tensor import PlaceholderOp
+from ..te.update import UpdateOp
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_BYTES = 48 * 1024       # what a block may declare statically
@@ -52,12 +55,14 @@ def check_gpu_schedule(sched, target):
             continue
         for iv in st.leaf_iter_vars:
             tag = _bound(st, iv)
-            if tag.startswith("blockIdx") and iv.kind == "reduce":
+            if tag.startswith("blockIdx") and iv.kind == "reduce" \
+                    and not isinstance(st.op, UpdateOp):    # checked when bound
                 raise ScheduleError(
                     f"bind: stage '{st.name}': the reduction axis '{iv.var.name}' is bound to "
                     f"{tag}; blocks cannot combine partial results. Bind it to threadIdx.x, or "
                     "rfactor it and bind the new stage's spatial axis to blockIdx")
-        if st.attach_type != "root":
+        if st.attach_type != "root" or (isinstance(st.op, UpdateOp) and
+                                        sched.stage_map[st.op.base].attach_type != "root"):
             continue
         leaves = st.leaf_iter_vars
         if st.op in roles and leaves and leaves[0] is st.op.axis[0]:
@@ -135,7 +140,8 @@ class _Rescope(Mutator):
 
     def visit_BufferStore(self, s):
         idx = tuple(self.visit(i) for i in s.indices)
-        return S.BufferStore(self.map.get(s.buffer, s.buffer), self.visit(s.value), idx)
+        return dataclasses.replace(s, buffer=self.map.get(s.buffer, s.buffer),
+                                   value=self.visit(s.value), indices=idx)
 
 
 def gpu_storage_scope(func: S.PrimFunc) -> S.PrimFunc:

@@ -9,6 +9,8 @@ chunk stays one move) and is padded to whole 128-byte rows, which the mapping pe
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import arith
 from .. import dtype as dt
 from ..arith.layout import strides
@@ -53,7 +55,7 @@ class _Flatten(Mutator):
 
     def visit_BufferStore(self, s):
         new, idx = self._index(s.buffer, s.indices)
-        return S.BufferStore(new, self.visit(s.value), idx)
+        return dataclasses.replace(s, buffer=new, value=self.visit(s.value), indices=idx)
 
     def visit_Prefetch(self, s):
         new, idx = self._index(s.buffer, s.indices)

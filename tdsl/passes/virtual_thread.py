@@ -22,6 +22,8 @@ independent of the virtual thread. Runs after storage_flatten (buffers are 1-d).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import arith
 from ..errors import ScheduleError
 from ..ir import expr as E
@@ -94,9 +96,9 @@ class _Expand(Mutator):
         idx = tuple(self.visit(i) for i in s.indices)
         value = self.visit(s.value)
         if s.buffer not in self.copies:
-            return S.BufferStore(s.buffer, value, idx)
+            return dataclasses.replace(s, value=value, indices=idx)
         buf, idx = self._idx(s.buffer, idx)
-        return S.BufferStore(buf, value, idx)
+        return dataclasses.replace(s, buffer=buf, value=value, indices=idx)
 
 
 class _Injector:

@@ -27,7 +27,9 @@ from ..ir.expr import Range
 from ..ir.visitor import Mutator, substitute, walk
 from ..te.scan import scan_roles
 from ..te.tensor import IterVar, PlaceholderOp
+from ..te.update import UpdateOp
 from .relations import Fuse, Split
+from .updates import update_chains
 
 
 def _const(e):
@@ -129,7 +131,8 @@ def effective_bodies(sched, stage, cache) -> tuple:
     bodies = cache.get(stage)
     if bodies is None:
         expand = InlineExpander(sched)
-        bodies = cache[stage] = tuple(expand.visit(b) for b in stage.op.bodies)
+        src = stage.op.exprs if isinstance(stage.op, UpdateOp) else stage.op.bodies
+        bodies = cache[stage] = tuple(expand.visit(b) for b in src)
     return bodies
 
 
@@ -197,8 +200,17 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
     result: Dict[object, StageBound] = {}
     bodies = {}
     roles = scan_roles([st.op for st in sched.stages])
+    chains = update_chains(sched)
+    owner = {u: base for base, ups in chains.items() for u in ups}
     for stage in reversed(sched.stages):
         op = stage.op
+        if stage in result:
+            continue
+        base = owner.get(stage, stage)
+        if base in chains and base.attach_type != "inline":
+            # the last update is met first (consumers first): the whole chain at once
+            result.update(chain_bounds(sched, base, chains[base], result, bodies))
+            continue
         if isinstance(op, PlaceholderOp) or stage.attach_type == "inline":
             continue
         if stage.attach_type == "root":
@@ -206,56 +218,89 @@ def infer_bounds(sched) -> Dict[object, StageBound]:
             step = role[0].scan_axis.var if role is not None and role[2] == "update" else None
             result[stage] = root_bound(stage, step)
             continue
-        parent = stage.attach_stage
-        if parent.attach_type == "inline":
-            raise LoweringError(f"compute_at: stage '{stage.name}' is attached to stage "
-                                f"'{parent.name}', which is inlined")
-        readers = [s for s in sched.stages if s is not stage and not isinstance(s.op, PlaceholderOp)
-                   and s.attach_type != "inline" and reads_of(effective_bodies(sched, s, bodies), sched, stage)]
-        if not readers:
-            raise LoweringError(f"compute_at: stage '{parent.name}' does not read stage '{stage.name}'")
-        pb = result[parent]
-        leaves = parent.leaf_iter_vars
-        a = leaves.index(attach_leaf(stage))
-        # Everything inside the attach loop varies; the loops around it are fixed.
-        inner = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[a + 1:]}
-        if stage.scope == "shared":
-            inner.update(thread_loops_around(stage, result))
-        for r in readers:
-            if r is not parent and not _inside(r, parent, a, result, inner):
-                raise LoweringError(
-                    f"compute_at: stage '{stage.name}' is attached inside '{parent.name}' but is "
-                    f"also read by '{r.name}', which runs outside that loop; compute it at root "
-                    "or attach it to a loop that encloses all its readers")
-            if r is not parent:
-                _add_reader_loops(r, result, inner)
-        outer = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[:a + 1]}
-        outer.update(enclosing_ranges(sched, parent, result))
-        los, his = None, None
-        for r in readers:
-            rb = result[r]
-            vals = pass_up_index(r, rb.ranges, leaf_values(r, rb.ranges))
-            root_map = {iv.var: vals[iv] for iv in list(r.op.axis) + list(r.op.reduce_axis)}
-            for idx in reads_of(effective_bodies(sched, r, bodies), sched, stage):
-                bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
-                if any(lo is None or hi is None for lo, hi in bs):
-                    raise LoweringError(f"compute_at: cannot bound the region of '{stage.name}' "
-                                        f"read by '{r.name}' at {list(idx)}")
-                if los is None:
-                    los, his = [b[0] for b in bs], [b[1] for b in bs]
-                else:
-                    los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
-                    his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
-        exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
-        alloc = []
-        for ext in exts:
-            if not isinstance(ext, E.IntImm):
-                ext = arith.bound(ext, outer)[1]
-            alloc.append(ext)
-        root = {iv: Range(l, x) for iv, l, x in zip(op.axis, los, exts)}
-        root.update({iv: iv.dom for iv in op.reduce_axis})
-        result[stage] = StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
+        result[stage] = attached_bound(sched, stage, result, bodies)
     return result
+
+
+def attached_bound(sched, stage, result, bodies, target=None, full_dims=()) -> StageBound:
+    """The bound of `stage`, attached with compute_at: the region its readers need inside
+    the attach loop. `target` is the stage whose reads count (default `stage`: a chain of
+    updates is read through its last update); along `full_dims` the whole extent."""
+    target = stage if target is None else target
+    op = stage.op
+    parent = stage.attach_stage
+    if parent.attach_type == "inline":
+        raise LoweringError(f"compute_at: stage '{stage.name}' is attached to stage "
+                            f"'{parent.name}', which is inlined")
+    readers = [s for s in sched.stages if s is not stage and not isinstance(s.op, PlaceholderOp)
+               and s.attach_type != "inline" and reads_of(effective_bodies(sched, s, bodies), sched, target)]
+    if not readers:
+        raise LoweringError(f"compute_at: stage '{parent.name}' does not read stage '{stage.name}'")
+    pb = result[parent]
+    leaves = parent.leaf_iter_vars
+    a = leaves.index(attach_leaf(stage))
+    # Everything inside the attach loop varies; the loops around it are fixed.
+    inner = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[a + 1:]}
+    if stage.scope == "shared":
+        inner.update(thread_loops_around(stage, result))
+    for r in readers:
+        if r is not parent and not _inside(r, parent, a, result, inner):
+            raise LoweringError(
+                f"compute_at: stage '{stage.name}' is attached inside '{parent.name}' but is "
+                f"also read by '{r.name}', which runs outside that loop; compute it at root "
+                "or attach it to a loop that encloses all its readers")
+        if r is not parent:
+            _add_reader_loops(r, result, inner)
+    outer = {iv.var: loop_range(pb.ranges, iv) for iv in leaves[:a + 1]}
+    outer.update(enclosing_ranges(sched, parent, result))
+    los, his = None, None
+    for r in readers:
+        rb = result[r]
+        vals = pass_up_index(r, rb.ranges, leaf_values(r, rb.ranges))
+        root_map = {iv.var: vals[iv] for iv in list(r.op.axis) + list(r.op.reduce_axis)}
+        for idx in reads_of(effective_bodies(sched, r, bodies), sched, target):
+            bs = [arith.bound(substitute(i, root_map), inner) for i in idx]
+            if any(lo is None or hi is None for lo, hi in bs):
+                raise LoweringError(f"compute_at: cannot bound the region of '{stage.name}' "
+                                    f"read by '{r.name}' at {list(idx)}")
+            if los is None:
+                los, his = [b[0] for b in bs], [b[1] for b in bs]
+            else:
+                los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
+                his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
+    exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
+    alloc = []
+    for ext in exts:
+        if not isinstance(ext, E.IntImm):
+            ext = arith.bound(ext, outer)[1]
+        alloc.append(ext)
+    for d in full_dims:
+        los[d], exts[d], alloc[d] = E.const(0), E.convert(op.shape[d]), E.convert(op.shape[d])
+    root = {iv: Range(l, x) for iv, l, x in zip(op.axis, los, exts)}
+    root.update({iv: iv.dom for iv in op.reduce_axis})
+    return StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
+
+
+def chain_bounds(sched, base, ups, result, bodies) -> Dict[object, StageBound]:
+    """The bounds of pure stage `base` and its update stages `ups`: one region, the
+    buffer's. At root, the whole tensor; attached, the region its readers need along the
+    dimensions every update writes at a pure variable (Halide's rule: an update at pure
+    `x` touches only `x`), the whole extent along the others."""
+    if base.attach_type == "root":
+        out = {base: root_bound(base)}
+    else:
+        pure = set(range(len(base.op.shape)))
+        for u in ups:
+            pure &= set(u.op.pure_dims)
+        full = [d for d in range(len(base.op.shape)) if d not in pure]
+        out = {base: attached_bound(sched, base, result, bodies, target=ups[-1], full_dims=full)}
+    b = out[base]
+    region = [b.ranges[iv] for iv in base.op.axis]
+    for u in ups:
+        rng = {iv: region[d] for iv, d in zip(u.op.axis, u.op.pure_dims)}
+        rng.update({iv: iv.dom for iv in u.op.reduce_axis})
+        out[u] = StageBound(pass_down(u, rng), b.region_min, b.alloc_shape)
+    return out
 
 
 def is_thread_bound(stage, iv, prefix="threadIdx") -> bool:

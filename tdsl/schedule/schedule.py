@@ -10,7 +10,9 @@ from ..ir.expr import Range, Var
 from ..ir.visitor import Mutator, substitute
 from ..te import intrin_cuda
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ..te.update import UpdateOp
 from .stage import Stage
+from .updates import update_chains
 
 
 def _as_op(x, what):
@@ -52,12 +54,16 @@ class Schedule:
             visit(op)
         for op in self.outputs:
             self.stage_map[op].is_output = True
+            if isinstance(op, UpdateOp):      # the chain's buffer is the output
+                self.stage_map[op.base].is_output = True
 
     # ------------------------------------------------------------------ access
     def __getitem__(self, t) -> Stage:
         if isinstance(t, Stage):
             return t
         op = _as_op(t, "schedule[...]")
+        if isinstance(op, UpdateOp) and not isinstance(t, Stage):
+            op = op.base      # as in Halide, a tensor with updates names its pure stage
         st = self.stage_map.get(op)
         if st is None:
             raise ScheduleError(f"tensor '{op.name}' is not part of this schedule (create_schedule "
@@ -71,6 +77,10 @@ class Schedule:
             if p not in out:
                 out.append(p)
         return out
+
+    def updates_of(self, stage) -> List[Stage]:
+        """The stages of the update definitions of pure stage `stage`, in order."""
+        return update_chains(self).get(stage, [])
 
     def consumers(self, stage) -> List[Stage]:
         return [s for s in self.stages if stage in self.producers(s)]
@@ -243,6 +253,15 @@ class Schedule:
     def rfactor(self, tensor, axis, factor_axis=0):
         """Factors the reduction of `tensor` over leaf `axis` into a new stage that keeps
         `axis` as a spatial (parallelisable) dimension; the original stage then reduces it."""
+        if isinstance(tensor, Tensor) and self.updates_of(self[tensor]):
+            # Halide's rfactor of an update: the update whose loop `axis` is
+            from .update_rfactor import rfactor_update
+            owner = next((u for u in self.updates_of(self[tensor])
+                          if axis in u.leaf_iter_vars), None)
+            if owner is None:
+                raise ScheduleError(f"rfactor: '{getattr(axis, 'name', axis)}' is not a loop "
+                                    f"of an update of '{tensor.name}'")
+            return rfactor_update(self, owner, axis, factor_axis)
         from .rfactor import rfactor
         return rfactor(self, tensor, axis, factor_axis)
 

@@ -35,6 +35,8 @@ from .scan_gpu import scan_kernel
 from .prefetch import check_prefetch_axes, prefetch_stmts
 from .nest import bound_tag, combine_into, guarded, wrap_threads
 from .store_with import check_store_with
+from .update_nest import make_update
+from .updates import chain_arg, check_chain_readers, update_chains
 from .bound import (StageBound, root_bound, attach_leaf, enclosing_ranges, leaf_values, effective_bodies,
                     infer_bounds, pass_up_conditions, pass_up_index)
 
@@ -82,6 +84,9 @@ class ScheduleLowering:
         self._provided = {}       # leaf -> variable of an enclosing loop that stands for it
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
+        self.chains = update_chains(sched)     # pure stage -> its update stages
+        self.chain_of = {u: base for base, ups in self.chains.items() for u in ups}
+        check_chain_readers(self.sched, self.chains, self.chain_of)
         self._bind_args(args)
         check_store_with(sched, self.bounds, self.arg_stages)
         self.size_ranges = {}
@@ -105,6 +110,7 @@ class ScheduleLowering:
                     # TVM leaves such an argument unwritten; the caller would read stale data,
                     # so it is computed at root as well as inlined into its readers
                     self.bounds[st] = root_bound(st)
+                st = chain_arg(self.chains, self.chain_of, k, a, st)
                 role = self.roles.get(a.op)
                 if role is not None:
                     raise LoweringError(f"argument {k} '{a.name}' is the {role[2]} of scan "
@@ -124,15 +130,22 @@ class ScheduleLowering:
             else:
                 raise LoweringError(f"argument {k}: expected a tensor or a tdsl.var, got {a!r}")
         for st in self.sched.stages:
-            if st.is_output and st not in self.arg_stages:
+            if st.is_output and st not in self.arg_stages and st not in self.chain_of:
                 raise LoweringError(f"output '{st.name}' is not in the argument list")
             if isinstance(st.op, PlaceholderOp) and st not in self.arg_stages \
                     and st.op not in self.roles:
                 if any(st in self.sched.producers(c) for c in self.sched.stages):
                     raise LoweringError(f"placeholder '{st.name}' is read but not in the argument list")
 
+    def lowerer(self, vmap):
+        """The mutator that turns tensor reads into buffer reads, with loop variables
+        replaced by `vmap` (the nests of `update_nest.py` build with it)."""
+        return _LowerExpr(self, vmap)
+
     def buffer(self, st, k=0) -> S.Buffer:
         """The buffer of output `k` of stage `st`."""
+        if st in self.chain_of:      # an update writes its pure stage's buffer
+            return self.buffer(self.chain_of[st])
         role = self.roles.get(st.op)
         if role is not None:     # a scan's init, update and state are rows of its output
             return self.buffer(self.sched.stage_map[role[0]], role[1])
@@ -164,6 +177,8 @@ class ScheduleLowering:
         return body
 
     def offset(self, st):
+        if st in self.chain_of:
+            return self.offset(self.chain_of[st])
         if st in self.arg_stages or st.attach_type == "root" or isinstance(st.op, PlaceholderOp) \
                 or st.stored_with is not None:
             return tuple(E.const(0) for _ in st.op.shape)
@@ -188,6 +203,12 @@ class ScheduleLowering:
             if isinstance(st.op, ExternOp) and st.attach_type != "root":
                 raise ScheduleError(f"extern stage '{st.name}' is a call on whole arrays: it "
                                     "runs at root and cannot be inlined or attached")
+            if st in self.chain_of:
+                # at root each update runs at its place in the dataflow (after an rfactor's
+                # partial results); attached, with its pure stage
+                if self.chain_of[st].attach_type == "root":
+                    stmts.append(make_update(self, st))
+                continue
             if st.op in self.roles:
                 continue        # emitted with its scan
             if st.attach_type != "root" and not (st.attach_type == "inline" and st in self.arg_stages):
@@ -323,6 +344,14 @@ class ScheduleLowering:
         return effective_bodies(self.sched, st, self._bodies)
 
     def make_nest(self, st) -> S.Stmt:
+        """The loop nest of `st`; for a stage with updates, then one per update."""
+        nest = self.make_pure_nest(st)
+        ups = self.chains.get(st)
+        if not ups or st.attach_type == "root":
+            return nest
+        return S.seq(nest, *[make_update(self, u) for u in ups])
+
+    def make_pure_nest(self, st) -> S.Stmt:
         op = st.op
         if not isinstance(op, ComputeOp):
             raise LoweringError(f"stage '{st.name}' cannot be computed")
@@ -528,12 +557,6 @@ def _reads_any(bodies, ops) -> bool:
     for b in bodies:
         walk(b, f)
     return bool(found)
-
-
-
-
-
-
 
 
 def schedule_to_func(sched, args, name, warp_size=0) -> S.PrimFunc:

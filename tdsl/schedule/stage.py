@@ -13,6 +13,8 @@ from ..ir.expr import Var, is_const_int
 from ..ir.stmt import ForKind
 from ..te.tensor import IterVar, Operation, PlaceholderOp, Tensor
 from ..te.tensor_intrin import TensorIntrin
+from ..te.update import UpdateOp
+from . import updates
 from .relations import Fuse, Split
 
 
@@ -48,6 +50,7 @@ class Stage:
         self.is_output = False
         self.store_predicate = None        # set_store_predicate: guards the final stores
         self.double_buffered = 0           # buffers in turn: double_buffer(), multi_buffer(n)
+        self.atomics = False               # atomic(): an update's writes are atomic
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -154,8 +157,12 @@ class Stage:
         if len(set(map(id, axes))) != len(axes):
             raise self._error("reorder", "an axis appears twice")
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in axes)
+        leaves = list(self.leaf_iter_vars)
         for p, iv in zip(pos, axes):
-            self.leaf_iter_vars[p] = iv
+            leaves[p] = iv
+        if isinstance(self.op, UpdateOp):
+            updates.check_order(self, "reorder", leaves)
+        self.leaf_iter_vars[:] = leaves
         self._log(f"reorder({', '.join(iv.var.name for iv in axes)})")
 
     def tile(self, x_parent, y_parent, x_factor, y_factor):
@@ -168,7 +175,10 @@ class Stage:
     # ------------------------------------------------------------------ annotations
     def _annotate(self, prim, iv, kind):
         self.check_leaf(prim, iv)
-        if kind in (ForKind.VECTORIZED, ForKind.PARALLEL) and iv.kind == "reduce":
+        if kind in (ForKind.VECTORIZED, ForKind.PARALLEL) and iv.kind == "reduce" \
+                and isinstance(self.op, UpdateOp):
+            updates.check_concurrent(self, prim, iv)
+        elif kind in (ForKind.VECTORIZED, ForKind.PARALLEL) and iv.kind == "reduce":
             what = "vectorize" if kind is ForKind.VECTORIZED else "parallelize"
             raise self._error(prim, f"cannot {what} the reduction axis '{iv.var.name}': its iterations "
                               "update the same output element; use a spatial axis, or rfactor the "
@@ -206,6 +216,8 @@ class Stage:
             raise self._error("bind", f"the reduction axis '{iv.var.name}' cannot be bound to a "
                               "vthread: virtual threads cannot combine partial results (bind it "
                               "to threadIdx.x, or rfactor it first)")
+        if iv.kind == "reduce" and isinstance(self.op, UpdateOp):
+            updates.check_concurrent(self, "bind", iv)
         for other, a in self.iter_var_attrs.items():
             # several vthread axes may nest (one thread_axis each); a grid tag binds one loop
             same = a.thread is thread_iv if vthread else (
@@ -374,9 +386,15 @@ class Stage:
         self.double_buffered = n
 
     # ------------------------------------------------------------------ placement
+    def _check_placement(self, prim):
+        self._check_compute(prim)
+        if isinstance(self.op, UpdateOp):
+            raise self._error(prim, f"an update is computed where its stage is: place the "
+                              f"whole stage with s[{self.op.base.name}].{prim}(...)")
+
     def compute_at(self, parent, iv):
         """Computes this stage inside loop `iv` of stage `parent`, only the region it needs."""
-        self._check_compute("compute_at")
+        self._check_placement("compute_at")
         if isinstance(parent, Tensor):
             parent = self.schedule[parent]
         if not isinstance(parent, Stage):
@@ -400,7 +418,10 @@ class Stage:
 
     def compute_inline(self):
         """Substitutes this stage's expression into its consumers."""
-        self._check_compute("compute_inline")
+        self._check_placement("compute_inline")
+        if self.schedule.updates_of(self):
+            raise self._error("compute_inline", "it has update definitions, which write its "
+                              "buffer: it cannot be inlined; compute_at it instead")
         if self.op.reduce_axis:
             raise self._error("compute_inline", "a reduction cannot be inlined; compute_at it instead")
         if self.is_output:
@@ -410,6 +431,31 @@ class Stage:
 
     def compute_root(self):
         """Computes this stage at the top level, over its whole domain."""
-        self._check_compute("compute_root")
+        self._check_placement("compute_root")
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
         self._log("compute_root()")
+
+    # ------------------------------------------------------------------ update definitions
+    def update(self, k=0) -> "Stage":
+        """The stage of update definition `k` of this stage (`tdsl.update`), scheduled on its
+        own loops: its pure variables freely, its reduction variables where that keeps
+        their order (see `atomic`)."""
+        ups = self.schedule.updates_of(self)
+        if not ups:
+            raise self._error("update", "has no update definitions (tdsl.update)")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(ups):
+            raise self._error("update", f"has {len(ups)} update definition(s); update({k!r}) "
+                              "does not exist")
+        return ups[k]
+
+    def atomic(self):
+        """Makes this update's read-modify-write of each element atomic (Halide's
+        `atomic()`), so loops of its reduction variables may run in parallel, as vector
+        lanes or on GPU threads and be reordered: for an associative update (`old + e`,
+        `old * e`, `min`, `max`) only. Atomic add, min and max are the hardware's (LLVM's
+        atomicrmw, CUDA's atomicAdd, OpenCL's atomic_add on integers); the others a
+        compare-and-swap loop."""
+        updates.check_atomic(self)
+        self.atomics = True
+        self._log("atomic()")
+        return self

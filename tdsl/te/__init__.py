@@ -11,6 +11,7 @@ from .compute import (exp10, log10, log1p, expm1, tan, asin, acos, atan, sinh, c
                       shift_left, shift_right, min_value, max_value)
 from .tensor import TensorSlice
 from .scan import ScanOp, scan
+from .update import UpdateOp, update
 from .extern import ExternOp, PackedCall, extern, call_packed
 from .autodiff import gradient
 
@@ -23,6 +24,6 @@ __all__ = [
     "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
     "nearbyint", "atan2", "hypot", "copysign", "fmod", "ldexp", "isnan", "isinf", "isfinite",
     "popcount", "clz", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-    "shift_right", "min_value", "max_value", "TensorSlice", "ScanOp", "scan", "ExternOp",
+    "shift_right", "min_value", "max_value", "TensorSlice", "ScanOp", "scan", "UpdateOp", "update", "ExternOp",
     "PackedCall", "extern", "call_packed", "gradient",
 ]

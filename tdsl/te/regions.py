@@ -30,6 +30,7 @@ from ..errors import LoweringError
 from ..ir import expr as E
 from ..ir.expr import Range
 from .tensor import ComputeOp, PlaceholderOp
+from .update import UpdateOp
 
 _BIG = 2 ** 31 - 1
 
@@ -59,15 +60,15 @@ def check_reads(ops) -> List[RegionCheck]:
                 _size_vars(d, size_ranges)
     checks: List[RegionCheck] = []
     for op in ops:
-        if isinstance(op, ComputeOp):
+        if isinstance(op, (ComputeOp, UpdateOp)):
             _Reads(op, size_ranges, checks).run()
     return checks
 
 
 def _tensors_of(op):
-    if isinstance(op, (ComputeOp, PlaceholderOp)):
+    if isinstance(op, (ComputeOp, PlaceholderOp, UpdateOp)):
         yield from op.outputs
-    if isinstance(op, ComputeOp):
+    if isinstance(op, (ComputeOp, UpdateOp)):
         yield from op.input_tensors()
 
 
@@ -92,6 +93,15 @@ class _Reads:
     def run(self):
         for body in self.op.bodies:
             self.visit(body, ())
+        if isinstance(self.op, UpdateOp):
+            # an update reads where its condition holds, and writes its own tensor there
+            op = self.op
+            conds = () if E.is_const_int(op.where, 1) else (op.where,)
+            self.visit(op.where, ())
+            self.visit(op.value, conds)
+            for axis, idx in enumerate(op.index):
+                self.visit(idx, conds)
+                self.check(op.outputs[0], axis, idx, E.convert(op.shape[axis]), conds)
 
     def visit(self, e, conds):
         if isinstance(e, E.Select):
@@ -240,6 +250,8 @@ def _conjuncts(c, negated):
     """The comparisons a condition implies (a negated Or is an And of negations)."""
     if isinstance(c, E.Not):
         return _conjuncts(c.a, not negated)
+    if isinstance(c, E.Call) and c.name == "likely":
+        return _conjuncts(c.args[0], negated)
     if isinstance(c, E.And) and not negated or isinstance(c, E.Or) and negated:
         return _conjuncts(c.a, negated) + _conjuncts(c.b, negated)
     if isinstance(c, E.CmpOp):

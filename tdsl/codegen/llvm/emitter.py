@@ -20,7 +20,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import externs, fold, memory, parallel, transpose
+from . import atomics, externs, fold, memory, parallel, transpose
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
 from .types import I1, I32, int_const_value, lanes_of, sanitize, scalar_type
@@ -82,7 +82,10 @@ class FunctionEmitter(ExprEmitter):
         externs.emit_call(self, s)
 
     def s_BufferStore(self, s):
-        memory.store(self, s)
+        if s.atomic:
+            atomics.store(self, s)
+        else:
+            memory.store(self, s)
 
     def s_Allocate(self, s):
         memory.allocate(self, s)

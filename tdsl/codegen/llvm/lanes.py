@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from ... import arith
 from ... import dtype as dt
 from ...ir import expr as E
 from ...ir import stmt as S
@@ -121,6 +122,28 @@ class VecCtx:
         self.mask = None              # None (all lanes) or <count x i1>
 
 
+def _lanes_apart(lanes, stores, acc) -> bool:
+    """Whether one contiguous store and reads of the same buffer at constant distances
+    from it keep the serial loop's values as vectors: a read ahead of the store (the
+    serial loop reads those elements before any later iteration writes them) or at least
+    a vector behind it (a recursive filter's previous row) sees no lane's new value."""
+    if len({a[2] for a in stores}) != 1 or lanes.coeff(stores[0][6]) != 1:
+        return False
+    w = stores[0][6]
+    for a in acc:
+        if a[1] or a[2] == stores[0][2]:
+            continue
+        if lanes.coeff(a[6]) != 1:
+            return False
+        try:
+            d = arith.simplify(a[6] - w)
+        except Exception:       # not an index expression: no distance
+            return False
+        if not isinstance(d, E.IntImm) or -lanes.lanes < d.value <= 0:
+            return False
+    return True
+
+
 def vector_legality(loop: S.For) -> Optional[str]:
     """None when `loop` (VECTORIZED, constant extent) can be emitted as vector IR exactly;
     otherwise the reason it runs as a scalar loop."""
@@ -166,6 +189,10 @@ def vector_legality(loop: S.For) -> Optional[str]:
             if len(s.indices) != 1:
                 problems.append(f"the store to {s.buffer.name} is not flattened")
                 return
+            if s.atomic:
+                problems.append(f"the store to {s.buffer.name} is atomic (lanes may update "
+                                "one element)")
+                return
             loads(s.value, masked)
             loads(s.indices[0], masked)
             idx = lanes.inline(s.indices[0])
@@ -193,7 +220,7 @@ def vector_legality(loop: S.For) -> Optional[str]:
         if not stores:
             continue
         keys = {a[2] for a in acc}
-        if len(keys) > 1:
+        if len(keys) > 1 and not _lanes_apart(lanes, stores, acc):
             return (f"{buf.name} is written and accessed at different indices in the body "
                     "(possible dependence between lanes)")
         _, _, _, varying, _, _, idx = stores[0]

@@ -9,6 +9,7 @@ from ... import dtype as dt
 from ...errors import BuildError
 from ...ir import expr as E
 from ...ir import stmt as S
+from ...ir.atomic import atomic_operand
 from ...ir.expr import Range
 from ...ir.visitor import walk
 from ...passes.gpu import MAX_SHARED_BYTES, check_shared, shared_align
@@ -130,8 +131,43 @@ class CFamilyPrinter(CExprPrinter):
         self.emit("}")
 
     def s_BufferStore(self, s):
+        if s.atomic:
+            self.atomic_store(s)
+            return
         self.emit(f"{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}] = "
                   f"{self.expr(s.value)};")
+
+    def atomic_store(self, s):
+        """An atomic read-modify-write (`BufferStore.atomic`). Plain C runs its parallel
+        and GPU loops on one thread, so the store as written is one; the GPU dialects
+        print atomic instructions (`atomic_rmw`)."""
+        atomic_operand(s)       # checks the form the GPU dialects rely on
+        self.emit(f"{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}] = "
+                  f"{self.expr(s.value)};")
+
+    def atomic_cas(self, s, cas, to_bits, from_bits, bits_type):
+        """A compare-and-swap loop for atomic store `s`: `cas(ptr, expected, new)` returns
+        the old bits; `to_bits`/`from_bits` reinterpret a value as `bits_type` and back."""
+        t = self.type_name(s.buffer.dtype)
+        e = atomic_operand(s)
+        ptr = f"&{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}]"
+        q = "__local " if s.buffer.scope == "shared" and self.target == "opencl" else \
+            "__global " if self.target == "opencl" else ""
+        self.emit("{")
+        self.ind += 1
+        self.emit(f"const {t} tdsl_d = {self.expr(e)};")
+        self.emit(f"volatile {q}{bits_type}* tdsl_p = (volatile {q}{bits_type}*)({ptr});")
+        self.emit(f"{bits_type} tdsl_seen = *tdsl_p, tdsl_want;")
+        old = f"{from_bits}(tdsl_want)"
+        new = {"add": f"({old} + tdsl_d)", "mul": f"({old} * tdsl_d)"}.get(s.atomic) or \
+            self.minmax_text(s.atomic == "max", old, "tdsl_d", s.buffer.dtype)
+        self.emit("do {")
+        self.emit("  tdsl_want = tdsl_seen;")
+        p = "tdsl_p" if self.target == "opencl" else f"({bits_type}*)tdsl_p"  # CUDA's: not volatile
+        self.emit(f"  tdsl_seen = {cas}({p}, tdsl_want, {to_bits}({new}));")
+        self.emit("} while (tdsl_seen != tdsl_want);")
+        self.ind -= 1
+        self.emit("}")
 
     def s_Allocate(self, s):
         buf = self.buf_alias.get(s.buffer, s.buffer)
@@ -262,7 +298,7 @@ class CFamilyPrinter(CExprPrinter):
                 not _mentions(body.cond, s.var):
             uniform, body = body.cond, body.then_case
         if not (isinstance(body, S.BufferStore) and isinstance(ext, E.IntImm)
-                and ext.value % W == 0 and body.buffer.dtype == "float32"
+                and not body.atomic and ext.value % W == 0 and body.buffer.dtype == "float32"
                 and E.is_const_int(s.min, 0) and len(body.indices) == 1):
             return False
         ranges = dict(self.ranges)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ... import dtype as dt
 from ...passes.gpu import shared_align
+from ...errors import BuildError
+from ...ir.atomic import ATOMIC_DTYPES, atomic_operand
 from .base import CFamilyPrinter
 
 _CP_ASYNC = """static __device__ __forceinline__ void tdsl_cp_async16(void *dst, const void *src) {
@@ -54,6 +56,34 @@ class CUDAPrinter(CFamilyPrinter):
 
     def helper_qual(self):
         return "static __device__ __forceinline__"
+
+    def atomic_store(self, s):
+        """atomicAdd, atomicMin and atomicMax where CUDA has them for the type; a loop of
+        atomicCAS on the value's bits otherwise (a float min or max, a product)."""
+        d = s.buffer.dtype
+        if d not in ATOMIC_DTYPES:
+            raise BuildError(f"atomic update of '{s.buffer.name}': {d} has no CUDA atomics; "
+                             f"use one of {', '.join(ATOMIC_DTYPES)}")
+        ptr = f"&{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}]"
+        e = self.expr(atomic_operand(s))
+        fn = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax"}.get(s.atomic)
+        if fn == "atomicAdd" or (fn is not None and not dt.is_float(d)):
+            if d == "int64":     # CUDA's 64-bit atomics take unsigned (add) or long long
+                if fn == "atomicAdd":
+                    self.emit(f"atomicAdd((unsigned long long*)({ptr}), "
+                              f"(unsigned long long)({e}));")
+                    return
+            self.emit(f"{fn}({ptr}, ({self.type_name(d)})({e}));")
+            return
+        if d == "float32":
+            self.atomic_cas(s, "atomicCAS", "__float_as_uint", "__uint_as_float",
+                            "unsigned int")
+        elif d == "float64":
+            self.atomic_cas(s, "atomicCAS", "(unsigned long long)__double_as_longlong",
+                            "__longlong_as_double", "unsigned long long")
+        else:
+            bits = "unsigned long long" if dt.bits(d) == 64 else "unsigned int"
+            self.atomic_cas(s, "atomicCAS", f"({bits})", f"({self.type_name(d)})", bits)
 
     def thread_index(self, tag):
         return f"(int){tag}"

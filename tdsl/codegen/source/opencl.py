@@ -4,6 +4,8 @@ memory, `barrier(CLK_LOCAL_MEM_FENCE)` and `vload4`/`vstore4`.
 from __future__ import annotations
 
 from ... import dtype as dt
+from ...errors import BuildError
+from ...ir.atomic import atomic_operand
 from .base import CFamilyPrinter
 
 class OpenCLPrinter(CFamilyPrinter):
@@ -26,6 +28,26 @@ class OpenCLPrinter(CFamilyPrinter):
 
     def helper_qual(self):
         return "static inline"
+
+    def atomic_store(self, s):
+        """OpenCL 1.1's atomic_add, atomic_min and atomic_max on 32-bit integers; a loop of
+        atomic_cmpxchg on the bits of a float (and for a product). 64-bit atomics need
+        extensions a device may lack, so they are refused."""
+        d = s.buffer.dtype
+        if d not in ("int32", "uint32", "float32"):
+            raise BuildError(f"atomic update of '{s.buffer.name}': OpenCL has atomics on "
+                             f"int32, uint32 and float32 only, not {d}")
+        fn = {"add": "atomic_add", "min": "atomic_min", "max": "atomic_max"}.get(s.atomic)
+        if fn is not None and d != "float32":
+            q = "__local" if s.buffer.scope == "shared" else "__global"
+            ptr = f"&{self.bufname(s.buffer)}[{self.index(s.indices, s.buffer)}]"
+            self.emit(f"{fn}((volatile {q} {self.type_name(d)}*)({ptr}), "
+                      f"({self.type_name(d)})({self.expr(atomic_operand(s))}));")
+            return
+        if d == "float32":
+            self.atomic_cas(s, "atomic_cmpxchg", "as_uint", "as_float", "uint")
+        else:
+            self.atomic_cas(s, "atomic_cmpxchg", "(uint)", f"({self.type_name(d)})", "uint")
 
     _INDEX = {"blockIdx": "get_group_id", "threadIdx": "get_local_id"}
 

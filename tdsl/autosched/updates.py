@@ -1,0 +1,160 @@
+"""The auto-scheduler's rule for stages with update definitions (`tdsl.update`), first in
+`CPU_RULES` and `GPU_RULES`: it takes the pure stage of a chain and schedules it and every
+update, as Halide's autoschedulers treat a Func's definitions.
+
+- The pure definition: the outer axis in parallel and the contiguous one vectorized (on
+  the GPU, one element per thread).
+- An update with pure variables: they carry the parallelism (always legal). When the
+  innermost pure variable is the contiguous dimension (a recursive filter down the
+  columns), its outer part is the parallel loop, outside the reduction, and its inner part
+  is vectorized inside it; otherwise the outer pure variable runs in parallel around the
+  serial reduction (along the rows). On the GPU the pure variables are the grid.
+- An update without pure variables (a histogram, a scatter): race-free along its reduction
+  variable, the reduction runs in parallel as it is; an associative one with a long
+  reduction is split into one partial result per core by `rfactor` on the CPU (private
+  partial histograms, then a merge), and made `atomic()` on the GPU (one thread per
+  element of the reduction). Anything else stays serial: its order is its meaning.
+
+Chains are kept at root (the inline phase skips them): a chain attached inside a consumer
+would recompute its non-pure dimensions whole at every iteration.
+"""
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..schedule.updates import update_chains
+from ..te.compute import thread_axis
+from .cpu_base import PAR_MIN_WORK
+from .rule import Rule
+
+GPU_THREADS = 256
+RFACTOR_MIN = 4096      # reduction iterations below which a serial update is cheaper
+
+
+def _extent(e):
+    return e.value if isinstance(e, E.IntImm) else None
+
+
+class Updates(Rule):
+    name = "update"
+
+    def applies(self, ctx, st):
+        return bool(update_chains(ctx.sched).get(st))
+
+    def apply(self, ctx, st):
+        gpu = ctx.family == "gpu"
+        (self._pure_gpu if gpu else self._pure_cpu)(ctx, st)
+        for u in update_chains(ctx.sched)[st]:
+            if u.op.axis:
+                (self._pure_vars_gpu if gpu else self._pure_vars_cpu)(ctx, u)
+            else:
+                (self._reduction_gpu if gpu else self._reduction_cpu)(ctx, st, u)
+
+    # ------------------------------------------------------------------ CPU
+    def _vector(self, ctx, stage, iv, ext):
+        lanes = ctx.target.vector_lanes(stage.op.dtype)
+        if ext is not None and ext >= lanes:
+            o, i = stage.split(iv, factor=lanes)
+            stage.vectorize(i)
+            return o
+        return iv
+
+    def _pure_cpu(self, ctx, st):
+        axes = list(st.op.axis)
+        inner = self._vector(ctx, st, axes[-1], _extent(axes[-1].dom.extent))
+        outer = axes[0] if len(axes) > 1 else inner
+        size = 1
+        for iv in axes:
+            size = size * (_extent(iv.dom.extent) or PAR_MIN_WORK)
+        if size >= PAR_MIN_WORK and ctx.params.parallel:
+            st.parallel(outer)
+            self.note(ctx, st, f"parallel({outer.var.name}), vectorize", "the pure "
+                      "definition: every element independent")
+        else:
+            self.note(ctx, st, "vectorize", "the pure definition: too small for threads")
+
+    def _pure_vars_cpu(self, ctx, u):
+        op = u.op
+        last = len(op.shape) - 1
+        pure = list(op.axis)
+        red = [iv for iv in u.leaf_iter_vars if iv.kind == "reduce"]
+        if op.pure_dims[-1] == last and red:
+            x = pure[-1]
+            lanes = ctx.target.vector_lanes(op.dtype)
+            ext = _extent(x.dom.extent)
+            if ext is not None and ext >= 2 * lanes:
+                xo, xi = u.split(x, factor=lanes)
+                u.reorder(*pure[:-1], xo, *red, xi)
+                u.vectorize(xi)
+                u.parallel(pure[0] if len(pure) > 1 else xo)
+                self.note(ctx, u, f"reorder(.., {red[0].var.name}, {x.var.name}), vectorize, "
+                          "parallel", "pure variable along the contiguous dimension: vectors "
+                          "of it advance the reduction together")
+                return
+        u.parallel(pure[0])
+        self.note(ctx, u, f"parallel({pure[0].var.name})", "pure variables are independent; "
+                  "the reduction runs in order inside each")
+
+    def _reduction_cpu(self, ctx, base, u):
+        op = u.op
+        r = op.reduce_axis[-1]
+        n = _extent(r.dom.extent)
+        if all(op.race_free(x) for x in op.reduce_axis):
+            u.parallel(r)
+            self.note(ctx, u, f"parallel({r.var.name})", "race-free: each iteration writes "
+                      "its own element")
+            return
+        cores = ctx.target.num_cores
+        if op.combine_op is None or n is None or n < RFACTOR_MIN or cores < 2 \
+                or not ctx.params.parallel:
+            self.note(ctx, u, "serial", "the update depends on its order" if op.combine_op is
+                      None else "too short to split")
+            return
+        ro, _ = u.split(r, nparts=cores)
+        rf = ctx.sched.rfactor(base.op.output(0), ro)
+        rs = ctx.sched[rf]
+        rs.parallel(rs.op.axis[0])
+        rs.update(0).parallel(rs.update(0).op.axis[-1])
+        self.note(ctx, u, f"rfactor({ro.var.name}) into {cores} partial results",
+                  f"associative '{op.combine_op}' update: one private copy per core, merged")
+
+    # ------------------------------------------------------------------ GPU
+    def _bind(self, stage, iv, ext):
+        bx, tx = stage.split(iv, factor=min(GPU_THREADS, ext) if ext else GPU_THREADS)
+        stage.bind(bx, thread_axis("blockIdx.x"))
+        stage.bind(tx, thread_axis("threadIdx.x"))
+
+    def _pure_gpu(self, ctx, st):
+        axes = list(st.op.axis)
+        f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+        self._bind(st, f, None)
+        self.note(ctx, st, "bind", "the pure definition: one element per thread")
+
+    def _pure_vars_gpu(self, ctx, u):
+        pure = list(u.op.axis)
+        red = [iv for iv in u.leaf_iter_vars if iv.kind == "reduce"]
+        f = pure[0] if len(pure) == 1 else u.fuse(*pure)
+        u.reorder(f, *red)
+        self._bind(u, f, None)
+        self.note(ctx, u, "bind pure variables", "one thread per point of the pure variables; "
+                  "the reduction runs in order in each")
+
+    def _reduction_gpu(self, ctx, base, u):
+        op = u.op
+        r = op.reduce_axis[-1]
+        concurrent = all(op.race_free(x) for x in op.reduce_axis)
+        if not concurrent and op.combine_op is not None:
+            u.atomic()
+            concurrent = True
+        if concurrent and len(op.reduce_axis) == 1:
+            self._bind(u, r, None)
+            self.note(ctx, u, "atomic(), bind" if u.atomics else "bind", "one thread per "
+                      "iteration of the reduction")
+            return
+        one, _ = u.split(r, nparts=1)
+        u.bind(one, thread_axis("blockIdx.x"))
+        self.note(ctx, u, "one thread", "the update depends on its order")
+
+
+UPDATES = Updates()
+
+__all__ = ["Updates", "UPDATES"]
