@@ -1,6 +1,9 @@
 """Graph operators that only backward passes use (`graph.gradient`, graph/autodiff/): the
-adjoints that no forward operator computes. Their tensor expressions are in
-strategy/topi_grad.py."""
+adjoints that no forward operator computes: the pools' (`nn.max_pool_grad`,
+`nn.avg_pool_grad`, taking the pool's input for its shape and values) and the gathers'
+(`take_grad`, `gather_elements_grad`: the scatter-adds that accumulate an output adjoint
+into the rows its indices read, several reads of one row summed). Their tensor expressions
+are in strategy/topi_grad.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +12,10 @@ from ...errors import GraphError
 from .ops_index import window_positions
 from .ops_nn import pool_out_type
 from .registry import FLOATS, check_nargs, register
+from .types import TensorType
 
 
-def _max_pool_grad_infer(types, attrs):
+def _pool_grad_infer(types, attrs):
     check_nargs(types, 2)
     x, dy = types
     nd = x.ndim - 2
@@ -44,5 +48,83 @@ def _max_pool_grad_ref(x, dy, a):
     return out.astype(x.dtype)
 
 
-register("nn.max_pool_grad", "opaque", _max_pool_grad_infer, _max_pool_grad_ref,
+register("nn.max_pool_grad", "opaque", _pool_grad_infer, _max_pool_grad_ref,
          {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False})
+
+
+def _avg_pool_grad_ref(x, dy, a):
+    # the pool is linear in x: its adjoint spreads each window's adjoint over the window,
+    # divided by the count the forward pool divided by
+    nd = x.ndim - 2
+    k, s, p, dl = a["pool_size"], a["strides"], a["padding"], a["dilation"]
+    out = np.zeros(x.shape, np.float64)
+    for oi in np.ndindex(*dy.shape[2:]):
+        taps = [window_positions(oi, ki, s, p, dl) for ki in np.ndindex(*k)]
+        inside = [t for t in taps if all(0 <= t[d] < x.shape[2 + d] for d in range(nd))]
+        padded = [t for t in taps if all(-p[d] <= t[d] < x.shape[2 + d] + p[d + nd] for d in range(nd))]
+        n = len(padded) if a["count_include_pad"] else len(inside)
+        for t in inside:
+            out[(slice(None), slice(None)) + tuple(t)] += dy[(slice(None), slice(None)) + oi] / max(n, 1)
+    return out.astype(x.dtype)
+
+
+register("nn.avg_pool_grad", "opaque", _pool_grad_infer, _avg_pool_grad_ref,
+         {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False,
+          "count_include_pad": False})
+
+
+def _index_operand(idx):
+    if not idx.dtype.startswith(("int", "uint")):
+        raise GraphError(f"indices must be integers, got {idx.dtype}")
+
+
+def _take_grad_infer(types, attrs):
+    check_nargs(types, 2)
+    g, idx = types
+    _index_operand(idx)
+    ax, k = attrs["axis"], idx.ndim
+    if not 0 <= ax <= g.ndim - k or tuple(g.shape[ax:ax + k]) != tuple(idx.shape):
+        raise GraphError(f"output adjoint {g} does not hold indices {idx} at axis {ax}")
+    if not isinstance(attrs["size"], int) or attrs["size"] <= 0:
+        raise GraphError(f"size {attrs['size']!r} must be a positive integer")
+    return TensorType(g.shape[:ax] + (attrs["size"],) + g.shape[ax + k:], g.dtype)
+
+
+def _take_grad_ref(g, idx, a):
+    ax, n = a["axis"], a["size"]
+    k = idx.ndim
+    out = np.zeros(g.shape[:ax] + (n,) + g.shape[ax + k:], np.float64)
+    for m in np.ndindex(*idx.shape):
+        j = int(idx[m]) + (n if idx[m] < 0 else 0)
+        out[(slice(None),) * ax + (j,)] += g[(slice(None),) * ax + m]
+    return out.astype(g.dtype)
+
+
+# the adjoint of `take(x, idx, axis)`: x's shape with `size` rows along `axis`
+register("take_grad", "opaque", _take_grad_infer, _take_grad_ref, {"axis": 0}, required=("size",))
+
+
+def _gather_elements_grad_infer(types, attrs):
+    check_nargs(types, 2)
+    g, idx = types
+    _index_operand(idx)
+    shape, ax = tuple(attrs["shape"]), attrs["axis"]
+    if g.shape != idx.shape or len(shape) != g.ndim or not 0 <= ax < g.ndim or any(
+            idx.shape[d] > shape[d] for d in range(g.ndim) if d != ax):
+        raise GraphError(f"output adjoint {g} and indices {idx} do not fit data of shape {shape} "
+                         f"along axis {ax}")
+    return TensorType(shape, g.dtype)
+
+
+def _gather_elements_grad_ref(g, idx, a):
+    ax, shape = a["axis"], tuple(a["shape"])
+    out = np.zeros(shape, np.float64)
+    for m in np.ndindex(*idx.shape):
+        j = int(idx[m]) + (shape[ax] if idx[m] < 0 else 0)
+        out[m[:ax] + (j,) + m[ax + 1:]] += g[m]
+    return out.astype(g.dtype)
+
+
+# the adjoint of `gather_elements(x, idx, axis)` for x of shape `shape`
+register("gather_elements_grad", "opaque", _gather_elements_grad_infer, _gather_elements_grad_ref,
+         {"axis": 0}, required=("shape",))
