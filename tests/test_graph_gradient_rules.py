@@ -300,3 +300,45 @@ def test_conv_and_pool_kernels_match_numpy(target):
     got = tdsl.graph.build(tdsl.graph.optimize(gmod), target=target).run(x=xv, w=w.data)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def _new_rules_module(rng):
+    """A module through the rules whose backward operators have their own kernels (the
+    scatter-adds, the average pool's) and those built from other operators."""
+    x = Var("x", TensorType((2, 4, 9, 8), "float32"))
+    ws = {"s": rng.standard_normal((2, 4, 9, 8)), "dw": rng.standard_normal((4, 1, 3, 3)),
+          "ct": rng.standard_normal((4, 2, 2, 2)), "ln": rng.standard_normal((5,)),
+          "emb": rng.standard_normal((6, 5)), "iw": rng.standard_normal((2, 5))}
+    ws = {k: Const(v.astype("float32")) for k, v in ws.items()}
+    h = op("nn.conv2d", op("multiply", x, ws["s"]), ws["dw"], padding=[1, 1, 1, 1], strides=[2, 1], groups=4)
+    h = op("nn.conv2d_transpose", h, ws["ct"], strides=[2, 2], groups=2)             # (2, 4, 10, 16)
+    h = op("nn.avg_pool2d", h, pool_size=[3, 3], strides=[2, 3], padding=[1, 1, 1, 1], ceil_mode=True)
+    h = op("strided_slice", h, begin=[0, 3, 0, 5], end=[2, -1, 5, 0], strides=[1, -2, 1, -1])
+    h = op("nn.pad", h, pad_width=[[0, 0], [0, 0], [1, 0], [0, 2]], mode="reflect")  # (2, 2, 6, 7)
+    h = op("reshape", h, newshape=[2, 12, 7])
+    h = op("nn.layer_norm", op("strided_slice", h, begin=[0, 0, 1], end=[2, 12, 6], strides=[1, 1, 1]),
+           ws["ln"], ws["ln"], axis=2)                                                  # (2, 12, 5)
+    ids = Const(np.array([[1, 4, 1, 0], [5, 1, -1, 2]], np.int64))
+    h = op("add", op("strided_slice", h, begin=[0, 0, 0], end=[2, 4, 5], strides=[1, 1, 1]),
+           op("take", ws["emb"], ids, axis=0))                                          # (2, 4, 5)
+    h = op("gather_elements", h, Const(np.array([[[3, 0, 1, 1, 2]], [[0, 0, 2, 3, 1]]], np.int64)), axis=1)
+    idx = Const(np.array([[0, 0, 1, 2, 3], [1, 1, 2, 3, 4]], np.int64))
+    h = op("interp", h, idx, ws["iw"], axis=2)                                          # (2, 1, 5)
+    h = op("erf", op("cumsum", h, axis=2, reverse=True))
+    r = Const(rng.standard_normal(h.type.shape).astype("f"))
+    loss = op("sum", op("multiply", h, r))
+    return Module(Function("main", [x], [loss]), {"initializers": ws}), ws
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_new_rule_kernels_match_numpy(target):
+    rng = np.random.default_rng(5)
+    mod, ws = _new_rules_module(rng)
+    gmod = tdsl.graph.gradient(mod)
+    xv = rng.standard_normal((2, 4, 9, 8)).astype("f")
+    vals = {k: w.data for k, w in ws.items()}
+    want = run_numpy(gmod.main, [xv] + list(vals.values()))
+    got = tdsl.graph.build(tdsl.graph.optimize(gmod), target=target).run(x=xv, **vals)
+    for name, a, b in zip(["loss"] + list(ws), got, want):
+        assert np.abs(b).max() > 0, name
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * np.abs(b).max(), err_msg=name)

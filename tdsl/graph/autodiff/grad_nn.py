@@ -53,7 +53,7 @@ def _max_pool(call, g):
 
 
 def _avg_pool(call, g):
-    return [op("nn.avg_pool_grad", call.args[0], g, **dict(call.attrs))]
+    return [op("nn.avg_pool_grad", g, shape=list(call.args[0].type.shape), **dict(call.attrs))]
 
 
 for _nd in (1, 2, 3):

@@ -1,6 +1,6 @@
 """Graph operators that only backward passes use (`graph.gradient`, graph/autodiff/): the
 adjoints that no forward operator computes: the pools' (`nn.max_pool_grad`,
-`nn.avg_pool_grad`, taking the pool's input for its shape and values) and the gathers'
+`nn.avg_pool_grad`; the max pool's takes the pool's input, the average pool's its shape) and the gathers'
 (`take_grad`, `gather_elements_grad`: the scatter-adds that accumulate an output adjoint
 into the rows its indices read, several reads of one row summed). Their tensor expressions
 are in strategy/topi_grad.py."""
@@ -52,9 +52,19 @@ register("nn.max_pool_grad", "opaque", _pool_grad_infer, _max_pool_grad_ref,
          {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False})
 
 
-def _avg_pool_grad_ref(x, dy, a):
-    # the pool is linear in x: its adjoint spreads each window's adjoint over the window,
-    # divided by the count the forward pool divided by
+def _avg_pool_grad_infer(types, attrs):
+    # the pool is linear: its adjoint needs the input's shape, not its values
+    check_nargs(types, 1)
+    shape = attrs["shape"]
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(v, int) and v > 0 for v in shape):
+        raise GraphError(f"shape {shape!r} must be a list of positive integers")
+    return _pool_grad_infer([TensorType(shape, types[0].dtype), types[0]], attrs)
+
+
+def _avg_pool_grad_ref(dy, a):
+    # each window's adjoint spread over the window, divided by the count the forward pool
+    # divided by
+    x = np.zeros(a["shape"], dy.dtype)
     nd = x.ndim - 2
     k, s, p, dl = a["pool_size"], a["strides"], a["padding"], a["dilation"]
     out = np.zeros(x.shape, np.float64)
@@ -68,9 +78,10 @@ def _avg_pool_grad_ref(x, dy, a):
     return out.astype(x.dtype)
 
 
-register("nn.avg_pool_grad", "opaque", _pool_grad_infer, _avg_pool_grad_ref,
+# the adjoint of an average pool of an input of shape `shape`
+register("nn.avg_pool_grad", "opaque", _avg_pool_grad_infer, _avg_pool_grad_ref,
          {"pool_size": [1], "strides": [1], "padding": [0, 0], "dilation": [1], "ceil_mode": False,
-          "count_include_pad": False})
+          "count_include_pad": False}, required=("shape",))
 
 
 def _index_operand(idx):
