@@ -237,3 +237,20 @@ def test_resnet18_weight_gradients_match_torch():
         assert np.abs(r32 - r).max() / scale < RESNET_TOL, f"torch float32 {name}"
         err = np.abs(g - r).max() / scale
         assert err < RESNET_TOL, f"{name}: {err:.1e} of its largest magnitude off torch's float64 gradient"
+
+
+@pytest.mark.parametrize("kw", [{}, {"fuse": False}, {"target": "llvm"}], ids=["fused", "unfused", "target"])
+def test_optimized_module_is_refused(kw):
+    # optimize folds fc2.w (a MatMul's weights, transposed into dense's layout): a gradient
+    # of its result would silently lose it; the message says what to do instead
+    model, _ = mlp()
+    mod = tdsl.graph.optimize(tdsl.graph.from_onnx(model), **kw)
+    with pytest.raises(GraphError, match=r"graph\.optimize\(graph\.gradient\(mod\)\)"):
+        tdsl.graph.gradient(mod)
+
+
+def test_folded_weight_is_refused():
+    model, _ = mlp()
+    mod = tdsl.graph.fold_constants(tdsl.graph.from_onnx(model))
+    with pytest.raises(GraphError, match="'fc2.w'.*fold_constants"):
+        tdsl.graph.gradient(mod, wrt=["fc1.w", "fc2.w"])
