@@ -186,6 +186,24 @@ def _phase_taps(s, K, p):
     return lo, T, pairs
 
 
+def _phase_weights(w, taps, span):
+    """The phase conv's weights (s*s*CO, CI, TH, TW) from the transposed conv's (CI, CO,
+    KH, KW): folded here for constant weights; for weights that are a module input (a
+    gradient module's data adjoint) a gather of the taps, a zero tap appended, that runs
+    once per call on the few weights."""
+    sh, sw, th, tw = taps.shape
+    CI, CO, KH, KW = w.type.shape
+    if isinstance(w, Const):
+        flat = np.concatenate([w.data.reshape(CI, CO, KH * KW), np.zeros((CI, CO, 1), w.data.dtype)], axis=2)
+        w2 = flat[:, :, taps].transpose(2, 3, 1, 0, 4, 5)
+        return Const(np.ascontiguousarray(w2.reshape(sh * sw * CO, CI, th, tw)))
+    flat = Call("reshape", [w], {"newshape": [CI, CO, KH * KW]}, span)
+    flat = Call("concatenate", [flat, Const(np.zeros((CI, CO, 1), w.type.dtype))], {"axis": 2}, span)
+    w2 = Call("take", [flat, Const(taps)], {"axis": 2}, span)
+    w2 = Call("transpose", [w2], {"axes": [2, 3, 1, 0, 4, 5]}, span)
+    return Call("reshape", [w2], {"newshape": [sh * sw * CO, CI, th, tw]}, span)
+
+
 def _phases(n, x, w):
     """nn.conv2d_transpose(x, w) with constant weights, stride > 1 as conv2d + shuffle, or
     None where the window would start inside the input (padding >= stride x taps)."""
@@ -200,14 +218,14 @@ def _phases(n, x, w):
     pe = [Q[i] + dims[i][1] - 1 - (X, Y)[i] - pb[i] for i in range(2)]
     if min(pb + pe) < 0:
         return None
-    wd = w.data
-    w2 = np.zeros((sh, sw, CO, CI, dims[0][1], dims[1][1]), wd.dtype)
+    # the tap of w each phase's window position reads; KH * KW: none (a zero weight)
+    taps = np.full((sh, sw, dims[0][1], dims[1][1]), KH * KW, np.int64)
     for ry in range(sh):
         for uy, ky in dims[0][2][ry]:
             for rx in range(sw):
                 for ux, kx in dims[1][2][rx]:
-                    w2[ry, rx, :, :, uy, ux] = wd[:, :, ky, kx].T
-    y = Call("nn.conv2d", [x, Const(w2.reshape(sh * sw * CO, CI, dims[0][1], dims[1][1]))],
+                    taps[ry, rx, uy, ux] = ky * KW + kx
+    y = Call("nn.conv2d", [x, _phase_weights(w, taps, n.span)],
              {"strides": [1, 1], "padding": [pb[0], pb[1], pe[0], pe[1]], "dilation": [1, 1],
               "groups": 1}, n.span)
     y = Call("reshape", [y], {"newshape": [N, sh, sw, CO, Q[0], Q[1]]}, n.span)
@@ -220,12 +238,15 @@ def _phases(n, x, w):
 
 
 def transposed_conv_as_phases(mod: Module) -> Module:
-    """nn.conv2d_transpose with constant weights, groups 1, no dilation and a stride > 1 ->
-    conv2d over the input and a pixel shuffle (module docstring)."""
+    """nn.conv2d_transpose with groups 1, no dilation, a stride > 1 and static shapes ->
+    conv2d over the input and a pixel shuffle (module docstring). Weights that are a
+    module input (the data adjoints of a gradient module) are rearranged by graph
+    operators, constant ones folded."""
     def visit(n, args):
         a = n.attrs
-        if n.op != "nn.conv2d_transpose" or not isinstance(args[1], Const) or a["groups"] != 1 \
-                or list(a["dilation"]) != [1, 1] or max(a["strides"]) == 1:
+        if n.op != "nn.conv2d_transpose" or a["groups"] != 1 \
+                or list(a["dilation"]) != [1, 1] or max(a["strides"]) == 1 \
+                or not all(isinstance(v, int) for v in tuple(args[0].type.shape) + tuple(n.type.shape)):
             return same(n, args)
         y = _phases(n, args[0], args[1])
         return same(n, args) if y is None else y
