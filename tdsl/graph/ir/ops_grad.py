@@ -2,7 +2,8 @@
 adjoints that no forward operator computes: the pools' (`nn.max_pool_grad`,
 `nn.avg_pool_grad`; the max pool's takes the pool's input, the average pool's its shape) and the gathers'
 (`take_grad`, `gather_elements_grad`: the scatter-adds that accumulate an output adjoint
-into the rows its indices read, several reads of one row summed). Their tensor expressions
+into the rows its indices read, several reads of one row summed) and the convs' weights'
+(`nn.conv_weight_grad`, a contraction over the batch and the output pixels per tap). Their tensor expressions
 are in strategy/topi_grad.py."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ...errors import GraphError
 from .ops_index import window_positions
-from .ops_nn import pool_out_type
+from .ops_nn import conv_infer, pool_out_type
 from .registry import FLOATS, check_nargs, register
 from .types import TensorType
 
@@ -139,3 +140,42 @@ def _gather_elements_grad_ref(g, idx, a):
 # the adjoint of `gather_elements(x, idx, axis)` for x of shape `shape`
 register("gather_elements_grad", "opaque", _gather_elements_grad_infer, _gather_elements_grad_ref,
          {"axis": 0}, required=("shape",))
+
+
+def _conv_weight_grad_infer(types, attrs):
+    check_nargs(types, 2)
+    x, dy = types
+    nd = x.ndim - 2
+    k, g = attrs["kernel_size"], attrs["groups"]
+    if nd < 1 or dy.ndim != x.ndim or x.dtype != dy.dtype or x.dtype not in FLOATS:
+        raise GraphError(f"data {x} and output adjoint {dy} must be floating-point, of one rank >= 3")
+    if not isinstance(k, (list, tuple)) or len(k) != nd or not isinstance(g, int) or g < 1 \
+            or x.shape[1] % g or dy.shape[1] % g:
+        raise GraphError(f"kernel_size {k} and groups {g} do not fit data {x} and adjoint {dy}")
+    w = TensorType((dy.shape[1], x.shape[1] // g, *k), x.dtype)
+    if conv_infer(nd)([x, w], attrs) != dy:
+        raise GraphError(f"output adjoint {dy} is not the shape of the conv of {x} by weights {w.shape}")
+    return w
+
+
+def _conv_weight_grad_ref(x, dy, a):
+    nd = x.ndim - 2
+    s, p, dl, g, K = a["strides"], a["padding"], a["dilation"], a["groups"], a["kernel_size"]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p[d], p[d + nd]) for d in range(nd)])
+    CO, cig = dy.shape[1], x.shape[1] // g
+    cog = CO // g
+    out = np.zeros((CO, cig, *K))
+    red = [0] + list(range(2, nd + 2))
+    for k in np.ndindex(*K):
+        sl = tuple(slice(k[d] * dl[d], k[d] * dl[d] + (dy.shape[2 + d] - 1) * s[d] + 1, s[d]) for d in range(nd))
+        for gi in range(g):
+            xs = xp[(slice(None), slice(gi * cig, (gi + 1) * cig)) + sl]
+            ys = dy[:, gi * cog:(gi + 1) * cog].astype(np.float64)
+            out[(slice(gi * cog, (gi + 1) * cog), slice(None)) + k] = np.tensordot(ys, xs, axes=(red, red))
+    return out.astype(x.dtype)
+
+
+# the adjoint of the weights (CO, CI/groups, *kernel_size) of a conv of data x whose output
+# adjoint is dy: dW[co, c, k] = sum over n, y of dy[n, co, y] * x_padded[n, c', y * s + k * dl]
+register("nn.conv_weight_grad", "opaque", _conv_weight_grad_infer, _conv_weight_grad_ref,
+         {"strides": [1], "padding": [0, 0], "dilation": [1], "groups": 1}, required=("kernel_size",))

@@ -108,7 +108,31 @@ def gather_elements_grad(ins, attrs, out):
     return tdsl.compute(out.shape, f, name=uname("gather_elements_grad"))
 
 
+def conv_weight_grad(ins, attrs, out):
+    """dW[co, c, *k] = sum over n, *y of dy[n, co, *y] * x[n, g(co) * cig + c, *(y * s + k *
+    dl - p)], zero outside x: one reduction over the batch and the output pixels."""
+    x, dy = ins
+    xs, ys = shape_of(x), shape_of(dy)
+    nd = len(xs) - 2
+    s, p, dl, g = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
+    cig, cog = xs[1] // g, ys[1] // g
+    rn = tdsl.reduce_axis((0, ys[0]), name="n")
+    ry = [tdsl.reduce_axis((0, ys[2 + d]), name=f"y{d}") for d in range(nd)]
+
+    def f(co, ch, *k):
+        pos = [ry[d] * s[d] + k[d] * dl[d] - p[d] for d in range(nd)]
+        conds = []
+        for d in range(nd):
+            conds += [pos[d] >= 0, pos[d] < xs[2 + d]]
+        safe = tuple(tdsl.min(tdsl.max(q, 0), xs[2 + d] - 1) for d, q in enumerate(pos))
+        ci = (co // cog) * cig + ch if g > 1 else ch
+        v = dy[(rn, co) + tuple(ry)] * x[(rn, ci) + safe]
+        return tdsl.sum(tdsl.if_then_else(tdsl.all(*conds), v, c(0, dy.dtype)), axis=[rn] + ry)
+    return tdsl.compute(out.shape, f, name=uname("conv_weight_grad"))
+
+
 TE["nn.max_pool_grad"] = max_pool_grad
+TE["nn.conv_weight_grad"] = conv_weight_grad
 TE["nn.avg_pool_grad"] = avg_pool_grad
 TE["take_grad"] = take_grad
 TE["gather_elements_grad"] = gather_elements_grad
