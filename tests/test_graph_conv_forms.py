@@ -151,10 +151,11 @@ def test_conv_transpose_is_fast(x, w, attrs, phases):
 @pytest.mark.parametrize("x,w,attrs", [
     ((2, 16, 7, 7), (16, 8, 3, 3), dict(padding=[1] * 4, strides=[2, 2], output_padding=[1, 1])),
     ((1, 8, 7, 6), (8, 5, 5, 3), dict(padding=[2, 0, 1, 1], strides=[3, 2])),
+    ((1, 8, 5, 4), (8, 4, 1, 3), dict(strides=[2, 2], output_padding=[1, 1])),   # a phase of no taps
 ])
 def test_conv_transpose_phases_with_runtime_weights(x, w, attrs):
-    """Weights that are a module input (a gradient module's data adjoint): the phase conv's
-    weights are gathered from them per call, and the result matches the transposed conv."""
+    """Weights that are a module input (a gradient module's data adjoint): one conv per
+    phase, its taps sliced from them per call, and the result matches the transposed conv."""
     from tdsl.graph import Call, Module, TensorType, Var
     from tdsl.graph.ir.registry import evaluate
     xv, wv = Var("x", TensorType(x, "float32")), Var("w", TensorType(w, "float32"))
