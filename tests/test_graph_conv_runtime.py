@@ -79,3 +79,32 @@ def test_conv_transpose_with_runtime_weights(n, ci, co, hw, k, s, p, op):
                    strides=[s, s], pads=[p] * 4, output_padding=[op, op])
     _run(model, lambda a, b: F.conv_transpose2d(a, b, stride=s, padding=p, output_padding=op),
          x, (ci, co, k, k), rng)
+
+
+@pytest.mark.parametrize("x_shape,co,k,attrs", [
+    ((2, 16, 9, 8), 32, (3, 3), dict(strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1])),
+    ((2, 32, 11, 10), 16, (3, 2), dict(strides=[2, 3], padding=[1, 0, 2, 1], dilation=[2, 1])),
+    ((2, 3, 20, 20), 16, (7, 7), dict(strides=[2, 2], padding=[3, 3, 3, 3], dilation=[1, 1])),
+    ((2, 48, 7, 7), 32, (1, 1), dict(strides=[2, 2], padding=[0, 0, 0, 0], dilation=[1, 1])),
+], ids=["3x3", "strided_dilated", "first_layer", "1x1_stride2"])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_weight_gradient_is_a_gemm_per_tap(x_shape, co, k, attrs, target):
+    """nn.conv_weight_grad (the weight adjoint of a gradient module's conv) on
+    cpu/conv_wgrad.py, against torch's conv2d weight gradient; the first-layer case (3
+    input channels) puts its vectors along the output channels."""
+    from tdsl.graph import Call, Module, TensorType, Var
+    rng = np.random.default_rng(4)
+    xv = rng.standard_normal(x_shape).astype(np.float32)
+    w = torch.zeros((co, x_shape[1]) + k, requires_grad=True)
+    p = attrs["padding"]
+    xp = F.pad(torch.from_numpy(xv), (p[1], p[3], p[0], p[2]))
+    y = F.conv2d(xp, w, stride=attrs["strides"], dilation=attrs["dilation"])
+    dyv = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.from_numpy(dyv))
+    x, dy = Var("x", TensorType(x_shape, "float32")), Var("dy", TensorType(dyv.shape, "float32"))
+    call = Call("nn.conv_weight_grad", [x, dy], dict(attrs, kernel_size=list(k)))
+    mod = G.optimize(Module(Function("main", [x, dy], [call])))
+    assert _implementations(mod) == ["conv_weight_grad"]
+    (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
+    want = w.grad.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

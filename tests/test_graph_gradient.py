@@ -160,10 +160,15 @@ def test_wrt_not_an_initializer():
 def test_operator_without_rule_is_named():
     b = Net()
     h = b.node("MatMul", ["x", b.param("w", (20, 10), 0.3)], "h")
-    h = b.node("LayerNormalization", [h, b.param("g", (10,), 1.0)], "ln", axis=-1)
+    # fake quantization (quantization-aware training) has no rule: no straight-through
+    # estimator is assumed
+    scale, zero = b.param("scale", (), 1.0), "zero"
+    b.inits.append(numpy_helper.from_array(np.array(0, np.int8), zero))
+    h = b.node("QuantizeLinear", [h, scale, zero], "q")
+    h = b.node("DequantizeLinear", [h, scale, zero], "dq")
     b.node("SoftmaxCrossEntropyLoss", [h, "labels"], "loss")
     mod = tdsl.graph.from_onnx(b.model([8, 20], 8))
-    with pytest.raises(GraphError, match="'nn.layer_norm'"):
+    with pytest.raises(GraphError, match="'qnn.dequantize'"):
         tdsl.graph.gradient(mod)
 
 
@@ -232,3 +237,20 @@ def test_resnet18_weight_gradients_match_torch():
         assert np.abs(r32 - r).max() / scale < RESNET_TOL, f"torch float32 {name}"
         err = np.abs(g - r).max() / scale
         assert err < RESNET_TOL, f"{name}: {err:.1e} of its largest magnitude off torch's float64 gradient"
+
+
+@pytest.mark.parametrize("kw", [{}, {"fuse": False}, {"target": "llvm"}], ids=["fused", "unfused", "target"])
+def test_optimized_module_is_refused(kw):
+    # optimize folds fc2.w (a MatMul's weights, transposed into dense's layout): a gradient
+    # of its result would silently lose it; the message says what to do instead
+    model, _ = mlp()
+    mod = tdsl.graph.optimize(tdsl.graph.from_onnx(model), **kw)
+    with pytest.raises(GraphError, match=r"graph\.optimize\(graph\.gradient\(mod\)\)"):
+        tdsl.graph.gradient(mod)
+
+
+def test_folded_weight_is_refused():
+    model, _ = mlp()
+    mod = tdsl.graph.fold_constants(tdsl.graph.from_onnx(model))
+    with pytest.raises(GraphError, match="'fc2.w'.*fold_constants"):
+        tdsl.graph.gradient(mod, wrt=["fc1.w", "fc2.w"])

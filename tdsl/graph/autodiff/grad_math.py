@@ -1,7 +1,10 @@
 """Backward rules of the elementwise and broadcasting operators (ir/ops_math.py). Where an
 operator's derivative is a function of its result (exp, tanh, sigmoid, sqrt, reciprocal),
-the rule reads the forward result rather than computing it again."""
+the rule reads the forward result rather than computing it again. Comparisons, logical
+operators and integer results carry no gradient (reverse.py never asks for one)."""
 from __future__ import annotations
+
+import numpy as np
 
 from ..ir.registry import FLOATS
 from .registry import op, register_gradient, scalar, unbroadcast
@@ -141,3 +144,70 @@ def _bias_add(call, g):
     x, b = call.args
     ax = call.attrs["axis"]
     return [g, op("sum", g, axis=[d for d in range(x.type.ndim) if d != ax], keepdims=False)]
+
+
+@register_gradient("erf")
+def _erf(call, g):
+    x = call.args[0]
+    dt = g.type.dtype
+    gauss = op("exp", op("negative", op("multiply", x, x)))
+    return [op("multiply", g, op("multiply", gauss, scalar(2 / np.sqrt(np.pi), dt)))]
+
+
+@register_gradient("power")
+def _power(call, g):
+    a, b = call.args
+    dt = a.type.dtype
+    bf = b if b.type.dtype == dt else op("cast", b, dtype=dt)
+    # b a^(b-1) to the base; a^b log a to a floating exponent, 0 where a <= 0 (where the
+    # real power has no derivative in b, as tdsl.gradient's power rule)
+    ga = op("multiply", g, op("multiply", bf, op("power", a, op("subtract", bf, scalar(1, dt)))))
+    gb = None
+    if b.type.dtype in FLOATS:
+        dlog = op("where", op("greater", a, _zero(a)), op("multiply", call, op("log", a)), _zero(g))
+        gb = unbroadcast(op("cast", op("multiply", g, dlog), dtype=b.type.dtype)
+                         if b.type.dtype != dt else op("multiply", g, dlog), b.type.shape)
+    return [unbroadcast(ga, a.type.shape), gb]
+
+
+@register_gradient("nn.hard_sigmoid")
+def _hard_sigmoid(call, g):
+    x = call.args[0]
+    dt = x.type.dtype
+    lin = op("add", op("multiply", x, scalar(call.attrs["alpha"], dt)), scalar(call.attrs["beta"], dt))
+    inside = op("logical_and", op("greater", lin, _zero(x)), op("less", lin, scalar(1, dt)))
+    return [op("where", inside, op("multiply", g, scalar(call.attrs["alpha"], dt)), _zero(g))]
+
+
+@register_gradient("nn.hard_swish")
+def _hard_swish(call, g):
+    # x * clip(x / 6 + 1/2, 0, 1): 0 below -3, x / 3 + 1/2 up to 3, 1 above (torch's)
+    x = call.args[0]
+    dt = x.type.dtype
+    mid = op("add", op("multiply", x, scalar(1 / 3, dt)), scalar(0.5, dt))
+    d = op("where", op("less", x, scalar(-3, dt)), _zero(g),
+           op("where", op("less_equal", x, scalar(3, dt)), mid, scalar(1, dt)))
+    return [op("multiply", g, d)]
+
+
+def _no_gradient(call, g):
+    # piecewise constant: the derivative is 0 wherever it exists
+    return [None] * len(call.args)
+
+
+for _name in ("floor", "ceil", "round"):
+    register_gradient(_name)(_no_gradient)
+
+
+def _mod(truncated):
+    def rule(call, g):
+        # a - b * q with q = floor(a / b) (trunc for trunc_mod), piecewise constant
+        a, b = call.args
+        q = op("divide", a, b)
+        q = op("where", op("less", q, _zero(q)), op("ceil", q), op("floor", q)) if truncated else op("floor", q)
+        return [unbroadcast(g, a.type.shape), unbroadcast(op("negative", op("multiply", g, q)), b.type.shape)]
+    return rule
+
+
+register_gradient("floor_mod")(_mod(False))
+register_gradient("trunc_mod")(_mod(True))

@@ -1,12 +1,11 @@
-"""Backward rules of the neural-network operators (ir/ops_nn.py): dense and matmul as two
-matmuls, conv as a transposed conv (data) and a conv of the data by the output adjoint
-(weights), max pooling by its windows (`nn.max_pool_grad`), the reductions and softmaxes
-by broadcasts of their reduced adjoints."""
+"""Backward rules of the neural-network operators (ir/ops_nn.py) but the convolutions
+(grad_conv.py): dense and matmul as two matmuls, the pools by their windows
+(`nn.max_pool_grad`, `nn.avg_pool_grad`), the reductions and softmaxes by broadcasts of
+their reduced adjoints, the normalizations in inference form by their closed forms."""
 from __future__ import annotations
 
 import numpy as np
 
-from ...errors import GraphError
 from .registry import keep_axes, op, reduced_axes, register_gradient, scalar, unbroadcast
 
 
@@ -21,43 +20,30 @@ def _dense(call, g):
     return [op("nn.matmul", g, w), op("nn.matmul", _swap_last(g), x)]
 
 
+def _rows(x):
+    """(..., M, K) as (prod(...) * M, K)."""
+    return op("reshape", x, newshape=[int(np.prod(x.type.shape[:-1])), x.type.shape[-1]])
+
+
 @register_gradient("nn.matmul")
 def _matmul(call, g):
     a, b = call.args
-    ga = op("nn.matmul", g, _swap_last(b))
-    gb = op("nn.matmul", _swap_last(a), g)
-    return [unbroadcast(ga, a.type.shape), unbroadcast(gb, b.type.shape)]
-
-
-def _conv(call, g):
-    x, w = call.args
-    nd = x.type.ndim - 2
-    a = call.attrs
-    s, p, dl, groups = a["strides"], a["padding"], a["dilation"], a["groups"]
-    if groups != 1:
-        raise GraphError(f"gradient: {call.op} with groups={groups} has no gradient rule yet "
-                         "(only groups=1)")
-    in_dims, k_dims, out_dims = x.type.shape[2:], w.type.shape[2:], g.type.shape[2:]
-    # the rows the forward conv never reached (the stride's remainder) come back as
-    # output padding of the transposed conv, so that the data adjoint has x's shape
-    opad = [in_dims[d] + p[d] + p[d + nd] - ((out_dims[d] - 1) * s[d] + (k_dims[d] - 1) * dl[d] + 1)
-            for d in range(nd)]
-    gx = op(f"nn.conv{nd}d_transpose", g, w, strides=s, padding=p, dilation=dl, groups=1,
-            output_padding=opad)
-    # weights: the batch becomes the reduced channel axis, the input channels the batch;
-    # the output adjoint slides over the padded data with the forward dilation as its
-    # stride and the forward stride as its dilation
-    perm = [1, 0] + list(range(2, nd + 2))
-    gw = op(f"nn.conv{nd}d", op("transpose", x, axes=perm), op("transpose", g, axes=perm),
-            strides=dl, padding=p, dilation=s, groups=1)
-    if tuple(gw.type.shape[2:]) != tuple(k_dims):
-        gw = op("strided_slice", gw, begin=[0] * (nd + 2), end=list(gw.type.shape[:2]) + list(k_dims),
-                strides=[1] * (nd + 2))
-    return [gx, op("transpose", gw, axes=perm)]
-
-
-for _nd in (1, 2, 3):
-    register_gradient(f"nn.conv{_nd}d")(_conv)
+    # a 2-D operand shared by every batch (a linear layer's weights) gets one matmul over
+    # the batch's rows, not a batch of products summed afterwards
+    if b.type.ndim == 2 and a.type.ndim > 2:
+        gb = op("nn.matmul", _swap_last(_rows(a)), _rows(g))
+    else:
+        gb = unbroadcast(op("nn.matmul", _swap_last(a), g), b.type.shape)
+    if a.type.ndim == 2 and b.type.ndim > 2:
+        n = b.type.ndim
+        perm = [n - 2] + list(range(n - 2)) + [n - 1]
+        rest = int(np.prod(b.type.shape[:-2])) * b.type.shape[-1]
+        gt = op("reshape", op("transpose", g, axes=perm), newshape=[a.type.shape[0], rest])
+        bt = op("reshape", op("transpose", b, axes=perm), newshape=[a.type.shape[1], rest])
+        ga = op("nn.matmul", gt, _swap_last(bt))
+    else:
+        ga = unbroadcast(op("nn.matmul", g, _swap_last(b)), a.type.shape)
+    return [ga, gb]
 
 
 def _max_pool(call, g):
@@ -66,8 +52,13 @@ def _max_pool(call, g):
     return [op("nn.max_pool_grad", x, g, **a)]
 
 
+def _avg_pool(call, g):
+    return [op("nn.avg_pool_grad", g, shape=list(call.args[0].type.shape), **dict(call.attrs))]
+
+
 for _nd in (1, 2, 3):
     register_gradient(f"nn.max_pool{_nd}d")(_max_pool)
+    register_gradient(f"nn.avg_pool{_nd}d")(_avg_pool)
 
 
 @register_gradient("nn.global_avg_pool")
@@ -111,6 +102,23 @@ register_gradient("max")(_extremum)
 register_gradient("min")(_extremum)
 
 
+@register_gradient("prod")
+def _prod(call, g):
+    # the product of the other elements, which a zero among them makes 0: with z zeros in
+    # the reduction, a zero element gets the product of the nonzero ones when z == 1, a
+    # nonzero element the product over itself when z == 0, all others 0
+    x = call.args[0]
+    dt = x.type.dtype
+    gx, axes = _spread(call, g)
+    zero = op("equal", x, scalar(0, dt))
+    nonzero = op("where", zero, scalar(1, dt), x)
+    pnz = op("prod", nonzero, axis=axes, keepdims=True)
+    zeros = op("sum", op("cast", zero, dtype=dt), axis=axes, keepdims=True)
+    others = op("where", zero, op("where", op("equal", zeros, scalar(1, dt)), pnz, scalar(0, dt)),
+                op("where", op("equal", zeros, scalar(0, dt)), op("divide", pnz, nonzero), scalar(0, dt)))
+    return [op("multiply", gx, others)]
+
+
 @register_gradient("nn.softmax")
 def _softmax(call, g):
     ax = call.attrs["axis"]
@@ -145,5 +153,24 @@ def _batch_norm(call, g):
     g_var = op("multiply", op("multiply", g_gamma, gamma),
                op("multiply", scalar(-0.5, dt), op("multiply", inv, inv)))
     return [gx, g_gamma, g_beta, g_mean, g_var]
+
+
+@register_gradient("nn.layer_norm")
+def _layer_norm(call, g):
+    # y = xh * gamma + beta, xh = (x - m) r, r = (var + eps)^-1/2 over the axes from `axis`
+    # on; dx = r (gh - mean(gh) - xh mean(gh xh)) with gh = g * gamma
+    x, gamma, beta = call.args
+    dt = x.type.dtype
+    axes = list(range(call.attrs["axis"], x.type.ndim))
+    m = op("mean", x, axis=axes, keepdims=True)
+    d = op("subtract", x, m)
+    var = op("mean", op("multiply", d, d), axis=axes, keepdims=True)
+    r = op("reciprocal", op("sqrt", op("add", var, scalar(call.attrs["epsilon"], dt))))
+    xh = op("multiply", d, r)
+    gh = op("multiply", g, gamma)
+    inner = op("subtract", op("subtract", gh, op("mean", gh, axis=axes, keepdims=True)),
+               op("multiply", xh, op("mean", op("multiply", gh, xh), axis=axes, keepdims=True)))
+    gx = op("multiply", r, inner)
+    return [gx, unbroadcast(op("multiply", g, xh), gamma.type.shape), unbroadcast(g, beta.type.shape)]
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import GraphError
 from ..ir import Call, Const, Function, Module, Var, topo_order
 from ..ir.registry import FLOATS
+from ..passes.pipeline import OPTIMIZED
 from .registry import op, rule_for
 
 
@@ -37,6 +38,7 @@ def _reads(loss) -> set:
 
 def _choose(mod, loss, wrt) -> Dict[str, Const]:
     inits = _initializers(mod, loss)
+    read = {id(a) for n in topo_order(list(mod.main.outputs)) for a in n.args if isinstance(a, Const)}
     if wrt is None:
         used = _reads(loss)
         return {k: c for k, c in inits.items() if c.type.dtype in FLOATS and id(c) in used}
@@ -52,6 +54,10 @@ def _choose(mod, loss, wrt) -> Dict[str, Const]:
         if c.type.dtype not in FLOATS:
             raise GraphError(f"gradient: initializer '{name}' has type {c.type.dtype}; only "
                              "floating-point initializers have a gradient")
+        if id(c) not in read:
+            raise GraphError(f"gradient: no output of the module reads initializer '{name}' (a pass "
+                             "such as fold_constants or fold_batch_norm folds the weights it "
+                             "transforms into new constants: take the gradient before those passes)")
         chosen[name] = c
     return chosen
 
@@ -70,7 +76,8 @@ def _substitute(outputs, table):
     for n in topo_order(outputs):
         if isinstance(n.op, Function):
             raise GraphError("gradient: the module holds fused groups (@"
-                             f"{n.op.name}); take the gradient before optimize/fuse_ops")
+                             f"{n.op.name}); take the gradient before optimize/fuse_ops: "
+                             "graph.optimize(graph.gradient(mod))")
         args = [memo.get(a, table.get(id(a), a)) for a in n.args]
         memo[n] = n if all(x is y for x, y in zip(args, n.args)) else Call(n.op, args, n.attrs, n.span)
     return [memo.get(o, table.get(id(o), o)) for o in outputs]
@@ -93,6 +100,11 @@ def gradient(mod: Module, wrt: Optional[Sequence[str]] = None) -> Module:
     of the initializer's shape. See docs/reference/graph.md, "Gradients"."""
     if not isinstance(mod, Module):
         raise GraphError(f"gradient: expected a tdsl.graph.Module, got {type(mod).__name__}")
+    if mod.info.get(OPTIMIZED):
+        raise GraphError("gradient: the module went through graph.optimize, which folds weights into "
+                         "new constants (batch norms into convs, transposes, packed layouts) and fuses "
+                         "operators; take the gradient of the unoptimized module and optimize that: "
+                         "graph.optimize(graph.gradient(mod))")
     fn = mod.main
     loss = fn.outputs[0]
     if loss.type.size != 1 or loss.type.dtype not in FLOATS:

@@ -6,7 +6,9 @@ rows; GPU: the tiled GEMM) take.
 * Transposed with a stride s: s^2 stride-1 convs, one per output phase, as one conv2d with
   s^2 x CO output channels over the input (each phase's taps, ceil(K/s) per dimension, set
   in a shared window), then the phases interleaved (pixel shuffle). Spreading the input on
-  the stride grid instead would multiply s^2 more zeros than taps.
+  the stride grid instead would multiply s^2 more zeros than taps. Weights that are a
+  module input (a gradient module's data adjoints) get s^2 convs, each with only its
+  phase's taps sliced from them, their outputs concatenated and interleaved.
 * Dilated past its input: a tap that reads only zero padding for every output position (a
   segmentation head's 3x3 conv of dilation 24 or 36 over a 14x14 map has only its centre
   tap in the image) is dropped with its weights and the padding shrunk to match, so the
@@ -186,6 +188,59 @@ def _phase_taps(s, K, p):
     return lo, T, pairs
 
 
+def _phase_convs(n, x, w):
+    """nn.conv2d_transpose(x, w) of weights that are a module input (a gradient module's
+    data adjoint), stride > 1: one stride-1 conv per output phase, each with only its own
+    taps (strided slices of the weights, reversed), concatenated and interleaved. One
+    conv over a window shared by the phases (`_phases`) would multiply zero taps: a 3x3
+    stride-2 kernel's phases have 1, 2, 2 and 4 taps in windows at different offsets,
+    whose union is the whole 3x3. None where a phase's window would start inside the
+    input or end past its padding."""
+    a = n.attrs
+    N, CI, X, Y = x.type.shape
+    _, CO, KH, KW = w.type.shape
+    OH, OW = n.type.shape[2:]
+    (sh, sw), pads = a["strides"], a["padding"]
+    Q = [-(-OH // sh), -(-OW // sw)]
+    outs = []
+    for ry in range(sh):
+        for rx in range(sw):
+            begin, end, step, pb, pe, taps = [0, 0], [CI, CO], [1, 1], [], [], []
+            for d, (r, st, K, size) in enumerate(((ry, sh, KH, X), (rx, sw, KW, Y))):
+                k0 = (r + pads[d]) % st
+                J = len(range(k0, K, st))
+                lo = (r + pads[d]) // st - (J - 1)
+                pb.append(-lo)
+                pe.append(Q[d] + lo + J - 1 - size)
+                begin.append(k0 + st * (J - 1))
+                end.append(k0 - st if k0 - st >= 0 else -1)
+                step.append(-st)
+                taps.append(J)
+            if 0 in taps:       # K < stride: no tap lands on this phase
+                outs.append(Const(np.zeros((N, CO, Q[0], Q[1]), x.type.dtype)))
+                continue
+            if min(pb + pe) < 0:
+                return None
+            wr = Call("strided_slice", [w], {"begin": begin, "end": end, "strides": step}, n.span)
+            wr = Call("transpose", [wr], {"axes": [1, 0, 2, 3]}, n.span)
+            outs.append(Call("nn.conv2d", [x, wr], {"strides": [1, 1], "padding": [pb[0], pb[1], pe[0], pe[1]],
+                                                     "dilation": [1, 1], "groups": 1}, n.span))
+    return _shuffle(n, Call("concatenate", outs, {"axis": 1}, n.span), Q)
+
+
+def _shuffle(n, y, Q):
+    """The phases (N, sh*sw*CO, Q0, Q1), phase-major, interleaved into the output."""
+    (sh, sw) = n.attrs["strides"]
+    N, CO, OH, OW = n.type.shape
+    y = Call("reshape", [y], {"newshape": [N, sh, sw, CO, Q[0], Q[1]]}, n.span)
+    y = Call("transpose", [y], {"axes": [0, 3, 4, 1, 5, 2]}, n.span)
+    y = Call("reshape", [y], {"newshape": [N, CO, Q[0] * sh, Q[1] * sw]}, n.span)
+    if (Q[0] * sh, Q[1] * sw) != (OH, OW):
+        y = Call("strided_slice", [y], {"begin": [0, 0, 0, 0], "end": [N, CO, OH, OW],
+                                        "strides": [1, 1, 1, 1]}, n.span)
+    return y
+
+
 def _phases(n, x, w):
     """nn.conv2d_transpose(x, w) with constant weights, stride > 1 as conv2d + shuffle, or
     None where the window would start inside the input (padding >= stride x taps)."""
@@ -210,23 +265,20 @@ def _phases(n, x, w):
     y = Call("nn.conv2d", [x, Const(w2.reshape(sh * sw * CO, CI, dims[0][1], dims[1][1]))],
              {"strides": [1, 1], "padding": [pb[0], pb[1], pe[0], pe[1]], "dilation": [1, 1],
               "groups": 1}, n.span)
-    y = Call("reshape", [y], {"newshape": [N, sh, sw, CO, Q[0], Q[1]]}, n.span)
-    y = Call("transpose", [y], {"axes": [0, 3, 4, 1, 5, 2]}, n.span)
-    y = Call("reshape", [y], {"newshape": [N, CO, Q[0] * sh, Q[1] * sw]}, n.span)
-    if (Q[0] * sh, Q[1] * sw) != (OH, OW):
-        y = Call("strided_slice", [y], {"begin": [0, 0, 0, 0], "end": [N, CO, OH, OW],
-                                        "strides": [1, 1, 1, 1]}, n.span)
-    return y
+    return _shuffle(n, y, Q)
 
 
 def transposed_conv_as_phases(mod: Module) -> Module:
-    """nn.conv2d_transpose with constant weights, groups 1, no dilation and a stride > 1 ->
-    conv2d over the input and a pixel shuffle (module docstring)."""
+    """nn.conv2d_transpose with groups 1, no dilation, a stride > 1 and static shapes ->
+    conv2d over the input and a pixel shuffle (module docstring); weights that are a module
+    input (a gradient module's data adjoints) get one conv per phase (`_phase_convs`)."""
     def visit(n, args):
         a = n.attrs
-        if n.op != "nn.conv2d_transpose" or not isinstance(args[1], Const) or a["groups"] != 1 \
-                or list(a["dilation"]) != [1, 1] or max(a["strides"]) == 1:
+        if n.op != "nn.conv2d_transpose" or a["groups"] != 1 \
+                or list(a["dilation"]) != [1, 1] or max(a["strides"]) == 1 \
+                or not all(isinstance(v, int) for v in tuple(args[0].type.shape) + tuple(n.type.shape)):
             return same(n, args)
-        y = _phases(n, args[0], args[1])
+        const = isinstance(args[1], Const)
+        y = (_phases if const else _phase_convs)(n, args[0], args[1])
         return same(n, args) if y is None else y
     return rewrite(mod, visit)

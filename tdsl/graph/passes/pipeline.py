@@ -38,11 +38,21 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
               eliminate_dead_code):
         mod = p(mod)
     if target is not None:
-        return _for_target(mod, as_target(target), fuse)
+        return _stamped(_for_target(mod, as_target(target), fuse))
     if not fuse:
-        return mod
+        return _stamped(mod)
     fused = fuse_ops(mod)
-    return Module(fused.main, {**fused.info, UNSPECIALIZED: mod})
+    return _stamped(Module(fused.main, {**fused.info, UNSPECIALIZED: mod}))
+
+
+# Module.info key of every module `optimize` returns: its weights may be folded into new
+# constants (batch norms into convs, transposes, packed layouts), so the initializers no
+# longer name what the module computes with (graph.gradient refuses such a module)
+OPTIMIZED = "optimized"
+
+
+def _stamped(mod):
+    return Module(mod.main, {**mod.info, OPTIMIZED: True})
 
 
 def specialize(mod: Module, target) -> Module:
@@ -51,7 +61,7 @@ def specialize(mod: Module, target) -> Module:
     unfused = mod.info.get(UNSPECIALIZED)
     if unfused is None or as_target(target).kind != "llvm":
         return mod
-    return _for_target(unfused, as_target(target), True)
+    return _stamped(_for_target(unfused, as_target(target), True))
 
 
 UNSPECIALIZED = "optimized without a target"     # Module.info key: the module before fusion

@@ -9,6 +9,9 @@ reads, with the stages and sizes it chose:
   input read as it is), ow, bn, in_blocked, taps and, for a tile along the flattened output
   plane, tile and view.
 * DEPTHWISE_BLOCKED: the blocked depthwise conv, float or int8; attrs conv, xb, rb, bn.
+* CONV_WGRAD: a conv's weight adjoint as a GEMM per tap (cpu/conv_wgrad.py); attrs conv
+  (the (KH, KW, rows, cols) product), packs (the channels-last data and adjoint), swap
+  (rows are the data's channels).
 * CONV1X1: the 1x1 conv as a GEMM along the flattened image (cpu/conv1x1.py); attrs conv,
   pack (None: the image read in place), cb, pv, lanes.
 * CONV_ROWS: the direct conv vectorized along the output row (cpu/conv_spatial.py); attrs
@@ -40,6 +43,7 @@ Stages that schedules find by their tag, wherever they are in a group:
 CONV_BLOCKED = "conv2d_packed"
 DEPTHWISE_BLOCKED = "depthwise_blocked"
 CONV1X1 = "conv1x1_spatial"
+CONV_WGRAD = "conv_wgrad"
 CONV_ROWS = "conv_rows_spatial"
 CONV_GROUPED = "conv_grouped"
 MATVEC = "matvec"

@@ -343,6 +343,13 @@ def _gather_index(v, x, ax):
     return tdsl.cast(tdsl.if_then_else(ok, v, tdsl.cast(past, v.dtype)), "int32")
 
 
+def gather_index_value(v, n):
+    """Index `v` read from data into an axis of `n` elements, negative ones counted from
+    the end, as int32 (for comparisons, not for reads: an index outside the axis stays
+    outside and matches no row)."""
+    return tdsl.cast(tdsl.if_then_else(v < 0, v + n, v), "int32")
+
+
 def take(ins, attrs, out):
     x, idx = ins
     ax = attrs["axis"]

@@ -61,6 +61,25 @@ def global_avg_pool(ins, attrs, out):
     return tdsl.compute(out.shape, lambda *i: r[i] / cnt, name=uname("gap"))
 
 
+def pool_count(xs, out_dims, attrs, dt):
+    """Per output position of an average pool of input shape `xs`, the number of taps its
+    window divides by (those inside the input, or inside the padding too with
+    `count_include_pad`)."""
+    nd = len(xs) - 2
+    k, s, p, dl = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+    rax = [tdsl.reduce_axis((0, k[d]), name=f"q{d}") for d in range(nd)]
+    incl = attrs.get("count_include_pad")
+
+    def fc(*sp):
+        conds = []
+        for d in range(nd):
+            pos = sp[d] * s[d] - p[d] + rax[d] * dl[d]
+            lo, hi = (-p[d], xs[2 + d] + p[d + nd]) if incl else (0, xs[2 + d])
+            conds += [pos >= lo, pos < hi]
+        return tdsl.sum(tdsl.if_then_else(tdsl.all(*conds), c(1, dt), c(0, dt)), axis=rax)
+    return tdsl.compute(tuple(out_dims), fc, name=uname("pool_cnt"))
+
+
 def pool(kind):
     def build(ins, attrs, out):
         (x,) = ins
@@ -90,17 +109,7 @@ def pool(kind):
             pos, inside = window(sp)
             return tdsl.sum(tdsl.if_then_else(inside, x[(n, ch) + tuple(pos)], c(0, dt)), axis=rax)
         total = tdsl.compute(out.shape, fs, name=uname("pool_sum"))
-        rax2 = [tdsl.reduce_axis((0, k[d]), name=f"q{d}") for d in range(nd)]
-        incl = attrs.get("count_include_pad")
-
-        def fc(*sp):
-            conds = []
-            for d in range(nd):
-                pos = sp[d] * s[d] - p[d] + rax2[d] * dl[d]
-                lo, hi = (-p[d], xs[2 + d] + p[d + nd]) if incl else (0, xs[2 + d])
-                conds += [pos >= lo, pos < hi]
-            return tdsl.sum(tdsl.if_then_else(tdsl.all(*conds), c(1, dt), c(0, dt)), axis=rax2)
-        cnt = tdsl.compute(tuple(out.shape[2:]), fc, name=uname("pool_cnt"))
+        cnt = pool_count(xs, tuple(out.shape[2:]), attrs, dt)
         return tdsl.compute(out.shape, lambda n, ch, *sp: total[(n, ch) + sp] / tdsl.max(cnt[sp], c(1, dt)),
                             name=uname("avg_pool"))
     return build
