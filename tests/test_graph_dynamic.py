@@ -234,3 +234,23 @@ def test_cli_compile_without_dims(tmp_path, capsys):
     assert main(["compile", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Tensor[(batch, 16), float32]" in out and "MISMATCH" not in out
+
+
+needs_opencl = pytest.mark.skipif(not tdsl.opencl(0).exist, reason="no usable OpenCL device")
+
+
+@needs_opencl
+@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def test_symbolic_sizes_on_the_opencl_device_executor(which):
+    """Built once for OpenCL (the network stays on the device), run at two sizes."""
+    if which == "cnn":
+        m = models.mobilenetv2_blocks(batch="batch", size=32)
+        shapes = [(1, 3, 32, 32), (3, 3, 32, 32)]
+    else:
+        m = models.transformer_encoder(batch="batch", seq="sequence", d_model=64, heads=4, ff=128)
+        shapes = [(1, 5, 64), (2, 17, 64)]
+    exe = G.build(G.optimize(G.from_onnx(m), target="opencl"), target="opencl")
+    rng = np.random.default_rng(5)
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])

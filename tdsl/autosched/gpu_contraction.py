@@ -352,7 +352,10 @@ class BlockTile(Rule):
     name = "block-tile"
 
     def applies(self, ctx, st):
-        return ctx.infos[st].is_reuse_reduction()
+        # a reduction of a run-time length: the staged k tiles would read past its end
+        # (left to the rules without staging)
+        info = ctx.infos[st]
+        return info.is_reuse_reduction() and None not in info.rextents
 
     def apply(self, ctx, st):
         contraction(ctx.sched, st, ctx.infos[st], ctx.target, ctx.params, ctx.rec)

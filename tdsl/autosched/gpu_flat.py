@@ -45,7 +45,11 @@ class Flat(Rule):
     def apply(self, ctx, st):
         info = ctx.infos[st]
         threads = min(ctx.params.threads, ctx.target.max_threads_per_block)
-        if info.is_reduction:
+        # a register accumulator is placed at the fused thread loop; bound inference cannot
+        # bound its region through a fused loop of a symbolic extent (it would be a whole
+        # axis of a run-time length), so such a stage accumulates in place
+        local = None
+        if info.is_reduction and not (None in info.extents and len(info.extents) > 1):
             local = ctx.sched.cache_write(st.op.output(0), "local")
             ctx.rec.add(st, "cache_write", "cache_write(local)",
                         "each thread accumulates in a register")
@@ -61,7 +65,7 @@ class Flat(Rule):
         else:
             self.note(ctx, st, f"fuse all; split {threads}; bind blockIdx.x / threadIdx.x",
                       f"one output element per thread, {threads} threads per block")
-        if info.is_reduction:
+        if local is not None:
             ctx.sched[local].compute_at(st, ti)
 
 

@@ -66,6 +66,11 @@ def row_groups(s, comp, infos, readers, inlined, target, params) -> Dict[object,
         oinfo = infos[owner]
         if oinfo.is_reduction or len(oinfo.axes) <= d or owner in owner_of:
             continue
+        # the row loop fuses the first d axes: bound inference cannot bound the members'
+        # region at a fused loop of a symbolic extent (their shared buffers would be
+        # whole rows of a run-time length)
+        if d > 1 and None in oinfo.extents[:d]:
+            continue
         if groups.get(owner, (d,))[0] != d:
             continue
         owner_of[st] = owner

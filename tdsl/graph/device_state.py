@@ -69,6 +69,6 @@ def upload_constants(steps, device):
         if not isinstance(a, np.ndarray):
             return a
         if id(a) not in copies:
-            copies[id(a)] = (a, nd.array(np.ascontiguousarray(a), device))
+            copies[id(a)] = (a, nd.array(a, device))
         return copies[id(a)][1]
     return [(k, [up(a) for a in args], n) for k, args, n in steps]

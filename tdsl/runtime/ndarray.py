@@ -165,7 +165,7 @@ class NDArray:
                     self.device.api().copy_dd(self.handle, source.handle, self.nbytes, stream)
                 return self
             source = source.numpy()
-        source = np.ascontiguousarray(source)
+        source = np.require(source, requirements="C")      # 0-d stays 0-d
         if source.shape != self.shape or source.dtype != self.dtype:
             raise TdslError(f"copyfrom: expected shape {self.shape} and dtype {self.dtype}, got "
                             f"{source.shape} {source.dtype}")
@@ -203,6 +203,6 @@ def array(source, device=None) -> NDArray:
     takes)."""
     if isinstance(source, NDArray):
         source = source.numpy()
-    src = np.ascontiguousarray(np.asarray(source))
+    src = np.require(np.asarray(source), requirements="C")      # 0-d stays 0-d
     arr = empty(src.shape, src.dtype, device)
     return arr.copyfrom(src)
