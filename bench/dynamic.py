@@ -97,7 +97,6 @@ def run_one(name, target, number, repeat):
         warm = min(blocks([lambda: dyn.run(x)], 1, 3, warmup_s=0.0, pause_s=0.0))
         t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
                                      lambda: sess.run(None, {iname: x})], number, repeat)
-        del st
         out.append((t_dyn / t_ort, t_dyn / t_st))
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
