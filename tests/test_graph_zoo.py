@@ -103,6 +103,23 @@ def test_dynamic_transformers_built_once_match_at_every_size(name):
         assert float(np.abs(out - ref).max()) <= 1e-3 * float(np.abs(ref).max())
 
 
+def test_gpt2_from_the_dynamo_exporter_with_symbolic_sizes():
+    """torch's dynamo exporter writes GPT-2's causal mask with GatherND over symbolic
+    positions; built once, it runs at every sequence length."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    model = zoo.export("gpt2", dynamic=True, dynamo=True)
+    assert "GatherND" in {n.op_type for n in model.graph.node}
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    rng = np.random.default_rng(6)
+    for b, s in [(1, 3), (2, 40)]:
+        x = rng.integers(0, 1000, (b, s)).astype(np.int64)
+        out = exe.run(x)[0]
+        ref = models.onnxruntime_run(model, {"input": x})[0]
+        assert out.shape == ref.shape
+        assert float(np.abs(out - ref).max()) <= 1e-3 * float(np.abs(ref).max())
+
+
 def test_dynamic_torchvision_batch_3():
     pytest.importorskip("torchvision")
     model = zoo.export("resnet18", dynamic=True)

@@ -177,10 +177,11 @@ def seeded_module(name: str, seed: int = 0):
     return module
 
 
-def export(name: str, dynamic: bool = False, seed: int = 0):
+def export(name: str, dynamic: bool = False, seed: int = 0, dynamo: bool = False):
     """Model `name` exported by `torch.onnx.export` (opset 17, eval mode, weights from
     `seed`) as an `onnx.ModelProto`. `dynamic=True` leaves the batch (and the sequence
-    of the transformers) symbolic, as exports for serving do."""
+    of the transformers) symbolic, as exports for serving do. `dynamo=True` exports with
+    torch's dynamo exporter (opset 18) instead of the TorchScript one."""
     import onnx
     import torch
     module = seeded_module(name, seed)
@@ -190,6 +191,14 @@ def export(name: str, dynamic: bool = False, seed: int = 0):
     if dynamic:
         axes = {"input": {0: "batch"} if dtype == "float32" else {0: "batch", 1: "sequence"},
                 "output": {0: "batch"}}
+    if dynamo:
+        shapes = None
+        if dynamic:
+            shapes = ({ax: torch.export.Dim(d, max=4096 if d == "batch" else 512)
+                       for ax, d in axes["input"].items()},)
+        prog = torch.onnx.export(module, (x,), dynamo=True, input_names=["input"], output_names=["output"],
+                                 dynamic_shapes=shapes, opset_version=18, verbose=False)
+        return prog.model_proto
     buf = io.BytesIO()
     # traced with gradients on: under no_grad torchvision's attention takes a fused fast
     # path (aten::_native_multi_head_attention) that has no ONNX export

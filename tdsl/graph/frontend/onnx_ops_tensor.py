@@ -16,6 +16,12 @@ def _gather_elements(ctx, node, ins, attrs):
     return ctx.call("gather_elements", [x, idx], axis=norm_axis(attrs.get("axis", 0), x.type.ndim))
 
 
+@converter("GatherND")
+def _gather_nd(ctx, node, ins, attrs):
+    x, idx = ins
+    return ctx.call("gather_nd", [x, idx], batch_dims=int(attrs.get("batch_dims", 0)))
+
+
 @converter("Trilu")
 def _trilu(ctx, node, ins, attrs):
     k = 0

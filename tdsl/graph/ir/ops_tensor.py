@@ -124,6 +124,38 @@ def _take_ref(x, idx, a):
 register("take", "injective", _take_infer, _take_ref, {"axis": 0})
 
 
+def _gather_nd_infer(types, attrs):
+    check_nargs(types, 2)
+    x, idx = types
+    b = attrs["batch_dims"]
+    if not idx.dtype.startswith(("int", "uint")):
+        raise GraphError(f"indices must be integers, got {idx.dtype}")
+    if idx.ndim < 1 or not isinstance(idx.shape[-1], int):
+        raise GraphError(f"indices {idx} need a last axis of a fixed size")
+    k = idx.shape[-1]
+    if not 0 <= b < min(x.ndim, idx.ndim) or b + k > x.ndim:
+        raise GraphError(f"batch_dims {b} and index depth {k} do not fit data {x} and indices {idx}")
+    if any(not equal(x.shape[d], idx.shape[d]) for d in range(b)):
+        raise GraphError(f"the first {b} axes of data {x} and indices {idx} differ")
+    return TensorType(tuple(idx.shape[:-1]) + tuple(x.shape[b + k:]), x.dtype)
+
+
+def _gather_nd_ref(x, idx, a):
+    b, k = a["batch_dims"], idx.shape[-1]
+    lead = int(np.prod(idx.shape[:b], dtype=np.int64))
+    xs = x.reshape((lead,) + x.shape[b:])
+    ids = idx.reshape((lead, -1, k))
+    out = []
+    for n in range(lead):
+        pos = tuple(np.where(ids[n, :, t] < 0, ids[n, :, t] + xs.shape[1 + t], ids[n, :, t]) for t in range(k))
+        out.append(xs[n][pos])
+    return np.stack(out).reshape(tuple(idx.shape[:-1]) + x.shape[b + k:])
+
+
+# ONNX GatherND: out[i..., j...] = data[batch i..., indices[i..., :], j...]
+register("gather_nd", "injective", _gather_nd_infer, _gather_nd_ref, {"batch_dims": 0})
+
+
 def _gather_elements_infer(types, attrs):
     x, idx, ax = _data_and_indices(types, attrs)
     if idx.ndim != x.ndim or any(idx.shape[d] > x.shape[d] for d in range(x.ndim) if d != ax):

@@ -361,6 +361,18 @@ def take(ins, attrs, out):
     return tdsl.compute(out.shape, f, name=uname("take"))
 
 
+def gather_nd(ins, attrs, out):
+    x, idx = ins
+    b, k = attrs["batch_dims"], shape_of(idx)[-1]
+    q = len(idx.shape) - 1      # the output's axes that walk the index rows
+
+    def f(*i):
+        row = i[:q]
+        pos = tuple(_gather_index(idx[row + (t,)], x, b + t) for t in range(k))
+        return x[row[:b] + pos + i[q:]]
+    return tdsl.compute(out.shape, f, name=uname("gather_nd"))
+
+
 def gather_elements(ins, attrs, out):
     x, idx = ins
     ax = attrs["axis"]
@@ -450,6 +462,6 @@ for _op in BINARY_EXPR:
 TE.update({
     "where": where, "nn.bias_add": bias_add, "nn.batch_norm": batch_norm, "reshape": reshape,
     "transpose": transpose, "concatenate": concatenate, "strided_slice": strided_slice,
-    "take": take, "gather_elements": gather_elements, "nn.pad": pad, "broadcast_to": broadcast_to,
+    "take": take, "gather_elements": gather_elements, "gather_nd": gather_nd, "nn.pad": pad, "broadcast_to": broadcast_to,
     "arange": arange, "size_values": size_values,
 })
