@@ -82,16 +82,7 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
         return None
     if g.explanation is None:
         return None          # a hand strategy, or the rules did not hold
-    order = sorted(g.placeholders)
-    args = [g.placeholders[i] for i in order] + [out]
-    size_args = []
-    if g.symbolic:
-        shaped = set()
-        for t in args:
-            for d in t.shape:
-                shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)} if not isinstance(d, int) else set()
-        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
-        args += [g.sizes.vars[n] for n in size_args]
+    order, args, size_args = kernel_args(g, out)
 
     def definition():
         return [out], args
@@ -103,6 +94,24 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
     if res.best is None:
         return None
     return dict(s.explanation.params)      # the picked parameters that differ from the rules'
+
+
+def kernel_args(g, out):
+    """(parameter order, the kernel's arguments, size_args) of group definition `g` with
+    output `out`: its placeholders, the output, then the size variables that no
+    argument's shape holds (passed as scalars: the values of ONNX's Shape)."""
+    order = sorted(g.placeholders)
+    args = [g.placeholders[i] for i in order] + [out]
+    size_args = []
+    if g.symbolic:
+        shaped = set()
+        for t in args:
+            for d in t.shape:
+                if not isinstance(d, int):
+                    shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)}
+        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
+        args += [g.sizes.vars[n] for n in size_args]
+    return order, args, size_args
 
 
 def print_group_key(fn, consts):
@@ -141,16 +150,7 @@ def _compile_group(g, fn, target, name, sched):
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
-    order = sorted(g.placeholders)
-    args = [g.placeholders[i] for i in order] + [out]
-    size_args = []
-    if g.symbolic:
-        shaped = set()
-        for t in args:
-            for d in t.shape:
-                shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)} if not isinstance(d, int) else set()
-        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
-        args += [g.sizes.vars[n] for n in size_args]
+    order, args, size_args = kernel_args(g, out)
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)
