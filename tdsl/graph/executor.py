@@ -30,7 +30,7 @@ from .sizes import Plans, SizeBinder, SizedPool, Slot
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
-from .strategy.symbolic import group_size_vars, representative
+from .strategy.symbolic import group_size_vars
 
 _KERNELS: Dict[tuple, object] = {}
 
@@ -154,7 +154,9 @@ class Executor:
         if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
             self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"))
         self.bounds = fused.info.get("dim_bounds")
-        rep = representative(self.binder.names, self.bounds) if self.binder else None
+        # (the structure of the plan is the same at every size; its offsets are of the
+        # smallest sizes here, each call's own below)
+        rep = {n: (self.bounds or {}).get(n, (1, None))[0] for n in self.binder.names} if self.binder else None
         self.plan = plan_memory(fused, self._align, rep)
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
         fn = fused.main
@@ -489,7 +491,9 @@ class Executor:
 
     def __repr__(self):
         return (f"<tdsl.graph.Executor {len(self.steps)} kernels ({self.stats['compiled']} compiled, "
-                f"{self.stats['cached']} cached) target={self.target!r} arena={self.plan.peak_bytes} B>")
+                f"{self.stats['cached']} cached) target={self.target!r} "
+                + (f"sizes {', '.join(self.binder.names)}>" if self.binder is not None
+                   else f"arena={self.plan.peak_bytes} B>"))
 
 
 class _NoDevice:
