@@ -8,29 +8,10 @@ from __future__ import annotations
 
 from ..errors import InternalError
 from . import expr as E
+from .visitor import expr_key
 
 ATOMIC_OPS = {"add": E.Add, "mul": E.Mul, "min": E.Min, "max": E.Max}
 ATOMIC_DTYPES = ("int32", "uint32", "int64", "uint64", "float32", "float64")
-
-
-def _key(e):
-    if isinstance(e, E.Var):
-        return ("V", id(e))
-    if isinstance(e, (E.IntImm, E.FloatImm)):
-        return (type(e).__name__, e.dtype, e.value)
-    if isinstance(e, E.BufferLoad):
-        return ("L", id(e.buffer)) + tuple(_key(i) for i in e.indices)
-    if isinstance(e, E.BinaryOp):
-        return (type(e).__name__, _key(e.a), _key(e.b))
-    if isinstance(e, E.Not):
-        return ("Not", _key(e.a))
-    if isinstance(e, E.Cast):
-        return ("Cast", e.dtype, _key(e.value))
-    if isinstance(e, E.Select):
-        return ("Sel", _key(e.cond), _key(e.t), _key(e.f))
-    if isinstance(e, E.Call):
-        return ("Call", e.name, e.dtype) + tuple(_key(a) for a in e.args)
-    return ("id", id(e))
 
 
 def atomic_operand(s) -> E.Expr:
@@ -38,12 +19,12 @@ def atomic_operand(s) -> E.Expr:
     cls = ATOMIC_OPS.get(s.atomic)
     v = s.value
     if cls is not None and isinstance(v, cls):
-        want = ("L", id(s.buffer)) + tuple(_key(i) for i in s.indices)
+        want = ("L", id(s.buffer)) + tuple(expr_key(i) for i in s.indices)
         for old, e in ((v.a, v.b), (v.b, v.a)):
             if isinstance(old, E.Select) and isinstance(old.t, E.BufferLoad):
                 # the bounds check's guard of the load: the store has the same one
                 old = old.t
-            if isinstance(old, E.BufferLoad) and _key(old) == want:
+            if isinstance(old, E.BufferLoad) and expr_key(old) == want:
                 return e
     raise InternalError(f"an atomic '{s.atomic}' store to '{s.buffer.name}' no longer has "
                         f"the form {s.buffer.name}[i] {s.atomic} e: {v}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
+from . import expr as E
 from .expr import And, BufferLoad, Expr, Var
 from .stmt import Allocate, Barrier, Buffer, BufferStore, Prefetch, Stmt
 
@@ -152,3 +153,28 @@ def conjuncts(cond):
     if isinstance(cond, And):
         return conjuncts(cond.a) + conjuncts(cond.b)
     return [cond]
+
+
+def expr_key(e):
+    """A hashable key, equal for structurally equal expressions (variables, buffers and
+    tensors compared by identity): what an update's `old` read and an atomic store's
+    target are matched by."""
+    if isinstance(e, E.Var):
+        return ("V", id(e))
+    if isinstance(e, (E.IntImm, E.FloatImm)):
+        return (type(e).__name__, e.dtype, e.value)
+    if isinstance(e, E.BufferLoad):
+        return ("L", id(e.buffer)) + tuple(expr_key(i) for i in e.indices)
+    if isinstance(e, E.ProducerLoad):
+        return ("P", id(e.tensor)) + tuple(expr_key(i) for i in e.indices)
+    if isinstance(e, E.BinaryOp):
+        return (type(e).__name__, expr_key(e.a), expr_key(e.b))
+    if isinstance(e, E.Not):
+        return ("Not", expr_key(e.a))
+    if isinstance(e, E.Cast):
+        return ("Cast", e.dtype, expr_key(e.value))
+    if isinstance(e, E.Select):
+        return ("Sel", expr_key(e.cond), expr_key(e.t), expr_key(e.f))
+    if isinstance(e, E.Call):
+        return ("Call", e.name, e.dtype) + tuple(expr_key(a) for a in e.args)
+    return ("id", id(e))

@@ -21,3 +21,23 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+def root_axes(stage, iv) -> list:
+    """The root IterVars of `stage` that leaf `iv` derives from (through its splits and
+    fuses)."""
+    parents = {}
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            parents[rel.outer] = [rel.parent]
+            parents[rel.inner] = [rel.parent]
+        elif isinstance(rel, Fuse):
+            parents[rel.fused] = [rel.outer, rel.inner]
+    todo, roots = [iv], []
+    while todo:
+        x = todo.pop()
+        if x in parents:
+            todo += parents[x]
+        elif x not in roots:
+            roots.append(x)
+    return roots

@@ -15,26 +15,7 @@ from ..ir.expr import Range, Var
 from ..ir.visitor import free_vars, substitute
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from .bound import pass_down, pass_up_conditions, pass_up_index
-from .relations import Split
-
-
-def _roots_of(stage, iv):
-    """The root IterVars that `iv` is derived from."""
-    parents = {}
-    for rel in stage.relations:
-        if isinstance(rel, Split):
-            parents[rel.outer] = [rel.parent]
-            parents[rel.inner] = [rel.parent]
-        else:
-            parents[rel.fused] = [rel.outer, rel.inner]
-    todo, roots = [iv], []
-    while todo:
-        x = todo.pop()
-        if x in parents:
-            todo += parents[x]
-        elif x not in roots:
-            roots.append(x)
-    return roots
+from .relations import root_axes
 
 
 def rfactor(sched, tensor, axis, factor_axis=0):
@@ -50,13 +31,13 @@ def rfactor(sched, tensor, axis, factor_axis=0):
     if not 0 <= factor_axis <= len(op.axis):
         raise ScheduleError(f"rfactor: factor_axis must be in [0, {len(op.axis)}], got {factor_axis}")
     red = op.body
-    roots = _roots_of(st, axis)
+    roots = root_axes(st, axis)
     ranges = pass_down(st, {iv: iv.dom for iv in list(op.axis) + list(op.reduce_axis)})
     if not isinstance(ranges[axis].extent, E.IntImm):
         raise ScheduleError(f"rfactor: stage '{op.name}': axis '{axis.var.name}' needs a constant "
                             f"extent (got {ranges[axis].extent}); split the reduction by a constant first")
     derived = [iv for iv in st.leaf_iter_vars if iv.kind == "reduce" and iv is not axis
-               and set(_roots_of(st, iv)) <= set(roots)]
+               and set(root_axes(st, iv)) <= set(roots)]
     kept = [iv for iv in op.reduce_axis if iv not in roots]
 
     # the new stage's axes

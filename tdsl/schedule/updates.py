@@ -19,7 +19,7 @@ from typing import Dict, List
 from ..errors import LoweringError, ScheduleError
 from ..ir.atomic import ATOMIC_DTYPES
 from ..te.update import UpdateOp
-from .relations import Fuse, Split
+from .relations import Split, root_axes
 
 
 def update_chains(sched) -> Dict[object, List[object]]:
@@ -61,21 +61,7 @@ def check_chain_readers(sched, chains, chain_of):
 
 def reduce_roots(stage, iv) -> list:
     """The root reduction variables leaf `iv` of `stage` derives from."""
-    parents = {}
-    for rel in stage.relations:
-        if isinstance(rel, Split):
-            parents[rel.outer] = [rel.parent]
-            parents[rel.inner] = [rel.parent]
-        elif isinstance(rel, Fuse):
-            parents[rel.fused] = [rel.outer, rel.inner]
-    todo, roots = [iv], []
-    while todo:
-        x = todo.pop()
-        if x in parents:
-            todo += parents[x]
-        elif x not in roots:
-            roots.append(x)
-    return [r for r in roots if r.kind == "reduce"]
+    return [r for r in root_axes(stage, iv) if r.kind == "reduce"]
 
 
 def _dependent(stage, roots):

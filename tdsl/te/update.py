@@ -29,7 +29,7 @@ from typing import List, Optional, Tuple
 from ..errors import TdslError
 from ..ir import expr as E
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, free_vars, walk
+from ..ir.visitor import Mutator, expr_key, free_vars, walk
 from .tensor import ComputeOp, IterVar, Operation, Tensor
 
 # pure op -> the last op of its chain of updates (a second chain from one tensor would
@@ -165,31 +165,9 @@ def _reads(e, tensor):
     return bool(found)
 
 
-def _key(e):
-    """A hashable key equal for structurally equal expressions (variables and tensors by
-    identity)."""
-    if isinstance(e, E.Var):
-        return ("V", id(e))
-    if isinstance(e, (E.IntImm, E.FloatImm)):
-        return (type(e).__name__, e.dtype, e.value)
-    if isinstance(e, E.ProducerLoad):
-        return ("P", id(e.tensor)) + tuple(_key(i) for i in e.indices)
-    if isinstance(e, E.BinaryOp):
-        return (type(e).__name__, _key(e.a), _key(e.b))
-    if isinstance(e, E.Not):
-        return ("Not", _key(e.a))
-    if isinstance(e, E.Cast):
-        return ("Cast", e.dtype, _key(e.value))
-    if isinstance(e, E.Select):
-        return ("Sel", _key(e.cond), _key(e.t), _key(e.f))
-    if isinstance(e, E.Call):
-        return ("Call", e.name, e.dtype) + tuple(_key(a) for a in e.args)
-    return ("id", id(e))
-
-
 def same_indices(a, b) -> bool:
     """Whether two index tuples are structurally equal."""
-    return len(a) == len(b) and all(_key(x) == _key(y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(expr_key(x) == expr_key(y) for x, y in zip(a, b))
 
 
 class _ToState(Mutator):
