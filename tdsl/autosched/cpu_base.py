@@ -50,14 +50,20 @@ class CPUBase(Context):
         stands for the prefix (fused or not), or None when nothing was fused."""
         if not loops:
             return None
-        chosen, tasks = [], 1
+        # a symbolic extent may be 1 at run time (a batch of one): the prefix goes on
+        # fusing until the loops of known extents alone give enough tasks
+        chosen, known, symbolic = [], 1, False
         for iv, ext, ragged in loops:
             if chosen and ragged and not whole:
                 break
             chosen.append((iv, ext))
-            tasks *= BIG if ext is None else ext
-            if not whole and (ragged or tasks >= self.chunks):
+            if ext is None:
+                symbolic = True
+            else:
+                known *= ext
+            if not whole and (ragged or known >= self.chunks):
                 break
+        tasks = known * (BIG if symbolic else 1)
         ivs = [iv for iv, _ in chosen]
         loop = st.fuse(*ivs) if len(ivs) > 1 else ivs[0]
         if not self.params.parallel:
@@ -78,11 +84,12 @@ class CPUBase(Context):
     def row_loop(self, st, axes, exts, work):
         """The loop that stages computed per row attach to: the fused leading axes when their
         extents are constant; with a symbolic one, the innermost of them unfused (bound
-        inference cannot bound a region through a fused symbolic loop) and the first parallel."""
+        inference cannot bound a region through a fused symbolic loop) and the others
+        fused and parallel."""
         loops = [(iv, e, False) for iv, e in zip(axes, exts)]
         if all(e is not None for e in exts):
             return self.parallel_prefix(st, loops, work, "rows", whole=True)
-        self.parallel_prefix(st, loops[:1], work, "rows")
+        self.parallel_prefix(st, loops[:-1] or loops, work, "rows")
         return axes[-1]
 
     def vector_split(self, st, iv, ext, dtype, unroll=True):

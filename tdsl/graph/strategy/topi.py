@@ -252,10 +252,77 @@ def _is_const(v, k):
     return isinstance(v, (int, np.integer)) and v == k
 
 
+def _monomial(d):
+    """(integer coefficient, sorted size variable names) of a size that is a product of
+    numbers and size variables; None for anything else."""
+    from ...ir import expr as E
+    if isinstance(d, (int, np.integer)):
+        return int(d), ()
+    if isinstance(d, E.IntImm):
+        return int(d.value), ()
+    if isinstance(d, E.Var):
+        return 1, (d.name,)
+    if isinstance(d, E.Mul):
+        a, b = _monomial(d.a), _monomial(d.b)
+        if a is None or b is None:
+            return None
+        return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+    return None
+
+
+def _divides(a, b) -> bool:
+    """Whether monomial a divides monomial b."""
+    rest = list(b[1])
+    for v in a[1]:
+        if v not in rest:
+            return False
+        rest.remove(v)
+    return a[0] != 0 and b[0] % a[0] == 0
+
+
+def _times(a, b):
+    return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+
+
+def _reshape_groups(ishape, oshape):
+    """The runs of input and output axes whose sizes multiply to the same, in order
+    ([((i0, i1), (o0, o1)), ...]: input axes i0..i1-1 hold output axes o0..o1-1), where
+    every size is a product of numbers and size variables; None otherwise. A reshape
+    that merges or splits axes within such runs indexes each run on its own: with
+    symbolic sizes, one flat index through all axes divides by run-time products that
+    no simplification takes back out of a vector's index."""
+    im = [_monomial(d) for d in ishape]
+    om = [_monomial(d) for d in oshape]
+    if None in im or None in om:
+        return None
+    groups, i, o = [], 0, 0
+    while i < len(im) or o < len(om):
+        i0, o0 = i, o
+        pi, po = (1, ()), (1, ())
+        if i < len(im):
+            pi, i = im[i], i + 1
+        if o < len(om):
+            po, o = om[o], o + 1
+        while pi != po:
+            # grow the side whose product divides the other's
+            if _divides(pi, po) and i < len(im):
+                pi, i = _times(pi, im[i]), i + 1
+            elif _divides(po, pi) and o < len(om):
+                po, o = _times(po, om[o]), o + 1
+            else:
+                return None
+        groups.append(((i0, i), (o0, o)))
+    return groups
+
+
 def reshape(ins, attrs, out):
     (x,) = ins
     ishape = shape_of(x)
     oshape = out.shape
+    if symbolic_sizes.get():
+        groups = _reshape_groups(ishape, oshape)
+        if groups is not None and len(groups) > 1:
+            return _grouped_reshape(x, ishape, oshape, groups)
     ostr = [prod(oshape[d + 1:]) for d in range(len(oshape))]
     istr = [prod(ishape[d + 1:]) for d in range(len(ishape))]
 
@@ -278,6 +345,27 @@ def reshape(ins, attrs, out):
             if any(not _is_const(ishape[k], 1) for k in range(d)):
                 e = e % ishape[d]
             idx.append(e)
+        return x[tuple(idx)]
+    return tdsl.compute(oshape, f, name=uname("reshape"))
+
+
+def _grouped_reshape(x, ishape, oshape, groups):
+    """A reshape indexed run by run (`_reshape_groups`)."""
+    def f(*i):
+        idx = []
+        for (i0, i1), (o0, o1) in groups:
+            flat = None
+            for d in range(o0, o1):
+                t = i[d] * prod(oshape[d + 1:o1]) if d + 1 < o1 else i[d]
+                flat = t if flat is None else flat + t
+            for d in range(i0, i1):
+                e = flat if flat is not None else c(0, "int32")
+                inner = prod(ishape[d + 1:i1])
+                if not _is_const(inner, 1):
+                    e = e // inner
+                if d > i0:
+                    e = e % ishape[d]
+                idx.append(e)
         return x[tuple(idx)]
     return tdsl.compute(oshape, f, name=uname("reshape"))
 
