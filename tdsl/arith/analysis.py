@@ -258,6 +258,11 @@ def _sbound_mod(s, ctx, k):
     if prove_nonneg(a, ctx) and prove_neg(a - b, ctx):
         return lo, hi
     bl, bh = sbound(b, ctx, k)
+    # nothing in it varies (an index of a fused loop at a fixed point, the divisor a
+    # run-time size): the remainder is that one value
+    if lo is not None and lo == hi and bl is not None and bl == bh:
+        v = floormod(lo, bl)
+        return v, v
     if bl is not None and bh is not None and _nonneg(bl, ctx):
         return S.Zero, bh - 1
     return None, None
