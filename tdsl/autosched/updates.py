@@ -186,7 +186,8 @@ class Updates(Rule):
             self.note(ctx, u, "atomic(), bind" if u.atomics else "bind", "one thread per "
                       "iteration of the reduction")
             return
-        one, _ = u.split(r, nparts=1)
+        # the outermost reduction loop: every loop of the update then runs in the one thread
+        one, _ = u.split(op.reduce_axis[0], nparts=1)
         u.bind(one, thread_axis("blockIdx.x"))
         self.note(ctx, u, "one thread", "the update depends on its order")
 
