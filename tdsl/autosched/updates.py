@@ -135,6 +135,7 @@ class Updates(Rule):
         r = op.reduce_axis[-1]
         n = _extent(r.dom.extent)
         if all(op.race_free(x) for x in op.reduce_axis):
+            r = op.reduce_axis[0]
             u.parallel(r)
             self.note(ctx, u, f"parallel({r.var.name})", "race-free: each iteration writes "
                       "its own element")
@@ -145,7 +146,9 @@ class Updates(Rule):
             self.note(ctx, u, "serial", "the update depends on its order" if op.combine_op is
                       None else "too short to split")
             return
-        ro, _ = u.split(r, nparts=cores)
+        # the outermost reduction loop: each partial result's loop then sits outside the
+        # others (one fork-join, not one per iteration of an outer reduction loop)
+        ro, _ = u.split(op.reduce_axis[0], nparts=cores)
         rf = ctx.sched.rfactor(base.op.output(0), ro)
         rs = ctx.sched[rf]
         rs.parallel(rs.op.axis[0])

@@ -128,8 +128,7 @@ def iir_blur_numpy(a):
 def iir_blur_hand(out, target):
     """apps/iir_blur's schedule on the CPU: the column pass vectorized across columns,
     strips of columns in parallel (the pure variable split around the serial reduction);
-    the row pass in parallel over blocks of rows, each block's rows advancing together as
-    vector lanes (the app transposes to get the same lanes)."""
+    the row pass in parallel over rows, each row's recurrence serial along it."""
     t = as_target(target)
     lanes = t.vector_lanes("float32")
     s = tdsl.create_schedule(out)
@@ -145,24 +144,20 @@ def iir_blur_hand(out, target):
     cols.vectorize(xl)
     cols.parallel(xo)
     rows = s[out].update(1)
-    (ry,), (rr,) = rows.op.axis, rows.op.reduce_axis
-    yo, yi = rows.split(ry, factor=lanes)
-    rows.reorder(yo, rr, yi)
-    rows.vectorize(yi)
-    rows.parallel(yo)
+    rows.parallel(rows.op.axis[0])
     return s
 
 
 # ---------------------------------------------------------------------------- bilateral grid
 
-def _grid_dims(H, W):
+def grid_dims(H, W):
     # cells of the slice (yi, yi + 1 for y < H), two more each side for the blurs
     return H // S_SIGMA + 1, W // S_SIGMA + 1, int(1.0 / R_SIGMA) + 2
 
 
 def bilateral_grid(H, W):
     s, inv_r = S_SIGMA, 1.0 / R_SIGMA
-    GH, GW, Z = _grid_dims(H, W)
+    GH, GW, Z = grid_dims(H, W)
     inp = tdsl.placeholder((H, W), name="input")
 
     def pixel(y, x):
@@ -174,8 +169,10 @@ def bilateral_grid(H, W):
     def val(gy, gx):
         return pixel((gy - 2) * s + ry - s // 2, (gx - 2) * s + rx - s // 2)
 
+    # the intensity bin: the clamp is what the value in [0, 1] gives anyway; on the integer
+    # it proves the write inside the grid (no check per write)
     def index(gy, gx, c):
-        return gy, gx, E.cast(val(gy, gx) * inv_r + 0.5, "int32") + 2, c
+        return gy, gx, _clamp(E.cast(val(gy, gx) * inv_r + 0.5, "int32"), 0, Z - 2) + 2, c
     hist = tdsl.update(hist, index, lambda old, gy, gx, c: old + tdsl.if_then_else(
         c == 0, val(gy, gx), E.const(1.0)), axis=[rx, ry])
     blurz = tdsl.compute((GH + 4, GW + 4, Z, 2), lambda gy, gx, z, c: sum(
@@ -188,7 +185,7 @@ def bilateral_grid(H, W):
     def slice_(y, x):
         v = pixel(y, x)
         zv = v * inv_r
-        zi = E.cast(zv, "int32")
+        zi = _clamp(E.cast(zv, "int32"), 0, Z - 2)
         zf = zv - E.cast(zi, "float32")
         yi, xi = y // s, x // s
         yf = E.cast(y % s, "float32") * (1.0 / s)
@@ -210,7 +207,7 @@ def bilateral_grid(H, W):
 def bilateral_grid_numpy(a):
     H, W = a.shape
     s, inv_r = S_SIGMA, np.float32(1.0 / R_SIGMA)
-    GH, GW, Z = _grid_dims(H, W)
+    GH, GW, Z = grid_dims(H, W)
     a32 = np.clip(a.astype(np.float32), 0, 1)
     hist = np.zeros((GH + 4, GW + 4, Z + 4, 2))
     gy, gx, ry, rx = np.meshgrid(np.arange(GH + 4), np.arange(GW + 4), np.arange(s), np.arange(s),
