@@ -11,6 +11,11 @@ neither side clamps at the borders):
   out = ratio * in (apps/unsharp on one channel);
 - blur: a 3x3 box blur as two separable passes (apps/blur on float32).
 
+Pipelines written with update definitions (tdsl.examples.update_pipelines: histeq,
+iir_blur, bilateral_grid, max_filter) run first, each as tdsl's auto_schedule and hand
+schedule beside Halide's app schedule (bench/pipelines_updates.py) and autoschedulers;
+the summary gives tdsl auto / the best Halide autoscheduler and tdsl hand / Halide app.
+
 Each row is one implementation: tdsl's auto schedule (no search), then Halide's
 Mullapudi2016, Adams2019 and Li2018 autoschedulers (those whose plugin loads), each given
 the target's core count (HL_NUM_THREADS, and `parallelism` in its parameters). Each is timed
@@ -33,6 +38,8 @@ from common import add_target_option, print_target, target_from  # noqa: E402
 
 import tdsl  # noqa: E402
 from tdsl.examples.pipelines import GAUSS5, HALO, K_HARRIS, PIPELINES as EXAMPLES  # noqa: E402
+from tdsl.examples import update_pipelines as UP  # noqa: E402
+from pipelines_updates import HALIDE as HALIDE_UPDATES  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*will be interpreted as a float32 by Halide")
 
@@ -149,6 +156,86 @@ def halide_runner(hl, ht, sched, build, a, out_shape):
     return run
 
 
+def halide_update_runner(hl, ht, sched, build, a, N):
+    """A callable that fills and returns an (N, N) output with Halide's update pipeline
+    `build`, scheduled by its app's schedule (`sched` "app") or an autoscheduler."""
+    inp = hl.ImageParam(hl.Float(32), 2, "input")
+    inp.dim(0).set_estimate(0, a.shape[1])
+    inp.dim(1).set_estimate(0, a.shape[0])
+    out = build(hl, inp, N, N, sched == "app")
+    p = hl.Pipeline(out)
+    if sched != "app":
+        out.set_estimates([hl.Range(0, N), hl.Range(0, N)])
+        params = {"parallelism": str(int(os.environ["HL_NUM_THREADS"]))}
+        if sched == "Mullapudi2016":
+            params["last_level_cache_size"] = str(TARGET.cache_bytes(2))
+        p.apply_autoscheduler(ht, hl.AutoschedulerParams(sched, params))
+    p.compile_jit(ht)
+    ib = hl.Buffer(a)
+    inp.set(ib)
+    res = np.zeros((N, N), dtype=np.float32)
+    buf = hl.Buffer(res)
+
+    def run(keep=(a, ib, inp)):     # hl.Buffer does not own the numpy memory
+        p.realize(buf)
+        return res
+    return run
+
+
+def run_updates(opts, hal, N, only):
+    """The pipelines written with update definitions: tdsl's auto_schedule and hand
+    schedule beside Halide's app schedule and autoschedulers."""
+    rng = np.random.default_rng(0)
+    summary = []
+    for name, (tdef, npref, hand) in UP.PIPELINES.items():
+        if only and name not in only:
+            continue
+        a = rng.uniform(0.0, 1.0, (N + UP.HALO[name],) * 2).astype(np.float32)
+        ref = npref(a).astype(np.float32)
+        scale = np.abs(ref).max()
+        fns = {}
+        res = {}
+        for kind in ("auto", "hand"):
+            inp, out = tdef(N, N)
+            s = tdsl.auto_schedule(out, TARGET) if kind == "auto" else hand(out, TARGET)
+            if opts.explain and kind == "auto":
+                print(s.explain())
+            f = tdsl.build(s, [inp, out], target=TARGET)
+            r = res[kind] = np.zeros((N, N), dtype=np.float32)
+            f(a, r)
+            err = np.abs(r - ref).max() / scale
+            if err > 1e-4:
+                raise SystemExit(f"{name}: tdsl {kind} WRONG vs numpy, max relative error {err:.2e}")
+            fns[f"tdsl {kind}"] = (lambda f=f, r=r: f(a, r))
+        if hal is not None:
+            hl, ht, names = hal
+            for sched in ["app"] + list(names):
+                try:
+                    run = halide_update_runner(hl, ht, sched, HALIDE_UPDATES[name], a, N)
+                    herr = np.abs(run() - ref).max() / scale
+                except Exception as e:
+                    print(f"{name:14s} Halide {sched}: failed ({str(e).splitlines()[0][:90]})")
+                    continue
+                if herr > 1e-4:
+                    print(f"{name:14s} Halide {sched}: differs from numpy by {herr:.2e}; not timed")
+                    continue
+                fns[f"Halide {sched}"] = run
+        calls = 5 if N >= 4096 else 20
+        best = block_times(fns, calls, blocks=opts.blocks)
+        nbytes = (a.size + N * N) * 4
+        for k, tt in best.items():
+            print(f"{name:14s} {k:20s} {tt * 1e3:8.2f} {nbytes / tt / 1e9:7.1f} "
+                  f"{best['tdsl auto'] / tt:9.2f} {best['tdsl hand'] / tt:9.2f}")
+        autos = [tt for k, tt in best.items() if k.startswith("Halide") and k != "Halide app"]
+        summary.append((name, best["tdsl auto"] / min(autos) if autos else None,
+                        best["tdsl hand"] / best["Halide app"] if "Halide app" in best else None))
+        print(f"{'':14s} load average {os.getloadavg()[0]:.2f}\n")
+    for name, ra, rh in summary:
+        fmt = (lambda v: "n/a" if v is None else f"{v:.2f}{' (at or below)' if v <= 1.0 else ''}")
+        print(f"{name:14s} tdsl auto / best Halide autoscheduler: {fmt(ra)}; "
+              f"tdsl hand / Halide app: {fmt(rh)}")
+
+
 # --------------------------------------------------------------------------- timing
 
 def block_times(fns, calls, blocks=5, warmup_s=0.15, pause_s=0.2):
@@ -193,6 +280,14 @@ def main():
         import halide
         print(f"Halide {getattr(halide, '__version__', '?')}, target {hal[1]}, "
               f"HL_NUM_THREADS={os.environ['HL_NUM_THREADS']}\n")
+    only = [n for n in opts.only.split(",") if n]
+    if not only or set(only) & set(UP.PIPELINES):
+        print(f"{'update pipeline':14s} {'implementation':20s} {'ms':>8s} {'GB/s':>7s} "
+              f"{'auto/this':>9s} {'hand/this':>9s}")
+        run_updates(opts, hal, N, only)
+        print()
+        if only and not set(only) - set(UP.PIPELINES):
+            return
     rng = np.random.default_rng(0)
     print(f"{'pipeline':9s} {'implementation':20s} {'ms':>8s} {'GB/s':>7s} {'tdsl/this':>9s}")
     summary = []

@@ -9,7 +9,8 @@ SUPPORTED = ("Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Relu LeakyRelu 
              "GlobalAveragePool ReduceMean ReduceSum ReduceMax ReduceMin Reshape Flatten Transpose Concat Split "
              "Slice Squeeze Unsqueeze Gather Pad Identity Dropout Constant Shape "
              "HardSigmoid HardSwish Mod IsNaN IsInf GatherElements ReduceSumSquare ReduceL1 ReduceL2 "
-             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND GatherND Resize Einsum "
+             "ReduceLogSum ReduceLogSumExp ReduceProd ArgMax ArgMin CumSum TopK Trilu ScatterND ScatterElements GatherND "
+             "Resize Einsum "
              "Cast Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Where Expand Range LogSoftmax "
              "QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul ConvInteger MatMulInteger Round").split()
 

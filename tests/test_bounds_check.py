@@ -168,6 +168,37 @@ def test_in_bounds_vector_loop_keeps_its_vector_code():
     assert "<8 x float>" in mod.get_source()
 
 
+def test_vector_loop_along_a_scattered_row_keeps_its_vector_code():
+    """out[I[r], x] += V[r, x] vectorized along x: the row read from memory is the same for
+    every lane, so the loop is versioned on its first and last lane (read before the loop)
+    and stays a vector loop; a row outside still raises, and nothing is written there."""
+    rows, W, n = 10, 32, 12
+    I = tdsl.placeholder((n,), name="I", dtype="int64")
+    V = tdsl.placeholder((n, W), name="V")
+    out = tdsl.compute((rows, W), lambda i, x: tdsl.const(0.0), name="out")
+    r = tdsl.reduce_axis((0, n), "r")
+    out = tdsl.update(out, lambda x: (I[r], x), lambda old, x: old + V[r, x], axis=r)
+    s = tdsl.create_schedule(out)
+    u = s[out].update(0)
+    (x,), (rr,) = u.op.axis, u.op.reduce_axis
+    xo, xi = u.split(x, factor=8)
+    u.reorder(rr, xo, xi)
+    u.vectorize(xi)
+    mod = tdsl.build(s, [I, V, out])
+    assert "<8 x float>" in mod.get_source()
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, rows, n).astype("int64")
+    v = rng.standard_normal((n, W)).astype("float32")
+    got = np.zeros((rows, W), "float32")
+    mod(idx, v, got)
+    want = np.zeros((rows, W), "float32")
+    np.add.at(want, idx, v)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    idx[4] = rows
+    with pytest.raises(tdsl.BoundsError, match="'out'"):
+        mod(idx, v, got)
+
+
 def test_environment_turns_it_on(monkeypatch):
     s, args = overread()
     monkeypatch.setenv("TDSL_BOUNDS_CHECK", "1")

@@ -342,3 +342,58 @@ def test_new_rule_kernels_match_numpy(target):
     for name, a, b in zip(["loss"] + list(ws), got, want):
         assert np.abs(b).max() > 0, name
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * np.abs(b).max(), err_msg=name)
+
+
+# the gathers' adjoints as kernels: scatter-adds on update definitions
+# (strategy/topi_scatter.py), against numpy's np.add.at
+
+
+def _scatter_kernel(op, g, idx, target, **attrs):
+    gv = Var("g", TensorType(g.shape, str(g.dtype)))
+    iv = Var("i", TensorType(idx.shape, str(idx.dtype)))
+    exe = tdsl.graph.build(Module(Function("main", [gv, iv], [Call(op, [gv, iv], attrs)])), target=target)
+    return exe
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_take_grad_kernel_is_np_add_at(target):
+    rng = np.random.default_rng(3)
+    # an embedding's adjoint: 2-D ids with repeats and negative ones
+    ids = rng.integers(-50, 50, (4, 33)).astype(np.int64)
+    ids[:, :8] = 7
+    g = rng.standard_normal((4, 33, 40)).astype(np.float32)
+    try:
+        exe = _scatter_kernel("take_grad", g, ids, target, axis=0, size=50)
+    except tdsl.BuildError as e:
+        pytest.skip(f"target {target} not available here: {str(e)[:120]}")
+    ref = np.zeros((50, 40), np.float32)
+    np.add.at(ref, ids % 50, g)
+    np.testing.assert_allclose(exe.run(g, ids)[0], ref, rtol=1e-5, atol=1e-5)
+    ids[2, 5] = 50
+    with pytest.raises(tdsl.BoundsError, match="take_grad"):
+        exe.run(g, ids)
+    # along a middle axis: the leading dimension is a pure variable too
+    ids = np.array([2, 0, 2, -1], np.int32)
+    g = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    exe = _scatter_kernel("take_grad", g, ids, target, axis=1, size=3)
+    ref = np.zeros((3, 3, 5), np.float32)
+    np.add.at(ref, (slice(None), ids % 3), g)
+    np.testing.assert_allclose(exe.run(g, ids)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_elements_grad_kernel_is_np_add_at(target, axis):
+    rng = np.random.default_rng(4)
+    shape = (6, 7)
+    ids = rng.integers(-shape[axis], shape[axis], (5, 4)).astype(np.int64)   # narrower than the data
+    g = rng.standard_normal(ids.shape).astype(np.float32)
+    try:
+        exe = _scatter_kernel("gather_elements_grad", g, ids, target, axis=axis, shape=list(shape))
+    except tdsl.BuildError as e:
+        pytest.skip(f"target {target} not available here: {str(e)[:120]}")
+    ref = np.zeros(shape, np.float32)
+    m = np.indices(ids.shape)
+    at = tuple(ids % shape[axis] if d == axis else m[d] for d in range(2))
+    np.add.at(ref, at, g)
+    np.testing.assert_allclose(exe.run(g, ids)[0], ref, rtol=1e-5, atol=1e-5)

@@ -303,20 +303,90 @@ def test_trilu(upper, k):
     check("Trilu", {"x": f32(2, 4, 6)}, consts, upper=upper)
 
 
-# ---------------------------------------------------------------------------- ScatterND
+# ---------------------------------------------------------------------------- scatters
+# A copy of the data and one update over the indices (strategy/topi_scatter.py); the
+# indices are graph inputs (computed at run time). Duplicate indices are applied in the
+# indices' order, as onnxruntime applies them (ONNX leaves them undefined without a
+# reduction); negative ones count from the end.
 
-@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
-def test_scatter_nd_constant_indices(reduction):
-    idx = np.asarray([[0, 1], [2, 3], [0, 1], [1, 0]], np.int64)      # (0, 1) twice
-    upd = f32(4, 5)
-    if reduction == "none":
-        idx, upd = idx[1:], upd[1:]     # onnxruntime leaves duplicates without a reduction undefined
-    check("ScatterND", {"x": f32(3, 4, 5)}, {"i": idx, "u": upd}, opset=18, reduction=reduction)
+SCATTER_REDUCTIONS = ["none", "add", "mul", "max", "min"]
 
 
-def test_scatter_nd_runtime_indices_are_named():
-    m = _model("ScatterND", {"x": f32(3, 4), "i": np.zeros((1, 1), np.int64), "u": f32(1, 4)})
-    with pytest.raises(GraphError, match="ScatterND indices must be known at compile time"):
+def _scatter_target(target):
+    if target == "opencl" and _opencl_reason():
+        pytest.skip("no working OpenCL device: " + _opencl_reason().splitlines()[0])
+
+
+@pytest.mark.parametrize("target", ["llvm", "c", "opencl"])
+@pytest.mark.parametrize("reduction", SCATTER_REDUCTIONS)
+def test_scatter_nd(reduction, target):
+    _scatter_target(target)
+    x = f32(3, 4, 5)
+    # slices (pure trailing dimension): (0, 1) three times, once as (-3, -3)
+    idx = np.asarray([[0, 1], [2, 3], [0, 1], [1, 0], [-3, -3]], np.int64)
+    check("ScatterND", {"x": x, "i": idx, "u": f32(5, 5)}, opset=18, reduction=reduction, target=target)
+    # whole elements (no pure variable): a 2-D index tensor with a repeated element
+    idx = np.asarray([[[0, 1, 2], [2, 3, 4]], [[0, 1, 2], [-1, 0, -5]]], np.int64)
+    check("ScatterND", {"x": x, "i": idx, "u": f32(2, 2)}, opset=18, reduction=reduction, target=target)
+    # whole rows
+    idx = np.asarray([[2], [0], [2]], np.int64)
+    check("ScatterND", {"x": x, "i": idx, "u": f32(3, 4, 5)}, opset=18, reduction=reduction, target=target)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c", "opencl"])
+@pytest.mark.parametrize("reduction", SCATTER_REDUCTIONS)
+def test_scatter_elements(reduction, target):
+    _scatter_target(target)
+    # along axis 0, indices as wide as the data (columns are pure variables), duplicates
+    idx = np.asarray([[1, 0, 2, 0], [0, -3, 1, 2], [1, 1, -1, 2]], np.int64)
+    check("ScatterElements", {"x": f32(3, 4), "i": idx, "u": f32(3, 4)}, opset=18,
+          reduction=reduction, axis=0, target=target)
+    # along the last axis, indices narrower than the data on the other axis
+    idx = np.asarray([[1, 0, 1], [4, -1, 4]], np.int64)
+    check("ScatterElements", {"x": f32(3, 5), "i": idx, "u": f32(2, 3)}, opset=18,
+          reduction=reduction, axis=-1, target=target)
+    # a middle axis of a 3-D tensor, integer data
+    idx = RNG.integers(-4, 4, (2, 6, 3)).astype(np.int64)
+    check("ScatterElements", {"x": i64(2, 4, 3), "i": idx, "u": i64(2, 6, 3)}, opset=18,
+          reduction=reduction, axis=1, target=target)
+
+
+@pytest.mark.parametrize("op", ["ScatterND", "ScatterElements"])
+@pytest.mark.parametrize("target", ["llvm", "c", "opencl"])
+def test_scatter_index_out_of_range_is_an_error_not_a_write(op, target):
+    """An index outside the axis raises tdsl.BoundsError naming the operator and the input
+    that held it; nothing is written outside the output (the next run is right)."""
+    _scatter_target(target)
+    x = f32(4, 6)
+    good = np.asarray([[1], [-4], [3]], np.int64) if op == "ScatterND" else \
+        RNG.integers(-6, 6, (4, 6)).astype(np.int64)
+    upd = f32(3, 6) if op == "ScatterND" else f32(4, 6)
+    kw = {} if op == "ScatterND" else {"axis": 1}
+    model = _model(op, {"x": x, "i": good, "u": upd}, opset=18, reduction="add", **kw)
+    try:
+        exe = G.build(G.optimize(G.from_onnx(model)), target=target)
+    except tdsl.BuildError as e:
+        pytest.skip(f"target {target} not available here: {str(e)[:120]}")
+    ref = _ort(model, {"x": x, "i": good, "u": upd})[0]
+    np.testing.assert_allclose(exe.run(x, good, upd)[0], ref, rtol=1e-6)
+    n = x.shape[0] if op == "ScatterND" else x.shape[1]
+    for bad in (n, 2 ** 32 + 1, -n - 1):
+        idx = good.copy()
+        idx.flat[-1] = bad
+        with pytest.raises(tdsl.BoundsError, match="outside its extent") as ei:
+            exe.run(x, idx, upd)
+        assert ("scatter_nd" if op == "ScatterND" else "scatter_elements") in str(ei.value)
+        assert "'i'" in str(ei.value).split("network's")[1], ei.value
+    np.testing.assert_allclose(exe.run(x, good, upd)[0], ref, rtol=1e-6)
+
+
+def test_scatter_onnx_errors_are_named():
+    m = _model("ScatterND", {"x": f32(3, 4), "i": np.zeros((1, 1), np.int64), "u": f32(1, 4)},
+               opset=18, reduction="sum")
+    with pytest.raises(GraphError, match="ScatterND: unknown reduction 'sum'"):
+        G.from_onnx(m)
+    m = _model("ScatterElements", {"x": f32(3, 4), "i": np.zeros((2, 5), np.int64), "u": f32(2, 5)}, axis=0)
+    with pytest.raises(GraphError, match="do not fit data"):
         G.from_onnx(m)
 
 

@@ -19,7 +19,7 @@ def test_there_are_tutorials():
     names = [os.path.basename(p) for p in NOTEBOOKS]
     for expected in ("01_getting_started.ipynb", "02_schedule_primitives.ipynb",
                      "03_optimizing_gemm_cpu.ipynb", "04_gpu_kernels.ipynb", "05_reductions.ipynb", "06_onnx_network.ipynb", "07_aot_export.ipynb", "08_autotuning.ipynb",
-                     "09_auto_scheduling.ipynb", "10_training.ipynb"):
+                     "09_auto_scheduling.ipynb", "10_training.ipynb", "11_update_definitions.ipynb"):
         assert expected in names
 
 

@@ -429,3 +429,28 @@ def test_definition_mistakes_are_named():
         tdsl.lower(tdsl.create_schedule(out), [A, out])
     with pytest.raises(tdsl.LoweringError, match="'f' before its update 0"):
         tdsl.lower(tdsl.create_schedule(g), [A, f, g])
+
+
+def test_pure_variable_may_index_the_data_an_index_reads():
+    """ScatterElements along axis 0: out[I[r, x], x] = U[r, x]; x stays a pure variable
+    (each column independent), r runs in order (a later row wins)."""
+    R, C, n = 5, 6, 4
+    X = tdsl.placeholder((R, C), name="X")
+    I = tdsl.placeholder((n, C), name="I", dtype="int32")
+    U = tdsl.placeholder((n, C), name="U")
+    out = tdsl.compute((R, C), lambda i, x: X[i, x], name="out")
+    r = tdsl.reduce_axis((0, n), "r")
+    out = tdsl.update(out, lambda x: (I[r, x], x), lambda old, x: U[r, x], axis=r)
+    s = tdsl.auto_schedule(out, "llvm")
+    f = tdsl.build(s, [X, I, U, out])
+    rng = np.random.default_rng(0)
+    x, u = rng.standard_normal((R, C)).astype("float32"), rng.standard_normal((n, C)).astype("float32")
+    idx = rng.integers(0, R, (n, C)).astype("int32")
+    got = np.zeros_like(x)
+    f(x, idx, u, got)
+    want = x.copy()
+    for k in range(n):
+        want[idx[k], np.arange(C)] = u[k]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(tdsl.TdslError, match="pure variable 'x' also appears"):
+        tdsl.update(out, lambda x: (x % R, x), lambda old, x: old, axis=None)

@@ -21,6 +21,7 @@ would recompute its non-pure dimensions whole at every iteration.
 from __future__ import annotations
 
 from ..ir import expr as E
+from ..ir.visitor import walk
 from ..schedule.updates import update_chains
 from ..te.compute import thread_axis
 from .cpu_base import PAR_MIN_WORK
@@ -32,6 +33,14 @@ RFACTOR_MIN = 4096      # reduction iterations below which a serial update is ch
 
 def _extent(e):
     return e.value if isinstance(e, E.IntImm) else None
+
+
+def _scatters(op):
+    """Whether the update writes at an index read from data."""
+    found = []
+    for e in op.index:
+        walk(e, lambda n: found.append(n) if isinstance(n, E.ProducerLoad) else None)
+    return bool(found)
 
 
 class Updates(Rule):
@@ -77,6 +86,9 @@ class Updates(Rule):
         last = len(op.shape) - 1
         pure = list(op.axis)
         red = [iv for iv in u.leaf_iter_vars if iv.kind == "reduce"]
+        if op.pure_dims[-1] == last and red and _scatters(op):
+            self._scatter_rows_cpu(ctx, u, pure, red)
+            return
         if op.pure_dims[-1] == last and red:
             x = pure[-1]
             lanes = ctx.target.vector_lanes(op.dtype)
@@ -94,11 +106,36 @@ class Updates(Rule):
         self.note(ctx, u, f"parallel({pure[0].var.name})", "pure variables are independent; "
                   "the reduction runs in order inside each")
 
+    def _scatter_rows_cpu(self, ctx, u, pure, red):
+        # a write at an index read from data (a scatter of rows, an embedding's adjoint):
+        # each iteration touches a row anywhere in the buffer, so the row stays whole
+        # inside the reduction (one contiguous run of vectors per index, not one cache line
+        # per index and per column block); the parallelism is an outer pure variable, or
+        # the row cut into one part per core
+        x = pure[-1]
+        lanes = ctx.target.vector_lanes(u.op.dtype)
+        ext = _extent(x.dom.extent)
+        cores = ctx.target.num_cores if ctx.params.parallel else 1
+        par = pure[0] if len(pure) > 1 else None
+        if par is None and cores > 1 and ext is not None and ext >= 2 * cores * lanes:
+            par, x = u.split(x, nparts=cores)
+        u.reorder(*([par] if par is not None else []), *[p for p in pure[:-1] if p is not par],
+                  *red, x)
+        if ext is not None and ext >= lanes:
+            _, xi = u.split(x, factor=lanes)
+            u.vectorize(xi)
+        if par is not None:
+            u.parallel(par)
+        self.note(ctx, u, f"reorder(.., {red[0].var.name}, {x.var.name}), vectorize"
+                  + (", parallel" if par is not None else ""), "a write at an index read from "
+                  "data: whole rows inside the reduction, threads over the pure variables")
+
     def _reduction_cpu(self, ctx, base, u):
         op = u.op
         r = op.reduce_axis[-1]
         n = _extent(r.dom.extent)
         if all(op.race_free(x) for x in op.reduce_axis):
+            r = op.reduce_axis[0]
             u.parallel(r)
             self.note(ctx, u, f"parallel({r.var.name})", "race-free: each iteration writes "
                       "its own element")
@@ -109,7 +146,9 @@ class Updates(Rule):
             self.note(ctx, u, "serial", "the update depends on its order" if op.combine_op is
                       None else "too short to split")
             return
-        ro, _ = u.split(r, nparts=cores)
+        # the outermost reduction loop: each partial result's loop then sits outside the
+        # others (one fork-join, not one per iteration of an outer reduction loop)
+        ro, _ = u.split(op.reduce_axis[0], nparts=cores)
         rf = ctx.sched.rfactor(base.op.output(0), ro)
         rs = ctx.sched[rf]
         rs.parallel(rs.op.axis[0])
@@ -150,7 +189,8 @@ class Updates(Rule):
             self.note(ctx, u, "atomic(), bind" if u.atomics else "bind", "one thread per "
                       "iteration of the reduction")
             return
-        one, _ = u.split(r, nparts=1)
+        # the outermost reduction loop: every loop of the update then runs in the one thread
+        one, _ = u.split(op.reduce_axis[0], nparts=1)
         u.bind(one, thread_axis("blockIdx.x"))
         self.note(ctx, u, "one thread", "the update depends on its order")
 

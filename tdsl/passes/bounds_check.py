@@ -97,6 +97,34 @@ def _has_load(e):
     return bool(found)
 
 
+def _loads_invariant(e, loop_vars, stored):
+    """Whether every load in `e` reads, at an index free of loads and of `loop_vars`, a
+    buffer the loop does not store to: its value is the same before the loop as in it (a
+    scatter's row `out[idx[m] * W + x]` along a vector loop over `x`), so the condition on
+    the first and last lane may read it before the loop."""
+    ok = [True]
+
+    def f(n):
+        if isinstance(n, E.BufferLoad) and (n.buffer in stored or any(
+                _has_load(i) or free_vars(i) & loop_vars for i in n.indices)):
+            ok[0] = False
+    walk(e, f)
+    return ok[0]
+
+
+class _ReadsOpaque(Mutator):
+    """Each largest term that reads memory and not `var` -> a variable: a constant of
+    the loop over `var`, so that linearity in `var` is decided around it."""
+
+    def __init__(self, var):
+        self.var = var
+
+    def visit(self, e):
+        if isinstance(e, E.Expr) and _has_load(e) and self.var not in free_vars(e):
+            return E.Var("read", e.dtype)
+        return super().visit(e)
+
+
 class _Checker(Mutator):
     """Checks the accesses of one kernel (or of the whole CPU function)."""
 
@@ -273,7 +301,7 @@ class _Checker(Mutator):
         """A condition under which every access of the vector loop `loop` is inside its
         buffer (its first and last lane are), or None when an index is not affine in the
         loop variable, reads memory or depends on what the body defines."""
-        inner, accesses = set(), []
+        inner, accesses, stored = set(), [], set()
 
         def f(n):
             if isinstance(n, (S.For, S.LetStmt)):
@@ -282,6 +310,8 @@ class _Checker(Mutator):
                 accesses.append(n)
             elif isinstance(n, S.Allocate):
                 inner.add(None)
+            if isinstance(n, S.BufferStore):
+                stored.add(n.buffer)
         walk(loop.body, f)
         if None in inner:
             return None
@@ -289,7 +319,8 @@ class _Checker(Mutator):
         conds = []
         for a in accesses:
             idx = a.indices[0]
-            if _has_load(idx) or free_vars(idx) & inner or arith.linear_coeff(idx, loop.var) is None:
+            if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
+                    or arith.linear_coeff(_ReadsOpaque(loop.var).visit(idx), loop.var) is None:
                 return None
             ext = self.known[a.buffer]
             for v in (loop.min, last):

@@ -183,6 +183,13 @@ class _ToState(Mutator):
         return E.ProducerLoad(t, idx)
 
 
+class _NoLoads(Mutator):
+    """Every read of a tensor -> 0."""
+
+    def visit_ProducerLoad(self, e):
+        return E.const(0, e.dtype)
+
+
 def _params(f, what):
     try:
         params = list(inspect.signature(f).parameters.values())
@@ -256,11 +263,13 @@ def update(tensor, index, value, where=None, axis=None):
             raise TdslError(f"{what}: pure variable '{v.name}' must be the whole index of "
                             f"exactly one dimension (as in Halide's f(x, r) = ...); it is "
                             f"the index of {len(at)}")
-        mixed = [d for d, x in enumerate(idx) if x is not v and v in free_vars(x)]
+        # inside a read of data (ScatterElements' idx[x, r]) it only chooses the value
+        # written; distinct points of it still write distinct elements
+        mixed = [d for d, x in enumerate(idx) if x is not v and v in free_vars(_NoLoads().visit(x))]
         if mixed:
             raise TdslError(f"{what}: pure variable '{v.name}' also appears in the index of "
                             f"dimension {mixed[0]} ({idx[mixed[0]]}); a pure variable may "
-                            "only be a whole index")
+                            "only be a whole index, or index the data an index reads")
         dims.append(at[0])
     chain = set(prev.chain()) if isinstance(prev, UpdateOp) else {prev}
     to_state = _ToState(chain, tensor)

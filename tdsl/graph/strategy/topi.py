@@ -416,12 +416,15 @@ def strided_slice(ins, attrs, out):
 
 
 def _gather_index(v, x, ax):
-    """Index `v` read from data into axis `ax` of `x`, negative ones counted from the end.
-    One outside the axis becomes the product of x's sizes up to `ax`, whose element lies
-    past the end of `x` whatever the other indices (an index wrapped into int32, or into the
-    next row, can land inside `x`), so the check every build puts on indices read from
-    memory reports it (tdsl.BoundsError)."""
-    dims = shape_of(x)
+    return checked_index(v, shape_of(x), ax)
+
+
+def checked_index(v, dims, ax):
+    """Index `v` read from data into axis `ax` of a tensor of shape `dims`, negative ones
+    counted from the end. One outside the axis becomes the product of the sizes up to `ax`,
+    whose element lies past the end of the tensor whatever the other indices (an index
+    wrapped into int32, or into the next row, can land inside it), so the check every build
+    puts on indices read from memory reports it (tdsl.BoundsError) at a read or a write."""
     n = dims[ax]
     past = 1
     for d in dims[:ax + 1]:
@@ -429,13 +432,6 @@ def _gather_index(v, x, ax):
     v = tdsl.if_then_else(v < 0, v + n, v)
     ok = tdsl.all(v >= 0, v < n)
     return tdsl.cast(tdsl.if_then_else(ok, v, tdsl.cast(past, v.dtype)), "int32")
-
-
-def gather_index_value(v, n):
-    """Index `v` read from data into an axis of `n` elements, negative ones counted from
-    the end, as int32 (for comparisons, not for reads: an index outside the axis stays
-    outside and matches no row)."""
-    return tdsl.cast(tdsl.if_then_else(v < 0, v + n, v), "int32")
 
 
 def take(ins, attrs, out):

@@ -7,16 +7,13 @@ windows that cover it (the window index solved from the position and the tap) an
 their adjoint where that tap is the chosen one. No scatter, no atomics. `nn.avg_pool_grad`
 reads the same windows, each adjoint divided by its window's count.
 
-The gathers' adjoints (`take_grad`, `gather_elements_grad`) are scatter-adds written as
-gathers: each element of the result sums the output adjoint over the index positions that
-hold its row (a masked sum over the indices). That is O(rows x indices) work, against the
-O(indices) of a scatter, but it is a plain reduction with no write conflicts, so it
-parallelizes and vectorizes like any other and needs no atomics."""
+The gathers' adjoints (`take_grad`, `gather_elements_grad`) are scatter-adds on update
+definitions, in topi_scatter.py."""
 from __future__ import annotations
 
 import tdsl
 
-from .topi import TE, c, gather_index_value, shape_of, uname
+from .topi import TE, c, shape_of, uname
 from .topi_index import window_max_hit
 from .topi_nn import pool, pool_count
 
@@ -79,35 +76,6 @@ def avg_pool_grad(ins, attrs, out):
     return tdsl.compute(xs, gather, name=uname("avg_pool_grad"))
 
 
-def take_grad(ins, attrs, out):
-    g, idx = ins
-    ax, n = attrs["axis"], attrs["size"]
-    ids = shape_of(idx)
-    rax = [tdsl.reduce_axis((0, s), name=f"m{d}") for d, s in enumerate(ids)]
-    rk = tuple(rax)
-
-    def f(*i):
-        j = gather_index_value(idx[rk], n)
-        return tdsl.sum(g[i[:ax] + rk + i[ax + 1:]], axis=rax, where=j == i[ax])
-    return tdsl.compute(out.shape, f, name=uname("take_grad"))
-
-
-def gather_elements_grad(ins, attrs, out):
-    g, idx = ins
-    ax = attrs["axis"]
-    shape, ids = tuple(attrs["shape"]), shape_of(idx)
-    m = tdsl.reduce_axis((0, ids[ax]), name="m")
-
-    def f(*i):
-        # positions past the indices' extent off the axis get nothing; the read is clamped
-        inside = [i[d] < ids[d] for d in range(len(shape)) if d != ax and ids[d] < shape[d]]
-        at = tuple(m if d == ax else (tdsl.min(i[d], ids[d] - 1) if ids[d] < shape[d] else i[d])
-                   for d in range(len(shape)))
-        j = gather_index_value(idx[at], shape[ax])
-        return tdsl.sum(g[at], axis=m, where=tdsl.all(*inside, j == i[ax]))
-    return tdsl.compute(out.shape, f, name=uname("gather_elements_grad"))
-
-
 def conv_weight_grad(ins, attrs, out):
     """dW[co, c, *k] = sum over n, *y of dy[n, co, *y] * x[n, g(co) * cig + c, *(y * s + k *
     dl - p)], zero outside x: one reduction over the batch and the output pixels."""
@@ -134,5 +102,3 @@ def conv_weight_grad(ins, attrs, out):
 TE["nn.max_pool_grad"] = max_pool_grad
 TE["nn.conv_weight_grad"] = conv_weight_grad
 TE["nn.avg_pool_grad"] = avg_pool_grad
-TE["take_grad"] = take_grad
-TE["gather_elements_grad"] = gather_elements_grad
