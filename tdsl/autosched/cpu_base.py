@@ -82,15 +82,10 @@ class CPUBase(Context):
         return loop
 
     def row_loop(self, st, axes, exts, work):
-        """The loop that stages computed per row attach to: the fused leading axes when their
-        extents are constant; with a symbolic one, the innermost of them unfused (bound
-        inference cannot bound a region through a fused symbolic loop) and the others
-        fused and parallel."""
+        """The loop that stages computed per row attach to: the leading axes fused, parallel
+        (bound inference takes a row of a fused loop exactly, symbolic extents included)."""
         loops = [(iv, e, False) for iv, e in zip(axes, exts)]
-        if all(e is not None for e in exts):
-            return self.parallel_prefix(st, loops, work, "rows", whole=True)
-        self.parallel_prefix(st, loops[:-1] or loops, work, "rows")
-        return axes[-1]
+        return self.parallel_prefix(st, loops, work, "rows", whole=True)
 
     def vector_split(self, st, iv, ext, dtype, unroll=True):
         """Splits `iv` by the vector width (and an unrolled group of vectors) and vectorizes;

@@ -88,7 +88,7 @@ def dot_tile(ctx, R, T):
     work = info.outputs(BIG) * info.reduce_size(BIG)
     ro_rag = ext_r is None or ext_r % rows != 0
     vo_rag = ext_v is None or ext_v % cols != 0
-    loops = [(iv, info.extents[i], info.extents[i] is None) for i, iv in enumerate(ax) if i not in (r, v)]
+    loops = [(iv, info.extents[i], False) for i, iv in enumerate(ax) if i not in (r, v)]
     loops += [(ro, None if ext_r is None else -(-ext_r // rows), ro_rag),
               (vo, None if ext_v is None else -(-ext_v // cols), vo_rag)]
     ctx.parallel_prefix(O, loops, work, "tiles")
@@ -206,9 +206,7 @@ def tile(ctx, R, T):
     ctx.rec.add(R, "register-tile", f"tile {ax[r].var.name} x {ax[v].var.name} by {rows} x {nr} "
                 + (f"and {ax[b].var.name} by {bb} " if bb > 1 else "") + f"({shape})", why)
     work = info.outputs(BIG) * info.reduce_size(BIG)
-    # a symbolic loop counts as ragged: fused with another, bound inference could not
-    # bound the tile computed inside it
-    loops = [(iv, e, e is None) for iv, e in zip(others, oexts)] + outer
+    loops = [(iv, e, False) for iv, e in zip(others, oexts)] + outer
     par = ctx.parallel_prefix(O, loops, work, "tiles")
     leaves = O.leaf_iter_vars
     at = leaves[leaves.index(inner[0]) - 1]
