@@ -429,9 +429,13 @@ def checked_index(v, dims, ax):
     past = 1
     for d in dims[:ax + 1]:
         past = past * d
-    v = tdsl.if_then_else(v < 0, v + n, v)
-    ok = tdsl.all(v >= 0, v < n)
-    return tdsl.cast(tdsl.if_then_else(ok, v, tdsl.cast(past, v.dtype)), "int32")
+    # each use of `v` copies its expression (a gather of a gather nests them), so it is
+    # read twice: once to wrap a negative index, once in the result; the range check is
+    # one unsigned comparison of the wrapped index
+    w = v + tdsl.if_then_else(v < 0, tdsl.cast(n, v.dtype), tdsl.const(0, v.dtype))
+    unsigned = "uint64" if v.dtype.endswith("64") else "uint32"
+    ok = tdsl.cast(w, unsigned) < tdsl.cast(n, unsigned)
+    return tdsl.cast(tdsl.if_then_else(ok, w, tdsl.cast(past, v.dtype)), "int32")
 
 
 def take(ins, attrs, out):
