@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Call, Const, Function, Module
-from ..ir.registry import evaluate
+from ..ir.registry import evaluate, get_op
 from .rewrite import rewrite, same, use_counts
 
 
@@ -14,13 +14,94 @@ FOLD_LIMIT = 1 << 26   # bytes: do not materialize huge broadcasts
 
 
 def fold_constants(mod: Module) -> Module:
-    """Evaluates every operator whose inputs are all constants (numpy meaning)."""
+    """Evaluates every operator whose inputs are all constants (numpy meaning). With
+    symbolic sizes a constant can be a splat, one value broadcast to a run-time shape
+    (`broadcast_to` of a constant: what `ones_like` of an input exports as): elementwise
+    operators, reshapes and gathers of splats fold to splats, and comparisons decided by
+    the range of their operand (`arange(sequence) >= 0`) to splats of the answer, so that
+    the attention masks a network computes from its input's shape fold away as they do
+    at a static size."""
     def visit(n, args):
-        if not isinstance(n.op, Function) and args and all(isinstance(a, Const) for a in args) and n.type.static \
-                and n.type.nbytes <= FOLD_LIMIT:
+        if isinstance(n.op, Function) or not args and n.op != "arange":
+            return same(n, args)
+        if all(isinstance(a, Const) for a in args) and n.type.static and n.type.nbytes <= FOLD_LIMIT:
             return Const(evaluate(n.op, n.attrs, [a.data for a in args]))
+        if not n.type.static:
+            r = _fold_splat(n, args)
+            if r is not None:
+                return r
         return same(n, args)
     return rewrite(mod, visit)
+
+
+def splat_value(e):
+    """The one value of a splat (a scalar constant broadcast to a shape) as a 0-d array,
+    or of a constant whose elements are all equal; else None."""
+    if isinstance(e, Call) and e.op == "broadcast_to" and isinstance(e.args[0], Const):
+        e = e.args[0]
+    if isinstance(e, Const) and e.data.size and bool(np.all(e.data == e.data.reshape(-1)[0])):
+        return e.data.reshape(-1)[:1].reshape(())
+    return None
+
+
+def _splat(value, t, span):
+    return Call("broadcast_to", [Const(np.asarray(value, t.dtype).reshape(()))], {"shape": list(t.shape)}, span)
+
+
+def _fold_splat(n, args):
+    kind = get_op(n.op).kind
+    vals = [splat_value(a) for a in args]
+    if n.op == "broadcast_to":
+        if vals[0] is None or isinstance(args[0], Const) and args[0].type.ndim == 0:
+            return None           # not a splat, or one already
+        return _splat(vals[0], n.type, n.span)
+    if n.op in ("reshape", "take", "gather_elements", "strided_slice", "transpose") and vals[0] is not None:
+        return _splat(vals[0], n.type, n.span)      # every element is the one value
+    if kind in ("elemwise", "broadcast") and None not in vals:
+        return _splat(evaluate(n.op, n.attrs, vals), n.type, n.span)
+    if n.op in _COMPARE and len(args) == 2:
+        lo_hi = [value_range(a) for a in args]
+        decided = _COMPARE[n.op](lo_hi[0], lo_hi[1])
+        if decided is not None:
+            return _splat(decided, n.type, n.span)
+    return None
+
+
+def value_range(e):
+    """(lo, hi) of the values of `e` where known (None for an open side): of a constant,
+    and of `arange` (through reshapes and broadcasts)."""
+    while isinstance(e, Call) and e.op in ("reshape", "broadcast_to", "transpose"):
+        e = e.args[0]
+    if isinstance(e, Const) and e.data.size and e.type.dtype != "bool":
+        return float(e.data.min()), float(e.data.max())
+    if isinstance(e, Call) and e.op == "arange":
+        start, step = e.attrs["start"], e.attrs["step"]
+        return (start, None) if step >= 0 else (None, start)
+    return None, None
+
+
+def _ge(a, b):
+    """a >= b for every pair of values (True/False), or None when the ranges overlap."""
+    if a[0] is not None and b[1] is not None and a[0] >= b[1]:
+        return True
+    if a[1] is not None and b[0] is not None and a[1] < b[0]:
+        return False
+    return None
+
+
+def _gt(a, b):
+    if a[0] is not None and b[1] is not None and a[0] > b[1]:
+        return True
+    if a[1] is not None and b[0] is not None and a[1] <= b[0]:
+        return False
+    return None
+
+
+_COMPARE = {
+    "greater_equal": _ge, "greater": _gt,
+    "less": lambda a, b: None if _ge(a, b) is None else not _ge(a, b),
+    "less_equal": lambda a, b: None if _gt(a, b) is None else not _gt(a, b),
+}
 
 
 # ---------------------------------------------------------------------------- BN folding

@@ -5,19 +5,23 @@ import numpy as np
 
 from ..ir import Call, Const, Function, Module
 from ..ir.registry import get_op
+from .fold import splat_value
 from .rewrite import rewrite, same
 
 
 # ---------------------------------------------------------------------------- simplification
 
 def _is_const_value(e, v):
-    return isinstance(e, Const) and e.data.size > 0 and bool(np.all(e.data == v))
+    """Whether every element of `e` is `v`: a constant, or a splat of one (fold.py)."""
+    s = splat_value(e)
+    return s is not None and bool(s == v)
 
 
 def simplify(mod: Module) -> Module:
-    """x*1, 1*x, x+0, 0+x, x-0, x/1 -> x; reshape(reshape(x)) -> reshape(x); a reshape to the
-    same shape -> x; transpose(transpose(x)) -> one transpose or x; copy(x) -> x; a cast to
-    the same dtype -> x."""
+    """x*1, 1*x, x+0, 0+x, x-0, x/1 -> x (the constant may be a splat); x and True -> x;
+    where(c, a, b) of a constant condition -> a or b; reshape(reshape(x)) -> reshape(x); a
+    reshape to the same shape -> x; transpose(transpose(x)) -> one transpose or x; copy(x)
+    -> x; a cast to the same dtype -> x."""
     def keep_type(n, x):
         return x if x.type == n.type else None
 
@@ -66,6 +70,18 @@ def simplify(mod: Module) -> Module:
                 return r
             if np.all(e == 0.5) and x.type.dtype.startswith("float"):
                 return Call("sqrt", [x], {}, n.span)
+        if op == "logical_and":
+            for a, b in ((args[0], args[1]), (args[1], args[0])):
+                if _is_const_value(a, True):
+                    r = keep_type(n, b)
+                    if r is not None:
+                        return r
+        if op == "where" and splat_value(args[0]) is not None:
+            chosen = args[1] if bool(splat_value(args[0])) else args[2]
+            if chosen.type == n.type:
+                return chosen
+            if chosen.type.dtype == n.type.dtype and splat_value(chosen) is not None:
+                return Call("broadcast_to", [Const(splat_value(chosen))], {"shape": list(n.type.shape)}, n.span)
         if op == "copy" or (op == "cast" and args[0].type.dtype == n.attrs["dtype"]):
             return args[0]
         if op == "reshape":
