@@ -27,6 +27,8 @@ reads, with the stages and sizes it chose:
 * GLOBAL_POOL, GLOBAL_POOL_BLOCKED: global average pools (cpu/squeeze.py); attrs cols and
   sum, or part and sum.
 * POOL_SEP: 2-D pools as two separable passes (cpu/pool.py); attrs col, row (or None).
+* MAX_POOL_GRAD: a 2-D max pool's adjoint gathered from its covering windows
+  (cpu/pool_grad.py); attrs ymax (the window maxima), chosen (each window's first maximum).
 
 Stages that schedules find by their tag, wherever they are in a group:
 
@@ -54,6 +56,7 @@ QMATMUL_VNNI = "qmatmul_vnni"
 GLOBAL_POOL = "global_pool"
 GLOBAL_POOL_BLOCKED = "global_pool_blocked"
 POOL_SEP = "pool_sep"
+MAX_POOL_GRAD = "max_pool_grad"
 
 CONV_GENERIC = "conv_generic"
 DENSE_GENERIC = "dense_generic"
