@@ -135,3 +135,32 @@ def test_first_layer_weight_gradient_in_chunks(target):
     (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
     want = w.grad.numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("x_shape,s,p,d", [
+    ((2, 24, 17, 19), 1, 1, 1),       # a ragged last vector of columns
+    ((2, 16, 20, 20), 2, 1, 1),       # stride 2
+    ((1, 8, 9, 9), 1, 2, 2),          # dilated
+    ((2, 32, 7, 7), 1, 1, 1),         # one partial vector per row
+])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_depthwise_weight_gradient(x_shape, s, p, d, target):
+    """A depthwise conv's weight adjoint on cpu/conv_wgrad_depthwise.py against torch; a
+    channel multiplier of 2 keeps topi's definition."""
+    from tdsl.graph import Call, Module, TensorType, Var
+    rng = np.random.default_rng(9)
+    C = x_shape[1]
+    for mult in (1, 2):
+        xv = rng.standard_normal(x_shape).astype(np.float32)
+        w = torch.zeros((C * mult, 1, 3, 3), requires_grad=True)
+        y = F.conv2d(torch.from_numpy(xv), w, stride=s, padding=p, dilation=d, groups=C)
+        dyv = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+        y.backward(torch.from_numpy(dyv))
+        x, dy = Var("x", TensorType(x_shape, "float32")), Var("dy", TensorType(dyv.shape, "float32"))
+        attrs = dict(strides=[s, s], padding=[p] * 4, dilation=[d, d], groups=C, kernel_size=[3, 3])
+        mod = G.optimize(Module(Function("main", [x, dy], [Call("nn.conv_weight_grad", [x, dy], attrs)])))
+        took = _implementations(mod) == ["depthwise_weight_grad"]
+        assert took == (mult == 1)
+        (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
+        want = w.grad.numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
