@@ -108,3 +108,59 @@ def test_weight_gradient_is_a_gemm_per_tap(x_shape, co, k, attrs, target):
     (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
     want = w.grad.numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_first_layer_weight_gradient_in_chunks(target):
+    """A first conv's weight adjoint (3 input channels, 7x7 stride 2) over an adjoint of
+    more than conv_wgrad.CHUNK_MIN_BYTES takes the chunked product (every tap over chunks
+    of a few rows), against torch."""
+    from tdsl.graph import Call, Module, TensorType, Var
+    from tdsl.graph.strategy.cpu import conv_wgrad
+    rng = np.random.default_rng(8)
+    x_shape, co = (2, 3, 192, 190), 64
+    xv = rng.standard_normal(x_shape).astype(np.float32)
+    w = torch.zeros((co, 3, 7, 7), requires_grad=True)
+    y = F.conv2d(torch.from_numpy(xv), w, stride=2, padding=3)
+    assert y.numel() * 4 >= conv_wgrad.CHUNK_MIN_BYTES
+    dyv = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    y.backward(torch.from_numpy(dyv))
+    x, dy = Var("x", TensorType(x_shape, "float32")), Var("dy", TensorType(dyv.shape, "float32"))
+    attrs = dict(strides=[2, 2], padding=[3, 3, 3, 3], dilation=[1, 1], kernel_size=[7, 7])
+    mod = G.optimize(Module(Function("main", [x, dy], [Call("nn.conv_weight_grad", [x, dy], attrs)])))
+    (group,) = [n.op for n in mod.main.nodes() if isinstance(n.op, Function)]
+    g = GroupDef(group, {}, target)
+    g.build()
+    assert g.anchor.impl.name == "conv_weight_grad" and g.anchor.tensor.op.attrs["chunks"] is not None
+    (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
+    want = w.grad.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("x_shape,s,p,d", [
+    ((2, 24, 17, 19), 1, 1, 1),       # a ragged last vector of columns
+    ((2, 16, 20, 20), 2, 1, 1),       # stride 2
+    ((1, 8, 9, 9), 1, 2, 2),          # dilated
+    ((2, 32, 7, 7), 1, 1, 1),         # one partial vector per row
+])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_depthwise_weight_gradient(x_shape, s, p, d, target):
+    """A depthwise conv's weight adjoint on cpu/conv_wgrad_depthwise.py against torch; a
+    channel multiplier of 2 keeps topi's definition."""
+    from tdsl.graph import Call, Module, TensorType, Var
+    rng = np.random.default_rng(9)
+    C = x_shape[1]
+    for mult in (1, 2):
+        xv = rng.standard_normal(x_shape).astype(np.float32)
+        w = torch.zeros((C * mult, 1, 3, 3), requires_grad=True)
+        y = F.conv2d(torch.from_numpy(xv), w, stride=s, padding=p, dilation=d, groups=C)
+        dyv = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+        y.backward(torch.from_numpy(dyv))
+        x, dy = Var("x", TensorType(x_shape, "float32")), Var("dy", TensorType(dyv.shape, "float32"))
+        attrs = dict(strides=[s, s], padding=[p] * 4, dilation=[d, d], groups=C, kernel_size=[3, 3])
+        mod = G.optimize(Module(Function("main", [x, dy], [Call("nn.conv_weight_grad", [x, dy], attrs)])))
+        took = _implementations(mod) == ["depthwise_weight_grad"]
+        assert took == (mult == 1)
+        (got,) = G.build(mod, target=target).run(x=xv, dy=dyv)
+        want = w.grad.numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

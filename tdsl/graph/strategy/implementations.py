@@ -6,8 +6,10 @@ CPU definitions (family "cpu", the llvm and C kernels with weights packed at bui
 a float conv of groups 1 is a mat-vec, a row conv, a 1x1 GEMM or the blocked NCHW[x]c
 conv (conv_choice.conv_path picks one), with weights that are kernel inputs the blocked
 conv packing them per call (conv_runtime.py), a conv's weight adjoint a GEMM per tap
-(conv_wgrad.py); then grouped convs, then the depthwise conv with a
-column stride, then pools; whatever none takes, topi's definition. CPU schedules: the
+(conv_wgrad.py), a depthwise one vectors of partial sums per tap
+(conv_wgrad_depthwise.py); then grouped convs, then the depthwise conv with a column
+stride, then pools and the max pool's adjoint (pool_grad.py); whatever none takes,
+topi's definition. CPU schedules: the
 anchor's, else resize's or the direct conv's (found by their stages' tags), else the
 auto-scheduler's. GPU (family "gpu"): convs as a column GEMM, topi's definitions
 otherwise; schedules: the tiled contraction, one output per thread, or the
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from . import fallback
 from .cpu import (conv1x1, conv_blocked, conv_direct, conv_grouped, conv_int8, conv_runtime, conv_spatial,
-                  conv_wgrad, dense, matmul_int8, pool, resize, squeeze)
+                  conv_wgrad, conv_wgrad_depthwise, dense, matmul_int8, pool, pool_grad, resize, squeeze)
 from .cpu.conv_choice import fast_conv, on_input, path_is
 from .gpu import contraction, conv_gemm, flat
 from .registry import Implementation, register
@@ -47,6 +49,9 @@ for impl in [
                    conv_runtime.compute, {"cpu": conv_runtime.schedule}),
     Implementation("conv_weight_grad", DEFINITION, ("nn.conv_weight_grad",), "cpu", conv_wgrad.applies,
                    conv_wgrad.compute, {"cpu": conv_wgrad.schedule}),
+    Implementation("depthwise_weight_grad", DEFINITION, ("nn.conv_weight_grad",), "cpu",
+                   conv_wgrad_depthwise.applies, conv_wgrad_depthwise.compute,
+                   {"cpu": conv_wgrad_depthwise.schedule}),
     Implementation("depthwise2d_blocked", DEFINITION, ("nn.conv2d_blocked",), "cpu", conv_blocked.applies_depthwise,
                    conv_blocked.depthwise2d_blocked, {"cpu": conv_blocked.schedule_depthwise}),
     Implementation("qconv2d", DEFINITION, ("qnn.conv2d", "qnn.conv2d_blocked"), "cpu", conv_int8.applies,
@@ -63,6 +68,8 @@ for impl in [
                    conv_direct.depthwise_strided),
     Implementation("pool2d_separable", OTHER, ("nn.max_pool2d", "nn.avg_pool2d"), "cpu", pool.applies,
                    pool.pool2d_sep, {"cpu": pool.schedule}, pool.fits),
+    Implementation("max_pool2d_grad", OTHER, ("nn.max_pool_grad",), "cpu", pool_grad.applies,
+                   pool_grad.max_pool_grad, {"cpu": pool_grad.schedule}),
     Implementation("global_pool_blocked", OTHER, ("mean",), "cpu", squeeze.applies_blocked_pool,
                    squeeze.global_avg_pool_blocked, {"cpu": squeeze.schedule_global_pool_blocked}),
     Implementation("global_pool", OTHER, ("nn.global_avg_pool",), "cpu", squeeze.applies_global_pool,

@@ -12,6 +12,8 @@ reads, with the stages and sizes it chose:
 * CONV_WGRAD: a conv's weight adjoint as a GEMM per tap (cpu/conv_wgrad.py); attrs conv
   (the (KH, KW, rows, cols) product), packs (the channels-last data and adjoint), swap
   (rows are the data's channels).
+* CONV_WGRAD_DEPTHWISE: a depthwise conv's weight adjoint (cpu/conv_wgrad_depthwise.py);
+  attrs lanes_sum (the per-tap vectors of partial sums).
 * CONV1X1: the 1x1 conv as a GEMM along the flattened image (cpu/conv1x1.py); attrs conv,
   pack (None: the image read in place), cb, pv, lanes.
 * CONV_ROWS: the direct conv vectorized along the output row (cpu/conv_spatial.py); attrs
@@ -27,6 +29,8 @@ reads, with the stages and sizes it chose:
 * GLOBAL_POOL, GLOBAL_POOL_BLOCKED: global average pools (cpu/squeeze.py); attrs cols and
   sum, or part and sum.
 * POOL_SEP: 2-D pools as two separable passes (cpu/pool.py); attrs col, row (or None).
+* MAX_POOL_GRAD: a 2-D max pool's adjoint gathered from its covering windows
+  (cpu/pool_grad.py); attrs ymax (the window maxima), chosen (each window's first maximum).
 
 Stages that schedules find by their tag, wherever they are in a group:
 
@@ -44,6 +48,7 @@ CONV_BLOCKED = "conv2d_packed"
 DEPTHWISE_BLOCKED = "depthwise_blocked"
 CONV1X1 = "conv1x1_spatial"
 CONV_WGRAD = "conv_wgrad"
+CONV_WGRAD_DEPTHWISE = "conv_wgrad_depthwise"
 CONV_ROWS = "conv_rows_spatial"
 CONV_GROUPED = "conv_grouped"
 MATVEC = "matvec"
@@ -54,6 +59,7 @@ QMATMUL_VNNI = "qmatmul_vnni"
 GLOBAL_POOL = "global_pool"
 GLOBAL_POOL_BLOCKED = "global_pool_blocked"
 POOL_SEP = "pool_sep"
+MAX_POOL_GRAD = "max_pool_grad"
 
 CONV_GENERIC = "conv_generic"
 DENSE_GENERIC = "dense_generic"

@@ -8,16 +8,30 @@ registers over every pixel of the tap, then stored to the task's block. Tasks ar
 channel blocks, the tap's block of data shared from L2/L3 by the block's tiles. The
 columns are the data's channels where they fill vectors, else the adjoint's (a network's
 first conv, 3 input channels). The direct alternative, a conv of the data by the output
-adjoint, has a 3x3 output image: its register tile along output rows is 3 pixels wide."""
+adjoint, has a 3x3 output image: its register tile along output rows is 3 pixels wide.
+
+A tap's product of few rows (a network's first conv: 3 input channels by 64 output
+channels per tap) does a few multiply-adds per element of the adjoint it streams, and its
+49 taps would stream the whole adjoint (25 MB at batch 8, 112x112) from memory 49 times.
+There (`_chunk_rows`) the pixels are cut into chunks of a few output rows of one image,
+whose adjoint and data stay in L2 while every tap reads them: each chunk, one parallel
+task, writes its partial product of every tap, summed over the chunks afterwards."""
 from __future__ import annotations
 
 import tdsl
 
 from .... import tiling
 from .. import tag, topi
+from .loops import par_vec, vec_split
 
 # taps x channel blocks per core: enough tasks that 9 taps spread evenly
 TASKS_PER_CORE = 4
+# chunked products (_chunk_rows): below this many multiply-adds per element of the
+# adjoint a tap reads, and from this many bytes of adjoint, the taps share chunks of it;
+# a chunk's adjoint rows take at most CHUNK_BYTES (half of a 1 MB L2, the data rows beside)
+CHUNK_MAX_ROWS = 8
+CHUNK_MIN_BYTES = 4 << 20
+CHUNK_BYTES = 256 << 10
 
 
 def applies(g, n):
@@ -62,15 +76,41 @@ def compute(g, n, tensors):
 
     def xv(ky, kx, ci):
         return xh[rn, ry * sh + ky * dh, rx * sw + kx * dw, ci]
-    if swap:
+    rows = _chunk_rows(CI if swap else CO, N * OH * OW * CO * 4, OW * CO * 4, OH)
+    if rows:
+        # partial products of chunks of `rows` output rows of one image (_chunk_rows)
+        qy = tdsl.reduce_axis((0, rows), "y")
+
+        def part(b, q, ky, kx, r, c):
+            y = q * rows + qy
+            d, v = dyh[b, y, rx, c if swap else r], xh[b, y * sh + ky * dh, rx * sw + kx * dw, r if swap else c]
+            return tdsl.sum(d * v, axis=[qy, rx])
+        R, Cc = (CI, CO) if swap else (CO, CI)
+        P = tdsl.compute((N, OH // rows, KH, KW, R, Cc), part, name=topi.uname("wgrad_chunks"))
+        rb, rq = tdsl.reduce_axis((0, N), "b"), tdsl.reduce_axis((0, OH // rows), "q")
+        C = tdsl.compute((KH, KW, R, Cc), lambda ky, kx, r, c: tdsl.sum(P[rb, rq, ky, kx, r, c], axis=[rb, rq]),
+                         name=topi.uname("wgrad"))
+    elif swap:
         C = tdsl.compute((KH, KW, CI, CO), lambda ky, kx, r, c: tdsl.sum(
             xv(ky, kx, r) * dyv(c), axis=[rn, ry, rx]), name=topi.uname("wgrad"))
-        out = tdsl.compute((CO, CI, KH, KW), lambda co, ci, ky, kx: C[ky, kx, ci, co], name=topi.uname("wgrad_out"))
     else:
         C = tdsl.compute((KH, KW, CO, CI), lambda ky, kx, r, c: tdsl.sum(
             dyv(r) * xv(ky, kx, c), axis=[rn, ry, rx]), name=topi.uname("wgrad"))
+    if swap:
+        out = tdsl.compute((CO, CI, KH, KW), lambda co, ci, ky, kx: C[ky, kx, ci, co], name=topi.uname("wgrad_out"))
+    else:
         out = tdsl.compute((CO, CI, KH, KW), lambda co, ci, ky, kx: C[ky, kx, co, ci], name=topi.uname("wgrad_out"))
-    return tag.mark(out, tag.CONV_WGRAD, conv=C, packs=[xh, dyh], swap=swap)
+    return tag.mark(out, tag.CONV_WGRAD, conv=C, packs=[xh, dyh], swap=swap, chunks=P if rows else None)
+
+
+def _chunk_rows(rows, adjoint_bytes, row_bytes, height):
+    """Output rows per chunk of a chunked product, or 0 for one product per tap over all
+    pixels: chunks where the product has fewer than CHUNK_MAX_ROWS rows (multiply-adds per
+    adjoint element read) and the adjoint is at least CHUNK_MIN_BYTES; the most rows that
+    divide the image's height within CHUNK_BYTES."""
+    if rows >= CHUNK_MAX_ROWS or adjoint_bytes < CHUNK_MIN_BYTES:
+        return 0
+    return max(d for d in range(1, height + 1) if height % d == 0 and (d == 1 or d * row_bytes <= CHUNK_BYTES))
 
 
 def _block(rows, tile_rows, taps, cores):
@@ -89,6 +129,8 @@ def schedule(s, out, g, parallel=True):
     for t in info["packs"]:
         # channels-last copies: rows of images in parallel
         s[t].parallel(s[t].fuse(*t.op.axis[:2]))
+    if info.get("chunks") is not None:
+        return _schedule_chunked(s, out, info, target, parallel)
     KH, KW, R, Cc = (topi.dim(v) for v in C.shape)
     lanes = target.vector_lanes("float32")
     rt, vecs = tiling.register_tile(target, R, Cc, whole_rows=True, whole_vecs=True)
@@ -117,3 +159,37 @@ def schedule(s, out, g, parallel=True):
     s[Cl].unroll(lr)
     s[Cl].unroll(lv)
     s[Cl].vectorize(ll)
+
+
+def _tile(s, T, Tl, lead, target):
+    """The register tile of product stage `T` (spatial axes `lead` then rows, cols): its
+    local cache `Tl` accumulating over T's reduction, stored to T's rows x vectors block."""
+    lanes = target.vector_lanes("float32")
+    R, Cc = (topi.dim(v) for v in T.shape[-2:])
+    rt, vecs = tiling.register_tile(target, R, Cc, whole_rows=True, whole_vecs=True)
+    r, c = T.op.axis[-2:]
+    r_o, r_i = s[T].split(r, factor=rt)
+    c_o, c_i = s[T].split(c, factor=vecs * lanes)
+    s[T].reorder(*lead, r_o, c_o, r_i, c_i)
+    s[T].vectorize(s[T].split(c_i, factor=lanes)[1])
+    s[Tl].compute_at(s[T], c_o)
+    lr, lc = s[Tl].op.axis[-2:]
+    lv, ll = s[Tl].split(lc, factor=lanes)
+    s[Tl].reorder(*s[Tl].op.reduce_axis, lr, lv, ll)
+    s[Tl].unroll(lr)
+    s[Tl].unroll(lv)
+    s[Tl].vectorize(ll)
+
+
+def _schedule_chunked(s, out, info, target, parallel):
+    """Chunks in parallel, each every tap's register tiles over its pixels; then the sum
+    over the chunks and the (CO, CI, KH, KW) order, vectorized along their last axes."""
+    P, C = info["chunks"], info["conv"]
+    Pl = s.cache_write(P, "local")
+    b, q, ky, kx = P.op.axis[:4]
+    chunk = s[P].fuse(b, q)
+    _tile(s, P, Pl, [chunk, ky, kx], target)
+    if parallel:
+        s[P].parallel(chunk)
+    par_vec(s, C, target, True, parallel)
+    vec_split(s, out, out.op.axis[-1], topi.dim(out.shape[-1]), target)
