@@ -39,6 +39,7 @@ class GroupDef:
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # registry.Anchor: the node definition that schedules the group
+        self.scheduled_by = None  # the name of the implementation whose schedule ran (registry.schedule)
         self.use_auto = True      # groups without a hand strategy: tdsl.autosched's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None

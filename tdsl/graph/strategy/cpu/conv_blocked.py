@@ -22,6 +22,7 @@ from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
+from .batch import batch, batch_only, image_shape, outer_fuse
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
 
 
@@ -76,9 +77,9 @@ def pad_blocked(x, sizes, offsets, fill=None):
 
 def applies_depthwise(g, n):
     """nn.conv2d_blocked of groups > 1 (a depthwise conv), float, its weights constant and
-    its input a group parameter."""
+    its input a group parameter (its batch may be symbolic)."""
     return (n.attrs["groups"] != 1 and g.const_param(n.args[1]) is not None
-            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx)
+            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx and batch_only(g, n))
 
 
 def _padding(n):
@@ -108,7 +109,7 @@ def depthwise_blocked(g, n, x, src, wi):
     w[cb, ky, kx, c]: a vector of channels per FMA, whatever the row width or stride."""
     a = n.attrs
     bn = a["bn"]
-    N = n.type.shape[0]
+    N = batch(g, n)
     C, _, KH, KW = n.args[1].type.shape
     CB = -(-C // bn)
     OH, OW = n.type.shape[2:4]
@@ -161,7 +162,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     src_b = blocked[0] if blocked else None
     src = src_b if src_b is not None else spread(x, *spread_args)
     xt = n.args[0].type
-    N = xt.shape[0]
+    N = batch(g, n.args[0])
     CI = x.shape[1]            # a size variable in a kernel generic in it
     CO = n.type.shape[1]
     out_sp = tuple(n.type.shape[2:])
@@ -377,7 +378,7 @@ def schedule(s, out, g, parallel=True):
     s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
     if blocked_out:
         s[out].vectorize(c)
-    par = s[out].fuse(b, cob, *lead)
+    par = outer_fuse(s, out, [b, cob, *lead])
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
@@ -427,9 +428,9 @@ def schedule_depthwise(s, out, g, parallel=True):
         yo, yi = s[out].split(y, factor=rb)
         xo, xi = s[out].split(x, factor=xb)
         s[out].reorder(b, cb, yo, xo, c, yi, xi)
-    outer = s[out].fuse(b, cb)
+    outer = outer_fuse(s, out, [b, cb])
     taps = int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and int(np.prod(ishape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
+    if parallel and int(np.prod(image_shape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
         s[out].parallel(outer)
     s[Cv].compute_at(s[out], xo)
     _, _, yl, xl, cl = s[Cv].op.axis

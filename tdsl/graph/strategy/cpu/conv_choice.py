@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from .... import tiling
 from . import conv1x1, conv_spatial, squeeze
+from .batch import batch_only
 
 
 def fast_conv(g, n):
     """nn.conv2d and nn.conv3d (conv1d arrives as a conv2d of one row: passes/conv_forms),
     their transposes and nn.conv2d_blocked: float32, groups 1, constant weights, the input
     a group parameter or (not for a transposed conv) the squeeze-excite multiply that
-    fuse_ops moved into the group."""
+    fuse_ops moved into the group. In a group with symbolic sizes only the batch may be
+    one (batch.py)."""
     x_e, w_e = n.args
-    if g.const_param(w_e) is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1:
+    if g.const_param(w_e) is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1 \
+            or not batch_only(g, n):
         return False
     if x_e in g.pidx:
         return True

@@ -1,0 +1,55 @@
+"""Image strategies in a group with a symbolic batch (a CNN exported with a dynamic batch
+axis): the CPU's conv and pool definitions take the batch, the outermost axis, as a size
+variable of the kernel while every other size stays a number, so their register tiles,
+packed weights and padding are those of the static network. The batch then only bounds
+the outermost loop (parallel with the channel blocks or rows fused into it): no tail, no
+guard, no stride that depends on it. A symbolic channel count, height or width is not
+taken (`batch_only` refuses it): such groups take topi's definitions."""
+from __future__ import annotations
+
+from ..stages import ishape
+
+
+def batch_only(g, n) -> bool:
+    """Whether every size of node `n`'s operands and result but the leading (batch) one
+    is a number; always so in a group without symbolic sizes."""
+    if not g.symbolic:
+        return True
+    return all(isinstance(d, int) for t in [a.type for a in n.args] + [n.type] for d in t.shape[1:])
+
+
+def batch(g, e):
+    """The batch (leading size) of expression `e`'s type in the kernel: an int, or the index
+    expression of its size variables in a group with symbolic sizes."""
+    return g.node_type(e).shape[0]
+
+
+def te_batch_only(t) -> bool:
+    """Whether every axis of tensor `t` but the first has a size that is a number (a
+    tagged schedule's check, which sees only the tensors)."""
+    return all(isinstance(d, int) or getattr(d, "value", None) is not None for d in t.shape[1:])
+
+
+def symbolic_batch(t) -> bool:
+    """Whether tensor `t`'s leading axis has a size that is not a number."""
+    d = t.shape[0]
+    return not isinstance(d, int) and getattr(d, "value", None) is None
+
+
+def outer_fuse(s, t, axes):
+    """The loop the threads split, fused from stage `t`'s outer `axes` (the batch first).
+    A symbolic batch stays a serial loop outside it: fused in, the other axes' indices
+    would be divisions and remainders of a loop of unknown extent, through which bound
+    inference cannot see that a stage computed inside the loop stays in its bounds, and
+    every one of its multiply-adds would be guarded. Each image then forks the threads
+    once per kernel, as at batch 1."""
+    if symbolic_batch(t):
+        axes = axes[1:]
+    return s[t].fuse(*axes) if len(axes) > 1 else axes[0]
+
+
+def image_shape(t):
+    """`t`'s shape as ints for a heuristic that weighs one parallel loop's work: with a
+    symbolic batch that loop is one image's (outer_fuse), so the batch reads as 1."""
+    shape = ishape(t)
+    return [1] + shape[1:] if symbolic_batch(t) else shape
