@@ -40,12 +40,15 @@ def outer_fuse(s, t, axes):
     """The loop the threads split, fused from stage `t`'s outer `axes` (the batch first).
     A symbolic batch stays a serial loop outside it: fused in, the other axes' indices
     would be divisions and remainders of a loop of unknown extent, through which bound
-    inference cannot see that a stage computed inside the loop stays in its bounds, and
-    every one of its multiply-adds would be guarded. Each image then forks the threads
-    once per kernel, as at batch 1."""
+    inference cannot see that a stage computed inside the loop stays in its bounds (every
+    multiply-add would be guarded, or a tile's extent not a number). The batch is split
+    into images and a unit loop, and the unit loop fused in its place: each image's
+    loop nest is then that of the network built for batch 1, whose unit batch axis fuses
+    the same way, and each image forks the threads once per kernel."""
     if symbolic_batch(t):
-        axes = axes[1:]
-    return s[t].fuse(*axes) if len(axes) > 1 else axes[0]
+        _, one = s[t].split(axes[0], factor=1)
+        axes = [one] + list(axes[1:])
+    return s[t].fuse(*axes)
 
 
 def image_shape(t):
