@@ -7,6 +7,7 @@ guard, no stride that depends on it. A symbolic channel count, height or width i
 taken (`batch_only` refuses it): such groups take topi's definitions."""
 from __future__ import annotations
 
+from .. import topi
 from ..stages import ishape
 
 
@@ -38,14 +39,14 @@ def symbolic_batch(t) -> bool:
 
 def outer_fuse(s, t, axes):
     """The loop the threads split, fused from stage `t`'s outer `axes` (the batch first).
-    A symbolic batch stays a serial loop outside it: fused in, the other axes' indices
-    would be divisions and remainders of a loop of unknown extent, through which bound
-    inference cannot see that a stage computed inside the loop stays in its bounds (every
-    multiply-add would be guarded, or a tile's extent not a number). The batch is split
-    into images and a unit loop, and the unit loop fused in its place: each image's
-    loop nest is then that of the network built for batch 1, whose unit batch axis fuses
-    the same way, and each image forks the threads once per kernel."""
-    if symbolic_batch(t):
+    A batch other than 1 (a symbolic one too) stays a serial loop outside it: fused in,
+    the other axes' indices would be divisions and remainders of the fused loop, through
+    which bound inference cannot see that a stage computed inside the loop stays in its
+    bounds, so every multiply-add of a register tile would be guarded (or a tile's extent
+    would not be a number). The batch is split into images and a unit loop, and the unit
+    loop fused in its place: each image's loop nest is then that of batch 1, and each
+    image forks the threads once per kernel."""
+    if symbolic_batch(t) or topi.dim(t.shape[0]) != 1:
         _, one = s[t].split(axes[0], factor=1)
         axes = [one] + list(axes[1:])
     return s[t].fuse(*axes)
