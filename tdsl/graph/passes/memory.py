@@ -15,10 +15,13 @@ kernel stores straight into it and the concat runs no kernel (`concat_parts`: in
 (concat, byte offset)). Only inputs that nothing else reads qualify; the buffer is
 allocated when its first part is defined and lives until the concat's last use.
 
-With symbolic sizes (ir/dims.py) the plan's structure (which values alias, which concats
-are written in place) is decided on the symbolic types, so it is the same at every size
-and so are the kernels; the byte offsets are computed for the sizes of a call (`sizes`).
-A symbolic dimension is never taken for 1."""
+With symbolic sizes (ir/dims.py) the plan's structure (which values alias) is decided on
+the symbolic types, so it is the same at every size and so are the kernels; the byte
+offsets are computed for the sizes of a call (`sizes`). A concat is written in place where
+its leading axes are 1 at those sizes (a CNN with a symbolic batch, called at batch 1):
+the plan of the representative sizes (batch 64) has no such concat, so its kernel is
+compiled, and a call's plan that writes it in place lists it in `concat_owners`, whose
+kernels that call's run state leaves out (`MemoryPlan.concatenated_in_place`)."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -39,6 +42,11 @@ class MemoryPlan:
         self.peak_bytes = peak
         self.total_bytes = total      # without reuse
         self.order = order
+
+    def concatenated_in_place(self, n) -> bool:
+        """Whether concat node `n` runs no kernel in this plan (its inputs are written
+        into its buffer, or it is a view of a longer one's)."""
+        return n in self.concat_owners or n in self.prefix_views
 
     def __repr__(self):
         return (f"MemoryPlan({len(self.offsets)} buffers, peak {self.peak_bytes / 2**20:.2f} MiB, "
@@ -114,7 +122,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
     if len(body) != 1 or body[0].op != "concatenate" or len(n.args) < 2:
         return None
     axis = body[0].attrs["axis"] % n.type.ndim
-    if any(d != 1 for d in n.type.shape[:axis]) or [p for p in body[0].args] != list(n.op.params):
+    if not concat_prefix.leading_ones(n.type.shape[:axis], sizes) or [p for p in body[0].args] != list(n.op.params):
         return None
     if not _offsets_aligned(n.args, align, sizes):
         return None
@@ -181,7 +189,7 @@ def plan_memory(mod: Module, align: int = ALIGN, sizes=None) -> MemoryPlan:
             for a in n.args:
                 concat_parts[a] = (n, parts[a])
     prefix_views: Dict[Call, Call] = {}     # concat -> the family owner whose prefix it is
-    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
+    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)], sizes)
     for n in order:
         own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align, sizes)
         if own is not None:
