@@ -29,9 +29,9 @@ def _body(n):
 
 def leading_ones(dims, sizes=None) -> bool:
     """Whether every dimension in `dims` is 1: at `sizes` ({size variable: int}) where
-    given; without them a symbolic dimension may be 1 (a batch) and counts as one."""
+    given; without them a symbolic dimension is not taken for 1."""
     if sizes is None:
-        return all(d == 1 or not isinstance(d, int) for d in dims)
+        return all(d == 1 for d in dims)
     return all(evaluate(d, sizes) == 1 for d in dims)
 
 
@@ -48,9 +48,11 @@ def families(nodes: List[Call], sizes=None) -> Dict[Call, Call]:
     """{concat: its family's owner} for every concatenation whose inputs begin the
     inputs of another one (same axis and dtype), the owners included. Families have at
     least two members; a concatenation in none is left out. `sizes`: the sizes of a call
-    of a network with symbolic sizes (without them, a symbolic leading axis may be 1:
-    fusion keeps such concatenations alone, `sealed`, and each call's memory plan shares
-    their buffers only at sizes where they are prefixes)."""
+    of a network with symbolic sizes. Fusion (`sealed`) asks without them: a concatenation
+    with a symbolic batch is fused with its batch norm, as at batch 2 and up, where the
+    fused copy costs one pass and a shared buffer would need a copy and a pass of its own;
+    at batch 1 the batch norm's pass over the shared prefix costs what the fused copy
+    does, so nothing is lost there."""
     cands = [n for n in nodes if _eligible(n, sizes)]
     key = {n: (_body(n).attrs["axis"] % n.type.ndim, n.type.dtype) for n in cands}
     args = {n: n.args for n in cands}
