@@ -53,7 +53,19 @@ def outer_fuse(s, t, axes):
 
 
 def image_shape(t):
-    """`t`'s shape as ints for a heuristic that weighs one parallel loop's work: with a
-    symbolic batch that loop is one image's (outer_fuse), so the batch reads as 1."""
+    """`t`'s shape as ints for a heuristic that weighs the work of one image's loop: a
+    batch other than 1 is a loop outside it (outer_fuse), so the batch reads as 1."""
     shape = ishape(t)
-    return [1] + shape[1:] if symbolic_batch(t) else shape
+    return [1] + shape[1:] if symbolic_batch(t) or shape[0] != 1 else shape
+
+
+def parallel(s, t, fused, work, threshold):
+    """Threads over `fused` (one image's loop, outer_fuse) when one image's `work` is at
+    least `threshold`; else over the images, where they may be several and worth it (a
+    symbolic batch: at batch 1 a loop of one task runs inline, as a serial loop)."""
+    if work >= threshold:
+        s[t].parallel(fused)
+        return
+    n = None if symbolic_batch(t) else topi.dim(t.shape[0])
+    if n is None or n > 1 and work * n >= threshold:
+        s[t].parallel(s[t].leaf_iter_vars[0])

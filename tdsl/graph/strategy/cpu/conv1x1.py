@@ -21,7 +21,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
-from .batch import batch, image_shape, outer_fuse
+from .batch import batch, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS, inline_except, par_vec, vec_split
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
@@ -135,8 +135,8 @@ def schedule(s, out, g, parallel=True):
         par = outer_fuse(s, out, [b, cob, po])
     s[out].vectorize(pl)
     macs = int(np.prod(image_shape(Cv))) * topi.dim(Cv.op.reduce_axis[0].dom.extent)
-    if parallel and macs >= PAR_MIN_MACS:
-        s[out].parallel(par)
+    if parallel:
+        threads(s, out, par, macs, PAR_MIN_MACS)
     s[Cv].compute_at(s[out], par)
     _, cl, pc = s[Cv].op.axis
     (ci,) = s[Cv].op.reduce_axis

@@ -22,7 +22,7 @@ from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
 
 
@@ -430,8 +430,8 @@ def schedule_depthwise(s, out, g, parallel=True):
         s[out].reorder(b, cb, yo, xo, c, yi, xi)
     outer = outer_fuse(s, out, [b, cb])
     taps = int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and int(np.prod(image_shape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
-        s[out].parallel(outer)
+    if parallel:
+        threads(s, out, outer, int(np.prod(image_shape(out))) * taps, PAR_MIN_MACS_DEPTHWISE)
     s[Cv].compute_at(s[out], xo)
     _, _, yl, xl, cl = s[Cv].op.axis
     ky, kx = s[Cv].op.reduce_axis

@@ -10,7 +10,7 @@ import tdsl
 
 from .. import tag, topi
 from ..stages import ishape, stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse, te_batch_only
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads, te_batch_only
 from .loops import PAR_MIN_MACS, inline_except, vec_split
 
 
@@ -74,8 +74,8 @@ def schedule(s, out, g, parallel=True):
     last = sp[-1]
     vec_split(s, out, last, shape[-1], target)
     taps = int(np.prod([topi.dim(r.dom.extent) for r in conv.op.reduce_axis]))
-    if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS:
-        s[out].parallel(n_c)
+    if parallel:
+        threads(s, out, n_c, int(np.prod(shape)) * taps, PAR_MIN_MACS)
     if pad is not None:      # depthwise: the padded plane of one channel, then its rows
         s[pad].compute_at(s[out], n_c)
         vec_split(s, pad, pad.op.axis[-1], ishape(pad)[-1], target)

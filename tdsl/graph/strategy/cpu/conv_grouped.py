@@ -32,7 +32,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from . import conv_int8
-from .batch import batch, image_shape, outer_fuse
+from .batch import batch, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except
 from ..stages import ishape
 
@@ -174,8 +174,8 @@ def schedule(s, out, g, parallel=True):
     else:
         outer = outer_fuse(s, out, [b, grp, yo])
     macs = N * CO * OH * OW * int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and macs >= PAR_MIN_MACS_DEPTHWISE:
-        s[out].parallel(outer)
+    if parallel:
+        threads(s, out, outer, macs, PAR_MIN_MACS_DEPTHWISE)
     s[ph].compute_at(s[out], outer)
     pq = ph.op.axis[-1]
     s[ph].vectorize(s[ph].split(pq, factor=wv)[1])

@@ -18,7 +18,7 @@ import tdsl
 
 from .. import tag, topi
 from ..stages import ishape, stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 
@@ -111,8 +111,8 @@ def schedule(s, out, g, parallel=True):
     shape = image_shape(out)
     rows = outer_fuse(s, out, [b, ch, oy])
     vec_split(s, out, ox, shape[-1], target)
-    if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
-        s[out].parallel(rows)
+    if parallel:
+        threads(s, out, rows, int(np.prod(shape)), PAR_MIN_ELEMS)
     for t in (vm, hm):
         if t is None:
             continue

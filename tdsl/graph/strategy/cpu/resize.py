@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import tag
 from ..stages import ishape, stages_of
-from .batch import image_shape, te_batch_only
+from .batch import image_shape, symbolic_batch, te_batch_only
 from .loops import PAR_MIN_ELEMS, vec_split
 
 
@@ -43,7 +43,8 @@ def schedule(s, out, g, parallel=True):
     for t in stages:
         if t is not out and t not in first:
             s[t].compute_inline()
-    shape = image_shape(out)
+    # the rows of every image are one parallel loop; a symbolic batch counts as 1
+    shape = image_shape(out) if symbolic_batch(out) else ishape(out)
     axes = list(out.op.axis)
     row = s[out].fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
     vec_split(s, out, axes[-1], shape[-1], target)
@@ -53,5 +54,5 @@ def schedule(s, out, g, parallel=True):
         taxes = list(t.op.axis)
         trow = s[t].fuse(*taxes[:-1]) if len(taxes) > 2 else taxes[0]
         vec_split(s, t, taxes[-1], ishape(t)[-1], target)
-        if parallel and int(np.prod(image_shape(t))) >= PAR_MIN_ELEMS:
+        if parallel and int(np.prod(image_shape(t) if symbolic_batch(t) else ishape(t))) >= PAR_MIN_ELEMS:
             s[t].parallel(trow)

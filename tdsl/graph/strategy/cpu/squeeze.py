@@ -20,7 +20,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_ELEMS, par_vec
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
@@ -122,8 +122,8 @@ def schedule_global_pool(s, out, g, parallel=True):
     # count is a size variable (generic.py), and would compute them all per channel
     axes = list(s[out].op.axis)
     ch = s[out].fuse(*axes[1:])
-    if parallel and int(np.prod(image_shape(cols))) * topi.dim(cols.op.reduce_axis[0].dom.extent) >= PAR_MIN_ELEMS:
-        s[out].parallel(ch)
+    if parallel:
+        threads(s, out, ch, int(np.prod(image_shape(cols))) * topi.dim(cols.op.reduce_axis[0].dom.extent), PAR_MIN_ELEMS)
     s[tot].compute_at(s[out], ch)
     s[cols].compute_at(s[out], ch)
     _, _, xx = s[cols].op.axis
@@ -181,8 +181,8 @@ def schedule_global_pool_blocked(s, out, g, parallel=True):
             s[t].compute_inline()
     b, cb, y, xx, c = s[out].op.axis
     outer = outer_fuse(s, out, [b, cb, y, xx])
-    if parallel and int(np.prod(image_shape(part))) * topi.dim(part.op.reduce_axis[0].dom.extent) >= (1 << 16):
-        s[out].parallel(outer)
+    if parallel:
+        threads(s, out, outer, int(np.prod(image_shape(part))) * topi.dim(part.op.reduce_axis[0].dom.extent), 1 << 16)
     s[out].vectorize(c)
     s[tot].compute_at(s[out], outer)
     s[tot].vectorize(s[tot].op.axis[-1])
