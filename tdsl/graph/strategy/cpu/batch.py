@@ -2,9 +2,10 @@
 axis): the CPU's conv and pool definitions take the batch, the outermost axis, as a size
 variable of the kernel while every other size stays a number, so their register tiles,
 packed weights and padding are those of the static network. The batch then only bounds
-the outermost loop (parallel with the channel blocks or rows fused into it): no tail, no
-guard, no stride that depends on it. A symbolic channel count, height or width is not
-taken (`batch_only` refuses it): such groups take topi's definitions."""
+a loop of images outside the loop the threads split (`outer_fuse`; a static batch above 1
+too): no tail, no guard, no stride that depends on it, and each image's loop nest is
+batch 1's. A symbolic channel count, height or width is not taken (`batch_only` refuses
+it): such groups take topi's definitions."""
 from __future__ import annotations
 
 from .. import topi
