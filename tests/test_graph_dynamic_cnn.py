@@ -89,6 +89,22 @@ def _squeeze_excite():
     return n
 
 
+def _gated():
+    """Efficientnet's squeeze-excite block, in the blocked chain and in NCHW; in NCHW the
+    gate's multiply goes into the projecting conv (its weights scaled per image)."""
+    n = Net(16, (28, 28))
+    for blocked in (True, False):
+        e = n.conv("x", 16, 64, 1) if blocked else "x"
+        c = 64 if blocked else 16
+        d = n.conv(e, c, c, 3, groups=c, pads=[1] * 4)
+        g = n.op("GlobalAveragePool", d)
+        g = n.conv(g, c, 8, 1)
+        g = n.op("Sigmoid", n.conv(g, 8, c, 1, relu=False))
+        y = n.conv(n.op("Mul", d, g), c, 24, 1, relu=False)
+        n.outs.append(n.conv(y, 24, 24, 3, pads=[1] * 4) if blocked else y)
+    return n
+
+
 def _fire():
     """Squeezenet's fire module: two expand convs concatenated, then a conv of the concat."""
     n = Net(16, (13, 13))
@@ -164,6 +180,15 @@ def test_squeeze_excite_and_strided_depthwise():
     exe = _check(m, weights=n.weights)
     used = _same_as_static(exe, m, n.weights)
     assert {"global_pool", "conv2d_matvec", "conv2d_grouped", "conv_direct"} <= used
+
+
+def test_squeeze_excite_scale_into_conv_weights_per_image():
+    m = _gated().model("batch")
+    exe = _check(m, batches=(1, 3, 2))
+    _same_as_static(exe, m)
+    scaled = [k.name for k, _, n in exe.steps if [o.op for o in n.op.nodes()][:1] == ["multiply"]
+              and any(o.op.startswith("nn.conv2d") for o in n.op.nodes())]
+    assert scaled         # the NCHW gate: no kernel of its own writes the scaled image
 
 
 def test_fire_concat_in_place_at_batch_1_only():

@@ -70,3 +70,20 @@ def parallel(s, t, fused, work, threshold):
     n = None if symbolic_batch(t) else topi.dim(t.shape[0])
     if n is None or n > 1 and work * n >= threshold:
         s[t].parallel(s[t].leaf_iter_vars[0])
+
+
+class _ImageWeights:
+    """Image `b`'s weights of per-image weights `w` (a leading batch axis)."""
+
+    def __init__(self, w, b):
+        self.w, self.b = w, b
+
+    def __getitem__(self, idx):
+        return self.w[(self.b,) + (tuple(idx) if isinstance(idx, tuple) else (idx,))]
+
+
+def image_weights(w, ndim, b):
+    """Packed weights `w` of `ndim` axes as image `b` reads them: `w` itself, or, where a
+    per-image channel scale went into them (GroupDef.packed_param with a symbolic batch),
+    image b's."""
+    return w if len(w.shape) == ndim else _ImageWeights(w, b)

@@ -21,7 +21,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
-from .batch import batch, image_shape, outer_fuse, parallel as threads
+from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS, inline_except, par_vec, vec_split
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
@@ -109,7 +109,8 @@ def conv1x1(g, n, x, wi):
         def xin(b, ci, p):
             return xp[b, ci, p]
     ci = tdsl.reduce_axis((0, CI), "ci")
-    Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(xin(b, ci, p) * Wp[co // cb, ci, co % cb], axis=ci),
+    Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(
+        xin(b, ci, p) * image_weights(Wp, 3, b)[co // cb, ci, co % cb], axis=ci),
                       name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co, y * OW + xx], name=topi.uname("unflat"))
     return tag.mark(O, tag.CONV1X1, conv=Cv, pack=xp, cb=cb, pv=pv, lanes=lanes)

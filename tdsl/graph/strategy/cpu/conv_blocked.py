@@ -22,7 +22,7 @@ from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
+from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
 
 
@@ -202,7 +202,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         def conv(b, cb, *o):
             sp, cc = o[:nd], o[nd]
             return tdsl.sum(src[(b, cio) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd)) + (cii,)]
-                            * Wp[(cb, cio) + tuple(rk) + (cii, cc)], axis=[cio] + rk + [cii])
+                            * image_weights(Wp, nd + 4, b)[(cb, cio) + tuple(rk) + (cii, cc)],
+                            axis=[cio] + rk + [cii])
     else:
         shape = (cb_n, CI) + K + (bn,)
         Wp = g.packed_param(wi, shape, pack) if isinstance(wi, int) else \
@@ -212,7 +213,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         def conv(b, cb, *o):
             sp, cc = o[:nd], o[nd]
             return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
-                            * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
+                            * image_weights(Wp, nd + 3, b)[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
     info = {"pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
     if not isinstance(wi, int):

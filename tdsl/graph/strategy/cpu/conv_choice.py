@@ -26,8 +26,8 @@ def fast_conv(g, n):
 def _channel_scaled(g, x_e):
     """(image, per-channel scale) group parameters when the conv's input is the
     squeeze-excite multiply that fuse_ops moved into this group (batch 1: one scale per
-    input channel)."""
-    if getattr(x_e, "op", None) != "multiply" or x_e.type.shape[0] != 1:
+    input channel; a symbolic batch: one per image and input channel)."""
+    if getattr(x_e, "op", None) != "multiply" or isinstance(x_e.type.shape[0], int) and x_e.type.shape[0] != 1:
         return None
     big = [a for a in x_e.args if a.type.shape == x_e.type.shape]
     small = [a for a in x_e.args if a.type.shape != x_e.type.shape]

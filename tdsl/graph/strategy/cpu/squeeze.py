@@ -20,7 +20,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
-from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
+from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_ELEMS, par_vec
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
@@ -43,7 +43,8 @@ def conv_matvec(g, n, x, wi):
         return np.ascontiguousarray(wp.reshape(nb, lanes, CI).transpose(0, 2, 1))
     Wp = g.packed_param(wi, (nb, CI, lanes), pack)
     k = tdsl.reduce_axis((0, CI), "ci")
-    D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(x[b, k, 0, 0] * Wp[j // lanes, k, j % lanes], axis=k),
+    D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(
+        x[b, k, 0, 0] * image_weights(Wp, 3, b)[j // lanes, k, j % lanes], axis=k),
                      name=topi.uname("matvec"))
     O = tdsl.compute((N, CO, 1, 1), lambda b, co, y, xx: D[b, co], name=topi.uname("unflat"))
     return tag.mark(O, tag.MATVEC, dense=D, lanes=lanes)
