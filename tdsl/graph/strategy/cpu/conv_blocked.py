@@ -219,7 +219,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn, N) if blocked else None
+    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
         P = int(np.prod(out_sp))
@@ -247,7 +247,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
 FLAT_MAX_WIDTH = 14
 
 
-def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
+def _flat_plane(target, out_sp, cols, taps, planes, bn):
     """The register tile (pixels, vectors) along the flattened output plane, or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
@@ -255,8 +255,8 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     tile divides all but the plane's last, peeled tile, and each pixel's input address is
     hoisted out of the reduction. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass, where the passes gain
-    nothing. The plane's tasks are its channel blocks only, so there must be enough of
-    them for the cores. Wider rows (28, 56) stay in rows: there the flat tile's gain on a
+    nothing. The plane's tasks are its channel blocks only (images are a loop outside the
+    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider rows (28, 56) stay in rows: there the flat tile's gain on a
     single layer does not carry over to whole networks."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH:
@@ -266,7 +266,7 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
     if flat[0] * flat[1] <= row[0] * row[1]:
         return None
-    if (batch if isinstance(batch, int) else 1) * (cols // bn) // flat[1] < tiling.parallel_chunks(target):
+    if (cols // bn) // flat[1] < tiling.parallel_chunks(target):
         return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
