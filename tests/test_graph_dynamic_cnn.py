@@ -227,3 +227,25 @@ def test_symbolic_spatial_size_falls_back():
         w = models.onnxruntime_run(m, {"x": x})[0]
         np.testing.assert_allclose(exe.run(x)[0], w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
     assert set(_implementations(exe).values()) == {"auto"}
+
+
+def test_channel_split_is_a_view_at_batch_1_only():
+    """Shufflenet's channel split: a slice of the channels is a contiguous run of the
+    image at batch 1 only, where it runs no kernel."""
+    n = Net(32, (8, 8))
+    y = n.conv("x", 32, 32, 1)
+    a, b = "sa", "sb"
+    n.inits.append(numpy_helper.from_array(np.array([16, 16], np.int64), "halves"))
+    n.nodes.append(helper.make_node("Split", [y, "halves"], [a, b], axis=1))
+    n.outs.append(n.op("Concat", a, n.conv(b, 16, 16, 3, pads=[1] * 4), axis=1))
+    m = n.model("batch")
+    exe = _check(m, batches=(1, 2, 1))
+    _same_as_static(exe, m)
+    sliced = {k.name for k, _, n in exe.steps if [o.op for o in n.op.nodes()] == ["strided_slice"]}
+    assert sliced
+
+    def ran(batch):
+        exe.run(np.zeros((batch, 32, 8, 8), np.float32))
+        return {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
+    assert not sliced & ran(1)
+    assert sliced <= ran(2)

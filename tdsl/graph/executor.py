@@ -223,15 +223,15 @@ class Executor:
         buffers of those sizes."""
         fn = self.mod.main
         plan = plan_memory(self.mod, self._align, sizes)
-        # concats written in place at these sizes only (a batch of 1) run no kernel
-        steps = [s for s in self.steps if not plan.concatenated_in_place(s[2])]
+        # concats written in place and slices viewed at these sizes only (batch 1): no kernel
+        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
         if self.device is None:
             return _with_steps(StatePool(lambda: make_state(plan, fn, steps, sizes=sizes)), steps)
         if self._unavailable is not None:
             return _NoDevice(self._unavailable)
         if not getattr(self, "_uploaded", False):
             self.steps, self._uploaded = upload_constants(self.steps, self.device), True
-        steps = [s for s in self.steps if not plan.concatenated_in_place(s[2])]
+        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
         return _with_steps(StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes)), steps)
 
     def _pool_for(self, args, inputs):
@@ -498,7 +498,7 @@ class _NoDevice:
 
 def _with_steps(pool, steps):
     """`pool` knowing the steps its states run (a call's sizes may leave out concat
-    kernels, MemoryPlan.concatenated_in_place), for the profile's names."""
+    and slice kernels, MemoryPlan.runs_no_kernel), for the profile's names."""
     pool.steps = steps
     return pool
 
