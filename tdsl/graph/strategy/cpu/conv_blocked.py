@@ -256,8 +256,9 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn):
     hoisted out of the reduction. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass, where the passes gain
     nothing. The plane's tasks are its channel blocks only (images are a loop outside the
-    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider rows (28, 56) stay in rows: there the flat tile's gain on a
-    single layer does not carry over to whole networks."""
+    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider
+    rows (28, 56) stay in rows: there the flat tile's gain on a single layer does not
+    carry over to whole networks."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH:
         return None

@@ -69,7 +69,8 @@ def conv2d_rows(g, n, x, wi):
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
     Cv = tdsl.compute((N, CO, OH, owp), lambda b, co, oy, ox: tdsl.sum(
-        ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw] * image_weights(Wp, 5, b)[co // cb, ci, ky, kx, co % cb],
+        ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
+        * image_weights(Wp, 5, b)[co // cb, ci, ky, kx, co % cb],
         axis=[ci, ky, kx]), name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     return tag.mark(O, tag.CONV_ROWS, conv=Cv, pad=ph, cb=cb, pv=pv, lanes=lanes)

@@ -124,7 +124,8 @@ def schedule_global_pool(s, out, g, parallel=True):
     axes = list(s[out].op.axis)
     ch = s[out].fuse(*axes[1:])
     if parallel:
-        threads(s, out, ch, int(np.prod(image_shape(cols))) * topi.dim(cols.op.reduce_axis[0].dom.extent), PAR_MIN_ELEMS)
+        work = int(np.prod(image_shape(cols))) * topi.dim(cols.op.reduce_axis[0].dom.extent)
+        threads(s, out, ch, work, PAR_MIN_ELEMS)
     s[tot].compute_at(s[out], ch)
     s[cols].compute_at(s[out], ch)
     _, _, xx = s[cols].op.axis
