@@ -235,6 +235,7 @@ class Executor:
     def _make_sized(self, plan, sizes, arena):
         """The run state of `sizes` on `arena` (a Slot's)."""
         fn = self.mod.main
+<<<<<<< HEAD
         if self.device is None:
             return make_state(plan, fn, self.steps, HostMemory(plan, arena), sizes)
         return make_device_state(plan, fn, self.steps, self.device, sizes, arena)
@@ -243,6 +244,19 @@ class Executor:
         if self.device is None:
             return np.empty(nbytes, np.uint8)
         return nd.empty(nbytes, "uint8", self.device)
+=======
+        plan = plan_memory(self.mod, self._align, sizes)
+        # concats written in place and slices viewed at these sizes only (batch 1): no kernel
+        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
+        if self.device is None:
+            return _with_steps(StatePool(lambda: make_state(plan, fn, steps, sizes=sizes)), steps)
+        if self._unavailable is not None:
+            return _NoDevice(self._unavailable)
+        if not getattr(self, "_uploaded", False):
+            self.steps, self._uploaded = upload_constants(self.steps, self.device), True
+        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
+        return _with_steps(StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes)), steps)
+>>>>>>> dyncnn
 
     def _pool_for(self, args, inputs):
         """The state pool of this call: the executor's, or with symbolic sizes the one of
@@ -446,7 +460,7 @@ class Executor:
                 times = self._profile_device(state, number)
             else:
                 _run_calls(state.calls)
-                times = [0.0] * len(self.steps)
+                times = [0.0] * len(state.calls)
                 for _ in range(number):
                     for i, call in enumerate(state.calls):
                         t0 = time.perf_counter()
@@ -455,7 +469,8 @@ class Executor:
         finally:
             pool.give(state)
         total = sum(times) or 1.0
-        rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(self.steps, times))]
+        steps = getattr(pool, "steps", self.steps)
+        rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(steps, times))]
         return sorted(rows, key=lambda r: -r[1])
 
     def _profile_device(self, state, number):
@@ -471,7 +486,8 @@ class Executor:
     def profile_text(self, number=10, top=20):
         """The slowest kernels, each with what it computes (`describe_group`)."""
         rows = self.profile(number)
-        what = {f"{k.name}#{i}": describe_group(n.op) for i, (k, _, n) in enumerate(self.steps)}
+        steps = getattr(self._current_pool(), "steps", self.steps)
+        what = {f"{k.name}#{i}": describe_group(n.op) for i, (k, _, n) in enumerate(steps)}
         lines = [f"{'kernel':40s} {'ms':>8s} {'share':>6s}  what"]
         for name, t, sh in rows[:top]:
             lines.append(f"{name:40s} {t * 1e3:8.3f} {sh * 100:5.1f}%  {what.get(name, '')}")
@@ -512,6 +528,13 @@ class _NoDevice:
 
     def take(self, default=False):
         raise TdslError(f"this executor was built for a GPU that is not here: {self.reason}")
+
+
+def _with_steps(pool, steps):
+    """`pool` knowing the steps its states run (a call's sizes may leave out concat
+    and slice kernels, MemoryPlan.runs_no_kernel), for the profile's names."""
+    pool.steps = steps
+    return pool
 
 
 def _shape_of(v):

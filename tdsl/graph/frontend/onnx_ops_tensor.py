@@ -150,6 +150,8 @@ def _resize_sizes(ctx, x, ins, attrs):
             if not s > 0:
                 raise GraphError(f"Resize: scale {s} must be positive")
             scales[a] = float(np.float32(s))
+            if not isinstance(shp[a], int) and scales[a] == 1.0:
+                continue        # a symbolic axis (a batch) kept as it is
             sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(s)))
         return sizes, scales
     if len(sizes_in) != len(axes):
@@ -203,6 +205,8 @@ def _resize(ctx, node, ins, attrs):
         axes[-2:] = axes[-1], axes[-2]
     for ax in axes:
         n_in, n_out, s = x.type.shape[ax], sizes[ax], scales[ax]
+        if not isinstance(n_in, int) and n_out is n_in:
+            continue           # a symbolic axis not resized (_resize_sizes)
         if n_out <= 0:
             raise GraphError(f"Resize: output size {n_out} along axis {ax}")
         xo = _source_coords(coord, n_in, n_out, s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ..ir import Call, Function
+from ..ir.dims import evaluate
 
 
 def _body(n):
@@ -26,20 +27,33 @@ def _body(n):
     return n if n.op == "concatenate" else None
 
 
-def _eligible(n):
+def leading_ones(dims, sizes=None) -> bool:
+    """Whether every dimension in `dims` is 1: at `sizes` ({size variable: int}) where
+    given; without them a symbolic dimension is not taken for 1."""
+    if sizes is None:
+        return all(d == 1 for d in dims)
+    return all(evaluate(d, sizes) == 1 for d in dims)
+
+
+def _eligible(n, sizes=None):
     c = _body(n)
     if c is None or len(n.args) < 2:
         return False
     axis = c.attrs["axis"] % n.type.ndim
-    return all(d == 1 for d in n.type.shape[:axis]) and all(isinstance(a, Call) for a in n.args) \
+    return leading_ones(n.type.shape[:axis], sizes) and all(isinstance(a, Call) for a in n.args) \
         and all(a.type.dtype == n.type.dtype for a in n.args)
 
 
-def families(nodes: List[Call]) -> Dict[Call, Call]:
+def families(nodes: List[Call], sizes=None) -> Dict[Call, Call]:
     """{concat: its family's owner} for every concatenation whose inputs begin the
     inputs of another one (same axis and dtype), the owners included. Families have at
-    least two members; a concatenation in none is left out."""
-    cands = [n for n in nodes if _eligible(n)]
+    least two members; a concatenation in none is left out. `sizes`: the sizes of a call
+    of a network with symbolic sizes. Fusion (`sealed`) asks without them: a concatenation
+    with a symbolic batch is fused with its batch norm, as at batch 2 and up, where the
+    fused copy costs one pass and a shared buffer would need a copy and a pass of its own;
+    at batch 1 the batch norm's pass over the shared prefix costs what the fused copy
+    does, so nothing is lost there."""
+    cands = [n for n in nodes if _eligible(n, sizes)]
     key = {n: (_body(n).attrs["axis"] % n.type.ndim, n.type.dtype) for n in cands}
     args = {n: n.args for n in cands}
     owner: Dict[Call, Call] = {}

@@ -94,8 +94,10 @@ def _takes_channel_scale(n, uses, outputs, group_of):
             or a not in group_of or group_of[a].last is not a:
         return False
     shape = a.type.shape
-    # batch 1: a scale per input channel ((1, C/bn, 1, 1, bn) for a blocked image)
-    if len(shape) != (5 if n.op == "nn.conv2d_blocked" else 4) or shape[0] != 1 or a.type.dtype != "float32":
+    # batch 1: a scale per input channel ((1, C/bn, 1, 1, bn) for a blocked image); a
+    # symbolic batch: per image too, the conv's weights scaled per image
+    if len(shape) != (5 if n.op == "nn.conv2d_blocked" else 4) or isinstance(shape[0], int) and shape[0] != 1 \
+            or a.type.dtype != "float32":
         return False
     # the conv scales its weights once per call: worth it while they are fewer than the
     # image's pixels per channel (with more, scaling the weights costs more than the image)

@@ -15,10 +15,13 @@ kernel stores straight into it and the concat runs no kernel (`concat_parts`: in
 (concat, byte offset)). Only inputs that nothing else reads qualify; the buffer is
 allocated when its first part is defined and lives until the concat's last use.
 
-With symbolic sizes (ir/dims.py) the plan's structure (which values alias, which concats
-are written in place) is decided on the symbolic types, so it is the same at every size
-and so are the kernels; the byte offsets are computed for the sizes of a call (`sizes`).
-A symbolic dimension is never taken for 1."""
+With symbolic sizes (ir/dims.py) the plan's structure (which reshapes alias) is decided on
+the symbolic types, so it is the same at every size and so are the kernels; the byte
+offsets are computed for the sizes of a call (`sizes`). A concat is written in place, and
+a slice is a view, where the axes before the one they cut are 1 at those sizes (a CNN
+with a symbolic batch, called at batch 1): the plan of the representative sizes (batch
+64) has no such concat or slice, so their kernels are compiled, and a call's plan that
+needs none leaves them out of that call's run states (`MemoryPlan.runs_no_kernel`)."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -39,6 +42,12 @@ class MemoryPlan:
         self.peak_bytes = peak
         self.total_bytes = total      # without reuse
         self.order = order
+
+    def runs_no_kernel(self, n) -> bool:
+        """Whether node `n` runs no kernel in this plan: a view of its input (an alias),
+        or a concat whose inputs are written into its buffer, or a view of a longer
+        one's."""
+        return n in self.aliases or n in self.concat_owners or n in self.prefix_views
 
     def __repr__(self):
         return (f"MemoryPlan({len(self.offsets)} buffers, peak {self.peak_bytes / 2**20:.2f} MiB, "
@@ -78,32 +87,35 @@ def _single(n, op):
     return body[0] if len(body) == 1 and body[0].op == op else None
 
 
-def slice_offset(n, align=ALIGN):
+def slice_offset(n, align=ALIGN, sizes=None):
     """The byte offset of group call `n` in its input when `n` only slices a contiguous
     run of it (unit steps along one axis, size-1 axes before it, whole axes after:
     shufflenet's channel split at batch 1), else None. A GPU view must start at a
-    multiple of its sub-buffer alignment (`align`); the host views any offset."""
+    multiple of its sub-buffer alignment (`align`); the host views any offset. An input
+    with symbolic sizes is sliced contiguously at some `sizes` only (a batch of 1)."""
     sl = _single(n, "strided_slice")
-    if sl is None or not n.args[0].type.static:
+    if sl is None or not n.args[0].type.static and sizes is None:
         return None
     shape = n.args[0].type.shape
+    at = shape if n.args[0].type.static else [evaluate(d, sizes) for d in shape]
     b, e, st = sl.attrs["begin"], sl.attrs["end"], sl.attrs["strides"]
     cut = [d for d in range(len(shape)) if (b[d], e[d], st[d]) != (0, shape[d], 1)]
     if not cut:
         return 0
     d = cut[0]
-    if st[d] != 1 or any(shape[k] != 1 for k in range(d)) or cut != [d]:
+    if st[d] != 1 or any(at[k] != 1 for k in range(d)) or cut != [d] or not isinstance(b[d], int) \
+            or not all(isinstance(x, int) for x in at[d + 1:]):
         return None
-    off = b[d] * int(np.prod(shape[d + 1:], dtype=np.int64)) * np.dtype(n.type.dtype).itemsize
+    off = b[d] * int(np.prod(at[d + 1:], dtype=np.int64)) * np.dtype(n.type.dtype).itemsize
     return off if align <= ALIGN or off % align == 0 else None
 
 
-def is_alias(n, outputs=(), align=ALIGN) -> bool:
+def is_alias(n, outputs=(), align=ALIGN, sizes=None) -> bool:
     """A call of a group whose whole body is one reshape of an intermediate or an input,
-    or one contiguous slice of it (`slice_offset`): a view, not a kernel."""
+    or one contiguous slice of it (`slice_offset`, at `sizes`): a view, not a kernel."""
     if not isinstance(n.op, Function) or n in outputs:
         return False
-    return _single(n, "reshape") is not None or slice_offset(n, align) is not None
+    return _single(n, "reshape") is not None or slice_offset(n, align, sizes) is not None
 
 
 def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
@@ -114,7 +126,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
     if len(body) != 1 or body[0].op != "concatenate" or len(n.args) < 2:
         return None
     axis = body[0].attrs["axis"] % n.type.ndim
-    if any(d != 1 for d in n.type.shape[:axis]) or [p for p in body[0].args] != list(n.op.params):
+    if not concat_prefix.leading_ones(n.type.shape[:axis], sizes) or [p for p in body[0].args] != list(n.op.params):
         return None
     if not _offsets_aligned(n.args, align, sizes):
         return None
@@ -122,7 +134,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
     for a in n.args:
         if not isinstance(a, Call) or not isinstance(a.op, Function) or uses.get(a, 0) != 1 \
                 or a in outputs or a in taken or a in parts or a.type.dtype != n.type.dtype \
-                or is_alias(a, outputs, align) or a.type.size == 0 or a in owners:
+                or is_alias(a, outputs, align, sizes) or a.type.size == 0 or a in owners:
             return None
         parts[a] = off
         off += nbytes(a.type, sizes)
@@ -140,7 +152,7 @@ def _prefix_family_owner(n, fams, outputs, root, taken, owners, prefix_views, or
         return None
     for a in n.args:
         if not isinstance(a.op, Function) or a in outputs or a in taken or a in owners \
-                or a in root or is_alias(a, outputs, align) or a.type.size == 0 or a in fams:
+                or a in root or is_alias(a, outputs, align, sizes) or a.type.size == 0 or a in fams:
             return None
     members = [m for m in order if fams.get(m) is n and m is not n]
     if any(m in outputs or m in root for m in members):
@@ -162,10 +174,10 @@ def plan_memory(mod: Module, align: int = ALIGN, sizes=None) -> MemoryPlan:
     root: Dict[Expr, Expr] = {}
     alias_offsets: Dict[Call, int] = {}     # alias -> its byte offset in its input (a reshape: 0)
     for n in order:
-        if is_alias(n, outputs, align):
+        if is_alias(n, outputs, align, sizes):
             a = n.args[0]
             root[n] = root.get(a, a)
-            alias_offsets[n] = slice_offset(n, align) or 0
+            alias_offsets[n] = slice_offset(n, align, sizes) or 0
     uses: Dict[Expr, int] = {}
     for n in order:
         for a in n.args:
@@ -181,7 +193,7 @@ def plan_memory(mod: Module, align: int = ALIGN, sizes=None) -> MemoryPlan:
             for a in n.args:
                 concat_parts[a] = (n, parts[a])
     prefix_views: Dict[Call, Call] = {}     # concat -> the family owner whose prefix it is
-    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)])
+    fams = concat_prefix.families([m for m in order if isinstance(m.op, Function)], sizes)
     for n in order:
         own = _prefix_family_owner(n, fams, outputs, root, concat_parts, owners, prefix_views, order, align, sizes)
         if own is not None:

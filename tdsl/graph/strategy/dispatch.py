@@ -25,9 +25,12 @@ from .groupdef import GroupDef
 
 class Kernel:
     """A compiled group: `module(*args)` with args in `param_order`, then the output, then
-    the values of `size_args` (size variables that no argument's shape holds)."""
+    the values of `size_args` (size variables that no argument's shape holds).
+    `scheduled_by`: the name of the registry implementation whose schedule it has (None
+    where none ran: the C target's scalar loops)."""
 
-    def __init__(self, name, module, param_order, transforms, out_type, source_key, size_args=()):
+    def __init__(self, name, module, param_order, transforms, out_type, source_key, size_args=(),
+                 scheduled_by=None):
         self.name = name
         self.module = module
         self.param_order = param_order
@@ -35,6 +38,7 @@ class Kernel:
         self.out_type = out_type
         self.key = source_key
         self.size_args = tuple(size_args)
+        self.scheduled_by = scheduled_by
 
 
 SCHEDULES: Dict[str, Callable] = {
@@ -169,4 +173,4 @@ def _compile_group(g, fn, target, name, sched):
         except TdslError as e2:
             raise GraphError(f"build: kernel @{name} failed for target '{target}': "
                              f"{type(e2).__name__}: {e2}") from None
-    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None, size_args)
+    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None, size_args, g.scheduled_by)

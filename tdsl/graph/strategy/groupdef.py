@@ -39,6 +39,7 @@ class GroupDef:
         self.placeholders: Dict[int, object] = {}
         self.transforms: Dict[int, Callable] = {}
         self.anchor = None        # registry.Anchor: the node definition that schedules the group
+        self.scheduled_by = None  # the name of the implementation whose schedule ran (registry.schedule)
         self.use_auto = True      # groups without a hand strategy: tdsl.autosched's rules
         self.auto_params = None   # their parameters, when tuned (tune_group)
         self.explanation = None
@@ -90,14 +91,23 @@ class GroupDef:
 
     def packed_param(self, i, shape, transform):
         """The placeholder of constant param i re-laid out by `transform` (input channels on
-        axis 1), times the channel scale of the conv being defined if it has one."""
+        axis 1), times the channel scale of the conv being defined if it has one: with a
+        symbolic batch, a scale per image, so weights per image (a leading batch axis, read
+        through cpu/batch.image_weights)."""
         self.transforms[i] = transform
         t = tdsl.placeholder(shape, self.fn.params[i].type.dtype, name=f"p{i}_packed")
         self.placeholders[i] = t
         sc = self.channel_scale
         if sc is None:
             return t
-        if len(sc.shape) == 5:      # a blocked image's scale: input channel (k[1], k[-2])
+        if getattr(sc.shape[0], "value", sc.shape[0]) != 1:
+            if len(sc.shape) == 5:
+                ws = tdsl.compute((sc.shape[0],) + tuple(shape), lambda b, *k: t[k] * sc[b, k[1], 0, 0, k[-2]],
+                                  name=topi.uname("scaled_weights"))
+            else:
+                ws = tdsl.compute((sc.shape[0],) + tuple(shape), lambda b, *k: t[k] * sc[b, k[1], 0, 0],
+                                  name=topi.uname("scaled_weights"))
+        elif len(sc.shape) == 5:      # a blocked image's scale: input channel (k[1], k[-2])
             ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0, k[-2]], name=topi.uname("scaled_weights"))
         else:
             ws = tdsl.compute(shape, lambda *k: t[k] * sc[0, k[1], 0, 0], name=topi.uname("scaled_weights"))

@@ -131,9 +131,10 @@ def define(g, n, family) -> Implementation:
 
 def schedule(s, out, g, family, **options) -> Implementation:
     """Schedules the group whose output is `out` with the first implementation that takes
-    it; returns that implementation."""
+    it; returns that implementation, whose name the group keeps (`g.scheduled_by`)."""
     for impl in _IMPLEMENTATIONS:
         if impl.takes(out, g, family):
             impl.schedules[family](s, out, g, **options)
+            g.scheduled_by = impl.name
             return impl
     raise GraphError(f"no implementation schedules a group for target family '{family}'")

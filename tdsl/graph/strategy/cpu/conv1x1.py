@@ -21,6 +21,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
+from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS, inline_except, par_vec, vec_split
 
 MIN_ACC = 8         # fewer accumulators per tile (a prime CO): the blocked conv is better
@@ -80,7 +81,7 @@ def _tile(target, co, pixels, whole_vecs):
 
 
 def conv1x1(g, n, x, wi):
-    N, C, H, W = n.args[0].type.shape
+    N, W = batch(g, n.args[0]), n.args[0].type.shape[3]
     CO = n.args[1].type.shape[0]
     CI = x.shape[1]         # a size variable in a kernel generic in it
     OH, OW = n.type.shape[2:]
@@ -108,7 +109,8 @@ def conv1x1(g, n, x, wi):
         def xin(b, ci, p):
             return xp[b, ci, p]
     ci = tdsl.reduce_axis((0, CI), "ci")
-    Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(xin(b, ci, p) * Wp[co // cb, ci, co % cb], axis=ci),
+    Cv = tdsl.compute((N, CO, hwp), lambda b, co, p: tdsl.sum(
+        xin(b, ci, p) * image_weights(Wp, 3, b)[co // cb, ci, co % cb], axis=ci),
                       name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, y, xx: Cv[b, co, y * OW + xx], name=topi.uname("unflat"))
     return tag.mark(O, tag.CONV1X1, conv=Cv, pack=xp, cb=cb, pv=pv, lanes=lanes)
@@ -128,14 +130,14 @@ def schedule(s, out, g, parallel=True):
     pvo, pl = s[out].split(pi, factor=lanes)
     if _pixels_outer(target, Cv):
         s[out].reorder(b, po, cob, coi, pvo, pl)
-        par = s[out].fuse(b, po, cob)
+        par = outer_fuse(s, out, [b, po, cob])
     else:
         s[out].reorder(b, cob, po, coi, pvo, pl)
-        par = s[out].fuse(b, cob, po)
+        par = outer_fuse(s, out, [b, cob, po])
     s[out].vectorize(pl)
-    macs = int(np.prod([topi.dim(d) for d in Cv.shape])) * topi.dim(Cv.op.reduce_axis[0].dom.extent)
-    if parallel and macs >= PAR_MIN_MACS:
-        s[out].parallel(par)
+    macs = int(np.prod(image_shape(Cv))) * topi.dim(Cv.op.reduce_axis[0].dom.extent)
+    if parallel:
+        threads(s, out, par, macs, PAR_MIN_MACS)
     s[Cv].compute_at(s[out], par)
     _, cl, pc = s[Cv].op.axis
     (ci,) = s[Cv].op.reduce_axis

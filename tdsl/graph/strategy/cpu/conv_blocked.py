@@ -22,6 +22,7 @@ from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
+from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
 
 
@@ -76,9 +77,9 @@ def pad_blocked(x, sizes, offsets, fill=None):
 
 def applies_depthwise(g, n):
     """nn.conv2d_blocked of groups > 1 (a depthwise conv), float, its weights constant and
-    its input a group parameter."""
+    its input a group parameter (its batch may be symbolic)."""
     return (n.attrs["groups"] != 1 and g.const_param(n.args[1]) is not None
-            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx)
+            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx and batch_only(g, n))
 
 
 def _padding(n):
@@ -108,7 +109,7 @@ def depthwise_blocked(g, n, x, src, wi):
     w[cb, ky, kx, c]: a vector of channels per FMA, whatever the row width or stride."""
     a = n.attrs
     bn = a["bn"]
-    N = n.type.shape[0]
+    N = batch(g, n)
     C, _, KH, KW = n.args[1].type.shape
     CB = -(-C // bn)
     OH, OW = n.type.shape[2:4]
@@ -161,7 +162,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     src_b = blocked[0] if blocked else None
     src = src_b if src_b is not None else spread(x, *spread_args)
     xt = n.args[0].type
-    N = xt.shape[0]
+    N = batch(g, n.args[0])
     CI = x.shape[1]            # a size variable in a kernel generic in it
     CO = n.type.shape[1]
     out_sp = tuple(n.type.shape[2:])
@@ -201,7 +202,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         def conv(b, cb, *o):
             sp, cc = o[:nd], o[nd]
             return tdsl.sum(src[(b, cio) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd)) + (cii,)]
-                            * Wp[(cb, cio) + tuple(rk) + (cii, cc)], axis=[cio] + rk + [cii])
+                            * image_weights(Wp, nd + 4, b)[(cb, cio) + tuple(rk) + (cii, cc)],
+                            axis=[cio] + rk + [cii])
     else:
         shape = (cb_n, CI) + K + (bn,)
         Wp = g.packed_param(wi, shape, pack) if isinstance(wi, int) else \
@@ -211,13 +213,13 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         def conv(b, cb, *o):
             sp, cc = o[:nd], o[nd]
             return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
-                            * Wp[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
+                            * image_weights(Wp, nd + 3, b)[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
     info = {"pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn, N) if blocked else None
+    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
         P = int(np.prod(out_sp))
@@ -245,7 +247,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
 FLAT_MAX_WIDTH = 14
 
 
-def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
+def _flat_plane(target, out_sp, cols, taps, planes, bn):
     """The register tile (pixels, vectors) along the flattened output plane, or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
@@ -253,9 +255,10 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     tile divides all but the plane's last, peeled tile, and each pixel's input address is
     hoisted out of the reduction. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass, where the passes gain
-    nothing. The plane's tasks are its channel blocks only, so there must be enough of
-    them for the cores. Wider rows (28, 56) stay in rows: there the flat tile's gain on a
-    single layer does not carry over to whole networks."""
+    nothing. The plane's tasks are its channel blocks only (images are a loop outside the
+    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider
+    rows (28, 56) stay in rows: there the flat tile's gain on a single layer does not
+    carry over to whole networks."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH:
         return None
@@ -264,7 +267,7 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, batch=1):
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
     if flat[0] * flat[1] <= row[0] * row[1]:
         return None
-    if (batch if isinstance(batch, int) else 1) * (cols // bn) // flat[1] < tiling.parallel_chunks(target):
+    if (cols // bn) // flat[1] < tiling.parallel_chunks(target):
         return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
@@ -377,7 +380,7 @@ def schedule(s, out, g, parallel=True):
     s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
     if blocked_out:
         s[out].vectorize(c)
-    par = s[out].fuse(b, cob, *lead)
+    par = outer_fuse(s, out, [b, cob, *lead])
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
@@ -427,10 +430,10 @@ def schedule_depthwise(s, out, g, parallel=True):
         yo, yi = s[out].split(y, factor=rb)
         xo, xi = s[out].split(x, factor=xb)
         s[out].reorder(b, cb, yo, xo, c, yi, xi)
-    outer = s[out].fuse(b, cb)
+    outer = outer_fuse(s, out, [b, cb])
     taps = int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and int(np.prod(ishape(out))) * taps >= PAR_MIN_MACS_DEPTHWISE:
-        s[out].parallel(outer)
+    if parallel:
+        threads(s, out, outer, int(np.prod(image_shape(out))) * taps, PAR_MIN_MACS_DEPTHWISE)
     s[Cv].compute_at(s[out], xo)
     _, _, yl, xl, cl = s[Cv].op.axis
     ky, kx = s[Cv].op.reduce_axis

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from .... import tiling
 from . import conv1x1, conv_spatial, squeeze
+from .batch import batch_only
 
 
 def fast_conv(g, n):
     """nn.conv2d and nn.conv3d (conv1d arrives as a conv2d of one row: passes/conv_forms),
     their transposes and nn.conv2d_blocked: float32, groups 1, constant weights, the input
     a group parameter or (not for a transposed conv) the squeeze-excite multiply that
-    fuse_ops moved into the group."""
+    fuse_ops moved into the group. In a group with symbolic sizes only the batch may be
+    one (batch.py)."""
     x_e, w_e = n.args
-    if g.const_param(w_e) is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1:
+    if g.const_param(w_e) is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1 \
+            or not batch_only(g, n):
         return False
     if x_e in g.pidx:
         return True
@@ -23,8 +26,8 @@ def fast_conv(g, n):
 def _channel_scaled(g, x_e):
     """(image, per-channel scale) group parameters when the conv's input is the
     squeeze-excite multiply that fuse_ops moved into this group (batch 1: one scale per
-    input channel)."""
-    if getattr(x_e, "op", None) != "multiply" or x_e.type.shape[0] != 1:
+    input channel; a symbolic batch: one per image and input channel)."""
+    if getattr(x_e, "op", None) != "multiply" or isinstance(x_e.type.shape[0], int) and x_e.type.shape[0] != 1:
         return None
     big = [a for a in x_e.args if a.type.shape == x_e.type.shape]
     small = [a for a in x_e.args if a.type.shape != x_e.type.shape]

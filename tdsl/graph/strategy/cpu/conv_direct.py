@@ -10,15 +10,18 @@ import tdsl
 
 from .. import tag, topi
 from ..stages import ishape, stages_of
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads, te_batch_only
 from .loops import PAR_MIN_MACS, inline_except, vec_split
 
 
 def applies_depthwise_strided(g, n):
-    """A float32 depthwise conv2d with a column stride (its weights constant or not)."""
+    """A float32 depthwise conv2d with a column stride (its weights constant or not; its
+    batch may be symbolic)."""
     a = n.attrs
     C = n.args[0].type.shape[1]
     CO, CI = n.args[1].type.shape[:2]
-    return n.args[0].type.dtype == "float32" and a["groups"] == C and CO == C and CI == 1 and a["strides"][1] != 1
+    return n.args[0].type.dtype == "float32" and a["groups"] == C and CO == C and CI == 1 and a["strides"][1] != 1 \
+        and batch_only(g, n)
 
 
 def depthwise_strided(g, n, tensors):
@@ -28,7 +31,7 @@ def depthwise_strided(g, n, tensors):
     per tap)."""
     x_e, w_e = n.args
     a = n.attrs
-    N, C, H, W = x_e.type.shape
+    N, C = batch(g, x_e), x_e.type.shape[1]
     CO, CI, KH, KW = w_e.type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     x = g.operand(x_e, tensors)
@@ -50,9 +53,11 @@ def _convs(out):
 
 
 def fits(out, g):
-    """Groups of one direct conv followed by an epilogue of its rank (3 or more)."""
+    """Groups of one direct conv followed by an epilogue of its rank (3 or more); with
+    symbolic sizes, only the batch."""
     convs = _convs(out)
-    return len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) and len(out.shape) >= 3
+    return len(convs) == 1 and convs[0] is not out and len(out.shape) == len(convs[0].shape) and len(out.shape) >= 3 \
+        and (not g.symbolic or te_batch_only(out) and te_batch_only(convs[0]))
 
 
 def schedule(s, out, g, parallel=True):
@@ -62,15 +67,15 @@ def schedule(s, out, g, parallel=True):
     info = conv.op.attrs
     pad = info["pad"] if info.get("depthwise") else None
     inline_except(s, out, [conv] + ([pad] if pad is not None else []))
-    shape = ishape(out)
+    shape = image_shape(out)
     axes = list(out.op.axis)
-    n_c = s[out].fuse(axes[0], axes[1])
+    n_c = outer_fuse(s, out, axes[:2])
     sp = axes[2:]
     last = sp[-1]
     vec_split(s, out, last, shape[-1], target)
     taps = int(np.prod([topi.dim(r.dom.extent) for r in conv.op.reduce_axis]))
-    if parallel and int(np.prod(shape)) * taps >= PAR_MIN_MACS:
-        s[out].parallel(n_c)
+    if parallel:
+        threads(s, out, n_c, int(np.prod(shape)) * taps, PAR_MIN_MACS)
     if pad is not None:      # depthwise: the padded plane of one channel, then its rows
         s[pad].compute_at(s[out], n_c)
         vec_split(s, pad, pad.op.axis[-1], ishape(pad)[-1], target)

@@ -32,6 +32,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from . import conv_int8
+from .batch import batch, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except
 from ..stages import ishape
 
@@ -45,11 +46,11 @@ PLANE_BYTES = 16 * 1024
 def applies(g, n):
     """`nn.conv2d` node `n` with groups > 1 and constant weights (float32, static shapes),
     or such a `qnn.conv2d` (uint8 data, int8 weights of zero point 0, constant zero
-    points)."""
+    points). The batch may be symbolic."""
     x_e, w_e = n.args[:2]
     quantized = n.op == "qnn.conv2d"
     if n.attrs["groups"] == 1 or x_e.type.dtype != ("uint8" if quantized else "float32") \
-            or not all(isinstance(d, int) for d in x_e.type.shape + n.type.shape) or g.const_param(w_e) is None:
+            or not all(isinstance(d, int) for d in x_e.type.shape[1:] + n.type.shape[1:]) or g.const_param(w_e) is None:
         return False
     if not quantized:
         return True
@@ -69,7 +70,7 @@ def grouped_conv2d(g, n, tensors):
     if quantized:
         zero = g.param_tensor(g.const_param(n.args[2]))[()]
     x = g.operand(x_e, tensors)
-    N, C, H, W = x_e.type.shape
+    N = batch(g, x_e)
     CO, CIG, KH, KW = w_e.type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
@@ -152,8 +153,7 @@ def schedule(s, out, g, parallel=True):
     Cv, ph = info["conv"], info["pad"]
     cb, rb, pv, wv = info["cb"], info["rb"], info["pv"], info["wv"]
     inline_except(s, out, [Cv, ph])
-    shape = [topi.dim(d) for d in out.shape]
-    N, CO, OH, OW = shape
+    N, CO, OH, OW = image_shape(out)
     if Cv is out:
         Cv = s.cache_write(out, "local")
     b, co, y, x = s[out].op.axis
@@ -170,12 +170,12 @@ def schedule(s, out, g, parallel=True):
     if plane <= PLANE_BYTES and tasks >= 4 * target.num_cores and 2 * info["redo"] >= rb * info["sh"]:
         # a small plane whose row tiles would pad half their rows again (short tiles,
         # tall kernels: 2 rows of a 5x5 redo 4): pad the group's plane once per task
-        outer = s[out].fuse(b, grp)
+        outer = outer_fuse(s, out, [b, grp])
     else:
-        outer = s[out].fuse(b, grp, yo)
+        outer = outer_fuse(s, out, [b, grp, yo])
     macs = N * CO * OH * OW * int(np.prod([topi.dim(r.dom.extent) for r in Cv.op.reduce_axis]))
-    if parallel and macs >= PAR_MIN_MACS_DEPTHWISE:
-        s[out].parallel(outer)
+    if parallel:
+        threads(s, out, outer, macs, PAR_MIN_MACS_DEPTHWISE)
     s[ph].compute_at(s[out], outer)
     pq = ph.op.axis[-1]
     s[ph].vectorize(s[ph].split(pq, factor=wv)[1])

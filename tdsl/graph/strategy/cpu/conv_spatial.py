@@ -21,6 +21,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
+from .batch import batch, image_weights, outer_fuse
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
@@ -48,7 +49,7 @@ def applies(g, n, blocked_acc=MIN_ACC):
 
 def conv2d_rows(g, n, x, wi):
     a = n.attrs
-    N, C, H, W = n.args[0].type.shape
+    N = batch(g, n.args[0])
     CO, CI, KH, KW = n.args[1].type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
@@ -68,7 +69,8 @@ def conv2d_rows(g, n, x, wi):
     ky = tdsl.reduce_axis((0, KH), "ky")
     kx = tdsl.reduce_axis((0, KW), "kx")
     Cv = tdsl.compute((N, CO, OH, owp), lambda b, co, oy, ox: tdsl.sum(
-        ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw] * Wp[co // cb, ci, ky, kx, co % cb],
+        ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
+        * image_weights(Wp, 5, b)[co // cb, ci, ky, kx, co % cb],
         axis=[ci, ky, kx]), name=topi.uname("conv"))
     O = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     return tag.mark(O, tag.CONV_ROWS, conv=Cv, pad=ph, cb=cb, pv=pv, lanes=lanes)
@@ -87,7 +89,7 @@ def schedule(s, out, g, parallel=True):
     s[out].reorder(b, cob, oy, oxo, coi, oxi)
     oxv, oxl = s[out].split(oxi, factor=lanes)
     s[out].vectorize(oxl)
-    rows = s[out].fuse(b, cob, oy)
+    rows = outer_fuse(s, out, [b, cob, oy])
     if parallel:
         s[out].parallel(rows)
     s[Cv].compute_at(s[out], oxo)

@@ -18,6 +18,7 @@ import tdsl
 
 from .. import tag, topi
 from ..stages import ishape, stages_of
+from .batch import batch, batch_only, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
 
 
@@ -26,12 +27,12 @@ ROW_PASS_MIN_KW = 3
 
 def applies(g, n):
     """nn.max_pool2d and nn.avg_pool2d of float32; an average pool only where every window
-    lies inside the image."""
+    lies inside the image. The batch may be symbolic."""
     a = n.attrs
     (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
     H, W = n.args[0].type.shape[2:]
     OH, OW = n.type.shape[2:]
-    if n.args[0].type.dtype != "float32":
+    if n.args[0].type.dtype != "float32" or not batch_only(g, n):
         return False
     return n.op == "nn.max_pool2d" or not (any(a["padding"]) or (OH - 1) * sh + (kh - 1) * dh + 1 > H
                                            or (OW - 1) * sw + (kw - 1) * dw + 1 > W)
@@ -42,7 +43,7 @@ def pool2d_sep(g, n, tensors):
     a = n.attrs
     (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
-    N, C, H, W = n.args[0].type.shape
+    N, (_, C, H, W) = batch(g, n.args[0]), n.args[0].type.shape
     OH, OW = n.type.shape[2:]
     wn = (OW - 1) * sw + (kw - 1) * dw + 1        # padded columns the windows touch
     if kind == "max":
@@ -107,11 +108,11 @@ def schedule(s, out, g, parallel=True):
         if t.op.reduce_axis and t is not out:
             par_vec(s, t, target, True, parallel)
     b, ch, oy, ox = out.op.axis
-    shape = ishape(out)
-    rows = s[out].fuse(b, ch, oy)
+    shape = image_shape(out)
+    rows = outer_fuse(s, out, [b, ch, oy])
     vec_split(s, out, ox, shape[-1], target)
-    if parallel and int(np.prod(shape)) >= PAR_MIN_ELEMS:
-        s[out].parallel(rows)
+    if parallel:
+        threads(s, out, rows, int(np.prod(shape)), PAR_MIN_ELEMS)
     for t in (vm, hm):
         if t is None:
             continue

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import tag
 from ..stages import ishape, stages_of
+from .batch import image_shape, symbolic_batch, te_batch_only
 from .loops import PAR_MIN_ELEMS, vec_split
 
 
@@ -26,10 +27,10 @@ def _interp_axis(t):
 
 def fits(out, g):
     """A group whose output is an interp along one of the last two axes, reading an interp
-    along the other one (or the group's input)."""
+    along the other one (or the group's input); with symbolic sizes, only the batch."""
     nd = len(out.shape)
     axis = _interp_axis(out)
-    if nd < 2 or axis not in (nd - 1, nd - 2):
+    if nd < 2 or axis not in (nd - 1, nd - 2) or g.symbolic and not te_batch_only(out):
         return False
     first = [t for t in stages_of(out) if t is not out and _interp_axis(t) is not None]
     return all(_interp_axis(t) == 2 * nd - 3 - axis for t in first) and len(first) <= 1 \
@@ -42,7 +43,8 @@ def schedule(s, out, g, parallel=True):
     for t in stages:
         if t is not out and t not in first:
             s[t].compute_inline()
-    shape = ishape(out)
+    # the rows of every image are one parallel loop; a symbolic batch counts as 1
+    shape = image_shape(out) if symbolic_batch(out) else ishape(out)
     axes = list(out.op.axis)
     row = s[out].fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
     vec_split(s, out, axes[-1], shape[-1], target)
@@ -52,5 +54,5 @@ def schedule(s, out, g, parallel=True):
         taxes = list(t.op.axis)
         trow = s[t].fuse(*taxes[:-1]) if len(taxes) > 2 else taxes[0]
         vec_split(s, t, taxes[-1], ishape(t)[-1], target)
-        if parallel and int(np.prod(ishape(t))) >= PAR_MIN_ELEMS:
+        if parallel and int(np.prod(image_shape(t) if symbolic_batch(t) else ishape(t))) >= PAR_MIN_ELEMS:
             s[t].parallel(trow)

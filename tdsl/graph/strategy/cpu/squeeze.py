@@ -20,6 +20,7 @@ import tdsl
 from .... import tiling
 from .. import tag, topi
 from ..stages import stages_of
+from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_ELEMS, par_vec
 
 BROADCAST_RATIO = 8     # a stage this many times smaller than the output is computed at root
@@ -31,7 +32,7 @@ def _size(t):
 
 def conv_matvec(g, n, x, wi):
     """conv2d of a (N, CI, 1, 1) input by constant (CO, CI, 1, 1) weights."""
-    N, CI = n.args[0].type.shape[:2]
+    N, CI = batch(g, n.args[0]), n.args[0].type.shape[1]
     CO = n.args[1].type.shape[0]
     lanes = g.target.vector_lanes(n.args[0].type.dtype)
     nb = -(-CO // lanes)
@@ -42,7 +43,8 @@ def conv_matvec(g, n, x, wi):
         return np.ascontiguousarray(wp.reshape(nb, lanes, CI).transpose(0, 2, 1))
     Wp = g.packed_param(wi, (nb, CI, lanes), pack)
     k = tdsl.reduce_axis((0, CI), "ci")
-    D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(x[b, k, 0, 0] * Wp[j // lanes, k, j % lanes], axis=k),
+    D = tdsl.compute((N, nb * lanes), lambda b, j: tdsl.sum(
+        x[b, k, 0, 0] * image_weights(Wp, 3, b)[j // lanes, k, j % lanes], axis=k),
                      name=topi.uname("matvec"))
     O = tdsl.compute((N, CO, 1, 1), lambda b, co, y, xx: D[b, co], name=topi.uname("unflat"))
     return tag.mark(O, tag.MATVEC, dense=D, lanes=lanes)
@@ -97,7 +99,7 @@ def global_avg_pool_fast(g, n, tensors):
     into one row of partial sums) then one short row sum: the adds of the long reduction
     are independent vector adds instead of one scalar dependency chain."""
     x = g.param_tensor(g.pidx[n.args[0]])
-    N, _, H, W = n.args[0].type.shape
+    N, (_, _, H, W) = batch(g, n.args[0]), n.args[0].type.shape
     C = x.shape[1]          # a size variable in a kernel generic in it
     ry = tdsl.reduce_axis((0, H), "ry")
     rx = tdsl.reduce_axis((0, W), "rx")
@@ -121,8 +123,9 @@ def schedule_global_pool(s, out, g, parallel=True):
     # count is a size variable (generic.py), and would compute them all per channel
     axes = list(s[out].op.axis)
     ch = s[out].fuse(*axes[1:])
-    if parallel and _size(cols) * topi.dim(cols.op.reduce_axis[0].dom.extent) >= PAR_MIN_ELEMS:
-        s[out].parallel(ch)
+    if parallel:
+        work = int(np.prod(image_shape(cols))) * topi.dim(cols.op.reduce_axis[0].dom.extent)
+        threads(s, out, ch, work, PAR_MIN_ELEMS)
     s[tot].compute_at(s[out], ch)
     s[cols].compute_at(s[out], ch)
     _, _, xx = s[cols].op.axis
@@ -144,7 +147,7 @@ def global_avg_pool_blocked(g, n, tensors):
     `ACC` independent vector sums along the pixels (one chain would wait on each add's
     latency), then their sum."""
     x = g.param_tensor(g.pidx[n.args[0]])
-    N, CB, H, W, bn = n.args[0].type.shape
+    N, (_, CB, H, W, bn) = batch(g, n.args[0]), n.args[0].type.shape
     P = H * W
     acc = next(a for a in (ACC, 4, 2, 1) if P % a == 0)
     r = tdsl.reduce_axis((0, P // acc), "r")
@@ -160,15 +163,16 @@ def global_avg_pool_blocked(g, n, tensors):
 
 def applies_blocked_pool(g, n):
     """A `mean` over axes 2, 3 (keepdims) of a float32 blocked image with static sizes, a
-    group parameter."""
+    group parameter (its batch may be symbolic)."""
     t = n.args[0].type
     return (n.op == "mean" and n.args[0] in g.pidx and t.ndim == 5 and t.dtype == "float32" and sorted(n.attrs["axis"] or []) == [2, 3]
-            and n.attrs["keepdims"] and all(isinstance(d, int) for d in t.shape))
+            and n.attrs["keepdims"] and all(isinstance(d, int) for d in t.shape[1:]))
 
 
 def applies_global_pool(g, n):
-    """nn.global_avg_pool of a float32 NCHW image, a group parameter."""
-    return n.type.dtype == "float32" and len(n.type.shape) == 4 and n.args[0] in g.pidx
+    """nn.global_avg_pool of a float32 NCHW image, a group parameter (its batch may be
+    symbolic)."""
+    return n.type.dtype == "float32" and len(n.type.shape) == 4 and n.args[0] in g.pidx and batch_only(g, n)
 
 
 def schedule_global_pool_blocked(s, out, g, parallel=True):
@@ -178,9 +182,9 @@ def schedule_global_pool_blocked(s, out, g, parallel=True):
         if t is not out and t is not part and t is not tot and not t.op.reduce_axis:
             s[t].compute_inline()
     b, cb, y, xx, c = s[out].op.axis
-    outer = s[out].fuse(b, cb, y, xx)
-    if parallel and _size(part) * topi.dim(part.op.reduce_axis[0].dom.extent) >= (1 << 16):
-        s[out].parallel(outer)
+    outer = outer_fuse(s, out, [b, cb, y, xx])
+    if parallel:
+        threads(s, out, outer, int(np.prod(image_shape(part))) * topi.dim(part.op.reduce_axis[0].dom.extent), 1 << 16)
     s[out].vectorize(c)
     s[tot].compute_at(s[out], outer)
     s[tot].vectorize(s[tot].op.axis[-1])

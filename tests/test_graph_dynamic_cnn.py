@@ -1,0 +1,251 @@
+"""CNNs with a symbolic batch (tdsl/graph/strategy/cpu/batch.py): built once, run at batch 1
+and 3 against onnxruntime; every group takes the implementation the same network built
+static takes (`Kernel.scheduled_by`; before, every conv and pool took topi's generic
+definition with the auto-scheduler), and a concat is written in place at batch 1 only."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.graph import models
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+class Net:
+    """An onnx.helper graph under construction: x (batch, C, *S) in."""
+
+    def __init__(self, channels, spatial):
+        self.inits, self.nodes, self.k = [], [], 0
+        self.x = ("x", channels, spatial)
+        self.outs = []
+        self.weights = {}       # inputs of static shape: {name: value}
+
+    def const(self, a):
+        self.k += 1
+        name = f"c{self.k}"
+        self.inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
+        return name
+
+    def op(self, kind, *args, **attrs):
+        self.k += 1
+        out = f"t{self.k}"
+        self.nodes.append(helper.make_node(kind, list(args), [out], **attrs))
+        return out
+
+    def conv(self, x, cin, cout, k, groups=1, relu=True, transpose=False, **attrs):
+        ks = (k,) * attrs.pop("nd", 2)
+        shape = (cin, cout // groups) + ks if transpose else (cout, cin // groups) + ks
+        w = self.const(RNG.standard_normal(shape) / np.sqrt(cin / groups * np.prod(ks)))
+        b = self.const(RNG.standard_normal(cout) * 0.1)
+        y = self.op("ConvTranspose" if transpose else "Conv", x, w, b, group=groups, **attrs)
+        return self.op("Relu", y) if relu else y
+
+    def model(self, batch):
+        name, c, sp = self.x
+        inp = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, c, *sp])]
+        inp += [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in self.weights.items()]
+        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outs]
+        g = helper.make_graph(self.nodes, "net", inp, outs, self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _cnn():
+    """The stem's row conv, a blocked chain (convs, depthwise, a max pool, the blocked global
+    pool), a 1x1 conv, a grouped conv, pools in NCHW, a transposed conv and a resize."""
+    n = Net(3, (32, 32))
+    n.outs.append(n.conv("x", 3, 8, 3, pads=[1] * 4))                # rows
+    stem = n.conv("x", 3, 16, 3, pads=[1] * 4)                        # blocked, in the chain
+    a = n.conv(stem, 16, 32, 3, pads=[1] * 4)
+    a = n.conv(a, 32, 32, 3, groups=32, pads=[1] * 4)                  # depthwise, blocked
+    a = n.op("MaxPool", a, kernel_shape=[2, 2], strides=[2, 2])
+    a = n.conv(a, 32, 48, 3, pads=[1] * 4, strides=[2, 2])
+    n.outs.append(n.op("GlobalAveragePool", a))                       # blocked global pool
+    b = n.conv(stem, 16, 64, 1, relu=False)                           # 1x1
+    b = n.conv(b, 64, 64, 3, groups=4, pads=[1] * 4)                  # grouped
+    n.outs.append(n.op("AveragePool", b, kernel_shape=[2, 2], strides=[2, 2]))
+    c = n.op("MaxPool", stem, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    n.outs.append(n.op("GlobalAveragePool", c))                       # NCHW global pool
+    d = n.conv(stem, 16, 8, 3, transpose=True, pads=[1] * 4)
+    scales = n.const([1, 1, 2, 2])
+    n.outs.append(n.op("Resize", d, "", scales, mode="linear"))
+    return n
+
+
+def _squeeze_excite():
+    """A mat-vec conv (1x1 image) after the NCHW global pool; depthwise convs with a
+    column stride, of constant weights and of weights that are an input."""
+    n = Net(32, (14, 14))
+    g = n.op("GlobalAveragePool", "x")                                # NCHW global pool
+    g = n.conv(g, 32, 64, 1)
+    n.outs.append(n.conv(g, 64, 32, 1, relu=False))                   # mat-vec
+    n.outs.append(n.conv("x", 32, 32, 3, groups=32, strides=[2, 2], pads=[1] * 4))
+    n.weights["w"] = RNG.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    y = n.op("Conv", "x", "w", group=32, strides=[2, 2], pads=[1] * 4)
+    n.outs.append(n.op("Relu", y))                                    # the direct depthwise conv
+    return n
+
+
+def _gated():
+    """Efficientnet's squeeze-excite block, in the blocked chain and in NCHW; in NCHW the
+    gate's multiply goes into the projecting conv (its weights scaled per image)."""
+    n = Net(16, (28, 28))
+    for blocked in (True, False):
+        e = n.conv("x", 16, 64, 1) if blocked else "x"
+        c = 64 if blocked else 16
+        d = n.conv(e, c, c, 3, groups=c, pads=[1] * 4)
+        g = n.op("GlobalAveragePool", d)
+        g = n.conv(g, c, 8, 1)
+        g = n.op("Sigmoid", n.conv(g, 8, c, 1, relu=False))
+        y = n.conv(n.op("Mul", d, g), c, 24, 1, relu=False)
+        n.outs.append(n.conv(y, 24, 24, 3, pads=[1] * 4) if blocked else y)
+    return n
+
+
+def _fire():
+    """Squeezenet's fire module: two expand convs concatenated, then a conv of the concat."""
+    n = Net(16, (13, 13))
+    s = n.conv("x", 16, 16, 1)
+    e1 = n.conv(s, 16, 32, 1)
+    e3 = n.conv(s, 16, 32, 3, pads=[1] * 4)
+    cat = n.op("Concat", e1, e3, axis=1)
+    n.outs.append(n.op("MaxPool", cat, kernel_shape=[3, 3], strides=[2, 2]))
+    return n
+
+
+def _symbolic_batch(m):
+    """A copy of helper-built model `m` whose input and outputs have a symbolic batch."""
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    for v in list(m2.graph.input[:1]) + list(m2.graph.output):
+        if v.type.tensor_type.HasField("shape"):
+            v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    del m2.graph.value_info[:]
+    return m2
+
+
+def _check(m, batches=(1, 3), tol=2e-4, weights=None):
+    """Builds `m` (symbolic batch) once and runs it at each batch against onnxruntime
+    (`weights`: its other inputs); returns the executor."""
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim][1:]
+    for b in batches:
+        feeds = dict(weights or {})
+        feeds[m.graph.input[0].name] = np.random.default_rng(b).standard_normal([b, *shape]).astype(np.float32)
+        got = exe.run(**feeds)
+        want = models.onnxruntime_run(m, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
+    return exe
+
+
+def _implementations(exe):
+    """{kernel name: the implementation that scheduled it} of the kernels the last call ran
+    (a call at batch 1 writes concats in place: it runs no kernel for them)."""
+    ran = {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
+    return {k.name: k.scheduled_by for k, _, _ in exe.steps if k.name in ran}
+
+
+def _same_as_static(exe, m, weights=None):
+    """Every group of the symbolic build took the implementation that batch 1's static build
+    takes (the auto-scheduler's rules only where it does: the blocked max pool, a 3-D
+    pool, a 1-D global pool); returns their names."""
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim][1:]
+    feeds = dict(weights or {})
+    feeds[m.graph.input[0].name] = np.zeros([1, *shape], np.float32)
+    static = G.build(G.optimize(G.from_onnx(m, dims={"batch": 1})))
+    static.run(**feeds)
+    exe.run(**feeds)
+    dyn, st = _implementations(exe), _implementations(static)
+    assert sorted(dyn.items()) == sorted(st.items())
+    return set(dyn.values())
+
+
+def test_cnn_paths_take_a_symbolic_batch():
+    m = _cnn().model("batch")
+    exe = _check(m)
+    used = _same_as_static(exe, m)
+    assert {"conv2d_rows", "conv2d_blocked", "depthwise2d_blocked", "global_pool_blocked", "conv2d_1x1",
+            "conv2d_grouped", "pool2d_separable", "conv_transpose_blocked", "resize"} <= used
+
+
+def test_squeeze_excite_and_strided_depthwise():
+    n = _squeeze_excite()
+    m = n.model("batch")
+    exe = _check(m, weights=n.weights)
+    used = _same_as_static(exe, m, n.weights)
+    assert {"global_pool", "conv2d_matvec", "conv2d_grouped", "conv_direct"} <= used
+
+
+def test_squeeze_excite_scale_into_conv_weights_per_image():
+    m = _gated().model("batch")
+    exe = _check(m, batches=(1, 3, 2))
+    _same_as_static(exe, m)
+    scaled = [k.name for k, _, n in exe.steps if [o.op for o in n.op.nodes()][:1] == ["multiply"]
+              and any(o.op.startswith("nn.conv2d") for o in n.op.nodes())]
+    assert scaled         # the NCHW gate: no kernel of its own writes the scaled image
+
+
+def test_fire_concat_in_place_at_batch_1_only():
+    m = _fire().model("batch")
+    exe = _check(m, batches=(1, 3, 1))
+    _same_as_static(exe, m)
+    concat = {k.name for k, _, n in exe.steps if any(o.op == "concatenate" for o in n.op.nodes())}
+    assert concat
+
+    def ran(batch):
+        exe.run(np.zeros((batch, 16, 13, 13), np.float32))
+        return {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
+    assert not concat & ran(1)          # written in place by the expand convs
+    assert concat <= ran(2)
+    assert not concat & ran(1)
+
+
+@pytest.mark.parametrize("make", [lambda: models.conv1d_net(length=2000), lambda: models.conv3d_net(size=16)],
+                         ids=["conv1d", "conv3d"])
+def test_helper_nets(make):
+    m = _symbolic_batch(make())
+    exe = _check(m)
+    assert {"conv_blocked", "conv2d_blocked"} & _same_as_static(exe, m)
+
+
+def test_symbolic_spatial_size_falls_back():
+    """A symbolic image size is not taken by the CPU conv definitions: topi's, right."""
+    n = Net(8, (16, 16))
+    n.outs.append(n.conv("x", 8, 16, 3, pads=[1] * 4))
+    m = n.model("batch")
+    for d, name in zip(m.graph.input[0].type.tensor_type.shape.dim[2:], ("height", "width")):
+        d.dim_param = name
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    for shape in [(1, 8, 16, 16), (2, 8, 9, 11)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        w = models.onnxruntime_run(m, {"x": x})[0]
+        np.testing.assert_allclose(exe.run(x)[0], w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
+    assert set(_implementations(exe).values()) == {"auto"}
+
+
+def test_channel_split_is_a_view_at_batch_1_only():
+    """Shufflenet's channel split: a slice of the channels is a contiguous run of the
+    image at batch 1 only, where it runs no kernel."""
+    n = Net(32, (8, 8))
+    y = n.conv("x", 32, 32, 1)
+    a, b = "sa", "sb"
+    n.inits.append(numpy_helper.from_array(np.array([16, 16], np.int64), "halves"))
+    n.nodes.append(helper.make_node("Split", [y, "halves"], [a, b], axis=1))
+    n.outs.append(n.op("Concat", a, n.conv(b, 16, 16, 3, pads=[1] * 4), axis=1))
+    m = n.model("batch")
+    exe = _check(m, batches=(1, 2, 1))
+    _same_as_static(exe, m)
+    sliced = {k.name for k, _, n in exe.steps if [o.op for o in n.op.nodes()] == ["strided_slice"]}
+    assert sliced
+
+    def ran(batch):
+        exe.run(np.zeros((batch, 32, 8, 8), np.float32))
+        return {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
+    assert not sliced & ran(1)
+    assert sliced <= ran(2)
