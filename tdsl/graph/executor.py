@@ -30,7 +30,7 @@ from .sizes import Plans, SizeBinder, SizedPool, Slot
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
-from .strategy.symbolic import group_size_vars
+from .strategy.symbolic import group_size_vars, representative
 
 _KERNELS: Dict[tuple, object] = {}
 
@@ -154,9 +154,9 @@ class Executor:
         if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
             self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"))
         self.bounds = fused.info.get("dim_bounds")
-        # (the structure of the plan is the same at every size; its offsets are of the
-        # smallest sizes here, each call's own below)
-        rep = {n: (self.bounds or {}).get(n, (1, None))[0] for n in self.binder.names} if self.binder else None
+        # the kernels to compile are those of a plan at sizes above 1 (a batch of 1 may write
+        # concats in place and view slices, leaving kernels out); each call has its own plan
+        rep = representative(self.binder.names, self.bounds) if self.binder else None
         self.plan = plan_memory(fused, self._align, rep)
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
         fn = fused.main
@@ -235,28 +235,20 @@ class Executor:
     def _make_sized(self, plan, sizes, arena):
         """The run state of `sizes` on `arena` (a Slot's)."""
         fn = self.mod.main
-<<<<<<< HEAD
+        steps = self.steps_at(plan)
         if self.device is None:
-            return make_state(plan, fn, self.steps, HostMemory(plan, arena), sizes)
-        return make_device_state(plan, fn, self.steps, self.device, sizes, arena)
+            return make_state(plan, fn, steps, HostMemory(plan, arena), sizes)
+        return make_device_state(plan, fn, steps, self.device, sizes, arena)
+
+    def steps_at(self, plan):
+        """The steps a call planned by `plan` runs: concats written in place and slices
+        viewed at its sizes only (a batch of 1) leave their kernels out."""
+        return [s for s in self.steps if not plan.runs_no_kernel(s[2])]
 
     def _alloc_arena(self, nbytes):
         if self.device is None:
             return np.empty(nbytes, np.uint8)
         return nd.empty(nbytes, "uint8", self.device)
-=======
-        plan = plan_memory(self.mod, self._align, sizes)
-        # concats written in place and slices viewed at these sizes only (batch 1): no kernel
-        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
-        if self.device is None:
-            return _with_steps(StatePool(lambda: make_state(plan, fn, steps, sizes=sizes)), steps)
-        if self._unavailable is not None:
-            return _NoDevice(self._unavailable)
-        if not getattr(self, "_uploaded", False):
-            self.steps, self._uploaded = upload_constants(self.steps, self.device), True
-        steps = [s for s in self.steps if not plan.runs_no_kernel(s[2])]
-        return _with_steps(StatePool(lambda: make_device_state(plan, fn, steps, self.device, sizes)), steps)
->>>>>>> dyncnn
 
     def _pool_for(self, args, inputs):
         """The state pool of this call: the executor's, or with symbolic sizes the one of
@@ -275,7 +267,9 @@ class Executor:
             return self._pool
         if isinstance(self._slots, _NoDevice):
             self._slots.take()
-        pool = SizedPool(self._slots, key, sizes, self._plans.get(key, sizes), self._make_sized)
+        plan = self._plans.get(key, sizes)
+        pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
+        pool.steps = self.steps_at(plan)        # for the profile's names
         self._pool, self._sizes = pool, sizes
         return pool
 
@@ -528,13 +522,6 @@ class _NoDevice:
 
     def take(self, default=False):
         raise TdslError(f"this executor was built for a GPU that is not here: {self.reason}")
-
-
-def _with_steps(pool, steps):
-    """`pool` knowing the steps its states run (a call's sizes may leave out concat
-    and slice kernels, MemoryPlan.runs_no_kernel), for the profile's names."""
-    pool.steps = steps
-    return pool
 
 
 def _shape_of(v):
