@@ -310,3 +310,21 @@ def test_short_reduction_or_few_rows_keep_the_dot_product_tile(M, K, N):
     k = tdsl.reduce_axis((0, K), name="k")
     C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * Bm[j, k], axis=k), name="C")
     assert "dot-tile" in tdsl.auto_schedule(C).explain().rules("C")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("Z,C,fused", [(12, 2, "z, c"), (3, 1, "x, z, c"), (7, 3, "z, c")])
+def test_short_trailing_axes_are_one_contiguous_run(target, Z, C, fused):
+    """A bilateral grid's blur along its x axis: cells of Z intensities x C channels, too
+    short for a vector each, are one contiguous run of Z * C, vectorized; a cell still too
+    short takes the x axis into the run too."""
+    X = tdsl.placeholder((9, 14, Z, C), name="X")
+    B = tdsl.compute((9, 10, Z, C), lambda y, x, z, c: sum(
+        w * X[y, x + k, z, c] for k, w in enumerate((1.0, 4.0, 6.0, 4.0, 1.0))), name="blur")
+    s = tdsl.auto_schedule(B, target)
+    assert f"blur: vectorize: fuse({fused})" in str(s.explain()), s.explain()
+    x = _data(9, 14, Z, C)
+    out = np.zeros(B.shape, np.float32)
+    tdsl.build(s, [X, B], target=target)(x, out)
+    want = sum(w * x[:, k:k + 10] for k, w in enumerate((1.0, 4.0, 6.0, 4.0, 1.0)))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)

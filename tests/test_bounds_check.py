@@ -302,6 +302,29 @@ def test_indices_computed_from_floats_read_from_memory(narrow):
             tdsl.build(s, [X, T, Y])(x, t, y)
 
 
+@pytest.mark.parametrize("hi,checked", [(255, False), (256, True)])
+def test_clamped_indices_computed_from_floats_are_proven_inside(hi, checked):
+    """int32(x * s) of a float read from memory may be any int32, but clamped to the table
+    it is inside (a bilateral grid's intensity bin): the lookup keeps its unchecked
+    vector code; a clamp one past the end does not prove it."""
+    X = tdsl.placeholder((N,), name="X")
+    T = tdsl.placeholder((256,), name="T")
+    Y = tdsl.compute((N,), lambda i: T[tdsl.min(tdsl.max(tdsl.cast(X[i] * 3.0, "int32"), 0), hi)],
+                     name="Y")
+    s = tdsl.create_schedule(Y)
+    s[Y].vectorize(s[Y].split(Y.op.axis[0], factor=16)[1])
+    assert ("__tdsl_oob" in tdsl.build(s, [X, T, Y], target="c").get_source()) == checked
+    x = np.arange(N, dtype="float32") * 7 - 30
+    t = np.arange(256, dtype="float32") * 2
+    y = np.zeros(N, "float32")
+    if checked:
+        with pytest.raises(tdsl.BoundsError, match="index 256 is outside its extent 256"):
+            tdsl.build(s, [X, T, Y])(x, t, y)
+        return
+    tdsl.build(s, [X, T, Y])(x, t, y)
+    np.testing.assert_array_equal(y, t[np.clip((x * 3).astype(int), 0, 255)])
+
+
 @pytest.mark.parametrize("target", ["llvm", "c"])
 def test_and_guards_its_right_side(target):
     """`a and b` evaluates b only where a holds (`or`: where a fails), so a load in b that

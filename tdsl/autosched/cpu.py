@@ -32,7 +32,8 @@ order `CPU_RULES` applies them, and why:
    - `reduction`: vectorized along the contiguous axis (rfactor over the lanes when that is
      the reduction axis); long reductions with too few outputs to keep the cores busy are
      split by rfactor into parallel partial sums;
-   - `elementwise`: vectorized and unrolled along the last axis.
+   - `elementwise`: vectorized and unrolled along the last axis (the trailing axes fused
+     into one contiguous run first when the last is too short for a vector: a grid's cells).
    Outer loops are fused until there are enough parallel tasks (tiling.parallel_chunks),
    never fusing a loop whose tiles are ragged (the fused loop would keep the tail's guard in
    its body; alone, loop partitioning peels the tail off).

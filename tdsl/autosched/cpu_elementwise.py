@@ -1,5 +1,6 @@
-"""CPU rule for elementwise stages: vectorized and unrolled along the last axis (or, for a
-transpose, square tiles transposed in registers); outer loops fused until there are enough
+"""CPU rule for elementwise stages: vectorized and unrolled along the last axis (fused with
+the axes before it when too short for a vector; for a transpose, square tiles transposed
+in registers); outer loops fused until there are enough
 parallel tasks (tiling.parallel_chunks), never fusing a loop whose tiles are ragged (the
 fused loop would keep the tail's guard in its body; alone, loop partitioning peels the
 tail off). The stages computed per row of it (`cpu_groups`) are attached to its row loop."""
@@ -42,6 +43,7 @@ def elementwise(ctx, st, lvl, members):
         return
     if transposed(ctx, st, info, dtype, work):
         return
+    axes, exts = trailing_run(ctx, st, axes, exts, dtype)
     vs = ctx.vector_split(st, axes[-1], exts[-1], dtype)
     loops = [(iv, e, False) for iv, e in zip(axes[:-1], exts[:-1])]
     if vs is not None:
@@ -49,6 +51,27 @@ def elementwise(ctx, st, lvl, members):
     else:
         loops.append((axes[-1], exts[-1], False))
     ctx.parallel_prefix(st, loops, work, "elementwise")
+
+
+def trailing_run(ctx, st, axes, exts, dtype):
+    """(axes, extents) with the last axes fused into one loop when the last alone is too
+    short for a vector and they are together: a grid's (z, c) cells of 12 x 2 floats are
+    one contiguous run of 24 (row-major: the trailing axes of a stage are contiguous), a
+    vector and a half where the channel axis alone left the loop nest scalar."""
+    if exts[-1] is None or not ctx.can_vectorize(dtype) or \
+            tiling.worth_a_vector(ctx.target, exts[-1], dtype):
+        return axes, exts
+    k, n = len(axes) - 1, exts[-1]
+    while k > 0 and exts[k - 1] is not None and not tiling.worth_a_vector(ctx.target, n, dtype):
+        k -= 1
+        n *= exts[k]
+    if k == len(axes) - 1 or not tiling.worth_a_vector(ctx.target, n, dtype):
+        return axes, exts
+    fused = st.fuse(*axes[k:])
+    names = ", ".join(iv.var.name for iv in axes[k:])
+    ctx.rec.add(st, "vectorize", f"fuse({names})", f"the last axis ({exts[-1]}) is too short "
+                f"for a vector: the trailing axes are one contiguous run of {n}")
+    return axes[:k] + [fused], exts[:k] + [n]
 
 
 def transposed(ctx, st, info, dtype, work) -> bool:

@@ -40,6 +40,7 @@ from ..ir import expr as E
 from ..ir.visitor import walk
 from .analysis import EXPENSIVE_CALLS
 from .cpu_base import BIG
+from .inline import Materialize
 from .rule import INLINE_PHASE, Rule
 
 STENCIL_MIN_SAVED = 8       # arithmetic operations saved per point to pay a store and loads
@@ -183,7 +184,10 @@ def stencil_plan(ctx) -> Dict:
         if not pointwise(ctx, st) or len(info.axes) < 2 or \
                 st.op.output(0).dtype == "bool":
             continue
-        through = {c for c in ctx.comp if pointwise(ctx, c) and c not in plan and c is not st}
+        # a stage looked up at an index read from data is kept (inline.Materialize): the
+        # taps stop at it, it can own the stages it reads (a bilateral grid's blurs)
+        through = {c for c in ctx.comp if pointwise(ctx, c) and c not in plan and c is not st
+                   and not Materialize.looked_up(ctx, c)}
         found = taps_at(ctx, st, through)
         if found is None or len(found[1]) < 2 or ctx.infos[found[0]].is_reduction:
             continue
@@ -219,8 +223,23 @@ def stencil_groups(ctx) -> Dict:
             ctx.rec.add(st, "stencil", "compute_root", "no single pointwise consumer to "
                         "tile: computed once over the whole image")
             continue
+        if not shifts_last_two(ctx, st):
+            ctx.stencil.discard(st)
+            ctx.rec.add(st, "stencil", "compute_root", f"'{owner.op.name}' reads it shifted "
+                        "along leading axes only: its last two axes, which a tile would cut, "
+                        "are one contiguous run of cells; computed once, vectorized along them")
+            continue
         groups.setdefault(owner, []).append(st)
     return groups
+
+
+def shifts_last_two(ctx, st) -> bool:
+    """Whether the taps at which its owner reads `st` shift either of the last two axes
+    (the rows and columns a stencil tile cuts)."""
+    found = taps_at(ctx, st, ctx.stencil | ctx.inlined)
+    if found is None:
+        return True
+    return any(len({t[d] for t in found[1]}) > 1 for d in (-2, -1))
 
 
 def memory_inputs(ctx, st):

@@ -15,8 +15,11 @@ update, as Halide's autoschedulers treat a Func's definitions.
   partial histograms, then a merge), and made `atomic()` on the GPU (one thread per
   element of the reduction). Anything else stays serial: its order is its meaning.
 
-Chains are kept at root (the inline phase skips them): a chain attached inside a consumer
-would recompute its non-pure dimensions whole at every iteration.
+Chains are not inlined (the inline phase skips them), and stay at root but in one case: a
+chain read by one stage only at that stage's own first index, which every update writes
+at a pure variable, is computed at the reader's outer loop (apps/bilateral_grid's
+histogram per row of the first blur: each row built in cache and consumed). Attached
+anywhere else, a chain would recompute its non-pure dimensions whole at every iteration.
 """
 from __future__ import annotations
 
@@ -51,14 +54,45 @@ class Updates(Rule):
 
     def apply(self, ctx, st):
         gpu = ctx.family == "gpu"
-        (self._pure_gpu if gpu else self._pure_cpu)(ctx, st)
+        nested = not gpu and self._attach_cpu(ctx, st)
+        (self._pure_gpu if gpu else self._pure_cpu)(ctx, st, *([nested] if not gpu else []))
         for u in update_chains(ctx.sched)[st]:
             if u.op.axis:
-                (self._pure_vars_gpu if gpu else self._pure_vars_cpu)(ctx, u)
+                (self._pure_vars_gpu if gpu else self._pure_vars_cpu)(ctx, u, *([nested] if not gpu else []))
             else:
                 (self._reduction_gpu if gpu else self._reduction_cpu)(ctx, st, u)
 
     # ------------------------------------------------------------------ CPU
+    def _attach_cpu(self, ctx, st):
+        """Computes the chain at its one reader's outer loop (its parallel one, when the
+        reader is large enough for threads) when that reader reads it only at its own
+        first index and every update writes that dimension at a pure variable
+        (apps/bilateral_grid's histogram per row of the first blur): each row is built in
+        cache and consumed, with no pass over the whole buffer to clear it and none to
+        read it back. Returns whether it did."""
+        ups = update_chains(ctx.sched)[st]
+        if any(not u.op.axis or 0 not in u.op.pure_dims for u in ups) or len(st.op.axis) < 2:
+            return False
+        own = {st, *ups}
+        readers = [c for c in ctx.sched.stages if c not in own and own & set(ctx.sched.producers(c))]
+        if len(readers) != 1 or readers[0] not in ctx.infos or readers[0] in ctx.inlined:
+            return False
+        r = readers[0]
+        lead = r.op.axis[0] if r.op.axis else None
+        leaves = r.leaf_iter_vars
+        if not leaves or leaves[0] is not lead:
+            return False
+        t = ups[-1].op.output(0)
+        loads = ctx.infos[r].loads_of(t)
+        if not loads or any(not (isinstance(ld.indices[0], E.Var) and ld.indices[0] is lead.var)
+                            for ld in loads):
+            return False
+        st.compute_at(r, lead)
+        self.note(ctx, st, f"compute_at({r.op.name}, {lead.var.name})", f"read by "
+                  f"'{r.op.name}' only at its own {lead.var.name}, which every update writes at "
+                  "a pure variable: each row computed where it is read, in cache")
+        return True
+
     def _vector(self, ctx, stage, iv, ext):
         lanes = ctx.target.vector_lanes(stage.op.dtype)
         if ext is not None and ext >= lanes:
@@ -67,10 +101,12 @@ class Updates(Rule):
             return o
         return iv
 
-    def _pure_cpu(self, ctx, st):
+    def _pure_cpu(self, ctx, st, nested=False):
         axes = list(st.op.axis)
         inner = self._vector(ctx, st, axes[-1], _extent(axes[-1].dom.extent))
         outer = axes[0] if len(axes) > 1 else inner
+        if nested:
+            return
         size = 1
         for iv in axes:
             size = size * (_extent(iv.dom.extent) or PAR_MIN_WORK)
@@ -81,13 +117,16 @@ class Updates(Rule):
         else:
             self.note(ctx, st, "vectorize", "the pure definition: too small for threads")
 
-    def _pure_vars_cpu(self, ctx, u):
+    def _pure_vars_cpu(self, ctx, u, nested=False):
         op = u.op
         last = len(op.shape) - 1
         pure = list(op.axis)
         red = [iv for iv in u.leaf_iter_vars if iv.kind == "reduce"]
         if op.pure_dims[-1] == last and red and _scatters(op):
-            self._scatter_rows_cpu(ctx, u, pure, red)
+            self._scatter_rows_cpu(ctx, u, pure, red, nested)
+            return
+        if nested:
+            self.note(ctx, u, "serial", "computed inside its reader's parallel loop")
             return
         if op.pure_dims[-1] == last and red:
             x = pure[-1]
@@ -106,7 +145,7 @@ class Updates(Rule):
         self.note(ctx, u, f"parallel({pure[0].var.name})", "pure variables are independent; "
                   "the reduction runs in order inside each")
 
-    def _scatter_rows_cpu(self, ctx, u, pure, red):
+    def _scatter_rows_cpu(self, ctx, u, pure, red, nested=False):
         # a write at an index read from data (a scatter of rows, an embedding's adjoint):
         # each iteration touches a row anywhere in the buffer, so the row stays whole
         # inside the reduction (one contiguous run of vectors per index, not one cache line
@@ -115,8 +154,8 @@ class Updates(Rule):
         x = pure[-1]
         lanes = ctx.target.vector_lanes(u.op.dtype)
         ext = _extent(x.dom.extent)
-        cores = ctx.target.num_cores if ctx.params.parallel else 1
-        par = pure[0] if len(pure) > 1 else None
+        cores = ctx.target.num_cores if ctx.params.parallel and not nested else 1
+        par = pure[0] if len(pure) > 1 and not nested else None
         if par is None and cores > 1 and ext is not None and ext >= 2 * cores * lanes:
             par, x = u.split(x, nparts=cores)
         u.reorder(*([par] if par is not None else []), *[p for p in pure[:-1] if p is not par],
@@ -128,7 +167,8 @@ class Updates(Rule):
             u.parallel(par)
         self.note(ctx, u, f"reorder(.., {red[0].var.name}, {x.var.name}), vectorize"
                   + (", parallel" if par is not None else ""), "a write at an index read from "
-                  "data: whole rows inside the reduction, threads over the pure variables")
+                  "data: whole rows inside the reduction, " + (
+                      "inside its reader's parallel loop" if nested else "threads over the pure variables"))
 
     def _reduction_cpu(self, ctx, base, u):
         op = u.op

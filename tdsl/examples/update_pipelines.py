@@ -240,21 +240,22 @@ def bilateral_grid_numpy(a):
 
 
 def bilateral_grid_hand(out, target):
-    """apps/bilateral_grid's CPU schedule: the histogram in parallel over grid rows, the
-    blurs at root in parallel over their outer axis, vectorized along the innermost
-    contiguous pair (z, c), the slice parallel over rows and vectorized."""
+    """apps/bilateral_grid's CPU schedule: the histogram computed per grid row of the
+    first blur (its rows produced and consumed while in cache, no pass over the whole
+    grid to clear it), the blurs at root in parallel over their outer axis, vectorized
+    along the innermost contiguous pair (z, c), the slice parallel over rows and
+    vectorized."""
     t = as_target(target)
     lanes = t.vector_lanes("float32")
     s = tdsl.create_schedule(out)
     hist = _stage(out, "histogram")
-    gy, gx, z, c = hist.op.base.axis
-    s[hist].parallel(gy)
+    blurz = _stage(out, "blurz")
+    s[hist].compute_at(s[blurz], blurz.op.axis[0])
     u = s[hist].update(0)
     ugy, ugx, uc = u.op.axis
     urx, ury = u.op.reduce_axis[1], u.op.reduce_axis[0]
     u.reorder(ugy, ugx, ury, urx, uc)
     u.unroll(uc)
-    u.parallel(ugy)
     for name in ("blurz", "blurx", "blury"):
         b = _stage(out, name)
         by_, bx_, bz_, bc_ = b.op.axis

@@ -88,6 +88,13 @@ class _ReadsAsVars(Mutator):
         t = e.dtype
         if dt.is_int(t) and dt.bits(t) <= NARROW_BITS and _has_load(e.value):
             return self._value(t)
+        # an integer from float math on values read (a bilateral grid's intensity bin,
+        # `int32(v * 10)`) is any value of its type: no bound from it, but a clamp around
+        # it still proves the index, which float math inside would otherwise keep from
+        # being analysed at all
+        if dt.is_int(t) and not (dt.is_int(e.value.dtype) or e.value.dtype == "bool") \
+                and _has_load(e.value):
+            return self._value(t)
         return self.generic_visit(e)
 
 
