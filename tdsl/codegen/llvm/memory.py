@@ -322,6 +322,9 @@ def allocate(em, s):
     # aligned_alloc wants a multiple of the alignment
     nb = bl.and_(bl.add(nb, ir.Constant(I64, 63)), ir.Constant(I64, -64)) \
         if not isinstance(nb, ir.Constant) else ir.Constant(I64, (nb.constant + 63) // 64 * 64)
+    if not const:
+        _allocate_sized(em, s, buf, nb, saved)
+        return
     alloc = em.mb.declare("aligned_alloc", PTR, [I64, I64])
     p = bl.call(alloc, [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
     okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
@@ -335,6 +338,53 @@ def allocate(em, s):
     if not bl.block.is_terminated:
         free = em.mb.declare("free", ir.VoidType(), [PTR])
         bl.call(free, [p])
+    _restore_buf(em, buf, saved)
+
+
+def _allocate_sized(em, s, buf, nb, saved):
+    """A buffer of a size known at run time (a row of a symbolic length, allocated in each
+    iteration of a parallel loop): on the stack when it is small at run time (saved and
+    restored around the body, so a loop does not grow the stack), else aligned_alloc/free.
+    A heap allocation per softmax row cost more than the row."""
+    bl = em.builder
+    small = bl.icmp_unsigned("<=", nb, ir.Constant(I64, ALLOCA_MAX_BYTES))
+    stackb, heapb, joinb = em.new_block("alloc.stack"), em.new_block("alloc.heap"), em.new_block("alloc.join")
+    bl.cbranch(small, stackb, heapb)
+    bl.position_at_end(stackb)
+    save = em.mb.declare("llvm.stacksave.p0", PTR, [])
+    sp = bl.call(save, [])
+    on_stack = bl.alloca(ir.IntType(8), size=nb, name=sanitize(buf.name) + ".stack")
+    on_stack.align = 64
+    on_stack.type = PTR
+    bl.branch(joinb)
+    bl.position_at_end(heapb)
+    alloc = em.mb.declare("aligned_alloc", PTR, [I64, I64])
+    on_heap = bl.call(alloc, [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
+    bl.cbranch(bl.icmp_unsigned("==", on_heap, ir.Constant(PTR, None)), failb, okb)
+    bl.position_at_end(failb)
+    em.fail(1)
+    bl.position_at_end(okb)
+    bl.branch(joinb)
+    bl.position_at_end(joinb)
+    p = bl.phi(PTR, name=sanitize(buf.name) + ".ptr")
+    p.add_incoming(on_stack, stackb)
+    p.add_incoming(on_heap, okb)
+    saved_sp = bl.phi(PTR)
+    saved_sp.add_incoming(sp, stackb)
+    saved_sp.add_incoming(ir.Constant(PTR, None), okb)
+    em.bufs[buf] = p
+    em.stmt(s.body)
+    if not bl.block.is_terminated:
+        restoreb, freeb, doneb = em.new_block("alloc.restore"), em.new_block("alloc.free"), em.new_block("alloc.done")
+        bl.cbranch(small, restoreb, freeb)
+        bl.position_at_end(restoreb)
+        bl.call(em.mb.declare("llvm.stackrestore.p0", ir.VoidType(), [PTR]), [saved_sp])
+        bl.branch(doneb)
+        bl.position_at_end(freeb)
+        bl.call(em.mb.declare("free", ir.VoidType(), [PTR]), [p])
+        bl.branch(doneb)
+        bl.position_at_end(doneb)
     _restore_buf(em, buf, saved)
 
 
