@@ -243,6 +243,15 @@ class ExprEmitter:
         bl = self.builder
         if dt.is_float(e.dtype):
             # numpy.maximum/minimum: NaN in either operand propagates
+            if _not_nan_constant(a) and not _not_nan_constant(b):
+                a, b = b, a
+            if _not_nan_constant(b):
+                # a clamp's bound: only `a` can be NaN, and maxps(b, a) returns a then; a
+                # scalar takes one unordered compare (maxss), not a NaN test of each side
+                r = self._x86_minmax(b, a, is_max)
+                if r is not None:
+                    return r
+                return bl.select(bl.fcmp_unordered(">=" if is_max else "<=", a, b), a, b)
             r = self._x86_minmax(b, a, is_max)
             if r is not None:
                 # maxps(b, a) is `b > a ? b : a`, a when either is NaN; then b's NaN
@@ -384,3 +393,18 @@ for _cls in (E.IntImm, E.FloatImm, E.Var, E.Add, E.Sub, E.Mul, E.Div, E.FloorDiv
     _EXPR_DISPATCH[_cls] = getattr(ExprEmitter, "e_" + _cls.__name__)
 for _cls in _CMP:
     _EXPR_DISPATCH[_cls] = ExprEmitter.e_Cmp
+
+
+def _not_nan_constant(v) -> bool:
+    """Whether LLVM value `v` is a float constant (scalar or vector) with no NaN in it."""
+    if not isinstance(v, ir.Constant):
+        return False
+    c = v.constant
+    vals = c if isinstance(c, (list, tuple)) else [c]
+    out = []
+    for x in vals:
+        x = x.constant if isinstance(x, ir.Constant) else x
+        if not isinstance(x, (int, float)):
+            return False
+        out.append(x)
+    return bool(out) and all(x == x for x in out)
