@@ -256,8 +256,7 @@ class Executor:
         if self.binder is None:
             return self._pool
         shapes = {p.name: _shape_of(a) for p, a in zip(self.input_vars, args)}
-        shapes.update({k: _shape_of(v) for k, v in inputs.items() if k in shapes or
-                       any(p.name == k for p in self.input_vars)})
+        shapes.update({k: _shape_of(v) for k, v in inputs.items()})     # the binder reads only the network's inputs
         sizes = self.binder.bind(shapes)
         if len(sizes) < len(self.binder.names):
             missing = [n for n in self.binder.names if n not in sizes]

@@ -111,15 +111,7 @@ class ComputeOp(Operation):
 
     def input_tensors(self):
         if self._inputs is None:
-            found = []
-            from ..ir.visitor import walk
-
-            def f(n):
-                if isinstance(n, E.ProducerLoad) and n.tensor not in found:
-                    found.append(n.tensor)
-            for b in self.bodies:
-                walk(b, f)
-            self._inputs = found
+            self._inputs = tensors_read(self.bodies)
         return self._inputs
 
     def __repr__(self):
@@ -199,3 +191,16 @@ class TensorSlice:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = incomplete
     __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __lt__ = __le__ = __gt__ = incomplete
     __ge__ = __bool__ = astype = incomplete
+
+
+def tensors_read(exprs, found=None) -> list:
+    """The tensors that expressions `exprs` read, in first-read order (after `found`)."""
+    from ..ir.visitor import walk
+    found = list(found or [])
+
+    def f(n):
+        if isinstance(n, E.ProducerLoad) and n.tensor not in found:
+            found.append(n.tensor)
+    for e in exprs:
+        walk(e, f)
+    return found

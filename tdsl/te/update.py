@@ -30,7 +30,7 @@ from ..errors import TdslError
 from ..ir import expr as E
 from ..ir.expr import Range
 from ..ir.visitor import Mutator, expr_key, free_vars, walk
-from .tensor import ComputeOp, IterVar, Operation, Tensor
+from .tensor import ComputeOp, IterVar, Operation, Tensor, tensors_read
 
 # pure op -> the last op of its chain of updates (a second chain from one tensor would
 # make the order of the writes ambiguous)
@@ -85,14 +85,7 @@ class UpdateOp(Operation):
 
     def input_tensors(self):
         if self._inputs is None:
-            found = [self.state]
-
-            def f(n):
-                if isinstance(n, E.ProducerLoad) and n.tensor not in found:
-                    found.append(n.tensor)
-            for e in self.exprs:
-                walk(e, f)
-            self._inputs = found
+            self._inputs = tensors_read(self.exprs, [self.state])
         return self._inputs
 
     def state_reads(self) -> List[E.ProducerLoad]:
