@@ -9,6 +9,7 @@
  * parallel loop inside a parallel task) runs its tasks on the calling thread.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -71,13 +72,27 @@ static void pause_cpu(void) {
 #endif
 }
 
+/* One step of a wait that spins: a pause, and every YIELD_NS a sched_yield, so that a
+ * spinning thread gives its core to one of ours that is runnable there (the caller or a
+ * worker that claimed a task) when another process holds the other cores; alone on its
+ * core, sched_yield returns at once. */
+#define YIELD_NS 2000
+static void spin_step(int64_t *next_yield) {
+  pause_cpu();
+  int64_t t = now_ns();
+  if (t >= *next_yield) {
+    sched_yield();
+    *next_yield = t + YIELD_NS;
+  }
+}
+
 static void *worker_main(void *arg) {
   (void)arg;
   long seen = atomic_load(&generation);
   for (;;) {
     run_tasks();
-    int64_t until = now_ns() + SPIN_NS;
-    while (atomic_load(&generation) == seen && now_ns() < until) pause_cpu();
+    int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
+    while (atomic_load(&generation) == seen && now_ns() < until) spin_step(&next_yield);
     if (atomic_load(&generation) == seen) {
       pthread_mutex_lock(&mu);
       if (atomic_load(&generation) == seen) {
@@ -131,8 +146,8 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
 
   run_tasks();
 
-  int64_t until = now_ns() + SPIN_NS;
-  while (atomic_load(&pending) > 0 && now_ns() < until) pause_cpu();
+  int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
+  while (atomic_load(&pending) > 0 && now_ns() < until) spin_step(&next_yield);
   if (atomic_load(&pending) > 0) {
     atomic_fetch_add_explicit(&n_caller_sleeps, 1, memory_order_relaxed);
     pthread_mutex_lock(&mu);
