@@ -46,7 +46,7 @@ def test_growing_buffer_keeps_its_pages_and_moves_when_a_view_is_held():
     a[:16] = 7
     del a
     a = buf.grow(3 << 20)          # no view held: grown in place, contents kept
-    assert buf.nbytes == 3 << 20 and a.nbytes >= 3 << 20 and (a[:16] == 7).all()
+    assert buf.nbytes >= 3 << 20 and a.nbytes == buf.nbytes and (a[:16] == 7).all()
     view = a[:16]
     del a
     b = buf.grow(8 << 20)          # a view held: a new mapping, the view's memory untouched

@@ -16,6 +16,10 @@ import mmap
 
 import numpy as np
 
+# the size of a huge page: a mapping a whole number of them long is placed on their
+# boundary, so that every page of it can be a huge one
+HUGE_PAGE = 2 << 20
+
 
 class GrowingBuffer:
     """A uint8 host buffer (`array`, None until the first `grow`)."""
@@ -30,6 +34,8 @@ class GrowingBuffer:
         view of the old `array` (a view still held makes this a new mapping)."""
         if nbytes <= self.nbytes:
             return self.array
+        if nbytes >= HUGE_PAGE // 8:
+            nbytes = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
         self.array = None
         if self._map is not None:
             try:
