@@ -88,3 +88,20 @@ def test_a_new_size_below_the_largest_reuses_the_memory():
             arena, outputs = slot.arena.ctypes.data, slot.outputs.ctypes.data
         # the outputs were dropped: sizes up to 32 run in the same memory
         assert slot.arena.ctypes.data == arena and slot.outputs.ctypes.data == outputs
+
+
+def test_reserve_pages_in_the_memory_of_the_sizes_given():
+    m, exe = _mlp()
+    exe.reserve(batch=24)
+    slot = exe._slots.default
+    arena, outputs = slot.arena.ctypes.data, slot.outputs.ctypes.data
+    for n in (24, 1, 13):
+        x = _x(n, n)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+        assert slot.arena.ctypes.data == arena and slot.outputs.ctypes.data == outputs
+    x = _x(40, 40)      # beyond what was reserved: grows, and stays right
+    _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+    for bad, match in (({"batch": 0}, "outside its bounds"), ({"seq": 4, "batch": 2}, "unknown: seq"),
+                       ({}, "missing: batch"), ({"batch": 2.5}, "integer")):
+        with pytest.raises(G.GraphError, match=match):
+            exe.reserve(**bad)

@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Mapping
 
+import numpy as np
 import sympy
 
 from ..errors import GraphError
@@ -85,6 +86,27 @@ class SizeBinder:
     def key(self, sizes: Mapping[str, int]) -> tuple:
         return tuple(sizes[n] for n in self.names)
 
+    def check(self, sizes: Mapping[str, int]) -> Dict[str, int]:
+        """`sizes` given by name ({size variable: int}, every one of them), checked
+        against the bounds; a GraphError names what is wrong."""
+        unknown = sorted(set(sizes) - set(self.names))
+        missing = [n for n in self.names if n not in sizes]
+        if unknown or missing:
+            raise GraphError(f"the size variables are {', '.join(self.names)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                             + (f"; missing: {', '.join(missing)}" if missing else ""))
+        out = {}
+        for name in self.names:
+            v = sizes[name]
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise GraphError(f"size '{name}' must be an integer, got {v!r}")
+            lo, hi = self.bounds.get(name, (1, None))
+            if v < lo or hi is not None and v > hi:
+                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+                raise GraphError(f"dimension '{name}' = {v} is outside its bounds {rng}")
+            out[name] = int(v)
+        return out
+
 
 class Slot:
     """What one caller at a time runs on: an arena that grows to the largest plan it has
@@ -143,7 +165,7 @@ class Slot:
             if self._in_outputs(st.reclaim()):
                 self._leave_outputs(keep=key)
         else:
-            need, out_need = plan.peak_bytes + 64, getattr(plan, "output_bytes", 0) + 64
+            need, out_need = plan.peak_bytes + 64, plan.output_bytes + 64
             if self.arena is None or self.arena_bytes < need or self.host and self._out.nbytes < out_need:
                 self._grow(need, out_need)
             st = make(plan, sizes, self.arena, self.outputs)
