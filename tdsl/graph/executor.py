@@ -210,14 +210,11 @@ class Executor:
                     self._slots = _NoDevice(self._unavailable)
                     return
                 self.steps = upload_constants(self.steps, self.device)
-            self._slots = StatePool(lambda: Slot(self._alloc_arena))
+            self._slots = StatePool(lambda: Slot(self._alloc_arena if self.device is not None else None))
             hi = {n: self.bounds[n][1] for n in self.binder.names if n in (self.bounds or {})}
             if len(hi) == len(self.binder.names):
-                # every size bounded: the arena for the largest, paged in now, so that no
-                # call allocates (a first touch of fresh pages costs more than the run)
-                plan = self._plans.get(self.binder.key(hi), hi)
-                self._slots.default.reserve(plan.peak_bytes + 64,
-                                            (lambda a: a.fill(0)) if self.device is None else None)
+                # every size bounded: the memory of the largest, paged in now
+                self.reserve(**hi)
             return
         if self.device is None:
             self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
@@ -232,12 +229,30 @@ class Executor:
                 self._pool = _NoDevice(self._unavailable)
         self.inputs = self._pool.default.inputs
 
-    def _make_sized(self, plan, sizes, arena):
-        """The run state of `sizes` on `arena` (a Slot's)."""
+    def reserve(self, **sizes):
+        """Makes the memory of a lone caller (the default state's: a single-threaded
+        server's) large enough for `sizes` ({size variable: int}, the largest expected)
+        now, paged in, so that no call up to them allocates or touches fresh memory: a
+        first touch of fresh pages can cost more than the run. Sizes are checked as a
+        call's are (GraphError). A network without symbolic sizes has its memory already."""
+        if self.binder is None:
+            return
+        sizes = self.binder.check(sizes)
+        if isinstance(self._slots, _NoDevice):
+            self._slots.take()
+        plan = self._plans.get(self.binder.key(sizes), sizes)
+        slot = self._slots.take(default=True)
+        try:
+            slot.reserve(plan.peak_bytes + 64, plan.output_bytes + 64, touch=True)
+        finally:
+            self._slots.give(slot)
+
+    def _make_sized(self, plan, sizes, arena, outputs=None):
+        """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`."""
         fn = self.mod.main
         steps = self.steps_at(plan)
         if self.device is None:
-            return make_state(plan, fn, steps, HostMemory(plan, arena), sizes)
+            return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
 
     def steps_at(self, plan):
@@ -245,9 +260,7 @@ class Executor:
         viewed at its sizes only (a batch of 1) leave their kernels out."""
         return [s for s in self.steps if not plan.runs_no_kernel(s[2])]
 
-    def _alloc_arena(self, nbytes):
-        if self.device is None:
-            return np.empty(nbytes, np.uint8)
+    def _alloc_arena(self, nbytes):      # a device executor's (the host's grow: sizes.Slot)
         return nd.empty(nbytes, "uint8", self.device)
 
     def _pool_for(self, args, inputs):

@@ -101,9 +101,11 @@ class RunState:
         # counted the same way when lent and when reclaimed (no local name holds it)
         return sys.getrefcount(self.outputs[i])
 
-    def reclaim(self):
+    def reclaim(self) -> list:
         """Before the state's kernels run again: a new array for every lent output the
-        caller still holds, with the calls that write it bound to that one."""
+        caller still holds, with the calls that write it bound to that one. Returns the
+        arrays the caller kept (their memory is the caller's now)."""
+        kept = []
         for i, refs in self.lent.items():
             if self._holders(i) <= refs:
                 continue
@@ -112,7 +114,14 @@ class RunState:
             self.outputs[i] = new
             for ci in self.lendable[i]:
                 self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
+            kept.append(old)
         self.lent = {}
+        return kept
+
+    def held_outputs(self) -> list:
+        """The lent outputs the caller still holds."""
+        held = [i for i, refs in self.lent.items() if self._holders(i) > refs]
+        return [self.outputs[i] for i in held]
 
     def _bind(self, ci, args):
         """Call `ci` bound to the arrays `args` from now on."""
@@ -133,14 +142,23 @@ class HostMemory:
     """Where make_state puts buffers on the host: numpy arrays, the arena 64-byte aligned.
     A device executor passes its own (device_state.DeviceMemory) with the same methods."""
 
-    def __init__(self, plan, arena=None):
+    def __init__(self, plan, arena=None, outputs=None):
         # `arena`: a buffer of at least peak + 64 bytes to plan into (a Slot's, shared by
-        # the states of several sizes that never run at once)
+        # the states of several sizes that never run at once); `outputs`: one for the
+        # outputs (plan.output_bytes + 64), else each output is an array of its own
         self.arena = np.empty(plan.peak_bytes + 64, np.uint8) if arena is None else arena
         self.base = (-self.arena.ctypes.data) % 64
+        self.outputs = outputs
+        self.out_at = 0 if outputs is None else (-outputs.ctypes.data) % 64
 
     def new(self, t):
-        return np.empty(t.shape, t.dtype)
+        """An output's buffer."""
+        end = self.out_at + t.nbytes
+        if self.outputs is None or end > self.outputs.nbytes:
+            return np.empty(t.shape, t.dtype)
+        buf = self.outputs[self.out_at:end].view(t.dtype).reshape(t.shape)
+        self.out_at = (end + 63) // 64 * 64
+        return buf
 
     def new_input(self, t):
         # zeros, not garbage: `benchmark()` and `profile()` may run before any input is
@@ -179,12 +197,14 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
     bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
     outputs = set(fn.outputs)
     views = plan.output_views
+    made = set()        # ids of the outputs' own buffers (mem.new)
 
     def own_buffer(n):
         t = types(n.type)
         if n not in bufs:
             if n in outputs:
                 bufs[n] = mem.new(t)
+                made.add(id(bufs[n]))
             else:
                 bufs[n] = mem.arena_view(plan.offsets[n], t)
         return bufs[n]
@@ -212,10 +232,9 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
     if isinstance(mem, HostMemory):
         for i, o in enumerate(fn.outputs):
             buf = outs[i]
-            # an array of its own (not an input's, a constant or a view), named once; what
+            # a buffer of its own (not an input's, a constant or a view), named once; what
             # else shares its memory is a view into it, remade on the new array when lent
-            if isinstance(o, Const) or buf.base is not None or \
-                    any(buf is x for x in inputs.values()) or sum(x is buf for x in outs) > 1:
+            if isinstance(o, Const) or id(buf) not in made or sum(x is buf for x in outs) > 1:
                 continue
             lendable[i] = [ci for ci, (_, args) in enumerate(bound)
                            if any(_shares(a, buf) for a in args)]

@@ -14,9 +14,11 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Mapping
 
+import numpy as np
 import sympy
 
 from ..errors import GraphError
+from .host_buffer import GrowingBuffer
 from .ir.dims import dim_str, evaluate, free_vars
 
 
@@ -84,51 +86,122 @@ class SizeBinder:
     def key(self, sizes: Mapping[str, int]) -> tuple:
         return tuple(sizes[n] for n in self.names)
 
+    def check(self, sizes: Mapping[str, int]) -> Dict[str, int]:
+        """`sizes` given by name ({size variable: int}, every one of them), checked
+        against the bounds; a GraphError names what is wrong."""
+        unknown = sorted(set(sizes) - set(self.names))
+        missing = [n for n in self.names if n not in sizes]
+        if unknown or missing:
+            raise GraphError(f"the size variables are {', '.join(self.names)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                             + (f"; missing: {', '.join(missing)}" if missing else ""))
+        out = {}
+        for name in self.names:
+            v = sizes[name]
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise GraphError(f"size '{name}' must be an integer, got {v!r}")
+            lo, hi = self.bounds.get(name, (1, None))
+            if v < lo or hi is not None and v > hi:
+                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+                raise GraphError(f"dimension '{name}' = {v} is outside its bounds {rng}")
+            out[name] = int(v)
+        return out
+
 
 class Slot:
     """What one caller at a time runs on: an arena that grows to the largest plan it has
     run, and the run states of the sizes it ran last (at most `keep`), all of them views
     of that arena. A call at sizes seen before reuses their state; at new sizes it binds
     a new state to the same arena (no allocation, no first touch of fresh pages) unless
-    the arena must grow, which it does at least twofold."""
+    the arena must grow, which it does at least twofold.
 
-    def __init__(self, alloc: Callable, keep=8):
-        self.alloc = alloc      # bytes -> a new arena (host or device)
+    On the host (`alloc` None) the arena is a GrowingBuffer (host_buffer.py: growing
+    keeps the pages already touched), and so is the memory of the outputs, shared by the
+    states of every size: a call at new sizes touches fresh memory only beyond the
+    largest it ran. A state lends its outputs to the caller (runstate.py); a caller who
+    still holds one when the slot runs other sizes, or when its state must replace it,
+    keeps that memory: the slot's outputs move to a new buffer. A device executor passes
+    `alloc` (bytes -> a new device arena)."""
+
+    def __init__(self, alloc: Callable = None, keep=8):
+        self.alloc = alloc
         self.keep = keep
+        self.host = alloc is None
+        self._mem = GrowingBuffer() if self.host else None
+        self._out = GrowingBuffer() if self.host else None
         self.arena, self.arena_bytes = None, 0
         self.states: "OrderedDict[tuple, object]" = OrderedDict()
+        self.last = None        # the sizes run last: their state may have lent outputs
 
     def reclaim(self):      # StatePool's hook; each state reclaims its outputs when taken
         pass
 
-    def reserve(self, nbytes, touch=None):
-        """An arena of at least `nbytes` now (`touch(arena)` faults its pages in), so that
-        no call up to those sizes allocates or first-touches memory."""
-        if self.arena_bytes < nbytes:
-            self.states.clear()
-            self.arena = None
-            self.arena, self.arena_bytes = self.alloc(nbytes), nbytes
-            if touch is not None:
-                touch(self.arena)
+    @property
+    def outputs(self):
+        """The outputs' memory (host), or None."""
+        return self._out.array if self.host else None
+
+    def reserve(self, nbytes, out_bytes=0, touch=False):
+        """An arena of at least `nbytes` (and on the host `out_bytes` for the outputs)
+        now, faulted in with `touch` (host), so that no call up to those sizes allocates
+        or first-touches memory."""
+        if self.arena_bytes < nbytes or self.host and self._out.nbytes < out_bytes:
+            self._grow(nbytes, out_bytes)
+            if touch and self.host:
+                self.arena.fill(0)
+                if self._out.array is not None:
+                    self._out.array.fill(0)
 
     def state(self, key, sizes, plan, make):
-        """The state of sizes `key`, made by `make(plan, sizes, arena)` when new."""
+        """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
+        (`outputs`: the host memory for the outputs, or None)."""
+        if key != self.last and self.last is not None:
+            prev = self.states.get(self.last)
+            if prev is not None and self._in_outputs(prev.held_outputs()):
+                self._leave_outputs()
         st = self.states.get(key)
         if st is not None:
             self.states.move_to_end(key)
-            st.reclaim()
-            return st
-        need = plan.peak_bytes + 64
-        if self.arena is None or self.arena_bytes < need:
-            size = max(need, 2 * self.arena_bytes)
-            self.states.clear()
-            self.arena = None       # freed before the larger one is made
-            self.arena, self.arena_bytes = self.alloc(size), size
-        st = make(plan, sizes, self.arena)
-        self.states[key] = st
-        while len(self.states) > self.keep:
-            self.states.popitem(last=False)
+            if self._in_outputs(st.reclaim()):
+                self._leave_outputs(keep=key)
+        else:
+            need, out_need = plan.peak_bytes + 64, plan.output_bytes + 64
+            if self.arena is None or self.arena_bytes < need or self.host and self._out.nbytes < out_need:
+                self._grow(need, out_need)
+            st = make(plan, sizes, self.arena, self.outputs)
+            self.states[key] = st
+            while len(self.states) > self.keep:
+                self.states.popitem(last=False)
+        self.last = key
         return st
+
+    def _grow(self, need, out_need):
+        # every state is a view of the memory that grows: dropped first (and on the
+        # host, dropping every view lets the buffer grow in place)
+        self.states.clear()
+        self.arena = None
+        if self.host:
+            if self._mem.nbytes < need:
+                self._mem.grow(max(need, 2 * self._mem.nbytes))
+            if self._out.nbytes < out_need:
+                self._out.grow(max(out_need, 2 * self._out.nbytes))
+            self.arena, self.arena_bytes = self._mem.array, self._mem.nbytes
+        else:
+            size = max(need, 2 * self.arena_bytes)
+            self.arena, self.arena_bytes = self.alloc(size), size
+
+    def _in_outputs(self, arrays) -> bool:
+        return self.host and any(self._out.holds(a) for a in arrays)
+
+    def _leave_outputs(self, keep=None):
+        """A caller holds memory of the outputs' buffer: the states that write it (all
+        but `keep`'s, which no longer writes that part) go, and new states take their
+        outputs from a new buffer."""
+        kept = self.states.get(keep)
+        self.states.clear()
+        if kept is not None:
+            self.states[keep] = kept
+        self._out = GrowingBuffer()
 
 
 class SizedPool:

@@ -9,7 +9,9 @@ of a representative call (a schedule's heuristics).
 """
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 from functools import lru_cache
 from typing import Dict, Iterable, Mapping
 
@@ -76,6 +78,21 @@ def evaluate(d, sizes: Mapping):
     symbol: int}); an unknown variable is a GraphError naming it."""
     if isinstance(d, int):
         return d
+    compiled = _compiled(d)
+    if compiled is not None:
+        fn, names = compiled
+        try:
+            v = fn(*[int(sizes[n]) for n in names])
+        except KeyError:        # keyed by symbol, or a size missing: the general path says which
+            v = None
+        if type(v) is int:
+            return v
+        if isinstance(v, Fraction) and v.denominator == 1:
+            return int(v)
+    return _substitute(d, sizes)
+
+
+def _substitute(d, sizes: Mapping):
     subs = {}
     for s in d.free_symbols:
         v = sizes.get(s.name, sizes.get(s))
@@ -88,12 +105,64 @@ def evaluate(d, sizes: Mapping):
     return int(v)
 
 
+class _Unknown(Exception):
+    pass
+
+
+_PY_FUNCS = {sympy.floor: "floor", sympy.ceiling: "ceil", sympy.Max: "max", sympy.Min: "min"}
+
+
+def _py(e, args) -> str:
+    """Python source computing sympy expression `e` exactly (ints and Fractions), its
+    size variables read from the arguments `args` names ({name: argument})."""
+    if e.is_Symbol:
+        return args[e.name]
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Rational:
+        return f"Fraction({e.p}, {e.q})"
+    if e.is_Add:
+        return "(" + " + ".join(_py(a, args) for a in e.args) + ")"
+    if e.is_Mul:
+        return "(" + " * ".join(_py(a, args) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer:
+        base = _py(e.base, args)
+        return f"({base} ** {int(e.exp)})" if e.exp >= 0 else f"(Fraction(1) / ({base} ** {-int(e.exp)}))"
+    if isinstance(e, sympy.Mod):
+        return f"({_py(e.args[0], args)} % {_py(e.args[1], args)})"
+    if e.func in _PY_FUNCS:
+        return f"{_PY_FUNCS[e.func]}({', '.join(_py(a, args) for a in e.args)})"
+    raise _Unknown(e)
+
+
+@lru_cache(maxsize=4096)
+def _compiled(d):
+    """(function, names): dimension `d` as a Python function of its size variables' values
+    (in `names`' order), or None where `d` has a function it does not know. The memory
+    plan and run state of a new size evaluate every buffer's size: substituting into the
+    sympy expression costs some 100x more."""
+    names = sorted(s.name for s in d.free_symbols)
+    args = {n: f"_{i}" for i, n in enumerate(names)}     # a size may be named `max`
+    try:
+        src = _py(d, args)
+    except _Unknown:
+        return None
+    env = {"Fraction": Fraction, "floor": math.floor, "ceil": math.ceil, "max": max, "min": min}
+    return eval(f"lambda {', '.join(args.values())}: {src}", env), names
+
+
 def evaluate_shape(shape, sizes: Mapping) -> tuple:
     return tuple(evaluate(d, sizes) for d in shape)
 
 
 def product(shape):
     """The number of elements of `shape` (an int, or a sympy expression)."""
+    return _product(tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _product(shape):
+    # sympy builds a product in some 100 us: a network's buffers have few distinct shapes
     p = 1
     for d in shape:
         p = p * d

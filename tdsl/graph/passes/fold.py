@@ -39,9 +39,15 @@ def splat_value(e):
     or of a constant whose elements are all equal; else None."""
     if isinstance(e, Call) and e.op == "broadcast_to" and isinstance(e.args[0], Const):
         e = e.args[0]
-    if isinstance(e, Const) and e.data.size and bool(np.all(e.data == e.data.reshape(-1)[0])):
-        return e.data.reshape(-1)[:1].reshape(())
-    return None
+    if not isinstance(e, Const) or not e.data.size:
+        return None
+    d = e.data
+    first = d.flat[0]
+    # a weight is no splat: its last or middle element tells without comparing (and
+    # copying, where it is a transposed view) all of it
+    if d.flat[-1] != first or d.flat[d.size // 2] != first or not bool(np.all(d == first)):
+        return None
+    return np.asarray(first, d.dtype).reshape(())
 
 
 def _splat(value, t, span):

@@ -24,6 +24,7 @@ with a symbolic batch, called at batch 1): the plan of the representative sizes 
 needs none leaves them out of that call's run states (`MemoryPlan.runs_no_kernel`)."""
 from __future__ import annotations
 
+import weakref
 from typing import Dict, List
 
 import numpy as np
@@ -83,8 +84,22 @@ def _single(n, op):
     """The one node of group call `n` when it is an `op` of an intermediate or an input."""
     if not isinstance(n.op, Function) or not n.args or not isinstance(n.args[0], (Call, Var)):
         return None
-    body = n.op.nodes()
+    body = _body(n.op)
     return body[0] if len(body) == 1 and body[0].op == op else None
+
+
+_BODIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _body(fn):
+    """`fn.nodes()`, kept while its outputs stay the same: each call's plan of a network
+    with symbolic sizes asks for every group's body several times."""
+    got = _BODIES.get(fn)
+    if got is not None and len(got[0]) == len(fn.outputs) and all(a is b for a, b in zip(got[0], fn.outputs)):
+        return got[1]
+    body = fn.nodes()
+    _BODIES[fn] = (tuple(fn.outputs), body)
+    return body
 
 
 def slice_offset(n, align=ALIGN, sizes=None):
@@ -122,7 +137,7 @@ def _concat_parts(n, uses, outputs, taken, owners, align=ALIGN, sizes=None):
     """{input: byte offset} when concat group call `n` can be written in place."""
     if not isinstance(n.op, Function):
         return None
-    body = n.op.nodes()
+    body = _body(n.op)
     if len(body) != 1 or body[0].op != "concatenate" or len(n.args) < 2:
         return None
     axis = body[0].attrs["axis"] % n.type.ndim
@@ -245,6 +260,9 @@ def plan_memory(mod: Module, align: int = ALIGN, sizes=None) -> MemoryPlan:
         buf_sizes[n] = size
         peak = max(peak, off + size)
     plan = MemoryPlan(offsets, buf_sizes, peak, total, order)
+    # the outputs' own buffers, at most (runstate.HostMemory may put them in one)
+    plan.output_bytes = sum(_align(max(nbytes(o.type, sizes), 1)) for o in outputs
+                            if isinstance(o, Call) and (o.type.static or sizes is not None))
     plan.aliases = root
     plan.alias_offsets = alias_offsets
     plan.output_views = output_views

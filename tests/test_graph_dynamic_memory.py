@@ -1,0 +1,107 @@
+"""The memory of a network with symbolic sizes at its first call at new sizes: the size
+expressions evaluated without sympy (ir/dims.py), buffers that grow in place
+(host_buffer.py) and outputs of every size sharing one buffer (sizes.Slot), with the
+outputs a caller keeps never written again. Results are compared with onnxruntime."""
+import random
+
+import numpy as np
+import pytest
+import sympy
+
+import tdsl.graph as G
+from tdsl.graph import models
+from tdsl.graph.host_buffer import GrowingBuffer
+from tdsl.graph.ir import dims
+
+pytest.importorskip("onnxruntime")
+
+
+def _close(out, ref):
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_size_expressions_evaluate_as_sympy_does():
+    b, s, n, mx = (dims.size_var(v) for v in ("batch", "sequence", "L", "max"))
+    exprs = [b * s * 768, (n - 3) // 2 + 1, sympy.floor((n - 5) / 4) + 1, sympy.ceiling(n / 3),
+             sympy.Mod(n, 4) + b, sympy.Max(s, 3) * b, sympy.Min(s, 7), (3 * n - 1) // 5 * b,
+             2 * mx, b ** 2 * s, dims.parse_dim("floor((L - 1)/2) + 1")]
+    rng = random.Random(0)
+    for e in exprs:
+        for _ in range(100):
+            sizes = {"batch": rng.randint(1, 64), "sequence": rng.randint(1, 600),
+                     "L": rng.randint(8, 50000), "max": rng.randint(1, 9)}
+            ref = int(e.xreplace({v: sympy.Integer(sizes[v.name]) for v in e.free_symbols}))
+            assert dims.evaluate(e, sizes) == ref, (e, sizes)
+    # sizes keyed by symbol, a missing size, a value that is not an integer
+    assert dims.evaluate(b * s, {b: 3, s: 5}) == 15
+    with pytest.raises(G.GraphError, match="sequence"):
+        dims.evaluate(b * s, {"batch": 2})
+    with pytest.raises(G.GraphError, match="not an integer"):
+        dims.evaluate(sympy.Rational(1, 2) * b, {"batch": 3})
+
+
+def test_growing_buffer_keeps_its_pages_and_moves_when_a_view_is_held():
+    buf = GrowingBuffer()
+    a = buf.grow(1 << 20)
+    a[:16] = 7
+    del a
+    a = buf.grow(3 << 20)          # no view held: grown in place, contents kept
+    assert buf.nbytes >= 3 << 20 and a.nbytes == buf.nbytes and (a[:16] == 7).all()
+    view = a[:16]
+    del a
+    b = buf.grow(8 << 20)          # a view held: a new mapping, the view's memory untouched
+    b[:16] = 1
+    assert (view == 7).all() and buf.holds(b[100:200]) and not buf.holds(view)
+    assert buf.grow(4 << 20) is b  # large enough already
+
+
+def _mlp():
+    m = models.mlp(batch="batch", sizes=(64, 48, 10))
+    return m, G.build(G.optimize(G.from_onnx(m)))
+
+
+def _x(n, seed):
+    return np.random.default_rng(seed).standard_normal((n, 64)).astype(np.float32)
+
+
+def test_outputs_a_caller_keeps_are_never_written_by_another_size():
+    m, exe = _mlp()
+    sizes = [8, 8, 3, 16, 3, 5, 8, 2]
+    kept = []
+    for i, n in enumerate(sizes):
+        x = _x(n, i)
+        kept.append((exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0]))
+        if i % 3 == 2:      # drop some: their memory may be written again
+            kept[-1] = (None, None)
+        for out, ref in kept:
+            if out is not None:
+                _close(out, ref)
+
+
+def test_a_new_size_below_the_largest_reuses_the_memory():
+    m, exe = _mlp()
+    for n in (32, 4, 17, 9):
+        x = _x(n, n)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+        slot = exe._slots.default
+        if n == 32:
+            arena, outputs = slot.arena.ctypes.data, slot.outputs.ctypes.data
+        # the outputs were dropped: sizes up to 32 run in the same memory
+        assert slot.arena.ctypes.data == arena and slot.outputs.ctypes.data == outputs
+
+
+def test_reserve_pages_in_the_memory_of_the_sizes_given():
+    m, exe = _mlp()
+    exe.reserve(batch=24)
+    slot = exe._slots.default
+    arena, outputs = slot.arena.ctypes.data, slot.outputs.ctypes.data
+    for n in (24, 1, 13):
+        x = _x(n, n)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+        assert slot.arena.ctypes.data == arena and slot.outputs.ctypes.data == outputs
+    x = _x(40, 40)      # beyond what was reserved: grows, and stays right
+    _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+    for bad, match in (({"batch": 0}, "outside its bounds"), ({"seq": 4, "batch": 2}, "unknown: seq"),
+                       ({}, "missing: batch"), ({"batch": 2.5}, "integer")):
+        with pytest.raises(G.GraphError, match=match):
+            exe.reserve(**bad)
