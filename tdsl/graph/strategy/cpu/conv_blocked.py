@@ -24,6 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
+from .width import is_number, known, number, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -44,7 +45,7 @@ def spread(x, sizes, offsets, strides):
                 t = t // strides[d]
             if offsets[d] > 0 or strides[d] > 1:
                 conds.append(t >= 0)
-            if sizes[d] > offsets[d] + (xs[2 + d] - 1) * strides[d] + 1 or strides[d] > 1:
+            if not known(sizes[d] <= offsets[d] + (xs[2 + d] - 1) * strides[d] + 1) or strides[d] > 1:
                 conds.append(t < xs[2 + d])
             src.append(t)
         v = x[(b, ch) + tuple(src)]
@@ -67,7 +68,7 @@ def pad_blocked(x, sizes, offsets, fill=None):
             t = u[d] - offsets[d]
             if offsets[d] > 0:
                 conds.append(t >= 0)
-            if sizes[d] > offsets[d] + xs[2 + d]:
+            if not known(sizes[d] <= offsets[d] + xs[2 + d]):
                 conds.append(t < xs[2 + d])
             src.append(t)
         v = x[(b, cb) + tuple(src) + (u[nd],)]
@@ -165,7 +166,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     N = batch(g, n.args[0])
     CI = x.shape[1]            # a size variable in a kernel generic in it
     CO = n.type.shape[1]
-    out_sp = tuple(n.type.shape[2:])
+    out_sp = tuple(g.node_type(n).shape[2:])
     if blocked:     # the node's output is blocked: (N, CO/bn, *S, bn)
         CO, out_sp = n.args[1].type.shape[0], out_sp[:-1]
         CI = n.args[1].type.shape[1]
@@ -219,7 +220,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
+    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) \
+        if blocked and all(is_number(d) for d in out_sp) else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
         P = int(np.prod(out_sp))
@@ -279,7 +281,8 @@ def conv_padded(g, n, x, wi):
     a = n.attrs
     nd = len(n.type.shape) - 2
     p = a["padding"]
-    sizes = [n.args[0].type.shape[2 + d] + p[d] + p[d + nd] for d in range(nd)]
+    in_sp = g.node_type(n.args[0]).shape[2:]
+    sizes = [in_sp[d] + p[d] + p[d + nd] for d in range(nd)]
     return conv_blocked(g, n, x, wi, (sizes, p[:nd], (1,) * nd))
 
 
@@ -350,15 +353,14 @@ def schedule(s, out, g, parallel=True):
         if t.op.reduce_axis and t is not Cv and t is not out:
             par_vec(s, t, target, True, parallel)
     CB = ishape(Cv)[1]
-    xb, cbb = info.get("tile") or tiling.register_tile(target, OW, CB * bn, whole_rows=True,
-                                                        whole_vecs=True)
+    xb, cbb = info.get("tile") or row_tile(target, OW, CB * bn, whole_vecs=True)
     blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
     first, *rest = s[Cv].op.reduce_axis
     shape = ishape(Cv)
     chunk, rows = (0, 1) if "tile" in info else \
-        _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
+        _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, number(OW))
     if blocked_out:
         # a blocked output (nn.conv2d_blocked): the epilogue stores whole channel vectors
         b, cb, *sp, c = out.op.axis
