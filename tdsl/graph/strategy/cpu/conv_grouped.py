@@ -99,7 +99,9 @@ def grouped_conv2d(g, n, tensors):
                                       max_vecs=max(1, nv))
         rb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
-    owp = round_up(OW, wv)
+    # a symbolic row is computed in whole tiles: its last tile, ragged anyway, then needs no
+    # guard in the multiply-adds (only the epilogue's store is peeled)
+    owp = round_up(OW, wv if isinstance(OW, int) else pv * wv)
     wq = round_up(owp + ((KW - 1) * dw) // sw, wv)   # columns per phase, whole vectors
     ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl, zero if quantized else None)
 
