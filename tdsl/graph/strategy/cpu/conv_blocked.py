@@ -24,7 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
-from .width import is_number, known, number, row_tile
+from .width import is_number, known, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -330,9 +330,11 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     costs more than it saves; convs with taps are left alone, their neighbouring taps
     reading the same lines, and so are AVX-512's 16-channel blocks, which gain nothing.
     A pass takes as many rows as keep its accumulators within PASS_ACC_BYTES of L1, so
-    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass)."""
+    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass). A row of
+    symbolic width `ow` is left alone: its accumulators would be a buffer sized at run
+    time, allocated per task and far from L1 on a long signal."""
     planes = getattr(first.dom.extent, "value", first.dom.extent)
-    if not _plane_streams(info.get("taps", 1), planes, xb, bn):
+    if not is_number(ow) or not _plane_streams(info.get("taps", 1), planes, xb, bn):
         return 0, 1
     row_bytes = ow * cbb * bn * 4
     rows = max(d for d in range(1, height + 1) if height % d == 0
@@ -360,7 +362,7 @@ def schedule(s, out, g, parallel=True):
     first, *rest = s[Cv].op.reduce_axis
     shape = ishape(Cv)
     chunk, rows = (0, 1) if "tile" in info else \
-        _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, number(OW))
+        _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
     if blocked_out:
         # a blocked output (nn.conv2d_blocked): the epilogue stores whole channel vectors
         b, cb, *sp, c = out.op.axis
