@@ -215,7 +215,8 @@ def test_helper_nets(make):
 
 
 def test_symbolic_spatial_size_falls_back():
-    """A symbolic image size is not taken by the CPU conv definitions: topi's, right."""
+    """A symbolic image height is not taken by the CPU conv definitions (a symbolic width
+    alone is: cpu/width.py): topi's, right."""
     n = Net(8, (16, 16))
     n.outs.append(n.conv("x", 8, 16, 3, pads=[1] * 4))
     m = n.model("batch")
@@ -321,3 +322,16 @@ def test_conv2d_symbolic_width():
     m = _symbolic_length(n.model(1), ("batch", "width"))
     exe = _check_shapes(m, [(1, 24, 6, 16), (2, 24, 6, 45), (1, 24, 6, 3)])
     assert {"conv_blocked", "conv2d_grouped"} <= {k.scheduled_by for k, _, _ in exe.steps}
+
+
+def test_transposed_and_3d_conv_symbolic_last_axis():
+    """A 1-D transposed conv (the blocked conv of its input spread onto the stride grid)
+    and a 3-D conv, each with its last axis symbolic: the blocked conv, right."""
+    n = Net(16, (32,))
+    n.outs.append(n.conv("x", 16, 24, 4, nd=1, transpose=True, strides=[2], pads=[1, 1]))
+    exe = _check_shapes(_symbolic_length(n.model(1)), [(1, 16, 32), (2, 16, 77), (1, 16, 1)])
+    assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_transpose_blocked"}
+    n = Net(16, (4, 6, 20))
+    n.outs.append(n.conv("x", 16, 24, 3, nd=3, pads=[1] * 6))
+    exe = _check_shapes(_symbolic_length(n.model(1)), [(1, 16, 4, 6, 20), (2, 16, 4, 6, 33)])
+    assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_blocked"}

@@ -293,7 +293,7 @@ def conv_transpose(g, n, x, wi):
     nd = len(n.type.shape) - 2
     K = n.args[1].type.shape[2:]
     dl, p = a["dilation"], a["padding"]
-    out_sp = n.type.shape[2:]
+    out_sp = g.node_type(n).shape[2:]
     sizes = [out_sp[d] + (K[d] - 1) * dl[d] for d in range(nd)]
     offsets = [(K[d] - 1) * dl[d] - p[d] for d in range(nd)]
 
