@@ -24,7 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
-from .width import is_number, known, row_tile
+from .width import is_number, known, row_chunks, row_extent, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -381,10 +381,13 @@ def schedule(s, out, g, parallel=True):
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+    # a symbolic row: its tiles in chunks, which the threads share with the channel
+    # blocks (one block of a 64-channel conv would leave one task for the cores)
+    chunks, xo = row_chunks(s, out, xo, xb, OW)
+    s[out].reorder(b, cob, *lead, *in_pass, *chunks, xo, coi, xi, *c_in)
     if blocked_out:
         s[out].vectorize(c)
-    par = outer_fuse(s, out, [b, cob, *lead])
+    par = outer_fuse(s, out, [b, cob, *lead, *chunks])
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
@@ -407,7 +410,7 @@ def schedule(s, out, g, parallel=True):
         pa = s[pad].fuse(*pad.op.axis[:-1])
         if parallel:
             s[pad].parallel(pa)
-        vec_split(s, pad, pad.op.axis[-1], ishape(pad)[-1], target)
+        vec_split(s, pad, pad.op.axis[-1], row_extent(pad), target)
 
 
 def schedule_depthwise(s, out, g, parallel=True):

@@ -84,3 +84,26 @@ def round_up(d, m: int):
         return -(-d // m) * m
     import tdsl
     return tdsl.floordiv(d + (m - 1), m) * m
+
+
+# a symbolic row's tiles are split between the threads in chunks of about this many
+# pixels: a chunk's ragged tail is peeled within it, and a few chunks of the shortest
+# rows of a signal's CNN (60 pixels at 4000 samples) still make tasks for the cores
+CHUNK_PIXELS = 64
+
+
+def row_chunks(s, t, tiles, tile, width):
+    """([the loop of chunks], the loop of tiles in a chunk) of stage `t`'s loop `tiles`
+    over a row's tiles of `tile` pixels: on a row of symbolic `width`, chunks of
+    CHUNK_PIXELS for the parallel loop; on a static one, ([], `tiles`) as it was."""
+    if is_number(width):
+        return [], tiles
+    outer, inner = s[t].split(tiles, factor=max(1, -(-CHUNK_PIXELS // tile)))
+    return [outer], inner
+
+
+def row_extent(t) -> int:
+    """The number of elements of tensor `t`'s last axis for a heuristic (a vector's
+    width): its size, or LONG_ROW where that is symbolic."""
+    d = t.shape[-1]
+    return int(d) if isinstance(d, int) else number(d) if is_number(d) else LONG_ROW
