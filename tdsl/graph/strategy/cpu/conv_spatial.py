@@ -23,7 +23,7 @@ from .. import tag, topi
 from ..stages import stages_of
 from .batch import batch, image_weights, outer_fuse
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
-from .width import number, round_up
+from .width import number, round_up, row_extent
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
 # 16->64 at 55x55; from 32 input channels on (32->128 at 27x27) the blocked conv wins.
@@ -105,4 +105,4 @@ def schedule(s, out, g, parallel=True):
     pa = s[ph].fuse(*ph.op.axis[:-1])
     if parallel and int(np.prod([topi.dim(d) for d in ph.shape])) >= PAR_MIN_ELEMS:
         s[ph].parallel(pa)
-    vec_split(s, ph, ph.op.axis[-1], topi.dim(ph.shape[-1]), target)
+    vec_split(s, ph, ph.op.axis[-1], row_extent(ph), target)
