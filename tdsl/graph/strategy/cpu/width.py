@@ -1,6 +1,6 @@
 """Image strategies whose row width is a size variable (a 1-D signal's length exported
-symbolic, conv1d arriving as a conv2d of one row): the CPU's conv and pool definitions
-take the last spatial axis, like the batch (batch.py), as an index expression, every
+symbolic, conv1d arriving as a conv2d of one row): the CPU's conv definitions take the
+last spatial axis, like the batch (batch.py), as an index expression, every
 other size a number. The static schedules run unchanged over it: the width's register
 tiles become a run-time count of tiles, and the split's guard (`likely`) lets loop
 partitioning peel the ragged last tile off a guard-free main loop; a row padded to whole
@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import sympy
 
+import tdsl
+
 from .... import tiling
+from ....arith import simplify
 from ....target import as_target
 
 # the width a symbolic row's heuristics read where a number must stand for it: tiles for
@@ -73,7 +76,6 @@ def known(cond) -> bool:
     expressions, whether it simplifies to true (unknown: False)."""
     if isinstance(cond, bool):
         return cond
-    from ....arith import simplify
     v = getattr(simplify(cond), "value", None)
     return bool(v) if v is not None else False
 
@@ -82,7 +84,6 @@ def round_up(d, m: int):
     """Size `d` (an int or an index expression) rounded up to a multiple of `m`."""
     if isinstance(d, int):
         return -(-d // m) * m
-    import tdsl
     return tdsl.floordiv(d + (m - 1), m) * m
 
 
@@ -105,5 +106,4 @@ def row_chunks(s, t, tiles, tile, width):
 def row_extent(t) -> int:
     """The number of elements of tensor `t`'s last axis for a heuristic (a vector's
     width): its size, or LONG_ROW where that is symbolic."""
-    d = t.shape[-1]
-    return int(d) if isinstance(d, int) else number(d) if is_number(d) else LONG_ROW
+    return number(t.shape[-1])
