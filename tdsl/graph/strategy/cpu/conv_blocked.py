@@ -382,12 +382,15 @@ def schedule(s, out, g, parallel=True):
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
     # a symbolic row: its tiles in chunks, which the threads share with the channel
-    # blocks (one block of a 64-channel conv would leave one task for the cores)
-    chunks, xo = row_chunks(s, out, xo, xb, OW)
-    s[out].reorder(b, cob, *lead, *in_pass, *chunks, xo, coi, xi, *c_in)
+    # blocks and the rows (one block of a 64-channel conv would leave one task)
+    chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
+    # chunks outermost: the fused loop's divisions are then by constants, the chunk's
+    # by the product of the other extents (a remainder in the row's index would hide
+    # from bound inference that the tiles stay in the row)
+    s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
     if blocked_out:
         s[out].vectorize(c)
-    par = outer_fuse(s, out, [b, cob, *lead, *chunks])
+    par = outer_fuse(s, out, [b, *chunks, cob, *lead])
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass

@@ -87,19 +87,19 @@ def round_up(d, m: int):
     return tdsl.floordiv(d + (m - 1), m) * m
 
 
-# a symbolic row's tiles are split between the threads in chunks of about this many
-# pixels: a chunk's ragged tail is peeled within it, and a few chunks of the shortest
-# rows of a signal's CNN (60 pixels at 4000 samples) still make tasks for the cores
-CHUNK_PIXELS = 64
-
-
-def row_chunks(s, t, tiles, tile, width):
+def row_chunks(s, t, tiles, width, tasks, target):
     """([the loop of chunks], the loop of tiles in a chunk) of stage `t`'s loop `tiles`
-    over a row's tiles of `tile` pixels: on a row of symbolic `width`, chunks of
-    CHUNK_PIXELS for the parallel loop; on a static one, ([], `tiles`) as it was."""
+    over a row's tiles: on a row of symbolic `width`, as many chunks as make the parallel
+    loop's `tasks` (the channel blocks) tiling.parallel_chunks, each a run-time share of
+    the row; on a static one, ([], `tiles`) as it was. A constant number of chunks keeps
+    the fused parallel loop's divisions by constants, and the chunk's tiles one loop whose
+    ragged last tile loop partitioning peels."""
     if is_number(width):
         return [], tiles
-    outer, inner = s[t].split(tiles, factor=max(1, -(-CHUNK_PIXELS // tile)))
+    n = -(-tiling.parallel_chunks(target) // max(tasks, 1))
+    if n <= 1:
+        return [], tiles
+    outer, inner = s[t].split(tiles, nparts=n)
     return [outer], inner
 
 
