@@ -1,12 +1,13 @@
 """Image strategies whose row width is a size variable (a 1-D signal's length exported
 symbolic, conv1d arriving as a conv2d of one row): the CPU's conv definitions take the
-last spatial axis, like the batch (batch.py), as an index expression, every
-other size a number. The static schedules run unchanged over it: the width's register
-tiles become a run-time count of tiles, and the split's guard (`likely`) lets loop
-partitioning peel the ragged last tile off a guard-free main loop; a row padded to whole
-tiles or vectors is padded to the run-time width rounded up. A tile that must divide a
-static row is chosen for a symbolic one as for a long row (`row_tile`): its one ragged
-tile per row is peeled, so it costs the tile's work once, not a guard per tile."""
+last spatial axis, like the batch (batch.py), as an index expression, every other size
+a number. The static schedules run unchanged over it: the width's register tiles become
+a run-time count of tiles, and the split's guard (`likely`) lets loop partitioning peel
+the ragged last tile off a guard-free main loop; the blocked conv's threads share the
+row in chunks (`row_chunks`); a row padded to whole tiles or vectors is padded to the
+run-time width rounded up. A tile that must divide a static row is chosen for a
+symbolic one as for a long row (`row_tile`): its one ragged tile per row is peeled, so
+it costs the tile's work once, not a guard per tile."""
 from __future__ import annotations
 
 import sympy
