@@ -215,7 +215,8 @@ def test_helper_nets(make):
 
 
 def test_symbolic_spatial_size_falls_back():
-    """A symbolic image size is not taken by the CPU conv definitions: topi's, right."""
+    """A symbolic image height is not taken by the CPU conv definitions (a symbolic width
+    alone is: cpu/width.py): topi's, right."""
     n = Net(8, (16, 16))
     n.outs.append(n.conv("x", 8, 16, 3, pads=[1] * 4))
     m = n.model("batch")
@@ -249,3 +250,88 @@ def test_channel_split_is_a_view_at_batch_1_only():
         return {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
     assert not sliced & ran(1)
     assert sliced <= ran(2)
+
+
+def _symbolic_length(m, names=("batch", "signal")):
+    """A copy of model `m` whose input's batch and last axis (and its outputs' shapes)
+    are symbolic, as an exporter's dynamic_axes write them."""
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    dims = m2.graph.input[0].type.tensor_type.shape.dim
+    for d, name in zip((dims[0], dims[len(dims) - 1]), names):
+        d.dim_param = name
+    for v in m2.graph.output:
+        v.type.tensor_type.ClearField("shape")
+    del m2.graph.value_info[:]
+    return m2
+
+
+def _check_shapes(m, shapes, target="llvm", tol=2e-4):
+    """Builds `m` once for `target` and runs it at each input shape against onnxruntime."""
+    exe = G.build(G.optimize(G.from_onnx(m), target=target), target=target)
+    name = m.graph.input[0].name
+    for shape in shapes:
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        got, want = exe.run(x), models.onnxruntime_run(m, {name: x})
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
+    return exe
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_conv1d_net_any_signal_length(target):
+    """The 1-D CNN with its batch and signal length symbolic (bench/dynamic.py): built
+    once, right at lengths whose rows end in ragged tiles, at batch 1 and 2; its convs
+    take the CPU definitions a static build takes (cpu/width.py), none the auto-scheduler."""
+    m = _symbolic_length(models.conv1d_net(length=1000))
+    exe = _check_shapes(m, [(1, 1, 1000), (2, 1, 1337), (1, 1, 2999), (1, 1, 203)], target)
+    convs = {k.scheduled_by for k, _, n in exe.steps if any(o.op == "nn.conv2d" for o in n.op.nodes())}
+    assert convs == {"conv2d_rows", "conv_blocked", "conv2d_grouped"}
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pads,dil,groups,impl", [
+    (1, 16, 11, 4, (5, 5), 1, 1, "conv2d_rows"),        # a stem: rows of the plain image
+    (24, 32, 3, 2, (1, 1), 1, 1, "conv_blocked"),       # strided
+    (32, 32, 3, 1, (2, 3), 2, 1, "conv_blocked"),       # dilated, asymmetric padding
+    (24, 40, 1, 2, (0, 0), 1, 1, "conv_blocked"),       # strided 1x1, a ragged channel block
+    (32, 32, 1, 1, (0, 0), 1, 1, "conv_blocked"),       # 1x1 (the pixel GEMM wants a static image)
+    (32, 32, 5, 1, (2, 2), 1, 32, "conv2d_grouped"),    # depthwise
+    (32, 32, 3, 2, (0, 1), 1, 32, "conv2d_grouped"),    # depthwise, strided, asymmetric padding
+    (32, 64, 3, 1, (1, 1), 1, 4, "conv2d_grouped"),     # grouped
+])
+def test_conv1d_symbolic_length(cin, cout, k, stride, pads, dil, groups, impl):
+    """One conv of each kind with a symbolic output length, its relu fused: right at
+    lengths shorter than a vector, than a register tile, and ragged by every remainder."""
+    n = Net(cin, (64,))
+    n.outs.append(n.conv("x", cin, cout, k, groups=groups, nd=1, strides=[stride], pads=list(pads),
+                         dilations=[dil]))
+    m = _symbolic_length(n.model(1))
+    lengths = [L for L in (11, 16, 37, 64, 250, 1001) if (L + sum(pads) - (k - 1) * dil - 1) // stride >= 0]
+    exe = _check_shapes(m, [(1, cin, L) for L in lengths] + [(3, cin, 99)])
+    assert {k.scheduled_by for k, _, _ in exe.steps} == {impl}
+
+
+def test_conv2d_symbolic_width():
+    """A 2-D conv chain whose image width alone is symbolic (the height a number): the
+    blocked conv and the depthwise conv tile the rows as a 1-D signal's; a symbolic
+    height stays with topi's definitions (test_symbolic_spatial_size_falls_back)."""
+    n = Net(24, (6, 16))
+    a = n.conv("x", 24, 16, 3, pads=[1] * 4)
+    n.outs.append(n.conv(a, 16, 16, 3, groups=16, pads=[1, 0, 1, 2], strides=[1, 2]))
+    m = _symbolic_length(n.model(1), ("batch", "width"))
+    exe = _check_shapes(m, [(1, 24, 6, 16), (2, 24, 6, 45), (1, 24, 6, 3)])
+    assert {"conv_blocked", "conv2d_grouped"} <= {k.scheduled_by for k, _, _ in exe.steps}
+
+
+def test_transposed_and_3d_conv_symbolic_last_axis():
+    """A 1-D transposed conv (the blocked conv of its input spread onto the stride grid)
+    and a 3-D conv, each with its last axis symbolic: the blocked conv, right."""
+    n = Net(16, (32,))
+    n.outs.append(n.conv("x", 16, 24, 4, nd=1, transpose=True, strides=[2], pads=[1, 1]))
+    exe = _check_shapes(_symbolic_length(n.model(1)), [(1, 16, 32), (2, 16, 77), (1, 16, 1)])
+    assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_transpose_blocked"}
+    n = Net(16, (4, 6, 20))
+    n.outs.append(n.conv("x", 16, 24, 3, nd=3, pads=[1] * 6))
+    exe = _check_shapes(_symbolic_length(n.model(1)), [(1, 16, 4, 6, 20), (2, 16, 4, 6, 33)])
+    assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_blocked"}

@@ -289,6 +289,29 @@ def test_quantized_grouped_conv_takes_the_grouped_strategy(groups, stride, layou
     assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
 
 
+def test_quantized_depthwise_conv1d_of_symbolic_length():
+    """A QDQ strided depthwise Conv1d whose signal length is symbolic: the grouped conv's
+    int32 register tile over a run-time row (cpu/width.py), built once, exact against
+    onnxruntime at lengths that end in ragged tiles."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(14)
+    c = 32
+    sw = (0.003 + 0.002 * rng.random(c)).astype(np.float32)
+    inits = [("s_x", np.float32(0.02)), ("z_x", np.uint8(77)), ("w", rng.integers(-90, 90, (c, 1, 3)).astype(np.int8)),
+             ("sw", sw), ("zw", np.zeros(c, np.int8)), ("sy", np.float32(0.05)), ("zy", np.uint8(60))]
+    nodes = _qdq_inputs(["x"]) + [
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd"], ["cv"], pads=[1, 1], strides=[2], group=c),
+        helper.make_node("QuantizeLinear", ["cv", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, [("x", [1, c, "signal"])], TensorProto.UINT8)
+    exe = G.build(G.optimize(G.from_onnx(model), target="llvm"), target="llvm")
+    for n in (50, 77, 5):
+        x = rng.standard_normal((1, c, n)).astype(np.float32)
+        d = np.abs(exe.run(x)[0].astype(int) - models.onnxruntime_run(model, {"x": x})[0].astype(int))
+        assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (n, d.max(), np.mean(d == 0))
+    assert "conv2d_grouped" in {k.scheduled_by for k, _, _ in exe.steps}
+
+
 def test_quantized_dilated_conv_drops_the_taps_that_read_padding():
     """DeepLab's ASPP on a small image: a 3x3 conv of dilation 6 on a 5x5 image reads the
     image with its centre tap only; the quantized conv keeps that tap alone (the padding

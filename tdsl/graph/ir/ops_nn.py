@@ -3,6 +3,7 @@ reductions, softmax and the normalizations."""
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from ...errors import GraphError
 from .registry import check_nargs, broadcast_shape, register
@@ -17,10 +18,16 @@ def conv_out_dims(in_dims, k_dims, strides, padding, dilation):
     for d in range(nd):
         ek = (k_dims[d] - 1) * dilation[d] + 1
         o = (in_dims[d] + padding[d] + padding[d + nd] - ek) // strides[d] + 1
-        if o <= 0:
+        if _never_positive(o):
             raise GraphError(f"output size {o} <= 0 in spatial dim {d}")
         out.append(o)
     return out
+
+
+def _never_positive(o) -> bool:
+    """Whether output size `o` is below 1 (for a symbolic one: at every size: an
+    unpadded conv of a symbolic length is defined from its kernel's size on)."""
+    return bool(o <= 0) if isinstance(o, int) else (o <= 0) is sympy.true
 
 
 def _check_list(attrs, key, n):
@@ -164,7 +171,7 @@ def pool_out_dims(in_dims, k, s, p, dl, ceil_mode):
         o = (-(-num // s[d]) if ceil_mode else num // s[d]) + 1
         if ceil_mode and (o - 1) * s[d] >= in_dims[d] + p[d]:
             o -= 1   # the last window must start inside the input or its left padding
-        if o <= 0:
+        if _never_positive(o):
             raise GraphError(f"pooling output size {o} <= 0 in spatial dim {d}")
         out.append(o)
     return out

@@ -24,6 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
+from .width import is_number, known, row_chunks, row_extent, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -44,7 +45,7 @@ def spread(x, sizes, offsets, strides):
                 t = t // strides[d]
             if offsets[d] > 0 or strides[d] > 1:
                 conds.append(t >= 0)
-            if sizes[d] > offsets[d] + (xs[2 + d] - 1) * strides[d] + 1 or strides[d] > 1:
+            if not known(sizes[d] <= offsets[d] + (xs[2 + d] - 1) * strides[d] + 1) or strides[d] > 1:
                 conds.append(t < xs[2 + d])
             src.append(t)
         v = x[(b, ch) + tuple(src)]
@@ -67,7 +68,7 @@ def pad_blocked(x, sizes, offsets, fill=None):
             t = u[d] - offsets[d]
             if offsets[d] > 0:
                 conds.append(t >= 0)
-            if sizes[d] > offsets[d] + xs[2 + d]:
+            if not known(sizes[d] <= offsets[d] + xs[2 + d]):
                 conds.append(t < xs[2 + d])
             src.append(t)
         v = x[(b, cb) + tuple(src) + (u[nd],)]
@@ -165,7 +166,7 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     N = batch(g, n.args[0])
     CI = x.shape[1]            # a size variable in a kernel generic in it
     CO = n.type.shape[1]
-    out_sp = tuple(n.type.shape[2:])
+    out_sp = tuple(g.node_type(n).shape[2:])
     if blocked:     # the node's output is blocked: (N, CO/bn, *S, bn)
         CO, out_sp = n.args[1].type.shape[0], out_sp[:-1]
         CI = n.args[1].type.shape[1]
@@ -219,7 +220,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
+    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) \
+        if blocked and all(is_number(d) for d in out_sp) else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
         P = int(np.prod(out_sp))
@@ -279,7 +281,8 @@ def conv_padded(g, n, x, wi):
     a = n.attrs
     nd = len(n.type.shape) - 2
     p = a["padding"]
-    sizes = [n.args[0].type.shape[2 + d] + p[d] + p[d + nd] for d in range(nd)]
+    in_sp = g.node_type(n.args[0]).shape[2:]
+    sizes = [in_sp[d] + p[d] + p[d + nd] for d in range(nd)]
     return conv_blocked(g, n, x, wi, (sizes, p[:nd], (1,) * nd))
 
 
@@ -290,7 +293,7 @@ def conv_transpose(g, n, x, wi):
     nd = len(n.type.shape) - 2
     K = n.args[1].type.shape[2:]
     dl, p = a["dilation"], a["padding"]
-    out_sp = n.type.shape[2:]
+    out_sp = g.node_type(n).shape[2:]
     sizes = [out_sp[d] + (K[d] - 1) * dl[d] for d in range(nd)]
     offsets = [(K[d] - 1) * dl[d] - p[d] for d in range(nd)]
 
@@ -327,9 +330,11 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     costs more than it saves; convs with taps are left alone, their neighbouring taps
     reading the same lines, and so are AVX-512's 16-channel blocks, which gain nothing.
     A pass takes as many rows as keep its accumulators within PASS_ACC_BYTES of L1, so
-    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass)."""
+    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass). A row of
+    symbolic width `ow` is left alone: its accumulators would be a buffer sized at run
+    time, allocated per task and far from L1 on a long signal."""
     planes = getattr(first.dom.extent, "value", first.dom.extent)
-    if not _plane_streams(info.get("taps", 1), planes, xb, bn):
+    if not is_number(ow) or not _plane_streams(info.get("taps", 1), planes, xb, bn):
         return 0, 1
     row_bytes = ow * cbb * bn * 4
     rows = max(d for d in range(1, height + 1) if height % d == 0
@@ -350,8 +355,7 @@ def schedule(s, out, g, parallel=True):
         if t.op.reduce_axis and t is not Cv and t is not out:
             par_vec(s, t, target, True, parallel)
     CB = ishape(Cv)[1]
-    xb, cbb = info.get("tile") or tiling.register_tile(target, OW, CB * bn, whole_rows=True,
-                                                        whole_vecs=True)
+    xb, cbb = info.get("tile") or row_tile(target, OW, CB * bn, whole_vecs=True)
     blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
@@ -377,10 +381,16 @@ def schedule(s, out, g, parallel=True):
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+    # a symbolic row: its tiles in chunks, which the threads share with the channel
+    # blocks and the rows (one block of a 64-channel conv would leave one task)
+    chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
+    # chunks outermost: the fused loop's divisions are then by constants, the chunk's
+    # by the product of the other extents (a remainder in the row's index would hide
+    # from bound inference that the tiles stay in the row)
+    s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
     if blocked_out:
         s[out].vectorize(c)
-    par = outer_fuse(s, out, [b, cob, *lead])
+    par = outer_fuse(s, out, [b, *chunks, cob, *lead])
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
@@ -403,7 +413,7 @@ def schedule(s, out, g, parallel=True):
         pa = s[pad].fuse(*pad.op.axis[:-1])
         if parallel:
             s[pad].parallel(pa)
-        vec_split(s, pad, pad.op.axis[-1], ishape(pad)[-1], target)
+        vec_split(s, pad, pad.op.axis[-1], row_extent(pad), target)
 
 
 def schedule_depthwise(s, out, g, parallel=True):

@@ -3,20 +3,18 @@ definitions take (`fast_conv`), which definition a conv2d takes (`conv_path`; th
 NCHW[x]c conv itself is conv_blocked.py), and the input they read (`on_input`)."""
 from __future__ import annotations
 
-from .... import tiling
-from . import conv1x1, conv_spatial, squeeze
-from .batch import batch_only
+from . import conv1x1, conv_spatial, squeeze, width
 
 
 def fast_conv(g, n):
     """nn.conv2d and nn.conv3d (conv1d arrives as a conv2d of one row: passes/conv_forms),
     their transposes and nn.conv2d_blocked: float32, groups 1, constant weights, the input
     a group parameter or (not for a transposed conv) the squeeze-excite multiply that
-    fuse_ops moved into the group. In a group with symbolic sizes only the batch may be
-    one (batch.py)."""
+    fuse_ops moved into the group. In a group with symbolic sizes only the batch
+    (batch.py) and the row width (width.py) may be."""
     x_e, w_e = n.args
     if g.const_param(w_e) is None or x_e.type.dtype != "float32" or n.attrs["groups"] != 1 \
-            or not batch_only(g, n):
+            or not width.batch_and_width(g, n):
         return False
     if x_e in g.pidx:
         return True
@@ -66,13 +64,14 @@ def conv_path(g, n):
     # the blocked conv's register tile: rows must divide the output row, so a prime width
     # (13 in squeezenet) on 16 registers leaves it one accumulator; the strategies that
     # vectorize along the image take such convs
-    xb, cbb = tiling.register_tile(g.target, n.type.shape[3], -(-CO // bn) * bn, whole_rows=True,
-                                   whole_vecs=True)
+    # (on a symbolic row, width.row_tile: the best tile for a long row, ragged at its end)
+    xb, cbb = width.row_tile(g.target, n.type.shape[3], -(-CO // bn) * bn, whole_vecs=True)
     if squeeze.is_matvec_conv(n):
         return "matvec"
     if conv_spatial.applies(g, n, xb * cbb):
         return "rows"
-    if conv1x1.applies(g, n, xb * cbb):
+    # the pixel GEMM packs whole images of a static size
+    if not width.symbolic_width(n) and conv1x1.applies(g, n, xb * cbb):
         return "1x1"
     return "blocked"
 

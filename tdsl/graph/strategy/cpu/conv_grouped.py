@@ -35,6 +35,7 @@ from . import conv_int8
 from .batch import batch, image_shape, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except
 from ..stages import ishape
+from .width import known, number, round_up
 
 # depthwise register tiles: at most 8 rows x 2 vectors. Wider tiles (2 rows x 7 vectors of
 # a 112-wide row) redo more of the padding copy per output.
@@ -46,11 +47,12 @@ PLANE_BYTES = 16 * 1024
 def applies(g, n):
     """`nn.conv2d` node `n` with groups > 1 and constant weights (float32, static shapes),
     or such a `qnn.conv2d` (uint8 data, int8 weights of zero point 0, constant zero
-    points). The batch may be symbolic."""
+    points). The batch and the row width may be symbolic (width.py)."""
     x_e, w_e = n.args[:2]
     quantized = n.op == "qnn.conv2d"
     if n.attrs["groups"] == 1 or x_e.type.dtype != ("uint8" if quantized else "float32") \
-            or not all(isinstance(d, int) for d in x_e.type.shape[1:] + n.type.shape[1:]) or g.const_param(w_e) is None:
+            or not all(isinstance(d, int) for d in x_e.type.shape[1:-1] + n.type.shape[1:-1]) \
+            or g.const_param(w_e) is None:
         return False
     if not quantized:
         return True
@@ -74,15 +76,16 @@ def grouped_conv2d(g, n, tensors):
     CO, CIG, KH, KW = w_e.type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
-    OH, OW = n.type.shape[2:]
+    OH, OW = g.node_type(n).shape[2:]
+    ow = number(OW)        # a symbolic row: a long one for the tile's choice
     cog = CO // groups
     depthwise = cog == 1       # no input vector is shared between output channels
     lanes = g.target.vector_lanes("float32")
     # row vectors of whole registers (or a power-of-two part of one for short rows):
     # a 14-lane vector is split by LLVM into 8 + 4 + 2 lane loads; the lanes past the row
     # compute on padding and are not stored
-    wv = min(lanes, 1 << max(OW - 1, 1).bit_length())
-    nv = -(-OW // wv)
+    wv = min(lanes, 1 << max(ow - 1, 1).bit_length())
+    nv = -(-ow // wv)
     if depthwise:
         # rows x vectors; a few channels when a plane is too small to fill the tile
         rb, pv = tiling.register_tile(g.target, OH, nv * wv, whole_rows=True, whole_vecs=True,
@@ -96,7 +99,10 @@ def grouped_conv2d(g, n, tensors):
                                       max_vecs=max(1, nv))
         rb = 1
     hp = (OH - 1) * sh + (KH - 1) * dh + 1          # padded rows the windows touch
-    wq = -(-(nv * wv + ((KW - 1) * dw) // sw) // wv) * wv   # columns per phase, whole vectors
+    # a symbolic row is computed in whole tiles: its last tile, ragged anyway, then needs no
+    # guard in the multiply-adds (only the epilogue's store is peeled)
+    owp = round_up(OW, wv if isinstance(OW, int) else pv * wv)
+    wq = round_up(owp + ((KW - 1) * dw) // sw, wv)   # columns per phase, whole vectors
     ph = topi.phase_split_pad(x, hp, wq, sw, pt, pl, zero if quantized else None)
 
     def pack(w):
@@ -115,10 +121,9 @@ def grouped_conv2d(g, n, tensors):
         ci = (co // cb) // per_block * CIG + rc if cog > 1 else co * CIG + rc
         v = ph[b, ci, oy * sh + ky * dh, (kx * dw) % sw, ox + (kx * dw) // sw]
         return tdsl.sum((v.astype("int32") if quantized else v) * Wp[co // cb, rc, ky, kx, co % cb], axis=[rc, ky, kx])
-    owp = nv * wv
     Cv = tdsl.compute((N, CO, OH, owp), conv, name=topi.uname("conv"))
     out = Cv
-    if owp != OW:     # rows computed in whole vectors; the epilogue reads the real ones
+    if not known(owp == OW):     # rows computed in whole vectors; the epilogue reads the real ones
         out = tdsl.compute((N, CO, OH, OW), lambda b, co, oy, ox: Cv[b, co, oy, ox], name=topi.uname("crop"))
     if quantized:
         sums = conv_int8.weight_sums(g, wi, CO)

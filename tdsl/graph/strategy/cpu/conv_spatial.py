@@ -23,6 +23,7 @@ from .. import tag, topi
 from ..stages import stages_of
 from .batch import batch, image_weights, outer_fuse
 from .loops import PAR_MIN_ELEMS, inline_except, par_vec, vec_split
+from .width import number, round_up, row_extent
 
 # Input channels up to which this beats the blocked conv: stems (3), and squeezenet's 3x3
 # 16->64 at 55x55; from 32 input channels on (32->128 at 27x27) the blocked conv wins.
@@ -37,7 +38,7 @@ def applies(g, n, blocked_acc=MIN_ACC):
     accumulators (`blocked_acc`) while this one's has enough."""
     a = n.attrs
     CO, CI, KH, KW = n.args[1].type.shape
-    OW = n.type.shape[3]
+    OW = number(n.type.shape[3])       # a symbolic row reads as a long one
     lanes = g.target.vector_lanes(n.args[0].type.dtype)
     if a["groups"] != 1 or KH * KW == 1 or OW < lanes or n.args[0].type.dtype != "float32":
         return False
@@ -53,11 +54,11 @@ def conv2d_rows(g, n, x, wi):
     CO, CI, KH, KW = n.args[1].type.shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl = a["padding"][0], a["padding"][1]
-    OH, OW = n.type.shape[2:]
+    OH, OW = g.node_type(n).shape[2:]
     lanes = g.target.vector_lanes("float32")
-    cb, pv = tiling.register_tile(g.target, CO, OW, whole_rows=True)
+    cb, pv = tiling.register_tile(g.target, CO, number(OW), whole_rows=True)
     row = pv * lanes
-    owp = -(-OW // row) * row                  # conv row padded to whole tiles
+    owp = round_up(OW, row)                    # conv row padded to whole tiles
 
     def pack(w):
         return np.ascontiguousarray(w.reshape(CO // cb, cb, CI, KH, KW).transpose(0, 2, 3, 4, 1))
@@ -104,4 +105,4 @@ def schedule(s, out, g, parallel=True):
     pa = s[ph].fuse(*ph.op.axis[:-1])
     if parallel and int(np.prod([topi.dim(d) for d in ph.shape])) >= PAR_MIN_ELEMS:
         s[ph].parallel(pa)
-    vec_split(s, ph, ph.op.axis[-1], topi.dim(ph.shape[-1]), target)
+    vec_split(s, ph, ph.op.axis[-1], row_extent(ph), target)

@@ -1,0 +1,110 @@
+"""Image strategies whose row width is a size variable (a 1-D signal's length exported
+symbolic, conv1d arriving as a conv2d of one row): the CPU's conv definitions take the
+last spatial axis, like the batch (batch.py), as an index expression, every other size
+a number. The static schedules run unchanged over it: the width's register tiles become
+a run-time count of tiles, and the split's guard (`likely`) lets loop partitioning peel
+the ragged last tile off a guard-free main loop; the blocked conv's threads share the
+row in chunks (`row_chunks`); a row padded to whole tiles or vectors is padded to the
+run-time width rounded up. A tile that must divide a static row is chosen for a
+symbolic one as for a long row (`row_tile`): its one ragged tile per row is peeled, so
+it costs the tile's work once, not a guard per tile."""
+from __future__ import annotations
+
+import sympy
+
+import tdsl
+
+from .... import tiling
+from ....arith import simplify
+from ....target import as_target
+
+# the width a symbolic row's heuristics read where a number must stand for it: tiles for
+# long rows (a signal of thousands of samples), whose tail is peeled
+LONG_ROW = 1024
+
+
+def is_number(d) -> bool:
+    """Whether size `d` (a graph dimension, an int or an index expression) is a number."""
+    return isinstance(d, int) or getattr(d, "value", None) is not None
+
+
+def batch_and_width(g, n) -> bool:
+    """Whether every size of node `n`'s operands and result but the leading (batch) and
+    the last (row width) one is a number; always so in a group without symbolic sizes."""
+    if not g.symbolic:
+        return True
+    return all(isinstance(d, int) for t in [a.type for a in n.args] + [n.type] for d in t.shape[1:-1])
+
+
+def symbolic_width(n) -> bool:
+    """Whether node `n`'s result has a row width that is not a number."""
+    return isinstance(n.type.shape[-1], sympy.Expr)
+
+
+def number(d) -> int:
+    """Size `d` as a number for a heuristic: itself, or LONG_ROW where it is symbolic."""
+    if isinstance(d, int):
+        return d
+    v = getattr(d, "value", None)
+    return int(v) if v is not None else LONG_ROW
+
+
+def row_tile(target, width, cols, max_rows=16, **kwargs):
+    """(pixels, vectors) of a register tile along a row of `width` pixels by `cols`
+    channels (tiling.register_tile): pixels dividing a static row (whole_rows), or, on a
+    symbolic one, the best tile for a long row, ragged at its end. Of the tiles the model
+    scores alike, register_tile takes the one with the fewest registers; a static row's
+    divisors seldom leave it the smallest (250 pixels: 5, not 3), and on a long row the
+    larger tile keeps the weights' loads per pixel and the loop overhead down, so a
+    symbolic row takes the most pixels that score as well."""
+    if is_number(width):
+        return tiling.register_tile(target, number(width), cols, whole_rows=True, max_rows=max_rows, **kwargs)
+    rows, vecs = tiling.register_tile(target, LONG_ROW, cols, ragged_rows=1.0, max_rows=max_rows, **kwargs)
+    t = as_target(target)
+    regs = max(t.vector_registers, 4)
+
+    def score(r):
+        return round(tiling.tile_score(t, r, vecs, LONG_ROW, cols, ragged_rows=1.0), 6)
+    best = score(rows)
+    while rows < max_rows and (rows + 1) * vecs + vecs + 1 <= regs and (rows + 1) * vecs <= 3 * regs // 4 \
+            and score(rows + 1) >= best:
+        rows += 1
+    return rows, vecs
+
+
+def known(cond) -> bool:
+    """A condition of sizes that a definition branches on: a bool, or for index
+    expressions, whether it simplifies to true (unknown: False)."""
+    if isinstance(cond, bool):
+        return cond
+    v = getattr(simplify(cond), "value", None)
+    return bool(v) if v is not None else False
+
+
+def round_up(d, m: int):
+    """Size `d` (an int or an index expression) rounded up to a multiple of `m`."""
+    if isinstance(d, int):
+        return -(-d // m) * m
+    return tdsl.floordiv(d + (m - 1), m) * m
+
+
+def row_chunks(s, t, tiles, width, tasks, target):
+    """([the loop of chunks], the loop of tiles in a chunk) of stage `t`'s loop `tiles`
+    over a row's tiles: on a row of symbolic `width`, as many chunks as make the parallel
+    loop's `tasks` (the channel blocks) tiling.parallel_chunks, each a run-time share of
+    the row; on a static one, ([], `tiles`) as it was. A constant number of chunks keeps
+    the fused parallel loop's divisions by constants, and the chunk's tiles one loop whose
+    ragged last tile loop partitioning peels."""
+    if is_number(width):
+        return [], tiles
+    n = -(-tiling.parallel_chunks(target) // max(tasks, 1))
+    if n <= 1:
+        return [], tiles
+    outer, inner = s[t].split(tiles, nparts=n)
+    return [outer], inner
+
+
+def row_extent(t) -> int:
+    """The number of elements of tensor `t`'s last axis for a heuristic (a vector's
+    width): its size, or LONG_ROW where that is symbolic."""
+    return number(t.shape[-1])
