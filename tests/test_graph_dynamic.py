@@ -166,6 +166,30 @@ def test_a_size_outside_its_bounds_is_an_error():
         _two_inputs(bounds=(4, 1))
 
 
+def test_an_input_shorter_than_a_window_is_an_error_not_a_run():
+    """An unpadded strided conv and a max pool of a symbolic length: at lengths that leave
+    no output position onnxruntime refuses the input; so does tdsl, naming the operator
+    and the size, and it still runs at lengths that fit."""
+    import onnxruntime as ort
+    w = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3], strides=[2]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(model)), target="llvm")
+    sess = ort.InferenceSession(model.SerializeToString())
+    for n in (5, 6, 11):
+        x = np.random.default_rng(n).standard_normal((2, 2, n)).astype(np.float32)
+        _close(exe.run(x)[0], sess.run(None, {"x": x})[0])
+    with pytest.raises(tdsl.GraphError, match=r"nn.conv2d \(node 'Conv'\): its input is shorter than its window at n = 2"):
+        exe.run(np.ones((1, 2, 2), np.float32))
+    with pytest.raises(tdsl.GraphError, match=r"nn.max_pool1d \(node .MaxPool.\): its input is shorter than its window at n = 4: .* would be 0"):
+        exe.run(np.ones((1, 2, 4), np.float32))
+    _close(exe.run(np.ones((1, 2, 5), np.float32))[0], sess.run(None, {"x": np.ones((1, 2, 5), np.float32)})[0])
+
+
 def test_a_slice_of_a_table_bounds_the_size():
     """Positions 0..sequence of a 16-entry table: the network cannot run beyond 16."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence"])

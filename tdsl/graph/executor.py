@@ -26,7 +26,7 @@ from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
 from .runstate import HostMemory, SizeArg, StatePool, make_state
-from .sizes import Plans, SizeBinder, SizedPool, Slot
+from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
 from .strategy.groupdef import derived_source
@@ -152,7 +152,7 @@ class Executor:
         fn = fused.main
         self.binder = None
         if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
-            self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"))
+            self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"), window_extents(fn))
         self.bounds = fused.info.get("dim_bounds")
         # the kernels to compile are those of a plan at sizes above 1 (a batch of 1 may write
         # concats in place and view slices, leaving kernels out); each call has its own plan
@@ -200,7 +200,10 @@ class Executor:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
         self.stats["cached"] = len(self.steps) - self.stats["compiled"]
         if self.binder is not None:
-            self._plans = Plans(lambda sizes: plan_memory(fused, self._align, sizes))
+            def plan_at(sizes):     # a call's sizes are checked where its plan is made
+                self.binder.check_windows(sizes)
+                return plan_memory(fused, self._align, sizes)
+            self._plans = Plans(plan_at)
             self._pool, self._sizes, self.inputs = None, None, {}
             if self.device is not None:
                 if kind == "cuda":

@@ -10,6 +10,7 @@ caller that grows to the largest sizes run (`Slot`).
 """
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Mapping
@@ -19,16 +20,37 @@ import sympy
 
 from ..errors import GraphError
 from .host_buffer import GrowingBuffer
+from .ir import Function
 from .ir.dims import dim_str, evaluate, free_vars
+
+# operators whose output slides a window over the input: an input shorter than the window
+# leaves no output position, which ONNX (and onnxruntime) treats as an invalid input
+_WINDOWED = re.compile(r"nn\.(conv\dd(_transpose|_blocked)?|(max|avg)_pool\dd)$")
+
+
+def window_extents(fn: Function) -> list:
+    """[(symbolic output extent, operator, span)] of the windowed operators in the groups
+    of fused `fn`: each must be at least 1 at a call's sizes."""
+    out, seen = [], set()
+    for n in fn.nodes():
+        for m in (n.op.nodes() if isinstance(n.op, Function) else [n]):
+            if not _WINDOWED.match(m.op_name):
+                continue
+            for d in m.type.shape[2:]:
+                if not isinstance(d, int) and d not in seen:
+                    seen.add(d)
+                    out.append((d, m.op_name, m.span))
+    return out
 
 
 class SizeBinder:
     """Reads the size variables of `params` (the network's inputs) from the shapes of one
     call's arrays; `bounds` {name: (low, high)} are checked."""
 
-    def __init__(self, params, bounds=None):
+    def __init__(self, params, bounds=None, windows=()):
         self.params = list(params)
         self.bounds = dict(bounds or {})
+        self.windows = list(windows)          # window_extents: checked once per new sizes
         self.where: Dict[str, list] = {}      # size variable -> [(input, axis)] that name it bare
         for p in self.params:
             for ax, d in enumerate(p.type.shape):
@@ -82,6 +104,17 @@ class SizeBinder:
                                      + (f" = {evaluate(d, sizes)}" if not isinstance(d, int) else "")
                                      + f", got {shape[ax]} (shape {tuple(shape)})")
         return sizes
+
+    def check_windows(self, sizes: Mapping[str, int]):
+        """A GraphError where an input is shorter than a windowed operator's window at
+        `sizes` (that operator would have no output position)."""
+        for d, op, span in self.windows:
+            v = evaluate(d, sizes)
+            if v < 1:
+                named = ", ".join(f"{n} = {sizes[n]}" for n in sorted(x.name for x in free_vars([d])))
+                where = f" (node '{span}')" if span else ""
+                raise GraphError(f"{op}{where}: its input is shorter than its window at {named}: "
+                                 f"the output size {dim_str(d)} would be {v}")
 
     def key(self, sizes: Mapping[str, int]) -> tuple:
         return tuple(sizes[n] for n in self.names)
