@@ -182,6 +182,26 @@ def test_concatenations_of_other_images_stay_nchw():
     assert ops.index("concatenate") < ops.index("nn.conv2d_blocked"), ops
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("size,cmid", [(64, 32), (30, 28)])
+def test_a_plain_reader_of_a_chain_unblocks_it_in_a_kernel_of_its_own(target, size, cmid):
+    """regnet's pattern: the stem's image is read by 1x1 convs, which chain with the stem,
+    and by a grouped conv, which runs in NCHW; so the blocked image is unpacked by a kernel
+    of its own (layout.from_blocked: square tiles transposed in registers, partial channel
+    blocks and ragged rows too)."""
+    b = models._B(5)
+    x = b.conv_bn("input", 3, cmid, 3, stride=2)
+    y = b.conv_bn(b.conv_bn(x, cmid, cmid, 1), cmid, cmid, 1)
+    g = b.conv_bn(x, cmid, cmid, 3, groups=4)
+    out = b.node("Add", [b.node("GlobalAveragePool", [y]), b.node("GlobalAveragePool", [g])])
+    model = b.model([("input", [1, 3, size, size])], [out], "unblock")
+    ops = _check(model, (1, 3, size, size), target=target)
+    assert ops.count("nn.conv2d_blocked") == 3 and ops.count("nn.conv2d") == 1, ops
+    mod = G.optimize(G.from_onnx(model), target=target)
+    groups = [[m.op for m in n.op.nodes()] for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert ["layout.from_blocked"] in groups, groups
+
+
 @pytest.mark.parametrize("pool", [
     dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),                 # squeezenet's
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),            # resnet's
