@@ -74,13 +74,18 @@ def tile_score(target, rows: int, vecs: int, rows_extent: int, cols_extent: int,
     return score
 
 
-def depthwise_tile(target, rows: int, width: int):
+def depthwise_tile(target, rows: int, width: int, max_rows: int = 1):
     """(pixels, rows) of a channel-blocked depthwise conv's register tile: each accumulator
     is one pixel's vector of channels and each FMA loads its own input vector (neighbours
     share loads only along a row), so the tile needs the FMA chains' worth of accumulators
     and no more than half the registers (the rest hold the input row and the taps'
     weights) -- nor more than that: a bigger tile only lengthens the unrolled body; pixels
-    divide the row and rows the image, so no tile is ragged."""
+    divide the row and rows the image, so no tile is ragged. The float conv takes one row
+    (`max_rows` 1): tiles of several rows ran 1.5-3x slower than one row of the same
+    width or narrower on Zen 5 and on Haswell's code, 3x3 and 5x5, strides 1 and 2 (a
+    4x4 tile where the row divided by 14 or 7 on a 28-wide image), even where they had
+    twice the accumulators. The integer conv (conv_int8.py) still spreads its tile over
+    up to four rows."""
     t = as_target(target)
     regs = max(t.vector_registers, 4)
     want = max(2 * t.fma_chains, 4)
@@ -88,7 +93,7 @@ def depthwise_tile(target, rows: int, width: int):
     for xb in range(1, min(width, regs // 2) + 1):
         if width % xb:
             continue
-        for rb in range(1, min(rows, 4) + 1):
+        for rb in range(1, min(rows, max_rows) + 1):
             if rows % rb or xb * rb > regs // 2:
                 continue
             # enough accumulators, then one row, then the smallest tile: once the FMA

@@ -273,6 +273,31 @@ def test_transposes_read_square_tiles_without_gathers(target, shape, perm, dtype
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("blocks,H,W,C,tiled", [
+    (2, 20, 32, 0, True),           # whole blocks and whole tiles: no gather left
+    (2, 9, 13, -4, True),           # a partial last block (tiles of 4 channels), ragged rows
+    (1, 6, 8, 7, False),            # 7 channels: no square tile, read as before
+])
+def test_unblocking_reads_square_tiles(target, blocks, H, W, C, tiled):
+    """layout.from_blocked's image, out[b, ch, y, x] = xb[b, ch // bn, y, x, ch % bn],
+    reads its input contiguously along the channels within a block (`ch % bn`): square
+    tiles transposed in registers, as for a transpose, instead of a gather per vector (a
+    row's ragged last tile still gathers)."""
+    bn = Target(target).vector_lanes("float32")
+    C = C if C > 0 else blocks * bn + C      # C <= 0: that many short of whole blocks
+    X = tdsl.placeholder((1, blocks, H, W, bn), name="X")
+    Y = tdsl.compute((1, C, H, W), lambda b, ch, y, x: X[b, ch // bn, y, x, ch % bn], name="Y")
+    s = tdsl.auto_schedule(Y, target)
+    assert ("transposed in registers" in str(s.explain())) == tiled, s.explain()
+    f = tdsl.build(s, [X, Y], target=target)
+    assert not tiled or W % 16 or "gather" not in f.get_source("asm")
+    x = _data(1, blocks, H, W, bn)
+    out = np.full((1, C, H, W), np.nan, np.float32)
+    f(x, out)
+    np.testing.assert_array_equal(out, x.transpose(0, 1, 4, 2, 3).reshape(1, blocks * bn, H, W)[:, :C])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("B,M,K,N,epilogue", [
     (1, 256, 300, 288, False),   # a reduction in no whole vectors
     (2, 256, 256, 256, True)])   # batched, an elementwise consumer

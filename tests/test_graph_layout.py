@@ -59,6 +59,7 @@ def _mobile(c_mid, size, se=False, k=3, dil=1, stride=2, cout=None):
     (64, 28, True, 5, 1, 2, 40),         # a 5x5 stride-2 depthwise, gates of whole vectors
     (40, 26, False, 3, 2, 1, 20),        # dilated depthwise
     (48, 14, True, 5, 2, 1, 24),
+    (80, 112, True, 5, 1, 2, 40),        # a 28-wide row: a tile of one row (tiling.depthwise_tile)
 ])
 def test_mobile_chain_is_blocked_end_to_end(c_mid, size, se, k, dil, stride, cout):
     ops = _check(_mobile(c_mid, size, se, k, dil, stride, cout), (1, 3, size, size))
@@ -182,6 +183,26 @@ def test_concatenations_of_other_images_stay_nchw():
     assert ops.index("concatenate") < ops.index("nn.conv2d_blocked"), ops
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("size,cmid", [(64, 32), (30, 28)])
+def test_a_plain_reader_of_a_chain_unblocks_it_in_a_kernel_of_its_own(target, size, cmid):
+    """regnet's pattern: the stem's image is read by 1x1 convs, which chain with the stem,
+    and by a grouped conv, which runs in NCHW; so the blocked image is unpacked by a kernel
+    of its own (layout.from_blocked: square tiles transposed in registers, partial channel
+    blocks and ragged rows too)."""
+    b = models._B(5)
+    x = b.conv_bn("input", 3, cmid, 3, stride=2)
+    y = b.conv_bn(b.conv_bn(x, cmid, cmid, 1), cmid, cmid, 1)
+    g = b.conv_bn(x, cmid, cmid, 3, groups=4)
+    out = b.node("Add", [b.node("GlobalAveragePool", [y]), b.node("GlobalAveragePool", [g])])
+    model = b.model([("input", [1, 3, size, size])], [out], "unblock")
+    ops = _check(model, (1, 3, size, size), target=target)
+    assert ops.count("nn.conv2d_blocked") == 3 and ops.count("nn.conv2d") == 1, ops
+    mod = G.optimize(G.from_onnx(model), target=target)
+    groups = [[m.op for m in n.op.nodes()] for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert ["layout.from_blocked"] in groups, groups
+
+
 @pytest.mark.parametrize("pool", [
     dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),                 # squeezenet's
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),            # resnet's
@@ -244,16 +265,23 @@ def test_plain_definitions_match_references(groups, in_blocked):
 
 @pytest.mark.parametrize("cpu", ["znver4", "haswell"])
 def test_depthwise_tile_follows_the_target(cpu):
-    """The blocked depthwise tile: pixels divide the row and rows the image, at most half
-    the target's registers, and as many accumulators as its FMA chains where a row allows."""
+    """The blocked depthwise tile: one row of pixels that divide it, at most half the
+    target's registers: the fewest that make twice its FMA chains of accumulators, else
+    the most; the integer conv's may span rows, and then takes as many accumulators
+    where the rows allow."""
     from tdsl import tiling
     from tdsl.target import Target
     t = Target(f"llvm -mcpu={cpu}")
+    cap = min(2 * t.fma_chains, t.vector_registers // 2)
     for h, w in [(112, 112), (56, 56), (28, 28), (14, 14), (7, 7), (13, 13)]:
         xb, rb = tiling.depthwise_tile(t, h, w)
+        fits = [d for d in range(1, t.vector_registers // 2 + 1) if w % d == 0]
+        enough = [d for d in fits if d >= 2 * t.fma_chains]
+        assert rb == 1 and xb == (min(enough) if enough else max(fits)), (h, w, xb)
+        xb, rb = tiling.depthwise_tile(t, h, w, max_rows=4)
         assert w % xb == 0 and h % rb == 0 and xb * rb <= t.vector_registers // 2
         if w % 8 == 0:
-            assert xb * rb >= min(2 * t.fma_chains, t.vector_registers // 2)
+            assert xb * rb >= cap
 
 
 @pytest.mark.parametrize("cin,mid,size,stride", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import dtype as dt
 from .. import tiling
 from ..arith import linear_coeff, simplify
+from ..ir.expr import FloorMod, IntImm
 from ..ir.visitor import substitute, uses_var
 from ..schedule.store_with import store_with_holds
 from ..te.tensor import ComputeOp
@@ -79,7 +80,9 @@ def transposed(ctx, st, info, dtype, work) -> bool:
     last, and strided along the last, itself or through inlined stages): square tiles,
     the other axis split by the tile and unrolled just outside the vector loop, so the
     backend reads each tile as rows and transposes it in registers instead of
-    gathering every vector."""
+    gathering every vector. The contiguous index may also be that axis modulo a
+    multiple of the tile (`layout.from_blocked`'s `ch % bn`): within a tile it is the
+    axis plus a constant all the same."""
     axes, exts = info.axes, info.extents
     if not ctx.can_vectorize(dtype) or len(axes) < 2 or None in exts:
         return False
@@ -92,8 +95,11 @@ def transposed(ctx, st, info, dtype, work) -> bool:
             continue
         k = next((k for k, iv in enumerate(axes[:-1])
                   if (linear_coeff(idx[-1], iv.var, ranges) or (0,))[0] == 1), None)
+        period = None
+        if k is None:
+            k, period = _modulo_axis(idx[-1], axes[:-1], ranges)
         n = 0 if k is None else tiling.transpose_tile(ctx.target, exts[k], exts[-1], dtype)
-        if n:
+        if n and (period is None or period % n == 0):
             break
     else:
         return False
@@ -110,6 +116,17 @@ def transposed(ctx, st, info, dtype, work) -> bool:
     ragged = [False] * (len(outer) - 1) + [exts[-1] % n != 0]
     ctx.parallel_prefix(st, list(zip(outer, oext, ragged)), work, "elementwise")
     return True
+
+
+def _modulo_axis(e, axes, ranges):
+    """(position in `axes`, m) when `e` is an axis plus a constant modulo a constant m
+    (a channel within its block), else (None, None)."""
+    if not isinstance(e, FloorMod) or not isinstance(e.b, IntImm):
+        return None, None
+    k = next((k for k, iv in enumerate(axes) if (linear_coeff(e.a, iv.var, ranges) or (0,))[0] == 1), None)
+    if k is None or any(uses_var(e.a, iv.var) for i, iv in enumerate(axes) if i != k):
+        return None, None
+    return k, int(e.b.value)
 
 
 def memory_loads(ctx, st):

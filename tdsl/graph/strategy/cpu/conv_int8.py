@@ -178,7 +178,7 @@ def qdepthwise(g, n, tensors):
     zi = zero.astype("int32")
     O = tdsl.compute(n.type.shape, lambda b, cb, y, xx, c: Cv[b, cb, y, xx, c] - zi * sums[
         tdsl.min(cb * LANES + c, C - 1)], name=topi.uname("qdepthwise_out"))
-    xb, rb = tiling.depthwise_tile(g.target, OH, OW)
+    xb, rb = tiling.depthwise_tile(g.target, OH, OW, max_rows=4)
     return tag.mark(O, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=LANES)
 
 

@@ -1,0 +1,326 @@
+"""Per-operator-family time of zoo networks: tdsl's kernels against OpenVINO's and
+onnxruntime's layers, from each runtime's own per-layer profile, in one process.
+
+    python bench/layers.py --only squeezenet1_1,efficientnet_b0
+    python bench/layers.py --only conv1d_net --mcpu haswell
+    python bench/layers.py --only resnet18 --layers 8   # and the 8 slowest layers of each side
+
+Sides: tdsl's `Executor.profile()` (each kernel timed alone, back to back), OpenVINO
+compiled with PERF_COUNT (bench/ov_session.py's configuration; `get_profiling_info()`'s
+real_time per layer, summed over the calls) and onnxruntime's profiler (the "_kernel_time"
+events). Each side runs `--number` calls per round, in turn after a pause (bench/latency.py's
+reasoning: another runtime's spinning threads would take a core); a family's time is its
+best round's mean. The "whole" row is the best block of whole-network calls
+(latency.blocks), without profiling, for scale: a profile adds its timers and, for tdsl,
+runs each kernel alone, so the family rows sum to a little more.
+
+Families are found from the operator a kernel or layer is built around, its anchor:
+a convolution (by kind: "1x1", "3x3", "7x7/s2", "depthwise 5x5", "dilated 3x3", "grouped
+3x3", "1-D k=80/s4"; "/sN" when strided), "dense/1x1 on 1x1" (matrix products, Gemm,
+and 1x1 convs on a 1x1 image, squeeze-excite's and classifiers', which one runtime may
+run as the other), "pooling", "resize", "softmax/norm", or, without any of those,
+"elementwise/reorders" (activations, concats, layout changes, OpenVINO's Reorder and
+onnxruntime's ReorderInput/Output). The mapping is approximate where runtimes fuse
+differently: a tdsl kernel or OpenVINO layer counts whole for its anchor's family
+(a conv with its bias, activation and squeeze-excite multiply is all "conv"); a layer
+of OpenVINO or onnxruntime with no anchor of its own (onnxruntime's activations, a
+residual add) counts with the anchor that makes its first input, walking back through
+the ONNX graph, as a fused epilogue would. Dilated convs are one family whatever their
+kernel, since tdsl drops the taps that only read padding (a 3x3 d12 on 14x14 is a 2x2). tdsl's groups are
+classified from their graph operators; OpenVINO's layers from the ONNX nodes they list
+as originalLayersNames; onnxruntime's from the ONNX node whose name or output name is
+the longest prefix of the event's name. Compare a family's row across sides with that in
+mind: the "elementwise/reorders" row shows what went elsewhere.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import tdsl  # noqa: E402
+import tdsl.graph as G  # noqa: E402
+from common import add_target_option, target_from  # noqa: E402
+from graph import _ort_session  # noqa: E402
+from latency import blocks  # noqa: E402
+import ov_session  # noqa: E402
+from zoo import _model_and_input  # noqa: E402
+
+ELEMENTWISE, DENSE = "elementwise/reorders", "dense/1x1 on 1x1"
+RANK = {"conv": 0, DENSE: 1, "pooling": 2, "resize": 3, "softmax/norm": 4, ELEMENTWISE: 9}
+
+
+def conv_family(kernel, strides, dilation, groups, cin, in_spatial, out_spatial):
+    """A convolution's family from its attributes (see the module docstring)."""
+    k = "x".join(map(str, kernel))
+    s = max(strides) if strides else 1
+    stride = f"/s{s}" if s > 1 else ""
+    if all(d == 1 for d in kernel) and all(d == 1 for d in out_spatial):
+        return DENSE
+    if len(kernel) == 1 or (len(kernel) == 2 and in_spatial[0] == 1 and kernel[0] == 1):
+        return f"1-D k={kernel[-1]}{stride}"
+    if groups > 1 and groups == cin:
+        return f"depthwise {k}{stride}"
+    if groups > 1:
+        return f"grouped {k}{stride}"
+    if any(d != 1 for d in dilation or ()):
+        return f"dilated{stride}"     # no kernel size: tdsl drops the taps that only read padding
+    return f"{k}{stride}"
+
+
+def _kind(family):
+    return "conv" if family not in RANK else family
+
+
+def _anchor(families):
+    """The family of a fused kernel or layer from those of its operators."""
+    return min(families, key=lambda f: RANK[_kind(f)], default=ELEMENTWISE)
+
+
+# ---- tdsl: graph operators -------------------------------------------------------------
+
+_TDSL_OPS = {"nn.dense": DENSE, "nn.matmul": DENSE, "nn.batch_matmul": DENSE,
+             "nn.max_pool1d": "pooling", "nn.max_pool2d": "pooling", "nn.avg_pool2d": "pooling",
+             "nn.global_avg_pool": "pooling", "mean": "pooling", "interp": "resize",
+             "nn.softmax": "softmax/norm", "nn.log_softmax": "softmax/norm",
+             "nn.layer_norm": "softmax/norm"}
+
+
+def tdsl_node_family(n):
+    op = n.op if isinstance(n.op, str) else ""
+    if op.startswith("nn.conv") and "grad" not in op and "transpose" not in op:
+        a = n.attrs
+        x, w, y = n.args[0].type.shape, n.args[1].type.shape, n.type.shape
+        blocked = op.endswith("_blocked")
+        out_sp = y[2:-1] if blocked else y[2:]
+        in_sp = x[2:-1] if blocked and a.get("in_blocked") else x[2:]
+        return conv_family(w[2:], a["strides"], a.get("dilation"), a.get("groups", 1),
+                           w[1] * a.get("groups", 1), in_sp, out_sp)
+    return _TDSL_OPS.get(op, ELEMENTWISE)
+
+
+def _fastest(out, layer, family, seconds):
+    """Keeps a layer's fastest call: a call another process preempted only looks slower."""
+    if layer not in out or seconds < out[layer][1]:
+        out[layer] = (family, seconds)
+
+
+def tdsl_profile(exe, number):
+    """{kernel: (family, its fastest of `number` profiled calls, seconds)}."""
+    fam = {f"{k.name}#{i}": _anchor([tdsl_node_family(m) for m in n.op.nodes()])
+           for i, (k, _, n) in enumerate(exe.steps)}
+    out = {}
+    for _ in range(number):
+        for name, t, _ in exe.profile(1):
+            _fastest(out, name, fam[name], t)
+    return out
+
+
+# ---- ONNX nodes (for OpenVINO's and onnxruntime's layers) -------------------------------
+
+_ONNX_OPS = {"MatMul": DENSE, "Gemm": DENSE, "MaxPool": "pooling", "AveragePool": "pooling",
+             "GlobalAveragePool": "pooling", "GlobalMaxPool": "pooling", "ReduceMean": "pooling",
+             "Resize": "resize", "Upsample": "resize", "Softmax": "softmax/norm",
+             "LogSoftmax": "softmax/norm", "LayerNormalization": "softmax/norm"}
+
+
+def onnx_families(model):
+    """{ONNX node name and each of its output names: family}, and {the same keys: the name
+    of the node that makes the node's first input}."""
+    import onnx
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
+    shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
+    out, made_by, back = {}, {}, {}
+    for n in model.graph.node:
+        made_by.update((o, n.name) for o in n.output)
+        fam = _ONNX_OPS.get(n.op_type, ELEMENTWISE)
+        if n.op_type == "Conv":
+            a = {at.name: onnx.helper.get_attribute_value(at) for at in n.attribute}
+            w, x, y = shapes[n.input[1]], shapes[n.input[0]], shapes[n.output[0]]
+            g = a.get("group", 1)
+            fam = conv_family(w[2:], a.get("strides", ()), a.get("dilations", ()), g, w[1] * g, x[2:], y[2:])
+        for key in [n.name] + list(n.output):
+            out[key] = fam
+            back[key] = made_by.get(n.input[0]) if n.input else None
+    return out, back
+
+
+def ov_profile(request, originals, fams, back, number, x):
+    """{layer: (family, its fastest of `number` OpenVINO calls with PERF_COUNT, seconds)}."""
+    out = {}
+    for _ in range(number):
+        request.infer({0: x})
+        for p in request.get_profiling_info():
+            fam = layer_family(originals.get(p.node_name) or [], p.node_type, fams, back)
+            _fastest(out, p.node_name, fam, p.real_time.total_seconds())
+    return out
+
+
+# what a layer's own operator says its anchor is: onnxruntime's op_name, OpenVINO's layerType
+_LAYER_KINDS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv", "Convolution": "conv",
+                "GroupConvolution": "conv", "MatMul": DENSE, "Gemm": DENSE, "FusedMatMul": DENSE,
+                "FusedGemm": DENSE, "FullyConnected": DENSE, "MaxPool": "pooling", "NchwcMaxPool": "pooling",
+                "GlobalAveragePool": "pooling", "AveragePool": "pooling", "Pooling": "pooling",
+                "ReduceMean": "pooling", "Reduce": "pooling", "Resize": "resize", "NchwcUpsample": "resize",
+                "Interpolate": "resize"}
+
+
+def _same_kind(a, b):
+    # a 1x1 conv on a 1x1 image is DENSE here and may be either to a runtime
+    return a == b or {a, b} == {"conv", DENSE}
+
+
+def layer_family(keys, layer_type, fams, back):
+    """The family of a runtime's layer made of ONNX nodes `keys`. A layer is named after
+    some of its nodes only (onnxruntime names a conv fused with its activation after the
+    activation; OpenVINO's conv with a batch norm folded in lists the norm, not the conv),
+    so where the layer's operator says otherwise, the nodes before them are searched."""
+    keys = [k for k in keys if k in fams]
+    want = _LAYER_KINDS.get(layer_type)
+    for k in keys if want else ():
+        for _ in range(4):
+            if k is None:
+                break
+            if _same_kind(_kind(fams[k]), want):
+                return fams[k]
+            k = back.get(k)
+    fam = _anchor([fams[k] for k in keys])
+    # an activation or residual add run as a layer of its own counts with the anchor that
+    # makes its input, as the other runtimes fuse it there
+    k = keys[0] if keys and fam == ELEMENTWISE else None
+    for _ in range(6):
+        if k is None or fams[k] != ELEMENTWISE:
+            break
+        k = back.get(k)
+    return fams[k] if k is not None else fam
+
+
+def ort_profile(model, threads, feed, number, fams, back):
+    """{layer: (family, its fastest of `number` onnxruntime calls under its profiler, seconds)}."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level, so.intra_op_num_threads, so.enable_profiling = 3, threads, True
+    with tempfile.TemporaryDirectory(prefix="ortprof-") as d:
+        so.profile_file_prefix = os.path.join(d, "p")
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        for _ in range(3):
+            sess.run(None, feed)
+        for _ in range(number):
+            sess.run(None, feed)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    # the warm-up calls are the first three "model_run" events
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    first = runs[3] if len(runs) > 3 else 0
+    keys = sorted((k for k in fams if k), key=len, reverse=True)
+    out = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        if e["ts"] < first:
+            continue
+        name = e["name"][: -len("_kernel_time")]
+        key = next((k for k in keys if name.startswith(k)), None)
+        _fastest(out, name, layer_family([key], e["args"].get("op_name"), fams, back), e["dur"] * 1e-6)
+    return out
+
+
+# ---- the table -----------------------------------------------------------------------------
+
+def run_model(name, target, a):
+    import openvino as ov
+    model, x = _model_and_input(name)
+    threads = a.threads or target.num_cores
+    exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
+    feed = {model.graph.input[0].name: x}
+    sess = _ort_session(model, threads)
+    fams, back = onnx_families(model)
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU",
+                                  dict(ov_session.config(threads), PERF_COUNT="YES"))
+    request = compiled.create_infer_request()
+    originals = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        names = str(info["originalLayersNames"].astype(str)) if "originalLayersNames" in info else ""
+        originals[op.get_friendly_name()] = [s for s in names.split(",") if s]
+    ref = sess.run(None, feed)[0]
+    err = float(np.abs(exe.run(x)[0] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    whole = blocks([lambda: exe.run(x), lambda: sess.run(None, feed), lambda: request.infer({0: x})],
+                   a.number, a.repeat)
+    sides = [lambda: tdsl_profile(exe, a.number), lambda: ort_profile(model, threads, feed, a.number, fams, back),
+             lambda: ov_profile(request, originals, fams, back, a.number, x)]
+    layers = [{} for _ in sides]
+    for _ in range(a.repeat):
+        for i, side in enumerate(sides):
+            time.sleep(0.3)
+            for layer, (fam, t) in side().items():
+                _fastest(layers[i], layer, fam, t)
+    best = [collections.Counter() for _ in sides]
+    for b, side in zip(best, layers):
+        for fam, t in side.values():
+            b[fam] += t
+    print(f"\n{name} (tdsl max rel err {err:.1e})")
+    print(f"  {'family':24s} {'tdsl ms':>8s} {'ort ms':>8s} {'ov ms':>8s} {'/ov':>6s} {'/best':>6s}")
+    rows = sorted(set().union(*best), key=lambda f: -best[0].get(f, 0.0))
+    slow = []
+    for fam in rows + ["sum", "whole"]:
+        if fam == "sum":
+            t = [sum(b.values()) for b in best]
+        elif fam == "whole":
+            t = whole
+        else:
+            t = [b.get(fam, 0.0) for b in best]
+        fastest = min(t[1], t[2])
+        r_ov = t[0] / t[2] if t[2] else float("inf")
+        r_best = t[0] / fastest if fastest else float("inf")
+        flag = " <" if r_best > 1.3 and t[0] > 0.02 * whole[0] and fam not in ("sum", "whole") else ""
+        if flag:
+            slow.append((name, fam, r_best))
+        print(f"  {fam:24s} {t[0] * 1e3:8.3f} {t[1] * 1e3:8.3f} {t[2] * 1e3:8.3f} {r_ov:6.2f} {r_best:6.2f}{flag}")
+    if a.layers:
+        top = exe.profile_text(number=a.number, top=a.layers)
+        print("\n".join("  " + line for line in top.splitlines()))
+    return slow
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="conv1d_net,squeezenet1_1,efficientnet_b0,mobilenet_v2,"
+                   "deeplabv3_mobilenet_v3_large,resnet18,regnet_y_400mf,shufflenet_v2_x1_0,"
+                   "mobilenet_v3_small", help="comma-separated model names (zoo or bench/zoo.py's helpers)")
+    p.add_argument("--number", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--layers", type=int, default=0, help="also print tdsl's N slowest kernels")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads of each runtime (default: the CPU's cores); on a shared machine 1 "
+                        "keeps another process's time slices from stalling a parallel loop")
+    add_target_option(p)
+    a = p.parse_args(argv)
+    if a.threads:
+        os.environ["TDSL_NUM_THREADS"] = str(a.threads)
+    if not ov_session.available():
+        raise SystemExit("bench/layers.py compares with OpenVINO's per-layer profile: pip install openvino")
+    target = target_from(a)
+    if a.threads:   # the schedules' parallel loops too
+        target = tdsl.target.Target(f"llvm{f' -mcpu={a.mcpu}' if a.mcpu else ''} -num-cores={a.threads}")
+    print(f"{target.describe()}\n{target.num_cores} threads each; '<': tdsl over 1.3x the faster "
+          "runtime's same family (families over 2% of tdsl's time)")
+    slow = []
+    for name in a.only.split(","):
+        slow += run_model(name, target, a)
+    print("\nfamilies above 1.3x: " + ("; ".join(f"{m} {f} {r:.2f}x" for m, f, r in slow) or "none"))
+
+
+if __name__ == "__main__":
+    main()
