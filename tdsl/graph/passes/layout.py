@@ -52,23 +52,28 @@ _QUANT = ("qnn.requantize", "qnn.add", "qnn.quantize", "qnn.dequantize")
 _QBN = intrin_x86.LANES
 # the fill of a constant's padding channels: finite, and neutral where that is defined
 _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
+# float convs with a blocked form, and its operator
+_BLOCKED_CONV = {"nn.conv2d": "nn.conv2d_blocked", "nn.conv3d": "nn.conv3d_blocked"}
+# the ranks of the images a chain holds: 2-D and 3-D convs'
+_RANKS = (4, 5)
 
 
 def _conv_form(n):
     """Whether conv node `n` has a blocked form, whatever reads its input."""
-    if n.op != "nn.conv2d" or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
+    if n.op not in _BLOCKED_CONV or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
         return False
     x = n.args[0]
     # a symbolic batch is taken (the blocked convs take it, strategy/cpu/batch.py), any
     # other symbolic size is not
     shape = tuple(x.type.shape[1:]) + tuple(n.type.shape[1:])
-    if len(x.type.shape) != 4 or not all(isinstance(d, int) for d in shape):
+    if not all(isinstance(d, int) for d in shape):
         return False
     C = x.type.shape[1]
     g = n.attrs["groups"]
-    if not (g == 1 or (g == C and n.type.shape[1] == C)):
+    # a 3-D conv's blocked form has no depthwise kernel
+    if not (g == 1 or (g == C and n.type.shape[1] == C and n.op == "nn.conv2d")):
         return False
-    return tuple(x.type.shape[2:]) != (1, 1)
+    return any(d != 1 for d in x.type.shape[2:])
 
 
 def _qconv_form(n, bn, int8):
@@ -132,11 +137,11 @@ def _image_args(n):
     """The operands of elementwise node `n` that are images of its own shape."""
     if _unary(n):
         return list(n.args)
-    if n.op in _BINARY + _QUANT and len(n.type.shape) == 4:
+    if n.op in _BINARY + _QUANT and len(n.type.shape) in _RANKS:
         return [a for a in n.args if tuple(a.type.shape) == tuple(n.type.shape)]
     if n.op == "qnn.lut":
         return [n.args[0]]
-    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) == 4:
+    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) in _RANKS:
         return [n.args[0]]
     return []
 
@@ -201,19 +206,20 @@ def _reaches_pool(conv, users, bn):
     return False
 
 
-def _channel_const(c: Const, C, bn, fill):
-    """A constant broadcast along the channels of an NCHW image, for the blocked image; None
-    when it is not one (per-channel (C, 1, 1) / (1, C, 1, 1), or a single value)."""
+def _channel_const(c: Const, C, bn, fill, nd=2):
+    """A constant broadcast along the channels of an NCHW (nd = 3: NCDHW) image, for the
+    blocked image; None when it is not one (per-channel (C, 1, 1) / (1, C, 1, 1), or a
+    single value)."""
     d = c.data
     if d.size == 1:
         return Const(d.reshape(()))
     shape = d.shape
-    if len(shape) > 4 or len(shape) < 3 or shape[-3] != C or any(s != 1 for s in shape[-2:]) \
-            or (len(shape) == 4 and shape[0] != 1):
+    if len(shape) > nd + 2 or len(shape) < nd + 1 or shape[-nd - 1] != C or any(s != 1 for s in shape[-nd:]) \
+            or (len(shape) == nd + 2 and shape[0] != 1):
         return None
     v = np.full(blocks(C, bn) * bn, fill, d.dtype)
     v[:C] = d.reshape(C)
-    return Const(v.reshape(blocks(C, bn), 1, 1, bn))
+    return Const(v.reshape((blocks(C, bn),) + (1,) * nd + (bn,)))
 
 
 def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
@@ -240,8 +246,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
         if e not in blocked:
             x = get_plain(e)
             shape = tuple(e.type.shape)
-            if shape[2:] == (1, 1) and shape[1] % bn == 0:    # the same bytes: a view
-                blocked[e] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, 1, 1, bn]})
+            if all(d == 1 for d in shape[2:]) and shape[1] % bn == 0:    # the same bytes: a view
+                blocked[e] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, *shape[2:], bn]})
             else:
                 blocked[e] = Call("layout.to_blocked", [x], {"bn": bn})
         return blocked[e]
@@ -249,7 +255,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
     for n in fn.nodes():
         if n.op == "nn.global_avg_pool" and n.args[0] in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
-            m = Call("mean", [blocked[n.args[0]]], {"axis": [2, 3], "keepdims": True}, n.span)
+            sp = list(range(2, len(n.type.shape)))
+            m = Call("mean", [blocked[n.args[0]]], {"axis": sp, "keepdims": True}, n.span)
             plain[n] = _from_blocked(m, n.type.shape[1], bn)
             continue
         y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
@@ -264,8 +271,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
 
 def _from_blocked(xb, C, bn):
     shape = xb.type.shape
-    if tuple(shape[2:4]) == (1, 1) and C % bn == 0:      # (N, C/bn, 1, 1, bn): NCHW's bytes
-        return Call("reshape", [xb], {"newshape": [shape[0], C, 1, 1]})
+    if all(d == 1 for d in shape[2:-1]) and C % bn == 0:      # (N, C/bn, 1, 1, bn): NCHW's bytes
+        return Call("reshape", [xb], {"newshape": [shape[0], C, *shape[2:-1]]})
     return Call("layout.from_blocked", [xb], {"bn": bn, "channels": C})
 
 
@@ -279,10 +286,11 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     if n in chained:
         x, w = n.args
         a = dict(n.attrs, bn=bn)
+        op = _BLOCKED_CONV[n.op]
         if x in blocked or n.attrs["groups"] != 1:
-            return Call("nn.conv2d_blocked", [get_blocked(x), w], dict(a, in_blocked=True), n.span)
-        return Call("nn.conv2d_blocked", [get_plain(x), w], dict(a, in_blocked=False), n.span)
-    if not any(a in blocked for a in n.args) or len(n.type.shape) != 4:
+            return Call(op, [get_blocked(x), w], dict(a, in_blocked=True), n.span)
+        return Call(op, [get_plain(x), w], dict(a, in_blocked=False), n.span)
+    if not any(a in blocked for a in n.args) or len(n.type.shape) not in _RANKS:
         return None
     if n.op == "concatenate":
         if not (_blockable_concat(n, bn) and all(a in blocked for a in n.args)):
@@ -296,13 +304,13 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
                     {"pool_size": list(a["pool_size"]) + [1], "strides": list(a["strides"]) + [1],
                      "padding": p[:2] + [0] + p[2:] + [0], "dilation": list(a["dilation"]) + [1],
                      "ceil_mode": a["ceil_mode"]}, n.span)
-    C = n.type.shape[1]
+    C, nd = n.type.shape[1], len(n.type.shape) - 2
     if _unary(n):
         return Call(n.op, [blocked[n.args[0]]], n.attrs, n.span)
     if n.op == "qnn.lut":       # a table of the 256 values: the same for every channel
         return Call(n.op, [blocked[n.args[0]], n.args[1]], n.attrs, n.span)
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
-        b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
+        b = _channel_const(Const(n.args[1].data.reshape((C,) + (1,) * nd)), C, bn, 0.0, nd)
         return Call("add", [blocked[n.args[0]], b], {}, n.span)
     if n.op not in _BINARY + _QUANT:
         return None
@@ -311,11 +319,11 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
         if a in blocked:
             args.append(blocked[a])
         elif isinstance(a, Const):
-            c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0))
+            c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0), nd)
             if c is None:
                 return None
             args.append(c)
-        elif len(a.type.shape) == 4 and tuple(a.type.shape) == (n.type.shape[0], C, 1, 1):
+        elif tuple(a.type.shape) == (n.type.shape[0], C) + (1,) * nd:
             args.append(get_blocked(a))     # a squeeze-excite gate: a tiny relayout
         else:
             return None                     # a plain image: the op runs on plain images

@@ -83,9 +83,12 @@ def applies_depthwise(g, n):
 
 
 def _padding(n):
+    """The padded input's spatial sizes and the begin padding of conv node `n` (its input
+    plain or blocked)."""
     p = n.attrs["padding"]
-    H, W = n.args[0].type.shape[2:4]
-    return [H + p[0] + p[2], W + p[1] + p[3]], p[:2]
+    nd = len(n.args[1].type.shape) - 2
+    sp = n.args[0].type.shape[2:2 + nd]
+    return [sp[d] + p[d] + p[nd + d] for d in range(nd)], p[:nd]
 
 
 def depthwise2d_blocked(g, n, tensors):
@@ -95,13 +98,13 @@ def depthwise2d_blocked(g, n, tensors):
 
 
 def conv2d_blocked(g, n, x, wi):
-    """nn.conv2d_blocked (ir/ops_layout.py) of groups 1 of image `x`: the blocked conv from
-    a blocked or plain input to a blocked output."""
+    """nn.conv2d_blocked and nn.conv3d_blocked (ir/ops_layout.py) of groups 1 of image `x`:
+    the blocked conv from a blocked or plain input to a blocked output."""
     a = n.attrs
     sizes, offsets = _padding(n)
     if a["in_blocked"]:
         return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]))
-    return conv_blocked(g, n, x, wi, (sizes, offsets, (1, 1)), blocked=(None, a["bn"]))
+    return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * len(sizes)), blocked=(None, a["bn"]))
 
 
 def depthwise_blocked(g, n, x, src, wi):
@@ -377,10 +380,20 @@ def schedule(s, out, g, parallel=True):
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
-    s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+    if len(lead) > 1:
+        # a 3-D conv: the threads split its depth and rows, and each task runs over the
+        # channel blocks. Fused with the channel blocks too, the depth's index would be a
+        # division less a multiple of the next (f // H - f // (D * H) * D), through which
+        # bound inference cannot see that the register tile stays in its bounds: every
+        # multiply-add would be guarded
+        s[out].reorder(b, *lead, cob, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, s[out].fuse(*lead)]
+    else:
+        s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, cob, *lead]
     if blocked_out:
         s[out].vectorize(c)
-    par = outer_fuse(s, out, [b, cob, *lead])
+    par = outer_fuse(s, out, outer)
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
