@@ -227,13 +227,14 @@ def test_conv3d_net_is_one_blocked_chain(target):
     assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
 
 
-@pytest.mark.parametrize("cin,cout,k,stride,dil,pads", [
-    (20, 12, 3, 1, 1, [1] * 6),                     # channels not whole vectors
-    (16, 24, 3, 2, 1, [1, 0, 1, 1, 1, 0]),          # strided, asymmetric padding
-    (8, 16, (1, 3, 3), 1, 2, [0, 2, 2, 0, 2, 2]),   # a (2+1)-D spatial kernel, dilated
-    (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0]),  # and its temporal one
+@pytest.mark.parametrize("cin,cout,k,stride,dil,pads,size", [
+    (20, 12, 3, 1, 1, [1] * 6, (5, 9, 11)),                     # channels not whole vectors
+    (16, 24, 3, 2, 1, [1, 0, 1, 1, 1, 0], (5, 9, 11)),          # strided, asymmetric padding
+    (8, 16, (1, 3, 3), 1, 2, [0, 2, 2, 0, 2, 2], (5, 9, 11)),   # a (2+1)-D spatial kernel, dilated
+    (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0], (5, 9, 11)),  # and its temporal one
+    (32, 64, 3, 1, 1, [1] * 6, (2, 7, 7)),                      # AVX2: the flattened plane per depth
 ])
-def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads):
+def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
     """Two blocked 3-D convs in a chain over kernel shapes, strides, dilations and
     paddings, the second reading the first's blocked output, match onnxruntime (host and
     AVX2)."""
@@ -244,9 +245,20 @@ def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads):
     y = b.node("Conv", [x, b.weight((cout, cin) + k, cin * int(np.prod(k)))], kernel_shape=list(k),
                strides=[stride] * 3, dilations=[dil] * 3, pads=pads)
     y = b.node("GlobalAveragePool", [b.node("Relu", [y])])
-    model = b.model([("input", [1, cin, 5, 9, 11])], [y], "conv3d_chain")
-    for target in ("llvm", "llvm -mcpu=haswell"):
-        assert _check(model, (1, cin, 5, 9, 11), target=target).count("nn.conv3d_blocked") == 2
+    model = b.model([("input", [1, cin, *size])], [y], "conv3d_chain")
+    for target in ("llvm", "llvm -mcpu=haswell -num-cores=2"):
+        assert _check(model, (1, cin, *size), target=target).count("nn.conv3d_blocked") == 2
+
+
+def test_conv3d_flat_plane_is_per_depth():
+    """AVX2's 7-wide rows take a (7, 1) register tile; the flattened 7x7 plane a bigger
+    one. A 3-D conv's depth slices are parallel tasks beside its channel blocks, so eight
+    channel blocks over two depths are enough tasks for two cores where one plane's would
+    not be."""
+    t = tdsl.target.Target("llvm -mcpu=haswell -num-cores=2")
+    plane = conv_blocked._flat_plane(t, (7, 7), 64, 27, 4, 8, depths=2)
+    assert plane is not None and plane[0] * plane[1] > 7, plane
+    assert conv_blocked._flat_plane(t, (7, 7), 64, 27, 4, 8) is None
 
 
 @pytest.mark.parametrize("groups,in_blocked,nd", [(1, True, 2), (1, False, 2), (12, True, 2), (1, True, 3),

@@ -222,20 +222,26 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) if blocked else None
+    # a 3-D conv's planes are its (rows, columns), one per depth: the depths stay tasks
+    lead_sp, plane_sp = out_sp[:-2], out_sp[-2:]
+    nl, npl = len(lead_sp), len(plane_sp)
+    plane = _flat_plane(g.target, plane_sp, cb_n * bn, info["taps"], planes, bn,
+                        int(np.prod(lead_sp))) if blocked else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
-        P = int(np.prod(out_sp))
+        P = int(np.prod(plane_sp))
 
         def unflat(p):
-            return tuple((p // int(np.prod(out_sp[d + 1:]))) % out_sp[d] if d else
-                         p // int(np.prod(out_sp[1:])) for d in range(nd))
-        Cv = tdsl.compute((N, cb_n, P, bn), lambda b, cb, p, c: conv(b, cb, *unflat(p), c),
+            return tuple((p // int(np.prod(plane_sp[d + 1:]))) % plane_sp[d] if d else
+                         p // int(np.prod(plane_sp[1:])) for d in range(npl))
+        Cv = tdsl.compute((N, cb_n) + lead_sp + (P, bn),
+                          lambda b, cb, *o: conv(b, cb, *o[:nl], *unflat(o[nl]), o[nl + 1]),
                           name=topi.uname("conv"))
 
         def flat(o):
-            return sum(o[d] * int(np.prod(out_sp[d + 1:])) for d in range(nd))
-        V = tdsl.compute((N, cb_n) + out_sp + (bn,), lambda b, cb, *o: Cv[b, cb, flat(o[:nd]), o[nd]],
+            return sum(o[d] * int(np.prod(plane_sp[d + 1:])) for d in range(npl))
+        V = tdsl.compute((N, cb_n) + out_sp + (bn,),
+                         lambda b, cb, *o: Cv[(b, cb) + o[:nl] + (flat(o[nl:nd]), o[nd])],
                          name=topi.uname("plane"))
         info.update(conv=Cv, ow=P, tile=plane, view=V)
         return tag.mark(V, tag.CONV_BLOCKED, **info)
@@ -250,8 +256,9 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
 FLAT_MAX_WIDTH = 14
 
 
-def _flat_plane(target, out_sp, cols, taps, planes, bn):
-    """The register tile (pixels, vectors) along the flattened output plane, or None to
+def _flat_plane(target, out_sp, cols, taps, planes, bn, depths=1):
+    """The register tile (pixels, vectors) along the flattened output plane (one of
+    `depths`: a 3-D conv's depth slices are tasks beside its channel blocks), or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
     or broadcasts per FMA leave the FMA units half idle. Along the flattened plane any
@@ -270,7 +277,7 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn):
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
     if flat[0] * flat[1] <= row[0] * row[1]:
         return None
-    if (cols // bn) // flat[1] < tiling.parallel_chunks(target):
+    if (cols // bn) // flat[1] * depths < tiling.parallel_chunks(target):
         return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
@@ -371,8 +378,8 @@ def schedule(s, out, g, parallel=True):
         b, co, *sp = out.op.axis
         cob, coi = s[out].split(co, factor=bn * cbb)
         c_in = []
-    if "tile" in info:      # the flattened plane: one loop of pixels
-        lead, x = [], s[out].fuse(*sp)
+    if "tile" in info:      # the flattened plane: one loop of pixels (per depth)
+        lead, x = sp[:-2], s[out].fuse(*sp[-2:])
     else:
         lead, x = sp[:-1], sp[-1]
     in_pass = []
