@@ -266,11 +266,14 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, depths=1):
     hoisted out of the reduction. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass, where the passes gain
     nothing. The plane's tasks are its channel blocks only (images are a loop outside the
-    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider
-    rows (28, 56) stay in rows: there the flat tile's gain on a single layer does not
-    carry over to whole networks."""
+    threads', batch.outer_fuse), so there must be enough of them for the cores. A 2-D
+    conv's wider rows (28, 56) stay in rows: there the flat tile's gain on a single layer
+    does not carry over to whole networks. A 3-D conv's take the flat tile at any width
+    (a plane per depth slice): on AVX2 a 28- or 56-wide row of 32 or 64 channels has
+    (4, 2) at most, 8 accumulators for 10 FMA chains, the plane (6, 2); and the 27 taps
+    of a 3x3x3 kernel spend more multiply-adds on each pixel's hoisted address."""
     ow = out_sp[-1]
-    if ow > FLAT_MAX_WIDTH:
+    if ow > FLAT_MAX_WIDTH and depths == 1:
         return None
     row = tiling.register_tile(target, ow, cols, whole_rows=True, whole_vecs=True)
     P = int(np.prod(out_sp))
