@@ -27,6 +27,12 @@ larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (
 concatenations of the block's input and its features share one kernel generic in the
 channel count in NCHW, strategy/cpu/generic.py).
 
+3-D convs (float32, groups 1) join the same way as `nn.conv3d_blocked` over
+`(N, C/bn, D, H, W, bn)` images: a video CNN's stem, residual stages and strided 1x1x1
+shortcuts run blocked to the global pool, as OpenVINO runs them (nCdhw16c). In NCDHW the
+3-D conv paid the transposing store and the per-channel broadcasts of a plain input at
+every layer, where the blocked input's taps read whole vectors of channels.
+
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
 point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
 element-wise operators (requantize, the quantized add) between them: a QDQ ResNet-18 runs

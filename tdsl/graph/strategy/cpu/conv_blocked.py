@@ -1,6 +1,6 @@
 """The blocked NCHW[x]c convolution in any number of spatial dimensions (conv1d reaches it
-as a conv2d of one row, conv3d directly), and the transposed convolution as a blocked conv
-of its input spread onto the stride grid.
+as a conv2d of one row, conv3d directly or as nn.conv3d_blocked in a blocked chain), and
+the transposed convolution as a blocked conv of its input spread onto the stride grid.
 
 The conv reads an input stage `spread[b, ci, *u]` (the zero-padded input; for a transposed
 conv the input scattered every `stride` positions), packed weights (CO/x, CI, *K, x) and
