@@ -29,9 +29,10 @@ channel count in NCHW, strategy/cpu/generic.py).
 
 3-D convs (float32, groups 1) join the same way as `nn.conv3d_blocked` over
 `(N, C/bn, D, H, W, bn)` images: a video CNN's stem, residual stages and strided 1x1x1
-shortcuts run blocked to the global pool, as OpenVINO runs them (nCdhw16c). In NCDHW the
-3-D conv paid the transposing store and the per-channel broadcasts of a plain input at
-every layer, where the blocked input's taps read whole vectors of channels.
+shortcuts run blocked to the global pool (OpenVINO runs them channels-last, NDHWC, to
+the same end). In NCDHW the 3-D conv paid a transposing store at every layer and read
+its input one channel plane at a time, where the blocked input's taps read a pixel's
+vector of channels from one cache line.
 
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
 point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
