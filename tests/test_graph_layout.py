@@ -216,13 +216,13 @@ def test_blocked_references(C, bn):
     np.testing.assert_allclose(conv_blocked_ref(x, w, dict(a, in_blocked=False)), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
-def test_conv3d_net_is_one_blocked_chain(target):
+@pytest.mark.parametrize("target,batch", [("llvm", 1), ("llvm -mcpu=haswell", 1), ("llvm", 2)])
+def test_conv3d_net_is_one_blocked_chain(target, batch):
     """A 3-D CNN (stem, residual 3x3x3 stages with strided 1x1x1 shortcuts, global pool):
     every conv an nn.conv3d_blocked, the only relayout the pool's tiny output, and the
     result onnxruntime's on AVX-512's 16-channel and AVX2's 8-channel blocks."""
-    model = models.conv3d_net(frames=4, size=12)
-    ops = _check(model, (1, 3, 4, 12, 12), target=target)
+    model = models.conv3d_net(batch=batch, frames=4, size=12)
+    ops = _check(model, (batch, 3, 4, 12, 12), target=target)
     assert ops.count("nn.conv3d_blocked") == 9 and "nn.conv3d" not in ops, ops
     assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
 
