@@ -250,6 +250,28 @@ def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
         assert _check(model, (1, cin, *size), target=target).count("nn.conv3d_blocked") == 2
 
 
+@pytest.mark.parametrize("kernel,strides,pads,ceil,chained", [
+    ([1, 2, 2], [1, 2, 2], [0] * 6, 0, 4),                  # C3D's first pool
+    ([1, 3, 3], [1, 2, 2], [0, 1, 1, 0, 1, 1], 0, 4),       # I3D's, padded
+    ([1, 3, 3], [1, 2, 2], [0] * 6, 1, 4),                  # ceil mode on odd rows
+    ([2, 2, 2], [2, 2, 2], [0] * 6, 0, 2),                  # pools depth too: stays plain
+])
+def test_conv3d_chain_through_a_planar_max_pool(kernel, strides, pads, ceil, chained):
+    """A 3-D max pool over each depth slice alone keeps the convs around it one blocked
+    chain (the depth slices folded into the block axis: the 2-D pool's blocked form); one
+    that pools along the depth ends the chain before it. Both match onnxruntime."""
+    b = models._B(5)
+    x = b.conv_bn("input", 3, 16, 3, nd=3)
+    x = b.conv_bn(x, 16, 16, 3, nd=3)
+    x = b.node("MaxPool", [x], kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ceil)
+    y = b.conv_bn(x, 16, 24, 3, nd=3)
+    y = b.conv_bn(y, 24, 24, 3, nd=3)
+    model = b.model([("input", [1, 3, 4, 15, 16])], [b.node("GlobalAveragePool", [y])], "c3d")
+    for target in ("llvm", "llvm -mcpu=haswell"):
+        ops = _check(model, (1, 3, 4, 15, 16), target=target)
+        assert ops.count("nn.conv3d_blocked") == chained and "layout.to_blocked" not in ops, ops
+
+
 def test_conv3d_flat_plane_is_per_depth():
     """AVX2's 7-wide rows take a (7, 1) register tile; the flattened 7x7 plane a bigger
     one. A 3-D conv's depth slices are parallel tasks beside its channel blocks, so eight

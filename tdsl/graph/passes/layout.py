@@ -19,7 +19,7 @@ concatenation along the channels of conv outputs that are whole vectors of chann
 module's expand convs and the next squeeze: the blocked images concatenate along their
 block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
 fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
-alone), without the tails that only plain consumers read (below); a conv alone keeps the
+alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the tails that only plain consumers read (below); a conv alone keeps the
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
 layout would only move the same transposing store. Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch), groups 1 or depthwise, on images
@@ -133,6 +133,17 @@ def _made_by_conv(e):
     return False
 
 
+def _planar_pool3d(n):
+    """Whether `n` is a 3-D max pool over each depth slice alone (a window and stride of one
+    along the depth, no depth padding: C3D's and I3D's first pools, (1, 2, 2) and (1, 3, 3))
+    with static sizes: on the blocked image, depth slices folded into the block axis, it is
+    the 2-D pool's blocked form."""
+    if n.op != "nn.max_pool3d" or not all(isinstance(d, int) for d in n.type.shape):
+        return False
+    a = n.attrs
+    return a["pool_size"][0] == 1 and a["strides"][0] == 1 and a["padding"][0] == a["padding"][3] == 0
+
+
 def _unary(n):
     # a cast too: the integer convs computed in float (int8_float.py) cast their sums to
     # int32 and the next conv's input to float32 inside the chain
@@ -177,7 +188,7 @@ def _chains(fn, bn, int8):
             if _convertible_conv(e, bn, int8):
                 feeds.setdefault(e, set()).add(n)
                 convs[e], convs[n] = e, n
-            elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d":
+            elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d" or _planar_pool3d(e):
                 stack.extend(e.args)
             else:
                 stack.extend(_image_args(e))
@@ -303,14 +314,22 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
         if not (_blockable_concat(n, bn) and all(a in blocked for a in n.args)):
             return None
         return Call("concatenate", [blocked[a] for a in n.args], {"axis": 1}, n.span)
-    if n.op == "nn.max_pool2d":
-        # a 3-D pool whose last window is one element: each lane of a block pools alone
-        a = n.attrs
+    if n.op == "nn.max_pool2d" or _planar_pool3d(n):
+        # a 3-D pool whose last window is one element: each lane of a block pools alone; a
+        # 3-D image's depth slices are folded into the block axis (a view) around it
+        a, x = n.attrs, blocked[n.args[0]]
+        k, st, dl = (list(a[key][-2:]) for key in ("pool_size", "strides", "dilation"))
         p = list(a["padding"])
-        return Call("nn.max_pool3d", [blocked[n.args[0]]],
-                    {"pool_size": list(a["pool_size"]) + [1], "strides": list(a["strides"]) + [1],
-                     "padding": p[:2] + [0] + p[2:] + [0], "dilation": list(a["dilation"]) + [1],
-                     "ceil_mode": a["ceil_mode"]}, n.span)
+        if n.op == "nn.max_pool3d":     # (rows, columns) of (depth, rows, columns)
+            p = p[1:3] + p[4:6]
+            N, CB, D, H, W, _ = x.type.shape
+            x = Call("reshape", [x], {"newshape": [N, CB * D, H, W, bn]}, n.span)
+        y = Call("nn.max_pool3d", [x],
+                 {"pool_size": k + [1], "strides": st + [1], "padding": p[:2] + [0] + p[2:] + [0],
+                  "dilation": dl + [1], "ceil_mode": a["ceil_mode"]}, n.span)
+        if n.op == "nn.max_pool3d":
+            y = Call("reshape", [y], {"newshape": [N, CB, *n.type.shape[2:], bn]}, n.span)
+        return y
     C, nd = n.type.shape[1], len(n.type.shape) - 2
     if _unary(n):
         return Call(n.op, [blocked[n.args[0]]], n.attrs, n.span)
