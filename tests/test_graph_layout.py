@@ -233,6 +233,7 @@ def test_conv3d_net_is_one_blocked_chain(target, batch):
     (8, 16, (1, 3, 3), 1, 2, [0, 2, 2, 0, 2, 2], (5, 9, 11)),   # a (2+1)-D spatial kernel, dilated
     (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0], (5, 9, 11)),  # and its temporal one
     (32, 64, 3, 1, 1, [1] * 6, (2, 7, 7)),                      # AVX2: the flattened plane per depth
+    (16, 64, 3, 1, 1, [1] * 6, (8, 9, 11)),                     # tasks of planes, not rows
 ])
 def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
     """Two blocked 3-D convs in a chain over kernel shapes, strides, dilations and

@@ -390,12 +390,20 @@ def schedule(s, out, g, parallel=True):
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
-    if len(lead) > 1:
-        # a 3-D conv: the threads split its depth and rows, and each task runs over the
-        # channel blocks. Fused with the channel blocks too, the depth's index would be a
-        # division less a multiple of the next (f // H - f // (D * H) * D), through which
-        # bound inference cannot see that the register tile stays in its bounds: every
+    cob_n = -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb))
+    if len(lead) > 1 and cob_n * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
+        # a 3-D conv: a task is a plane (all rows of one depth) of one group of channel
+        # blocks, whose weights then serve every row of it from cache. Tasks of single
+        # rows that ran over all channel blocks read a deep stage's whole weights (27 MiB for
+        # a 3x3x3 conv of 512 channels) once per output row. The rows are not fused in:
+        # through a division less a multiple of the next (f // H - f // (D * H) * D) bound
+        # inference cannot see that the register tile stays in its bounds, and every
         # multiply-add would be guarded
+        s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, cob, lead[0]]
+    elif len(lead) > 1:
+        # too few planes for the cores: the threads split depth and rows (fused first, for
+        # the same reason), and each task runs over the channel blocks
         s[out].reorder(b, *lead, cob, *in_pass, xo, coi, xi, *c_in)
         outer = [b, s[out].fuse(*lead)]
     else:
