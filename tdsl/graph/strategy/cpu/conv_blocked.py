@@ -390,8 +390,8 @@ def schedule(s, out, g, parallel=True):
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
-    cob_n = -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb))
-    if len(lead) > 1 and cob_n * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
+    if len(lead) > 1 and -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb)) \
+            * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
         # a 3-D conv: a task is a plane (all rows of one depth) of one group of channel
         # blocks, whose weights then serve every row of it from cache. Tasks of single
         # rows that ran over all channel blocks read a deep stage's whole weights (27 MiB for
