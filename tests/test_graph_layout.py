@@ -237,8 +237,77 @@ def test_blocked_references(C, bn):
     np.testing.assert_allclose(conv_blocked_ref(x, w, dict(a, in_blocked=False)), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("groups,in_blocked", [(1, True), (1, False), (12, True)])
-def test_plain_definitions_match_references(groups, in_blocked):
+@pytest.mark.parametrize("target,batch", [("llvm", 1), ("llvm -mcpu=haswell", 1), ("llvm", 2)])
+def test_conv3d_net_is_one_blocked_chain(target, batch):
+    """A 3-D CNN (stem, residual 3x3x3 stages with strided 1x1x1 shortcuts, global pool):
+    every conv an nn.conv3d_blocked, the only relayout the pool's tiny output, and the
+    result onnxruntime's on AVX-512's 16-channel and AVX2's 8-channel blocks."""
+    model = models.conv3d_net(batch=batch, frames=4, size=12)
+    ops = _check(model, (batch, 3, 4, 12, 12), target=target)
+    assert ops.count("nn.conv3d_blocked") == 9 and "nn.conv3d" not in ops, ops
+    assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,dil,pads,size", [
+    (20, 12, 3, 1, 1, [1] * 6, (5, 9, 11)),                     # channels not whole vectors
+    (16, 24, 3, 2, 1, [1, 0, 1, 1, 1, 0], (5, 9, 11)),          # strided, asymmetric padding
+    (8, 16, (1, 3, 3), 1, 2, [0, 2, 2, 0, 2, 2], (5, 9, 11)),   # a (2+1)-D spatial kernel, dilated
+    (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0], (5, 9, 11)),  # and its temporal one
+    (32, 64, 3, 1, 1, [1] * 6, (2, 7, 7)),                      # AVX2: the flattened plane per depth
+    (16, 64, 3, 1, 1, [1] * 6, (8, 9, 11)),                     # tasks of planes, not rows
+])
+def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
+    """Two blocked 3-D convs in a chain over kernel shapes, strides, dilations and
+    paddings, the second reading the first's blocked output, match onnxruntime (host and
+    AVX2)."""
+    k = (k,) * 3 if isinstance(k, int) else k
+    b = models._B(4)
+    x = b.node("Conv", ["input", b.weight((cin, cin, 3, 3, 3), cin * 27)], pads=[1] * 6)
+    x = b.node("Relu", [x])
+    y = b.node("Conv", [x, b.weight((cout, cin) + k, cin * int(np.prod(k)))], kernel_shape=list(k),
+               strides=[stride] * 3, dilations=[dil] * 3, pads=pads)
+    y = b.node("GlobalAveragePool", [b.node("Relu", [y])])
+    model = b.model([("input", [1, cin, *size])], [y], "conv3d_chain")
+    for target in ("llvm", "llvm -mcpu=haswell -num-cores=2"):
+        assert _check(model, (1, cin, *size), target=target).count("nn.conv3d_blocked") == 2
+
+
+@pytest.mark.parametrize("kernel,strides,pads,ceil,chained", [
+    ([1, 2, 2], [1, 2, 2], [0] * 6, 0, 4),                  # C3D's first pool
+    ([1, 3, 3], [1, 2, 2], [0, 1, 1, 0, 1, 1], 0, 4),       # I3D's, padded
+    ([1, 3, 3], [1, 2, 2], [0] * 6, 1, 4),                  # ceil mode on odd rows
+    ([2, 2, 2], [2, 2, 2], [0] * 6, 0, 2),                  # pools depth too: stays plain
+])
+def test_conv3d_chain_through_a_planar_max_pool(kernel, strides, pads, ceil, chained):
+    """A 3-D max pool over each depth slice alone keeps the convs around it one blocked
+    chain (the depth slices folded into the block axis: the 2-D pool's blocked form); one
+    that pools along the depth ends the chain before it. Both match onnxruntime."""
+    b = models._B(5)
+    x = b.conv_bn("input", 3, 16, 3, nd=3)
+    x = b.conv_bn(x, 16, 16, 3, nd=3)
+    x = b.node("MaxPool", [x], kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ceil)
+    y = b.conv_bn(x, 16, 24, 3, nd=3)
+    y = b.conv_bn(y, 24, 24, 3, nd=3)
+    model = b.model([("input", [1, 3, 4, 15, 16])], [b.node("GlobalAveragePool", [y])], "c3d")
+    for target in ("llvm", "llvm -mcpu=haswell"):
+        ops = _check(model, (1, 3, 4, 15, 16), target=target)
+        assert ops.count("nn.conv3d_blocked") == chained and "layout.to_blocked" not in ops, ops
+
+
+def test_conv3d_flat_plane_is_per_depth():
+    """AVX2's 7-wide rows take a (7, 1) register tile; the flattened 7x7 plane a bigger
+    one. A 3-D conv's depth slices are parallel tasks beside its channel blocks, so eight
+    channel blocks over two depths are enough tasks for two cores where one plane's would
+    not be."""
+    t = tdsl.target.Target("llvm -mcpu=haswell -num-cores=2")
+    plane = conv_blocked._flat_plane(t, (7, 7), 64, 27, 4, 8, depths=2)
+    assert plane is not None and plane[0] * plane[1] > 7, plane
+    assert conv_blocked._flat_plane(t, (7, 7), 64, 27, 4, 8) is None
+
+
+@pytest.mark.parametrize("groups,in_blocked,nd", [(1, True, 2), (1, False, 2), (12, True, 2), (1, True, 3),
+                                                 (1, False, 3)])
+def test_plain_definitions_match_references(groups, in_blocked, nd):
     """The layout operators' plain tensor expressions (what targets without a blocked
     strategy build) against their numpy references."""
     import tdsl
@@ -246,16 +315,17 @@ def test_plain_definitions_match_references(groups, in_blocked):
     from tdsl.graph.strategy import topi
     rng = np.random.default_rng(2)
     bn, C, CO = 8, 12, (12 if groups > 1 else 20)
-    x = rng.standard_normal((1, C, 9, 7)).astype(np.float32)
-    w = rng.standard_normal((CO, C // groups, 3, 3)).astype(np.float32)
-    a = {"strides": [2, 1], "padding": [1, 1, 1, 1], "dilation": [1, 2], "groups": groups, "bn": bn,
-         "in_blocked": in_blocked}
+    x = rng.standard_normal((1, C) + (5,) * (nd - 2) + (9, 7)).astype(np.float32)
+    w = rng.standard_normal((CO, C // groups) + (3,) * nd).astype(np.float32)
+    a = {"strides": [1] * (nd - 2) + [2, 1], "padding": [1] * (2 * nd), "dilation": [2] * (nd - 2) + [1, 2],
+         "groups": groups, "bn": bn, "in_blocked": in_blocked}
     xin = to_blocked_ref(x, {"bn": bn}) if in_blocked else x
     want = conv_blocked_ref(xin, w, a)
     X = tdsl.placeholder(xin.shape, "float32", name="x")
     W = tdsl.placeholder(w.shape, "float32", name="w")
-    Y = topi.TE["nn.conv2d_blocked"]([X, W], a, TensorType(want.shape, "float32"))
-    U = topi.TE["layout.from_blocked"]([Y], {"bn": bn, "channels": CO}, TensorType((1, CO) + want.shape[2:4], "float32"))
+    Y = topi.TE[f"nn.conv{nd}d_blocked"]([X, W], a, TensorType(want.shape, "float32"))
+    U = topi.TE["layout.from_blocked"]([Y], {"bn": bn, "channels": CO},
+                                       TensorType((1, CO) + want.shape[2:-1], "float32"))
     B = topi.TE["layout.to_blocked"]([U], {"bn": bn}, TensorType(want.shape, "float32"))
     f = tdsl.build(tdsl.create_schedule(B.op), [X, W, B])
     out = np.zeros(want.shape, np.float32)

@@ -10,6 +10,7 @@ this layout, with the transforms only at the chains' ends.
 * `nn.conv2d_blocked(x, w)`: nn.conv2d's attributes plus `bn` and `in_blocked` (whether x
   is blocked or a plain NCHW image); w is the plain (CO, CI / groups, KH, KW) weight; the
   output is blocked. Groups: 1, or one per channel (depthwise).
+* `nn.conv3d_blocked(x, w)`: the same for nn.conv3d (NCDHW[x]c), groups 1.
 * `qnn.conv2d_blocked(x, w, x_zero, w_zero)`: the same for the integer conv (ops_quant.py's
   qnn.conv2d): uint8 data blocked or plain, int32 output blocked. Groups: 1, or one per
   channel.
@@ -68,24 +69,31 @@ def _plain_data(x, w, attrs, op):
     ci = w.shape[1] * attrs["groups"]
     if not attrs["in_blocked"]:
         return x
-    if x.ndim != 5 or x.shape[-1] != bn or x.shape[1] != blocks(ci, bn):
+    if x.ndim != w.ndim + 1 or x.shape[-1] != bn or x.shape[1] != blocks(ci, bn):
         raise GraphError(f"{op}: data {x} is not {ci} channels blocked by {bn}")
-    return TensorType((x.shape[0], ci, *x.shape[2:4]), x.dtype)
+    return TensorType((x.shape[0], ci, *x.shape[2:-1]), x.dtype)
 
 
 def _blocked_type(t, bn):
     return TensorType((t.shape[0], blocks(t.shape[1], bn), *t.shape[2:], bn), t.dtype)
 
 
-def _conv_blocked_infer(types, attrs):
-    check_nargs(types, 2)
-    x, w = types
-    ci = w.shape[1] * attrs["groups"]
-    x = _plain_data(x, w, attrs, "nn.conv2d_blocked")
-    g = attrs["groups"]
-    if g not in (1, ci) or (g == ci and w.shape[0] != ci):
-        raise GraphError(f"nn.conv2d_blocked: groups={g} must be 1 or one per channel ({ci})")
-    return _blocked_type(conv_infer(2)([x, w], attrs), attrs["bn"])
+def _conv_blocked_infer(nd):
+    op = f"nn.conv{nd}d_blocked"
+
+    def infer(types, attrs):
+        check_nargs(types, 2)
+        x, w = types
+        ci = w.shape[1] * attrs["groups"]
+        if w.ndim != nd + 2:
+            raise GraphError(f"{op}: weight {w} must have rank {nd + 2}")
+        x = _plain_data(x, w, attrs, op)
+        g = attrs["groups"]
+        # the 3-D conv's blocked form has no depthwise kernel (cpu/conv_blocked.py)
+        if g not in ((1, ci) if nd == 2 else (1,)) or (g == ci and w.shape[0] != ci):
+            raise GraphError(f"{op}: groups={g} must be 1" + (f" or one per channel ({ci})" if nd == 2 else ""))
+        return _blocked_type(conv_infer(nd)([x, w], attrs), attrs["bn"])
+    return infer
 
 
 def _plain_data_ref(x, w, a):
@@ -115,8 +123,11 @@ def qconv_blocked_ref(x, w, xz, wz, a):
 # would start a kernel (a memory pass) of its own
 register("layout.to_blocked", "injective", _to_infer, to_blocked_ref, required=("bn",))
 register("layout.from_blocked", "broadcast", _from_infer, from_blocked_ref, required=("bn", "channels"))
-register("nn.conv2d_blocked", "anchor", _conv_blocked_infer, conv_blocked_ref,
+register("nn.conv2d_blocked", "anchor", _conv_blocked_infer(2), conv_blocked_ref,
          {"strides": [1, 1], "padding": [0] * 4, "dilation": [1, 1], "groups": 1, "in_blocked": True},
+         required=("bn",))
+register("nn.conv3d_blocked", "anchor", _conv_blocked_infer(3), conv_blocked_ref,
+         {"strides": [1] * 3, "padding": [0] * 6, "dilation": [1] * 3, "groups": 1, "in_blocked": True},
          required=("bn",))
 register("qnn.conv2d_blocked", "anchor", _qconv_blocked_infer, qconv_blocked_ref,
          {"strides": [1, 1], "padding": [0] * 4, "dilation": [1, 1], "groups": 1, "in_blocked": True},

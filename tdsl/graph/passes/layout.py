@@ -19,13 +19,20 @@ concatenation along the channels of conv outputs that are whole vectors of chann
 module's expand convs and the next squeeze: the blocked images concatenate along their
 block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's between
 fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
-alone), without the tails that only plain consumers read (below); a conv alone keeps the
+alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the tails that only plain consumers read (below); a conv alone keeps the
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
 layout would only move the same transposing store. Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
 concatenations of the block's input and its features share one kernel generic in the
 channel count in NCHW, strategy/cpu/generic.py).
+
+3-D convs (float32, groups 1) join the same way as `nn.conv3d_blocked` over
+`(N, C/bn, D, H, W, bn)` images: a video CNN's stem, residual stages and strided 1x1x1
+shortcuts run blocked to the global pool (OpenVINO runs them channels-last, NDHWC, to
+the same end). In NCDHW the 3-D conv paid a transposing store at every layer and read
+its input one channel plane at a time, where the blocked input's taps read a pixel's
+vector of channels from one cache line.
 
 On targets with AVX512-VNNI, quantized convs (qnn.conv2d: uint8 data, int8 weights of zero
 point 0, groups 1 or depthwise) join as `qnn.conv2d_blocked`, with the quantized
@@ -52,23 +59,28 @@ _QUANT = ("qnn.requantize", "qnn.add", "qnn.quantize", "qnn.dequantize")
 _QBN = intrin_x86.LANES
 # the fill of a constant's padding channels: finite, and neutral where that is defined
 _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
+# float convs with a blocked form, and its operator
+_BLOCKED_CONV = {"nn.conv2d": "nn.conv2d_blocked", "nn.conv3d": "nn.conv3d_blocked"}
+# the ranks of the images a chain holds: 2-D and 3-D convs'
+_RANKS = (4, 5)
 
 
 def _conv_form(n):
     """Whether conv node `n` has a blocked form, whatever reads its input."""
-    if n.op != "nn.conv2d" or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
+    if n.op not in _BLOCKED_CONV or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
         return False
     x = n.args[0]
     # a symbolic batch is taken (the blocked convs take it, strategy/cpu/batch.py), any
     # other symbolic size is not
     shape = tuple(x.type.shape[1:]) + tuple(n.type.shape[1:])
-    if len(x.type.shape) != 4 or not all(isinstance(d, int) for d in shape):
+    if not all(isinstance(d, int) for d in shape):
         return False
     C = x.type.shape[1]
     g = n.attrs["groups"]
-    if not (g == 1 or (g == C and n.type.shape[1] == C)):
+    # a 3-D conv's blocked form has no depthwise kernel
+    if not (g == 1 or (g == C and n.type.shape[1] == C and n.op == "nn.conv2d")):
         return False
-    return tuple(x.type.shape[2:]) != (1, 1)
+    return any(d != 1 for d in x.type.shape[2:])
 
 
 def _qconv_form(n, bn, int8):
@@ -121,6 +133,17 @@ def _made_by_conv(e):
     return False
 
 
+def _planar_pool3d(n):
+    """Whether `n` is a 3-D max pool over each depth slice alone (a window and stride of one
+    along the depth, no depth padding: C3D's and I3D's first pools, (1, 2, 2) and (1, 3, 3))
+    with static sizes: on the blocked image, depth slices folded into the block axis, it is
+    the 2-D pool's blocked form."""
+    if n.op != "nn.max_pool3d" or not all(isinstance(d, int) for d in n.type.shape):
+        return False
+    a = n.attrs
+    return a["pool_size"][0] == 1 and a["strides"][0] == 1 and a["padding"][0] == a["padding"][3] == 0
+
+
 def _unary(n):
     # a cast too: the integer convs computed in float (int8_float.py) cast their sums to
     # int32 and the next conv's input to float32 inside the chain
@@ -132,11 +155,11 @@ def _image_args(n):
     """The operands of elementwise node `n` that are images of its own shape."""
     if _unary(n):
         return list(n.args)
-    if n.op in _BINARY + _QUANT and len(n.type.shape) == 4:
+    if n.op in _BINARY + _QUANT and len(n.type.shape) in _RANKS:
         return [a for a in n.args if tuple(a.type.shape) == tuple(n.type.shape)]
     if n.op == "qnn.lut":
         return [n.args[0]]
-    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) == 4:
+    if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and len(n.type.shape) in _RANKS:
         return [n.args[0]]
     return []
 
@@ -165,7 +188,7 @@ def _chains(fn, bn, int8):
             if _convertible_conv(e, bn, int8):
                 feeds.setdefault(e, set()).add(n)
                 convs[e], convs[n] = e, n
-            elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d":
+            elif _blockable_concat(e, bn) or e.op == "nn.max_pool2d" or _planar_pool3d(e):
                 stack.extend(e.args)
             else:
                 stack.extend(_image_args(e))
@@ -201,19 +224,20 @@ def _reaches_pool(conv, users, bn):
     return False
 
 
-def _channel_const(c: Const, C, bn, fill):
-    """A constant broadcast along the channels of an NCHW image, for the blocked image; None
-    when it is not one (per-channel (C, 1, 1) / (1, C, 1, 1), or a single value)."""
+def _channel_const(c: Const, C, bn, fill, nd=2):
+    """A constant broadcast along the channels of an NCHW (nd = 3: NCDHW) image, for the
+    blocked image; None when it is not one (per-channel (C, 1, 1) / (1, C, 1, 1), or a
+    single value)."""
     d = c.data
     if d.size == 1:
         return Const(d.reshape(()))
     shape = d.shape
-    if len(shape) > 4 or len(shape) < 3 or shape[-3] != C or any(s != 1 for s in shape[-2:]) \
-            or (len(shape) == 4 and shape[0] != 1):
+    if len(shape) > nd + 2 or len(shape) < nd + 1 or shape[-nd - 1] != C or any(s != 1 for s in shape[-nd:]) \
+            or (len(shape) == nd + 2 and shape[0] != 1):
         return None
     v = np.full(blocks(C, bn) * bn, fill, d.dtype)
     v[:C] = d.reshape(C)
-    return Const(v.reshape(blocks(C, bn), 1, 1, bn))
+    return Const(v.reshape((blocks(C, bn),) + (1,) * nd + (bn,)))
 
 
 def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
@@ -240,8 +264,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
         if e not in blocked:
             x = get_plain(e)
             shape = tuple(e.type.shape)
-            if shape[2:] == (1, 1) and shape[1] % bn == 0:    # the same bytes: a view
-                blocked[e] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, 1, 1, bn]})
+            if all(d == 1 for d in shape[2:]) and shape[1] % bn == 0:    # the same bytes: a view
+                blocked[e] = Call("reshape", [x], {"newshape": [shape[0], shape[1] // bn, *shape[2:], bn]})
             else:
                 blocked[e] = Call("layout.to_blocked", [x], {"bn": bn})
         return blocked[e]
@@ -249,7 +273,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
     for n in fn.nodes():
         if n.op == "nn.global_avg_pool" and n.args[0] in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
-            m = Call("mean", [blocked[n.args[0]]], {"axis": [2, 3], "keepdims": True}, n.span)
+            sp = list(range(2, len(n.type.shape)))
+            m = Call("mean", [blocked[n.args[0]]], {"axis": sp, "keepdims": True}, n.span)
             plain[n] = _from_blocked(m, n.type.shape[1], bn)
             continue
         y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
@@ -264,8 +289,8 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
 
 def _from_blocked(xb, C, bn):
     shape = xb.type.shape
-    if tuple(shape[2:4]) == (1, 1) and C % bn == 0:      # (N, C/bn, 1, 1, bn): NCHW's bytes
-        return Call("reshape", [xb], {"newshape": [shape[0], C, 1, 1]})
+    if all(d == 1 for d in shape[2:-1]) and C % bn == 0:      # (N, C/bn, 1, 1, bn): NCHW's bytes
+        return Call("reshape", [xb], {"newshape": [shape[0], C, *shape[2:-1]]})
     return Call("layout.from_blocked", [xb], {"bn": bn, "channels": C})
 
 
@@ -279,30 +304,39 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
     if n in chained:
         x, w = n.args
         a = dict(n.attrs, bn=bn)
+        op = _BLOCKED_CONV[n.op]
         if x in blocked or n.attrs["groups"] != 1:
-            return Call("nn.conv2d_blocked", [get_blocked(x), w], dict(a, in_blocked=True), n.span)
-        return Call("nn.conv2d_blocked", [get_plain(x), w], dict(a, in_blocked=False), n.span)
-    if not any(a in blocked for a in n.args) or len(n.type.shape) != 4:
+            return Call(op, [get_blocked(x), w], dict(a, in_blocked=True), n.span)
+        return Call(op, [get_plain(x), w], dict(a, in_blocked=False), n.span)
+    if not any(a in blocked for a in n.args) or len(n.type.shape) not in _RANKS:
         return None
     if n.op == "concatenate":
         if not (_blockable_concat(n, bn) and all(a in blocked for a in n.args)):
             return None
         return Call("concatenate", [blocked[a] for a in n.args], {"axis": 1}, n.span)
-    if n.op == "nn.max_pool2d":
-        # a 3-D pool whose last window is one element: each lane of a block pools alone
-        a = n.attrs
+    if n.op == "nn.max_pool2d" or _planar_pool3d(n):
+        # a 3-D pool whose last window is one element: each lane of a block pools alone; a
+        # 3-D image's depth slices are folded into the block axis (a view) around it
+        a, x = n.attrs, blocked[n.args[0]]
+        k, st, dl = (list(a[key][-2:]) for key in ("pool_size", "strides", "dilation"))
         p = list(a["padding"])
-        return Call("nn.max_pool3d", [blocked[n.args[0]]],
-                    {"pool_size": list(a["pool_size"]) + [1], "strides": list(a["strides"]) + [1],
-                     "padding": p[:2] + [0] + p[2:] + [0], "dilation": list(a["dilation"]) + [1],
-                     "ceil_mode": a["ceil_mode"]}, n.span)
-    C = n.type.shape[1]
+        if n.op == "nn.max_pool3d":     # (rows, columns) of (depth, rows, columns)
+            p = p[1:3] + p[4:6]
+            N, CB, D, H, W, _ = x.type.shape
+            x = Call("reshape", [x], {"newshape": [N, CB * D, H, W, bn]}, n.span)
+        y = Call("nn.max_pool3d", [x],
+                 {"pool_size": k + [1], "strides": st + [1], "padding": p[:2] + [0] + p[2:] + [0],
+                  "dilation": dl + [1], "ceil_mode": a["ceil_mode"]}, n.span)
+        if n.op == "nn.max_pool3d":
+            y = Call("reshape", [y], {"newshape": [N, CB, *n.type.shape[2:], bn]}, n.span)
+        return y
+    C, nd = n.type.shape[1], len(n.type.shape) - 2
     if _unary(n):
         return Call(n.op, [blocked[n.args[0]]], n.attrs, n.span)
     if n.op == "qnn.lut":       # a table of the 256 values: the same for every channel
         return Call(n.op, [blocked[n.args[0]], n.args[1]], n.attrs, n.span)
     if n.op == "nn.bias_add" and n.attrs.get("axis") == 1 and isinstance(n.args[1], Const):
-        b = _channel_const(Const(n.args[1].data.reshape(C, 1, 1)), C, bn, 0.0)
+        b = _channel_const(Const(n.args[1].data.reshape((C,) + (1,) * nd)), C, bn, 0.0, nd)
         return Call("add", [blocked[n.args[0]], b], {}, n.span)
     if n.op not in _BINARY + _QUANT:
         return None
@@ -311,11 +345,11 @@ def _blocked_node(n, chained, blocked, get_plain, get_blocked, bn):
         if a in blocked:
             args.append(blocked[a])
         elif isinstance(a, Const):
-            c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0))
+            c = _channel_const(a, C, bn, _NEUTRAL.get(n.op, 0.0), nd)
             if c is None:
                 return None
             args.append(c)
-        elif len(a.type.shape) == 4 and tuple(a.type.shape) == (n.type.shape[0], C, 1, 1):
+        elif tuple(a.type.shape) == (n.type.shape[0], C) + (1,) * nd:
             args.append(get_blocked(a))     # a squeeze-excite gate: a tiny relayout
         else:
             return None                     # a plain image: the op runs on plain images

@@ -43,7 +43,7 @@ for impl in [
                    on_input(conv_blocked.conv_padded), {"cpu": conv_blocked.schedule}, symbolic=True),
     Implementation("conv_transpose_blocked", DEFINITION, ("nn.conv2d_transpose", "nn.conv3d_transpose"), "cpu",
                    fast_conv, on_input(conv_blocked.conv_transpose), {"cpu": conv_blocked.schedule}, symbolic=True),
-    Implementation("conv2d_blocked", DEFINITION, ("nn.conv2d_blocked",), "cpu", fast_conv,
+    Implementation("conv2d_blocked", DEFINITION, ("nn.conv2d_blocked", "nn.conv3d_blocked"), "cpu", fast_conv,
                    on_input(conv_blocked.conv2d_blocked), {"cpu": conv_blocked.schedule}, symbolic=True),
     Implementation("conv_runtime_weights", DEFINITION, conv_runtime.OPS, "cpu", conv_runtime.applies,
                    conv_runtime.compute, {"cpu": conv_runtime.schedule}),

@@ -29,36 +29,37 @@ def _from_blocked(ins, attrs, out):
                         name=uname("from_blocked"))
 
 
-def _blocked_reader(x, attrs, fill):
-    """x's element (b, ci, y, x) of the plain image, padding read as `fill`."""
+def _blocked_reader(x, attrs, fill, nd=2):
+    """x's element (b, ci, *u) of the plain image of `nd` spatial dimensions, padding read
+    as `fill`."""
     bn = attrs["bn"]
-    xs = shape_of(x)
-    H, W = xs[2], xs[3]
+    sp = shape_of(x)[2:2 + nd]
 
-    def xin(b, ci, y, xx):
-        inside = tdsl.all(y >= 0, y < H, xx >= 0, xx < W)
-        yc, xc = tdsl.max(tdsl.min(y, H - 1), 0), tdsl.max(tdsl.min(xx, W - 1), 0)
-        v = x[b, ci // bn, yc, xc, ci % bn] if attrs["in_blocked"] else x[b, ci, yc, xc]
+    def xin(b, ci, *u):
+        inside = tdsl.all(*[c for d in range(nd) for c in (u[d] >= 0, u[d] < sp[d])])
+        uc = tuple(tdsl.max(tdsl.min(u[d], sp[d] - 1), 0) for d in range(nd))
+        v = x[(b, ci // bn) + uc + (ci % bn,)] if attrs["in_blocked"] else x[(b, ci) + uc]
         return tdsl.if_then_else(inside, v, fill)
     return xin
 
 
-def _conv2d_blocked(ins, attrs, out):
+def _conv_blocked(ins, attrs, out):
+    """nn.conv2d_blocked and nn.conv3d_blocked."""
     x, w = ins
     bn, g = attrs["bn"], attrs["groups"]
-    CO, CIG, KH, KW = shape_of(w)
-    (sh, sw), (dh, dw), p = attrs["strides"], attrs["dilation"], attrs["padding"]
-    xin = _blocked_reader(x, attrs, c(0, x.dtype))
+    CO, CIG, *K = shape_of(w)
+    nd = len(K)
+    s, dl, p = attrs["strides"], attrs["dilation"], attrs["padding"]
+    xin = _blocked_reader(x, attrs, c(0, x.dtype), nd)
     rc = tdsl.reduce_axis((0, CIG), "rc")
-    ky = tdsl.reduce_axis((0, KH), "ky")
-    kx = tdsl.reduce_axis((0, KW), "kx")
+    rk = [tdsl.reduce_axis((0, K[d]), name) for d, name in enumerate(("kd", "ky", "kx")[3 - nd:])]
 
-    def f(b, cb, oy, ox, cc):
+    def f(b, cb, *o):
         # channels past CO (a partial last block) repeat channel CO - 1: of no meaning
-        co = tdsl.min(cb * bn + cc, CO - 1)
+        co = tdsl.min(cb * bn + o[nd], CO - 1)
         ci = rc if g == 1 else co * CIG + rc
-        return tdsl.sum(xin(b, ci, oy * sh + ky * dh - p[0], ox * sw + kx * dw - p[1]) * w[co, rc, ky, kx],
-                        axis=[rc, ky, kx])
+        u = [o[d] * s[d] + rk[d] * dl[d] - p[d] for d in range(nd)]
+        return tdsl.sum(xin(b, ci, *u) * w[(co, rc) + tuple(rk)], axis=[rc] + rk)
     return tdsl.compute(out.shape, f, name=uname("conv_blocked"))
 
 
@@ -86,5 +87,6 @@ def _qconv2d_blocked(ins, attrs, out):
 
 TE["layout.to_blocked"] = _to_blocked
 TE["layout.from_blocked"] = _from_blocked
-TE["nn.conv2d_blocked"] = _conv2d_blocked
+TE["nn.conv2d_blocked"] = _conv_blocked
+TE["nn.conv3d_blocked"] = _conv_blocked
 TE["qnn.conv2d_blocked"] = _qconv2d_blocked

@@ -1,6 +1,6 @@
 """The blocked NCHW[x]c convolution in any number of spatial dimensions (conv1d reaches it
-as a conv2d of one row, conv3d directly), and the transposed convolution as a blocked conv
-of its input spread onto the stride grid.
+as a conv2d of one row, conv3d directly or as nn.conv3d_blocked in a blocked chain), and
+the transposed convolution as a blocked conv of its input spread onto the stride grid.
 
 The conv reads an input stage `spread[b, ci, *u]` (the zero-padded input; for a transposed
 conv the input scattered every `stride` positions), packed weights (CO/x, CI, *K, x) and
@@ -84,9 +84,12 @@ def applies_depthwise(g, n):
 
 
 def _padding(n):
+    """The padded input's spatial sizes and the begin padding of conv node `n` (its input
+    plain or blocked)."""
     p = n.attrs["padding"]
-    H, W = n.args[0].type.shape[2:4]
-    return [H + p[0] + p[2], W + p[1] + p[3]], p[:2]
+    nd = len(n.args[1].type.shape) - 2
+    sp = n.args[0].type.shape[2:2 + nd]
+    return [sp[d] + p[d] + p[nd + d] for d in range(nd)], p[:nd]
 
 
 def depthwise2d_blocked(g, n, tensors):
@@ -96,13 +99,13 @@ def depthwise2d_blocked(g, n, tensors):
 
 
 def conv2d_blocked(g, n, x, wi):
-    """nn.conv2d_blocked (ir/ops_layout.py) of groups 1 of image `x`: the blocked conv from
-    a blocked or plain input to a blocked output."""
+    """nn.conv2d_blocked and nn.conv3d_blocked (ir/ops_layout.py) of groups 1 of image `x`:
+    the blocked conv from a blocked or plain input to a blocked output."""
     a = n.attrs
     sizes, offsets = _padding(n)
     if a["in_blocked"]:
         return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]))
-    return conv_blocked(g, n, x, wi, (sizes, offsets, (1, 1)), blocked=(None, a["bn"]))
+    return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * len(sizes)), blocked=(None, a["bn"]))
 
 
 def depthwise_blocked(g, n, x, src, wi):
@@ -220,21 +223,26 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
     if not isinstance(wi, int):
         info["weights"] = Wp
     planes = -(-CI // bn) if src_b is not None else CI
-    plane = _flat_plane(g.target, out_sp, cb_n * bn, info["taps"], planes, bn) \
-        if blocked and all(is_number(d) for d in out_sp) else None
+    # a 3-D conv's planes are its (rows, columns), one per depth: the depths stay tasks
+    lead_sp, plane_sp = out_sp[:-2], out_sp[-2:]
+    nl, npl = len(lead_sp), len(plane_sp)
+    plane = _flat_plane(g.target, plane_sp, cb_n * bn, info["taps"], planes, bn,
+                        int(np.prod(lead_sp))) if blocked and all(is_number(d) for d in out_sp) else None
     if plane is not None:
         # the register tile runs along the flattened output plane (_flat_plane)
-        P = int(np.prod(out_sp))
+        P = int(np.prod(plane_sp))
 
         def unflat(p):
-            return tuple((p // int(np.prod(out_sp[d + 1:]))) % out_sp[d] if d else
-                         p // int(np.prod(out_sp[1:])) for d in range(nd))
-        Cv = tdsl.compute((N, cb_n, P, bn), lambda b, cb, p, c: conv(b, cb, *unflat(p), c),
+            return tuple((p // int(np.prod(plane_sp[d + 1:]))) % plane_sp[d] if d else
+                         p // int(np.prod(plane_sp[1:])) for d in range(npl))
+        Cv = tdsl.compute((N, cb_n) + lead_sp + (P, bn),
+                          lambda b, cb, *o: conv(b, cb, *o[:nl], *unflat(o[nl]), o[nl + 1]),
                           name=topi.uname("conv"))
 
         def flat(o):
-            return sum(o[d] * int(np.prod(out_sp[d + 1:])) for d in range(nd))
-        V = tdsl.compute((N, cb_n) + out_sp + (bn,), lambda b, cb, *o: Cv[b, cb, flat(o[:nd]), o[nd]],
+            return sum(o[d] * int(np.prod(plane_sp[d + 1:])) for d in range(npl))
+        V = tdsl.compute((N, cb_n) + out_sp + (bn,),
+                         lambda b, cb, *o: Cv[(b, cb) + o[:nl] + (flat(o[nl:nd]), o[nd])],
                          name=topi.uname("plane"))
         info.update(conv=Cv, ow=P, tile=plane, view=V)
         return tag.mark(V, tag.CONV_BLOCKED, **info)
@@ -249,8 +257,9 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
 FLAT_MAX_WIDTH = 14
 
 
-def _flat_plane(target, out_sp, cols, taps, planes, bn):
-    """The register tile (pixels, vectors) along the flattened output plane, or None to
+def _flat_plane(target, out_sp, cols, taps, planes, bn, depths=1):
+    """The register tile (pixels, vectors) along the flattened output plane (one of
+    `depths`: a 3-D conv's depth slices are tasks beside its channel blocks), or None to
     keep tiles within a row. A row's tile must divide the row; on 16 registers the 7- and
     14-wide rows of a CNN's last stages then get (7, 1) or (2, 4), whose few accumulators
     or broadcasts per FMA leave the FMA units half idle. Along the flattened plane any
@@ -258,18 +267,21 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn):
     hoisted out of the reduction. 1x1 convs whose plane streams want row passes
     (_row_passes) keep them unless the whole image is one pass, where the passes gain
     nothing. The plane's tasks are its channel blocks only (images are a loop outside the
-    threads', batch.outer_fuse), so there must be enough of them for the cores. Wider
-    rows (28, 56) stay in rows: there the flat tile's gain on a single layer does not
-    carry over to whole networks."""
+    threads', batch.outer_fuse), so there must be enough of them for the cores. A 2-D
+    conv's wider rows (28, 56) stay in rows: there the flat tile's gain on a single layer
+    does not carry over to whole networks. A 3-D conv's take the flat tile at any width
+    (a plane per depth slice): on AVX2 a 28- or 56-wide row of 32 or 64 channels has
+    (4, 2) at most, 8 accumulators for 10 FMA chains, the plane (6, 2); and the 27 taps
+    of a 3x3x3 kernel spend more multiply-adds on each pixel's hoisted address."""
     ow = out_sp[-1]
-    if ow > FLAT_MAX_WIDTH:
+    if ow > FLAT_MAX_WIDTH and depths == 1:
         return None
     row = tiling.register_tile(target, ow, cols, whole_rows=True, whole_vecs=True)
     P = int(np.prod(out_sp))
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
     if flat[0] * flat[1] <= row[0] * row[1]:
         return None
-    if (cols // bn) // flat[1] < tiling.parallel_chunks(target):
+    if (cols // bn) // flat[1] * depths < tiling.parallel_chunks(target):
         return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
@@ -372,8 +384,8 @@ def schedule(s, out, g, parallel=True):
         b, co, *sp = out.op.axis
         cob, coi = s[out].split(co, factor=bn * cbb)
         c_in = []
-    if "tile" in info:      # the flattened plane: one loop of pixels
-        lead, x = [], s[out].fuse(*sp)
+    if "tile" in info:      # the flattened plane: one loop of pixels (per depth)
+        lead, x = sp[:-2], s[out].fuse(*sp[-2:])
     else:
         lead, x = sp[:-1], sp[-1]
     in_pass = []
@@ -382,15 +394,33 @@ def schedule(s, out, g, parallel=True):
         lead, in_pass = lead[:-1] + [yo], [yi]
     xo, xi = s[out].split(x, factor=xb)
     # a symbolic row: its tiles in chunks, which the threads share with the channel
-    # blocks and the rows (one block of a 64-channel conv would leave one task)
-    chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
-    # chunks outermost: the fused loop's divisions are then by constants, the chunk's
+    # blocks and the rows (one block of a 64-channel conv would leave one task). The
+    # chunks go outermost: the fused loop's divisions are then by constants, the chunk's
     # by the product of the other extents (a remainder in the row's index would hide
     # from bound inference that the tiles stay in the row)
-    s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+    chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
+    if len(lead) > 1 and -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb)) \
+            * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
+        # a 3-D conv: a task is a plane (all rows of one depth) of one group of channel
+        # blocks, whose weights then serve every row of it from cache. Tasks of single
+        # rows that ran over all channel blocks read a deep stage's whole weights (27 MiB for
+        # a 3x3x3 conv of 512 channels) once per output row. The rows are not fused in:
+        # through a division less a multiple of the next (f // H - f // (D * H) * D) bound
+        # inference cannot see that the register tile stays in its bounds, and every
+        # multiply-add would be guarded
+        s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, *chunks, cob, lead[0]]
+    elif len(lead) > 1:
+        # too few planes for the cores: the threads split depth and rows (fused first, for
+        # the same reason), and each task runs over the channel blocks
+        s[out].reorder(b, *chunks, *lead, cob, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, *chunks, s[out].fuse(*lead)]
+    else:
+        s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, *chunks, cob, *lead]
     if blocked_out:
         s[out].vectorize(c)
-    par = outer_fuse(s, out, [b, *chunks, cob, *lead])
+    par = outer_fuse(s, out, outer)
     if parallel:
         s[out].parallel(par)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
