@@ -8,9 +8,10 @@ import numpy as np
 import tdsl
 
 from .... import tiling
+from ....ir import expr as E
 from .. import tag, topi
 from ..stages import ishape
-from .loops import PAR_MIN_MACS, inline_except
+from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
 
 def applies(g, n):
@@ -79,10 +80,11 @@ def schedule(s, out, g, parallel=True):
     # unfused loop instead, so that loop partitioning peels the ragged tiles off
     outer, inner = (no, mo) if cols_outer else (mo, no)
     outer_n = -(-N // nr) if cols_outer else -(-M // mr)
+    macs = E.cast(out.shape[0], "int64") * (N * K) if symbolic else M * N * K
     if M % mr == 0 and N % nr == 0 and not symbolic:
-        s[out].parallel(s[out].fuse(outer, inner))
+        parallel_loop(s, out, s[out].fuse(outer, inner), macs, PAR_MIN_MACS)
     elif outer_n >= 2 * target.num_cores:
-        s[out].parallel(outer)
+        parallel_loop(s, out, outer, macs, PAR_MIN_MACS)
     else:
         s[out].reorder(inner, outer, mi, ni)
-        s[out].parallel(inner)
+        parallel_loop(s, out, inner, macs, PAR_MIN_MACS)
