@@ -163,3 +163,36 @@ def test_onnx_attention_dynamic_matches_onnxruntime():
         out = exe.run(feeds["q"], feeds["k"], feeds["v"])[0]
         ref = models.onnxruntime_run(model, feeds)[0]
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_rows_below_a_tile_run_the_small_variant():
+    """A dense layer's kernel of symbolic rows is tiled for many rows; at fewer rows than
+    a tile (one token) the variant tiled for one row runs, and the profile names it."""
+    model = _mlp()
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    for batch, small in [(1, True), (3, True), (64, False), (1, True)]:
+        x = np.random.default_rng(batch).standard_normal((batch, 256)).astype(np.float32)
+        out = exe.run(x)[0]
+        ref = models.onnxruntime_run(model, {"input": x})[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+        names = [name for name, _, _ in exe.profile(number=1)]
+        dense = [n for n in names if "dense" in n]
+        assert dense and all(n.split("#")[0].endswith("_small") == small for n in dense), (batch, names)
+
+
+def test_transpose_with_symbolic_columns_reads_square_tiles():
+    """K^T of a head split, (batch, seq, 256) -> (batch, 4, 64, seq): read in 16 x 16
+    tiles transposed in registers, as the static schedule does, the sequence's ragged
+    last tile peeled off."""
+    n, s = tdsl.size_var("n"), tdsl.size_var("s")
+    x = tdsl.placeholder((n, s, 256), name="x")
+    y = tdsl.compute((n, 4, 64, s), lambda b, h, d, i: x[b, i, h * 64 + d] * 0.125, name="y")
+    sch = tdsl.auto_schedule(y, "llvm")
+    assert "vectorize" in sch.explain().rules("y")
+    assert "transposed in registers" in str(sch.explain()), str(sch.explain())
+    f = tdsl.build(sch, [x, y], target="llvm")
+    for N, S in [(1, 1), (2, 37), (1, 64)]:
+        a = np.random.default_rng(S).standard_normal((N, S, 256)).astype(np.float32)
+        out = np.zeros((N, 4, 64, S), np.float32)
+        f(a, out)
+        np.testing.assert_allclose(out, a.reshape(N, S, 4, 64).transpose(0, 2, 3, 1) * 0.125, rtol=1e-6)

@@ -5,15 +5,20 @@ target's), then built; and the tuning of the groups that take the auto-scheduler
 rules."""
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict
 
 import numpy as np
+import sympy
 
 import tdsl
 
 from ...errors import GraphError, TdslError
 from ...target import as_target
+from ...ir.expr import logical_or
+from ...ir.visitor import free_vars, substitute
 from ..ir import Function
+from ..ir.dims import evaluate
 from ..ir.text import print_function
 from . import registry, topi
 from .cpu.schedule import schedule_llvm
@@ -39,6 +44,19 @@ class Kernel:
         self.key = source_key
         self.size_args = tuple(size_args)
         self.scheduled_by = scheduled_by
+        # size classes of a kernel with symbolic sizes: [(condition, Kernel)], the first
+        # whose condition holds at a call's sizes runs instead (same arguments)
+        self.variants = []
+        self.size_exprs = {}     # {kernel size variable: its graph dimension}
+
+    def at(self, sizes) -> "Kernel":
+        """The kernel that runs at `sizes` ({size variable: int}, the network's): a
+        variant whose condition holds there, else this one."""
+        for cond, k in self.variants:
+            values = {v: evaluate(self.size_exprs[v.name], sizes) for v in free_vars(cond)}
+            if tdsl.arith.can_prove(substitute(cond, {v: tdsl.const(x, v.dtype) for v, x in values.items()})):
+                return k
+        return self
 
 
 SCHEDULES: Dict[str, Callable] = {
@@ -144,7 +162,28 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(g.symbolic)
     try:
-        return _compile_group(g, fn, target, name, sched)
+        kernel = _compile_group(g, fn, target, name, sched)
+    finally:
+        topi.symbolic_sizes.reset(token2)
+        topi.representative.reset(token)
+    if g.small_when and erasure is None:
+        kernel.size_exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars},
+                             **{a.name: e for e, a in g.sizes.atoms.items()}}
+        cond = functools.reduce(logical_or, g.small_when)
+        kernel.variants = [(cond, _small_variant(fn, target, consts, name, auto_params, bounds, sched))]
+    return kernel
+
+
+def _small_variant(fn, target, consts, name, auto_params, bounds, sched):
+    """The kernel of group `fn` scheduled for the smallest sizes its bounds allow (a
+    dense layer's register tile of one row for a single token)."""
+    g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
+    g.auto_params = auto_params
+    low = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
+    token = topi.representative.set(low)
+    token2 = topi.symbolic_sizes.set(True)
+    try:
+        return _compile_group(g, fn, target, f"{name}_small", sched)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)

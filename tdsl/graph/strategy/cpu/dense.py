@@ -56,6 +56,10 @@ def schedule(s, out, g, parallel=True):
     # outside, so the threads split the weights, whose number is known
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
+    if symbolic and mr > 1:
+        # fewer rows than a tile at run time (a single token): the tile's guarded rows
+        # would do the work of `mr`; a variant tiled for one row runs then
+        g.small_when.append(out.shape[0] < mr)
     mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
     s[out].vectorize(ni)
     # the operand re-read by the inner tile loop should be the smaller one: with more
