@@ -165,19 +165,23 @@ def test_onnx_attention_dynamic_matches_onnxruntime():
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_dense_rows_below_a_tile_run_the_small_variant():
-    """A dense layer's kernel of symbolic rows is tiled for many rows; at fewer rows than
-    a tile (one token) the variant tiled for one row runs, and the profile names it."""
+def test_dense_size_classes_run_their_variants():
+    """A dense layer's kernel of symbolic rows is tiled for many rows, the column blocks
+    outside; at fewer rows than a tile (one token) the variant tiled for one row runs,
+    at more rows than columns the one with the row blocks outside, as a static build of
+    those sizes would be; the profile names the variant that ran."""
     model = _mlp()
     exe = G.build(G.optimize(G.from_onnx(model)))
-    for batch, small in [(1, True), (3, True), (64, False), (1, True)]:
+    for batch, want in [(1, ["small", "small"]), (3, ["small", "small"]), (64, ["", ""]),
+                        (300, ["", "rows"]), (600, ["rows", "rows"]), (1, ["small", "small"])]:
         x = np.random.default_rng(batch).standard_normal((batch, 256)).astype(np.float32)
         out = exe.run(x)[0]
         ref = models.onnxruntime_run(model, {"input": x})[0]
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
-        names = [name for name, _, _ in exe.profile(number=1)]
-        dense = [n for n in names if "dense" in n]
-        assert dense and all(n.split("#")[0].endswith("_small") == small for n in dense), (batch, names)
+        names = [name for name, _, _ in sorted(exe.profile(number=1), key=lambda r: int(r[0].split("#")[1]))]
+        dense = [n.split("#")[0] for n in names if "dense" in n]
+        got = [next((c for c in ("small", "rows") if n.endswith("_" + c)), "") for n in dense]
+        assert got == want, (batch, names)
 
 
 def test_transpose_with_symbolic_columns_reads_square_tiles():

@@ -5,7 +5,6 @@ target's), then built; and the tuning of the groups that take the auto-scheduler
 rules."""
 from __future__ import annotations
 
-import functools
 from typing import Callable, Dict
 
 import numpy as np
@@ -15,7 +14,6 @@ import tdsl
 
 from ...errors import GraphError, TdslError
 from ...target import as_target
-from ...ir.expr import logical_or
 from ...ir.visitor import free_vars, substitute
 from ..ir import Function
 from ..ir.dims import evaluate
@@ -166,24 +164,26 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
-    if g.small_when and erasure is None:
+    if g.size_classes and erasure is None:
         kernel.size_exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars},
                              **{a.name: e for e, a in g.sizes.atoms.items()}}
-        cond = functools.reduce(logical_or, g.small_when)
-        kernel.variants = [(cond, _small_variant(fn, target, consts, name, auto_params, bounds, sched))]
+        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes))
+                           for cls, cond in g.size_classes.items()]
     return kernel
 
 
-def _small_variant(fn, target, consts, name, auto_params, bounds, sched):
-    """The kernel of group `fn` scheduled for the smallest sizes its bounds allow (a
-    dense layer's register tile of one row for a single token)."""
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
+    """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
+    sizes its bounds allow (a dense layer's register tile of one row for a single
+    token); another, for the representative `sizes`, the schedule told its class."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
-    g.auto_params = auto_params
-    low = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
-    token = topi.representative.set(low)
+    g.auto_params, g.size_class = auto_params, cls
+    if cls == "small":
+        sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
+    token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
-        return _compile_group(g, fn, target, f"{name}_small", sched)
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
