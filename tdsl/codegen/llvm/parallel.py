@@ -14,11 +14,13 @@ For a `For(kind=PARALLEL)` at one site we emit three internal functions:
   joins; a failed `pthread_create` runs that chunk on the calling thread.
 
 The caller fills the closure (an alloca of its entry block), calls the launcher and
-returns the body's error code, if any. A loop with the pragma `("parallel_when", cond)`
-(a schedule's run-time test of its work, where its sizes are only known per call) forks
-only when `cond` holds; otherwise the caller runs the body over the whole range itself: a
-fork-join costs more than a small loop nest (a sequence of one token) saves. `num_threads` is the module global
+returns the body's error code, if any. `num_threads` is the module global
 `__tdsl_num_threads`, set by the runtime when the module is loaded.
+
+A loop with the pragma `("parallel_when", cond)` (a schedule's run-time test of its work,
+where its sizes are only known per call) forks only when `cond` holds; otherwise the
+caller runs the body function over the whole range itself: a fork-join costs more than a
+small loop nest (a sequence of one token) saves.
 """
 from __future__ import annotations
 

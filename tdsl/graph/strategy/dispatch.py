@@ -5,6 +5,7 @@ target's), then built; and the tuning of the groups that take the auto-scheduler
 rules."""
 from __future__ import annotations
 
+import operator
 from typing import Callable, Dict
 
 import numpy as np
@@ -14,9 +15,9 @@ import tdsl
 
 from ...errors import GraphError, TdslError
 from ...target import as_target
-from ...ir.visitor import free_vars, substitute
+from ...ir import expr as E
+from ...ir.visitor import free_vars
 from ..ir import Function
-from ..ir.dims import evaluate
 from ..ir.text import print_function
 from . import registry, topi
 from .cpu.schedule import schedule_llvm
@@ -45,16 +46,46 @@ class Kernel:
         # size classes of a kernel with symbolic sizes: [(condition, Kernel)], the first
         # whose condition holds at a call's sizes runs instead (same arguments)
         self.variants = []
-        self.size_exprs = {}     # {kernel size variable: its graph dimension}
+        self.size_values = {}    # {kernel size variable: f(network sizes) -> its value}
 
     def at(self, sizes) -> "Kernel":
         """The kernel that runs at `sizes` ({size variable: int}, the network's): a
-        variant whose condition holds there, else this one."""
+        variant whose condition holds there, else this one. Called when a call first
+        meets its sizes: a few integer operations, no simplifier."""
         for cond, k in self.variants:
-            values = {v: evaluate(self.size_exprs[v.name], sizes) for v in free_vars(cond)}
-            if tdsl.arith.can_prove(substitute(cond, {v: tdsl.const(x, v.dtype) for v, x in values.items()})):
+            env = {v: self.size_values[v.name](sizes) for v in free_vars(cond)}
+            if _holds(cond, env):
                 return k
         return self
+
+
+_INT_OPS = {E.Add: operator.add, E.Sub: operator.sub, E.Mul: operator.mul, E.FloorDiv: operator.floordiv,
+            E.FloorMod: operator.mod, E.Min: min, E.Max: max, E.LT: operator.lt, E.LE: operator.le,
+            E.GT: operator.gt, E.GE: operator.ge, E.EQ: operator.eq, E.NE: operator.ne,
+            E.And: lambda a, b: a and b, E.Or: lambda a, b: a or b}
+
+
+def _holds(e, env):
+    """The value of a size condition (integer arithmetic and comparisons of size
+    variables bound in `env`)."""
+    t = type(e)
+    if t is E.IntImm:
+        return e.value
+    if t is E.Var:
+        return env[e]
+    if t is E.Cast:
+        return _holds(e.value, env)
+    if t is E.Not:
+        return not _holds(e.a, env)
+    return _INT_OPS[t](_holds(e.a, env), _holds(e.b, env))
+
+
+def _size_function(expr):
+    """f({network size name: int}) -> the value of graph dimension `expr`."""
+    syms = sorted(expr.free_symbols, key=lambda v: v.name)
+    f = sympy.lambdify(syms, expr, "math")
+    names = [v.name for v in syms]
+    return lambda sizes: int(f(*(sizes[n] for n in names)))
 
 
 SCHEDULES: Dict[str, Callable] = {
@@ -165,8 +196,8 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
     if g.size_classes and erasure is None:
-        kernel.size_exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars},
-                             **{a.name: e for e, a in g.sizes.atoms.items()}}
+        exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
+        kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
         kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes))
                            for cls, cond in g.size_classes.items()]
     return kernel
