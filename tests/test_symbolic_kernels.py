@@ -143,7 +143,8 @@ def test_static_kernels_carry_no_run_time_test():
 
 def test_onnx_attention_dynamic_matches_onnxruntime():
     """Q @ K^T, softmax, @ V with symbolic batch and sequence, at sizes with and without
-    tails, against onnxruntime."""
+    tails, against onnxruntime; below a register tile's rows (a few tokens) the matmuls
+    run their variants tiled for one row."""
     pytest.importorskip("onnxruntime")
     q = helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "seq", 64])
     k = helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", 4, 64, "seq"])
@@ -163,6 +164,8 @@ def test_onnx_attention_dynamic_matches_onnxruntime():
         out = exe.run(feeds["q"], feeds["k"], feeds["v"])[0]
         ref = models.onnxruntime_run(model, feeds)[0]
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        matmuls = [n.split("#")[0] for n, _, _ in exe.profile(number=1) if "matmul" in n]
+        assert len(matmuls) == 2 and all(n.endswith("_small") == (s < 8) for n in matmuls), (s, matmuls)
 
 
 def test_dense_size_classes_run_their_variants():
