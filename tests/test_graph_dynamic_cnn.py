@@ -146,11 +146,13 @@ def _check(m, batches=(1, 3), tol=2e-4, weights=None):
 
 def _implementations(exe):
     """{group: the implementation that scheduled its kernel} of the kernels the last call
-    ran (a call at batch 1 writes concats in place: it runs no kernel for them). Groups
-    are named by fusion; a kernel's name is the first group's that compiled it, in this
-    process, and so depends on what was built before."""
+    ran (a call at batch 1 writes concats in place: it runs no kernel for them; a kernel
+    with size classes ran one of its variants, named after the class). Groups are named
+    by fusion; a kernel's name is the first group's that compiled it, in this process,
+    and so depends on what was built before."""
     ran = {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
-    return {n.op.name: k.scheduled_by for k, _, n in exe.steps if k.name in ran}
+    return {n.op.name: v.scheduled_by for k, _, n in exe.steps
+            for v in [k] + [v for _, v in k.variants] if v.name in ran}
 
 
 def _same_as_static(exe, m, weights=None):

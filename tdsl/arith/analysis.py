@@ -250,6 +250,11 @@ def _sbound_mod(s, ctx, k):
         c = int(b)
         if c <= 0:
             return None, None
+        if lo is not None and lo == hi:
+            # one value (an index of a fused loop at a fixed point): kept a remainder,
+            # which the prover bounds by [0, c), where `lo - c*(lo//c)` is two unrelated terms
+            v = floormod(lo, b)
+            return v, v
         if lo is not None and hi is not None:
             ql, qh = floordiv(lo, b), floordiv(hi, b)
             if equal(ql, qh, ctx):

@@ -101,6 +101,14 @@ class StageInfo:
     def reduce_size(self, unknown=1024) -> int:
         return self._prod(self.rextents, unknown)
 
+    def work_expr(self, reduce=True) -> E.Expr:
+        """Output elements (times reduction steps) as an int64 expression of the sizes: what
+        `outputs() * reduce_size()` guessed where an extent is symbolic, known per call."""
+        out = E.const(1, "int64")
+        for iv in self.axes + (self.raxes if reduce else []):
+            out = out * E.cast(iv.dom.extent, "int64")
+        return out
+
     # -- access structure -------------------------------------------------------------------
     def loads_of(self, tensor) -> List[Load]:
         return [ld for ld in self.loads if ld.tensor is tensor]

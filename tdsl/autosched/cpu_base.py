@@ -7,6 +7,8 @@ from typing import List, Optional, Tuple
 
 from .. import dtype as dt
 from .. import tiling
+from ..arith import simplify
+from ..ir import expr as E
 from .analysis import StageInfo
 from .context import Context
 
@@ -44,14 +46,20 @@ class CPUBase(Context):
         return self.params.vectorize and dtype != "bool"
 
     def parallel_prefix(self, st, loops: List[Tuple[object, Optional[int], bool]], work: int,
-                        what: str, whole=False):
+                        what: str, whole=False, work_expr=None):
         """Fuses a prefix of `loops` ((iv, extent, ragged), adjacent leaf loops outermost
         first) until there are enough tasks and marks it parallel. Returns the loop that
-        stands for the prefix (fused or not), or None when nothing was fused."""
+        stands for the prefix (fused or not), or None when nothing was fused. Where `work`
+        was guessed from symbolic extents, `work_expr` (default: the stage's elements x
+        reduction steps) is it in the sizes, and the loop forks only when it reaches
+        PAR_MIN_WORK at run time (pragma "parallel_when")."""
         if not loops:
             return None
-        # a symbolic extent may be 1 at run time (a batch of one): the prefix goes on
-        # fusing until the loops of known extents alone give enough tasks
+        # the outermost loop, symbolic, may be 1 at run time (a batch of one): the prefix
+        # goes on fusing past it. A symbolic extent further in (a sequence) counts as
+        # large: where it is small, so is the work, and the loop does not fork then
+        # (parallel_when); fusing the loops inside it would cost each task a division by
+        # its run-time size to recover their indices
         chosen, known, symbolic = [], 1, False
         for iv, ext, ragged in loops:
             if chosen and ragged and not whole:
@@ -59,11 +67,12 @@ class CPUBase(Context):
             chosen.append((iv, ext))
             if ext is None:
                 symbolic = True
+                known *= BIG if len(chosen) > 1 else 1
             else:
                 known *= ext
             if not whole and (ragged or known >= self.chunks):
                 break
-        tasks = known * (BIG if symbolic else 1)
+        tasks = max(known, BIG) if symbolic else known
         ivs = [iv for iv, _ in chosen]
         loop = st.fuse(*ivs) if len(ivs) > 1 else ivs[0]
         if not self.params.parallel:
@@ -73,6 +82,11 @@ class CPUBase(Context):
                          "than it saves" if work < PAR_MIN_WORK else "one task only")
             return loop
         st.parallel(loop)
+        if work_expr is None:
+            work_expr = (self.infos.get(st) or StageInfo(st.op)).work_expr()
+        work_expr = simplify(work_expr)
+        if not isinstance(work_expr, E.IntImm):
+            st.pragma(loop, "parallel_when", E.GE(work_expr, E.const(PAR_MIN_WORK, "int64")))
         names = ", ".join(iv.var.name for iv in ivs)
         why = f"{tasks if tasks < BIG else 'symbolic/many'} tasks for {self.target.num_cores} cores"
         if len(ivs) < len(loops) and loops[len(ivs)][2]:

@@ -91,7 +91,7 @@ def dot_tile(ctx, R, T):
     loops = [(iv, info.extents[i], False) for i, iv in enumerate(ax) if i not in (r, v)]
     loops += [(ro, None if ext_r is None else -(-ext_r // rows), ro_rag),
               (vo, None if ext_v is None else -(-ext_v // cols), vo_rag)]
-    ctx.parallel_prefix(O, loops, work, "tiles")
+    ctx.parallel_prefix(O, loops, work, "tiles", work_expr=info.work_expr())
     leaves = O.leaf_iter_vars
     at = leaves[leaves.index(ri) - 1]
     if T is not None:
@@ -207,7 +207,7 @@ def tile(ctx, R, T):
                 + (f"and {ax[b].var.name} by {bb} " if bb > 1 else "") + f"({shape})", why)
     work = info.outputs(BIG) * info.reduce_size(BIG)
     loops = [(iv, e, False) for iv, e in zip(others, oexts)] + outer
-    par = ctx.parallel_prefix(O, loops, work, "tiles")
+    par = ctx.parallel_prefix(O, loops, work, "tiles", work_expr=info.work_expr())
     leaves = O.leaf_iter_vars
     at = leaves[leaves.index(inner[0]) - 1]
     L.compute_at(O, at)

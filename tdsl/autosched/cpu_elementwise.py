@@ -84,7 +84,7 @@ def transposed(ctx, st, info, dtype, work) -> bool:
     multiple of the tile (`layout.from_blocked`'s `ch % bn`): within a tile it is the
     axis plus a constant all the same."""
     axes, exts = info.axes, info.extents
-    if not ctx.can_vectorize(dtype) or len(axes) < 2 or None in exts:
+    if not ctx.can_vectorize(dtype) or len(axes) < 2:
         return False
     ranges = {iv.var: iv.dom for iv in axes}
     last = axes[-1].var
@@ -98,7 +98,10 @@ def transposed(ctx, st, info, dtype, work) -> bool:
         period = None
         if k is None:
             k, period = _modulo_axis(idx[-1], axes[:-1], ranges)
-        n = 0 if k is None else tiling.transpose_tile(ctx.target, exts[k], exts[-1], dtype)
+        # the rows' extent must be known (tiles that divide it); the columns' may be
+        # symbolic (a sequence): their ragged last tile is peeled off
+        n = 0 if k is None or exts[k] is None else \
+            tiling.transpose_tile(ctx.target, exts[k], exts[-1] or BIG, dtype)
         if n and (period is None or period % n == 0):
             break
     else:
@@ -112,8 +115,9 @@ def transposed(ctx, st, info, dtype, work) -> bool:
     ctx.rec.add(st, "vectorize", f"split({last.name}, {n}), split({axes[k].var.name}, "
                 f"{n}); unroll {axes[k].var.name}.inner; vectorize",
                 f"reads '{tensor.name}' transposed: {n} x {n} tiles transposed in registers")
-    oext = [e // n if i == k else e for i, e in enumerate(exts[:-1])] + [-(-exts[-1] // n)]
-    ragged = [False] * (len(outer) - 1) + [exts[-1] % n != 0]
+    oext = [e // n if i == k else e for i, e in enumerate(exts[:-1])] + \
+        [None if exts[-1] is None else -(-exts[-1] // n)]
+    ragged = [False] * (len(outer) - 1) + [exts[-1] is None or exts[-1] % n != 0]
     ctx.parallel_prefix(st, list(zip(outer, oext, ragged)), work, "elementwise")
     return True
 

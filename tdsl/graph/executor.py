@@ -253,15 +253,16 @@ class Executor:
     def _make_sized(self, plan, sizes, arena, outputs=None):
         """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`."""
         fn = self.mod.main
-        steps = self.steps_at(plan)
+        steps = self.steps_at(plan, sizes)
         if self.device is None:
             return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
 
-    def steps_at(self, plan):
-        """The steps a call planned by `plan` runs: concats written in place and slices
-        viewed at its sizes only (a batch of 1) leave their kernels out."""
-        return [s for s in self.steps if not plan.runs_no_kernel(s[2])]
+    def steps_at(self, plan, sizes):
+        """The steps a call planned by `plan` at `sizes` runs: concats written in place
+        and slices viewed at its sizes only (a batch of 1) leave their kernels out; a
+        kernel with size classes runs its variant for `sizes` (Kernel.at)."""
+        return [(k.at(sizes), a, n) for k, a, n in self.steps if not plan.runs_no_kernel(n)]
 
     def _alloc_arena(self, nbytes):      # a device executor's (the host's grow: sizes.Slot)
         return nd.empty(nbytes, "uint8", self.device)
@@ -284,7 +285,7 @@ class Executor:
             self._slots.take()
         plan = self._plans.get(key, sizes)
         pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
-        pool.steps = self.steps_at(plan)        # for the profile's names
+        pool.steps = self.steps_at(plan, sizes)     # for the profile's names
         self._pool, self._sizes = pool, sizes
         return pool
 

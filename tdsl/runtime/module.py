@@ -121,6 +121,11 @@ class Module:
         see threadpool.c)."""
         cargs, keep, before, after = self.signature.prepare(args)
         fn, name, sig = self._cfunc, self.name, self.signature.raw
+        types = getattr(fn, "argtypes", None)
+        if types and len(types) == len(cargs):
+            # converted once: ctypes takes its own objects faster than Python ints (a
+            # network of small kernels calls each once per run)
+            cargs = [t(v) for t, v in zip(types, cargs)]
 
         def run(_keep_alive=keep):
             for copy in before:

@@ -231,7 +231,9 @@ class Stage:
 
     def pragma(self, iv, key, value=True):
         """Attaches a hint to a loop; it is printed with the loop in the IR. ("unroll", n):
-        the C-family printers ask the compiler to unroll the serial loop at most n times."""
+        the C-family printers ask the compiler to unroll the serial loop at most n times.
+        ("parallel_when", cond): a parallel loop forks only where the boolean expression
+        `cond` of the sizes holds at run time, else runs on the calling thread (LLVM)."""
         self.check_leaf("pragma", iv)
         if not isinstance(key, str) or not key:
             raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")
@@ -240,6 +242,11 @@ class Stage:
             raise self._error("pragma", f"'unroll' takes the most copies of the body the "
                               f"compiler may make, an int >= 1 (1: keep the loop rolled), got "
                               f"{value!r}")
+        if key == "parallel_when":
+            value = E.convert(value)
+            if value.dtype != "bool":
+                raise self._error("pragma", f"'parallel_when' takes a boolean expression of the "
+                                  f"sizes, got {value!r} ({value.dtype})")
         self._attr(iv).pragmas.append((key, value))
         self._log(f"pragma({iv.var.name}, {key!r}, {value!r})")
 

@@ -16,6 +16,11 @@ For a `For(kind=PARALLEL)` at one site we emit three internal functions:
 The caller fills the closure (an alloca of its entry block), calls the launcher and
 returns the body's error code, if any. `num_threads` is the module global
 `__tdsl_num_threads`, set by the runtime when the module is loaded.
+
+A loop with the pragma `("parallel_when", cond)` (a schedule's run-time test of its work,
+where its sizes are only known per call) forks only when `cond` holds; otherwise the
+caller runs the body function over the whole range itself: a fork-join costs more than a
+small loop nest (a sequence of one token) saves.
 """
 from __future__ import annotations
 
@@ -100,6 +105,9 @@ def emit_parallel_for(em, loop):
     launch = _emit_launcher(mb, name + "_launch", task_fn, MAX_THREADS)
 
     # 4. call site --------------------------------------------------------------------
+    when = dict(loop.pragmas).get("parallel_when")
+    join = None if when is None else \
+        _emit_serial_unless(em, when, body_fn, [em.bufs[b] for b in cap_bufs] + cap_vals, lo, hi)
     closure = em.alloca_builder.alloca(closure_t, name=name + "_closure")
     closure.align = 8
     closure.type = PTR
@@ -116,6 +124,29 @@ def emit_parallel_for(em, loop):
     bl.position_at_end(failb)
     bl.ret(err)
     bl.position_at_end(okb)
+    if join is not None:
+        bl.branch(join)
+        bl.position_at_end(join)
+
+
+def _emit_serial_unless(em, when, body_fn, args, lo, hi):
+    """Where `when` is false at run time, the body over [lo, hi) on this thread. Returns
+    the block both ways join at; the builder is left where `when` holds (the fork-join
+    is emitted there, then branches to the join)."""
+    bl = em.builder
+    cond = em.expr(when)
+    if cond.type != ir.IntType(1):
+        cond = bl.icmp_signed("!=", cond, ir.Constant(cond.type, 0))
+    serial, fork = em.new_block("par.serial"), em.new_block("par.fork")
+    failb, done = em.new_block("par.serial.fail"), em.new_block("par.join")
+    bl.cbranch(cond, fork, serial)
+    bl.position_at_end(serial)
+    rc = bl.call(body_fn, args + [lo, hi])
+    bl.cbranch(bl.icmp_signed("!=", rc, ir.Constant(I32, 0)), failb, done)
+    bl.position_at_end(failb)
+    bl.ret(rc)
+    bl.position_at_end(fork)
+    return done
 
 
 def _alloca(b, typ, name):

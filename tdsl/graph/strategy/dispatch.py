@@ -5,14 +5,19 @@ target's), then built; and the tuning of the groups that take the auto-scheduler
 rules."""
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Callable, Dict
 
 import numpy as np
+import sympy
 
 import tdsl
 
 from ...errors import GraphError, TdslError
 from ...target import as_target
+from ...ir import expr as E
+from ...ir.visitor import free_vars
 from ..ir import Function
 from ..ir.text import print_function
 from . import registry, topi
@@ -39,6 +44,51 @@ class Kernel:
         self.key = source_key
         self.size_args = tuple(size_args)
         self.scheduled_by = scheduled_by
+        # size classes of a kernel with symbolic sizes: [(condition, Kernel)], the first
+        # whose condition holds at a call's sizes runs instead (same arguments)
+        self.variants = []
+        self.size_values = {}    # {kernel size variable: f(network sizes) -> its value}
+
+    def at(self, sizes) -> "Kernel":
+        """The kernel that runs at `sizes` ({size variable: int}, the network's): a
+        variant whose condition holds there, else this one. Called when a call first
+        meets its sizes: a few integer operations, no simplifier."""
+        for cond, k in self.variants:
+            env = {v: self.size_values[v.name](sizes) for v in free_vars(cond)}
+            if _holds(cond, env):
+                return k
+        return self
+
+
+AUTO_TILE_ROWS = 8      # rows of the auto-scheduler's register tiles, about (tiling.register_tile)
+
+_INT_OPS = {E.Add: operator.add, E.Sub: operator.sub, E.Mul: operator.mul, E.FloorDiv: operator.floordiv,
+            E.FloorMod: operator.mod, E.Min: min, E.Max: max, E.LT: operator.lt, E.LE: operator.le,
+            E.GT: operator.gt, E.GE: operator.ge, E.EQ: operator.eq, E.NE: operator.ne,
+            E.And: lambda a, b: a and b, E.Or: lambda a, b: a or b}
+
+
+def _holds(e, env):
+    """The value of a size condition (integer arithmetic and comparisons of size
+    variables bound in `env`)."""
+    t = type(e)
+    if t is E.IntImm:
+        return e.value
+    if t is E.Var:
+        return env[e]
+    if t is E.Cast:
+        return _holds(e.value, env)
+    if t is E.Not:
+        return not _holds(e.a, env)
+    return _INT_OPS[t](_holds(e.a, env), _holds(e.b, env))
+
+
+def _size_function(expr):
+    """f({network size name: int}) -> the value of graph dimension `expr`."""
+    syms = sorted(expr.free_symbols, key=lambda v: v.name)
+    f = sympy.lambdify(syms, expr, "math")
+    names = [v.name for v in syms]
+    return lambda sizes: int(f(*(sizes[n] for n in names)))
 
 
 SCHEDULES: Dict[str, Callable] = {
@@ -144,7 +194,41 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(g.symbolic)
     try:
-        return _compile_group(g, fn, target, name, sched)
+        kernel = _compile_group(g, fn, target, name, sched)
+    finally:
+        topi.symbolic_sizes.reset(token2)
+        topi.representative.reset(token)
+    params = auto_params
+    if g.symbolic and erasure is None and auto_params is None and g.explanation is not None:
+        # the auto-scheduler's register tiles of a matmul whose rows are a run-time size
+        # (Q K^T, attn @ V over a sequence) have several rows: a sequence of a few tokens
+        # runs a variant tiled for one row, whose rows are not mostly guarded off
+        small = [g.sizes.dim(n.type.shape[-2]) < AUTO_TILE_ROWS for n in fn.nodes()
+                 if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
+        if small:
+            g.size_classes["small"] = functools.reduce(E.logical_or, small)
+            params = {"tile": (1, None)}
+    if g.size_classes and erasure is None:
+        exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
+        kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
+        kernel.variants = [(cond, _variant(fn, target, consts, name, params, bounds, sched, cls, sizes))
+                           for cls, cond in g.size_classes.items()]
+    return kernel
+
+
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
+    """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
+    sizes its bounds allow (a dense layer's register tile of one row for a single
+    token; an auto-scheduled one with `auto_params`); another, for the representative
+    `sizes`, the schedule told its class."""
+    g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
+    g.auto_params, g.size_class = auto_params, cls
+    if cls == "small":
+        sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
+    token = topi.representative.set(sizes)
+    token2 = topi.symbolic_sizes.set(True)
+    try:
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)

@@ -50,6 +50,14 @@ class GroupDef:
         names = {v.name for v in group_size_vars(fn)}
         buffers = [d for t in [p.type for p in fn.params] + [o.type for o in fn.outputs] for d in t.shape]
         self.sizes = TeSizes(names, buffer_atoms(buffers, names)) if names else None
+        # size classes: {name: boolean expression of the kernel's size variables} where
+        # the schedule, tuned for representative sizes, is the wrong one; for each, a
+        # variant is compiled with `size_class` set to its name (the class "small" for
+        # the smallest sizes the bounds allow) and runs where its expression holds
+        # (dispatch.compile_group). Set by a schedule whose loops depend on a symbolic
+        # size and whose parameter transforms (packed weights) do not.
+        self.size_classes = {}
+        self.size_class = None
 
     @property
     def symbolic(self) -> bool:

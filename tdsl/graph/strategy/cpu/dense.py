@@ -8,9 +8,10 @@ import numpy as np
 import tdsl
 
 from .... import tiling
+from ....ir import expr as E
 from .. import tag, topi
 from ..stages import ishape
-from .loops import PAR_MIN_MACS, inline_except
+from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
 
 def applies(g, n):
@@ -52,16 +53,25 @@ def schedule(s, out, g, parallel=True):
         D = s.cache_write(out, "local")
     M, N = ishape(out)
     # rows of a symbolic size (M is then a representative number): the column blocks
-    # outside, so the threads split the weights, whose number is known
+    # outside, so the threads split the weights, whose number is known; size classes
+    # where that is wrong: fewer rows than a tile at run time (a single token), whose
+    # guarded rows would do the work of a whole tile, and more rows than columns, which
+    # the static schedule puts outside (the "rows" variant)
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
+    if g.size_class == "rows":
+        M = max(M, N)
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
+    if symbolic and g.size_class is None:
+        if mr > 1:
+            g.size_classes["small"] = out.shape[0] < mr
+        g.size_classes["rows"] = out.shape[0] >= N
     mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
     s[out].vectorize(ni)
     # the operand re-read by the inner tile loop should be the smaller one: with more
     # weight columns than rows (a language model's vocabulary projection: 50k x 256
     # weights, 128 rows) the columns go outside, so each packed weight panel streams from
     # memory once instead of once per row block
-    cols_outer = N > M or symbolic
+    cols_outer = N > M or symbolic and g.size_class is None
     if cols_outer:
         s[out].reorder(no, mo, mi, ni)
     s[D].compute_at(s[out], mo if cols_outer else no)
@@ -79,10 +89,11 @@ def schedule(s, out, g, parallel=True):
     # unfused loop instead, so that loop partitioning peels the ragged tiles off
     outer, inner = (no, mo) if cols_outer else (mo, no)
     outer_n = -(-N // nr) if cols_outer else -(-M // mr)
+    macs = E.cast(out.shape[0], "int64") * (N * K) if symbolic else M * N * K
     if M % mr == 0 and N % nr == 0 and not symbolic:
-        s[out].parallel(s[out].fuse(outer, inner))
+        parallel_loop(s, out, s[out].fuse(outer, inner), macs, PAR_MIN_MACS)
     elif outer_n >= 2 * target.num_cores:
-        s[out].parallel(outer)
+        parallel_loop(s, out, outer, macs, PAR_MIN_MACS)
     else:
         s[out].reorder(inner, outer, mi, ni)
-        s[out].parallel(inner)
+        parallel_loop(s, out, inner, macs, PAR_MIN_MACS)

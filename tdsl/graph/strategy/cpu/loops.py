@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import tiling
+from ....ir import expr as E
 from .. import tag
 from ..stages import ishape, stages_of
 
@@ -17,6 +18,17 @@ PAR_MIN_MACS = 1 << 19
 # network a small depthwise conv runs far slower than alone, reading what the other core's
 # kernel has just written, so splitting it pays even where its arithmetic alone would not.
 PAR_MIN_MACS_DEPTHWISE = 1 << 16
+
+
+def parallel_loop(s, t, loop, work, threshold):
+    """Marks `loop` of `t` parallel. Where `work` (a product of extents) has symbolic
+    sizes, the schedule took it at a representative size: the loop forks only when it
+    reaches `threshold` at run time (pragma "parallel_when"), as a static build of that
+    size would have decided."""
+    s[t].parallel(loop)
+    if not isinstance(work, int) and getattr(work, "value", None) is None:
+        s[t].pragma(loop, "parallel_when",
+                    E.GE(E.cast(work, "int64"), E.const(threshold, "int64")))
 
 
 def vec_split(s, t, axis, width, target):

@@ -1,0 +1,205 @@
+"""Kernels of symbolic sizes keep the shape of the static ones (issue: networks of any
+size): no bounds guard in the main loop of a stage computed at a fused loop, no division
+by a run-time size per vector, and no fork-join where the sizes of a call leave too little
+work for one. Results are compared with numpy and onnxruntime at several sizes."""
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import tdsl
+import tdsl.graph as G
+from tdsl import arith
+from tdsl.graph import models
+from tdsl.runtime import threadpool
+
+
+def _launches():
+    return threadpool.stats().get("launches", 0)
+
+
+def _main_part(text):
+    """The lowered text up to the tail that loop partitioning peels off (a loop whose
+    range starts at a run-time size)."""
+    m = re.search(r"\n\s*for \S+ in range\(\w+ // \d+, ", text)
+    return text[:m.start()] if m else text
+
+
+def test_remainder_of_a_fixed_fused_index_stays_a_remainder():
+    """A fused loop's index at one iteration, `f // 2 % 4`, bounds to itself: written
+    `f // 2 - f // 8 * 4` its two terms bound independently and nothing about it could
+    be proven once `f`'s extent is a run-time size."""
+    b = tdsl.size_var("batch")
+    f = tdsl.var("f")
+    lo, hi = arith.bound(f // 2 % 4)
+    assert str(lo) == str(hi) == "f // 2 % 4", (lo, hi)
+    ranges = {f: (0, b * 8)}
+    assert arith.can_prove(f // 2 % 4 >= 0, ranges) and arith.can_prove(f // 2 % 4 < 4, ranges)
+    x = tdsl.var("x")
+    lo, hi = arith.bound((x * 8 + 1) % 4)               # a constant remainder still folds
+    assert (lo.value, hi.value) == (1, 1)
+
+
+def _batch_matmul(n, s, heads=4, d=64):
+    a = tdsl.placeholder((n, heads, s, s), name="a")
+    w = tdsl.placeholder((n, heads, s, d), name="w")
+    k = tdsl.reduce_axis((0, s), "k")
+    c = tdsl.compute((n, heads, s, d), lambda b, h, i, j: tdsl.sum(a[b, h, i, k] * w[b, h, k, j], axis=k),
+                     name="c")
+    return a, w, c
+
+
+def test_stage_at_a_fused_loop_of_symbolic_extent_has_no_guard():
+    """attn @ V with symbolic batch and sequence, its register tile computed at a loop
+    fused from (batch, heads, column block): the main part of the row loop carries no
+    guard, as the static kernel's; the results match numpy at several sizes."""
+    n, s = tdsl.size_var("n"), tdsl.size_var("s")
+    a, w, c = _batch_matmul(n, s)
+    sch = tdsl.auto_schedule(c, "llvm")
+    text = str(tdsl.lower(sch, [a, w, c]))
+    assert "parallel" in text
+    assert "likely" not in _main_part(text), text
+    f = tdsl.build(sch, [a, w, c], target="llvm")
+    rng = np.random.default_rng(0)
+    for N, S in [(1, 1), (1, 13), (2, 64)]:
+        x = rng.standard_normal((N, 4, S, S)).astype(np.float32)
+        y = rng.standard_normal((N, 4, S, 64)).astype(np.float32)
+        out = np.zeros((N, 4, S, 64), np.float32)
+        f(x, y, out)
+        np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_parallel_loop_stops_at_an_inner_symbolic_extent():
+    """A head split (batch, sequence, 256) -> (batch, 4, sequence, 64): the parallel loop
+    fuses (batch, heads, sequence), as the static schedule does, not the vector loop
+    inside, whose index would cost a division by the sequence per vector."""
+    n, s = tdsl.size_var("n"), tdsl.size_var("s")
+    x = tdsl.placeholder((n, s, 256), name="x")
+    y = tdsl.compute((n, 4, s, 64), lambda b, h, i, j: x[b, i, h * 64 + j] * 0.125, name="y")
+    sch = tdsl.auto_schedule(y, "llvm")
+    text = str(tdsl.lower(sch, [x, y]))
+    par = next(line for line in text.splitlines() if "parallel" in line)
+    assert re.search(r"in parallel\(n \* s \* 4\)|in parallel\(s \* n \* 4\)", par), text
+    f = tdsl.build(sch, [x, y], target="llvm")
+    for N, S in [(1, 1), (2, 37)]:
+        a = np.random.default_rng(S).standard_normal((N, S, 256)).astype(np.float32)
+        out = np.zeros((N, 4, S, 64), np.float32)
+        f(a, out)
+        np.testing.assert_allclose(out, a.reshape(N, S, 4, 64).transpose(0, 2, 1, 3) * 0.125, rtol=1e-6)
+
+
+def test_parallel_when_forks_only_when_it_holds():
+    n = tdsl.size_var("n")
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: tdsl.sin(A[i]) * 2.0, name="B")
+    s = tdsl.create_schedule(B)
+    io, _ = s[B].split(B.op.axis[0], factor=64)
+    s[B].parallel(io)
+    s[B].pragma(io, "parallel_when", n >= 4096)
+    assert "parallel_when" in str(tdsl.lower(s, [A, B]))
+    f = tdsl.build(s, [A, B])
+    f.set_num_threads(2)
+    for size, forks in [(100, False), (1 << 16, True), (1, False)]:
+        a = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+        b = np.zeros_like(a)
+        before = _launches()
+        f(a, b)
+        np.testing.assert_allclose(b, np.sin(a) * 2.0, rtol=1e-5, atol=1e-6)
+        if threadpool.load_into_jit():
+            assert (_launches() > before) == forks, (size, threadpool.stats())
+    with pytest.raises(tdsl.ScheduleError, match="parallel_when"):
+        s[B].pragma(io, "parallel_when", n * 2)
+
+
+def _mlp():
+    return models.mlp(batch="batch", sizes=(256, 512, 256))
+
+
+def test_symbolic_network_forks_only_at_sizes_with_the_work():
+    """A network built once for any batch: its kernels' parallel loops fork at a batch
+    whose work a static build would split between the cores, and run on the calling
+    thread at a batch of one, as a static build of that batch does."""
+    model = _mlp()
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    for batch, forks in [(1, False), (256, True)]:
+        x = np.random.default_rng(batch).standard_normal((batch, 256)).astype(np.float32)
+        out = exe.run(x)[0]
+        before = _launches()
+        out = exe.run(x)[0]
+        ref = models.onnxruntime_run(model, {"input": x})[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+        if threadpool.load_into_jit():
+            assert (_launches() > before) == forks, (batch, threadpool.stats())
+
+
+def test_static_kernels_carry_no_run_time_test():
+    """A static schedule decides at build: no parallel_when pragma."""
+    x = tdsl.placeholder((8, 128, 256), name="x")
+    y = tdsl.compute((8, 4, 128, 64), lambda b, h, i, j: x[b, i, h * 64 + j] * 0.125, name="y")
+    text = str(tdsl.lower(tdsl.auto_schedule(y, "llvm"), [x, y]))
+    assert "parallel" in text and "parallel_when" not in text
+
+
+def test_onnx_attention_dynamic_matches_onnxruntime():
+    """Q @ K^T, softmax, @ V with symbolic batch and sequence, at sizes with and without
+    tails, against onnxruntime; below a register tile's rows (a few tokens) the matmuls
+    run their variants tiled for one row."""
+    pytest.importorskip("onnxruntime")
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "seq", 64])
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", 4, 64, "seq"])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", 4, "seq", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "attn", [q, k, v], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 1), (1, 19), (2, 64)]:
+        feeds = {"q": rng.standard_normal((b, 4, s, 64)).astype(np.float32),
+                 "k": rng.standard_normal((b, 4, 64, s)).astype(np.float32),
+                 "v": rng.standard_normal((b, 4, s, 64)).astype(np.float32)}
+        out = exe.run(feeds["q"], feeds["k"], feeds["v"])[0]
+        ref = models.onnxruntime_run(model, feeds)[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        matmuls = [n.split("#")[0] for n, _, _ in exe.profile(number=1) if "matmul" in n]
+        assert len(matmuls) == 2 and all(n.endswith("_small") == (s < 8) for n in matmuls), (s, matmuls)
+
+
+def test_dense_size_classes_run_their_variants():
+    """A dense layer's kernel of symbolic rows is tiled for many rows, the column blocks
+    outside; at fewer rows than a tile (one token) the variant tiled for one row runs,
+    at more rows than columns the one with the row blocks outside, as a static build of
+    those sizes would be; the profile names the variant that ran."""
+    model = _mlp()
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    for batch, want in [(1, ["small", "small"]), (3, ["small", "small"]), (64, ["", ""]),
+                        (300, ["", "rows"]), (600, ["rows", "rows"]), (1, ["small", "small"])]:
+        x = np.random.default_rng(batch).standard_normal((batch, 256)).astype(np.float32)
+        out = exe.run(x)[0]
+        ref = models.onnxruntime_run(model, {"input": x})[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+        names = [name for name, _, _ in sorted(exe.profile(number=1), key=lambda r: int(r[0].split("#")[1]))]
+        dense = [n.split("#")[0] for n in names if "dense" in n]
+        got = [next((c for c in ("small", "rows") if n.endswith("_" + c)), "") for n in dense]
+        assert got == want, (batch, names)
+
+
+def test_transpose_with_symbolic_columns_reads_square_tiles():
+    """K^T of a head split, (batch, seq, 256) -> (batch, 4, 64, seq): read in 16 x 16
+    tiles transposed in registers, as the static schedule does, the sequence's ragged
+    last tile peeled off."""
+    n, s = tdsl.size_var("n"), tdsl.size_var("s")
+    x = tdsl.placeholder((n, s, 256), name="x")
+    y = tdsl.compute((n, 4, 64, s), lambda b, h, d, i: x[b, i, h * 64 + d] * 0.125, name="y")
+    sch = tdsl.auto_schedule(y, "llvm")
+    assert "vectorize" in sch.explain().rules("y")
+    assert "transposed in registers" in str(sch.explain()), str(sch.explain())
+    f = tdsl.build(sch, [x, y], target="llvm")
+    for N, S in [(1, 1), (2, 37), (1, 64)]:
+        a = np.random.default_rng(S).standard_normal((N, S, 256)).astype(np.float32)
+        out = np.zeros((N, 4, 64, S), np.float32)
+        f(a, out)
+        np.testing.assert_allclose(out, a.reshape(N, S, 4, 64).transpose(0, 2, 3, 1) * 0.125, rtol=1e-6)
