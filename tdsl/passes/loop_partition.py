@@ -122,7 +122,11 @@ class _Partition(Mutator):
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)
-        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, f.pragmas)
+        pragmas = f.pragmas
+        if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
+            # the tail runs less than one step of the guards; codegen keeps it as written
+            pragmas = pragmas + (("tail", True),)
+        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, pragmas)
         return S.seq(main, tail)
 
 

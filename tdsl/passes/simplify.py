@@ -169,7 +169,11 @@ class _Simplify(Mutator):
 
     def _refine(self, c):
         """Narrow the ranges of enclosing loop variables to what `c` implies: from
-        k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0)."""
+        k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0).
+        A loop of constant range (a tile) under a condition on a run-time size keeps its
+        range: narrowed, it would be symbolic, costly to simplify under (sympy) and
+        folds nothing there, the guard staying as a mask or a branch; what is lost is
+        dropping a later conjunct that such a condition implies."""
         if isinstance(c, E.Call) and c.name == "likely" and len(c.args) == 1:
             c = c.args[0]
         if isinstance(c, E.LT):
@@ -184,13 +188,17 @@ class _Simplify(Mutator):
             return
         if not dt.is_int(d.dtype):
             return
-        vs = [v for v in self.loop_vars if v in free_vars(d)]
+        names = free_vars(d)
+        vs = [v for v in self.loop_vars if v in names]
+        sized = any(v not in self.loop_vars and v not in self.lets for v in names)
         for v in vs:
             lin = arith.linear_coeff(d, v)
             if lin is None or lin[0] == 0:
                 continue
             k, rest = lin
             r = self.ranges[v]
+            if sized and _is_const(r.min) and _is_const(r.extent):
+                continue
             one = E.IntImm(1, v.dtype)
             if k > 0:
                 hi = E.FloorDiv(E.Sub(E.Sub(E.IntImm(0, v.dtype), rest), one), E.IntImm(k, v.dtype))
@@ -201,6 +209,7 @@ class _Simplify(Mutator):
                 new_min = self.expr(E.Max(r.min, lo))
                 new = Range(new_min, self.expr(E.Sub(E.Add(r.min, r.extent), new_min)))
             self._push(v, new)
+
     def visit_SeqStmt(self, s):
         out = []
         changed = False

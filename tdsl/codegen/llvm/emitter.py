@@ -183,10 +183,11 @@ class FunctionEmitter(ExprEmitter):
         lo = self.cast(lo, s.min.dtype, s.var.dtype)
         ext = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         hi = self.int_arith("add", lo, ext, s.var.dtype)
-        self.serial_loop(s.var, lo, hi, s.body)
+        self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas)
 
-    def serial_loop(self, var, lo, hi, body):
-        """for var in [lo, hi): body  (lo, hi: LLVM values of var's type)."""
+    def serial_loop(self, var, lo, hi, body, as_written=False):
+        """for var in [lo, hi): body  (lo, hi: LLVM values of var's type); `as_written`:
+        LLVM must neither vectorize nor unroll the loop (a peeled tail)."""
         bl = self.builder
         cl, ch = int_const_value(lo), int_const_value(hi)
         if cl is not None and ch is not None:
@@ -210,7 +211,9 @@ class FunctionEmitter(ExprEmitter):
         one = ir.Constant(lo.type, 1)
         nxt = bl.add(phi, one, flags=("nsw",) if signed else ("nuw",))
         latch = bl.block
-        bl.cbranch(cmp("<", nxt, hi), header, exit_)
+        br = bl.cbranch(cmp("<", nxt, hi), header, exit_)
+        if as_written:
+            br.set_metadata("llvm.loop", self.mb.loop_kept_as_written())
         phi.add_incoming(nxt, latch)
         bl.position_at_end(exit_)
 
