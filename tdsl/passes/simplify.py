@@ -47,6 +47,7 @@ class _Simplify(Mutator):
         self.A = core
         self.ranges = dict(ranges or {})
         self.loop_vars = ()
+        self.tile_vars = frozenset()      # of vectorized and unrolled loops
         self.lets = {}
         self.scope = self.A.RangeScope(self.ranges)
 
@@ -82,13 +83,15 @@ class _Simplify(Mutator):
         if _is_const(ext, 1) and f.kind is not S.ForKind.THREAD_BINDING:
             return self.visit(substitute(f.body, {f.var: lo}))
         old = self._push(f.var, Range(lo, ext))
-        old_loops = self.loop_vars
+        old_loops, old_tiles = self.loop_vars, self.tile_vars
         self.loop_vars = old_loops + (f.var,)
+        if f.kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED):
+            self.tile_vars = old_tiles | {f.var}
         try:
             body = self.visit(f.body)
         finally:
             self._pop(old)
-            self.loop_vars = old_loops
+            self.loop_vars, self.tile_vars = old_loops, old_tiles
         if body is None:
             return None
         if lo is f.min and ext is f.extent and body is f.body:
@@ -170,10 +173,10 @@ class _Simplify(Mutator):
     def _refine(self, c):
         """Narrow the ranges of enclosing loop variables to what `c` implies: from
         k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0).
-        A loop of constant range (a tile) under a condition on a run-time size keeps its
-        range: narrowed, it would be symbolic, costly to simplify under (sympy) and
-        folds nothing there, the guard staying as a mask or a branch; what is lost is
-        dropping a later conjunct that such a condition implies."""
+        A vectorized or unrolled loop under a condition on a run-time size keeps its
+        range: narrowed, it would be symbolic, costly to simplify under (sympy), and
+        fold nothing, the guard staying as a mask or a branch per lane or copy; what is
+        lost is dropping a later conjunct that such a condition implies."""
         if isinstance(c, E.Call) and c.name == "likely" and len(c.args) == 1:
             c = c.args[0]
         if isinstance(c, E.LT):
@@ -197,7 +200,7 @@ class _Simplify(Mutator):
                 continue
             k, rest = lin
             r = self.ranges[v]
-            if sized and _is_const(r.min) and _is_const(r.extent):
+            if sized and v in self.tile_vars:
                 continue
             one = E.IntImm(1, v.dtype)
             if k > 0:
