@@ -4,7 +4,8 @@ For a loop over v containing a guard `likely(lhs < rhs)` with lhs - rhs = c*v + 
 the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c + 1. The loop
 becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
 keeps it. When `rest` does not depend on inner loops, the guard is false throughout the tail
-and the tail is dropped. Vectorized and unrolled loops are left alone: their extents must
+and the tail is dropped. A serial tail of run-time extent gets the pragma ("tail", True):
+codegen keeps it as written. Vectorized and unrolled loops are left alone: their extents must
 stay constant, and the loops around them are partitioned instead.
 """
 from __future__ import annotations
@@ -122,7 +123,11 @@ class _Partition(Mutator):
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)
-        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, f.pragmas)
+        pragmas = f.pragmas
+        if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
+            # the tail runs less than one step of the guards; codegen keeps it as written
+            pragmas = pragmas + (("tail", True),)
+        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, pragmas)
         return S.seq(main, tail)
 
 

@@ -47,6 +47,7 @@ class _Simplify(Mutator):
         self.A = core
         self.ranges = dict(ranges or {})
         self.loop_vars = ()
+        self.tile_vars = frozenset()      # of vectorized and unrolled loops
         self.lets = {}
         self.scope = self.A.RangeScope(self.ranges)
 
@@ -82,13 +83,15 @@ class _Simplify(Mutator):
         if _is_const(ext, 1) and f.kind is not S.ForKind.THREAD_BINDING:
             return self.visit(substitute(f.body, {f.var: lo}))
         old = self._push(f.var, Range(lo, ext))
-        old_loops = self.loop_vars
+        old_loops, old_tiles = self.loop_vars, self.tile_vars
         self.loop_vars = old_loops + (f.var,)
+        if f.kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED):
+            self.tile_vars = old_tiles | {f.var}
         try:
             body = self.visit(f.body)
         finally:
             self._pop(old)
-            self.loop_vars = old_loops
+            self.loop_vars, self.tile_vars = old_loops, old_tiles
         if body is None:
             return None
         if lo is f.min and ext is f.extent and body is f.body:
@@ -169,7 +172,11 @@ class _Simplify(Mutator):
 
     def _refine(self, c):
         """Narrow the ranges of enclosing loop variables to what `c` implies: from
-        k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0)."""
+        k*v + rest < 0, v <= (-rest - 1) // k (k > 0) or v >= rest // -k + 1 (k < 0).
+        A vectorized or unrolled loop under a condition on a run-time size keeps its
+        range: narrowed, it would be symbolic, costly to simplify under (sympy), and
+        fold nothing, the guard staying as a mask or a branch per lane or copy; what is
+        lost is dropping a later conjunct that such a condition implies."""
         if isinstance(c, E.Call) and c.name == "likely" and len(c.args) == 1:
             c = c.args[0]
         if isinstance(c, E.LT):
@@ -184,13 +191,17 @@ class _Simplify(Mutator):
             return
         if not dt.is_int(d.dtype):
             return
-        vs = [v for v in self.loop_vars if v in free_vars(d)]
+        names = free_vars(d)
+        vs = [v for v in self.loop_vars if v in names]
+        sized = any(v not in self.loop_vars and v not in self.lets for v in names)
         for v in vs:
             lin = arith.linear_coeff(d, v)
             if lin is None or lin[0] == 0:
                 continue
             k, rest = lin
             r = self.ranges[v]
+            if sized and v in self.tile_vars:
+                continue
             one = E.IntImm(1, v.dtype)
             if k > 0:
                 hi = E.FloorDiv(E.Sub(E.Sub(E.IntImm(0, v.dtype), rest), one), E.IntImm(k, v.dtype))
@@ -201,6 +212,7 @@ class _Simplify(Mutator):
                 new_min = self.expr(E.Max(r.min, lo))
                 new = Range(new_min, self.expr(E.Sub(E.Add(r.min, r.extent), new_min)))
             self._push(v, new)
+
     def visit_SeqStmt(self, s):
         out = []
         changed = False

@@ -1,6 +1,8 @@
 """Statements and loops of the loop IR as LLVM IR: the function emitter.
 
-- Serial loops are plain LLVM loops; unrolled loops repeat the body with the loop variable
+- Serial loops are plain LLVM loops (a tail that loop partitioning peeled off a loop of
+  run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it);
+  unrolled loops repeat the body with the loop variable
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
   module's notes).
@@ -183,10 +185,11 @@ class FunctionEmitter(ExprEmitter):
         lo = self.cast(lo, s.min.dtype, s.var.dtype)
         ext = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         hi = self.int_arith("add", lo, ext, s.var.dtype)
-        self.serial_loop(s.var, lo, hi, s.body)
+        self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas)
 
-    def serial_loop(self, var, lo, hi, body):
-        """for var in [lo, hi): body  (lo, hi: LLVM values of var's type)."""
+    def serial_loop(self, var, lo, hi, body, as_written=False):
+        """for var in [lo, hi): body  (lo, hi: LLVM values of var's type); `as_written`:
+        LLVM must neither vectorize nor unroll the loop (a peeled tail)."""
         bl = self.builder
         cl, ch = int_const_value(lo), int_const_value(hi)
         if cl is not None and ch is not None:
@@ -210,7 +213,9 @@ class FunctionEmitter(ExprEmitter):
         one = ir.Constant(lo.type, 1)
         nxt = bl.add(phi, one, flags=("nsw",) if signed else ("nuw",))
         latch = bl.block
-        bl.cbranch(cmp("<", nxt, hi), header, exit_)
+        br = bl.cbranch(cmp("<", nxt, hi), header, exit_)
+        if as_written:
+            br.set_metadata("llvm.loop", self.mb.loop_kept_as_written())
         phi.add_incoming(nxt, latch)
         bl.position_at_end(exit_)
 

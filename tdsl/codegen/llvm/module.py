@@ -59,6 +59,21 @@ class ModuleBuilder:
     # on vector types
     intrinsic = declare
 
+    def loop_kept_as_written(self):
+        """A fresh `!llvm.loop` ID telling LLVM not to vectorize, interleave or unroll the
+        loop whose latch carries it: a tail peeled off a loop of symbolic extent runs less
+        than one tile, and LLVM, not knowing that, would widen and runtime-unroll it."""
+        m = self.module
+        if not hasattr(self, "_loop_props"):
+            self._loop_props = [
+                m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                                ir.Constant(ir.IntType(1), 0)]),
+                m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")])]
+        # a loop ID refers to itself; the placeholder operand keeps each ID its own node
+        loop_id = m.add_metadata([ir.MetaDataString(m, self.fresh("loop"))])
+        loop_id.operands = (loop_id, *self._loop_props)
+        return loop_id
+
     @property
     def num_threads_global(self):
         if self._threads is None:

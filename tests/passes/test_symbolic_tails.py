@@ -1,0 +1,75 @@
+"""Tails that loop partitioning peels off loops of run-time extent: codegen tells LLVM to
+leave them as written (no vectorizing, no unrolling of a loop that runs less than one
+tile), and the kernels stay right at every size, tails included."""
+import numpy as np
+import pytest
+
+import tdsl
+from tdsl.ir import stmt as S
+from tdsl.passes.loop_partition import loop_partition
+
+from pass_ir import before, nodes
+
+
+def _scaled(n, factor=16, vectorize=True):
+    A = tdsl.placeholder((n,), name="A")
+    B = tdsl.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    _, ii = s[B].split(B.op.axis[0], factor=factor)
+    if vectorize:
+        s[B].vectorize(ii)
+    return s, A, B
+
+
+def _tails(f):
+    return [x for x in nodes(loop_partition(f), S.For) if ("tail", True) in x.pragmas]
+
+
+def test_symbolic_tail_is_marked_and_constant_tail_is_not():
+    s, A, B = _scaled(tdsl.var("n"))
+    tails = _tails(before("loop_partition", s, [A, B]))
+    assert len(tails) == 1 and tails[0].kind is S.ForKind.SERIAL
+    s, A, B = _scaled(40)
+    assert not _tails(before("loop_partition", s, [A, B]))
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_symbolic_tail_is_kept_as_written_and_right(vectorize):
+    s, A, B = _scaled(tdsl.var("n"), vectorize=vectorize)
+    f = tdsl.build(s, [A, B])
+    assert "llvm.loop.unroll.disable" in f.get_source()
+    rng = np.random.default_rng(0)
+    for n in (1, 15, 16, 17, 100, 1000):
+        a = rng.standard_normal(n).astype(np.float32)
+        out = np.full(n, np.nan, np.float32)
+        f(a, out)
+        np.testing.assert_allclose(out, a * 2.0 + 1.0, rtol=1e-6)
+
+
+def test_static_build_has_no_loop_metadata():
+    s, A, B = _scaled(1000)
+    assert "llvm.loop.unroll.disable" not in tdsl.build(s, [A, B]).get_source()
+
+
+def test_tiled_matmul_with_symbolic_rows_and_columns_is_right():
+    """Guards on run-time sizes over constant tile loops (whose ranges simplify keeps)."""
+    M, N, K = tdsl.var("M"), tdsl.var("N"), 24
+    A = tdsl.placeholder((M, K), name="A")
+    Bm = tdsl.placeholder((K, N), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * Bm[k, j], axis=k), name="C")
+    s = tdsl.create_schedule(C)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=4)
+    jo, ji = s[C].split(j, factor=16)
+    s[C].reorder(io, jo, k, ii, ji)
+    s[C].unroll(ii)
+    s[C].vectorize(ji)
+    f = tdsl.build(s, [A, Bm, C])
+    rng = np.random.default_rng(1)
+    for m, n in ((1, 1), (3, 17), (4, 16), (9, 50)):
+        a = rng.standard_normal((m, K)).astype(np.float32)
+        b = rng.standard_normal((K, n)).astype(np.float32)
+        out = np.full((m, n), np.nan, np.float32)
+        f(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
