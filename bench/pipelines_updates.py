@@ -4,7 +4,7 @@ schedule its generator uses, adapted to one channel and float32). Halide funcs a
 f(x, y): the same memory as tdsl's [y, x]. Used by bench/pipelines.py."""
 from __future__ import annotations
 
-from tdsl.examples.update_pipelines import BINS, IIR_ALPHA, MAX_R, R_SIGMA, S_SIGMA
+from tdsl.examples.update_pipelines import BINS, IIR_ALPHA, MAX_R, R_SIGMA, S_SIGMA, trilinear
 
 _B5 = (1.0, 4.0, 6.0, 4.0, 1.0)
 
@@ -79,14 +79,8 @@ def bilateral_grid_halide(hl, inp, H, W, app):
     xf = hl.cast(hl.Float(32), x % s) * (1.0 / s)
     yf = hl.cast(hl.Float(32), y % s) * (1.0 / s)
 
-    def lerp(p, q, f):
-        return p + (q - p) * f
-
     def at(ch):
-        def g(dy, dx, dz):
-            return blury[xi + dx, yi + dy, zi2 + dz, ch]
-        return lerp(lerp(lerp(g(0, 0, 0), g(0, 1, 0), xf), lerp(g(1, 0, 0), g(1, 1, 0), xf), yf),
-                    lerp(lerp(g(0, 0, 1), g(0, 1, 1), xf), lerp(g(1, 0, 1), g(1, 1, 1), xf), yf), zf)
+        return trilinear(lambda dy, dx, dz: blury[xi + dx, yi + dy, zi2 + dz, ch], xf, yf, zf)
     out = hl.Func("bilateral_grid")
     out[x, y] = at(0) / at(1)
     if app:

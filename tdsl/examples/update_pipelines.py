@@ -150,6 +150,15 @@ def iir_blur_hand(out, target):
 
 # ---------------------------------------------------------------------------- bilateral grid
 
+def trilinear(g, xf, yf, zf):
+    """The bilateral grid's slice: `g(dy, dx, dz)` at the 8 corners of a cell, blended by
+    the fractions along x, then y, then z (any array or expression type)."""
+    def lerp(a, b, f):
+        return a + (b - a) * f
+    return lerp(lerp(lerp(g(0, 0, 0), g(0, 1, 0), xf), lerp(g(1, 0, 0), g(1, 1, 0), xf), yf),
+                lerp(lerp(g(0, 0, 1), g(0, 1, 1), xf), lerp(g(1, 0, 1), g(1, 1, 1), xf), yf), zf)
+
+
 def grid_dims(H, W):
     # cells of the slice (yi, yi + 1 for y < H), two more each side for the blurs
     return H // S_SIGMA + 1, W // S_SIGMA + 1, int(1.0 / R_SIGMA) + 2
@@ -191,14 +200,8 @@ def bilateral_grid(H, W):
         yf = E.cast(y % s, "float32") * (1.0 / s)
         xf = E.cast(x % s, "float32") * (1.0 / s)
 
-        def lerp(a, b, f):
-            return a + (b - a) * f
-
         def at(c):
-            def g(dy, dx, dz):
-                return blury[yi + dy, xi + dx, zi + dz, c]
-            return lerp(lerp(lerp(g(0, 0, 0), g(0, 1, 0), xf), lerp(g(1, 0, 0), g(1, 1, 0), xf), yf),
-                        lerp(lerp(g(0, 0, 1), g(0, 1, 1), xf), lerp(g(1, 0, 1), g(1, 1, 1), xf), yf), zf)
+            return trilinear(lambda dy, dx, dz: blury[yi + dy, xi + dx, zi + dz, c], xf, yf, zf)
         return at(0) / at(1)
     out = tdsl.compute((H, W), slice_, name="bilateral_grid")
     return inp, out
@@ -228,14 +231,8 @@ def bilateral_grid_numpy(a):
     yi, xi = y // s, x // s
     yf, xf = (y % s) / s, (x % s) / s
 
-    def lerp(p, q, f):
-        return p + (q - p) * f
-
     def at(c):
-        def g(dy, dx, dz):
-            return by[yi + dy, xi + dx, zi + dz, c]
-        return lerp(lerp(lerp(g(0, 0, 0), g(0, 1, 0), xf), lerp(g(1, 0, 0), g(1, 1, 0), xf), yf),
-                    lerp(lerp(g(0, 0, 1), g(0, 1, 1), xf), lerp(g(1, 0, 1), g(1, 1, 1), xf), yf), zf)
+        return trilinear(lambda dy, dx, dz: by[yi + dy, xi + dx, zi + dz, c], xf, yf, zf)
     return at(0) / at(1)
 
 
