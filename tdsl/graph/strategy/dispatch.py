@@ -19,6 +19,7 @@ from ...target import as_target
 from ...ir import expr as E
 from ...ir.visitor import free_vars
 from ..ir import Function
+from ..ir.dims import evaluate
 from ..ir.text import print_function
 from . import registry, topi
 from .cpu.schedule import schedule_llvm
@@ -85,10 +86,7 @@ def _holds(e, env):
 
 def _size_function(expr):
     """f({network size name: int}) -> the value of graph dimension `expr`."""
-    syms = sorted(expr.free_symbols, key=lambda v: v.name)
-    f = sympy.lambdify(syms, expr, "math")
-    names = [v.name for v in syms]
-    return lambda sizes: int(f(*(sizes[n] for n in names)))
+    return lambda sizes: evaluate(expr, sizes)
 
 
 SCHEDULES: Dict[str, Callable] = {
