@@ -5,7 +5,6 @@ target's), then built; and the tuning of the groups that take the auto-scheduler
 rules."""
 from __future__ import annotations
 
-import functools
 import operator
 from typing import Callable, Dict
 
@@ -60,8 +59,6 @@ class Kernel:
                 return k
         return self
 
-
-AUTO_TILE_ROWS = 8      # rows of the auto-scheduler's register tiles, about (tiling.register_tile)
 
 _INT_OPS = {E.Add: operator.add, E.Sub: operator.sub, E.Mul: operator.mul, E.FloorDiv: operator.floordiv,
             E.FloorMod: operator.mod, E.Min: min, E.Max: max, E.LT: operator.lt, E.LE: operator.le,
@@ -196,29 +193,19 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
-    params = auto_params
-    if g.symbolic and erasure is None and auto_params is None and g.explanation is not None:
-        # the auto-scheduler's register tiles of a matmul whose rows are a run-time size
-        # (Q K^T, attn @ V over a sequence) have several rows: a sequence of a few tokens
-        # runs a variant tiled for one row, whose rows are not mostly guarded off
-        small = [g.sizes.dim(n.type.shape[-2]) < AUTO_TILE_ROWS for n in fn.nodes()
-                 if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
-        if small:
-            g.size_classes["small"] = functools.reduce(E.logical_or, small)
-            params = {"tile": (1, None)}
     if g.size_classes and erasure is None:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
-        kernel.variants = [(cond, _variant(fn, target, consts, name, params, bounds, sched, cls, sizes))
+        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes))
                            for cls, cond in g.size_classes.items()]
     return kernel
 
 
 def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
-    sizes its bounds allow (a dense layer's register tile of one row for a single
-    token; an auto-scheduled one with `auto_params`); another, for the representative
-    `sizes`, the schedule told its class."""
+    sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
+    of one row for a single token); another, for the representative `sizes`, the
+    schedule told its class."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
     if cls == "small":

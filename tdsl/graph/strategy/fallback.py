@@ -4,12 +4,17 @@ kernel generic in its channel count, or after they failed), a plain loop nest pa
 over its outer axes and vectorized along the last (`schedule_cpu`, `schedule_gpu`)."""
 from __future__ import annotations
 
+import functools
+
 from ...autosched import apply_rules
+from ...ir import expr as E
 from ...errors import GraphError
 from . import topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant, topi_scatter  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu.loops import par_vec
 from .gpu.schedule import gpu_facts
 from .stages import stages_of
+
+AUTO_TILE_ROWS = 8      # rows of the auto-scheduler's register tiles, about (tiling.register_tile)
 
 
 def define(g, n, tensors):
@@ -26,9 +31,13 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
         # contractions between activations, row groups, vectorized reductions); its
         # decisions are kept on the group for inspection
         params = dict(g.auto_params or {})
+        if g.size_class == "small":
+            params["tile"] = (1, None)
         params.update(vectorize=vectorize and params.get("vectorize", True),
                       parallel=parallel and params.get("parallel", True))
         g.explanation = apply_rules(s, g.target, params)
+        if g.symbolic and g.size_class is None and g.auto_params is None and g.erasure is None:
+            _declare_small_rows(g)
         return
     for t in stages_of(out):
         if t is out:
@@ -38,6 +47,17 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
         else:
             s[t].compute_inline()
     par_vec(s, out, g.target, vectorize, parallel)
+
+
+def _declare_small_rows(g):
+    """The size class "small" of a group with a matmul whose rows are a run-time size (Q
+    K^T, attn @ V over a sequence): the rules' register tiles have several rows, so a
+    sequence of a few tokens runs a variant tiled for one row (schedule_cpu), whose rows
+    are not mostly guarded off."""
+    small = [g.sizes.dim(n.type.shape[-2]) < AUTO_TILE_ROWS for n in g.fn.nodes()
+             if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
+    if small:
+        g.size_classes["small"] = functools.reduce(E.logical_or, small)
 
 
 def schedule_gpu(s, out, g):
