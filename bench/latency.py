@@ -38,6 +38,26 @@ def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3):
     return best
 
 
+def _threads():
+    """This process's threads (Linux /proc; empty elsewhere), read once per run of calls."""
+    try:
+        return [f"/proc/self/task/{t}/schedstat" for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
+def _waited_seconds(threads):
+    """Seconds the threads in `threads` have spent runnable but waiting for a core."""
+    total = 0
+    for path in threads:
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            pass                                  # a thread that has exited
+    return total * 1e-9
+
+
 def _busy_seconds():
     """CPU seconds the whole machine has been busy (Linux /proc/stat; None elsewhere)."""
     try:
@@ -51,15 +71,26 @@ def _busy_seconds():
 class Spread:
     """Single-call latencies of one side: `p50`, `p99` of the calls in runs, `idle` the
     median first call after a pause (seconds), and `others`: how many cores other
-    processes kept busy meanwhile, on average (None where it cannot be read)."""
+    processes kept busy meanwhile, on average (None where it cannot be read).
 
-    def __init__(self, calls, firsts, others=None):
+    `waited`: per call, the seconds this process's threads spent runnable but without a
+    core (Linux schedstat run delay). A call in which they waited more than a tenth of the
+    median call lost a core to something else (another process, a kernel thread, the
+    hypervisor); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
+    the tail a machine of one's own would show, printed beside the tail this one showed."""
+
+    def __init__(self, calls, firsts, others=None, waited=None):
         self.calls = np.asarray(calls)
         self.firsts = np.asarray(firsts)
         self.p50 = float(np.percentile(self.calls, 50))
         self.p99 = float(np.percentile(self.calls, 99))
         self.idle = float(np.median(self.firsts))
         self.others = others
+        self.waited = np.zeros_like(self.calls) if waited is None else np.asarray(waited)
+        kept = self.calls[self.waited <= 0.1 * self.p50]
+        self.n_kept = len(kept)
+        self.p50_kept, self.p99_kept = (float(np.percentile(kept, q)) if len(kept) else float("nan")
+                                        for q in (50, 99))
 
 
 def percentiles(fns, calls=100, run=25, pause_s=0.3):
@@ -71,6 +102,7 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
         f()
     samples = [[] for _ in fns]
     firsts = [[] for _ in fns]
+    waited = [[] for _ in fns]
     # per side: wall seconds of its runs, and CPU seconds other processes used meanwhile
     wall, others = [0.0] * len(fns), [0.0] * len(fns)
     clock = time.perf_counter
@@ -81,14 +113,17 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             t0 = clock()
             f()
             firsts[i].append(clock() - t0)
-            own = samples[i]
+            own, threads = samples[i], _threads()
             for _ in range(run):
+                q0 = _waited_seconds(threads)
                 t0 = clock()
                 f()
                 own.append(clock() - t0)
+                waited[i].append(_waited_seconds(threads) - q0)
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
                 others[i] += max(busy1 - busy0 - (time.process_time() - own0), 0.0)
     known = _busy_seconds() is not None
-    return [Spread(s, fi, o / w if known else None) for s, fi, o, w in zip(samples, firsts, others, wall)]
+    return [Spread(s, fi, o / w if known else None, q)
+            for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]

@@ -31,7 +31,10 @@ first call after an idle pause of 0.3 s. A note under a row says when another pr
 took a core during the p50/p99 calls: how many cores other processes kept busy during
 each side's calls (/proc/stat), and how often tdsl's pool workers, not running during
 their spins, slept between its parallel loops (tdsl.runtime.threadpool.stats); that
-row's latencies are of a shared machine. The ratios are of the best blocks: tdsl over
+row's latencies are of a shared machine. The p99/p50 lines at the end are given twice: over
+all calls, and over the calls in which no thread of the process waited for a core (Linux
+schedstat run delay under a tenth of the median call), the tail on a machine of one's
+own; how many calls that kept is printed beside. The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
@@ -184,7 +187,8 @@ def run_one(name, target, a, threads, peak, ov_version):
         time.sleep(0.3)   # the other runtimes' threads, still spinning after their last block, took a core
         exe.run(x)
         print(exe.profile_text(number=a.number, top=15))
-    return t_tdsl / t_ort, t_tdsl / best, [sp.p99 / sp.p50 for sp in spreads]
+    return t_tdsl / t_ort, t_tdsl / best, [(sp.p99 / sp.p50, sp.p99_kept / sp.p50_kept, sp.n_kept, len(sp.calls))
+                                          for sp in spreads]
 
 
 def _geomean(xs):
@@ -254,13 +258,14 @@ def main(argv=None):
         if ov_version:
             print(f"geometric mean tdsl/the faster of onnxruntime and OpenVINO: {_geomean(to_best):.2f}x; "
                   f"worst {max(to_best):.2f}x")
-        wide = [n for n, r in zip(done, spread) if r[0] > 1.2]
-        print(f"tdsl p99/p50: worst {max(r[0] for r in spread):.2f}x" +
-              (f"; above 1.2x: {', '.join(wide)}" if wide else ""))
-        for i, side in enumerate(("onnxruntime", "OpenVINO")[:len(spread[0]) - 1], 1):
-            mine = [r[i] for r in spread if len(r) > i]
-            print(f"{side} p99/p50: worst {max(mine):.2f}x; above 1.2x on {sum(r > 1.2 for r in mine)} "
-                  f"of {len(mine)} models")
+        for i, side in enumerate(("tdsl", "onnxruntime", "OpenVINO")[:len(spread[0])]):
+            mine = [(n, r[i]) for n, r in zip(done, spread) if len(r) > i]
+            for k, calls in ((0, "all calls"), (1, "the calls in which no thread waited for a core")):
+                wide = [n for n, r in mine if r[k] > 1.2]
+                kept = sum(r[2] for _, r in mine), sum(r[3] for _, r in mine)
+                print(f"{side} p99/p50 over {calls}" + (f" ({kept[0]} of {kept[1]})" if k else "") +
+                      f": worst {max(r[k] for _, r in mine):.2f}x; above 1.2x on {len(wide)} of "
+                      f"{len(mine)} models" + (f": {', '.join(wide)}" if i == 0 and wide else ""))
 
 
 if __name__ == "__main__":
