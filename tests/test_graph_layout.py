@@ -255,6 +255,8 @@ def test_conv3d_net_is_one_blocked_chain(target, batch):
     (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0], (5, 9, 11)),  # and its temporal one
     (32, 64, 3, 1, 1, [1] * 6, (2, 7, 7)),                      # AVX2: the flattened plane per depth
     (16, 64, 3, 1, 1, [1] * 6, (8, 9, 11)),                     # tasks of planes, not rows
+    (16, 24, 3, 2, 1, [2, 1, 1, 0, 1, 1], (5, 9, 11)),          # depth padding skipped, strided
+    (16, 16, 3, 1, 1, [3, 1, 1, 3, 1, 1], (2, 6, 7)),           # depths whose taps are all padding
 ])
 def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
     """Two blocked 3-D convs in a chain over kernel shapes, strides, dilations and
