@@ -185,7 +185,7 @@ def test_an_input_shorter_than_a_window_is_an_error_not_a_run():
         _close(exe.run(x)[0], sess.run(None, {"x": x})[0])
     with pytest.raises(tdsl.GraphError, match=r"nn.conv2d \(node 'Conv'\): its input is shorter than its window at n = 2"):
         exe.run(np.ones((1, 2, 2), np.float32))
-    with pytest.raises(tdsl.GraphError, match=r"nn.max_pool1d \(node .MaxPool.\): its input is shorter than its window at n = 4: .* would be 0"):
+    with pytest.raises(tdsl.GraphError, match=r"nn.max_pool2d \(node .MaxPool.\): its input is shorter than its window at n = 4: .* would be 0"):
         exe.run(np.ones((1, 2, 4), np.float32))
     _close(exe.run(np.ones((1, 2, 5), np.float32))[0], sess.run(None, {"x": np.ones((1, 2, 5), np.float32)})[0])
 

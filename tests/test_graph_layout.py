@@ -248,6 +248,40 @@ def test_conv3d_net_is_one_blocked_chain(target, batch):
     assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
 
 
+@pytest.mark.parametrize("target,batch", [("llvm", 1), ("llvm -mcpu=haswell", 1), ("llvm", 3)])
+def test_conv1d_net_is_one_blocked_chain(target, batch):
+    """A 1-D CNN (a one-channel stem, a max pool, residual stages with strided 1x1
+    shortcuts and a dilated conv, a depthwise conv, global pool): its pools become 2-D
+    pools of the row (passes/conv_forms.row_pools_as_2d), so every conv is one
+    nn.conv2d_blocked chain with no relayout but the pool's tiny output, and the result is
+    onnxruntime's."""
+    model = models.conv1d_net(batch=batch, length=1200)
+    ops = _check(model, (batch, 1, 1200), target=target)
+    assert ops.count("nn.conv2d_blocked") == 12 and "nn.conv2d" not in ops, ops
+    assert "layout.to_blocked" not in ops and "layout.from_blocked" not in ops, ops
+
+
+@pytest.mark.parametrize("pool,attrs", [("MaxPool", dict(kernel_shape=[3], strides=[2], pads=[1, 0])),
+                                        ("MaxPool", dict(kernel_shape=[2], strides=[2], ceil_mode=1)),
+                                        ("AveragePool", dict(kernel_shape=[3], strides=[1], pads=[1, 1])),
+                                        ("AveragePool", dict(kernel_shape=[3], strides=[2], pads=[1, 1],
+                                                             count_include_pad=1))])
+def test_conv1d_pools_keep_the_chain(pool, attrs):
+    """A 1-D max pool between two 1-D convs is the 2-D pool of the row on the blocked
+    image; an average pool, which has no blocked form, ends the chain before it. Both
+    match onnxruntime on 16- and 8-channel blocks."""
+    b = models._B(6)
+    x = b.conv_bn("input", 8, 24, 3, nd=1)
+    x = b.conv_bn(x, 24, 24, 3, nd=1)
+    x = b.node(pool, [x], **attrs)
+    y = b.conv_bn(x, 24, 32, 3, stride=2, nd=1)
+    y = b.conv_bn(y, 32, 32, 1, nd=1)
+    model = b.model([("input", [1, 8, 37])], [b.node("GlobalAveragePool", [y])], "conv1d_pool")
+    for target in ("llvm", "llvm -mcpu=haswell"):
+        ops = _check(model, (1, 8, 37), target=target)
+        assert ops.count("nn.conv2d_blocked") == (4 if pool == "MaxPool" else 2), ops
+
+
 @pytest.mark.parametrize("cin,cout,k,stride,dil,pads,size", [
     (20, 12, 3, 1, 1, [1] * 6, (5, 9, 11)),                     # channels not whole vectors
     (16, 24, 3, 2, 1, [1, 0, 1, 1, 1, 0], (5, 9, 11)),          # strided, asymmetric padding
@@ -255,6 +289,8 @@ def test_conv3d_net_is_one_blocked_chain(target, batch):
     (12, 32, (3, 1, 1), 1, 1, [1, 0, 0, 1, 0, 0], (5, 9, 11)),  # and its temporal one
     (32, 64, 3, 1, 1, [1] * 6, (2, 7, 7)),                      # AVX2: the flattened plane per depth
     (16, 64, 3, 1, 1, [1] * 6, (8, 9, 11)),                     # tasks of planes, not rows
+    (16, 24, 3, 2, 1, [2, 1, 1, 0, 1, 1], (5, 9, 11)),          # depth padding skipped, strided
+    (16, 16, 3, 1, 1, [3, 1, 1, 3, 1, 1], (2, 6, 7)),           # depths whose taps are all padding
 ])
 def test_conv3d_chain_shapes(cin, cout, k, stride, dil, pads, size):
     """Two blocked 3-D convs in a chain over kernel shapes, strides, dilations and

@@ -335,8 +335,8 @@ def test_quantized_dilated_conv_drops_the_taps_that_read_padding():
 @pytest.mark.parametrize("k,stride,pad,dil", [(11, 1, 5, 1), (3, 2, 2, 2)])
 def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
     """A QDQ Conv1d stack (a speech front end's: conv, max pool, conv) runs as qnn.conv2d
-    over one row, not as a float conv of dequantized data; the pool runs on the integers,
-    and the reshapes between the 1-D and the 2-D forms sink past the quantized operators;
+    over one row, not as a float conv of dequantized data; the pool runs on the integers
+    (as the 2-D pool of the row, conv_forms.row_pools_as_2d), and the reshapes between the 1-D and the 2-D forms sink past the quantized operators;
     one step from onnxruntime at most."""
     from onnx import TensorProto, helper
     rng = np.random.default_rng(9)
@@ -362,7 +362,7 @@ def test_quantized_conv1d_is_an_integer_conv_of_one_row(k, stride, pad, dil):
     model = _model(nodes, inits, [("x", [1, ci, L])], TensorProto.UINT8)
     mod, d = _steps(model, {"x": rng.standard_normal((1, ci, L)).astype(np.float32)})
     ops = _ops(mod)
-    assert "qnn.conv2d" in ops and "nn.max_pool1d" in ops, ops
+    assert "qnn.conv2d" in ops and "nn.max_pool2d" in ops, ops
     assert not ops & {"nn.conv1d", "nn.conv2d", "qnn.dequantize"}, ops
     assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
 

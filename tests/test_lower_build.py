@@ -195,3 +195,34 @@ def test_loop_partition_keeps_the_tail_of_an_unguarded_call():
     walk(out.body, lambda n: loops.append(n) if isinstance(n, S.For) else None)
     covered = sum(int(f.extent.value) for f in loops if "intrin" in str(f.body))
     assert covered == 4, str(out.body)
+
+
+@pytest.mark.parametrize("attach", [False, True])
+def test_reduction_bounded_by_the_output_position(attach):
+    """A reduce axis whose bounds depend on the output position (a conv's taps that stay
+    inside its input, cpu/conv_blocked.py): computed at root, and attached inside its
+    consumer's loop, where the output axis is a loop of one iteration inside the
+    reduction, its loops run only the taps inside; the first output has none."""
+    n, K, pad = 9, 3, 3
+    A = tdsl.placeholder((n, 16), name="A")
+
+    def f(i, j):
+        first = i - pad
+        k = tdsl.reduce_axis((tdsl.max(0, -first), tdsl.min(K, n - first)), "k")
+        return tdsl.sum(A[first + k, j], axis=k)
+    B = tdsl.compute((n + 2 * pad - K + 1, 16), f, name="B")
+    C = tdsl.compute(B.shape, lambda i, j: B[i, j] * 2.0, name="C")
+    s = tdsl.create_schedule(C)
+    if attach:
+        s[B].compute_at(s[C], C.op.axis[0])
+        i, j = s[B].op.axis
+        s[B].reorder(s[B].op.reduce_axis[0], i, j)
+        s[B].vectorize(j)
+    m = tdsl.build(s, [A, C])
+    a = np.random.default_rng(0).standard_normal((n, 16)).astype("float32")
+    c = np.full(C.shape, np.nan, "float32")
+    m(a, c)
+    ap = np.pad(a, ((pad, pad), (0, 0)))
+    ref = 2 * sum(ap[k:k + c.shape[0]] for k in range(K))
+    np.testing.assert_allclose(c, ref, rtol=1e-6)
+    assert np.all(c[0] == 0)

@@ -82,6 +82,7 @@ class ScheduleLowering:
         self.scalar_args = []
         self.double_buffered = {}  # buffer -> stages of multi_buffer() stages, for that pass
         self._provided = {}       # leaf -> variable of an enclosing loop that stands for it
+        self._axis_values = {}    # stage -> {output axis: value}: reduce bounds may use them
         self.thread_ivs = {a.thread for st in sched.stages for a in st.iter_var_attrs.values()
                            if a.thread is not None}
         self.chains = update_chains(sched)     # pure stage -> its update stages
@@ -291,7 +292,7 @@ class ScheduleLowering:
         rng = self.bounds[st].ranges[iv]
         attr = st.iter_var_attrs.get(iv)
         kind = attr.kind if attr is not None else S.ForKind.SERIAL
-        ext = arith.simplify(rng.extent)
+        ext = arith.simplify(substitute(rng.extent, self._axis_values.get(st) or {}))
         vthread = attr is not None and attr.thread is not None and \
             attr.thread.thread_tag == "vthread"
         if (vthread or kind in (S.ForKind.VECTORIZED, S.ForKind.UNROLLED)) \
@@ -359,7 +360,10 @@ class ScheduleLowering:
         leaves = st.leaf_iter_vars
         vals = pass_up_index(st, b.ranges, leaf_values(st, b.ranges))
         roots = list(op.axis) + list(op.reduce_axis)
-        vmap = {iv.var: vals[iv] for iv in roots}
+        # (a loop of one iteration may be inside the reduction: its variable is 0)
+        one = {iv.var: E.const(0) for iv in leaves if E.is_const_int(b.ranges[iv].extent, 1)}
+        self._axis_values[st] = at = {iv.var: substitute(vals[iv], one) for iv in op.axis}
+        vmap = {iv.var: substitute(vals[iv], at) if iv.kind == "reduce" else vals[iv] for iv in roots}
         conds = pass_up_conditions(st, b.ranges, vals)
         if st.attach_type == "scope":
             around = enclosing_ranges(self.sched, st, self.bounds)

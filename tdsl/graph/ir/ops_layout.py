@@ -90,7 +90,8 @@ def _conv_blocked_infer(nd):
         x = _plain_data(x, w, attrs, op)
         g = attrs["groups"]
         # the 3-D conv's blocked form has no depthwise kernel (cpu/conv_blocked.py)
-        if g not in ((1, ci) if nd == 2 else (1,)) or (g == ci and w.shape[0] != ci):
+        # (one input channel: groups 1 is both, and the conv is not depthwise)
+        if g not in ((1, ci) if nd == 2 else (1,)) or (g == ci != 1 and w.shape[0] != ci):
             raise GraphError(f"{op}: groups={g} must be 1" + (f" or one per channel ({ci})" if nd == 2 else ""))
         return _blocked_type(conv_infer(nd)([x, w], attrs), attrs["bn"])
     return infer

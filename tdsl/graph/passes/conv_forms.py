@@ -2,7 +2,10 @@
 rows; GPU: the tiled GEMM) take.
 
 * Over one spatial dimension: a conv over two, one row high. The reshapes around it are
-  views (memory.py gives such groups no buffer) and the weights' reshape folds away.
+  views (memory.py gives such groups no buffer) and the weights' reshape folds away. The
+  pools of such rows (a max pool after the stem, the global pool before the classifier)
+  become 2-D pools of the row (`row_pools_as_2d`), so that the convs of a 1-D CNN form
+  one blocked chain like a 2-D CNN's (layout.py).
 * Transposed with a stride s: s^2 stride-1 convs, one per output phase, as one conv2d with
   s^2 x CO output channels over the input (each phase's taps, ceil(K/s) per dimension, set
   in a shared window), then the phases interleaved (pixel shuffle). Spreading the input on
@@ -56,6 +59,33 @@ def conv1d_as_conv2d(mod: Module) -> Module:
             return same(n, args)
         y = Call(n.op.replace("1d", "2d"), [_row(args[0]), _row(args[1])], attrs_as_2d(n.attrs), n.span)
         return wrap(y, n)
+    return rewrite(mod, visit)
+
+
+_ROW_POOLS = {"nn.max_pool1d": "nn.max_pool2d", "nn.avg_pool1d": "nn.avg_pool2d"}
+
+
+def row_pools_as_2d(mod: Module) -> Module:
+    """pool1d(reshape(y)) -> reshape(pool2d(y)) with windows one row high, and
+    global_avg_pool(reshape(y)) -> reshape(global_avg_pool(y)), where `y` is a row
+    (N, C, 1, W) viewed as (N, C, W): a 1-D conv's output after sink_reshapes moved its
+    activations above the view. Without them a 1-D CNN's chains of convs end at views and
+    stay in NCHW, each conv paying a transposing store of its output."""
+    def visit(n, args):
+        x = args[0] if args else None
+        if n.op not in _ROW_POOLS and n.op != "nn.global_avg_pool" or not isinstance(x, Call) \
+                or x.op != "reshape" or x.type.ndim != 3:
+            return same(n, args)
+        y = x.args[0]
+        if list(y.type.shape) != list(x.type.shape[:2]) + [1, x.type.shape[2]]:
+            return same(n, args)
+        a = dict(n.attrs)
+        if n.op in _ROW_POOLS:
+            pb, pe = a["padding"]
+            a.update(pool_size=[1] + list(a["pool_size"]), strides=[1] + list(a["strides"]),
+                     dilation=[1] + list(a["dilation"]), padding=[0, pb, 0, pe])
+        pooled = Call(_ROW_POOLS.get(n.op, n.op), [y], a, n.span)
+        return Call("reshape", [pooled], {"newshape": list(n.type.shape)}, n.span)
     return rewrite(mod, visit)
 
 

@@ -27,6 +27,10 @@ larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (
 concatenations of the block's input and its features share one kernel generic in the
 channel count in NCHW, strategy/cpu/generic.py).
 
+1-D convs arrive as 2-D convs of one row and their pools as 2-D pools of the row
+(conv_forms.py), so a 1-D CNN (an audio or sensor net) is one chain from its stem to its
+global pool, as a 2-D CNN is.
+
 3-D convs (float32, groups 1) join the same way as `nn.conv3d_blocked` over
 `(N, C/bn, D, H, W, bn)` images: a video CNN's stem, residual stages and strided 1x1x1
 shortcuts run blocked to the global pool (OpenVINO runs them channels-last, NDHWC, to

@@ -3,7 +3,7 @@ it is). `optimize` runs them in order:
 
 quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> float16_in_float32
 -> conv1d_as_conv2d -> simplify -> fold_constants -> drop_padding_taps -> split_padding_bands
--> transposed_conv_as_phases -> sink_reshapes -> simplify -> eliminate_common_subexpr
+-> transposed_conv_as_phases -> sink_reshapes -> row_pools_as_2d -> simplify -> eliminate_common_subexpr
 -> eliminate_dead_code -> blocked_layout (with a CPU target) -> fuse_ops
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ from ...errors import GraphError
 from ...target import as_target
 from ..ir import Module
 from .layout import blocked_layout
-from .conv_forms import conv1d_as_conv2d, drop_padding_taps, split_padding_bands, transposed_conv_as_phases
+from .conv_forms import (conv1d_as_conv2d, drop_padding_taps, row_pools_as_2d, split_padding_bands,
+                         transposed_conv_as_phases)
 from .float16 import float16_in_float32
 from .eliminate import eliminate_common_subexpr, eliminate_dead_code
 from .fold import fold_batch_norm, fold_constants
@@ -34,7 +35,7 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
         raise GraphError(f"optimize: expected a tdsl.graph.Module, got {type(mod).__name__}")
     for p in (quantized_operators, simplify, fold_constants, fold_batch_norm, float16_in_float32,
               conv1d_as_conv2d, simplify, fold_constants, drop_padding_taps, split_padding_bands,
-              transposed_conv_as_phases, sink_reshapes, simplify, eliminate_common_subexpr,
+              transposed_conv_as_phases, sink_reshapes, row_pools_as_2d, simplify, eliminate_common_subexpr,
               eliminate_dead_code):
         mod = p(mod)
     if target is not None:

@@ -102,10 +102,29 @@ def conv2d_blocked(g, n, x, wi):
     """nn.conv2d_blocked and nn.conv3d_blocked (ir/ops_layout.py) of groups 1 of image `x`:
     the blocked conv from a blocked or plain input to a blocked output."""
     a = n.attrs
-    sizes, offsets = _padding(n)
+    sizes, offsets, skip = _skip_lead_padding(n, *_padding(n))
     if a["in_blocked"]:
-        return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]))
-    return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * len(sizes)), blocked=(None, a["bn"]))
+        return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]), skip=skip)
+    return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * len(sizes)), blocked=(None, a["bn"]), skip=skip)
+
+
+def _skip_lead_padding(n, sizes, offsets):
+    """(padded sizes, begin padding, skip) of conv node `n` whose taps into the padding of
+    its leading spatial dimensions (a 3-D conv's depth) are skipped, not multiplied by
+    zeros: those dimensions are left unpadded and `skip` maps each to (its begin padding,
+    its input size), from which conv_blocked bounds the taps of each output position. A
+    video clip is a few frames deep (8, 4, 2 in a 3-D ResNet's stages), so a 3-tap
+    kernel's padded frames are 1/12 to 1/3 of its multiply-adds; the output depths are
+    the tasks (schedule), so the bounds are loop-invariant in every task. Rows and
+    columns keep their padding: a row's tile spans pixels whose taps differ."""
+    nd = len(sizes)
+    in_sp = n.args[0].type.shape[2:2 + nd]
+    sizes, offsets, skip = list(sizes), list(offsets), {}
+    for d in range(nd - 2):
+        if n.attrs["dilation"][d] == 1 and sizes[d] != in_sp[d] and is_number(in_sp[d]):
+            skip[d] = (offsets[d], in_sp[d])
+            sizes[d], offsets[d] = in_sp[d], 0
+    return sizes, offsets, skip
 
 
 def depthwise_blocked(g, n, x, src, wi):
@@ -156,12 +175,14 @@ def runtime_pack(w, shape, CO, transposed):
     return tag.mark(tdsl.compute(shape, f, name=topi.uname("weights_packed")), tag.ROOT)
 
 
-def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
+def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None, skip=None):
     """The blocked conv of node `n` (nn.convNd, groups 1) over `spread(x, *spread_args)`,
     its weights the constant param `wi` laid out (CO, CI, *K) by `orient` (for a transposed
     conv: swap the channel axes and flip the taps), or the placeholder of weights that are
     a kernel input (runtime_pack; a plain input only). `blocked`: (the padded blocked input or
-    None for a plain one, bn) for nn.conv2d_blocked, whose output stays blocked."""
+    None for a plain one, bn) for nn.conv2d_blocked, whose output stays blocked. `skip`:
+    {spatial dimension left unpadded: (its begin padding, input size)}
+    (_skip_lead_padding)."""
     a = n.attrs
     src_b = blocked[0] if blocked else None
     src = src_b if src_b is not None else spread(x, *spread_args)
@@ -187,7 +208,22 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
             (0,) + tuple(range(2, nd + 3)) + (1,)))
     strides = a["strides"] if "transpose" not in n.op else (1,) * nd
     dl = a["dilation"]
-    rk = [tdsl.reduce_axis((0, K[d]), f"k{d}") for d in range(nd)]
+    skip = skip or {}
+
+    def taps(sp):
+        """The tap axes of output position `sp` and the input positions they read: in a
+        skipped dimension only the taps inside the input, whose bounds depend on `sp`."""
+        rk, at = [], []
+        for d in range(nd):
+            if d in skip:
+                off, size = skip[d]
+                first = sp[d] * strides[d] - off
+                rk.append(tdsl.reduce_axis((tdsl.max(0, -first), tdsl.min(K[d], size - first)), f"k{d}"))
+                at.append(first + rk[d])
+            else:
+                rk.append(tdsl.reduce_axis((0, K[d]), f"k{d}"))
+                at.append(sp[d] * strides[d] + rk[d] * dl[d])
+        return rk, tuple(at)
     if src_b is not None and not isinstance(wi, int):
         raise GraphError(f"{n.op}: a blocked input with runtime weights has no blocked conv")
     if src_b is not None:
@@ -204,9 +240,8 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         cii = tdsl.reduce_axis((0, bn), "cii")
 
         def conv(b, cb, *o):
-            sp, cc = o[:nd], o[nd]
-            return tdsl.sum(src[(b, cio) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd)) + (cii,)]
-                            * image_weights(Wp, nd + 4, b)[(cb, cio) + tuple(rk) + (cii, cc)],
+            (rk, at), cc = taps(o[:nd]), o[nd]
+            return tdsl.sum(src[(b, cio) + at + (cii,)] * image_weights(Wp, nd + 4, b)[(cb, cio) + tuple(rk) + (cii, cc)],
                             axis=[cio] + rk + [cii])
     else:
         shape = (cb_n, CI) + K + (bn,)
@@ -215,9 +250,9 @@ def conv_blocked(g, n, x, wi, spread_args, orient=None, blocked=None):
         ci = tdsl.reduce_axis((0, CI), "ci")
 
         def conv(b, cb, *o):
-            sp, cc = o[:nd], o[nd]
-            return tdsl.sum(src[(b, ci) + tuple(sp[d] * strides[d] + rk[d] * dl[d] for d in range(nd))]
-                            * image_weights(Wp, nd + 3, b)[(cb, ci) + tuple(rk) + (cc,)], axis=[ci] + rk)
+            (rk, at), cc = taps(o[:nd]), o[nd]
+            return tdsl.sum(src[(b, ci) + at] * image_weights(Wp, nd + 3, b)[(cb, ci) + tuple(rk) + (cc,)],
+                            axis=[ci] + rk)
     info = {"pad": src if src is not x else None, "ow": out_sp[-1], "bn": bn,
             "in_blocked": src_b is not None, "taps": int(np.prod(K))}
     if not isinstance(wi, int):
@@ -294,8 +329,8 @@ def conv_padded(g, n, x, wi):
     nd = len(n.type.shape) - 2
     p = a["padding"]
     in_sp = g.node_type(n.args[0]).shape[2:]
-    sizes = [in_sp[d] + p[d] + p[d + nd] for d in range(nd)]
-    return conv_blocked(g, n, x, wi, (sizes, p[:nd], (1,) * nd))
+    sizes, offsets, skip = _skip_lead_padding(n, [in_sp[d] + p[d] + p[d + nd] for d in range(nd)], p[:nd])
+    return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * nd), skip=skip)
 
 
 def conv_transpose(g, n, x, wi):
