@@ -9,6 +9,7 @@ constants): identical layers compile once per process.
 """
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List
@@ -267,10 +268,11 @@ class Executor:
             finally:
                 pool.give(state)
 
-    def _make_sized(self, plan, sizes, arena, outputs=None):
-        """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`."""
+    def _make_sized(self, plan, sizes, arena, outputs=None, steps=None):
+        """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`;
+        `steps`: steps_at(plan, sizes) where the caller has them."""
         fn = self.mod.main
-        steps = self.steps_at(plan, sizes)
+        steps = steps or self.steps_at(plan, sizes)
         if self.device is None:
             return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
@@ -301,8 +303,9 @@ class Executor:
         if isinstance(self._slots, _NoDevice):
             self._slots.take()
         plan = self._plans.get(key, sizes)
-        pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
-        pool.steps = self.steps_at(plan, sizes)     # for the profile's names
+        steps = self.steps_at(plan, sizes)      # also for the profile's names
+        pool = SizedPool(self._slots, key, sizes, plan, functools.partial(self._make_sized, steps=steps))
+        pool.steps = steps
         self._pool, self._sizes = pool, sizes
         return pool
 
