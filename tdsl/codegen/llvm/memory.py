@@ -327,7 +327,7 @@ def allocate(em, s):
     if not const:
         _allocate_sized(em, s, buf, nb, saved)
         return
-    p = bl.call(_heap(em)[0], [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    p = bl.call(_heap_alloc(em), [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
     okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
     isnull = bl.icmp_unsigned("==", p, ir.Constant(PTR, None))
     bl.cbranch(isnull, failb, okb)
@@ -337,7 +337,7 @@ def allocate(em, s):
     em.bufs[buf] = p
     em.stmt(s.body)
     if not bl.block.is_terminated:
-        bl.call(_heap(em)[1], [p])
+        bl.call(_heap_free(em), [p])
     _restore_buf(em, buf, saved)
 
 
@@ -358,7 +358,7 @@ def _allocate_sized(em, s, buf, nb, saved):
     on_stack.type = PTR
     bl.branch(joinb)
     bl.position_at_end(heapb)
-    on_heap = bl.call(_heap(em)[0], [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    on_heap = bl.call(_heap_alloc(em), [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
     okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
     bl.cbranch(bl.icmp_unsigned("==", on_heap, ir.Constant(PTR, None)), failb, okb)
     bl.position_at_end(failb)
@@ -381,19 +381,20 @@ def _allocate_sized(em, s, buf, nb, saved):
         bl.call(em.mb.declare("llvm.stackrestore.p0", ir.VoidType(), [PTR]), [saved_sp])
         bl.branch(doneb)
         bl.position_at_end(freeb)
-        bl.call(_heap(em)[1], [p])
+        bl.call(_heap_free(em), [p])
         bl.branch(doneb)
         bl.position_at_end(doneb)
     _restore_buf(em, buf, saved)
 
 
-def _heap(em):
-    """(alloc(align, bytes), free(pointer)) of heap buffers: the runtime's scratch where it
-    is loaded (module.use_pool: the same library as the worker pool)."""
-    if em.mb.use_pool:
-        return (em.mb.declare("tdsl_scratch_alloc", PTR, [I64, I64]),
-                em.mb.declare("tdsl_scratch_free", ir.VoidType(), [PTR]))
-    return em.mb.declare("aligned_alloc", PTR, [I64, I64]), em.mb.declare("free", ir.VoidType(), [PTR])
+def _heap_alloc(em):
+    """alloc(align, bytes) of heap buffers: the runtime's scratch where it is loaded
+    (module.use_pool: the same library as the worker pool), else libc's."""
+    return em.mb.declare("tdsl_scratch_alloc" if em.mb.use_pool else "aligned_alloc", PTR, [I64, I64])
+
+
+def _heap_free(em):
+    return em.mb.declare("tdsl_scratch_free" if em.mb.use_pool else "free", ir.VoidType(), [PTR])
 
 
 def _restore_buf(em, buf, saved):
