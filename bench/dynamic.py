@@ -5,12 +5,21 @@ and beside tdsl's own build of the model made static at that size.
 
 Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, after a
 pause), the static build's, onnxruntime's; the ratios dynamic/static and
-dynamic/onnxruntime; and "first", what the first call at a size never run before cost
-beyond a warm call at that size (no compile happens there: the memory plan and the run
-state; the memory of the sweep's sizes is reserved after the build, as a server would
-for the largest sizes it expects, and that time is printed apart). Per model: the build
-seconds, dynamic and the mean static, and the reserve's. The last lines: the geometric mean of dynamic/onnxruntime over every pair,
-the worst pair, and the worst dynamic/static.
+dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
+beyond a warm call at that size. No compile happens there; what does is tdsl's work for
+new sizes (the memory plan and the run state of those sizes) and whatever the first
+touch of memory costs. As a server would, the executor reserves after the build the
+memory of the largest sizes it expects (Executor.reserve: arena, outputs, and one run,
+which pages in the kernels' scratch): here each dimension's largest in the sweep, with
+one more batch where that is itself a size of the sweep, so that every size swept is new
+to the executor; its seconds are printed apart. Both calls are taken in the same
+conditions: after onnxruntime's block and a pause in which its spinning workers stop
+(right after its block they would take a core from tdsl's first call), with the caches
+as onnxruntime left them; the first call is one sample, the warm call the median of 3,
+each after a call of onnxruntime at that size and the same pause. Per model: the build
+seconds, dynamic and the mean static, the sizes reserved and the reserve's seconds. The
+last lines: the geometric mean of dynamic/onnxruntime over every pair, the worst pair,
+the worst dynamic/static and the worst first+ms.
 """
 from __future__ import annotations
 
@@ -75,26 +84,48 @@ def _static_dims(model, shape):
     return {d.dim_param: s for d, s in zip(dims, shape) if d.dim_param}
 
 
-def run_one(name, target, number, repeat):
-    """Prints the rows of one model; returns [(dynamic/ort, dynamic/static)] per size."""
+def _reserved(model, shapes):
+    """{size variable: value} a server expecting `shapes` would reserve: each variable's
+    largest, with one more batch where that is itself one of `shapes` (so that each is
+    new to the executor)."""
+    sizes = [_static_dims(model, s) for s in shapes]
+    top = {v: max(s[v] for s in sizes) for v in sizes[0]}
+    if top in sizes:
+        top["batch"] += 1
+    return top
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_one(name, target, number, repeat, pause_s=0.3):
+    """Prints the rows of one model; returns [(dynamic/ort, dynamic/static, first+s)] per
+    size."""
     model, shapes = _sweep(name)
     t0 = time.perf_counter()
     dyn = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
     build_dyn = time.perf_counter() - t0
     # a server reserves memory for the largest sizes it expects, so that no request pages
     # in fresh memory (on a VM the first touch of 200 MB took 0.4-2.3 s): timed apart
+    reserved = _reserved(model, shapes)
     t0 = time.perf_counter()
-    for shape in shapes:
-        dyn.reserve(**_static_dims(model, shape))
+    dyn.reserve(**reserved)
     reserve_s = time.perf_counter() - t0
     sess = _ort_session(model, target.num_cores)
     iname = sess.get_inputs()[0].name
     out, static_builds = [], []
     for shape in shapes:
         x = _input(model, shape)
-        t0 = time.perf_counter()
-        got = dyn.run(x)[0]
-        first = time.perf_counter() - t0
+        time.sleep(pause_s)
+        got = None
+
+        def first_call():
+            nonlocal got
+            got = dyn.run(x)[0]
+        first = _timed(first_call)
         ref = sess.run(None, {iname: x})[0]
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
         # as a server hands each output to its client: an output still held when a call
@@ -104,16 +135,21 @@ def run_one(name, target, number, repeat):
         st = G.build(G.optimize(G.from_onnx(model, dims=_static_dims(model, shape)), target=target),
                      target=str(target))
         static_builds.append(time.perf_counter() - t0)
-        warm = min(blocks([lambda: dyn.run(x)], 1, 3, warmup_s=0.0, pause_s=0.0))
         t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
                                      lambda: sess.run(None, {iname: x})], number, repeat)
-        out.append((t_dyn / t_ort, t_dyn / t_st))
+        warm = []
+        for _ in range(3):      # as the first call was taken: after onnxruntime and a pause
+            sess.run(None, {iname: x})
+            time.sleep(pause_s)
+            warm.append(_timed(lambda: dyn.run(x)))
+        extra = max(first - float(np.median(warm)), 0.0)
+        out.append((t_dyn / t_ort, t_dyn / t_st, extra))
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
-              f"{max(first - warm, 0.0) * 1e3:8.1f} {err:9.1e}", flush=True)
+              f"{extra * 1e3:8.1f} {err:9.1e}", flush=True)
     print(f"{name:20s} build: dynamic {build_dyn:.2f} s, static {np.mean(static_builds):.2f} s "
-          f"(mean of {len(static_builds)}); memory of the largest sizes reserved in "
-          f"{reserve_s:.2f} s\n", flush=True)
+          f"(mean of {len(static_builds)}); reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
+          f"in {reserve_s:.2f} s\n", flush=True)
     return out
 
 
@@ -144,5 +180,6 @@ def main(names, target, number, repeat):
         geo = float(np.exp(np.mean(np.log(to_ort))))
         print(f"geometric mean dynamic/onnxruntime over {len(pairs)} (model, size) pairs: {geo:.2f}x; "
               f"worst {max(to_ort):.2f}x; dynamic/static worst {max(to_static):.2f}x, "
-              f"geometric mean {float(np.exp(np.mean(np.log(to_static)))):.2f}x"
+              f"geometric mean {float(np.exp(np.mean(np.log(to_static)))):.2f}x; "
+              f"worst first+ms {max(p[2] for p in pairs) * 1e3:.1f}"
               + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -1,8 +1,10 @@
 """The memory of a network with symbolic sizes at its first call at new sizes: the size
 expressions evaluated without sympy (ir/dims.py), buffers that grow in place
 (host_buffer.py) and outputs of every size sharing one buffer (sizes.Slot), with the
-outputs a caller keeps never written again. Results are compared with onnxruntime."""
+outputs a caller keeps never written again; after `reserve`, a first call at new sizes
+faults no fresh page in (arena, outputs and the kernels' scratch). Results are compared with onnxruntime."""
 import random
+import resource
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import tdsl.graph as G
 from tdsl.graph import models
 from tdsl.graph.host_buffer import GrowingBuffer
 from tdsl.graph.ir import dims
+from tdsl.runtime import threadpool
 
 pytest.importorskip("onnxruntime")
 
@@ -105,3 +108,37 @@ def test_reserve_pages_in_the_memory_of_the_sizes_given():
                        ({}, "missing: batch"), ({"batch": 2.5}, "integer")):
         with pytest.raises(G.GraphError, match=match):
             exe.reserve(**bad)
+
+
+def _minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
+def test_after_reserve_a_first_call_at_new_sizes_touches_no_fresh_memory():
+    # a 1-D CNN with symbolic batch and signal length, as bench/dynamic.py sweeps it: its
+    # convolutions take heap scratch sized by the signal
+    m = models.conv1d_net()
+    dims_ = m.graph.input[0].type.tensor_type.shape.dim
+    for ax, name in ((0, "batch"), (2, "signal")):
+        dims_[ax].ClearField("dim_value")
+        dims_[ax].dim_param = name
+    m.graph.output[0].type.tensor_type.ClearField("shape")
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    before = threadpool.scratch_stats()
+    exe.reserve(batch=2, signal=16000)
+    # reserve ran the network: its scratch is mapped (or served by blocks kept before)
+    after = threadpool.scratch_stats()
+    assert after["mapped"] + after["reused"] > before["mapped"] + before["reused"]
+    mapped = threadpool.scratch_stats()["mapped"]
+    for shape in ((1, 1, 9000), (2, 1, 12000), (2, 1, 16000), (1, 1, 4000)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        faults = _minor_faults()
+        out = exe.run(x)[0]
+        faults = _minor_faults() - faults
+        # arena, outputs and scratch were paged in by reserve: what faults is the new run
+        # state's few Python objects (without reserve the first of these calls faulted ~50
+        # pages in, the second ~100)
+        assert threadpool.scratch_stats()["mapped"] == mapped and faults < 24, (shape, faults)
+        _close(out, models.onnxruntime_run(m, {"input": x})[0])
+        del out

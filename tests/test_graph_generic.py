@@ -35,7 +35,7 @@ def _per_channel_buffers_only(kernel):
     """A generic kernel whose attached stages bounds inference could not narrow to a
     constant size allocates them on the heap, sized by C, on every iteration."""
     src = kernel.module.get_source()
-    assert "malloc" not in src and "aligned_alloc" not in src
+    assert "malloc" not in src and "aligned_alloc" not in src and "scratch_alloc" not in src
 
 
 def _steps_by_ops(exe):

@@ -3,6 +3,7 @@ workers go to sleep (an idle process burns no CPU), a launch wakes them and gets
 task done, and a network's runs on several threads, with pauses long enough for the
 workers to fall asleep between them, give the single-threaded answers. Its counters
 (`threadpool.stats`) count what it did. Latency is measured by bench/zoo.py, not here."""
+import resource
 import threading
 import time
 
@@ -98,3 +99,35 @@ def test_runs_with_pauses_on_several_threads_give_the_single_threaded_answer(cnn
         raise errors[0]
     # a loop that finds the pool busy with another run's runs on its caller, uncounted
     assert threadpool.stats()["launches"] > before["launches"] + per_run
+
+
+def _minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def test_kernel_scratch_is_kept_and_serves_later_calls_without_fresh_pages():
+    # an intermediate of symbolic size too large for the stack: heap scratch per call
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n,), name="A")
+    T = tdsl.compute((n,), lambda i: A[i] * 2.0, name="T")
+    B = tdsl.compute((n,), lambda i: T[n - 1 - i], name="B")
+    f = tdsl.build(tdsl.create_schedule(B), [A, B])
+    assert "tdsl_scratch_alloc" in f.get_source()
+
+    def call(size):
+        a = np.arange(size, dtype="float32")
+        b = np.ones(size, "float32")        # touched: its pages are not the kernel's
+        before, faults = threadpool.scratch_stats(), _minor_faults()
+        f(a, b)
+        faults = _minor_faults() - faults
+        np.testing.assert_array_equal(b, (2 * a)[::-1])
+        after = threadpool.scratch_stats()
+        return after["mapped"] - before["mapped"], after["reused"] - before["reused"], faults
+
+    mapped, reused, _ = call(1 << 20)      # a block kept by an earlier test may serve it
+    assert mapped + reused == 1
+    # the same size and smaller ones take the kept block: nothing mapped, no page faulted
+    # in (libc's aligned_alloc mapped and faulted in all 1024 pages every call)
+    for size in (1 << 20, 3 << 18, 1 << 19):
+        mapped, reused, faults = call(size)
+        assert (mapped, reused) == (0, 1) and faults < 16, (size, faults)

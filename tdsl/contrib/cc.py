@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 
 from ..errors import BuildError
-from ..runtime.ccompiler import THREADPOOL_SOURCE, shared_object
+from ..runtime.ccompiler import RUNTIME_SOURCES, shared_object
 from ..runtime.libfile import seal, write_atomic
 
 
 def create_shared(output, objects, options=None, cc=None):
     """Links `objects` (paths: `.o` files from `Module.save`, other objects or C sources)
     into the shared library `output` with the system C compiler (`cc`, else `$CC`, cc, gcc
-    or clang), adding the worker pool that parallel loops call. `options`: extra compiler
-    flags. Returns `output`."""
+    or clang), adding the worker pool that parallel loops call and the kernels' heap
+    scratch. `options`: extra compiler flags. Returns `output`."""
     if isinstance(objects, (str, os.PathLike)):
         objects = [objects]
     files = {}
@@ -34,7 +34,7 @@ def create_shared(output, objects, options=None, cc=None):
         files[p] = None
     if not files:
         raise BuildError("create_shared: no object files to link")
-    files[THREADPOOL_SOURCE] = None
+    files.update(dict.fromkeys(RUNTIME_SOURCES))
     lib = shared_object(files, ["-O2", "-pthread", *(options or [])],
                         f"create_shared({os.fspath(output)!r})", cc)
     write_atomic(os.fspath(output), seal(lib))

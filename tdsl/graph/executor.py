@@ -9,6 +9,7 @@ constants): identical layers compile once per process.
 """
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Dict, List
@@ -216,8 +217,9 @@ class Executor:
             self._slots = StatePool(lambda: Slot(self._alloc_arena if self.device is not None else None))
             hi = {n: self.bounds[n][1] for n in self.binder.names if n in (self.bounds or {})}
             if len(hi) == len(self.binder.names):
-                # every size bounded: the memory of the largest, paged in now
-                self.reserve(**hi)
+                # every size bounded: the memory of the largest, paged in now (not run:
+                # the bounds may lie far above the sizes served)
+                self._reserve(hi, run=False)
             return
         if self.device is None:
             self._pool = StatePool(lambda: make_state(self.plan, fn, self.steps))
@@ -236,24 +238,41 @@ class Executor:
         """Makes the memory of a lone caller (the default state's: a single-threaded
         server's) large enough for `sizes` ({size variable: int}, the largest expected)
         now, paged in, so that no call up to them allocates or touches fresh memory: a
-        first touch of fresh pages can cost more than the run. Sizes are checked as a
-        call's are (GraphError). A network without symbolic sizes has its memory already."""
+        first touch of fresh pages can cost more than the run. On the host it also runs
+        the network once at `sizes` on zero inputs, which pages in what only a run
+        touches: the kernels' heap scratch (kept by the runtime, runtime/scratch.c) and
+        the worker threads' stacks. Sizes are checked as a call's are (GraphError). A
+        network without symbolic sizes has its memory already."""
+        self._reserve(sizes, run=True)
+
+    def _reserve(self, sizes, run):
         if self.binder is None:
             return
         sizes = self.binder.check(sizes)
         if isinstance(self._slots, _NoDevice):
             self._slots.take()
-        plan = self._plans.get(self.binder.key(sizes), sizes)
+        key = self.binder.key(sizes)
+        plan = self._plans.get(key, sizes)
         slot = self._slots.take(default=True)
         try:
             slot.reserve(plan.peak_bytes + 64, plan.output_bytes + 64, touch=True)
         finally:
             self._slots.give(slot)
+        if run and self.device is None:
+            pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
+            state = pool.take(default=True)
+            try:
+                _run_calls(state.calls)
+            except TdslError:       # zeros a network rejects (a checked index): memory is reserved
+                pass
+            finally:
+                pool.give(state)
 
-    def _make_sized(self, plan, sizes, arena, outputs=None):
-        """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`."""
+    def _make_sized(self, plan, sizes, arena, outputs=None, steps=None):
+        """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`;
+        `steps`: steps_at(plan, sizes) where the caller has them."""
         fn = self.mod.main
-        steps = self.steps_at(plan, sizes)
+        steps = steps or self.steps_at(plan, sizes)
         if self.device is None:
             return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
@@ -284,8 +303,9 @@ class Executor:
         if isinstance(self._slots, _NoDevice):
             self._slots.take()
         plan = self._plans.get(key, sizes)
-        pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
-        pool.steps = self.steps_at(plan, sizes)     # for the profile's names
+        steps = self.steps_at(plan, sizes)      # also for the profile's names
+        pool = SizedPool(self._slots, key, sizes, plan, functools.partial(self._make_sized, steps=steps))
+        pool.steps = steps
         self._pool, self._sizes = pool, sizes
         return pool
 

@@ -13,6 +13,8 @@ import tempfile
 from ..errors import BuildError
 
 THREADPOOL_SOURCE = os.path.join(os.path.dirname(__file__), "threadpool.c")
+# what generated code calls besides libc: the worker pool and the kernels' heap scratch
+RUNTIME_SOURCES = (THREADPOOL_SOURCE, os.path.join(os.path.dirname(__file__), "scratch.c"))
 
 
 def find() -> str | None:
@@ -66,8 +68,9 @@ def shared_object(files: dict, flags: list, what: str, cc: str = None) -> bytes:
 
 def link_kernel_library(obj: bytes) -> bytes:
     """A shared library from a kernel's position-independent object file, with the worker
-    pool of parallel loops (threadpool.c) compiled in: it loads without tdsl's runtime."""
-    return shared_object({"kernel.o": obj, THREADPOOL_SOURCE: None}, ["-O2", "-pthread"],
+    pool of parallel loops and the kernels' scratch (RUNTIME_SOURCES) compiled in: it loads
+    without tdsl's runtime."""
+    return shared_object({"kernel.o": obj, **dict.fromkeys(RUNTIME_SOURCES)}, ["-O2", "-pthread"],
                          "export_library")
 
 

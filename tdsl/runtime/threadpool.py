@@ -1,13 +1,14 @@
-"""The worker pool behind parallel loops (threadpool.c): compiled by the system C compiler
-once per machine (kept in the disk cache) and loaded once per process; generated code
-calls `tdsl_parallel_launch`. Exported libraries compile the same source in.
+"""The worker pool behind parallel loops (threadpool.c) and the kernels' heap scratch
+(scratch.c): compiled by the system C compiler once per machine (kept in the disk cache)
+and loaded once per process; generated code calls `tdsl_parallel_launch` and
+`tdsl_scratch_alloc`/`tdsl_scratch_free`. Exported libraries compile the same sources in.
 
 Without a C compiler (or with TDSL_NO_THREADPOOL set), code generation falls back to
 creating threads per launch (pthread_create/join from the generated code): correct,
-~50 us slower per parallel loop.
+~50 us slower per parallel loop; and to libc's aligned_alloc/free for scratch.
 
 `stats()` counts what the pool did: how many parallel loops a network's run opens, and
-how often the workers slept between them.
+how often the workers slept between them; `scratch_stats()` what the scratch holds.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..errors import TdslError
 
 SYMBOL = "tdsl_parallel_launch"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers")
-SOURCE = os.path.join(os.path.dirname(__file__), "threadpool.c")
+SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
 
@@ -31,11 +32,13 @@ def load_into_jit() -> bool:
 def _load() -> bool:
     from . import ccompiler
     from .libfile import dlopen_bytes
-    if ccompiler.find() is None or not os.path.exists(SOURCE):
+    if ccompiler.find() is None or not all(map(os.path.exists, ccompiler.RUNTIME_SOURCES)):
         return False
     import llvmlite.binding as llvm
-    with open(SOURCE) as f:
-        source = f.read()
+    source = ""
+    for path in ccompiler.RUNTIME_SOURCES:
+        with open(path) as f:
+            source += f.read()
     try:
         lib = ccompiler.cached_library(source, ["-O2", "-pthread"], "threadpool",
                                        "the parallel-loop worker pool")
@@ -51,14 +54,26 @@ def stats() -> dict:
     many per run of a network mean that another process had its core), `caller_sleeps` (a
     launching thread slept waiting for its workers), and now: `sleeping` (workers asleep),
     `workers`. Empty where the pool is not loaded."""
+    return _counters("tdsl_parallel_stats", STATS)
+
+
+def scratch_stats() -> dict:
+    """The kernels' heap scratch since the process started: `mapped` blocks (and their
+    `mapped_bytes`), requests `reused` a kept block for, and blocks `kept` free now. A
+    call that maps no new block touched no fresh scratch memory. Empty where the library
+    is not loaded (kernels then use aligned_alloc)."""
+    return _counters("tdsl_scratch_stats", SCRATCH_STATS)
+
+
+def _counters(symbol, names) -> dict:
     import ctypes
-    fn = _state.get("stats")
+    fn = _state.get(symbol)
     if fn is None:
         import llvmlite.binding as llvm
-        addr = llvm.address_of_symbol("tdsl_parallel_stats") if load_into_jit() else 0
-        fn = _state["stats"] = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(addr) if addr else False
+        addr = llvm.address_of_symbol(symbol) if load_into_jit() else 0
+        fn = _state[symbol] = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(addr) if addr else False
     if not fn:
         return {}
-    out = (ctypes.c_int64 * len(STATS))()
+    out = (ctypes.c_int64 * len(names))()
     fn(out)
-    return dict(zip(STATS, out))
+    return dict(zip(names, out))

@@ -12,7 +12,9 @@ cannot, and a masked store that the next full load reads stalls store forwarding
 row's partial sums: ~20 cycles a row).
 
 `Allocate`: constant sizes up to `ALLOCA_MAX_BYTES` are `alloca`s in the entry block
-(align 64), the rest `aligned_alloc(64, ...)` / `free`; a failed allocation returns 1.
+(align 64), the rest heap scratch: `tdsl_scratch_alloc(64, ...)` / `tdsl_scratch_free`
+where the runtime library is loaded (tdsl/runtime/scratch.c: kept blocks, no fresh pages
+per call), else `aligned_alloc` / `free`; a failed allocation returns 1.
 """
 from __future__ import annotations
 
@@ -325,8 +327,7 @@ def allocate(em, s):
     if not const:
         _allocate_sized(em, s, buf, nb, saved)
         return
-    alloc = em.mb.declare("aligned_alloc", PTR, [I64, I64])
-    p = bl.call(alloc, [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    p = bl.call(_heap_alloc(em), [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
     okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
     isnull = bl.icmp_unsigned("==", p, ir.Constant(PTR, None))
     bl.cbranch(isnull, failb, okb)
@@ -336,8 +337,7 @@ def allocate(em, s):
     em.bufs[buf] = p
     em.stmt(s.body)
     if not bl.block.is_terminated:
-        free = em.mb.declare("free", ir.VoidType(), [PTR])
-        bl.call(free, [p])
+        bl.call(_heap_free(em), [p])
     _restore_buf(em, buf, saved)
 
 
@@ -358,8 +358,7 @@ def _allocate_sized(em, s, buf, nb, saved):
     on_stack.type = PTR
     bl.branch(joinb)
     bl.position_at_end(heapb)
-    alloc = em.mb.declare("aligned_alloc", PTR, [I64, I64])
-    on_heap = bl.call(alloc, [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
+    on_heap = bl.call(_heap_alloc(em), [ir.Constant(I64, 64), nb], name=sanitize(buf.name))
     okb, failb = em.new_block("alloc.ok"), em.new_block("alloc.fail")
     bl.cbranch(bl.icmp_unsigned("==", on_heap, ir.Constant(PTR, None)), failb, okb)
     bl.position_at_end(failb)
@@ -382,10 +381,20 @@ def _allocate_sized(em, s, buf, nb, saved):
         bl.call(em.mb.declare("llvm.stackrestore.p0", ir.VoidType(), [PTR]), [saved_sp])
         bl.branch(doneb)
         bl.position_at_end(freeb)
-        bl.call(em.mb.declare("free", ir.VoidType(), [PTR]), [p])
+        bl.call(_heap_free(em), [p])
         bl.branch(doneb)
         bl.position_at_end(doneb)
     _restore_buf(em, buf, saved)
+
+
+def _heap_alloc(em):
+    """alloc(align, bytes) of heap buffers: the runtime's scratch where it is loaded
+    (module.use_pool: the same library as the worker pool), else libc's."""
+    return em.mb.declare("tdsl_scratch_alloc" if em.mb.use_pool else "aligned_alloc", PTR, [I64, I64])
+
+
+def _heap_free(em):
+    return em.mb.declare("tdsl_scratch_free" if em.mb.use_pool else "free", ir.VoidType(), [PTR])
 
 
 def _restore_buf(em, buf, saved):

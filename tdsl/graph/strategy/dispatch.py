@@ -48,13 +48,16 @@ class Kernel:
         # whose condition holds at a call's sizes runs instead (same arguments)
         self.variants = []
         self.size_values = {}    # {kernel size variable: f(network sizes) -> its value}
+        self._cond_vars = []     # the size variables of each variant's condition
 
     def at(self, sizes) -> "Kernel":
         """The kernel that runs at `sizes` ({size variable: int}, the network's): a
         variant whose condition holds there, else this one. Called when a call first
         meets its sizes: a few integer operations, no simplifier."""
-        for cond, k in self.variants:
-            env = {v: self.size_values[v.name](sizes) for v in free_vars(cond)}
+        if len(self._cond_vars) != len(self.variants):     # each condition walked once
+            self._cond_vars = [tuple(free_vars(cond)) for cond, _ in self.variants]
+        for (cond, k), names in zip(self.variants, self._cond_vars):
+            env = {v: self.size_values[v.name](sizes) for v in names}
             if _holds(cond, env):
                 return k
         return self
