@@ -90,6 +90,7 @@ def _anchor(families):
 
 _TDSL_OPS = {"nn.dense": DENSE, "nn.matmul": DENSE, "nn.batch_matmul": DENSE,
              "nn.max_pool1d": "pooling", "nn.max_pool2d": "pooling", "nn.avg_pool2d": "pooling",
+             "nn.max_pool3d": "pooling", "nn.avg_pool3d": "pooling",   # and blocked 2-D pools
              "nn.global_avg_pool": "pooling", "mean": "pooling", "interp": "resize",
              "nn.softmax": "softmax/norm", "nn.log_softmax": "softmax/norm",
              "nn.layer_norm": "softmax/norm"}
