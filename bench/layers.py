@@ -4,6 +4,7 @@ onnxruntime's layers, from each runtime's own per-layer profile, in one process.
     python bench/layers.py --only squeezenet1_1,efficientnet_b0
     python bench/layers.py --only conv1d_net --mcpu haswell
     python bench/layers.py --only resnet18 --layers 8   # and the 8 slowest layers of each side
+    python bench/layers.py --only squeezenet1_1 --batch 8   # a batch of 8 images
 
 Sides: tdsl's `Executor.profile()` (each kernel timed alone, back to back), OpenVINO
 compiled with PERF_COUNT (bench/ov_session.py's configuration; `get_profiling_info()`'s
@@ -89,6 +90,7 @@ def _anchor(families):
 
 _TDSL_OPS = {"nn.dense": DENSE, "nn.matmul": DENSE, "nn.batch_matmul": DENSE,
              "nn.max_pool1d": "pooling", "nn.max_pool2d": "pooling", "nn.avg_pool2d": "pooling",
+             "nn.max_pool3d": "pooling", "nn.avg_pool3d": "pooling",   # and blocked 2-D pools
              "nn.global_avg_pool": "pooling", "mean": "pooling", "interp": "resize",
              "nn.softmax": "softmax/norm", "nn.log_softmax": "softmax/norm",
              "nn.layer_norm": "softmax/norm"}
@@ -237,9 +239,25 @@ def ort_profile(model, threads, feed, number, fams, back):
 
 # ---- the table -----------------------------------------------------------------------------
 
+def _batched(name, n):
+    """(model, input) of network `name` at batch `n`: its export with a symbolic batch
+    (bench/dynamic.py) with the batch fixed to `n` in its inputs and outputs, so that every
+    runtime builds it static."""
+    import dynamic
+    model, shapes = dynamic._sweep(name)
+    for v in list(model.graph.input) + list(model.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param:
+            dims[0].dim_value = n
+    others = [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim if d.dim_param]
+    if others:
+        raise SystemExit(f"--batch: {name} has other symbolic sizes ({', '.join(others)})")
+    return model, dynamic._input(model, (n,) + tuple(shapes[0][1:]))
+
+
 def run_model(name, target, a):
     import openvino as ov
-    model, x = _model_and_input(name)
+    model, x = _model_and_input(name) if a.batch == 1 else _batched(name, a.batch)
     threads = a.threads or target.num_cores
     exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
     feed = {model.graph.input[0].name: x}
@@ -270,7 +288,7 @@ def run_model(name, target, a):
     for b, side in zip(best, layers):
         for fam, t in side.values():
             b[fam] += t
-    print(f"\n{name} (tdsl max rel err {err:.1e})")
+    print(f"\n{name}{f' batch {a.batch}' if a.batch != 1 else ''} (tdsl max rel err {err:.1e})")
     print(f"  {'family':24s} {'tdsl ms':>8s} {'ort ms':>8s} {'ov ms':>8s} {'/ov':>6s} {'/best':>6s}")
     rows = sorted(set().union(*best), key=lambda f: -best[0].get(f, 0.0))
     slow = []
@@ -302,6 +320,7 @@ def main(argv=None):
     p.add_argument("--number", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--layers", type=int, default=0, help="also print tdsl's N slowest kernels")
+    p.add_argument("--batch", type=int, default=1, help="images (or sequences) a call")
     p.add_argument("--threads", type=int, default=0,
                    help="threads of each runtime (default: the CPU's cores); on a shared machine 1 "
                         "keeps another process's time slices from stalling a parallel loop")

@@ -442,3 +442,28 @@ def test_short_rows_tile_the_flattened_plane_for_avx2(c, size, k, stride):
     # rows wider than FLAT_MAX_WIDTH keep their tiles; so do too few channel blocks
     assert conv_blocked._flat_plane(t, (28, 28), 128, 9, 16, 8) is None
     assert conv_blocked._flat_plane(t, (7, 7), 64, 9, 8, 8) is None
+
+
+@pytest.mark.parametrize("cin,cout", [(512, 1000), (64, 256)])
+def test_prime_rows_tile_the_flattened_plane_for_avx512(cin, cout):
+    """SqueezeNet's last stage: 13-wide rows, whose only AVX-512 row tile is 13 pixels by
+    one vector, 13 FMAs for 14 loads. The flattened plane's tile issues more FMAs than
+    loads, even with fewer accumulators (the 1000-class classifier's 4 x 3), or with fewer
+    vectors than its best, so that the channel blocks still make a task per quarter of a
+    core (64 -> 256: 8 x 2, not 4 x 4). The net matches onnxruntime; 7- and 14-wide rows,
+    whose row tiles are not load-bound, keep their choice."""
+    target = "llvm -mcpu=znver4 -num-cores=2"
+    t = tdsl.target.Target(target)
+    row = tdsl.tiling.register_tile(t, 13, cout, whole_rows=True, whole_vecs=True)
+    assert row[1] == 1 and row[0] * row[1] < row[0] + row[1], row
+    plane = conv_blocked._flat_plane(t, (13, 13), -(-cout // 16) * 16, 1, cin // 16, 16)
+    assert plane is not None and plane[0] * plane[1] >= plane[0] + plane[1], plane
+    assert -(-cout // 16) // plane[1] >= tdsl.tiling.parallel_chunks(t), plane
+    for size in (7, 14):
+        assert conv_blocked._flat_plane(t, (size, size), 512, 1, 32, 16) is None
+    b = models._B(3)
+    x = b.conv_bn("input", 32, cin, 3, act="relu")
+    y = b.conv_bn(x, cin, cout, 1, act="relu")
+    y = b.node("GlobalAveragePool", [y])
+    model = b.model([("input", [2, 32, 13, 13])], [y], "prime_rows")
+    assert "nn.conv2d_blocked" in _check(model, (2, 32, 13, 13), target=target)

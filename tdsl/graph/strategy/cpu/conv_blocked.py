@@ -307,20 +307,45 @@ def _flat_plane(target, out_sp, cols, taps, planes, bn, depths=1):
     does not carry over to whole networks. A 3-D conv's take the flat tile at any width
     (a plane per depth slice): on AVX2 a 28- or 56-wide row of 32 or 64 channels has
     (4, 2) at most, 8 accumulators for 10 FMA chains, the plane (6, 2); and the 27 taps
-    of a 3x3x3 kernel spend more multiply-adds on each pixel's hoisted address."""
+    of a 3x3x3 kernel spend more multiply-adds on each pixel's hoisted address.
+    A row tile that is load-bound (_load_bound: a prime 13-wide row, squeezenet's last
+    stage, leaves AVX-512 13 pixels by one vector) gives way to a flat tile that is not,
+    even one of fewer accumulators, or of fewer vectors than the best (more channel blocks,
+    so enough tasks) where the best would leave too few tasks."""
     ow = out_sp[-1]
     if ow > FLAT_MAX_WIDTH and depths == 1:
         return None
     row = tiling.register_tile(target, ow, cols, whole_rows=True, whole_vecs=True)
     P = int(np.prod(out_sp))
+    blocks, chunks = cols // bn, tiling.parallel_chunks(target)
     flat = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0)
-    if flat[0] * flat[1] <= row[0] * row[1]:
+    if blocks // flat[1] * depths < chunks and _load_bound(target, row):
+        fewer = tiling.register_tile(target, P, cols, whole_vecs=True, ragged_rows=1.0,
+                                     max_vecs=max(1, blocks * depths // chunks))
+        flat = fewer if _fed(target, fewer) else flat
+    if flat[0] * flat[1] <= row[0] * row[1] and not (_load_bound(target, row) and _fed(target, flat)):
         return None
-    if (cols // bn) // flat[1] * depths < tiling.parallel_chunks(target):
+    if blocks // flat[1] * depths < chunks:
         return None     # the rows' tasks are needed to keep the cores busy
     if _plane_streams(taps, planes, row[0], bn) and P * row[1] * bn * 4 > PASS_ACC_BYTES:
         return None
     return flat
+
+
+def _load_bound(target, tile):
+    """Whether register tile (pixels, vectors) has an accumulator for every FMA chain but
+    issues fewer FMAs than loads (a broadcast a pixel, a load a vector of weights): a
+    prime row of 13 pixels by one vector, where two loads a cycle hold back two FMAs a
+    cycle. (A tile of fewer accumulators is latency-bound, weighed by their count.)"""
+    acc = tile[0] * tile[1]
+    return acc >= target.fma_chains and acc < tile[0] + tile[1]
+
+
+def _fed(target, tile):
+    """Whether register tile (pixels, vectors) has an accumulator for every FMA chain and
+    at least one FMA a load."""
+    acc = tile[0] * tile[1]
+    return acc >= target.fma_chains and acc >= tile[0] + tile[1]
 
 
 def conv_padded(g, n, x, wi):
