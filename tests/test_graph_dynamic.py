@@ -212,6 +212,34 @@ def test_a_slice_of_a_table_bounds_the_size():
         exe.run(np.ones((1, 17), np.float32))
 
 
+def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
+    """`pos_table[position_ids[:, :sequence]]` + the word embeddings, as BERT exports it:
+    the gather of every position folds to a constant and its rows up to the sequence are
+    a view of it, so the only kernel is the word embeddings' gather and add, as in a
+    static build, where the whole position term folds."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
+    rng = np.random.default_rng(3)
+    words = helper.make_tensor("words", TensorProto.FLOAT, [50, 8], rng.standard_normal(400).tolist())
+    table = helper.make_tensor("table", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
+    positions = helper.make_tensor("positions", TensorProto.INT64, [1, 32], list(range(32)))
+    nodes = [helper.make_node("Shape", ["ids"], ["s"]),
+             _const("i1", np.array([1], np.int64)), _const("z", np.array([0], np.int64)),
+             _const("two", np.array([2], np.int64)),
+             helper.make_node("Slice", ["s", "i1", "two"], ["n"]),
+             helper.make_node("Slice", ["positions", "z", "n", "i1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["pe"], axis=0),
+             helper.make_node("Gather", ["words", "ids"], ["we"], axis=0),
+             helper.make_node("Add", ["we", "pe"], ["y"])]
+    g = helper.make_graph(nodes, "pos", [ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[words, table, positions])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    for shape in [(1, 1), (2, 13), (1, 32), (3, 5)]:
+        x = rng.integers(0, 50, shape).astype(np.int64)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"ids": x})[0])
+        assert [n.split("#")[0] for n, _, _ in exe.profile(number=1)] == ["fused_take_add"], shape
+
+
 def test_data_dependent_sizes_are_named_errors():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])

@@ -213,7 +213,9 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
         if n in views:        # computed straight into the output that reshapes it
             bufs[n] = mem.view(own_buffer(views[n]), 0, t)
         elif n in plan.aliases:
-            bufs[n] = mem.view(bufs[n.args[0]], plan.alias_offsets[n], t)
+            a = n.args[0]
+            src = mem.const(a.data) if isinstance(a, Const) else bufs[a]
+            bufs[n] = mem.view(src, plan.alias_offsets[n], t)
         elif n in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
             bufs[n] = mem.view(own_buffer(plan.prefix_views[n]), 0, t)

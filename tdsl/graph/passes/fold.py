@@ -28,10 +28,33 @@ def fold_constants(mod: Module) -> Module:
             return Const(evaluate(n.op, n.attrs, [a.data for a in args]))
         if not n.type.static:
             r = _fold_splat(n, args)
+            if r is None:
+                r = _gather_of_a_const_slice(n, args)
             if r is not None:
                 return r
         return same(n, args)
     return rewrite(mod, visit)
+
+
+def _gather_of_a_const_slice(n, args):
+    """take(constant table, strided_slice(constant indices)) -> strided_slice(constant
+    gathered rows): a transformer's position embeddings, `table[position_ids[:, :seq]]`,
+    whose slice end is a run-time size. Static, the whole gather folds; symbolic, the
+    gather of every position folds and only the slice is left, which fuses into the
+    embeddings' add as a read at an offset instead of a kernel of its own."""
+    if n.op != "take" or not isinstance(args[0], Const) or not isinstance(args[1], Call) \
+            or args[1].op != "strided_slice" or not isinstance(args[1].args[0], Const):
+        return None
+    sl, table, idx = args[1], args[0].data, args[1].args[0].data
+    ax = n.attrs["axis"]
+    rows = evaluate("take", n.attrs, [table, idx])
+    if rows.nbytes > max(table.nbytes, FOLD_LIMIT // 64):
+        return None       # more rows than the table holds: keep the gather
+    a = sl.attrs
+    full = [(0, d, 1) for d in table.shape]
+    bes = full[:ax] + list(zip(a["begin"], a["end"], a["strides"])) + full[ax + 1:]
+    return Call("strided_slice", [Const(rows)], {"begin": [b for b, _, _ in bes], "end": [e for _, e, _ in bes],
+                                                 "strides": [s for _, _, s in bes]}, n.span)
 
 
 def splat_value(e):

@@ -24,7 +24,7 @@ from . import registry, topi
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
-from .symbolic import representative
+from .symbolic import SHORT, representative
 from .groupdef import GroupDef
 
 
@@ -204,12 +204,15 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
 def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
-    of one row for a single token); another, for the representative `sizes`, the
-    schedule told its class."""
+    of one row for a single token); "short", for sizes of `SHORT` (the auto-scheduler's
+    rows of a short sequence); another, for the representative `sizes`, the schedule
+    told its class."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
     if cls == "small":
         sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
+    elif cls == "short":
+        sizes = representative(g.sizes.vars, bounds, SHORT)
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
