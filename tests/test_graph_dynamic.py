@@ -213,10 +213,11 @@ def test_a_slice_of_a_table_bounds_the_size():
 
 
 def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
-    """`pos_table[position_ids[:, :sequence]]` + the word embeddings, as BERT exports it:
-    the gather of every position folds to a constant and its rows up to the sequence are
-    a view of it, so the only kernel is the word embeddings' gather and add, as in a
-    static build, where the whole position term folds."""
+    """`pos_table[position_ids[:, :sequence]]` + `type_table[zeros(batch, sequence)]` +
+    the word embeddings, as BERT exports them: the gather of every position folds to a
+    constant and its rows up to the sequence are a view of it, the token types' gather to
+    one row that the add broadcasts, so the only kernel is the word embeddings' gather
+    and add, as in a static build, where the position and type terms fold."""
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
     rng = np.random.default_rng(3)
     words = helper.make_tensor("words", TensorProto.FLOAT, [50, 8], rng.standard_normal(400).tolist())
@@ -229,9 +230,14 @@ def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
              helper.make_node("Slice", ["positions", "z", "n", "i1"], ["pos"]),
              helper.make_node("Gather", ["table", "pos"], ["pe"], axis=0),
              helper.make_node("Gather", ["words", "ids"], ["we"], axis=0),
-             helper.make_node("Add", ["we", "pe"], ["y"])]
+             helper.make_node("ConstantOfShape", ["s"], ["types"],
+                              value=helper.make_tensor("v", TensorProto.INT64, [1], [1])),
+             helper.make_node("Gather", ["type_table", "types"], ["te"], axis=0),
+             helper.make_node("Add", ["we", "te"], ["wt"]),
+             helper.make_node("Add", ["wt", "pe"], ["y"])]
+    type_table = helper.make_tensor("type_table", TensorProto.FLOAT, [2, 8], rng.standard_normal(16).tolist())
     g = helper.make_graph(nodes, "pos", [ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          initializer=[words, table, positions])
+                          initializer=[words, table, positions, type_table])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     exe = G.build(G.optimize(G.from_onnx(m)))
     for shape in [(1, 1), (2, 13), (1, 32), (3, 5)]:
