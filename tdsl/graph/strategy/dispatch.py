@@ -145,12 +145,15 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
     return dict(s.explanation.params)      # the picked parameters that differ from the rules'
 
 
-def kernel_args(g, out):
+def kernel_args(g, out, size_args=None):
     """(parameter order, the kernel's arguments, size_args) of group definition `g` with
     output `out`: its placeholders, the output, then the size variables that no
-    argument's shape holds (passed as scalars: the values of ONNX's Shape)."""
+    argument's shape holds (passed as scalars: the values of ONNX's Shape), or
+    `size_args` where given (a variant takes the arguments of its kernel)."""
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
+    if size_args is not None:
+        return order, args + [g.sizes.vars[n] for n in size_args], list(size_args)
     size_args = []
     if g.symbolic:
         shaped = set()
@@ -196,37 +199,43 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     if g.size_classes and erasure is None:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
-        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes))
+        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
+                                           g.size_pins.get(cls), kernel.size_args))
                            for cls, cond in g.size_classes.items()]
     return kernel
 
 
-def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
     of one row for a single token); "short", for sizes of `SHORT` (the auto-scheduler's
-    rows of a short sequence); another, for the representative `sizes`, the schedule
-    told its class."""
+    rows of a short sequence); one with `pins` ({size variable: value}), for those
+    sizes as constants, its schedule the static one of that size (a single token's)
+    where the others stay symbolic; another, for the representative `sizes`, the
+    schedule told its class. Each takes its kernel's arguments (`size_args`)."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
-    if cls == "small":
+    if pins:
+        g.sizes.pinned = dict(pins)
+        sizes = {**sizes, **pins}
+    elif cls == "small":
         sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
     elif cls == "short":
         sizes = representative(g.sizes.vars, bounds, SHORT)
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
-        return _compile_group(g, fn, target, f"{name}_{cls}", sched)
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched, size_args)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
 
 
-def _compile_group(g, fn, target, name, sched):
+def _compile_group(g, fn, target, name, sched, size_args=None):
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
-    order, args, size_args = kernel_args(g, out)
+    order, args, size_args = kernel_args(g, out, size_args)
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)

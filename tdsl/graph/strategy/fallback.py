@@ -9,6 +9,7 @@ import functools
 from ...autosched import apply_rules
 from ...autosched.analysis import StageInfo
 from ...ir import expr as E
+from ...ir.visitor import free_vars
 from ...errors import GraphError
 from . import topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant, topi_scatter  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu.loops import par_vec
@@ -73,7 +74,7 @@ def _declare_short_rows(g, out):
     for the representative size, so a row shorter than that (the softmax of a sequence of
     16) runs wholly in the guarded tail; below it, a variant scheduled at `SHORT`
     (dispatch._variant) runs, one vector a step."""
-    short = []
+    short, pins = [], set()
     for t in stages_of(out):
         # the rules' blocks: along the last axis of a contraction (its register tile's
         # vectors) and of an elementwise stage, along the reduced axes of another reduction
@@ -82,8 +83,14 @@ def _declare_short_rows(g, out):
         for ext in (a.dom.extent for a in axes):
             if not isinstance(ext, int) and getattr(ext, "value", None) is None:
                 short.append(ext < REPRESENTATIVE)
+                pins |= free_vars(ext)
     if short:
         g.size_classes["short"] = functools.reduce(E.logical_or, short)
+        # a single token (a decoder's step): those sizes pinned to 1, the static schedule
+        one = sorted(pins, key=lambda v: v.name)
+        g.size_classes = {"one": functools.reduce(E.logical_and, [E.EQ(v, E.const(1, v.dtype)) for v in one]),
+                          **g.size_classes}
+        g.size_pins["one"] = {v.name: 1 for v in one}
 
 
 def schedule_gpu(s, out, g):

@@ -72,6 +72,9 @@ class TeSizes:
     def __init__(self, names, atoms=None):
         self.atoms = {e: sympy.Symbol(n, integer=True, positive=True) for e, n in (atoms or {}).items()}
         self.vars = {n: tdsl.size_var(n, "int32") for n in sorted(set(names) | {a.name for a in self.atoms.values()})}
+        # {name: value}: size variables that are constants in this kernel (a variant for
+        # exactly those sizes: dispatch._variant); their dimensions are then numbers
+        self.pinned = {}
 
     def dim(self, d):
         if isinstance(d, int):
@@ -96,7 +99,7 @@ class TeSizes:
         if e.is_Integer:
             return int(e)
         if e.is_Symbol:
-            return self.vars[e.name]
+            return self.pinned.get(e.name, self.vars[e.name])
         if e.is_Add:
             out = None
             for a in e.args:
