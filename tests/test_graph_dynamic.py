@@ -246,6 +246,34 @@ def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
         assert [n.split("#")[0] for n, _, _ in exe.profile(number=1)] == ["fused_take_add"], shape
 
 
+def test_values_of_the_sizes_alone_are_computed_once_per_size():
+    """A causal mask built from the sequence (Range, compare, Where), as decoders export
+    it: a static build folds it; built once with symbolic sizes, its kernels run when a
+    call first meets a sequence, not at every call, and the results stay right as the
+    sizes come and go."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("i1", np.array(1, np.int64)), _const("z", np.array(0, np.int64)),
+             _const("ax0", np.array([0], np.int64)), _const("ax1", np.array([1], np.int64)),
+             _const("zero", np.array(0.0, np.float32)), _const("minus", np.array(-1.0, np.float32)),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Range", ["z", "n", "i1"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "ax1"], ["rc"]),
+             helper.make_node("Unsqueeze", ["r", "ax0"], ["rr"]),
+             helper.make_node("GreaterOrEqual", ["rc", "rr"], ["causal"]),
+             helper.make_node("Where", ["causal", "zero", "minus"], ["mask"]),
+             helper.make_node("MatMul", ["x", "mask"], ["y"])]
+    g = helper.make_graph(nodes, "mask", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    rng = np.random.default_rng(4)
+    for shape in [(1, 1), (2, 9), (3, 33), (2, 9), (1, 1)]:
+        v = rng.standard_normal(shape).astype(np.float32)
+        _close(exe.run(v)[0], models.onnxruntime_run(m, {"x": v})[0])
+        ran = [n.split("#")[0] for n, _, _ in exe.profile(number=1)]
+        assert len(ran) == 1 and "matmul" in ran[0], (shape, ran)
+
+
 def test_data_dependent_sizes_are_named_errors():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])

@@ -25,7 +25,7 @@ from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
-from .runstate import HostMemory, SizeArg, StatePool, make_state
+from .runstate import HostMemory, SizeArg, StatePool, make_state, size_only
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
@@ -255,14 +255,19 @@ class Executor:
         fn = self.mod.main
         steps = self.steps_at(plan, sizes)
         if self.device is None:
-            return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
+            once = self.steps_at(plan, sizes, once=True)
+            return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes, once)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
 
-    def steps_at(self, plan, sizes):
+    def steps_at(self, plan, sizes, once=False):
         """The steps a call planned by `plan` at `sizes` runs: concats written in place
         and slices viewed at its sizes only (a batch of 1) leave their kernels out; a
-        kernel with size classes runs its variant for `sizes` (Kernel.at)."""
-        return [(k.at(sizes), a, n) for k, a, n in self.steps if not plan.runs_no_kernel(n)]
+        kernel with size classes runs its variant for `sizes` (Kernel.at). On the host,
+        the kernels of values of the sizes alone run once per state instead (`once`:
+        those; runstate.size_only)."""
+        fixed = size_only(plan, self.mod.main) if self.device is None else set()
+        return [(k.at(sizes), a, n) for k, a, n in self.steps
+                if not plan.runs_no_kernel(n) and (n in fixed) == once]
 
     def _alloc_arena(self, nbytes):      # a device executor's (the host's grow: sizes.Slot)
         return nd.empty(nbytes, "uint8", self.device)
