@@ -113,11 +113,16 @@ def test_mlp_built_once_runs_at_any_batch_without_compiling():
     compiled = exe.stats["compiled"]
     kernels = len(executor_mod._KERNELS)
     rng = np.random.default_rng(1)
-    for n in (1, 7, 3, 32, 7):
+    for n in (1, 7, 7, 3, 32, 32, 7):      # runs at the last call's shape too
         x = rng.standard_normal((n, 64)).astype(np.float32)
         out = exe.run(x)[0]
         assert out.shape == (n, 10)
         _close(out, models.onnxruntime_run(m, {"input": x})[0])
+    # the shapes of the last call are checked again whenever they differ
+    with pytest.raises(tdsl.GraphError, match="expected rank 2"):
+        exe.run(np.zeros((7, 64, 1), np.float32))
+    with pytest.raises(tdsl.GraphError, match="axis 1 must be 64"):
+        exe.run(np.zeros((7, 65), np.float32))
     # no compile on the request path: every size ran on the kernels built once
     assert exe.stats["compiled"] == compiled and len(executor_mod._KERNELS) == kernels
     # profile and benchmark run at the last sizes; the printer shows the symbolic ones

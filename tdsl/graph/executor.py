@@ -205,6 +205,7 @@ class Executor:
                 return plan_memory(fused, self._align, sizes)
             self._plans = Plans(plan_at)
             self._pool, self._sizes, self.inputs = None, None, {}
+            self._last_call = (None, None)
             if self.device is not None:
                 if kind == "cuda":
                     for src in dict.fromkeys(k.module for k, _, _ in self.steps):
@@ -277,6 +278,19 @@ class Executor:
         the sizes the inputs have (made on the first call at them)."""
         if self.binder is None:
             return self._pool
+        # a call whose positional inputs have the shapes of the last one's (a server's
+        # run after run at one length) has its sizes checked already: its pool, read with
+        # the shapes as one pair (another thread may replace it)
+        seen, pool = self._last_call
+        shape_key = None if inputs else tuple(getattr(a, "shape", None) for a in args)
+        if shape_key is not None and shape_key == seen:
+            return pool
+        pool = self._sized_pool(args, inputs)
+        if shape_key is not None and None not in shape_key:
+            self._last_call = (shape_key, pool)
+        return pool
+
+    def _sized_pool(self, args, inputs):
         shapes = {p.name: _shape_of(a) for p, a in zip(self.input_vars, args)}
         shapes.update({k: _shape_of(v) for k, v in inputs.items()})     # the binder reads only the network's inputs
         sizes = self.binder.bind(shapes)
