@@ -61,12 +61,13 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
 
 
-def _compile(fn, target, const_args, params, erasure, bounds=None):
+def _compile(fn, target, const_args, params, erasure, once, bounds=None):
     with cpu.python_side():
-        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure, bounds=bounds)
+        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure,
+                             bounds=bounds, classes=not once)
 
 
-def _compile_all(calls, target, stats, tuned, bounds=None):
+def _compile_all(calls, target, stats, tuned, bounds=None, once=()):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
@@ -75,6 +76,7 @@ def _compile_all(calls, target, stats, tuned, bounds=None):
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
         key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
+        key += ("once",) if n in once else ()
         entries.append((n, consts, key, params, gkey, erasure))
         if gkey is not None:
             sizes.setdefault(gkey, set()).add(erasure.size)
@@ -92,7 +94,7 @@ def _compile_all(calls, target, stats, tuned, bounds=None):
         # a loop is worth threads, the small groups then pay a fork-join, not the large ones
         # a serial loop
         if key not in todo or erasure is not None and erasure.size > todo[key][3].size:
-            todo[key] = (n.op, consts, params, erasure)
+            todo[key] = (n.op, consts, params, erasure, n in once)
     if not todo:
         return keys
     t0 = time.perf_counter()
@@ -159,7 +161,6 @@ class Executor:
         rep = representative(self.binder.names, self.bounds) if self.binder else None
         self.plan = plan_memory(fused, self._align, rep)
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
-        fn = fused.main
         self.input_vars = list(fn.params)
         views = self.plan.output_views
         packed_cache: Dict[tuple, np.ndarray] = {}
@@ -173,7 +174,8 @@ class Executor:
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
                  and n not in self.plan.aliases and n not in views.values()
                  and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
-        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds)
+        once = size_only(self.plan, fn) if self.binder and self.device is None else ()  # no size classes
+        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds, once)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
@@ -278,9 +280,8 @@ class Executor:
         the sizes the inputs have (made on the first call at them)."""
         if self.binder is None:
             return self._pool
-        # a call whose positional inputs have the shapes of the last one's (a server's
-        # run after run at one length) has its sizes checked already: its pool, read with
-        # the shapes as one pair (another thread may replace it)
+        # positional inputs of the last call's shapes (run after run at one length): their
+        # sizes are checked already; shapes and pool are read as one pair (threads replace it)
         seen, pool = self._last_call
         shape_key = None if inputs else tuple(getattr(a, "shape", None) for a in args)
         if shape_key is not None and shape_key == seen:

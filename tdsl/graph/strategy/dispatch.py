@@ -171,10 +171,12 @@ def print_group_key(fn, consts):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
-                  auto_params=None, erasure=None, bounds=None) -> Kernel:
+                  auto_params=None, erasure=None, bounds=None, classes=True) -> Kernel:
     """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
     count. A group with symbolic sizes gets a kernel that takes them at call time, its
-    schedule sized for representative ones within `bounds` ({name: (low, high)})."""
+    schedule sized for representative ones within `bounds` ({name: (low, high)}), and
+    the variants of its size classes unless `classes` is False (a kernel that runs once
+    per size)."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -196,7 +198,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
-    if g.size_classes and erasure is None:
+    if g.size_classes and erasure is None and classes:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
         kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
