@@ -113,11 +113,16 @@ def test_mlp_built_once_runs_at_any_batch_without_compiling():
     compiled = exe.stats["compiled"]
     kernels = len(executor_mod._KERNELS)
     rng = np.random.default_rng(1)
-    for n in (1, 7, 3, 32, 7):
+    for n in (1, 7, 7, 3, 32, 32, 7):      # runs at the last call's shape too
         x = rng.standard_normal((n, 64)).astype(np.float32)
         out = exe.run(x)[0]
         assert out.shape == (n, 10)
         _close(out, models.onnxruntime_run(m, {"input": x})[0])
+    # the shapes of the last call are checked again whenever they differ
+    with pytest.raises(tdsl.GraphError, match="expected rank 2"):
+        exe.run(np.zeros((7, 64, 1), np.float32))
+    with pytest.raises(tdsl.GraphError, match="axis 1 must be 64"):
+        exe.run(np.zeros((7, 65), np.float32))
     # no compile on the request path: every size ran on the kernels built once
     assert exe.stats["compiled"] == compiled and len(executor_mod._KERNELS) == kernels
     # profile and benchmark run at the last sizes; the printer shows the symbolic ones
@@ -210,6 +215,70 @@ def test_a_slice_of_a_table_bounds_the_size():
     _close(exe.run(v)[0], models.onnxruntime_run(m, {"x": v})[0])
     with pytest.raises(tdsl.GraphError, match=r"'sequence' = 17 .* outside its bounds \[1, 16\]"):
         exe.run(np.ones((1, 17), np.float32))
+
+
+def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
+    """`pos_table[position_ids[:, :sequence]]` + `type_table[zeros(batch, sequence)]` +
+    the word embeddings, as BERT exports them: the gather of every position folds to a
+    constant and its rows up to the sequence are a view of it, the token types' gather to
+    one row that the add broadcasts, so the only kernel is the word embeddings' gather
+    and add, as in a static build, where the position and type terms fold."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
+    rng = np.random.default_rng(3)
+    words = helper.make_tensor("words", TensorProto.FLOAT, [50, 8], rng.standard_normal(400).tolist())
+    table = helper.make_tensor("table", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
+    positions = helper.make_tensor("positions", TensorProto.INT64, [1, 32], list(range(32)))
+    nodes = [helper.make_node("Shape", ["ids"], ["s"]),
+             _const("i1", np.array([1], np.int64)), _const("z", np.array([0], np.int64)),
+             _const("two", np.array([2], np.int64)),
+             helper.make_node("Slice", ["s", "i1", "two"], ["n"]),
+             helper.make_node("Slice", ["positions", "z", "n", "i1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["pe"], axis=0),
+             helper.make_node("Gather", ["words", "ids"], ["we"], axis=0),
+             helper.make_node("ConstantOfShape", ["s"], ["types"],
+                              value=helper.make_tensor("v", TensorProto.INT64, [1], [1])),
+             helper.make_node("Gather", ["type_table", "types"], ["te"], axis=0),
+             helper.make_node("Add", ["we", "te"], ["wt"]),
+             helper.make_node("Add", ["wt", "pe"], ["y"])]
+    type_table = helper.make_tensor("type_table", TensorProto.FLOAT, [2, 8], rng.standard_normal(16).tolist())
+    g = helper.make_graph(nodes, "pos", [ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[words, table, positions, type_table])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    for shape in [(1, 1), (2, 13), (1, 32), (3, 5)]:
+        x = rng.integers(0, 50, shape).astype(np.int64)
+        _close(exe.run(x)[0], models.onnxruntime_run(m, {"ids": x})[0])
+        assert [n.split("#")[0] for n, _, _ in exe.profile(number=1)] == ["fused_take_add"], shape
+
+
+def test_values_of_the_sizes_alone_are_computed_once_per_size():
+    """A causal mask built from the sequence (Range, compare, Where), as decoders export
+    it: a static build folds it; built once with symbolic sizes, its kernels run when a
+    call first meets a sequence, not at every call, and the results stay right as the
+    sizes come and go."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("i1", np.array(1, np.int64)), _const("z", np.array(0, np.int64)),
+             _const("ax0", np.array([0], np.int64)), _const("ax1", np.array([1], np.int64)),
+             _const("zero", np.array(0.0, np.float32)), _const("minus", np.array(-1.0, np.float32)),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Range", ["z", "n", "i1"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "ax1"], ["rc"]),
+             helper.make_node("Unsqueeze", ["r", "ax0"], ["rr"]),
+             helper.make_node("GreaterOrEqual", ["rc", "rr"], ["causal"]),
+             helper.make_node("Where", ["causal", "zero", "minus"], ["mask"]),
+             helper.make_node("MatMul", ["x", "mask"], ["y"])]
+    g = helper.make_graph(nodes, "mask", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    # kernels that run once per size are compiled without variants for size classes
+    assert [bool(k.variants) for k, _, _ in exe.steps if "matmul" not in k.name] == [False, False]
+    rng = np.random.default_rng(4)
+    for shape in [(1, 1), (2, 9), (3, 33), (2, 9), (1, 1)]:
+        v = rng.standard_normal(shape).astype(np.float32)
+        _close(exe.run(v)[0], models.onnxruntime_run(m, {"x": v})[0])
+        ran = [n.split("#")[0] for n, _, _ in exe.profile(number=1)]
+        assert len(ran) == 1 and "matmul" in ran[0], (shape, ran)
 
 
 def test_data_dependent_sizes_are_named_errors():

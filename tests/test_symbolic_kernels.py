@@ -144,7 +144,10 @@ def test_static_kernels_carry_no_run_time_test():
 def test_onnx_attention_dynamic_matches_onnxruntime():
     """Q @ K^T, softmax, @ V with symbolic batch and sequence, at sizes with and without
     tails, against onnxruntime; below a register tile's rows (a few tokens) the matmuls
-    run their variants tiled for one row."""
+    run their variants tiled for one row; below the representative 64 tokens, Q @ K^T
+    (whose vectors run along the sequence) and the softmax run their "short" variants,
+    one vector a step, and @ V (whose vectors run along the head) its plain kernel; at a
+    single token the first two run variants compiled for a sequence of exactly 1."""
     pytest.importorskip("onnxruntime")
     q = helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "seq", 64])
     k = helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", 4, 64, "seq"])
@@ -157,15 +160,17 @@ def test_onnx_attention_dynamic_matches_onnxruntime():
                               opset_imports=[helper.make_opsetid("", 17)])
     exe = G.build(G.optimize(G.from_onnx(model)))
     rng = np.random.default_rng(0)
-    for b, s in [(1, 1), (1, 19), (2, 64)]:
+    for b, s in [(1, 1), (1, 19), (2, 64), (1, 16), (2, 70), (2, 1), (1, 3)]:
         feeds = {"q": rng.standard_normal((b, 4, s, 64)).astype(np.float32),
                  "k": rng.standard_normal((b, 4, 64, s)).astype(np.float32),
                  "v": rng.standard_normal((b, 4, s, 64)).astype(np.float32)}
         out = exe.run(feeds["q"], feeds["k"], feeds["v"])[0]
         ref = models.onnxruntime_run(model, feeds)[0]
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
-        matmuls = [n.split("#")[0] for n, _, _ in exe.profile(number=1) if "matmul" in n]
-        assert len(matmuls) == 2 and all(n.endswith("_small") == (s < 8) for n in matmuls), (s, matmuls)
+        names = [n.split("#")[0] for n, _, _ in sorted(exe.profile(number=1), key=lambda r: int(r[0].split("#")[1]))]
+        got = [next((c for c in ("small", "short", "one") if n.endswith("_" + c)), "") for n in names]
+        short = "one" if s == 1 else "short" if s < 64 else ""
+        assert got == ["small" if 1 < s < 8 else short, short, "small" if s < 8 else ""], (s, names)
 
 
 def test_dense_size_classes_run_their_variants():

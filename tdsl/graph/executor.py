@@ -28,7 +28,7 @@ from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
-from .runstate import HostMemory, SizeArg, StatePool, make_state
+from .runstate import HostMemory, SizeArg, StatePool, make_state, size_only
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import compile_group, registry, tune_group
 from .strategy.cpu import generic
@@ -64,12 +64,13 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
 
 
-def _compile(fn, target, const_args, params, erasure, bounds=None):
+def _compile(fn, target, const_args, params, erasure, once, bounds=None):
     with cpu.python_side():
-        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure, bounds=bounds)
+        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure,
+                             bounds=bounds, classes=not once)
 
 
-def _compile_all(calls, target, stats, tuned, bounds=None):
+def _compile_all(calls, target, stats, tuned, bounds=None, once=()):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
@@ -78,6 +79,7 @@ def _compile_all(calls, target, stats, tuned, bounds=None):
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
         key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
+        key += ("once",) if n in once else ()
         entries.append((n, consts, key, params, gkey, erasure))
         if gkey is not None:
             sizes.setdefault(gkey, set()).add(erasure.size)
@@ -95,7 +97,7 @@ def _compile_all(calls, target, stats, tuned, bounds=None):
         # a loop is worth threads, the small groups then pay a fork-join, not the large ones
         # a serial loop
         if key not in todo or erasure is not None and erasure.size > todo[key][3].size:
-            todo[key] = (n.op, consts, params, erasure)
+            todo[key] = (n.op, consts, params, erasure, n in once)
     if not todo:
         return keys
     t0 = time.perf_counter()
@@ -162,7 +164,6 @@ class Executor:
         rep = representative(self.binder.names, self.bounds) if self.binder else None
         self.plan = plan_memory(fused, self._align, rep)
         self.stats = {"compiled": 0, "cached": 0, "compile_s": 0.0}
-        fn = fused.main
         self.input_vars = list(fn.params)
         views = self.plan.output_views
         packed_cache: Dict[tuple, np.ndarray] = {}
@@ -176,7 +177,8 @@ class Executor:
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
                  and n not in self.plan.aliases and n not in views.values()
                  and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
-        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds)
+        once = size_only(self.plan, fn) if self.binder and self.device is None else ()  # no size classes
+        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds, once)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
@@ -208,6 +210,7 @@ class Executor:
                 return plan_memory(fused, self._align, sizes)
             self._plans = Plans(plan_at)
             self._pool, self._sizes, self.inputs = None, None, {}
+            self._last_call = (None, None)
             if self.device is not None:
                 if kind == "cuda":
                     for src in dict.fromkeys(k.module for k, _, _ in self.steps):
@@ -282,14 +285,19 @@ class Executor:
         fn = self.mod.main
         steps = steps or self.steps_at(plan, sizes)
         if self.device is None:
-            return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes)
+            once = self.steps_at(plan, sizes, once=True)
+            return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes, once)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
 
-    def steps_at(self, plan, sizes):
+    def steps_at(self, plan, sizes, once=False):
         """The steps a call planned by `plan` at `sizes` runs: concats written in place
         and slices viewed at its sizes only (a batch of 1) leave their kernels out; a
-        kernel with size classes runs its variant for `sizes` (Kernel.at)."""
-        return [(k.at(sizes), a, n) for k, a, n in self.steps if not plan.runs_no_kernel(n)]
+        kernel with size classes runs its variant for `sizes` (Kernel.at). On the host,
+        the kernels of values of the sizes alone run once per state instead (`once`:
+        those; runstate.size_only)."""
+        fixed = size_only(plan, self.mod.main) if self.device is None else set()
+        return [(k.at(sizes), a, n) for k, a, n in self.steps
+                if not plan.runs_no_kernel(n) and (n in fixed) == once]
 
     def _alloc_arena(self, nbytes):      # a device executor's (the host's grow: sizes.Slot)
         return nd.empty(nbytes, "uint8", self.device)
@@ -299,6 +307,18 @@ class Executor:
         the sizes the inputs have (made on the first call at them)."""
         if self.binder is None:
             return self._pool
+        # positional inputs of the last call's shapes (run after run at one length): their
+        # sizes are checked already; shapes and pool are read as one pair (threads replace it)
+        seen, pool = self._last_call
+        shape_key = None if inputs else tuple(getattr(a, "shape", None) for a in args)
+        if shape_key is not None and shape_key == seen:
+            return pool
+        pool = self._sized_pool(args, inputs)
+        if shape_key is not None and None not in shape_key:
+            self._last_call = (shape_key, pool)
+        return pool
+
+    def _sized_pool(self, args, inputs):
         shapes = {p.name: _shape_of(a) for p, a in zip(self.input_vars, args)}
         shapes.update({k: _shape_of(v) for k, v in inputs.items()})     # the binder reads only the network's inputs
         sizes = self.binder.bind(shapes)

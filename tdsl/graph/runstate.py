@@ -20,6 +20,10 @@ large image the copy costs more than the kernel. The kernels that read the input
 to the caller's array (`bind_input`) and stay bound to it until an input of another array
 comes; an input a kernel writes, a small one, or an array of another dtype, layout or
 alignment is copied into the state's own buffer as before.
+
+With symbolic sizes, what depends on the sizes alone (a T5's relative position buckets,
+a causal mask: `size_only`), which a static build folds into constants, is computed when
+a state of those sizes is made, into arrays of its own, and not again at each run.
 """
 from __future__ import annotations
 
@@ -185,12 +189,26 @@ class HostMemory:
         return lambda: module(*args)
 
 
-def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
+def size_only(plan, fn) -> set:
+    """The group calls of `plan` whose values depend on constants and the sizes alone
+    (an `arange` of the sequence and what is computed from it and from constants), other
+    than outputs and buffers shared with them."""
+    shared = set(plan.output_views) | set(plan.concat_parts) | set(plan.concat_owners) | set(plan.prefix_views)
+    outputs, out = set(fn.outputs), set()
+    for n in plan.order:
+        if n not in outputs and n not in shared and all(isinstance(a, Const) or a in out for a in n.args):
+            out.add(n)
+    return out
+
+
+def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
     """One set of buffers for `plan` (of the fused @main `fn`) made by `mem` (HostMemory
     by default), with the calls of `steps` ((kernel, arguments, node) where an argument is
     a graph node, standing for its buffer, or a constant array; the last is the node
     itself) bound to them. `sizes`: the values of the size variables of a network with
-    symbolic sizes, the plan's (the buffers of one call's sizes)."""
+    symbolic sizes, the plan's (the buffers of one call's sizes). `once`: steps of
+    `size_only` nodes, run here, once, into arrays of their own (the arena is shared
+    with the states of other sizes), and not by the state's calls."""
     mem = mem or HostMemory(plan)
     types = TypesAt(sizes)
     inputs = {p.name: mem.new_input(types(p.type)) for p in fn.params}
@@ -199,10 +217,14 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
     views = plan.output_views
     made = set()        # ids of the outputs' own buffers (mem.new)
 
+    fixed = {n for _, _, n in once}
+
     def own_buffer(n):
         t = types(n.type)
         if n not in bufs:
-            if n in outputs:
+            if n in fixed:
+                bufs[n] = np.empty(t.shape, t.dtype)
+            elif n in outputs:
                 bufs[n] = mem.new(t)
                 made.add(id(bufs[n]))
             else:
@@ -213,7 +235,9 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
         if n in views:        # computed straight into the output that reshapes it
             bufs[n] = mem.view(own_buffer(views[n]), 0, t)
         elif n in plan.aliases:
-            bufs[n] = mem.view(bufs[n.args[0]], plan.alias_offsets[n], t)
+            a = n.args[0]
+            src = mem.const(a.data) if isinstance(a, Const) else bufs[a]
+            bufs[n] = mem.view(src, plan.alias_offsets[n], t)
         elif n in plan.prefix_views:
             # a concatenation that begins a longer one: the first bytes of its buffer
             bufs[n] = mem.view(own_buffer(plan.prefix_views[n]), 0, t)
@@ -227,6 +251,9 @@ def make_state(plan, fn, steps, mem=None, sizes=None) -> RunState:
                          for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
+    for k, args, _ in once:
+        mem.bind(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg) else a
+                            for a in args])()
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
     lendable, readers = {}, {}
     if isinstance(mem, HostMemory):

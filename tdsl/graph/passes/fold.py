@@ -28,10 +28,63 @@ def fold_constants(mod: Module) -> Module:
             return Const(evaluate(n.op, n.attrs, [a.data for a in args]))
         if not n.type.static:
             r = _fold_splat(n, args)
+            if r is None:
+                r = _gather_of_a_const_slice(n, args) or _gather_of_a_splat(n, args) or _implicit_broadcast(n, args)
             if r is not None:
                 return r
         return same(n, args)
     return rewrite(mod, visit)
+
+
+def _gather_of_a_const_slice(n, args):
+    """take(constant table, strided_slice(constant indices)) -> strided_slice(constant
+    gathered rows): a transformer's position embeddings, `table[position_ids[:, :seq]]`,
+    whose slice end is a run-time size. Static, the whole gather folds; symbolic, the
+    gather of every position folds and only the slice is left, which fuses into the
+    embeddings' add as a read at an offset instead of a kernel of its own."""
+    if n.op != "take" or not isinstance(args[0], Const) or not isinstance(args[1], Call) \
+            or args[1].op != "strided_slice" or not isinstance(args[1].args[0], Const):
+        return None
+    sl, table, idx = args[1], args[0].data, args[1].args[0].data
+    ax = n.attrs["axis"]
+    rows = evaluate("take", n.attrs, [table, idx])
+    if rows.nbytes > max(table.nbytes, FOLD_LIMIT // 64):
+        return None       # more rows than the table holds: keep the gather
+    a = sl.attrs
+    full = [(0, d, 1) for d in table.shape]
+    bes = full[:ax] + list(zip(a["begin"], a["end"], a["strides"])) + full[ax + 1:]
+    return Call("strided_slice", [Const(rows)], {"begin": [b for b, _, _ in bes], "end": [e for _, e, _ in bes],
+                                                 "strides": [s for _, _, s in bes]}, n.span)
+
+
+def _gather_of_a_splat(n, args):
+    """take(constant table, one index broadcast to a run-time shape) -> that row of the
+    table broadcast: BERT's token type embeddings of the token types it defaults to zero
+    (`table[zeros(batch, sequence)]`), which a static build folds."""
+    if n.op != "take" or not isinstance(args[0], Const) or splat_value(args[1]) is None \
+            or not isinstance(args[1], Call):
+        return None
+    ax, table = n.attrs["axis"], args[0].data
+    row = evaluate("take", n.attrs, [table, splat_value(args[1])])
+    row = row.reshape(table.shape[:ax] + (1,) * args[1].type.ndim + table.shape[ax + 1:])
+    return Call("broadcast_to", [Const(row)], {"shape": list(n.type.shape)}, n.span)
+
+
+def _implicit_broadcast(n, args):
+    """op(x, broadcast_to(constant)) -> op(x, constant) for an elementwise `op` whose
+    other operands have its shape already: the operator broadcasts the constant as it
+    reads it, and the broadcast is no kernel of its own."""
+    if get_op(n.op).kind not in ("elemwise", "broadcast") or len(args) != 2:
+        return None
+    for i in (0, 1):
+        b, other = args[i], args[1 - i]
+        if isinstance(b, Call) and b.op == "broadcast_to" and isinstance(b.args[0], Const) \
+                and other.type.shape == n.type.shape and other.type.dtype == b.type.dtype \
+                and b.args[0].type.ndim <= n.type.ndim:
+            new = list(args)
+            new[i] = b.args[0]
+            return Call(n.op, new, n.attrs, n.span)
+    return None
 
 
 def splat_value(e):

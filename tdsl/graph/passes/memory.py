@@ -30,7 +30,7 @@ from typing import Dict, List
 import numpy as np
 
 from . import concat_prefix
-from ..ir import Call, Expr, Function, Module, Var
+from ..ir import Call, Const, Expr, Function, Module, Var
 from ..ir.dims import evaluate
 
 ALIGN = 64
@@ -80,9 +80,10 @@ def _offsets_aligned(args, align, sizes=None):
     return True
 
 
-def _single(n, op):
-    """The one node of group call `n` when it is an `op` of an intermediate or an input."""
-    if not isinstance(n.op, Function) or not n.args or not isinstance(n.args[0], (Call, Var)):
+def _single(n, op, of=(Call, Var)):
+    """The one node of group call `n` when it is an `op` of an intermediate or an input
+    (or what else `of` names)."""
+    if not isinstance(n.op, Function) or not n.args or not isinstance(n.args[0], of):
         return None
     body = _body(n.op)
     return body[0] if len(body) == 1 and body[0].op == op else None
@@ -107,8 +108,11 @@ def slice_offset(n, align=ALIGN, sizes=None):
     run of it (unit steps along one axis, size-1 axes before it, whole axes after:
     shufflenet's channel split at batch 1), else None. A GPU view must start at a
     multiple of its sub-buffer alignment (`align`); the host views any offset. An input
-    with symbolic sizes is sliced contiguously at some `sizes` only (a batch of 1)."""
-    sl = _single(n, "strided_slice")
+    with symbolic sizes is sliced contiguously at some `sizes` only (a batch of 1); a
+    constant is viewed where it lies (runstate.make_state)."""
+    # a constant too: the rows of a table up to a run-time size (fold.py leaves a
+    # transformer's position embeddings so), which a static build folds
+    sl = _single(n, "strided_slice", (Call, Var, Const))
     if sl is None or not n.args[0].type.static and sizes is None:
         return None
     shape = n.args[0].type.shape

@@ -24,7 +24,7 @@ from . import registry, topi
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
-from .symbolic import representative
+from .symbolic import SHORT, representative
 from .groupdef import GroupDef
 
 
@@ -148,12 +148,15 @@ def tune_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: s
     return dict(s.explanation.params)      # the picked parameters that differ from the rules'
 
 
-def kernel_args(g, out):
+def kernel_args(g, out, size_args=None):
     """(parameter order, the kernel's arguments, size_args) of group definition `g` with
     output `out`: its placeholders, the output, then the size variables that no
-    argument's shape holds (passed as scalars: the values of ONNX's Shape)."""
+    argument's shape holds (passed as scalars: the values of ONNX's Shape), or
+    `size_args` where given (a variant takes the arguments of its kernel)."""
     order = sorted(g.placeholders)
     args = [g.placeholders[i] for i in order] + [out]
+    if size_args is not None:
+        return order, args + [g.sizes.vars[n] for n in size_args], list(size_args)
     size_args = []
     if g.symbolic:
         shaped = set()
@@ -171,10 +174,12 @@ def print_group_key(fn, consts):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
-                  auto_params=None, erasure=None, bounds=None) -> Kernel:
+                  auto_params=None, erasure=None, bounds=None, classes=True) -> Kernel:
     """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
     count. A group with symbolic sizes gets a kernel that takes them at call time, its
-    schedule sized for representative ones within `bounds` ({name: (low, high)})."""
+    schedule sized for representative ones within `bounds` ({name: (low, high)}), and
+    the variants of its size classes unless `classes` is False (a kernel that runs once
+    per size)."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -196,37 +201,46 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
-    if g.size_classes and erasure is None:
+    if g.size_classes and erasure is None and classes:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
-        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes))
+        kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
+                                           g.size_pins.get(cls), kernel.size_args))
                            for cls, cond in g.size_classes.items()]
     return kernel
 
 
-def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes):
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
-    of one row for a single token); another, for the representative `sizes`, the
-    schedule told its class."""
+    of one row for a single token); "short", for sizes of `SHORT` (the auto-scheduler's
+    rows of a short sequence); one with `pins` ({size variable: value}), for those
+    sizes as constants, its schedule the static one of that size (a single token's)
+    where the others stay symbolic; another, for the representative `sizes`, the
+    schedule told its class. Each takes its kernel's arguments (`size_args`)."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
-    if cls == "small":
+    if pins:
+        g.sizes.pinned = dict(pins)
+        sizes = {**sizes, **pins}
+    elif cls == "small":
         sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
+    elif cls == "short":
+        sizes = representative(g.sizes.vars, bounds, SHORT)
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
-        return _compile_group(g, fn, target, f"{name}_{cls}", sched)
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched, size_args)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
 
 
-def _compile_group(g, fn, target, name, sched):
+def _compile_group(g, fn, target, name, sched, size_args=None):
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
-    order, args, size_args = kernel_args(g, out)
+    order, args, size_args = kernel_args(g, out, size_args)
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)

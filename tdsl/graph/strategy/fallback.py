@@ -7,12 +7,15 @@ from __future__ import annotations
 import functools
 
 from ...autosched import apply_rules
+from ...autosched.analysis import StageInfo
 from ...ir import expr as E
+from ...ir.visitor import free_vars
 from ...errors import GraphError
 from . import topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant, topi_scatter  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu.loops import par_vec
 from .gpu.schedule import gpu_facts
 from .stages import stages_of
+from .symbolic import REPRESENTATIVE
 
 AUTO_TILE_ROWS = 8      # rows of the auto-scheduler's register tiles, about (tiling.register_tile)
 
@@ -33,11 +36,16 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
         params = dict(g.auto_params or {})
         if g.size_class == "small":
             params["tile"] = (1, None)
+        elif g.size_class == "short":
+            # the rules take a symbolic extent as long; a short row is one vector a step,
+            # a register tile one vector wide
+            params.update(unroll=1, tile=(None, 1))
         params.update(vectorize=vectorize and params.get("vectorize", True),
                       parallel=parallel and params.get("parallel", True))
         g.explanation = apply_rules(s, g.target, params)
         if g.symbolic and g.size_class is None and g.auto_params is None and g.erasure is None:
             _declare_small_rows(g)
+            _declare_short_rows(g, out)
         return
     for t in stages_of(out):
         if t is out:
@@ -58,6 +66,31 @@ def _declare_small_rows(g):
              if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
     if small:
         g.size_classes["small"] = functools.reduce(E.logical_or, small)
+
+
+def _declare_short_rows(g, out):
+    """The size class "short" of a group whose contiguous extents (a stage's last axis,
+    a reduction) are run-time sizes: the rules split them in blocks of several vectors
+    for the representative size, so a row shorter than that (the softmax of a sequence of
+    16) runs wholly in the guarded tail; below it, a variant scheduled at `SHORT`
+    (dispatch._variant) runs, one vector a step."""
+    short, pins = [], set()
+    for t in stages_of(out):
+        # the rules' blocks: along the last axis of a contraction (its register tile's
+        # vectors) and of an elementwise stage, along the reduced axes of another reduction
+        info = StageInfo(t.op)
+        axes = info.raxes if info.is_reduction and not info.is_reuse_reduction() else info.axes[-1:]
+        for ext in (a.dom.extent for a in axes):
+            if not isinstance(ext, int) and getattr(ext, "value", None) is None:
+                short.append(ext < REPRESENTATIVE)
+                pins |= free_vars(ext)
+    if short:
+        g.size_classes["short"] = functools.reduce(E.logical_or, short)
+        # a single token (a decoder's step): those sizes pinned to 1, the static schedule
+        one = sorted(pins, key=lambda v: v.name)
+        g.size_classes = {"one": functools.reduce(E.logical_and, [E.EQ(v, E.const(1, v.dtype)) for v in one]),
+                          **g.size_classes}
+        g.size_pins["one"] = {v.name: 1 for v in one}
 
 
 def schedule_gpu(s, out, g):

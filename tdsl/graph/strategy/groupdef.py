@@ -58,6 +58,9 @@ class GroupDef:
         # size and whose parameter transforms (packed weights) do not.
         self.size_classes = {}
         self.size_class = None
+        # {class: {size variable: value}}: a class whose variant is compiled with those
+        # sizes as constants (the static schedule of a single token, say)
+        self.size_pins = {}
 
     @property
     def symbolic(self) -> bool:

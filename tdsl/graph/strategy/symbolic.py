@@ -18,6 +18,10 @@ import tdsl
 from ..ir.dims import free_vars
 
 REPRESENTATIVE = 64      # a size variable's size where a schedule needs a number
+# the size of the variant "short" (dispatch._variant): a row of one 512-bit vector of
+# float32, which the rules tile without unrolling, so a row of a short sequence is a
+# vector or two, not one guarded block of four
+SHORT = 16
 
 
 def group_size_vars(fn) -> set:
@@ -30,14 +34,14 @@ def group_size_vars(fn) -> set:
     return out
 
 
-def representative(names, bounds=None) -> Dict[str, int]:
-    """{size variable name: the size schedules are tuned for}: REPRESENTATIVE clamped to
-    the variable's declared (low, high) bounds."""
+def representative(names, bounds=None, size=REPRESENTATIVE) -> Dict[str, int]:
+    """{size variable name: the size schedules are tuned for}: `size` clamped to the
+    variable's declared (low, high) bounds."""
     bounds = bounds or {}
     out = {}
     for name in names:
         lo, hi = bounds.get(name, (1, None))
-        v = max(REPRESENTATIVE, lo)
+        v = max(size, lo)
         out[name] = min(v, hi) if hi is not None else v
     return out
 
@@ -68,6 +72,9 @@ class TeSizes:
     def __init__(self, names, atoms=None):
         self.atoms = {e: sympy.Symbol(n, integer=True, positive=True) for e, n in (atoms or {}).items()}
         self.vars = {n: tdsl.size_var(n, "int32") for n in sorted(set(names) | {a.name for a in self.atoms.values()})}
+        # {name: value}: size variables that are constants in this kernel (a variant for
+        # exactly those sizes: dispatch._variant); their dimensions are then numbers
+        self.pinned = {}
 
     def dim(self, d):
         if isinstance(d, int):
@@ -92,7 +99,7 @@ class TeSizes:
         if e.is_Integer:
             return int(e)
         if e.is_Symbol:
-            return self.vars[e.name]
+            return self.pinned.get(e.name, self.vars[e.name])
         if e.is_Add:
             out = None
             for a in e.args:
