@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import tdsl
 import tdsl.graph as G
-from tdsl.graph import executor as executor_mod
+from tdsl.graph import kernel_cache
 from tdsl.graph import models
 
 pytest.importorskip("onnxruntime")
@@ -111,7 +111,7 @@ def test_mlp_built_once_runs_at_any_batch_without_compiling():
     assert str(mod.main.params[0].type) == "Tensor[(batch, 64), float32]"
     exe = G.build(mod)
     compiled = exe.stats["compiled"]
-    kernels = len(executor_mod._KERNELS)
+    kernels = len(kernel_cache.KERNELS)
     rng = np.random.default_rng(1)
     for n in (1, 7, 7, 3, 32, 32, 7):      # runs at the last call's shape too
         x = rng.standard_normal((n, 64)).astype(np.float32)
@@ -124,7 +124,7 @@ def test_mlp_built_once_runs_at_any_batch_without_compiling():
     with pytest.raises(tdsl.GraphError, match="axis 1 must be 64"):
         exe.run(np.zeros((7, 65), np.float32))
     # no compile on the request path: every size ran on the kernels built once
-    assert exe.stats["compiled"] == compiled and len(executor_mod._KERNELS) == kernels
+    assert exe.stats["compiled"] == compiled and len(kernel_cache.KERNELS) == kernels
     # profile and benchmark run at the last sizes; the printer shows the symbolic ones
     assert exe.profile(number=2) and exe.benchmark(number=2, repeat=1)["min"] > 0
     assert "batch" in str(exe.mod)

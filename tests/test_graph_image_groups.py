@@ -53,6 +53,12 @@ def test_an_operator_across_images_keeps_the_batch_whole(tail):
     assert image_groups.batch_variable(_fused(_cnn(16, tail=tail))) is None
 
 
+def test_dense_layers_alone_keep_the_batch_whole():
+    """An MLP keeps its images apart too, but a smaller group would only re-read its
+    weights: the batch of a network without a spatial operator is never cut."""
+    assert image_groups.batch_variable(_fused(models.mlp(batch="batch", sizes=(64, 48, 10)))) is None
+
+
 def test_two_size_variables_keep_the_batch_whole():
     """A 1-D net whose signal length is symbolic beside its batch (bench/dynamic.py's)."""
     model = models.conv1d_net()

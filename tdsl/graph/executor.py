@@ -17,103 +17,21 @@ from typing import Dict, List
 import numpy as np
 
 from ..errors import ArgumentError, BoundsError, GraphError, TdslError
-from ..runtime import cpu
 from ..runtime import ndarray as nd
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
 from . import image_groups
 from .describe import describe_group
+from .kernel_cache import KERNELS, clear_kernel_cache, compile_all, group_key  # noqa: F401
 from .ir import Const, Function, Module
-from .ir.text import print_function
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
 from .runstate import HostMemory, SizeArg, StatePool, make_state, size_only
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
-from .strategy import compile_group, registry, tune_group
-from .strategy.cpu import generic
+from .strategy import tune_group
 from .strategy.groupdef import derived_source
-from .strategy.symbolic import group_size_vars, representative
-
-_KERNELS: Dict[tuple, object] = {}
-
-
-def clear_kernel_cache():
-    _KERNELS.clear()
-
-
-registry.on_change(clear_kernel_cache)      # kernels built with other implementations
-
-
-def _group_key(fn: Function, target, const_args):
-    return (target, print_function(fn).split("(", 1)[1], tuple(sorted(const_args)))
-
-
-def _kernel_key(fn: Function, target, const_args, tuned):
-    """(key, tuned parameters, generic key, erasure): groups with one key share a kernel;
-    a group that can be generic in its channel count (generic.find) can share one with
-    the groups that differ from it only in that count, under the generic key."""
-    key = _group_key(fn, target, const_args)
-    params = (tuned or {}).get(key)
-    if params:
-        return key + (repr(sorted(params.items())),), params, None, None
-    # a kernel with symbolic sizes is generic in them already
-    erasure = None if group_size_vars(fn) else generic.find(fn, const_args, target)
-    if erasure is None:
-        return key, params, None, None
-    return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
-
-
-def _compile(fn, target, const_args, params, erasure, once, bounds=None):
-    with cpu.python_side():
-        return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure,
-                             bounds=bounds, classes=not once)
-
-
-def _compile_all(calls, target, stats, tuned, bounds=None, once=()):
-    """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
-    two at a time: one thread's LLVM work runs while the other lowers its next kernel
-    (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
-    are raised in the order of the calls. Returns {call: kernel key}."""
-    todo, keys, entries, sizes = {}, {}, [], {}
-    for n in calls:
-        consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-        key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
-        key += ("once",) if n in once else ()
-        entries.append((n, consts, key, params, gkey, erasure))
-        if gkey is not None:
-            sizes.setdefault(gkey, set()).add(erasure.size)
-    for n, consts, key, params, gkey, erasure in entries:
-        # generic only where groups of two or more channel counts share the kernel: a
-        # group alone keeps one specialized to its sizes (trip counts LLVM can see)
-        if gkey is not None and len(sizes[gkey]) > 1:
-            key = gkey
-        else:
-            erasure = None
-        keys[n] = key
-        if key in _KERNELS:
-            continue
-        # a generic kernel is scheduled for its largest size: where the size decides whether
-        # a loop is worth threads, the small groups then pay a fork-join, not the large ones
-        # a serial loop
-        if key not in todo or erasure is not None and erasure.size > todo[key][3].size:
-            todo[key] = (n.op, consts, params, erasure, n in once)
-    if not todo:
-        return keys
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-build") as pool:
-        futures = {key: pool.submit(_compile, fn, target, *rest, bounds) for key, (fn, *rest) in todo.items()}
-        try:
-            for key, fut in futures.items():
-                _KERNELS[key] = fut.result()
-                stats["compiled"] += 1
-        except BaseException:
-            for fut in futures.values():
-                fut.cancel()
-            raise
-    stats["compile_s"] += time.perf_counter() - t0
-    return keys
-
+from .strategy.symbolic import representative
 
 class Executor:
     """Runs a built graph: `exe.run(name=array, ...)` or `exe(*arrays)` -> list of arrays.
@@ -178,12 +96,12 @@ class Executor:
                  and n not in self.plan.aliases and n not in views.values()
                  and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
         once = size_only(self.plan, fn) if self.binder and self.device is None else ()  # no size classes
-        keys = _compile_all(calls, target, self.stats, self.tuned, self.bounds, once)
+        keys = compile_all(calls, target, self.stats, self.tuned, self.bounds, once)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
             for n in calls:
-                k = _KERNELS[keys[n]]
+                k = KERNELS[keys[n]]
                 args = []
                 for i in k.param_order:
                     a = n.args[derived_source(i)]
@@ -353,7 +271,7 @@ class Executor:
             if isinstance(n.op, Function) and n.type.size and n not in self.plan.aliases \
                     and n not in self.plan.concat_owners:
                 consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
-                groups.setdefault(_group_key(n.op, target, consts), (n.op, consts))
+                groups.setdefault(group_key(n.op, target, consts), (n.op, consts))
         tuned, deadline = {}, time.perf_counter() + 60.0 * minutes
         todo = list(groups.items())
         for i, (key, (fn, consts)) in enumerate(todo):

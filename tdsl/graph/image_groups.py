@@ -8,9 +8,11 @@ Why: the network runs operator by operator, each over every image of the call, s
 operator streams the activations of the whole batch. Past a few images a layer's input
 and output (a MobileNet-V2's expanded 112x112x96 plane is 4.8 MB an image) outgrow the
 last-level cache, and each layer reads and writes main memory, which the two threads
-then share: in the quiet sweep of /tmp/final (bench/zoo.py --dynamic, Zen 5, 2 cores),
-SqueezeNet took 8.2 ms at batch 4 and 21.3 at batch 8, MobileNet-V2 6.7 and 20.8,
-EfficientNet-B0 11.9 and 32.7. A group whose memory plan fits half of the last-level
+then share: in a quiet sweep (bench/zoo.py --dynamic, Zen 5, 2 cores) SqueezeNet took
+8.2 ms at batch 4 and 21.3 at batch 8, MobileNet-V2 6.7 and 20.8, EfficientNet-B0 11.9
+and 32.7. A network of dense layers alone gains nothing (its activations are small, and
+a smaller group only re-reads the weights), so only one with a spatial operator is cut;
+and a batch whose plan fits is never cut. A group whose memory plan fits half of the last-level
 cache keeps a layer's activations there for the next one; at batch 1 concats are also
 written in place (passes/memory.py), which a larger batch's strided parts cannot be.
 
@@ -125,10 +127,13 @@ def batch_variable(fn: Function) -> Optional[sympy.Symbol]:
         return None
     if not all(_leads(o.type.shape, var) for o in fn.outputs):
         return None
-    return var if all(_op_ok(m, var) for m in _ops(fn)) else None
+    ops = list(_ops(fn))
+    if not any(m.op_name.startswith(_SPATIAL) for m in ops):
+        return None
+    return var if all(_op_ok(m, var) for m in ops) else None
 
 
-def group_limit(peak_bytes: Callable[[int], int], budget: int, batch_max: int = 64) -> int:
+def group_limit(peak_bytes: Callable[[int], int], budget: int, batch_max: int = 1 << 16) -> int:
     """The most images a group holds: the largest power of two whose memory plan
     (`peak_bytes(images)`) fits `budget`, at least 1 (a network bigger than the budget at
     batch 1 runs image by image), at most `batch_max`."""
@@ -178,7 +183,7 @@ class ImageGroups:
             shapes = {p: a.shape for p, a in zip(names, args)}
             shapes.update({k: v.shape for k, v in inputs.items()})
             binder.bind(shapes)
-        limit = group_limit(lambda images: peak_bytes({name: images}), budget, min(top or 64, 64))
+        limit = group_limit(lambda images: peak_bytes({name: images}), budget, top or 1 << 16)
         return cls(name, limit, top, check)
 
     def run(self, run: Callable, args, inputs):
