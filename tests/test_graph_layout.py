@@ -467,3 +467,56 @@ def test_prime_rows_tile_the_flattened_plane_for_avx512(cin, cout):
     y = b.node("GlobalAveragePool", [y])
     model = b.model([("input", [2, 32, 13, 13])], [y], "prime_rows")
     assert "nn.conv2d_blocked" in _check(model, (2, 32, 13, 13), target=target)
+
+
+def _gelu(b, x):
+    """onnx's export of torch's exact GELU: x * (1 + erf(x / sqrt 2)) * 0.5."""
+    d = b.node("Div", [x, b.const(np.float32(np.sqrt(2)), "sqrt2")])
+    a = b.node("Add", [b.node("Erf", [d]), b.const(np.float32(1), "one")])
+    return b.node("Mul", [b.node("Mul", [x, a]), b.const(np.float32(0.5), "half")])
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("cin,c,length,batch", [(80, 64, 60, 1), (12, 40, 37, 2), (16, 32, 20, "N")])
+def test_whisper_stem_is_one_blocked_chain(target, cin, c, length, batch):
+    """Whisper's encoder stem (a 1-D conv k3, GELU, a strided one, GELU, the transpose to
+    the transformer's (N, W, C) and the positional embedding): both convs blocked, and
+    the transpose reads their blocks as they are (a copy of whole vectors, the padding
+    channels cut off when C is not a whole number of them) instead of a conversion to NCW
+    first; the result is onnxruntime's on 16- and 8-channel blocks, a symbolic batch
+    ("N", run with 2) too."""
+    b = models._B(7)
+    x = b.node("Conv", ["input", b.weight((c, cin, 3), cin * 3), b.const(np.full(c, 0.1, np.float32))],
+               kernel_shape=[3], pads=[1, 1])
+    x = b.node("Conv", [_gelu(b, x), b.weight((c, c, 3), c * 3), b.const(np.full(c, -0.1, np.float32))],
+               kernel_shape=[3], pads=[1, 1], strides=[2])
+    y = b.node("Transpose", [_gelu(b, x)], perm=[0, 2, 1])
+    y = b.node("Add", [y, b.weight(((length + 1) // 2, c), 1)])
+    model = b.model([("input", [batch, cin, length])], [y], "whisper_stem")
+    ops = _check(model, (2 if batch == "N" else batch, cin, length), target=target)
+    assert ops.count("nn.conv2d_blocked") == 2 and "nn.conv2d" not in ops, ops
+    assert "layout.from_blocked" not in ops and "layout.to_blocked" not in ops, ops
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+def test_conv_chain_into_channels_last(flatten):
+    """A 2-D conv chain read channels-last, flattened to a sequence (a hybrid ViT's
+    (N, HW, C) tokens) or as an NHWC image: one blocked chain into the transpose, matching
+    onnxruntime; a transpose that moves the channels elsewhere converts to NCHW first."""
+    b = models._B(8)
+    x = b.conv_bn("input", 3, 24, 3, stride=2)
+    x = b.conv_bn(x, 24, 32, 3)
+    if flatten:
+        x = b.node("Reshape", [x, b.const(np.array([1, 32, -1], np.int64), "shape")])
+        outs = [b.node("Transpose", [x], perm=[0, 2, 1])]
+    else:
+        outs = [b.node("Transpose", [x], perm=[0, 2, 3, 1]), b.node("Transpose", [x], perm=[0, 3, 2, 1])]
+    model = b.model([("input", [1, 3, 18, 22])], outs, "conv_tokens")
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    xs = np.random.default_rng(1).standard_normal((1, 3, 18, 22)).astype(np.float32)
+    got = G.build(mod, target="llvm").run(xs)
+    for o, r in zip(got, models.onnxruntime_run(model, {"input": xs})):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
+    ops = _ops(mod)
+    assert ops.count("nn.conv2d_blocked") == 2 and "nn.conv2d" not in ops, ops
+    assert ops.count("layout.from_blocked") == (0 if flatten else 1), ops

@@ -31,6 +31,12 @@ channel count in NCHW, strategy/cpu/generic.py).
 (conv_forms.py), so a 1-D CNN (an audio or sensor net) is one chain from its stem to its
 global pool, as a 2-D CNN is.
 
+A transpose that puts a chain's channels last (Whisper's stem of two 1-D convs handing the
+transformer its (N, W, C) sequence; a hybrid ViT's tokens) reads the blocked image as
+it is, each block's vector of channels moved whole behind the spatial axes
+(`_blocked_to_last`), and keeps the chain like a global pool does: trimmed, both of
+Whisper's convs ran in NCHW, the second storing through a transposing epilogue.
+
 3-D convs (float32, groups 1) join the same way as `nn.conv3d_blocked` over
 `(N, C/bn, D, H, W, bn)` images: a video CNN's stem, residual stages and strided 1x1x1
 shortcuts run blocked to the global pool (OpenVINO runs them channels-last, NDHWC, to
@@ -172,8 +178,10 @@ def _chains(fn, bn, int8):
     """The convs that are in a chain (module docstring): a conv that reads, through
     elementwise operators only, another such conv's output, and the convs it reads, less
     the chains' tails whose output only goes to plain consumers (a concatenation, a
-    transpose), repeatedly: such a conv would only unpack its blocked input's producer
-    into its own kernel, where its NCHW strategies (rows, 1x1 pixel GEMM) do better."""
+    transpose other than to channels last), repeatedly: such a conv would only unpack its
+    blocked input's producer into its own kernel, where its NCHW strategies (rows, 1x1
+    pixel GEMM) do better. A tail read by a global pool or a transpose to channels last
+    (`_reaches_reader`) stays."""
     users: Dict[Expr, list] = {}
     for n in fn.nodes():
         for a in n.args:
@@ -199,7 +207,8 @@ def _chains(fn, bn, int8):
     chained = set(convs)
     # an integer conv is never a tail: in NCHW its epilogue would gather each channel's row
     # out of the accumulators all the same (cpu/conv_int8.py), and its input be packed again
-    pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_pool(c, users, bn)}
+    lasts = {s[0] for s in map(_last_transpose, fn.nodes()) if s}
+    pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_reader(c, users, bn, lasts)}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
         # a conv stays while it reads a chained conv or feeds one
@@ -210,12 +219,15 @@ def _chains(fn, bn, int8):
         chained = keep
 
 
-def _reaches_pool(conv, users, bn):
-    """Whether the conv's output reaches a global average pool (which reads a blocked image
-    as it is) through elementwise operators."""
+def _reaches_reader(conv, users, bn, lasts):
+    """Whether the conv's output reaches, through elementwise operators, a reader of the
+    blocked image: a global average pool (reads it as it is) or a transpose that puts its
+    channels last (one of `lasts`' images; reads its blocks as they are, `_blocked_to_last`)."""
     stack, seen = [conv], set()
     while stack:
         e = stack.pop()
+        if e in lasts:
+            return True
         for u in users.get(e, []):
             if u in seen:
                 continue
@@ -226,6 +238,38 @@ def _reaches_pool(conv, users, bn):
             if any(a is e for a in _image_args(u)) and not _convertible_conv(u, bn):
                 stack.append(u)
     return False
+
+
+def _last_transpose(t):
+    """(the image, the spatial shape it is read with) when node `t` transposes an image's
+    channels last with its other axes in order, straight or through a reshape of its
+    spatial axes alone (a 1-D conv's row (N, C, 1, W) read as (N, C, W)): a conv stem
+    handing a transformer its (N, W, C) sequence (Whisper's, a ViT's patches). Else None."""
+    if t.op != "transpose" or not isinstance(t.args[0], Call):
+        return None
+    x, r = t.args[0], len(t.type.shape)
+    if list(t.attrs["axes"]) != [0, *range(2, r), 1]:
+        return None
+    sp = tuple(x.type.shape[2:])
+    if x.op == "reshape" and isinstance(x.args[0], Call) and \
+            tuple(x.args[0].type.shape[:2]) == tuple(x.type.shape[:2]):
+        x = x.args[0]
+    return (x, sp) if len(x.type.shape) in _RANKS else None
+
+
+def _blocked_to_last(xb, sp, C, span):
+    """The (N, *sp, C) image of blocked image `xb` (N, C/bn, *S, bn): its blocks moved
+    behind the spatial axes, which leaves each block's `bn` channels where they are (a copy
+    of whole vectors, where converting to NCHW first and transposing then moved every
+    channel twice), and the padding channels cut off."""
+    N, CB, *S, bn = xb.type.shape
+    k = len(S)
+    y = Call("transpose", [xb], {"axes": [0, *range(2, 2 + k), 1, 2 + k]}, span)
+    y = Call("reshape", [y], {"newshape": [N, *sp, CB * bn]}, span)
+    if CB * bn == C:
+        return y
+    r = len(sp) + 2
+    return Call("strided_slice", [y], {"begin": [0] * r, "end": [N, *sp, C], "strides": [1] * r}, span)
 
 
 def _channel_const(c: Const, C, bn, fill, nd=2):
@@ -280,6 +324,10 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
             sp = list(range(2, len(n.type.shape)))
             m = Call("mean", [blocked[n.args[0]]], {"axis": sp, "keepdims": True}, n.span)
             plain[n] = _from_blocked(m, n.type.shape[1], bn)
+            continue
+        last = _last_transpose(n)
+        if last and last[0] in blocked:
+            plain[n] = _blocked_to_last(blocked[last[0]], last[1], n.type.shape[-1], n.span)
             continue
         y = _blocked_node(n, chained, blocked, get_plain, get_blocked, bn)
         if y is not None:
