@@ -9,18 +9,29 @@ dynamic/onnxruntime; and "first", what the first call at a size never run before
 beyond a warm call at that size (no compile happens there: the memory plan and the run
 state; the memory of the sweep's sizes is reserved after the build, as a server would
 for the largest sizes it expects, and that time is printed apart). Per model: the build
-seconds, dynamic and the mean static, and the reserve's. The last lines: the geometric mean of dynamic/onnxruntime over every pair,
-the worst pair, and the worst dynamic/static.
+seconds, dynamic and the mean static, and the reserve's. The last lines: the geometric
+mean of dynamic/onnxruntime over every pair, the worst pair, the worst dynamic/static,
+and the worst build ratio.
+
+Builds are timed cold (`cold_build`): each with an empty kernel cache on disk and in
+this process, so that no build reuses kernels another one compiled; wall and CPU
+seconds (the CPU of every thread of the process: the build compiles on two), the static
+build being the mean over the sweep's sizes. `--builds` (bench/zoo.py --dynamic
+--builds) times only the builds.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
 import numpy as np
 import onnx
 
 import tdsl.graph as G
-from tdsl.graph import models, zoo
+from tdsl import arith
+from tdsl.codegen.llvm import jit
+from tdsl.graph import executor, models, zoo
 from graph import _ort_session
 from latency import blocks
 
@@ -75,12 +86,51 @@ def _static_dims(model, shape):
     return {d.dim_param: s for d, s in zip(dims, shape) if d.dim_param}
 
 
-def run_one(name, target, number, repeat):
-    """Prints the rows of one model; returns [(dynamic/ort, dynamic/static)] per size."""
+def cold_build(model, dims, target):
+    """(executor, wall s, CPU s) of `model` built with `dims` and no compiled kernel to
+    reuse: a fresh disk cache (TDSL_CACHE_DIR), the in-process caches of kernels, LLVM
+    objects and simplifications emptied."""
+    old = os.environ.get("TDSL_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="tdsl-cold-") as cache:
+        os.environ["TDSL_CACHE_DIR"] = cache
+        executor.clear_kernel_cache()
+        jit.clear_cache()
+        arith.clear_caches()
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            exe = G.build(G.optimize(G.from_onnx(model, dims=dims), target=target), target=str(target))
+            return exe, time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            if old is None:
+                os.environ.pop("TDSL_CACHE_DIR", None)
+            else:
+                os.environ["TDSL_CACHE_DIR"] = old
+
+
+def _build_line(name, dyn, static):
+    """The printed build comparison; returns dynamic/static CPU seconds. `dyn`: (wall,
+    CPU); `static`: [(wall, CPU)] per size."""
+    sw, sc = (float(np.mean(v)) for v in zip(*static))
+    print(f"{name:20s} build (cold cache): dynamic {dyn[0]:.2f} s wall, {dyn[1]:.2f} s CPU; "
+          f"static {sw:.2f} s wall, {sc:.2f} s CPU (mean of {len(static)}); "
+          f"dynamic/static {dyn[0] / sw:.2f}x wall, {dyn[1] / sc:.2f}x CPU", flush=True)
+    return dyn[1] / sc
+
+
+def builds_one(name, target):
+    """Only the builds of one model, cold: prints the build line; returns [] and
+    dynamic/static CPU seconds."""
     model, shapes = _sweep(name)
-    t0 = time.perf_counter()
-    dyn = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
-    build_dyn = time.perf_counter() - t0
+    _, *dyn = cold_build(model, None, target)
+    static = [cold_build(model, _static_dims(model, shape), target)[1:] for shape in shapes]
+    return [], _build_line(name, dyn, static)
+
+
+def run_one(name, target, number, repeat):
+    """Prints the rows of one model; returns [(dynamic/ort, dynamic/static)] per size and
+    the dynamic/static build CPU seconds."""
+    model, shapes = _sweep(name)
+    dyn, *build_dyn = cold_build(model, None, target)
     # a server reserves memory for the largest sizes it expects, so that no request pages
     # in fresh memory (on a VM the first touch of 200 MB took 0.4-2.3 s): timed apart
     t0 = time.perf_counter()
@@ -100,10 +150,8 @@ def run_one(name, target, number, repeat):
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory
         del got
-        t0 = time.perf_counter()
-        st = G.build(G.optimize(G.from_onnx(model, dims=_static_dims(model, shape)), target=target),
-                     target=str(target))
-        static_builds.append(time.perf_counter() - t0)
+        st, *cost = cold_build(model, _static_dims(model, shape), target)
+        static_builds.append(cost)
         warm = min(blocks([lambda: dyn.run(x)], 1, 3, warmup_s=0.0, pause_s=0.0))
         t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
                                      lambda: sess.run(None, {iname: x})], number, repeat)
@@ -111,10 +159,9 @@ def run_one(name, target, number, repeat):
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{max(first - warm, 0.0) * 1e3:8.1f} {err:9.1e}", flush=True)
-    print(f"{name:20s} build: dynamic {build_dyn:.2f} s, static {np.mean(static_builds):.2f} s "
-          f"(mean of {len(static_builds)}); memory of the largest sizes reserved in "
-          f"{reserve_s:.2f} s\n", flush=True)
-    return out
+    ratio = _build_line(name, build_dyn, static_builds)
+    print(f"{name:20s} memory of the largest sizes reserved in {reserve_s:.2f} s\n", flush=True)
+    return out, ratio
 
 
 def _warm_up(target):
@@ -126,14 +173,17 @@ def _warm_up(target):
                 target=str(target))
 
 
-def main(names, target, number, repeat):
+def main(names, target, number, repeat, builds_only=False):
     _warm_up(target)
-    print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
-          f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
-    pairs, failed = [], []
+    if not builds_only:
+        print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
+              f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
+    pairs, failed, build_ratios = [], [], {}
     for name in names:
         try:
-            pairs += run_one(name, target, number, repeat)
+            rows, build_ratios[name] = (builds_one(name, target) if builds_only
+                                        else run_one(name, target, number, repeat))
+            pairs += rows
         except Exception as e:     # a model that fails is reported and the sweep goes on
             failed.append(name)
             print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
@@ -146,3 +196,8 @@ def main(names, target, number, repeat):
               f"worst {max(to_ort):.2f}x; dynamic/static worst {max(to_static):.2f}x, "
               f"geometric mean {float(np.exp(np.mean(np.log(to_static)))):.2f}x"
               + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if build_ratios:
+        worst = max(build_ratios, key=build_ratios.get)
+        print(f"build dynamic/static (CPU s, cold cache): worst {build_ratios[worst]:.2f}x ({worst}), "
+              f"geometric mean {float(np.exp(np.mean(np.log(list(build_ratios.values()))))):.2f}x"
+              + (f"; failed: {', '.join(failed)}" if failed and not pairs else ""))

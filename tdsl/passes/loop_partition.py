@@ -71,9 +71,30 @@ class _Drop(Mutator):
         return S.IfThenElse(cond, then, other)
 
 
+class _KeepRemainders(Mutator):
+    """Marks the serial loops whose extent depends on `var`, a tail's variable (the rows
+    of a tile that the tail has left, at most a tile), to be kept as written: LLVM
+    would unroll them at run time, code for more iterations than they ever have."""
+
+    def __init__(self, var):
+        self.var = var
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        pragmas = f.pragmas
+        if f.kind is S.ForKind.SERIAL and self.var in free_vars(f.extent) \
+                and ("tail", True) not in pragmas:
+            pragmas = pragmas + (("tail", True),)
+        return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, pragmas)
+
+
 class _Partition(Mutator):
-    def __init__(self, facts):
+    """`split`: whether a loop may become a main loop and a tail; without, a guard is
+    only dropped where the tail would do nothing (the loop then ends earlier)."""
+
+    def __init__(self, facts, split=True):
         self.ranges = dict(facts)
+        self.split = split
 
     def visit_For(self, f):
         outer = dict(self.ranges)
@@ -116,18 +137,31 @@ class _Partition(Mutator):
         if isinstance(ext, E.IntImm) and isinstance(f.extent, E.IntImm) and ext.value >= f.extent.value:
             main_body = _Drop(chosen).visit(f.body)
             return S.For(f.var, f.min, f.extent, f.kind, self.visit(main_body), f.thread_tag, f.pragmas)
+        # the guards are all `v < end`: false throughout the tail, which is dropped
+        no_tail = all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen)
+        if not (no_tail or self.split):
+            return None
         self.ranges[f.var] = Range(f.min, ext)
         main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
-        if all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen):
-            return main  # the guards are all `v < end`: false throughout the tail
+        if no_tail:
+            return main
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)
         pragmas = f.pragmas
-        if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
-            # the tail runs less than one step of the guards; codegen keeps it as written
-            pragmas = pragmas + (("tail", True),)
-        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, pragmas)
+        if not isinstance(tail_ext, E.IntImm):
+            # the tail runs less than one step of the guards, so its loops keep their guards
+            # rather than being partitioned in turn: a copy of the body per combination of
+            # main parts and tails (four of a register tile with run-time rows and
+            # columns) would cost compile time and run once per call; codegen keeps a
+            # serial tail as written, and the loops in it over what is left of a tile
+            if f.kind is S.ForKind.SERIAL:
+                pragmas = pragmas + (("tail", True),)
+            inner = _Partition(self.ranges, split=False).visit(f.body)
+            tail_body = _KeepRemainders(f.var).visit(inner)
+        else:
+            tail_body = self.visit(f.body)
+        tail = S.For(f.var, tail_min, tail_ext, f.kind, tail_body, f.thread_tag, pragmas)
         return S.seq(main, tail)
 
 
