@@ -5,8 +5,10 @@ the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c 
 becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
 keeps it. When `rest` does not depend on inner loops, the guard is false throughout the tail
 and the tail is dropped. A serial tail of run-time extent gets the pragma ("tail", True):
-codegen keeps it as written. Vectorized and unrolled loops are left alone: their extents must
-stay constant, and the loops around them are partitioned instead.
+codegen keeps it as written. Inside a tail of run-time extent, loops are not split again
+(only guards whose tail would do nothing are dropped), and the loops whose extent depends
+on the tail's variable get the pragma too. Vectorized and unrolled loops are left alone:
+their extents must stay constant, and the loops around them are partitioned instead.
 """
 from __future__ import annotations
 
