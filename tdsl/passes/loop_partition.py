@@ -16,7 +16,7 @@ from .. import arith
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, conjuncts, free_vars
+from ..ir.visitor import Mutator, conjuncts, free_vars, walk
 
 
 def _collect(body, inner, out):
@@ -90,6 +90,38 @@ class _KeepRemainders(Mutator):
         return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, pragmas)
 
 
+def _reads_memory(e):
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
+    return bool(found)
+
+
+class _HoistGuards(Mutator):
+    """In a tail, which keeps its guards: a loop whose whole body is a guard runs only
+    where the guard's terms that do not depend on the loop's variable hold, tested once
+    outside it (`for v: if c: s` -> `if c: for v: s`): a register tile's row guard is
+    then tested once per row, not once per vector of the row."""
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        if isinstance(body, S.IfThenElse) and body.else_case is None:
+            parts = conjuncts(body.cond)
+            out = [c for c in parts if f.var not in free_vars(c) and not _reads_memory(c)]
+            if out:
+                kept = [c for c in parts if not any(c is o for o in out)]
+                inner = S.IfThenElse(_all_of(kept), body.then_case, None) if kept else body.then_case
+                loop = S.For(f.var, f.min, f.extent, f.kind, inner, f.thread_tag, f.pragmas)
+                return S.IfThenElse(_all_of(out), loop, None)
+        return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
+
+
+def _all_of(conds):
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = E.And(cond, c)
+    return cond
+
+
 class _Partition(Mutator):
     """`split`: whether a loop may become a main loop and a tail; without, a guard is
     only dropped where the tail would do nothing (the loop then ends earlier)."""
@@ -160,7 +192,7 @@ class _Partition(Mutator):
             if f.kind is S.ForKind.SERIAL:
                 pragmas = pragmas + (("tail", True),)
             inner = _Partition(self.ranges, split=False).visit(f.body)
-            tail_body = _KeepRemainders(f.var).visit(inner)
+            tail_body = _KeepRemainders(f.var).visit(_HoistGuards().visit(inner))
         else:
             tail_body = self.visit(f.body)
         tail = S.For(f.var, tail_min, tail_ext, f.kind, tail_body, f.thread_tag, pragmas)
