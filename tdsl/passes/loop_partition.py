@@ -5,7 +5,8 @@ the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c 
 becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
 keeps it. When `rest` does not depend on inner loops, the guard is false throughout the tail
 and the tail is dropped. A serial tail of run-time extent gets the pragma ("tail", True):
-codegen keeps it as written. Inside a tail of run-time extent, loops are not split again
+codegen keeps it as written. Inside a tail whose extent depends on the sizes of the
+arguments (the run-time sizes a kernel takes), loops are not split again
 (only guards whose tail would do nothing are dropped), and the loops whose extent depends
 on the tail's variable get the pragma too. Vectorized and unrolled loops are left alone:
 their extents must stay constant, and the loops around them are partitioned instead.
@@ -128,6 +129,7 @@ class _Partition(Mutator):
 
     def __init__(self, facts, split=True):
         self.ranges = dict(facts)
+        self.sizes = set(facts)
         self.split = split
 
     def visit_For(self, f):
@@ -183,7 +185,7 @@ class _Partition(Mutator):
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)
         pragmas = f.pragmas
-        if not isinstance(tail_ext, E.IntImm):
+        if free_vars(tail_ext) & self.sizes:
             # the tail runs less than one step of the guards, so its loops keep their guards
             # rather than being partitioned in turn: a copy of the body per combination of
             # main parts and tails (four of a register tile with run-time rows and
@@ -194,6 +196,8 @@ class _Partition(Mutator):
             inner = _Partition(self.ranges, split=False).visit(f.body)
             tail_body = _KeepRemainders(f.var).visit(_HoistGuards().visit(inner))
         else:
+            if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
+                pragmas = pragmas + (("tail", True),)
             tail_body = self.visit(f.body)
         tail = S.For(f.var, tail_min, tail_ext, f.kind, tail_body, f.thread_tag, pragmas)
         return S.seq(main, tail)
