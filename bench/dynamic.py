@@ -19,17 +19,27 @@ as onnxruntime left them; the first call is one sample, the warm call the median
 each after a call of onnxruntime at that size and the same pause. Per model: the build
 seconds, dynamic and the mean static, the sizes reserved and the reserve's seconds. The
 last lines: the geometric mean of dynamic/onnxruntime over every pair, the worst pair,
-the worst dynamic/static and the worst first+ms.
+the worst dynamic/static, the worst first+ms and the worst build ratio.
+
+Builds are timed cold (`cold_build`): each with an empty kernel cache on disk and in
+this process, so that no build reuses kernels another one compiled; wall and CPU
+seconds (the CPU of every thread of the process: the build compiles on two), the static
+build being the mean over the sweep's sizes. `--builds` (bench/zoo.py --dynamic
+--builds) times only the builds.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
 import numpy as np
 import onnx
 
 import tdsl.graph as G
-from tdsl.graph import models, zoo
+from tdsl import arith
+from tdsl.codegen.llvm import jit
+from tdsl.graph import executor, models, zoo
 from graph import _ort_session
 from latency import blocks
 
@@ -101,13 +111,51 @@ def _timed(fn):
     return time.perf_counter() - t0
 
 
+def cold_build(model, dims, target):
+    """(executor, wall s, CPU s) of `model` built with `dims` and no compiled kernel to
+    reuse: a fresh disk cache (TDSL_CACHE_DIR), the in-process caches of kernels, LLVM
+    objects and simplifications emptied."""
+    old = os.environ.get("TDSL_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="tdsl-cold-") as cache:
+        os.environ["TDSL_CACHE_DIR"] = cache
+        executor.clear_kernel_cache()
+        jit.clear_cache()
+        arith.clear_caches()
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            exe = G.build(G.optimize(G.from_onnx(model, dims=dims), target=target), target=str(target))
+            return exe, time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            if old is None:
+                os.environ.pop("TDSL_CACHE_DIR", None)
+            else:
+                os.environ["TDSL_CACHE_DIR"] = old
+
+
+def _build_line(name, dyn, static):
+    """The printed build comparison; returns dynamic/static CPU seconds. `dyn`: (wall,
+    CPU); `static`: [(wall, CPU)] per size."""
+    sw, sc = (float(np.mean(v)) for v in zip(*static))
+    print(f"{name:20s} build (cold cache): dynamic {dyn[0]:.2f} s wall, {dyn[1]:.2f} s CPU; "
+          f"static {sw:.2f} s wall, {sc:.2f} s CPU (mean of {len(static)}); "
+          f"dynamic/static {dyn[0] / sw:.2f}x wall, {dyn[1] / sc:.2f}x CPU", flush=True)
+    return dyn[1] / sc
+
+
+def builds_one(name, target):
+    """Only the builds of one model, cold: prints the build line; returns [] and
+    dynamic/static CPU seconds."""
+    model, shapes = _sweep(name)
+    _, *dyn = cold_build(model, None, target)
+    static = [cold_build(model, _static_dims(model, shape), target)[1:] for shape in shapes]
+    return [], _build_line(name, dyn, static)
+
+
 def run_one(name, target, number, repeat, pause_s=0.3):
     """Prints the rows of one model; returns [(dynamic/ort, dynamic/static, first+s)] per
-    size."""
+    size and the dynamic/static build CPU seconds."""
     model, shapes = _sweep(name)
-    t0 = time.perf_counter()
-    dyn = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
-    build_dyn = time.perf_counter() - t0
+    dyn, *build_dyn = cold_build(model, None, target)
     # a server reserves memory for the largest sizes it expects, so that no request pages
     # in fresh memory (on a VM the first touch of 200 MB took 0.4-2.3 s): timed apart
     reserved = _reserved(model, shapes)
@@ -131,10 +179,8 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory
         del got
-        t0 = time.perf_counter()
-        st = G.build(G.optimize(G.from_onnx(model, dims=_static_dims(model, shape)), target=target),
-                     target=str(target))
-        static_builds.append(time.perf_counter() - t0)
+        st, *cost = cold_build(model, _static_dims(model, shape), target)
+        static_builds.append(cost)
         t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
                                      lambda: sess.run(None, {iname: x})], number, repeat)
         warm = []
@@ -147,10 +193,10 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{extra * 1e3:8.1f} {err:9.1e}", flush=True)
-    print(f"{name:20s} build: dynamic {build_dyn:.2f} s, static {np.mean(static_builds):.2f} s "
-          f"(mean of {len(static_builds)}); reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
+    ratio = _build_line(name, build_dyn, static_builds)
+    print(f"{name:20s} reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
           f"in {reserve_s:.2f} s\n", flush=True)
-    return out
+    return out, ratio
 
 
 def _warm_up(target):
@@ -162,14 +208,17 @@ def _warm_up(target):
                 target=str(target))
 
 
-def main(names, target, number, repeat):
+def main(names, target, number, repeat, builds_only=False):
     _warm_up(target)
-    print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
-          f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
-    pairs, failed = [], []
+    if not builds_only:
+        print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
+              f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
+    pairs, failed, build_ratios = [], [], {}
     for name in names:
         try:
-            pairs += run_one(name, target, number, repeat)
+            rows, build_ratios[name] = (builds_one(name, target) if builds_only
+                                        else run_one(name, target, number, repeat))
+            pairs += rows
         except Exception as e:     # a model that fails is reported and the sweep goes on
             failed.append(name)
             print(f"{name:20s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
@@ -183,3 +232,8 @@ def main(names, target, number, repeat):
               f"geometric mean {float(np.exp(np.mean(np.log(to_static)))):.2f}x; "
               f"worst first+ms {max(p[2] for p in pairs) * 1e3:.1f}"
               + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if build_ratios:
+        worst = max(build_ratios, key=build_ratios.get)
+        print(f"build dynamic/static (CPU s, cold cache): worst {build_ratios[worst]:.2f}x ({worst}), "
+              f"geometric mean {float(np.exp(np.mean(np.log(list(build_ratios.values()))))):.2f}x"
+              + (f"; failed: {', '.join(failed)}" if failed and not pairs else ""))

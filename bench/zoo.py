@@ -8,6 +8,7 @@
     python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run
     python bench/zoo.py --int8             # each model quantized (QDQ, onnxruntime's quantizer)
     python bench/zoo.py --dynamic          # symbolic batch/sequence, built once, swept over sizes
+    python bench/zoo.py --dynamic --builds # only their builds against the static ones, cold
 
 Each model is exported from torch (random weights, tdsl.graph.zoo; skipped when torch is
 not installed) or built with onnx.helper (tdsl.graph.models: a 1-D and a 3-D CNN, the
@@ -205,6 +206,8 @@ def main(argv=None):
     p.add_argument("--int8", action="store_true", help="each model quantized (QDQ) against onnxruntime's int8")
     p.add_argument("--dynamic", action="store_true",
                    help="symbolic batch (and sequence) sizes: built once, swept over sizes (bench/dynamic.py)")
+    p.add_argument("--builds", action="store_true",
+                   help="with --dynamic: only the builds, dynamic and static, each with a cold cache")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
@@ -213,7 +216,7 @@ def main(argv=None):
         print_target(target)
         names = [n for n in list(dynamic.HELPER) + list(zoo.MODELS)
                  if not a.only or any(s in n for s in a.only.split(","))]
-        dynamic.main(names, target, a.number, a.repeat)
+        dynamic.main(names, target, a.number, a.repeat, builds_only=a.builds)
         return
     threads = target.num_cores
     peak_gflops = print_target(target)

@@ -5,8 +5,11 @@ the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c 
 becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
 keeps it. When `rest` does not depend on inner loops, the guard is false throughout the tail
 and the tail is dropped. A serial tail of run-time extent gets the pragma ("tail", True):
-codegen keeps it as written. Vectorized and unrolled loops are left alone: their extents must
-stay constant, and the loops around them are partitioned instead.
+codegen keeps it as written. Inside a tail whose extent depends on the sizes of the
+arguments (the run-time sizes a kernel takes), loops are not split again
+(only guards whose tail would do nothing are dropped), and the loops whose extent depends
+on the tail's variable get the pragma too. Vectorized and unrolled loops are left alone:
+their extents must stay constant, and the loops around them are partitioned instead.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from .. import arith
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, conjuncts, free_vars
+from ..ir.visitor import Mutator, conjuncts, free_vars, walk
 
 
 def _collect(body, inner, out):
@@ -71,9 +74,63 @@ class _Drop(Mutator):
         return S.IfThenElse(cond, then, other)
 
 
+class _KeepRemainders(Mutator):
+    """Marks the serial loops whose extent depends on `var`, a tail's variable (the rows
+    of a tile that the tail has left, at most a tile), to be kept as written: LLVM
+    would unroll them at run time, code for more iterations than they ever have."""
+
+    def __init__(self, var):
+        self.var = var
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        pragmas = f.pragmas
+        if f.kind is S.ForKind.SERIAL and self.var in free_vars(f.extent) \
+                and ("tail", True) not in pragmas:
+            pragmas = pragmas + (("tail", True),)
+        return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, pragmas)
+
+
+def _reads_memory(e):
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
+    return bool(found)
+
+
+class _HoistGuards(Mutator):
+    """In a tail, which keeps its guards: a loop whose whole body is a guard runs only
+    where the guard's terms that do not depend on the loop's variable hold, tested once
+    outside it (`for v: if c: s` -> `if c: for v: s`): a register tile's row guard is
+    then tested once per row, not once per vector of the row."""
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        if isinstance(body, S.IfThenElse) and body.else_case is None:
+            parts = conjuncts(body.cond)
+            out = [c for c in parts if f.var not in free_vars(c) and not _reads_memory(c)]
+            if out:
+                kept = [c for c in parts if not any(c is o for o in out)]
+                inner = S.IfThenElse(_all_of(kept), body.then_case, None) if kept else body.then_case
+                loop = S.For(f.var, f.min, f.extent, f.kind, inner, f.thread_tag, f.pragmas)
+                return S.IfThenElse(_all_of(out), loop, None)
+        return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
+
+
+def _all_of(conds):
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = E.And(cond, c)
+    return cond
+
+
 class _Partition(Mutator):
-    def __init__(self, facts):
+    """`split`: whether a loop may become a main loop and a tail; without, a guard is
+    only dropped where the tail would do nothing (the loop then ends earlier)."""
+
+    def __init__(self, facts, split=True):
         self.ranges = dict(facts)
+        self.sizes = set(facts)
+        self.split = split
 
     def visit_For(self, f):
         outer = dict(self.ranges)
@@ -116,18 +173,33 @@ class _Partition(Mutator):
         if isinstance(ext, E.IntImm) and isinstance(f.extent, E.IntImm) and ext.value >= f.extent.value:
             main_body = _Drop(chosen).visit(f.body)
             return S.For(f.var, f.min, f.extent, f.kind, self.visit(main_body), f.thread_tag, f.pragmas)
+        # the guards are all `v < end`: false throughout the tail, which is dropped
+        no_tail = all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen)
+        if not (no_tail or self.split):
+            return None
         self.ranges[f.var] = Range(f.min, ext)
         main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
-        if all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen):
-            return main  # the guards are all `v < end`: false throughout the tail
+        if no_tail:
+            return main
         tail_min = arith.simplify(f.min + ext, self.ranges)
         tail_ext = arith.simplify(f.extent - ext, self.ranges)
         self.ranges[f.var] = Range(tail_min, tail_ext)
         pragmas = f.pragmas
-        if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
-            # the tail runs less than one step of the guards; codegen keeps it as written
-            pragmas = pragmas + (("tail", True),)
-        tail = S.For(f.var, tail_min, tail_ext, f.kind, self.visit(f.body), f.thread_tag, pragmas)
+        if free_vars(tail_ext) & self.sizes:
+            # the tail runs less than one step of the guards, so its loops keep their guards
+            # rather than being partitioned in turn: a copy of the body per combination of
+            # main parts and tails (four of a register tile with run-time rows and
+            # columns) would cost compile time and run once per call; codegen keeps a
+            # serial tail as written, and the loops in it over what is left of a tile
+            if f.kind is S.ForKind.SERIAL:
+                pragmas = pragmas + (("tail", True),)
+            inner = _Partition(self.ranges, split=False).visit(f.body)
+            tail_body = _KeepRemainders(f.var).visit(_HoistGuards().visit(inner))
+        else:
+            if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
+                pragmas = pragmas + (("tail", True),)
+            tail_body = self.visit(f.body)
+        tail = S.For(f.var, tail_min, tail_ext, f.kind, tail_body, f.thread_tag, pragmas)
         return S.seq(main, tail)
 
 

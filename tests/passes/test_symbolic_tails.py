@@ -51,6 +51,71 @@ def test_static_build_has_no_loop_metadata():
     assert "llvm.loop.unroll.disable" not in tdsl.build(s, [A, B]).get_source()
 
 
+def _tiled_matmul(M, N, K=24):
+    A = tdsl.placeholder((M, K), name="A")
+    Bm = tdsl.placeholder((K, N), name="B")
+    k = tdsl.reduce_axis((0, K), name="k")
+    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * Bm[k, j], axis=k), name="C")
+    s = tdsl.create_schedule(C)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=4)
+    jo, ji = s[C].split(j, factor=16)
+    s[C].reorder(io, jo, k, ii, ji)
+    s[C].unroll(ii)
+    s[C].vectorize(ji)
+    return s, A, Bm, C
+
+
+def _column_loops(f):
+    """The loops over column tiles under each loop over row tiles of partitioned `f`,
+    outermost first: [(row loop, [column loops])]."""
+    out = loop_partition(f)
+    rows = [x for x in nodes(out, S.For) if x.var.name == "i.outer"]
+    return [(r, [x for x in nodes(r.body, S.For) if x.var.name == "j.outer"]) for r in rows]
+
+
+def test_loops_inside_a_symbolic_tail_are_not_partitioned():
+    """Rows and columns of run-time extent: the row tail runs once per call, so its column
+    loop keeps its guard instead of being split again (three copies of the tile, not
+    four), each guard tested outside the loops it does not depend on; constant tails are
+    still partitioned inside."""
+    s, A, B, C = _tiled_matmul(tdsl.var("M"), tdsl.var("N"))
+    (main, main_cols), (tail, tail_cols) = _column_loops(before("loop_partition", s, [A, B, C]))
+    assert ("tail", True) in tail.pragmas
+    assert len(main_cols) == 2 and len(tail_cols) == 1
+    guards = str(tail_cols[0])
+    assert "likely(i.outer * 4 + i.inner < M)" in guards and "< N)" in guards
+    # the row guard, the same for a whole row, is tested outside the row's vectors
+    vectors = [x for x in nodes(tail, S.For) if x.kind is S.ForKind.VECTORIZED]
+    assert vectors and not any("< M)" in str(v) for v in vectors)
+    s, A, B, C = _tiled_matmul(10, 40)
+    (_, main_cols), (_, tail_cols) = _column_loops(before("loop_partition", s, [A, B, C]))
+    assert len(main_cols) == 2 and len(tail_cols) == 2
+
+
+def test_rows_left_in_a_symbolic_tail_are_kept_as_written():
+    """The tail's loop over the rows its tile has left ends where the rows do (its guard
+    dropped) and is kept as written too: LLVM would unroll it at run time."""
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 32), name="A")
+    B = tdsl.compute((n, 32), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = tdsl.create_schedule(B)
+    s[B].split(B.op.axis[0], factor=4)
+    s[B].vectorize(B.op.axis[1])
+    out = loop_partition(before("loop_partition", s, [A, B]))
+    rows = [x for x in nodes(out, S.For) if x.var.name == "i.inner"]
+    assert len(rows) == 2 and ("tail", True) not in rows[0].pragmas
+    assert ("tail", True) in rows[1].pragmas and "i.outer" in str(rows[1].extent)
+    assert not nodes(out, S.IfThenElse)
+    f = tdsl.build(s, [A, B])
+    rng = np.random.default_rng(2)
+    for m in (1, 4, 7, 13):
+        a = rng.standard_normal((m, 32)).astype(np.float32)
+        got = np.full((m, 32), np.nan, np.float32)
+        f(a, got)
+        np.testing.assert_allclose(got, a * 2.0 + 1.0, rtol=1e-6)
+
+
 def test_tiled_matmul_with_symbolic_rows_and_columns_is_right():
     """Guards on run-time sizes over constant tile loops (whose ranges simplify keeps)."""
     M, N, K = tdsl.var("M"), tdsl.var("N"), 24
