@@ -466,7 +466,8 @@ def test_prime_rows_tile_the_flattened_plane_for_avx512(cin, cout):
     y = b.conv_bn(x, cin, cout, 1, act="relu")
     y = b.node("GlobalAveragePool", [y])
     model = b.model([("input", [2, 32, 13, 13])], [y], "prime_rows")
-    assert "nn.conv2d_blocked" in _check(model, (2, 32, 13, 13), target=target)
+    # on a host without AVX-512 (or one told it is a Haswell) the net runs as built for it
+    assert "nn.conv2d_blocked" in _check(model, (2, 32, 13, 13), target=target if t.runs_here else "llvm")
 
 
 def _gelu(b, x):
