@@ -20,7 +20,6 @@ from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import ndarray as nd
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
-from . import image_groups
 from .describe import describe_group
 from .kernel_cache import KERNELS, clear_kernel_cache, compile_all, group_key  # noqa: F401
 from .ir import Const, Function, Module
@@ -73,7 +72,7 @@ class Executor:
         # symbolic sizes (ir/dims.py): read per call from the inputs; the plan here is of
         # representative sizes, each call's is of its own (StatesBySize)
         fn = fused.main
-        self.binder, self._groups = None, None
+        self.binder = None
         if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
             self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"), window_extents(fn))
         self.bounds = fused.info.get("dim_bounds")
@@ -138,12 +137,6 @@ class Executor:
                     return
                 self.steps = upload_constants(self.steps, self.device)
             self._slots = StatePool(lambda: Slot(self._alloc_arena if self.device is not None else None))
-            # a separable network's batch runs a cache-sized group of images at a time
-            self._groups = None if self.device is not None else image_groups.ImageGroups.of(
-                fn, self.binder, self.bounds, as_target(target).cache_bytes(3) // 2,
-                lambda sz: self._plans.get(self.binder.key(sz), sz).peak_bytes)
-            if self._groups is not None:
-                self.stats["image_group"] = self._groups.limit
             hi = {n: self.bounds[n][1] for n in self.binder.names if n in (self.bounds or {})}
             if len(hi) == len(self.binder.names):
                 # every size bounded: the memory of the largest, paged in now (not run:
@@ -353,10 +346,6 @@ class Executor:
             raise ArgumentError(f"output must be 'numpy' or 'device', got {output!r}")
         if len(args) > len(self.input_vars):
             raise ArgumentError(f"expected {len(self.input_vars)} inputs, got {len(args)}")
-        if output == "numpy" and self._groups is not None:
-            outs = self._groups.run(self.run, args, inputs)
-            if outs is not None:
-                return outs
         pool = self._pool_for(args, inputs)
         state = pool.take()
         try:
