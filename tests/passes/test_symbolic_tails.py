@@ -118,18 +118,8 @@ def test_rows_left_in_a_symbolic_tail_are_kept_as_written():
 
 def test_tiled_matmul_with_symbolic_rows_and_columns_is_right():
     """Guards on run-time sizes over constant tile loops (whose ranges simplify keeps)."""
-    M, N, K = tdsl.var("M"), tdsl.var("N"), 24
-    A = tdsl.placeholder((M, K), name="A")
-    Bm = tdsl.placeholder((K, N), name="B")
-    k = tdsl.reduce_axis((0, K), name="k")
-    C = tdsl.compute((M, N), lambda i, j: tdsl.sum(A[i, k] * Bm[k, j], axis=k), name="C")
-    s = tdsl.create_schedule(C)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, factor=4)
-    jo, ji = s[C].split(j, factor=16)
-    s[C].reorder(io, jo, k, ii, ji)
-    s[C].unroll(ii)
-    s[C].vectorize(ji)
+    K = 24
+    s, A, Bm, C = _tiled_matmul(tdsl.var("M"), tdsl.var("N"), K)
     f = tdsl.build(s, [A, Bm, C])
     rng = np.random.default_rng(1)
     for m, n in ((1, 1), (3, 17), (4, 16), (9, 50)):
