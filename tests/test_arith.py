@@ -417,6 +417,33 @@ def test_split_fuse_recombination():
     assert same(arith.simplify((fused // 12) * 12 + fused % 12, ranges), fused)
 
 
+def test_split_fuse_recombination_with_symbolic_multiples():
+    """The pairs rejoin when their coefficients hold symbols: the row index of a kernel of
+    symbolic size S, fused over (batch, heads, row) and split back, is S*(f//S) + f%S
+    times a multiple of S, and must fold to a multiple of f (no division per row)."""
+    f, s = Var("f"), Var("S", nonneg=True)
+    a = f // s
+    cases = [
+        (s * (f // s) + f % s, f),
+        (s * s * (a // 4) * 4 + s * (f % s) + s * s * (a % 4), s * f),          # softmax rows
+        (s * (a // 4) * 256 + s * (a % 4) * 64 + (f % s) * 64, f * 64),           # heads out
+        (s * s * (f // 4) * 4 + s * s * (f % 4), s * s * f),                      # matmul tile
+        (s * 8 * (a // 8) + s * (a % 8 // 2) * 2 + s * (a % 2), s * a),           # nested splits
+        (x * s * (y // 4) * 4 + x * s * (y // 2 % 2) * 2 + x * s * (y % 2), x * s * y),
+    ]
+    rng = random.Random(7)
+    for e, want in cases:
+        got = arith.simplify(e, {f: R(0, s * s * 8)})
+        assert same(got, want), (e, got)
+        for _ in range(40):
+            env = {s: rng.randint(1, 9), x: rng.randint(-5, 5), y: rng.randint(-30, 30)}
+            env[f] = rng.randint(0, env[s] * env[s] * 8 - 1)
+            assert ev(got, env) == ev(e, env), (e, got, env)
+    # a pair of different multiples stays apart
+    kept = arith.simplify(s * s * (f // s) + f % s)
+    assert "f % S" in str(kept), kept
+
+
 def test_nested_divmod():
     assert same(arith.simplify((x // 4) // 8), x // 32)
     assert same(arith.simplify((x % 32) // 8), (x // 8) % 4)

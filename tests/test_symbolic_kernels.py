@@ -141,6 +141,51 @@ def test_static_kernels_carry_no_run_time_test():
     assert "parallel" in text and "parallel_when" not in text
 
 
+def _lowered_group(model):
+    """The loop IR of the only kernel of `model`, scheduled as the executor schedules it
+    for symbolic sizes (representative sizes for the schedule's choices)."""
+    from tdsl.graph.ir import Const, Function
+    from tdsl.graph.strategy import dispatch, topi
+    from tdsl.graph.strategy.groupdef import GroupDef
+    from tdsl.graph.strategy.symbolic import representative
+    fused = G.fuse_ops(G.passes.specialize(G.optimize(G.from_onnx(model)), "llvm"))
+    (call,) = [n for n in fused.main.nodes() if isinstance(n.op, Function)]
+    g = GroupDef(call.op, {i: a.data for i, a in enumerate(call.args) if isinstance(a, Const)}, "llvm")
+    token = topi.representative.set(representative(g.sizes.vars))
+    token2 = topi.symbolic_sizes.set(True)
+    try:
+        out = g.build()
+        _, args, _ = dispatch.kernel_args(g, out)
+        s = tdsl.create_schedule(out)
+        dispatch.SCHEDULES["llvm"](s, out, g)
+        return str(tdsl.lower(s, args))
+    finally:
+        topi.symbolic_sizes.reset(token2)
+        topi.representative.reset(token)
+
+
+def test_softmax_rows_of_symbolic_length_divide_by_no_run_time_size():
+    """A softmax over [batch, heads, seq, seq] fuses its rows into one loop f; the row's
+    offset, written S*S*(f//S//4)*4 + S*(f%S) + S*S*(f//S%4), is S*f, and the kernel
+    divides by no run-time size (a division per row, as much as the short rows' work);
+    the network matches onnxruntime at several sizes."""
+    pytest.importorskip("onnxruntime")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "seq", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                                                "softmax", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    text = _lowered_group(model)
+    assert "seq * i0.i1.fused.i2.fused +" in text, text
+    assert not re.search(r"[/%] (seq|batch)\b", text), text
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 1), (1, 16), (2, 19), (1, 70)]:
+        feed = rng.standard_normal((b, 4, s, s)).astype(np.float32)
+        np.testing.assert_allclose(exe.run(feed)[0], models.onnxruntime_run(model, {"x": feed})[0],
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_onnx_attention_dynamic_matches_onnxruntime():
     """Q @ K^T, softmax, @ V with symbolic batch and sequence, at sizes with and without
     tails, against onnxruntime; below a register tile's rows (a few tokens) the matmuls

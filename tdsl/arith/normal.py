@@ -8,13 +8,55 @@ from __future__ import annotations
 from math import gcd
 
 import sympy
-from sympy import Add, Integer, S
+from sympy import Add, Integer, Mul, S
 
-from .symbolic import floordiv, floormod, terms_of
+from .symbolic import expand_mul, floordiv, floormod, terms_of
 
 
 def _nterms(x):
     return 0 if x is S.Zero else len(Add.make_args(x))
+
+
+def _split_term(t, k):
+    """(cofactor, g) with k*t == cofactor*g and g the one floordiv/floormod factor of the
+    monomial t (the cofactor may hold symbols: S*(f%S) is a multiple of f%S); None when t
+    has no such factor or more than one."""
+    if isinstance(t, (floormod, floordiv)):
+        return Integer(k), t
+    if not t.is_Mul:
+        return None
+    found = [f for f in t.args if isinstance(f, (floormod, floordiv))]
+    if len(found) != 1:
+        return None
+    g = found[0]
+    return Integer(k) * Mul(*[f for f in t.args if f is not g]), g
+
+
+def _join_mod(r, terms, kk, t):
+    """r with the pair kk*b*(y//b) + kk*(y%b) -> kk*y for t = y % b, or with
+    kk*c*((y//c)%e) + kk*(y%c) -> kk*(y%(c*e)) for a constant c; None when neither pair
+    is in r. kk may hold symbols, so that the row index S*(f//S) + f%S of a kernel with a
+    symbolic size S folds back to f."""
+    y, b = t.args
+    q = floordiv(y, b)
+    target = terms_of(kk * b * q)
+    if target is not None and len(target) == 1:
+        (tq, cq), = target.items()
+        if terms.get(tq) == cq:
+            return r - Integer(cq) * tq - kk * t + expand_mul(kk, y)
+    if not b.is_Integer:
+        return None
+    c = int(b)
+    for t2, k2 in terms.items():
+        split = _split_term(t2, k2)
+        if split is None:
+            continue
+        kk2, g2 = split
+        if (isinstance(g2, floormod) and g2.args[0] == q and g2.args[1].is_Integer
+                and kk2 == kk * c):
+            e = int(g2.args[1])
+            return r - kk2 * g2 - kk * t + kk * floormod(y, Integer(c * e))
+    return None
 
 
 def recombine(r):
@@ -23,34 +65,20 @@ def recombine(r):
         terms = terms_of(r)
         if terms is None:
             return r
-        if not any(isinstance(t, (floormod, floordiv)) for t in terms):
+        if not any(t.has(floormod, floordiv) for t in terms):
             return r
         new = None
         for t, k in terms.items():
-            if isinstance(t, floormod):
-                y, b = t.args
-                q = floordiv(y, b)
-                target = terms_of(b * q)
-                if target is not None and len(target) == 1:
-                    (tq, cq), = target.items()
-                    if terms.get(tq) == k * cq:
-                        # k*b*(y//b) + k*(y%b) = k*y
-                        new = r - Integer(k * cq) * tq - Integer(k) * t + Integer(k) * y
-                        break
-                if b.is_Integer:
-                    c = int(b)
-                    for t2, k2 in terms.items():
-                        if (k2 == k * c and isinstance(t2, floormod) and t2.args[0] == q
-                                and t2.args[1].is_Integer):
-                            # k*c*((y//c)%e) + k*(y%c) = k*(y%(c*e))
-                            e = int(t2.args[1])
-                            new = (r - Integer(k2) * t2 - Integer(k) * t
-                                   + Integer(k) * floormod(y, Integer(c * e)))
-                            break
-                    if new is not None:
-                        break
-            elif isinstance(t, floordiv) and t.args[1].is_Integer:
-                y, b = t.args
+            split = _split_term(t, k)
+            if split is None:
+                continue
+            kk, g = split
+            if isinstance(g, floormod):
+                new = _join_mod(r, terms, kk, g)
+                if new is not None:
+                    break
+            elif g is t and g.args[1].is_Integer:
+                y, b = g.args
                 c = int(b)
                 if c > 0 and k % c == 0:
                     # k*(y//c) = -kk*y + kk*(y%c) with kk = -k/c; keep when y cancels
