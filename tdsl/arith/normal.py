@@ -1,6 +1,7 @@
 """Range-free normal forms that the range-aware simplifier (`analysis.simp`) applies: the
 recombination of split/fuse pairs in a sum (c*(y//c) + y%c -> y, c*((y//c)%d) + y%c ->
-y%(c*d), y - c*(y//c) -> y%c) and comparisons normalised (`<` for all orders, the gcd of
+y%(c*d), y - c*(y//c) -> y%c; the first two also for multiples that hold symbols, as
+S*S*(f//S) + S*(f%S) -> S*f) and comparisons normalised (`<` for all orders, the gcd of
 the coefficients divided out).
 """
 from __future__ import annotations
