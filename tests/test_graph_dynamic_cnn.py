@@ -286,12 +286,20 @@ def _check_shapes(m, shapes, target="llvm", tol=2e-4):
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
 def test_conv1d_net_any_signal_length(target):
     """The 1-D CNN with its batch and signal length symbolic (bench/dynamic.py): built
-    once, right at lengths whose rows end in ragged tiles, at batch 1 and 2; its convs
-    take the CPU definitions a static build takes (cpu/width.py), none the auto-scheduler."""
-    m = _symbolic_length(models.conv1d_net(length=1000))
-    exe = _check_shapes(m, [(1, 1, 1000), (2, 1, 1337), (1, 1, 2999), (1, 1, 203)], target)
-    convs = {k.scheduled_by for k, _, n in exe.steps if any(o.op == "nn.conv2d" for o in n.op.nodes())}
-    assert convs == {"conv2d_rows", "conv_blocked", "conv2d_grouped"}
+    once, right at lengths whose rows end in ragged tiles (odd ones, and one whose last
+    row is a single pixel), at batch 1 and 2. Like a static build it is one channel-blocked
+    chain from the stem to the global pool (passes/layout.py, no NCHW conv), each kernel
+    taking the implementation the static build's takes (cpu/width.py)."""
+    m0 = models.conv1d_net(length=1000)
+    m = _symbolic_length(m0)
+    exe = _check_shapes(m, [(1, 1, 1000), (2, 1, 1337), (1, 1, 4001), (2, 1, 999), (1, 1, 203), (1, 1, 64)],
+                        target)
+    ops = {o.op for _, _, n in exe.steps for o in n.op.nodes()}
+    assert "nn.conv2d" not in ops and "nn.conv2d_blocked" in ops
+    convs = {k.scheduled_by for k, _, n in exe.steps if any(o.op == "nn.conv2d_blocked" for o in n.op.nodes())}
+    assert convs == {"conv2d_blocked", "depthwise2d_blocked"}
+    static = G.build(G.optimize(G.from_onnx(m0), target=target), target=target)
+    assert sorted(k.scheduled_by for k, _, _ in exe.steps) == sorted(k.scheduled_by for k, _, _ in static.steps)
 
 
 @pytest.mark.parametrize("cin,cout,k,stride,pads,dil,groups,impl", [

@@ -22,7 +22,8 @@ fires: a 3-D pool of the blocked image whose last window is one element, so each
 alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the tails that only plain consumers read (below); a conv alone keeps the
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
 layout would only move the same transposing store. Convs that join: float32 2-D convs with
-constant weights and static shapes (but the batch), groups 1 or depthwise, on images
+constant weights and static shapes (but the batch and the row width: a 1-D signal's length
+exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
 concatenations of the block's input and its features share one kernel generic in the
 channel count in NCHW, strategy/cpu/generic.py).
@@ -80,9 +81,9 @@ def _conv_form(n):
     if n.op not in _BLOCKED_CONV or not isinstance(n.args[1], Const) or n.type.dtype != "float32":
         return False
     x = n.args[0]
-    # a symbolic batch is taken (the blocked convs take it, strategy/cpu/batch.py), any
-    # other symbolic size is not
-    shape = tuple(x.type.shape[1:]) + tuple(n.type.shape[1:])
+    # a symbolic batch is taken (the blocked convs take it, strategy/cpu/batch.py), and a
+    # symbolic row width (a 1-D signal's length: cpu/width.py), any other symbolic size not
+    shape = tuple(x.type.shape[1:-1]) + tuple(n.type.shape[1:-1])
     if not all(isinstance(d, int) for d in shape):
         return False
     C = x.type.shape[1]

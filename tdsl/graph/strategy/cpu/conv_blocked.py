@@ -22,9 +22,9 @@ from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
 from ..stages import ishape, stages_of
-from .batch import batch, batch_only, image_shape, image_weights, outer_fuse, parallel as threads
+from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
-from .width import is_number, known, row_chunks, row_extent, row_tile
+from .width import batch_and_width, is_number, known, number, row_chunks, row_extent, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -80,29 +80,29 @@ def applies_depthwise(g, n):
     """nn.conv2d_blocked of groups > 1 (a depthwise conv), float, its weights constant and
     its input a group parameter (its batch may be symbolic)."""
     return (n.attrs["groups"] != 1 and g.const_param(n.args[1]) is not None
-            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx and batch_only(g, n))
+            and n.args[0].type.dtype == "float32" and n.args[0] in g.pidx and batch_and_width(g, n))
 
 
-def _padding(n):
+def _padding(g, n):
     """The padded input's spatial sizes and the begin padding of conv node `n` (its input
-    plain or blocked)."""
+    plain or blocked; a symbolic row width as the kernel's index expression)."""
     p = n.attrs["padding"]
     nd = len(n.args[1].type.shape) - 2
-    sp = n.args[0].type.shape[2:2 + nd]
+    sp = g.node_type(n.args[0]).shape[2:2 + nd]
     return [sp[d] + p[d] + p[nd + d] for d in range(nd)], p[:nd]
 
 
 def depthwise2d_blocked(g, n, tensors):
     """nn.conv2d_blocked of groups > 1: the blocked depthwise conv of the padded input."""
     x = g.param_tensor(g.pidx[n.args[0]])
-    return depthwise_blocked(g, n, x, pad_blocked(x, *_padding(n)), g.const_param(n.args[1]))
+    return depthwise_blocked(g, n, x, pad_blocked(x, *_padding(g, n)), g.const_param(n.args[1]))
 
 
 def conv2d_blocked(g, n, x, wi):
     """nn.conv2d_blocked and nn.conv3d_blocked (ir/ops_layout.py) of groups 1 of image `x`:
     the blocked conv from a blocked or plain input to a blocked output."""
     a = n.attrs
-    sizes, offsets, skip = _skip_lead_padding(n, *_padding(n))
+    sizes, offsets, skip = _skip_lead_padding(n, *_padding(g, n))
     if a["in_blocked"]:
         return conv_blocked(g, n, x, wi, None, blocked=(pad_blocked(x, sizes, offsets), a["bn"]), skip=skip)
     return conv_blocked(g, n, x, wi, (sizes, offsets, (1,) * len(sizes)), blocked=(None, a["bn"]), skip=skip)
@@ -135,7 +135,7 @@ def depthwise_blocked(g, n, x, src, wi):
     N = batch(g, n)
     C, _, KH, KW = n.args[1].type.shape
     CB = -(-C // bn)
-    OH, OW = n.type.shape[2:4]
+    OH, OW = g.node_type(n).shape[2:4]
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
 
     def pack(w):
@@ -148,7 +148,8 @@ def depthwise_blocked(g, n, x, src, wi):
     Cv = tdsl.compute((N, CB, OH, OW, bn), lambda b, cb, oy, ox, c: tdsl.sum(
         src[b, cb, oy * sh + ky * dh, ox * sw + kx * dw, c] * Wp[cb, ky, kx, c], axis=[ky, kx]),
         name=topi.uname("conv"))
-    xb, rb = tiling.depthwise_tile(g.target, OH, OW)
+    # a symbolic row: the tile of a long row, its ragged last tile peeled (width.py)
+    xb, rb = tiling.depthwise_tile(g.target, OH, number(OW))
     return tag.mark(Cv, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=bn)
 
 

@@ -147,26 +147,36 @@ def global_avg_pool_blocked(g, n, tensors):
     `ACC` independent vector sums along the pixels (one chain would wait on each add's
     latency), then their sum."""
     x = g.param_tensor(g.pidx[n.args[0]])
-    N, (_, CB, H, W, bn) = batch(g, n.args[0]), n.args[0].type.shape
+    N, (_, CB, H, W, bn) = batch(g, n.args[0]), g.node_type(n.args[0]).shape
     P = H * W
-    acc = next(a for a in (ACC, 4, 2, 1) if P % a == 0)
-    r = tdsl.reduce_axis((0, P // acc), "r")
-    part = tdsl.compute((N, CB, acc, bn), lambda b, cb, j, c: tdsl.sum(
-        x[b, cb, (r * acc + j) // W, (r * acc + j) % W, c], axis=r), name=topi.uname("gap_part"))
+    if isinstance(W, int):
+        acc = next(a for a in (ACC, 4, 2, 1) if P % a == 0)
+        r = tdsl.reduce_axis((0, P // acc), "r")
+        part = tdsl.compute((N, CB, acc, bn), lambda b, cb, j, c: tdsl.sum(
+            x[b, cb, (r * acc + j) // W, (r * acc + j) % W, c], axis=r), name=topi.uname("gap_part"))
+    else:
+        # a row of symbolic width (a 1-D signal's, H = 1): the sums' last round is guarded
+        acc, zero = ACC, tdsl.const(0, n.type.dtype)
+        r = tdsl.reduce_axis((0, tdsl.floordiv(W + (ACC - 1), ACC)), "r")
+        part = tdsl.compute((N, CB, acc, bn), lambda b, cb, j, c: tdsl.sum(
+            tdsl.if_then_else(r * acc + j < W, x[b, cb, 0, tdsl.min(r * acc + j, W - 1), c], zero), axis=r),
+            name=topi.uname("gap_part"))
     j = tdsl.reduce_axis((0, acc), "j")
     dt = n.type.dtype
     tot = tdsl.compute((N, CB, 1, 1, bn), lambda b, cb, y, xx, c: tdsl.sum(part[b, cb, j, c], axis=j),
                        name=topi.uname("gap_sum"))
-    O = tdsl.compute((N, CB, 1, 1, bn), lambda *i: tot[i] / topi.c(P, dt), name=topi.uname("gap"))
+    cnt = topi.count([H, W], dt)
+    O = tdsl.compute((N, CB, 1, 1, bn), lambda *i: tot[i] / cnt, name=topi.uname("gap"))
     return tag.mark(O, tag.GLOBAL_POOL_BLOCKED, part=part, sum=tot)
 
 
 def applies_blocked_pool(g, n):
     """A `mean` over axes 2, 3 (keepdims) of a float32 blocked image with static sizes, a
-    group parameter (its batch may be symbolic)."""
+    group parameter (its batch may be symbolic, and the width of a one-row image)."""
     t = n.args[0].type
+    _, CB, H, W, bn = t.shape if t.ndim == 5 else (0,) * 5
     return (n.op == "mean" and n.args[0] in g.pidx and t.ndim == 5 and t.dtype == "float32" and sorted(n.attrs["axis"] or []) == [2, 3]
-            and n.attrs["keepdims"] and all(isinstance(d, int) for d in t.shape[1:]))
+            and n.attrs["keepdims"] and all(isinstance(d, int) for d in (CB, H, bn)) and (isinstance(W, int) or H == 1))
 
 
 def applies_global_pool(g, n):

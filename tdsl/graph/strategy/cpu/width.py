@@ -30,10 +30,20 @@ def is_number(d) -> bool:
 
 def batch_and_width(g, n) -> bool:
     """Whether every size of node `n`'s operands and result but the leading (batch) and
-    the last (row width) one is a number; always so in a group without symbolic sizes."""
+    the row width is a number; always so in a group without symbolic sizes. The row is
+    the last axis of a plain image, the one before the channel block of a blocked one
+    (passes/layout.py: a blocked conv's result, and its input where `in_blocked`)."""
     if not g.symbolic:
         return True
-    return all(isinstance(d, int) for t in [a.type for a in n.args] + [n.type] for d in t.shape[1:-1])
+    blocked = n.op.endswith("_blocked")
+    types = [(n.args[0].type, blocked and n.attrs.get("in_blocked", False)), (n.type, blocked)]
+    types += [(a.type, False) for a in n.args[1:]]
+    return all(isinstance(d, int) for t, b in types for d in _fixed_sizes(tuple(t.shape), b))
+
+
+def _fixed_sizes(shape, blocked):
+    """The sizes of an image that must be numbers: all but the batch and the row width."""
+    return shape[1:-2] + shape[-1:] if blocked else shape[1:-1]
 
 
 def symbolic_width(n) -> bool:
