@@ -509,8 +509,8 @@ def schedule(s, out, g, parallel=True):
         axes = pad.op.axis[:-1]
         if info["in_blocked"] and not is_number(pad.shape[-2]):
             # a row of run-time width (a 1-D signal's) stays a loop of its own: fused in,
-            # each vector's index would be recovered by an integer division by the width
-            # (the bulk of the copy's time; 4-10% of a short signal's strided convs)
+            # each vector's index would be recovered by an integer division by the width,
+            # which costs the copy more than its loads and stores
             axes = axes[:-1]
         pa = s[pad].fuse(*axes)
         if parallel:
