@@ -9,8 +9,8 @@ dynamic/onnxruntime; and "first+ms", what the first call at a size never run bef
 beyond a warm call at that size (0 where it cost less). No compile happens there; what
 does is all of what a server's first request at a new size pays: tdsl's work for new
 sizes (the sizes checked, the memory plan of those sizes evaluated, each kernel's size
-class chosen, the run state made and the values of the sizes alone computed, ~1-3 ms on
-the zoo), any first touch of memory, any Python collection its allocations set off (a
+class chosen, the run state made and the values of the sizes alone computed: a few ms,
+most of it binding each kernel to the new buffers), any first touch of memory, any Python collection its allocations set off (a
 first call allocates ~600-1000 tracked objects, a warm one ~15), and the caches and
 machine as they are (a preemption on a shared machine lands in it too). As a server
 would, the executor reserves after the build the memory of the largest sizes it expects
