@@ -10,8 +10,9 @@ beyond a warm call at that size (0 where it cost less). No compile happens there
 does is all of what a server's first request at a new size pays: tdsl's work for new
 sizes (the sizes checked, the memory plan of those sizes evaluated, each kernel's size
 class chosen, the run state made and the values of the sizes alone computed: a few ms,
-most of it binding each kernel to the new buffers), any first touch of memory, any Python collection its allocations set off (a
-first call allocates ~600-1000 tracked objects, a warm one ~15), and the caches and
+most of it binding each kernel to the new buffers), any first touch of memory, any
+Python collection its allocations set off (a first call allocates ~600-1000 tracked
+objects, a warm one ~15), and the caches and
 machine as they are (a preemption on a shared machine lands in it too). As a server
 would, the executor reserves after the build the memory of the largest sizes it expects
 (Executor.reserve: arena, outputs, and one run, which pages in the kernels' scratch):
