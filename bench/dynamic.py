@@ -6,17 +6,24 @@ and beside tdsl's own build of the model made static at that size.
 Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, after a
 pause), the static build's, onnxruntime's; the ratios dynamic/static and
 dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
-beyond a warm call at that size. No compile happens there; what does is tdsl's work for
-new sizes (the memory plan and the run state of those sizes) and whatever the first
-touch of memory costs. As a server would, the executor reserves after the build the
-memory of the largest sizes it expects (Executor.reserve: arena, outputs, and one run,
-which pages in the kernels' scratch): here each dimension's largest in the sweep, with
-one more batch where that is itself a size of the sweep, so that every size swept is new
-to the executor; its seconds are printed apart. Both calls are taken in the same
-conditions: after onnxruntime's block and a pause in which its spinning workers stop
-(right after its block they would take a core from tdsl's first call), with the caches
-as onnxruntime left them; the first call is one sample, the warm call the median of 3,
-each after a call of onnxruntime at that size and the same pause. Per model: the build
+beyond a warm call at that size (0 where it cost less). No compile happens there; what
+does is all of what a server's first request at a new size pays: tdsl's work for new
+sizes (the sizes checked, the memory plan of those sizes evaluated, each kernel's size
+class chosen, the run state made and the values of the sizes alone computed: a few ms,
+most of it binding each kernel to the new buffers), any first touch of memory, any
+Python collection its allocations set off (a first call allocates ~600-1000 tracked
+objects, a warm one ~15), and the caches and
+machine as they are (a preemption on a shared machine lands in it too). As a server
+would, the executor reserves after the build the memory of the largest sizes it expects
+(Executor.reserve: arena, outputs, and one run, which pages in the kernels' scratch):
+here each dimension's largest in the sweep, with one more batch where that is itself a
+size of the sweep, so that every size swept is new to the executor; its seconds are
+printed apart. Both calls are taken in the same conditions: each right after a call of
+onnxruntime at that size and a pause in which its spinning workers stop (right after
+its block they would take a core from tdsl's call); the first call is one sample, the
+warm call the median of 3. bench/firstcall.py takes a first call apart (phases, faults,
+collections, time waiting for a core, kernels against a warm call, and the static
+build's first call in the same conditions). Per model: the build
 seconds, dynamic and the mean static, the sizes reserved and the reserve's seconds. The
 last lines: the geometric mean of dynamic/onnxruntime over every pair, the worst pair,
 the worst dynamic/static, the worst first+ms and the worst build ratio.
@@ -167,6 +174,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
     out, static_builds = [], []
     for shape in shapes:
         x = _input(model, shape)
+        ref = sess.run(None, {iname: x})[0]      # as before each warm call below
         time.sleep(pause_s)
         got = None
 
@@ -174,7 +182,6 @@ def run_one(name, target, number, repeat, pause_s=0.3):
             nonlocal got
             got = dyn.run(x)[0]
         first = _timed(first_call)
-        ref = sess.run(None, {iname: x})[0]
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory

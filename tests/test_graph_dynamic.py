@@ -251,11 +251,9 @@ def test_position_embeddings_up_to_the_sequence_run_no_kernel_of_their_own():
         assert [n.split("#")[0] for n, _, _ in exe.profile(number=1)] == ["fused_take_add"], shape
 
 
-def test_values_of_the_sizes_alone_are_computed_once_per_size():
-    """A causal mask built from the sequence (Range, compare, Where), as decoders export
-    it: a static build folds it; built once with symbolic sizes, its kernels run when a
-    call first meets a sequence, not at every call, and the results stay right as the
-    sizes come and go."""
+def causal_mask_model():
+    """x (batch, sequence) @ a causal mask (sequence, sequence) built from the sequence
+    (Range, compare, Where), as decoders export it."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              _const("i1", np.array(1, np.int64)), _const("z", np.array(0, np.int64)),
@@ -269,7 +267,14 @@ def test_values_of_the_sizes_alone_are_computed_once_per_size():
              helper.make_node("Where", ["causal", "zero", "minus"], ["mask"]),
              helper.make_node("MatMul", ["x", "mask"], ["y"])]
     g = helper.make_graph(nodes, "mask", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_values_of_the_sizes_alone_are_computed_once_per_size():
+    """A causal mask: a static build folds it; built once with symbolic sizes, its kernels
+    run when a call first meets a sequence, not at every call, and the results stay
+    right as the sizes come and go."""
+    m = causal_mask_model()
     exe = G.build(G.optimize(G.from_onnx(m)))
     # kernels that run once per size are compiled without variants for size classes
     assert [bool(k.variants) for k, _, _ in exe.steps if "matmul" not in k.name] == [False, False]

@@ -26,7 +26,7 @@ from .ir import Const, Function, Module
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars
-from .runstate import HostMemory, SizeArg, StatePool, make_state, size_only
+from .runstate import HostMemory, SizeArg, StatePool, make_state, once_layout, size_only
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import tune_group
 from .strategy.groupdef import derived_source
@@ -158,8 +158,9 @@ class Executor:
 
     def reserve(self, **sizes):
         """Makes the memory of a lone caller (the default state's: a single-threaded
-        server's) large enough for `sizes` ({size variable: int}, the largest expected)
-        now, paged in, so that no call up to them allocates or touches fresh memory: a
+        server's) large enough for `sizes` ({size variable: int}, the largest expected;
+        the arena holds the values of the sizes alone too, runstate.once_layout) now,
+        paged in, so that no call up to them allocates or touches fresh memory: a
         first touch of fresh pages can cost more than the run. On the host it also runs
         the network once at `sizes` on zero inputs, which pages in what only a run
         touches: the kernels' heap scratch (kept by the runtime, runtime/scratch.c) and
@@ -175,13 +176,14 @@ class Executor:
             self._slots.take()
         key = self.binder.key(sizes)
         plan = self._plans.get(key, sizes)
+        make, need = self._sized_make(plan, sizes)
         slot = self._slots.take(default=True)
         try:
-            slot.reserve(plan.peak_bytes + 64, plan.output_bytes + 64, touch=True)
+            slot.reserve(need + 64, plan.output_bytes + 64, touch=True)
         finally:
             self._slots.give(slot)
         if run and self.device is None:
-            pool = SizedPool(self._slots, key, sizes, plan, self._make_sized)
+            pool = SizedPool(self._slots, key, sizes, plan, make, need)
             state = pool.take(default=True)
             try:
                 _run_calls(state.calls)
@@ -190,13 +192,22 @@ class Executor:
             finally:
                 pool.give(state)
 
-    def _make_sized(self, plan, sizes, arena, outputs=None, steps=None):
+    def _sized_make(self, plan, sizes, steps=None):
+        """(make for SizedPool, the arena bytes a state at `sizes` needs: the plan's peak,
+        and on the host the values of the sizes alone past it, runstate.once_layout)."""
+        if self.device is not None:
+            return functools.partial(self._make_sized, steps=steps), plan.peak_bytes
+        once = self.steps_at(plan, sizes, once=True)
+        return (functools.partial(self._make_sized, steps=steps, once=once),
+                once_layout(plan, once, sizes)[1])
+
+    def _make_sized(self, plan, sizes, arena, outputs=None, steps=None, once=()):
         """The run state of `sizes` on `arena` (a Slot's), its outputs in `outputs`;
-        `steps`: steps_at(plan, sizes) where the caller has them."""
+        `steps`: steps_at(plan, sizes) where the caller has them; `once`: on the host,
+        steps_at(plan, sizes, once=True)."""
         fn = self.mod.main
         steps = steps or self.steps_at(plan, sizes)
         if self.device is None:
-            once = self.steps_at(plan, sizes, once=True)
             return make_state(plan, fn, steps, HostMemory(plan, arena, outputs), sizes, once)
         return make_device_state(plan, fn, steps, self.device, sizes, arena)
 
@@ -243,7 +254,7 @@ class Executor:
             self._slots.take()
         plan = self._plans.get(key, sizes)
         steps = self.steps_at(plan, sizes)      # also for the profile's names
-        pool = SizedPool(self._slots, key, sizes, plan, functools.partial(self._make_sized, steps=steps))
+        pool = SizedPool(self._slots, key, sizes, plan, *self._sized_make(plan, sizes, steps))
         pool.steps = steps
         self._pool, self._sizes = pool, sizes
         return pool

@@ -23,7 +23,12 @@ alignment is copied into the state's own buffer as before.
 
 With symbolic sizes, what depends on the sizes alone (a T5's relative position buckets,
 a causal mask: `size_only`), which a static build folds into constants, is computed when
-a state of those sizes is made, into arrays of its own, and not again at each run.
+a state of those sizes is made and not again at each run, into the arena past the plan's
+peak (`once_layout`): memory Executor.reserve has paged in, where a state of its own
+arrays faulted fresh pages in at each new size (a GPT-2's causal mask at batch 8 and
+sequence 512 is 8 MiB). The states of other sizes share that arena, so a state computes
+those values again when it runs after another size's (`RunState.once`: a few cheap
+kernels, where the run itself reads them many times).
 """
 from __future__ import annotations
 
@@ -44,10 +49,10 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers")
+                 "lent", "home", "readers", "once")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
-                 lendable=None, readers=None):
+                 lendable=None, readers=None, once=()):
         self.arena = arena
         # input name -> the array the kernels read it from: the state's own buffer
         # (`home`), or the caller's array of the last run (bind_input)
@@ -64,6 +69,9 @@ class RunState:
         # input name -> ([(call index, argument index)], [output index]) that view it, for
         # the inputs that may be read from the caller's array (no kernel writes them)
         self.readers: Dict[str, tuple] = readers or {}
+        # the calls computing the values of the sizes alone into the arena (make_state's
+        # `once`): run again when another size's state used the arena in between
+        self.once: list = list(once)
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
@@ -146,11 +154,14 @@ class HostMemory:
     """Where make_state puts buffers on the host: numpy arrays, the arena 64-byte aligned.
     A device executor passes its own (device_state.DeviceMemory) with the same methods."""
 
-    def __init__(self, plan, arena=None, outputs=None):
-        # `arena`: a buffer of at least peak + 64 bytes to plan into (a Slot's, shared by
-        # the states of several sizes that never run at once); `outputs`: one for the
-        # outputs (plan.output_bytes + 64), else each output is an array of its own
-        self.arena = np.empty(plan.peak_bytes + 64, np.uint8) if arena is None else arena
+    def __init__(self, plan, arena=None, outputs=None, nbytes=None):
+        # `arena`: a buffer of at least `nbytes` (default peak) + 64 bytes to plan into (a
+        # Slot's, shared by the states of several sizes that never run at once);
+        # `outputs`: one for the outputs (plan.output_bytes + 64), else each output is an
+        # array of its own
+        if arena is None:
+            arena = np.empty((plan.peak_bytes if nbytes is None else nbytes) + 64, np.uint8)
+        self.arena = arena
         self.base = (-self.arena.ctypes.data) % 64
         self.outputs = outputs
         self.out_at = 0 if outputs is None else (-outputs.ctypes.data) % 64
@@ -201,15 +212,27 @@ def size_only(plan, fn) -> set:
     return out
 
 
+def once_layout(plan, once, sizes) -> tuple:
+    """({node: arena offset}, arena bytes) of the values of the `once` steps ((kernel,
+    arguments, node): size_only's) at `sizes`, placed one after another past `plan`'s
+    peak, each 64-byte aligned."""
+    types, at, end = TypesAt(sizes), {}, -(-plan.peak_bytes // 64) * 64
+    for _, _, n in once:
+        at[n] = end
+        end += -(-types(n.type).nbytes // 64) * 64
+    return at, end
+
+
 def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
     """One set of buffers for `plan` (of the fused @main `fn`) made by `mem` (HostMemory
     by default), with the calls of `steps` ((kernel, arguments, node) where an argument is
     a graph node, standing for its buffer, or a constant array; the last is the node
     itself) bound to them. `sizes`: the values of the size variables of a network with
     symbolic sizes, the plan's (the buffers of one call's sizes). `once`: steps of
-    `size_only` nodes, run here, once, into arrays of their own (the arena is shared
-    with the states of other sizes), and not by the state's calls."""
-    mem = mem or HostMemory(plan)
+    `size_only` nodes, run here into the arena past the plan's peak (`once_layout`: `mem`'s
+    arena holds that much), not by the state's calls but again by `RunState.once`."""
+    fixed_at, fixed_end = once_layout(plan, once, sizes) if once else ({}, plan.peak_bytes)
+    mem = mem or HostMemory(plan, nbytes=fixed_end)
     types = TypesAt(sizes)
     inputs = {p.name: mem.new_input(types(p.type)) for p in fn.params}
     bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
@@ -217,13 +240,11 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
     views = plan.output_views
     made = set()        # ids of the outputs' own buffers (mem.new)
 
-    fixed = {n for _, _, n in once}
-
     def own_buffer(n):
         t = types(n.type)
         if n not in bufs:
-            if n in fixed:
-                bufs[n] = np.empty(t.shape, t.dtype)
+            if n in fixed_at:
+                bufs[n] = mem.arena_view(fixed_at[n], t)
             elif n in outputs:
                 bufs[n] = mem.new(t)
                 made.add(id(bufs[n]))
@@ -251,9 +272,11 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                          for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
-    for k, args, _ in once:
-        mem.bind(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg) else a
-                            for a in args])()
+    once_calls = [mem.bind(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg)
+                                      else a for a in args])
+                  for k, args, _ in once]
+    for call in once_calls:
+        call()
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
     lendable, readers = {}, {}
     if isinstance(mem, HostMemory):
@@ -271,7 +294,7 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
             if not any(_writes(bound[ci][0], ai) for ci, ai in args_at):
                 readers[name] = (args_at, [i for i, o in enumerate(outs) if _shares(o, buf)])
     return RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
-                    readers=readers)
+                    readers=readers, once=once_calls)
 
 
 class SizeArg:

@@ -185,10 +185,12 @@ class Slot:
                 if self._out.array is not None:
                     self._out.array.fill(0)
 
-    def state(self, key, sizes, plan, make):
+    def state(self, key, sizes, plan, make, arena_bytes=None):
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
-        (`outputs`: the host memory for the outputs, or None)."""
-        if key != self.last and self.last is not None:
+        (`outputs`: the host memory for the outputs, or None) on an arena of at least
+        `arena_bytes` (default: the plan's peak) + 64."""
+        switched = key != self.last and self.last is not None
+        if switched:
             prev = self.states.get(self.last)
             if prev is not None and self._in_outputs(prev.held_outputs()):
                 self._leave_outputs()
@@ -197,8 +199,12 @@ class Slot:
             self.states.move_to_end(key)
             if self._in_outputs(st.reclaim()):
                 self._leave_outputs(keep=key)
+            if switched:        # another size's run wrote over its values of the sizes
+                for call in st.once:
+                    call()
         else:
-            need, out_need = plan.peak_bytes + 64, plan.output_bytes + 64
+            need = (plan.peak_bytes if arena_bytes is None else arena_bytes) + 64
+            out_need = plan.output_bytes + 64
             if self.arena is None or self.arena_bytes < need or self.host and self._out.nbytes < out_need:
                 self._grow(need, out_need)
             st = make(plan, sizes, self.arena, self.outputs)
@@ -242,15 +248,16 @@ class SizedPool:
     of an executor with symbolic sizes: a caller takes a slot, and in it the state of
     these sizes."""
 
-    def __init__(self, slots, key, sizes, plan, make):
+    def __init__(self, slots, key, sizes, plan, make, arena_bytes=None):
         self.slots, self.key, self.sizes, self.plan, self.make = slots, key, sizes, plan, make
+        self.arena_bytes = arena_bytes      # Slot.state's
         self._held = {}
         self._lock = threading.Lock()
 
     def take(self, default=False):
         slot = self.slots.take(default)
         try:
-            st = slot.state(self.key, self.sizes, self.plan, self.make)
+            st = slot.state(self.key, self.sizes, self.plan, self.make, self.arena_bytes)
         except BaseException:
             self.slots.give(slot)
             raise
