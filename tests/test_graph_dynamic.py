@@ -352,3 +352,27 @@ def test_symbolic_sizes_on_the_opencl_device_executor(which):
     for shape in shapes:
         x = rng.standard_normal(shape).astype(np.float32)
         _close(exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0])
+
+
+def test_size_class_with_the_kernels_schedule_shares_its_code():
+    """A transpose whose last axis is the run-time sequence gets size classes (a single
+    token, a short row); the "short" schedule comes out as the kernel's own, so that
+    class runs the kernel itself instead of a copy compiled under another name, while
+    the single token's variant is its own. Right at every size."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 256])
+    nodes = [_const("shp", np.array([0, 0, 4, 64], np.int64)),
+             helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [], [0.125])),
+             helper.make_node("Reshape", ["x", "shp"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Mul", ["t", "c"], ["y"])]
+    g = helper.make_graph(nodes, "heads", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    ((k, _, _),) = exe.steps
+    shared = [v is k for _, v in k.variants]
+    assert True in shared and False in shared, [v.name for _, v in k.variants]
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1), (2, 5), (1, 16), (3, 100)]:
+        v = rng.standard_normal(shape + (256,)).astype(np.float32)
+        want = v.reshape(shape + (4, 64)).transpose(0, 2, 3, 1) * np.float32(0.125)
+        _close(exe.run(v)[0], want)

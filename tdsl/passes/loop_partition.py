@@ -191,15 +191,22 @@ class _Partition(Mutator):
             # main parts and tails (four of a register tile with run-time rows and
             # columns) would cost compile time and run once per call; codegen keeps a
             # serial tail as written, and the loops in it over what is left of a tile
-            if f.kind is S.ForKind.SERIAL:
+            kind = f.kind
+            if kind is S.ForKind.PARALLEL and arith.can_prove(E.LE(tail_ext, E.const(1, tail_ext.dtype)), self.ranges):
+                # at most one task (a register tile's last rows): a fork for it only
+                # costs a launch at run time and its three functions at build time
+                kind = S.ForKind.SERIAL
+                pragmas = tuple(p for p in pragmas if p[0] != "parallel_when")
+            if kind is S.ForKind.SERIAL:
                 pragmas = pragmas + (("tail", True),)
             inner = _Partition(self.ranges, split=False).visit(f.body)
             tail_body = _KeepRemainders(f.var).visit(_HoistGuards().visit(inner))
         else:
             if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
                 pragmas = pragmas + (("tail", True),)
+            kind = f.kind
             tail_body = self.visit(f.body)
-        tail = S.For(f.var, tail_min, tail_ext, f.kind, tail_body, f.thread_tag, pragmas)
+        tail = S.For(f.var, tail_min, tail_ext, kind, tail_body, f.thread_tag, pragmas)
         return S.seq(main, tail)
 
 

@@ -128,3 +128,33 @@ def test_tiled_matmul_with_symbolic_rows_and_columns_is_right():
         out = np.full((m, n), np.nan, np.float32)
         f(a, b, out)
         np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_parallel_tail_of_one_task_is_serial():
+    """Row tiles of run-time count, parallel: the tail (at most one tile) is a serial loop,
+    not a fork of one task; a constant tail stays as it was. Right at every size."""
+    def par_rows(m):
+        A = tdsl.placeholder((m, 32), name="A")
+        B = tdsl.compute((m, 32), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+        s = tdsl.create_schedule(B)
+        io, ii = s[B].split(B.op.axis[0], factor=8)
+        s[B].unroll(ii)
+        s[B].vectorize(B.op.axis[1])
+        s[B].parallel(io)
+        return s, A, B
+
+    def outer_loops(s, A, B):
+        return [x for x in nodes(loop_partition(before("loop_partition", s, [A, B])), S.For)
+                if x.var.name == "i.outer"]
+    main, tail = outer_loops(*par_rows(tdsl.var("m")))
+    assert main.kind is S.ForKind.PARALLEL
+    assert tail.kind is S.ForKind.SERIAL and ("tail", True) in tail.pragmas
+    assert [x.kind for x in outer_loops(*par_rows(20))] == [S.ForKind.PARALLEL] * 2
+    s, A, B = par_rows(tdsl.var("m"))
+    f = tdsl.build(s, [A, B])
+    rng = np.random.default_rng(3)
+    for m in (1, 7, 8, 9, 100):
+        a = rng.standard_normal((m, 32)).astype(np.float32)
+        got = np.full((m, 32), np.nan, np.float32)
+        f(a, got)
+        np.testing.assert_allclose(got, a * 2.0 + 1.0, rtol=1e-6)

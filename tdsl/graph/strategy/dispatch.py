@@ -14,6 +14,7 @@ import sympy
 import tdsl
 
 from ...errors import GraphError, TdslError
+from ...fingerprint import fingerprint
 from ...target import as_target
 from ...ir import expr as E
 from ...ir.visitor import free_vars
@@ -196,8 +197,12 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
         g.use_auto = erasure.kind != "elementwise"
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(g.symbolic)
+    # {schedule fingerprint: Kernel} of this group's kernel and variants: a size class
+    # whose schedule comes out as one already built (an elementwise group's "short",
+    # where no decision reads the size) shares that kernel instead of compiling its copy
+    built = {}
     try:
-        kernel = _compile_group(g, fn, target, name, sched)
+        kernel = _compile_group(g, fn, target, name, sched, built=built)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
@@ -205,19 +210,20 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
         kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
-                                           g.size_pins.get(cls), kernel.size_args))
+                                           g.size_pins.get(cls), kernel.size_args, built))
                            for cls, cond in g.size_classes.items()]
     return kernel
 
 
-def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args):
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args, built):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
     of one row for a single token); "short", for sizes of `SHORT` (the auto-scheduler's
     rows of a short sequence); one with `pins` ({size variable: value}), for those
     sizes as constants, its schedule the static one of that size (a single token's)
     where the others stay symbolic; another, for the representative `sizes`, the
-    schedule told its class. Each takes its kernel's arguments (`size_args`)."""
+    schedule told its class. Each takes its kernel's arguments (`size_args`); one whose
+    schedule is in `built` is that kernel (see compile_group)."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
     if pins:
@@ -230,20 +236,26 @@ def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, p
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
-        return _compile_group(g, fn, target, f"{name}_{cls}", sched, size_args)
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched, size_args, built)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
 
 
-def _compile_group(g, fn, target, name, sched, size_args=None):
+def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
+    """The Kernel `name` of group definition `g`; where `built` ({schedule fingerprint:
+    Kernel}) holds the schedule it gets, that kernel: the same code under another name."""
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
     order, args, size_args = kernel_args(g, out, size_args)
+    fp = None
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)
+        fp = fingerprint(s, args, target) if built is not None else None
+        if fp is not None and fp in built:
+            return built[fp]
         mod = tdsl.build(s, args, target=target, name=name)
     except TdslError as e:
         if g.explanation is None:
@@ -259,4 +271,7 @@ def _compile_group(g, fn, target, name, sched, size_args=None):
         except TdslError as e2:
             raise GraphError(f"build: kernel @{name} failed for target '{target}': "
                              f"{type(e2).__name__}: {e2}") from None
-    return Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None, size_args, g.scheduled_by)
+    kernel = Kernel(name, mod, order, dict(g.transforms), fn.outputs[0].type, None, size_args, g.scheduled_by)
+    if fp is not None:
+        built[fp] = kernel
+    return kernel
