@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import ndarray as nd
+from ..runtime import threadpool
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
 from .describe import describe_group
@@ -506,8 +507,14 @@ def _shape_of(v):
 
 
 def _run_calls(calls):
-    for call in calls:
-        call()
+    # the pool's workers stay awake for the whole run (and a moment after, for the next):
+    # a worker parked between two of its parallel loops would start the second late
+    threadpool.hold()
+    try:
+        for call in calls:
+            call()
+    finally:
+        threadpool.release()
 
 
 def build(mod: Module, target=None, tune_minutes: float = 0.0, log_file=None) -> Executor:
