@@ -122,12 +122,11 @@ def test_a_hold_keeps_workers_awake_between_loops_then_they_sleep(sin_cos):
         assert slept == after["lost_sleeps"] - before["lost_sleeps"], (before, after)
     assert threadpool.stats()["held"] == 0
     _until(lambda: threadpool.stats()["sleeping"] == n, "released, they sleep after the grace")
-    # unheld, the same pauses let them sleep between the loops
+    # unheld, a pause as long lets them sleep again after a loop
     before = threadpool.stats()
-    for _ in range(2):
-        _check(f, a, ref)
-        time.sleep(0.02)
-    assert threadpool.stats()["worker_sleeps"] >= before["worker_sleeps"] + 2 * n
+    _check(f, a, ref)
+    _until(lambda: threadpool.stats()["worker_sleeps"] >= before["worker_sleeps"] + n,
+           "unheld, workers sleep after a loop")
 
 
 def test_holds_from_several_threads_count_until_the_last_release(sin_cos):
