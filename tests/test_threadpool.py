@@ -107,9 +107,14 @@ def test_a_hold_keeps_workers_awake_between_loops_then_they_sleep(sin_cos):
     _check(f, a, ref)
     n = threadpool.stats()["workers"]
     _until(lambda: threadpool.stats()["sleeping"] == n, "idle workers sleep")
+    lost = threadpool.stats()["lost_sleeps"]
     with threadpool.held():
-        # the hold wakes them before any launch
-        _until(lambda: threadpool.stats()["sleeping"] == 0, "a hold wakes sleeping workers")
+        # the hold wakes them before any launch: each is spinning now, or (on a busy
+        # machine) spun, lost its core and slept again, waiting for the next launch
+        def woken():
+            s = threadpool.stats()
+            return n - s["sleeping"] + s["lost_sleeps"] - lost >= n
+        _until(woken, "a hold wakes sleeping workers")
         before = threadpool.stats()
         assert before["held"] == 1
         for _ in range(4):
