@@ -31,6 +31,10 @@ typedef void *(*task_fn)(void *);
 #define MAX_WORKERS 255
 #define SPIN_NS 50000 /* how long an idle worker spins before it parks */
 #define HOLD_GRACE_NS 1000000 /* and after the last hold: a caller's own work between runs */
+/* A spinning worker whose clock jumps by more than this between two looks lost its core
+ * (another thread ran there: a yield took that long, or it was preempted); alone on its
+ * core, a look and a yield take about a microsecond. */
+#define LOST_NS 20000
 
 static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -106,9 +110,9 @@ static int64_t spin_step(int64_t *next_yield) {
 
 /* Whether an idle worker that began waiting at t0 may park at `now`: its own spin is
  * over, and no run holds the pool nor did one within the grace. A worker whose spin lost
- * its core (`lost`: another thread ran there for longer than a whole spin) parks even
- * while held: spinning on a contended core would spend the CPU time that the scheduler
- * gives a woken thread at once, when the next loop needs it. */
+ * its core (`lost`: another thread ran there, LOST_NS) parks even while held: spinning on
+ * a contended core would spend the CPU time that the scheduler gives a woken thread at
+ * once, when the next loop needs it. */
 static int may_park(int64_t t0, int64_t now, int lost) {
   if (now < t0 + SPIN_NS) return 0;
   if (lost) return 1;
@@ -125,7 +129,7 @@ static void *worker_main(void *arg) {
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
       int64_t prev = t;
       t = spin_step(&next_yield);
-      lost |= t - prev > SPIN_NS;
+      lost |= t - prev > LOST_NS;
     }
     if (atomic_load(&generation) == seen) {
       pthread_mutex_lock(&mu);
