@@ -1,7 +1,8 @@
 """The parallel-loop worker pool (tdsl/runtime/threadpool.c) across idle pauses: idle
 workers go to sleep (an idle process burns no CPU), a launch wakes them and gets every
 task done, and a network's runs on several threads, with pauses long enough for the
-workers to fall asleep between them, give the single-threaded answers. Its counters
+workers to fall asleep between them, give the single-threaded answers. A hold (what a
+network's run takes) keeps them awake between loops until its last release. Its counters
 (`threadpool.stats`) count what it did. Latency is measured by bench/zoo.py, not here."""
 import resource
 import threading
@@ -99,6 +100,79 @@ def test_runs_with_pauses_on_several_threads_give_the_single_threaded_answer(cnn
         raise errors[0]
     # a loop that finds the pool busy with another run's runs on its caller, uncounted
     assert threadpool.stats()["launches"] > before["launches"] + per_run
+
+
+def test_a_hold_keeps_workers_awake_between_loops_then_they_sleep(sin_cos):
+    f, a, ref = sin_cos
+    _check(f, a, ref)
+    n = threadpool.stats()["workers"]
+    _until(lambda: threadpool.stats()["sleeping"] == n, "idle workers sleep")
+    lost = threadpool.stats()["lost_sleeps"]
+    with threadpool.held():
+        # the hold wakes them before any launch: each is spinning now, or (on a busy
+        # machine) spun, lost its core and slept again, waiting for the next launch
+        def woken():
+            s = threadpool.stats()
+            return n - s["sleeping"] + s["lost_sleeps"] - lost >= n
+        _until(woken, "a hold wakes sleeping workers")
+        before = threadpool.stats()
+        assert before["held"] == 1
+        for _ in range(4):
+            _check(f, a, ref)
+            time.sleep(0.005)       # 100x a worker's spin: unheld, every worker sleeps here
+        after = threadpool.stats()
+        assert after["launches"] == before["launches"] + 4
+        # a worker sleeps in a hold only where its spin lost its core (a busy machine)
+        slept = after["worker_sleeps"] - before["worker_sleeps"]
+        assert slept == after["lost_sleeps"] - before["lost_sleeps"], (before, after)
+    assert threadpool.stats()["held"] == 0
+    _until(lambda: threadpool.stats()["sleeping"] == n, "released, they sleep after the grace")
+    # unheld, a pause as long lets them sleep again after a loop
+    before = threadpool.stats()
+    _check(f, a, ref)
+    _until(lambda: threadpool.stats()["worker_sleeps"] >= before["worker_sleeps"] + n,
+           "unheld, workers sleep after a loop")
+
+
+def test_holds_from_several_threads_count_until_the_last_release(sin_cos):
+    f, a, ref = sin_cos
+    _check(f, a, ref)
+    n = threadpool.stats()["workers"]
+    first, second = threading.Event(), threading.Event()
+
+    def other():
+        with threadpool.held():
+            first.set()
+            second.wait(20)
+    t = threading.Thread(target=other)
+    threadpool.hold()
+    try:
+        t.start()
+        assert first.wait(20)
+        assert threadpool.stats()["held"] == 2
+    finally:
+        threadpool.release()
+    # one hold left in force: still none sleeps (but where its core is taken), loops complete
+    before = threadpool.stats()
+    time.sleep(0.01)
+    _check(f, a, ref)
+    after = threadpool.stats()
+    slept = after["worker_sleeps"] - before["worker_sleeps"]
+    assert slept == after["lost_sleeps"] - before["lost_sleeps"], (before, after)
+    second.set()
+    t.join()
+    assert threadpool.stats()["held"] == 0
+    _until(lambda: threadpool.stats()["sleeping"] == n, "every hold released, they sleep")
+
+
+def test_a_network_run_holds_the_pool(cnn):
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    cnn.run(x)
+    before = threadpool.stats()
+    cnn.run(x)
+    cnn.benchmark(number=2, repeat=1, warmup=0)
+    after = threadpool.stats()
+    assert after["holds"] == before["holds"] + 3 and after["held"] == 0
 
 
 def _minor_faults():

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import ndarray as nd
+from ..runtime import threadpool
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
 from .describe import describe_group
@@ -441,11 +442,12 @@ class Executor:
             else:
                 _run_calls(state.calls)
                 times = [0.0] * len(state.calls)
-                for _ in range(number):
-                    for i, call in enumerate(state.calls):
-                        t0 = time.perf_counter()
-                        call()
-                        times[i] += time.perf_counter() - t0
+                with threadpool.held():     # as in a run: no kernel waits for a parked worker
+                    for _ in range(number):
+                        for i, call in enumerate(state.calls):
+                            t0 = time.perf_counter()
+                            call()
+                            times[i] += time.perf_counter() - t0
         finally:
             pool.give(state)
         total = sum(times) or 1.0
@@ -517,8 +519,14 @@ def _shape_of(v):
 
 
 def _run_calls(calls):
-    for call in calls:
-        call()
+    # the pool's workers stay awake for the whole run (and a moment after, for the next):
+    # a worker parked between two of its parallel loops would start the second late
+    threadpool.hold()
+    try:
+        for call in calls:
+            call()
+    finally:
+        threadpool.release()
 
 
 def build(mod: Module, target=None, tune_minutes: float = 0.0, log_file=None) -> Executor:

@@ -7,6 +7,18 @@
  *
  * One launch at a time: a launch that finds the pool busy (another Python thread, or a
  * parallel loop inside a parallel task) runs its tasks on the calling thread.
+ *
+ * tdsl_parallel_hold() / tdsl_parallel_release() bracket a run of many launches (a graph
+ * executor's run of a network): between them the workers do not park, however long the
+ * caller takes between two parallel loops (serial kernels, Python between kernels), and
+ * for HOLD_GRACE_NS after the last release, so that back-to-back runs find them awake, as
+ * OpenMP's blocktime and onnxruntime's intra-op spinning do. A parked worker that woke for
+ * the next loop started it late (futex wake and scheduling: tens of microseconds on a
+ * quiet machine, more where the idle core's vCPU has to be woken). One exception: a
+ * worker whose spin lost its core to another thread parks even while held (may_park).
+ * Holds count: runs on several threads hold the pool together. The first hold wakes
+ * parked workers, so that they come up while the caller sets up the run rather than at
+ * its first loop.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -18,6 +30,11 @@ typedef void *(*task_fn)(void *);
 
 #define MAX_WORKERS 255
 #define SPIN_NS 50000 /* how long an idle worker spins before it parks */
+#define HOLD_GRACE_NS 1000000 /* and after the last hold: a caller's own work between runs */
+/* A spinning worker whose clock jumps by more than this between two looks lost its core
+ * (another thread ran there: a yield took that long, or it was preempted); alone on its
+ * core, a look and a yield take about a microsecond. */
+#define LOST_NS 20000
 
 static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -36,13 +53,17 @@ static int64_t job_size;
 static atomic_ullong claim;
 static atomic_long pending;      /* claimed or unclaimed tasks not finished yet */
 static int parked_caller;
+static atomic_int holds;          /* runs holding the workers awake now */
+static atomic_llong hold_end;     /* when the last hold was released (ns) */
 
 /* What tdsl_parallel_stats reports (tdsl.runtime.threadpool.stats): launches handed to
  * the workers, times a worker went to sleep (no launch within its spin), times a
- * launching thread did (its workers had not finished within its spin), and the workers
- * asleep now. A worker that sleeps between most of a network's loops did not run during
- * its spins: another process had its core. */
-static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps;
+ * launching thread did (its workers had not finished within its spin), the workers
+ * asleep now, holds taken (tdsl_parallel_hold), holds in force now, and the workers' sleeps
+ * after a spin that lost its core (the only ones while a hold is in force). A worker that
+ * sleeps between most of a network's loops did not run during its spins: another process
+ * had its core. */
+static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps, n_holds, n_lost_sleeps;
 static atomic_int sleeping;
 
 static int64_t now_ns(void) {
@@ -75,15 +96,27 @@ static void pause_cpu(void) {
 /* One step of a wait that spins: a pause, and every YIELD_NS a sched_yield, so that a
  * spinning thread gives its core to one of ours that is runnable there (the caller or a
  * worker that claimed a task) when another process holds the other cores; alone on its
- * core, sched_yield returns at once. */
+ * core, sched_yield returns at once. Returns the time. */
 #define YIELD_NS 2000
-static void spin_step(int64_t *next_yield) {
+static int64_t spin_step(int64_t *next_yield) {
   pause_cpu();
   int64_t t = now_ns();
   if (t >= *next_yield) {
     sched_yield();
     *next_yield = t + YIELD_NS;
   }
+  return t;
+}
+
+/* Whether an idle worker that began waiting at t0 may park at `now`: its own spin is
+ * over, and no run holds the pool nor did one within the grace. A worker whose spin lost
+ * its core (`lost`: another thread ran there, LOST_NS) parks even while held: spinning on
+ * a contended core would spend the CPU time that the scheduler gives a woken thread at
+ * once, when the next loop needs it. */
+static int may_park(int64_t t0, int64_t now, int lost) {
+  if (now < t0 + SPIN_NS) return 0;
+  if (lost) return 1;
+  return atomic_load(&holds) == 0 && now >= atomic_load(&hold_end) + HOLD_GRACE_NS;
 }
 
 static void *worker_main(void *arg) {
@@ -91,14 +124,27 @@ static void *worker_main(void *arg) {
   long seen = atomic_load(&generation);
   for (;;) {
     run_tasks();
-    int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
-    while (atomic_load(&generation) == seen && now_ns() < until) spin_step(&next_yield);
+    int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
+    int lost = 0;
+    while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
+      int64_t prev = t;
+      t = spin_step(&next_yield);
+      lost |= t - prev > LOST_NS;
+    }
     if (atomic_load(&generation) == seen) {
       pthread_mutex_lock(&mu);
-      if (atomic_load(&generation) == seen) {
+      int held = atomic_load(&holds) > 0;
+      if (atomic_load(&generation) == seen && (!held || lost)) {
         atomic_fetch_add_explicit(&n_worker_sleeps, 1, memory_order_relaxed);
+        if (lost) atomic_fetch_add_explicit(&n_lost_sleeps, 1, memory_order_relaxed);
         atomic_fetch_add(&sleeping, 1);
-        while (atomic_load(&generation) == seen) pthread_cond_wait(&wake, &mu);
+        /* a launch wakes it, and so does a run's first hold (it then spins until it
+         * loses its core again); a parked worker's hold in force waits for the launch */
+        int must_wait = held;
+        while (atomic_load(&generation) == seen && (must_wait || atomic_load(&holds) == 0)) {
+          pthread_cond_wait(&wake, &mu);
+          must_wait = 0;
+        }
         atomic_fetch_sub(&sleeping, 1);
       }
       pthread_mutex_unlock(&mu);
@@ -159,10 +205,29 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
   pthread_mutex_unlock(&launch_mu);
 }
 
+void tdsl_parallel_hold(void) {
+  atomic_fetch_add_explicit(&n_holds, 1, memory_order_relaxed);
+  if (atomic_fetch_add(&holds, 1) == 0) {
+    /* under mu: a worker checks `holds` under it before it waits */
+    pthread_mutex_lock(&mu);
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&mu);
+  }
+}
+
+void tdsl_parallel_release(void) {
+  /* the grace begins before the count drops, so that no worker parks in between */
+  atomic_store(&hold_end, now_ns());
+  atomic_fetch_sub(&holds, 1);
+}
+
 void tdsl_parallel_stats(int64_t *out) {
   out[0] = atomic_load(&n_launches);
   out[1] = atomic_load(&n_worker_sleeps);
   out[2] = atomic_load(&n_caller_sleeps);
   out[3] = atomic_load(&sleeping);
   out[4] = num_workers;
+  out[5] = atomic_load(&n_holds);
+  out[6] = atomic_load(&holds);
+  out[7] = atomic_load(&n_lost_sleeps);
 }

@@ -9,6 +9,10 @@ creating threads per launch (pthread_create/join from the generated code): corre
 
 `stats()` counts what the pool did: how many parallel loops a network's run opens, and
 how often the workers slept between them; `scratch_stats()` what the scratch holds.
+
+`hold()` ... `release()` (or `with held():`) keeps the workers awake across many parallel
+loops, as a graph executor's run does: between them no worker parks, so that no loop of
+the run waits for a worker to be woken (threadpool.c, tdsl_parallel_hold).
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ import os
 from ..errors import TdslError
 
 SYMBOL = "tdsl_parallel_launch"
-STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers")
+STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
+         "lost_sleeps")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
@@ -55,6 +60,47 @@ def stats() -> dict:
     launching thread slept waiting for its workers), and now: `sleeping` (workers asleep),
     `workers`. Empty where the pool is not loaded."""
     return _counters("tdsl_parallel_stats", STATS)
+
+
+def hold():
+    """Keeps the pool's workers awake (spinning, with yields) until the matching `release`
+    and for a millisecond after the last one: for a caller that runs many parallel loops
+    with work of its own between them. Holds from several threads count; the first wakes
+    sleeping workers. Does nothing where the pool is not loaded."""
+    (_state.get("hold") or _hold_fns()[0])()
+
+
+def release():
+    """Ends a `hold` (every hold is released once, in a finally)."""
+    (_state.get("release") or _hold_fns()[1])()
+
+
+class held:
+    """`with held():` holds the pool (`hold`/`release`) for the block."""
+
+    def __enter__(self):
+        hold()
+        return self
+
+    def __exit__(self, *exc):
+        release()
+
+
+def _hold_fns():
+    import ctypes
+    fns = []
+    for name, symbol in (("hold", "tdsl_parallel_hold"), ("release", "tdsl_parallel_release")):
+        addr = 0
+        if load_into_jit():
+            import llvmlite.binding as llvm
+            addr = llvm.address_of_symbol(symbol)
+        _state[name] = ctypes.CFUNCTYPE(None)(addr) if addr else _nothing
+        fns.append(_state[name])
+    return fns
+
+
+def _nothing():
+    pass
 
 
 def scratch_stats() -> dict:
