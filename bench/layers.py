@@ -19,7 +19,10 @@ Families are found from the operator a kernel or layer is built around, its anch
 a convolution (by kind: "1x1", "3x3", "7x7/s2", "depthwise 5x5", "dilated 3x3", "grouped
 3x3", "1-D k=80/s4"; "/sN" when strided), "dense/1x1 on 1x1" (matrix products, Gemm,
 and 1x1 convs on a 1x1 image, squeeze-excite's and classifiers', which one runtime may
-run as the other), "pooling", "resize", "softmax/norm", or, without any of those,
+run as the other), "attention" (the per-head products of two activations, Q K^T and
+P V, and the softmax between them: 4-D operands; OpenVINO runs the three as one fused
+MHA layer, tdsl and onnxruntime as three, so only their sum compares), "pooling",
+"resize", "softmax/norm" (other softmaxes, layer norms), or, without any of those,
 "elementwise/reorders" (activations, concats, layout changes, OpenVINO's Reorder and
 onnxruntime's ReorderInput/Output). The mapping is approximate where runtimes fuse
 differently: a tdsl kernel or OpenVINO layer counts whole for its anchor's family
@@ -55,8 +58,8 @@ from latency import blocks  # noqa: E402
 import ov_session  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
-ELEMENTWISE, DENSE = "elementwise/reorders", "dense/1x1 on 1x1"
-RANK = {"conv": 0, DENSE: 1, "pooling": 2, "resize": 3, "softmax/norm": 4, ELEMENTWISE: 9}
+ELEMENTWISE, DENSE, ATTENTION = "elementwise/reorders", "dense/1x1 on 1x1", "attention"
+RANK = {"conv": 0, DENSE: 1, ATTENTION: 2, "pooling": 3, "resize": 4, "softmax/norm": 5, ELEMENTWISE: 9}
 
 
 def conv_family(kernel, strides, dilation, groups, cin, in_spatial, out_spatial):
@@ -106,6 +109,8 @@ def tdsl_node_family(n):
         in_sp = x[2:-1] if blocked and a.get("in_blocked") else x[2:]
         return conv_family(w[2:], a["strides"], a.get("dilation"), a.get("groups", 1),
                            w[1] * a.get("groups", 1), in_sp, out_sp)
+    if op in ("nn.matmul", "nn.softmax") and len(n.type.shape) == 4:
+        return ATTENTION
     return _TDSL_OPS.get(op, ELEMENTWISE)
 
 
@@ -136,7 +141,7 @@ _ONNX_OPS = {"MatMul": DENSE, "Gemm": DENSE, "MaxPool": "pooling", "AveragePool"
 
 def onnx_families(model):
     """{ONNX node name and each of its output names: family}, and {the same keys: the name
-    of the node that makes the node's first input}."""
+    of the node that makes the node's first input that a node makes}."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -146,6 +151,8 @@ def onnx_families(model):
     for n in model.graph.node:
         made_by.update((o, n.name) for o in n.output)
         fam = _ONNX_OPS.get(n.op_type, ELEMENTWISE)
+        if n.op_type in ("MatMul", "Softmax") and len(shapes.get(n.output[0], ())) == 4:
+            fam = ATTENTION
         if n.op_type == "Conv":
             a = {at.name: onnx.helper.get_attribute_value(at) for at in n.attribute}
             w, x, y = shapes[n.input[1]], shapes[n.input[0]], shapes[n.output[0]]
@@ -153,7 +160,9 @@ def onnx_families(model):
             fam = conv_family(w[2:], a.get("strides", ()), a.get("dilations", ()), g, w[1] * g, x[2:], y[2:])
         for key in [n.name] + list(n.output):
             out[key] = fam
-            back[key] = made_by.get(n.input[0]) if n.input else None
+            # the first input another node makes: a bias add exported as Add(bias, x)
+            # walks back to its matrix product, not to the initializer
+            back[key] = next((made_by[i] for i in n.input if i in made_by), None)
     return out, back
 
 
@@ -178,8 +187,9 @@ _LAYER_KINDS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv", "Convo
 
 
 def _same_kind(a, b):
-    # a 1x1 conv on a 1x1 image is DENSE here and may be either to a runtime
-    return a == b or {a, b} == {"conv", DENSE}
+    # a 1x1 conv on a 1x1 image is DENSE here and may be either to a runtime; a runtime's
+    # MatMul layer may be attention's
+    return a == b or {a, b} in ({"conv", DENSE}, {ATTENTION, DENSE})
 
 
 def layer_family(keys, layer_type, fams, back):

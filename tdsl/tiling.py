@@ -25,6 +25,7 @@ from .target import Target, as_target
 ENOUGH_FMA_PER_LOAD = 1.6
 RAGGED_ROWS = 0.6        # a tail of rows: a second, guarded copy of the micro-kernel
 RAGGED_VECS = 0.9        # padding lanes in the last vector block
+LONG_ROW = 4             # row_vector: vectors in a row above which it keeps a masked tail
 
 
 def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
@@ -111,12 +112,19 @@ def gemm_tile(target, M: int, N: int, dtype="float32"):
 
 
 def row_vector(target, width: int, dtype="float32") -> int:
-    """Vector width for a loop over a row of `width` elements: the target's lanes, or a
-    divisor of `width` between half and all of them (no tail), or the row itself when
-    shorter."""
+    """Vector width for a loop over a row of `width` elements: the target's lanes, or, for
+    a row of at most LONG_ROW vectors, a divisor of `width` between half and all of them
+    (no tail), or the row itself when shorter.
+
+    A longer row keeps the full width and a masked tail: the tail is one iteration of
+    many, while a vector of a width that is not a power of two (15 lanes for attention's
+    rows of 1500) makes every load and store of the loop masked or split into pieces and
+    takes the exponential off its one-instruction scaling (vscalefps needs 16 lanes)."""
     lanes = as_target(target).vector_lanes(dtype)
     if width <= lanes:
         return width
+    if width > LONG_ROW * lanes:
+        return lanes
     for d in range(lanes, lanes // 2 - 1, -1):
         if width % d == 0:
             return d

@@ -133,6 +133,14 @@ def test_softmax_any_axis(op, opset, axis):
     check(op, {"x": f32(2, 3, 5)}, opset=opset, axis=axis)
 
 
+@pytest.mark.parametrize("width", [24, 100, 1500])
+def test_softmax_rows_short_and_long(width):
+    # a short row is split into equal vectors (24: two of 12 on AVX-512), a long one
+    # (attention's 1500 keys) into full vectors and a masked tail: both against onnxruntime,
+    # with large logits so the row max and the exponential's range both matter
+    check("Softmax", {"x": 8 * f32(3, 2, width)}, opset=13, axis=-1)
+
+
 # ---------------------------------------------------------------------------- Resize
 
 RESIZE = [

@@ -87,6 +87,18 @@ def test_register_tiles_fit_the_register_file(spec):
     assert mr * nr // t.vector_lanes() >= min(t.fma_chains, 8)
 
 
+@pytest.mark.parametrize("spec", ALL)
+def test_row_vector_splits_short_rows_evenly_and_long_rows_by_full_vectors(spec):
+    t = Target(spec)
+    lanes = t.vector_lanes()
+    assert tiling.row_vector(t, lanes // 2) == lanes // 2
+    # a row of a vector and a half: two equal vectors of three quarters, no tail
+    assert tiling.row_vector(t, lanes + lanes // 2) == 3 * lanes // 4
+    # a long row keeps whole vectors and leaves a tail (1500 is no multiple of 8 or 16)
+    assert tiling.row_vector(t, 1500) == lanes
+    assert tiling.row_vector(t, tiling.LONG_ROW * lanes + lanes // 2) == lanes
+
+
 def _build(make, spec, *shape):
     s, args = make(*shape, target=spec)
     return tdsl.build(s, args, target=spec)
