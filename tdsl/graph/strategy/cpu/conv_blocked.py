@@ -424,6 +424,33 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     return next(d for d in range(per, 0, -1) if planes % d == 0), rows   # no guarded last pass
 
 
+# an image stem: the input planes (channels) of a plain input up to which, and the taps up
+# to which, a broadcast-bound register tile unrolls its taps (_stem_taps)
+STEM_MAX_PLANES = 4
+STEM_MAX_TAPS = 9
+
+
+def _stem_taps(target, info, first, rest, xb, cbb):
+    """The tap axes to unroll in the conv of a plain image of a few channels (an RGB stem),
+    whose reduction is its taps: (CI, *K), CI <= STEM_MAX_PLANES. A tile of `xb` pixels by
+    `cbb` vectors broadcasts one input element a pixel a tap; in a tap loop each broadcast's
+    int32 index is computed and sign-extended apart (two integer ops a broadcast), while in
+    unrolled taps each is a constant displacement from the row's address. Where the tile
+    broadcasts at least twice as many pixels as it loads weight vectors (a stem of 16 or 32
+    channels on AVX-512: (16, 1), (8, 2)), those integer ops hold back its FMAs. A tile of
+    more vectors ((3, 4), SqueezeNet's 64 channels) has few of them and gains nothing; a
+    7x7 kernel's 49 unrolled taps lengthen the loop body more than they save (measured
+    slower); AVX2's tiles of 16 registers hold few pixels and measured no faster either:
+    those keep their loops."""
+    planes = getattr(first.dom.extent, "value", None)
+    taps = [getattr(r.dom.extent, "value", None) for r in rest]
+    if target.vector_registers < 32 or info.get("in_blocked") or not rest or None in taps:
+        return []
+    if planes is None or planes > STEM_MAX_PLANES or int(np.prod(taps)) > STEM_MAX_TAPS:
+        return []
+    return list(rest) if xb >= 2 * cbb else []
+
+
 def schedule(s, out, g, parallel=True):
     info, target = g.anchor.tensor.op.attrs, g.target
     Cv, pad, OW, bn = info["conv"], info["pad"], info["ow"], info["bn"]
@@ -501,6 +528,7 @@ def schedule(s, out, g, parallel=True):
         s[Cv].compute_at(s[out], xo)
         _, cl, *unrolled, ll = s[Cv].op.axis
         s[Cv].reorder(first, *rest, *unrolled, cl, ll)
+        unrolled = unrolled + _stem_taps(target, info, first, rest, xb, cbb)
     for ax in unrolled:
         s[Cv].unroll(ax)
     s[Cv].unroll(cl)
