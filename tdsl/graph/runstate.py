@@ -44,7 +44,7 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers")
+                 "lent", "home", "readers", "slot")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None):
@@ -64,6 +64,7 @@ class RunState:
         # input name -> ([(call index, argument index)], [output index]) that view it, for
         # the inputs that may be read from the caller's array (no kernel writes them)
         self.readers: Dict[str, tuple] = readers or {}
+        self.slot = None        # with symbolic sizes: the executor's slot it lives in
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
