@@ -4,7 +4,8 @@ once by tdsl, then run at a sweep of sizes beside onnxruntime on the same symbol
 and beside tdsl's own build of the model made static at that size.
 
 Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, after a
-pause), the static build's, onnxruntime's; the ratios dynamic/static and
+pause; each side holds its last outputs while it runs the next call, as a server's
+`y = exe.run(x)` loop does), the static build's, onnxruntime's; the ratios dynamic/static and
 dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
 beyond a warm call at that size (0 where it cost less). No compile happens there; what
 does is all of what a server's first request at a new size pays: tdsl's work for new
@@ -112,6 +113,18 @@ def _reserved(model, shapes):
     return top
 
 
+def _holding(fn):
+    """`fn` called as a server's loop calls it (`y = exe.run(x)`): the last call's result
+    is still held while the next call runs, so a tdsl executor, static or dynamic, writes
+    each call's outputs to memory of its own (runstate.py) and re-binds the kernels that
+    write them."""
+    held = [None]
+
+    def call():
+        held[0] = fn()
+    return call
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -188,8 +201,8 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         del got
         st, *cost = cold_build(model, _static_dims(model, shape), target)
         static_builds.append(cost)
-        t_dyn, t_st, t_ort = blocks([lambda: dyn.run(x), lambda: st.run(x),
-                                     lambda: sess.run(None, {iname: x})], number, repeat)
+        t_dyn, t_st, t_ort = blocks([_holding(lambda: dyn.run(x)), _holding(lambda: st.run(x)),
+                                     _holding(lambda: sess.run(None, {iname: x}))], number, repeat)
         warm = []
         for _ in range(3):      # as the first call was taken: after onnxruntime and a pause
             sess.run(None, {iname: x})

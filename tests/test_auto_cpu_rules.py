@@ -353,3 +353,32 @@ def test_short_trailing_axes_are_one_contiguous_run(target, Z, C, fused):
     tdsl.build(s, [X, B], target=target)(x, out)
     want = sum(w * x[:, k:k + 10] for k, w in enumerate((1.0, 4.0, 6.0, 4.0, 1.0)))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_parallel_loop_splits_a_run_time_row_instead_of_fusing_it(target):
+    """A channel-blocked max pool (N, 2, W, lanes) with N and W symbolic: two channel
+    blocks are too few tasks, and fusing the row itself would cost every output vector a
+    division by the run-time width to recover its indices. The row is split into a
+    constant number of parts and its outer part fused: only divisions by constants
+    remain in the parallel loop, and the pool matches numpy at ragged widths."""
+    t = Target(target)
+    bn = t.vector_lanes("float32")
+    N, W = tdsl.var("N"), tdsl.var("W")
+    X = tdsl.placeholder((N, 2, W, bn), name="X")
+    k = tdsl.reduce_axis((0, 3), "k")
+    O = tdsl.compute((N, 2, (W - 3) // 2 + 1, bn),
+                     lambda b, cb, w, c: tdsl.max(X[b, cb, w * 2 + k, c], axis=k), name="O")
+    s = tdsl.auto_schedule(O, target=t)
+    assert "parallel(fuse(b, cb, w.outer))" in str(s.explain()), s.explain()
+    body = [ln for ln in str(tdsl.lower(s, [X, O])).splitlines() if "pragma" not in ln]
+    runtime_div = [ln for ln in body if re.search(r"(//|%) \(*[A-Za-z]", ln)]
+    assert not runtime_div, runtime_div
+    f = tdsl.build(s, [X, O], target=t)
+    for n, w in [(1, 3), (1, 40), (3, 101), (2, 8)]:
+        x = _data(n, 2, w, bn)
+        ow = (w - 3) // 2 + 1
+        ref = np.max([x[:, :, i:i + 2 * ow - 1:2] for i in range(3)], axis=0)
+        out = np.full(ref.shape, np.nan, np.float32)
+        f(x, out)
+        np.testing.assert_array_equal(out, ref)

@@ -83,6 +83,36 @@ def test_outputs_a_caller_keeps_are_never_written_by_another_size():
                 _close(out, ref)
 
 
+def test_a_kept_output_rebinds_its_kernels_with_the_short_check_and_never_a_wrong_buffer(monkeypatch):
+    """A server's loop (`y = exe.run(x)`) keeps the last output while the next call runs:
+    the kernels that write it are bound to a new array each call. At sizes seen before,
+    that binding takes the signature's short check (no full `bind`), on the new array's
+    address; at new sizes the full checks bind the new sizes. Every output kept stays
+    what onnxruntime computes for its input, and no two kept outputs share memory."""
+    from tdsl.runtime.signature import Signature
+    m, exe = _mlp()
+    for k, _, _ in exe.steps:       # kernels are shared with earlier builds of the net
+        for sig in [k.module.signature] + [v.module.signature for _, v in k.variants]:
+            if sig.known is not None:
+                sig.known.clear()
+    full = []
+    real = Signature.bind
+    monkeypatch.setattr(Signature, "bind", lambda self, *a, **k: full.append(self.name) or real(self, *a, **k))
+    kept = []
+    for i, n in enumerate([8, 8, 8, 3, 3, 8, 3, 8]):
+        x = _x(n, i)
+        before = len(full)
+        y = exe.run(x)[0]
+        if i in (0, 3):              # new sizes: a new state, its kernels fully checked
+            assert len(full) > before
+        else:                        # sizes bound before: no full check
+            assert len(full) == before, full[before:]
+        assert all(not np.shares_memory(y, k) for k, _ in kept)
+        kept.append((y, models.onnxruntime_run(m, {"input": x})[0]))
+        for out, ref in kept:
+            _close(out, ref)
+
+
 def test_a_new_size_below_the_largest_reuses_the_memory():
     m, exe = _mlp()
     for n in (32, 4, 17, 9):

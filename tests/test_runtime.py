@@ -388,3 +388,53 @@ def test_exact_arguments_take_the_short_check_and_the_rest_the_full_one():
     assert not raw.flags.aligned        # staged through an aligned copy: the full path
     f(a, b, raw)
     np.testing.assert_array_equal(raw, a + 1)
+
+
+def test_symbolic_arguments_seen_before_take_the_short_check_with_the_same_safety():
+    """A kernel of symbolic shapes (and a float scalar) runs the full checks once per set
+    of shapes and scalars; a later call with the same ones is checked as an exact call
+    (type, dtype, layout, writeability, overlap on the new addresses), and anything that
+    differs takes the full checks again: new sizes bind new sizes, and every error of the
+    full checks still comes, with nothing written."""
+    f = L.build(_matvec_func("mv_known"))
+    sig = f.signature
+    assert sig.exact is None and sig.known == {}
+    a, x, c = _args(8)
+    f(a, x, c, 0.5)
+    assert len(sig.known) == 1
+    a2, x2, c2 = (v.copy() + 1 for v in (a, x, c))     # other arrays of the same shapes
+    cargs, keep, before, after = sig.prepare((a2, x2, c2, 0.5))
+    assert cargs == [a2.ctypes.data, x2.ctypes.data, c2.ctypes.data, 0.5, 8]
+    assert not before and not after
+    f(a2, x2, c2, 0.5)
+    np.testing.assert_allclose(c2, a2 * x2 + 0.5, rtol=1e-6, atol=1e-6)
+    assert len(sig.known) == 1
+    f(a2, x2, c2, 1.5)                  # another scalar: checked, remembered apart
+    np.testing.assert_allclose(c2, a2 * x2 + 1.5, rtol=1e-6, atol=1e-6)
+    assert len(sig.known) == 2
+    for n in (1, 33):                   # new sizes: bound from the new shapes
+        an, xn, cn = _args(n)
+        f(an, xn, cn, 0.5)
+        np.testing.assert_allclose(cn, an * xn + 0.5, rtol=1e-6, atol=1e-6)
+        assert sig.prepare((an, xn, cn, 0.5))[0][4] == n
+    c[:] = 7
+    _expect_error(f, (a, x, a, 0.5), "argument 2 'C'", "overlaps argument 0 'A'")
+    buf = np.zeros(8 * 64 + 16, "float32")      # each view alone is exactly right
+    _expect_error(f, (buf[:8 * 64].reshape(8, 64), x, buf[16:].reshape(8, 64), 0.5),
+                  "argument 2 'C'", "overlaps argument 0 'A'")
+    rc = c.copy()
+    rc.setflags(write=False)
+    _expect_error(f, (a, x, rc, 0.5), "argument 2 'C'", "read-only")
+    _expect_error(f, (a.astype("float64"), x, c, 0.5), "argument 0 'A'", "dtype float32")
+    _expect_error(f, (a, x, np.zeros((16, 64), "float32")[::2], 0.5), "argument 2 'C'",
+                  "C-contiguous")
+    _expect_error(f, (a, x, c, "0.5"), "argument 3 'alpha'")
+    _expect_error(f, (a, x, c[:4], 0.5), "argument 2 'C'", "(8, 64)")
+    assert (c == 7).all()
+    f(a, x, c, np.float32(0.5))         # a numpy scalar: the full path, not remembered
+    np.testing.assert_allclose(c, a * x + 0.5, rtol=1e-6, atol=1e-6)
+    assert all(k[3][0] is float for k in sig.known)
+    raw = np.zeros(8 * 64 * 4 + 1, np.uint8)[1:].view("float32").reshape(8, 64)
+    assert not raw.flags.aligned        # staged through an aligned copy: the full path
+    f(a, x, raw, 0.5)
+    np.testing.assert_allclose(raw, a * x + 0.5, rtol=1e-6, atol=1e-6)

@@ -56,13 +56,22 @@ class CPUBase(Context):
         if not loops:
             return None
         # the outermost loop, symbolic, may be 1 at run time (a batch of one): the prefix
-        # goes on fusing past it. A symbolic extent further in (a sequence) counts as
-        # large: where it is small, so is the work, and the loop does not fork then
-        # (parallel_when); fusing the loops inside it would cost each task a division by
-        # its run-time size to recover their indices
+        # goes on fusing past it. A symbolic extent further in (a sequence, a signal) is
+        # split into a constant number of parts and its outer part fused, as row_chunks
+        # does for convolutions: fusing the loop itself would cost every iteration of the
+        # fused loop (an output vector, where it is the innermost) a division by its
+        # run-time size to recover the indices. Where the parts are small, so is the
+        # work, and the loop does not fork then (parallel_when). `whole` (rows that
+        # stages attach to) fuses every loop as it is
         chosen, known, symbolic = [], 1, False
         for iv, ext, ragged in loops:
             if chosen and ragged and not whole:
+                break
+            if chosen and ext is None and not whole:
+                parts = -(-self.chunks // known)
+                outer, _ = st.split(iv, nparts=parts)
+                chosen.append((outer, parts))
+                known *= parts
                 break
             chosen.append((iv, ext))
             if ext is None:

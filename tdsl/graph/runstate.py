@@ -49,7 +49,7 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers", "once")
+                 "lent", "home", "readers", "once", "slot")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None, once=()):
@@ -72,6 +72,7 @@ class RunState:
         # the calls computing the values of the sizes alone into the arena (make_state's
         # `once`): run again when another size's state used the arena in between
         self.once: list = list(once)
+        self.slot = None        # with symbolic sizes: the executor's slot it lives in
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they

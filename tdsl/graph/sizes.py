@@ -189,6 +189,13 @@ class Slot:
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
+        if key == self.last:        # run after run at one size: the shortest way
+            st = self.states.get(key)
+            if st is not None:
+                kept = st.reclaim()
+                if kept and self._in_outputs(kept):
+                    self._leave_outputs(keep=key)
+                return st
         switched = key != self.last and self.last is not None
         if switched:
             prev = self.states.get(self.last)
@@ -251,8 +258,6 @@ class SizedPool:
     def __init__(self, slots, key, sizes, plan, make, arena_bytes=None):
         self.slots, self.key, self.sizes, self.plan, self.make = slots, key, sizes, plan, make
         self.arena_bytes = arena_bytes      # Slot.state's
-        self._held = {}
-        self._lock = threading.Lock()
 
     def take(self, default=False):
         slot = self.slots.take(default)
@@ -261,14 +266,13 @@ class SizedPool:
         except BaseException:
             self.slots.give(slot)
             raise
-        with self._lock:
-            self._held[id(st)] = slot
+        # a state lives in one slot and is held by one caller at a time (its slot's):
+        # it carries the slot back to `give`
+        st.slot = slot
         return st
 
     def give(self, state):
-        with self._lock:
-            slot = self._held.pop(id(state))
-        self.slots.give(slot)
+        self.slots.give(state.slot)
 
 
 class Plans:

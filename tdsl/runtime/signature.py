@@ -126,6 +126,11 @@ class Signature:
                                 for i in range(len(sizes)) for j in range(i + 1, len(sizes))
                                 if sizes[i] and sizes[j]
                                 and (self.params[i]["written"] or self.params[j]["written"])]
+        # symbolic shapes or scalar arguments: the sizes bound from one set of shapes (and
+        # scalars) are those of every call with the same ones, so the full checks run once
+        # per set and a call like an earlier one is checked as an exact one (`_prepare_known`;
+        # an executor re-binds a kernel whenever the caller keeps an output it lent)
+        self.known = {} if self.exact is None and self.record is None else None
 
     def new_record(self):
         """A zeroed record for one call of a bounds-checked build, or None."""
@@ -310,9 +315,15 @@ class Signature:
             ready = self._prepare_exact(args)
             if ready is not None:
                 return ready
+        elif self.known is not None:
+            ready = self._prepare_known(args)
+            if ready is not None:
+                return ready
         params = self.params
         values, arrays, after = self.bind(args)
         ptrs = self.check_overlap(arrays)      # on the caller's memory, not on the copies
+        if self.known is not None and not after:
+            self._remember(args, values, arrays)
         keep, before = list(arrays), []
         cargs = []
         rec = self.new_record()
@@ -359,6 +370,61 @@ class Signature:
                 return None         # the full checks name the overlap
         return ptrs, args, [], []
 
+    def _remember(self, args, values, arrays):
+        """After the full checks passed: the C arguments of `values` for calls whose
+        arrays have the shapes of `args` and whose scalars are these (`_prepare_known`),
+        where each array is a numpy array of the parameter's very dtype, C-contiguous and
+        aligned (no staging copy) and each scalar a plain Python number."""
+        template, bufs, nbytes = [], [], {}
+        for i, p in enumerate(self.params):
+            if arrays[i] is not None:
+                a = args[i]
+                if type(a) is not np.ndarray or a.dtype != self.np_dtypes[i] \
+                        or not (a.flags.c_contiguous and a.flags.aligned):
+                    return
+                bufs.append((i, self.np_dtypes[i], bool(p["written"])))
+                nbytes[i] = a.nbytes
+                template.append(None)
+            else:
+                if i < self.num_user_args and type(args[i]) not in (int, float, bool):
+                    return
+                v = values[i]
+                template.append(float(v) if self.float_scalar[i] else int(v))
+        pairs = [(i, j, nbytes[i], nbytes[j]) for x, (i, _, wi) in enumerate(bufs)
+                 for j, _, wj in bufs[x + 1:] if (wi or wj) and nbytes[i] and nbytes[j]]
+        if len(self.known) >= 64:      # a server of many sizes: the recent ones stay cheap
+            self.known.clear()
+        self.known[_known_key(args)] = (template, bufs, pairs)
+
+    def _prepare_known(self, args):
+        """`prepare` for a call whose shapes and scalars an earlier call passing the full
+        checks had (`_remember`): the arrays' type, dtype, layout, writeability and overlap
+        are checked as `_prepare_exact` checks them; None for anything else (the full
+        checks then run, and explain)."""
+        if len(args) != self.num_user_args:
+            return None
+        try:
+            entry = self.known.get(_known_key(args))
+        except TypeError:           # an unhashable argument: the full checks name it
+            return None
+        if entry is None:
+            return None
+        template, bufs, pairs = entry
+        cargs = list(template)
+        for i, dtype, written in bufs:
+            a = args[i]
+            if a.dtype != dtype:
+                return None
+            if not a.flags.carray:
+                flags = a.flags
+                if written or not (flags.c_contiguous and flags.aligned):
+                    return None
+            cargs[i] = _address(a)
+        for i, j, ni, nj in pairs:
+            if cargs[i] < cargs[j] + nj and cargs[j] < cargs[i] + ni:
+                return None
+        return cargs, args, [], []
+
     def _check_size_value(self, j, value, from_arg):
         p = self.params[j]
         lo, hi = _INT_RANGES.get(p["dtype"], (None, None))
@@ -390,6 +456,13 @@ class Signature:
         if dtype == "uint64" and a >= 2**63:
             a -= 2**64
         return a
+
+
+def _known_key(args):
+    """What fixes the sizes a call binds: each array's shape, each scalar's type and value
+    (a key never equal to another kind's: a shape holds no type; an array of a subclass
+    is unhashable)."""
+    return tuple(a.shape if type(a) is np.ndarray else (type(a), a) for a in args)
 
 
 def _address(a):
