@@ -1,0 +1,100 @@
+"""split(..., tail="shift"), Halide's ShiftInwards: the last tile of a run-time extent
+moves back to end at the extent, so a ragged extent costs no guarded copy of the tile;
+only pure stages may be shifted. Results against numpy and onnxruntime at ragged sizes."""
+import numpy as np
+import pytest
+
+import tdsl
+import tdsl.graph as G
+from tdsl.graph import models
+
+F = 6
+
+
+def _scaled(parallel=False):
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 40), name="A")
+    B = tdsl.compute((n, 40), lambda i, j: A[i, j] * 2 + 1, name="B")
+    s = tdsl.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=F, tail="shift")
+    jo, ji = s[B].split(B.op.axis[1], factor=16, tail="shift")
+    s[B].reorder(io, jo, ii, ji)
+    s[B].unroll(ii)
+    s[B].vectorize(ji)
+    if parallel:
+        s[B].parallel(io)
+    return s, A, B
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_shifted_tiles_match_numpy_at_ragged_sizes(parallel):
+    s, A, B = _scaled(parallel)
+    text = str(tdsl.lower(s, [A, B]))
+    # one copy of the tile and no guard: the ragged tail is the shifted last tile
+    assert "likely" not in text and text.count("unroll(6)") == 1
+    f = tdsl.build(s, [A, B], target="llvm")
+    rng = np.random.default_rng(0)
+    for m in (F, F + 1, 2 * F - 1, 2 * F, 2 * F + 3, 5 * F + 1, 97):
+        a = rng.standard_normal((m, 40)).astype("float32")
+        b = np.full_like(a, np.nan)
+        f(a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_a_reduction_axis_is_not_shifted():
+    n = tdsl.var("n")
+    A = tdsl.placeholder((8, n), name="A")
+    k = tdsl.reduce_axis((0, n), "k")
+    S = tdsl.compute((8,), lambda i: tdsl.sum(A[i, k], axis=k), name="S")
+    s = tdsl.create_schedule(S.op)
+    with pytest.raises(tdsl.ScheduleError, match="S.*reduction axis"):
+        s[S].split(k, factor=4, tail="shift")
+
+
+def test_a_stage_reducing_into_its_output_is_not_shifted():
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 16), name="A")
+    k = tdsl.reduce_axis((0, 16), "k")
+    S = tdsl.compute((n,), lambda i: tdsl.sum(A[i, k], axis=k), name="S")
+    s = tdsl.create_schedule(S.op)
+    with pytest.raises(tdsl.ScheduleError, match="reduces into its output"):
+        s[S].split(S.op.axis[0], factor=4, tail="shift")
+    # its reduction cached in a local tile: the copy out of it is pure, and shifts
+    L = s.cache_write(S, "local")
+    io, ii = s[S].split(S.op.axis[0], factor=4, tail="shift")
+    s[L].compute_at(s[S], io)
+    f = tdsl.build(s, [A, S], target="llvm")
+    for m in (4, 5, 7, 9, 30):
+        a = np.random.default_rng(m).standard_normal((m, 16)).astype("float32")
+        out = np.zeros(m, "float32")
+        f(a, out)
+        np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_updates_are_not_shifted():
+    n = tdsl.var("n")
+    V = tdsl.placeholder((n,), name="V")
+    h = tdsl.compute((n,), lambda i: V[i], name="h")
+    r = tdsl.reduce_axis((1, n), "r")
+    u = tdsl.update(h, lambda: r, lambda old: old + h[r - 1], axis=r)
+    s = tdsl.create_schedule(u.op)
+    with pytest.raises(tdsl.ScheduleError, match="has updates"):
+        s[h].split(h.op.axis[0], factor=4, tail="shift")
+    with pytest.raises(tdsl.ScheduleError, match="tail must be"):
+        s[h].split(h.op.axis[0], factor=4, tail="round")
+    with pytest.raises(tdsl.ScheduleError, match="needs factor"):
+        s[h].split(h.op.axis[0], nparts=4, tail="shift")
+
+
+def test_dense_rows_shifted_match_onnxruntime_at_every_size():
+    """A dense layer's register tile over a run-time number of rows: the default kernel
+    and the "rows" one (more rows than columns) shift their last row tile; fewer rows
+    than a tile run the "small" kernel. Sizes around every tile boundary."""
+    m = models.mlp(batch="batch", sizes=(64, 24, 10))
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    rng = np.random.default_rng(3)
+    for n in list(range(1, 20)) + [23, 24, 25, 31, 33, 47, 61]:
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        out = exe.run(x)[0]
+        ref = models.onnxruntime_run(m, {"input": x})[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
