@@ -98,3 +98,35 @@ def test_dense_rows_shifted_match_onnxruntime_at_every_size():
         out = exe.run(x)[0]
         ref = models.onnxruntime_run(m, {"input": x})[0]
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
+def _attention_model():
+    """softmax(Q K^T) V over a symbolic sequence: the auto-scheduler's register tiles
+    of Q K^T (rows and columns the sequence) and of the product with V."""
+    from onnx import TensorProto, helper
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 2, "seq", 32])
+    kt = helper.make_tensor_value_info("kt", TensorProto.FLOAT, ["batch", 2, 32, "seq"])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", 2, "seq", 32])
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("s", "o")]
+    g = helper.make_graph(nodes, "attn", [q, kt, v], outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_attention_tiles_shifted_match_onnxruntime_at_every_size():
+    """Sizes around the row tile (8), the short class's column vector (16), the main
+    kernel's column tile and `REPRESENTATIVE` (64), where the main kernel starts."""
+    m = _attention_model()
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    rng = np.random.default_rng(5)
+    for seq in (1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 71, 97):
+        for batch in (1, 2) if seq in (9, 65) else (1,):
+            feeds = {"q": rng.standard_normal((batch, 2, seq, 32)).astype(np.float32),
+                     "kt": rng.standard_normal((batch, 2, 32, seq)).astype(np.float32),
+                     "v": rng.standard_normal((batch, 2, seq, 32)).astype(np.float32)}
+            outs = exe.run(feeds["q"], feeds["kt"], feeds["v"])
+            refs = models.onnxruntime_run(m, feeds)
+            for out, ref in zip(outs, refs):
+                np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
