@@ -130,3 +130,23 @@ def test_attention_tiles_shifted_match_onnxruntime_at_every_size():
             refs = models.onnxruntime_run(m, feeds)
             for out, ref in zip(outs, refs):
                 np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_a_stage_attached_to_part_of_an_axis_keeps_its_guard():
+    """B computed inside C's 8-row tiles covers 4 or 5 of its rows there (C reads
+    B[i // 2]): its split by 8 asked to shift would run past that region, so there the
+    split is guarded (bound.shifts), and stays right."""
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 16), name="A")
+    B = tdsl.compute((n, 16), lambda i, j: A[i, j] * 2, name="B")
+    C = tdsl.compute((n, 16), lambda i, j: B[i // 2, j] + 1, name="C")
+    s = tdsl.create_schedule(C.op)
+    co, ci = s[C].split(C.op.axis[0], factor=8, tail="shift")
+    s[B].split(B.op.axis[0], factor=8, tail="shift")
+    s[B].compute_at(s[C], co)
+    f = tdsl.build(s, [A, C], target="llvm")
+    for m in (8, 9, 13, 16, 21, 40):
+        a = np.random.default_rng(m).standard_normal((m, 16)).astype("float32")
+        out = np.zeros_like(a)
+        f(a, out)
+        np.testing.assert_allclose(out, a[np.arange(m) // 2] * 2 + 1, rtol=1e-6)

@@ -7,10 +7,7 @@ layout's inner block, NCHW[x]c), the tile's vectors also span blocks of an outer
 the broadcast operand does not use (the conv's channel blocks)."""
 from __future__ import annotations
 
-from .. import arith, tiling
-from ..ir import expr as E
-from ..ir.expr import Range
-from ..ir.visitor import free_vars
+from .. import tiling
 from .cpu_base import BIG
 from .rule import Rule
 
@@ -188,8 +185,8 @@ def tile(ctx, R, T):
     bi = None
     if bb > 1:
         bo, bi = O.split(ax[b], factor=bb)
-    ro, ri = O.split(ax[r], factor=rows, tail=_tail(ctx, O, ext_r, ax[r], rows))
-    vo, vi = O.split(ax[v], factor=nr, tail=_tail(ctx, O, ext_v, ax[v], nr))
+    ro, ri = O.split(ax[r], factor=rows, tail=ctx.tail(O, ax[r], ext_r, rows))
+    vo, vi = O.split(ax[v], factor=nr, tail=ctx.tail(O, ax[v], ext_v, nr))
     others = [(bo if bb > 1 and i == b else ax[i]) for i in range(n) if i not in (r, v)]
     oexts = [(info.extents[i] // bb if i == b else info.extents[i]) for i in range(n) if i not in (r, v)]
     ro_ext = None if ext_r is None else -(-ext_r // rows)
@@ -254,19 +251,6 @@ def tile(ctx, R, T):
     ctx.rec.add(L, "micro-kernel", "reduction loops outside the tile; rows and vectors "
                 "unrolled, lanes vectorized", "each reduction step: load the vectors, "
                 "broadcast one value per row, one FMA per accumulator")
-
-
-def _tail(ctx, O, ext, axis, factor):
-    """"shift" (split's ShiftInwards) for a run-time extent that `params.least` makes at
-    least `factor` on a stage without its own reduction, so the tile has one copy and
-    no guard; "guard" otherwise (every fixed extent: its tail is a constant)."""
-    least = ctx.params.least
-    if ext is not None or not least or O.op.reduce_axis or factor <= 1:
-        return "guard"
-    dom = axis.dom.extent
-    facts = {v: Range(E.const(least[v.name], v.dtype), E.const(2**31 - 1 - least[v.name], v.dtype))
-             for v in free_vars(dom) if v.name in least}
-    return "shift" if arith.can_prove(E.GE(dom, E.const(factor, dom.dtype)), facts) else "guard"
 
 
 def vector_block_axis(ctx, R, r, v, lanes):

@@ -75,13 +75,25 @@ def _covers(ranges, rel) -> bool:
     return arith.can_prove(E.EQ(ranges[rel.outer].extent * step, p.extent)) or arith.is_divisible(p.extent, step)
 
 
+def shifts(rel, ranges) -> bool:
+    """Whether split `rel` shifts its last tile inwards here: asked to, with a tail, and
+    over the whole of a root axis (the extent whose least value the code may assume: a
+    stage attached where its readers need a part of the axis is guarded instead, as that
+    part may be shorter than a tile)."""
+    if not rel.shift or _covers(ranges, rel):
+        return False
+    dom = rel.parent.dom
+    return dom is not None and arith.equal(ranges[rel.parent].extent, dom.extent) \
+        and E.is_const_int(ranges[rel.parent].min, 0) and E.is_const_int(dom.min, 0)
+
+
 def pass_up_index(stage, ranges, leaf_values) -> Dict[IterVar, E.Expr]:
     vals = dict(leaf_values)
     for rel in reversed(stage.relations):
         if isinstance(rel, Split):
             p, step = ranges[rel.parent], ranges[rel.inner].extent
             start = vals[rel.outer] * step
-            if rel.shift and not _covers(ranges, rel):
+            if shifts(rel, ranges):
                 # at 0 or after: what the tile's bounds can prove without knowing that
                 # the extent is a tile's worth (a stage computed inside the tile then
                 # needs no guard against reading before the start)
@@ -103,7 +115,7 @@ def pass_up_conditions(stage, ranges, vals) -> List[Tuple[E.Expr, bool]]:
         p = ranges[rel.parent]
         covered = ranges[rel.outer].extent * ranges[rel.inner].extent
         if arith.can_prove(E.EQ(covered, p.extent)) or arith.is_divisible(p.extent, ranges[rel.inner].extent) \
-                and rel.factor is not None or rel.shift:
+                and rel.factor is not None or shifts(rel, ranges):
             continue
         conds.append((E.likely(vals[rel.parent] < p.min + p.extent), rel.parent.kind == "reduce"))
     return conds
@@ -119,7 +131,7 @@ def size_facts(sched, bounds, params) -> Dict[E.Var, Range]:
                 out[d] = Range(E.const(0), E.const(2**31 - 1))
     for st in sched.stages:
         for rel in st.relations:
-            d = bounds[st].ranges[rel.parent].extent if isinstance(rel, Split) and rel.shift else None
+            d = bounds[st].ranges[rel.parent].extent if isinstance(rel, Split) and shifts(rel, bounds[st].ranges) else None
             if d in out:
                 least = max(rel.factor, out[d].min.value)
                 out[d] = Range(E.const(least), E.const(2**31 - 1 - least))

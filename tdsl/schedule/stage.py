@@ -102,7 +102,8 @@ class Stage:
         is moved back to end at the extent, overlapping the tile before it, so the tile
         needs no guard and no second copy: the extent must be at least `factor` at run
         time (a smaller one is the caller's to route elsewhere), and the stage must be
-        pure (see `_check_shift`)."""
+        pure (see `_check_shift`); where the loop covers only part of the axis (an
+        attached stage) the split is guarded (bound.shifts)."""
         self.check_leaf("split", parent)
         if (factor is None) == (nparts is None):
             raise self._error("split", f"axis '{parent.var.name}': give exactly one of factor= or nparts=")
