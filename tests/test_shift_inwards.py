@@ -150,3 +150,26 @@ def test_a_stage_attached_to_part_of_an_axis_keeps_its_guard():
         out = np.zeros_like(a)
         f(a, out)
         np.testing.assert_allclose(out, a[np.arange(m) // 2] * 2 + 1, rtol=1e-6)
+
+
+def test_auto_schedule_shifts_tiles_its_params_make_whole():
+    """params "least": the rules' register tile over rows known to be at least 64 shifts
+    its last tile (no guard); without it, the tile keeps its guarded tail."""
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n, 32), name="A")
+    W = tdsl.placeholder((32, 48), name="W")
+    k = tdsl.reduce_axis((0, 32), "k")
+    C = tdsl.compute((n, 48), lambda i, j: tdsl.sum(A[i, k] * W[k, j], axis=k), name="C")
+    shifted = tdsl.auto_schedule(C, target="llvm", params={"least": {"n": 64}})
+    guarded = tdsl.auto_schedule(C, target="llvm")
+    assert "tail=shift" in "\n".join(shifted.trace)
+    assert "tail=shift" not in "\n".join(guarded.trace)
+    assert "likely" not in str(tdsl.lower(shifted, [A, W, C]))
+    f = tdsl.build(shifted, [A, W, C], target="llvm")
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((32, 48)).astype("float32")
+    for m in (64, 65, 71, 100):
+        a = rng.standard_normal((m, 32)).astype("float32")
+        out = np.zeros((m, 48), "float32")
+        f(a, w, out)
+        np.testing.assert_allclose(out, a @ w, rtol=1e-4, atol=1e-4)
