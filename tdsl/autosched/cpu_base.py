@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from .. import dtype as dt
-from .. import tiling
+from .. import arith, tiling
 from ..arith import simplify
 from ..ir import expr as E
+from ..ir.expr import Range
+from ..ir.visitor import free_vars
 from .analysis import StageInfo
 from .context import Context
 
@@ -110,6 +112,21 @@ class CPUBase(Context):
         loops = [(iv, e, False) for iv, e in zip(axes, exts)]
         return self.parallel_prefix(st, loops, work, "rows", whole=True)
 
+    def tail(self, st, iv, ext, factor):
+        """The `tail` of a split of `iv` by `factor`: "shift" (ShiftInwards, one copy of
+        the tile and no guard) where `iv` is a root axis of a run-time extent
+        (`ext` None) that `params.least` makes at least `factor`, on a stage with no
+        reduction of its own (`Stage.split` refuses anything else that is not pure);
+        "guard" otherwise, and for every fixed extent."""
+        least = self.params.least
+        if ext is not None or not least or factor <= 1 or st.op.reduce_axis or iv.dom is None \
+                or iv not in st.op.axis:
+            return "guard"
+        dom = iv.dom.extent
+        facts = {v: Range(E.const(least[v.name], v.dtype), E.const(2**31 - 1 - least[v.name], v.dtype))
+                 for v in free_vars(dom) if v.name in least}
+        return "shift" if arith.can_prove(E.GE(dom, E.const(factor, dom.dtype)), facts) else "guard"
+
     def vector_split(self, st, iv, ext, dtype, unroll=True):
         """Splits `iv` by the vector width (and an unrolled group of vectors) and vectorizes;
         returns (outer loop, its extent, ragged) or None when not worth a vector."""
@@ -117,7 +134,20 @@ class CPUBase(Context):
         if not self.can_vectorize(dtype) or lanes < 2 or (ext is not None and not tiling.worth_a_vector(self.target, ext, dtype)):
             return None
         width = tiling.row_vector(self.target, ext, dtype) if ext is not None else lanes
-        vo, vi = st.split(iv, factor=width)
+        group = width * self.params.unroll
+        if unroll and self.params.unroll > 1 and self.tail(st, iv, ext, group) == "shift":
+            # a run-time row of a group or more: the last group shifted back onto the one
+            # before, so the row has no tail of single vectors and no guarded group
+            vo, vg = st.split(iv, factor=group, tail="shift")
+            vu, vi = st.split(vg, factor=width)
+            st.unroll(vu)
+            st.vectorize(vi)
+            self.rec.add(st, "vectorize", f"split({iv.var.name}, {group}, tail=shift); split by "
+                         f"{width}; vectorize; unroll {self.params.unroll} vectors",
+                         f"{width} x {dtype} lanes on {self.target.key}, along the contiguous last "
+                         "axis; its last group shifted inwards")
+            return vo, None, True
+        vo, vi = st.split(iv, factor=width, tail=self.tail(st, iv, ext, width))
         st.vectorize(vi)
         oext = None if ext is None else -(-ext // width)
         ragged = ext is None or ext % width != 0

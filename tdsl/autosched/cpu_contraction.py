@@ -185,8 +185,8 @@ def tile(ctx, R, T):
     bi = None
     if bb > 1:
         bo, bi = O.split(ax[b], factor=bb)
-    ro, ri = O.split(ax[r], factor=rows)
-    vo, vi = O.split(ax[v], factor=nr)
+    ro, ri = O.split(ax[r], factor=rows, tail=ctx.tail(O, ax[r], ext_r, rows))
+    vo, vi = O.split(ax[v], factor=nr, tail=ctx.tail(O, ax[v], ext_v, nr))
     others = [(bo if bb > 1 and i == b else ax[i]) for i in range(n) if i not in (r, v)]
     oexts = [(info.extents[i] // bb if i == b else info.extents[i]) for i in range(n) if i not in (r, v)]
     ro_ext = None if ext_r is None else -(-ext_r // rows)

@@ -26,6 +26,10 @@ class AutoParams:
     double_buffer: Optional[bool] = None     # refill one shared buffer while using the other
     # GPU reductions: threads that reduce one row together (None: from the row's length)
     reduce_threads: Optional[int] = None
+    # {size variable's name: its least value where the kernel runs} (the graph layer's size
+    # classes route smaller sizes elsewhere): a register tile of a run-time extent that
+    # is surely a tile's worth shifts its last tile inwards instead of a guarded copy
+    least: Optional[dict] = None
 
     @classmethod
     def of(cls, params) -> "AutoParams":

@@ -69,11 +69,36 @@ def pass_down(stage, root_ranges: Dict[IterVar, Range]) -> Dict[IterVar, Range]:
     return rng
 
 
+def _covers(ranges, rel) -> bool:
+    """Whether split `rel`'s tiles cover its parent exactly (no tail)."""
+    p, step = ranges[rel.parent], ranges[rel.inner].extent
+    return arith.can_prove(E.EQ(ranges[rel.outer].extent * step, p.extent)) or arith.is_divisible(p.extent, step)
+
+
+def shifts(rel, ranges) -> bool:
+    """Whether split `rel` shifts its last tile inwards here: asked to, with a tail, and
+    over the whole of a root axis (the extent whose least value the code may assume: a
+    stage attached where its readers need a part of the axis is guarded instead, as that
+    part may be shorter than a tile)."""
+    if not rel.shift or _covers(ranges, rel):
+        return False
+    dom = rel.parent.dom
+    return dom is not None and arith.equal(ranges[rel.parent].extent, dom.extent) \
+        and E.is_const_int(ranges[rel.parent].min, 0) and E.is_const_int(dom.min, 0)
+
+
 def pass_up_index(stage, ranges, leaf_values) -> Dict[IterVar, E.Expr]:
     vals = dict(leaf_values)
     for rel in reversed(stage.relations):
         if isinstance(rel, Split):
-            vals[rel.parent] = ranges[rel.parent].min + vals[rel.outer] * ranges[rel.inner].extent + vals[rel.inner]
+            p, step = ranges[rel.parent], ranges[rel.inner].extent
+            start = vals[rel.outer] * step
+            if shifts(rel, ranges):
+                # at 0 or after: what the tile's bounds can prove without knowing that
+                # the extent is a tile's worth (a stage computed inside the tile then
+                # needs no guard against reading before the start)
+                start = E.maximum(E.minimum(start, p.extent - step), E.const(0, start.dtype))
+            vals[rel.parent] = p.min + start + vals[rel.inner]
         elif isinstance(rel, Fuse):
             ext = ranges[rel.inner].extent
             vals[rel.outer] = ranges[rel.outer].min + vals[rel.fused] // ext
@@ -90,10 +115,27 @@ def pass_up_conditions(stage, ranges, vals) -> List[Tuple[E.Expr, bool]]:
         p = ranges[rel.parent]
         covered = ranges[rel.outer].extent * ranges[rel.inner].extent
         if arith.can_prove(E.EQ(covered, p.extent)) or arith.is_divisible(p.extent, ranges[rel.inner].extent) \
-                and rel.factor is not None:
+                and rel.factor is not None or shifts(rel, ranges):
             continue
         conds.append((E.likely(vals[rel.parent] < p.min + p.extent), rel.parent.kind == "reduce"))
     return conds
+
+
+def size_facts(sched, bounds, params) -> Dict[E.Var, Range]:
+    """{size variable: its range} for the sizes of the buffers in `params`: at least 0,
+    and at least a tile where a split shifts its last tile inwards (the code assumes it)."""
+    out = {}
+    for p in params:
+        for d in getattr(p, "shape", ()):
+            if isinstance(d, E.Var):
+                out[d] = Range(E.const(0), E.const(2**31 - 1))
+    for st in sched.stages:
+        for rel in st.relations:
+            d = bounds[st].ranges[rel.parent].extent if isinstance(rel, Split) and shifts(rel, bounds[st].ranges) else None
+            if d in out:
+                least = max(rel.factor, out[d].min.value)
+                out[d] = Range(E.const(least), E.const(2**31 - 1 - least))
+    return out
 
 
 def leaf_values(stage, ranges) -> Dict[IterVar, E.Expr]:

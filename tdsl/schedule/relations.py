@@ -14,6 +14,9 @@ class Split:
     inner: IterVar
     factor: Optional[int]
     nparts: Optional[int]
+    # Halide's ShiftInwards: the last tile of a run-time extent ends at the extent,
+    # overlapping the one before, instead of being guarded
+    shift: bool = False
 
 
 @dataclass(eq=False)

@@ -38,7 +38,7 @@ from .store_with import check_store_with
 from .update_nest import make_update
 from .updates import chain_arg, check_chain_readers, update_chains
 from .bound import (StageBound, root_bound, attach_leaf, enclosing_ranges, leaf_values, effective_bodies,
-                    infer_bounds, pass_up_conditions, pass_up_index)
+                    infer_bounds, pass_up_conditions, pass_up_index, size_facts)
 
 
 class _LowerExpr(Mutator):
@@ -90,11 +90,7 @@ class ScheduleLowering:
         check_chain_readers(self.sched, self.chains, self.chain_of)
         self._bind_args(args)
         check_store_with(sched, self.bounds, self.arg_stages)
-        self.size_ranges = {}
-        for p in self.params:
-            for d in getattr(p, "shape", ()):
-                if isinstance(d, E.Var):
-                    self.size_ranges[d] = E.Range(E.const(0), E.const(2**31 - 1))
+        self.size_ranges = size_facts(sched, self.bounds, self.params)
         self.attach_map: Dict[tuple, List] = {}
         for st in sched.stages:
             if st.attach_type == "scope":

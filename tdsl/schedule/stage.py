@@ -95,12 +95,22 @@ class Stage:
         return IterVar(None, Var(f"{parent.var.name}.{suffix}", parent.var.dtype), kind or parent.kind)
 
     # ------------------------------------------------------------------ loop structure
-    def split(self, parent, factor=None, nparts=None):
+    def split(self, parent, factor=None, nparts=None, tail="guard"):
         """Splits `parent` into (outer, inner); the inner loop has `factor` iterations
-        (or the outer loop has `nparts`). Non-divisible extents are guarded."""
+        (or the outer loop has `nparts`). A non-divisible extent is guarded
+        (`tail="guard"`), or, with `tail="shift"` (Halide's ShiftInwards), its last tile
+        is moved back to end at the extent, overlapping the tile before it, so the tile
+        needs no guard and no second copy: the extent must be at least `factor` at run
+        time (a smaller one is the caller's to route elsewhere), and the stage must be
+        pure (see `_check_shift`); where the loop covers only part of the axis (an
+        attached stage) the split is guarded (bound.shifts)."""
         self.check_leaf("split", parent)
         if (factor is None) == (nparts is None):
             raise self._error("split", f"axis '{parent.var.name}': give exactly one of factor= or nparts=")
+        if tail not in ("guard", "shift"):
+            raise self._error("split", f"axis '{parent.var.name}': tail must be 'guard' or 'shift', got {tail!r}")
+        if tail == "shift":
+            self._check_shift(parent, factor)
         val = factor if factor is not None else nparts
         what = "factor" if factor is not None else "nparts"
         if isinstance(val, bool) or not isinstance(val, int):
@@ -113,12 +123,36 @@ class Stage:
         outer = self._new_iv(parent, "outer")
         inner = self._new_iv(parent, "inner")
         self.relations.append(Split(parent, outer, inner, val if factor is not None else None,
-                                    val if nparts is not None else None))
+                                    val if nparts is not None else None, tail == "shift"))
         k = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[k:k + 1] = [outer, inner]
         self.all_iter_vars += [outer, inner]
-        self._log(f"split({parent.var.name}, {what}={val})")
+        self._log(f"split({parent.var.name}, {what}={val}" + (", tail=shift)" if tail == "shift" else ")"))
         return outer, inner
+
+    def _check_shift(self, parent, factor):
+        """A shifted tile computes some outputs twice, so each output must come out the
+        same the second time: a data-parallel axis of a stage whose every element is
+        written once from what the stage does not write. Not so for a reduction axis
+        (counted twice), a stage that accumulates in its own output (its reduction:
+        the overlap's second pass would start again from a partial sum another task may
+        still be adding to), a stage that updates or is updated, or one stored in
+        another tensor's buffer."""
+        why = None
+        if factor is None:
+            why = "needs factor=, not nparts="
+        elif parent.kind == "reduce":
+            why = "is a reduction axis: the overlap would be counted twice"
+        elif isinstance(self.op, UpdateOp):
+            why = "the stage is an update, which reads what it writes"
+        elif getattr(self.op, "reduce_axis", None):
+            why = "the stage reduces into its output; cache_write its reduction first"
+        elif self.stored_with is not None:
+            why = f"the stage is stored with '{self.stored_with.op.name}'"
+        elif any(isinstance(st.op, UpdateOp) and st.op.base is self.op for st in self.schedule.stages):
+            why = "the stage has updates, which read what it writes"
+        if why is not None:
+            raise self._error("split", f"axis '{parent.var.name}': tail='shift' {why}")
 
     def fuse(self, *axes):
         """Fuses adjacent loops (outermost first) into one."""
@@ -165,10 +199,11 @@ class Stage:
         self.leaf_iter_vars[:] = leaves
         self._log(f"reorder({', '.join(iv.var.name for iv in axes)})")
 
-    def tile(self, x_parent, y_parent, x_factor, y_factor):
-        """Splits two axes and orders the loops (x.outer, y.outer, x.inner, y.inner)."""
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
+    def tile(self, x_parent, y_parent, x_factor, y_factor, tail="guard"):
+        """Splits two axes and orders the loops (x.outer, y.outer, x.inner, y.inner);
+        `tail`: as split's, for both axes."""
+        xo, xi = self.split(x_parent, factor=x_factor, tail=tail)
+        yo, yi = self.split(y_parent, factor=y_factor, tail=tail)
         self.reorder(xo, yo, xi, yi)
         return xo, yo, xi, yi
 

@@ -188,6 +188,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
                          "(tdsl.graph.strategy.register_schedule adds one)")
     g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     g.auto_params = auto_params
+    g.classes_run = classes and erasure is None
     sizes = {}
     if g.symbolic:
         sizes = representative(g.sizes.vars, bounds)

@@ -42,10 +42,14 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
             params.update(unroll=1, tile=(None, 1))
         params.update(vectorize=vectorize and params.get("vectorize", True),
                       parallel=parallel and params.get("parallel", True))
-        g.explanation = apply_rules(s, g.target, params)
-        if g.symbolic and g.size_class is None and g.auto_params is None and g.erasure is None:
+        declares = g.symbolic and g.size_class is None and g.auto_params is None and g.erasure is None
+        if declares:
             _declare_small_rows(g)
             _declare_short_rows(g, out)
+        least = _least(g, out)
+        if least:
+            params["least"] = least
+        g.explanation = apply_rules(s, g.target, params)
         return
     for t in stages_of(out):
         if t is out:
@@ -57,13 +61,44 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
     par_vec(s, out, g.target, vectorize, parallel)
 
 
+def _least(g, out):
+    """{size variable's name: least value} where this kernel runs: dispatch runs the first
+    variant whose class holds, so here none of the classes ahead of this one holds (the
+    rows of the main kernel's matmuls are a register tile's worth, its contiguous
+    extents `REPRESENTATIVE`; a "short" kernel's rows still a tile's worth). Empty where
+    no variants run in front of this kernel, or the auto-scheduler's own parameters
+    (tuned, generic) decide."""
+    if not (g.symbolic and g.classes_run and g.auto_params is None and g.erasure is None):
+        return {}
+    if g.size_class is None:
+        ahead = list(g.size_classes.values())
+    elif g.size_class == "short":
+        ahead = _small_rows(g)
+    else:
+        return {}
+    least = {}
+    for cond in ahead:
+        for c in _alternatives(cond):
+            if isinstance(c, E.LT) and isinstance(c.a, E.Var) and isinstance(c.b, E.IntImm):
+                least[c.a.name] = max(least.get(c.a.name, 0), c.b.value)
+    return least
+
+
+def _alternatives(cond):
+    return _alternatives(cond.a) + _alternatives(cond.b) if isinstance(cond, E.Or) else [cond]
+
+
+def _small_rows(g):
+    return [g.sizes.dim(n.type.shape[-2]) < AUTO_TILE_ROWS for n in g.fn.nodes()
+            if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
+
+
 def _declare_small_rows(g):
     """The size class "small" of a group with a matmul whose rows are a run-time size (Q
     K^T, attn @ V over a sequence): the rules' register tiles have several rows, so a
     sequence of a few tokens runs a variant tiled for one row (schedule_cpu), whose rows
     are not mostly guarded off."""
-    small = [g.sizes.dim(n.type.shape[-2]) < AUTO_TILE_ROWS for n in g.fn.nodes()
-             if n.op == "nn.matmul" and not isinstance(n.type.shape[-2], int)]
+    small = _small_rows(g)
     if small:
         g.size_classes["small"] = functools.reduce(E.logical_or, small)
 

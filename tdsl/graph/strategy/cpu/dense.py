@@ -65,7 +65,16 @@ def schedule(s, out, g, parallel=True):
         if mr > 1:
             g.size_classes["small"] = out.shape[0] < mr
         g.size_classes["rows"] = out.shape[0] >= N
-    mo, no, mi, ni = s[out].tile(out.op.axis[0], out.op.axis[1], mr, nr)
+    # the rows' last tile shifted back onto the one before (their outputs computed twice,
+    # the same both times: the accumulator is the tile's own) instead of a guarded copy
+    # of the tile, where the kernel never runs with fewer rows than a tile: the default
+    # kernel, below which "small" runs, and the "rows" kernel (rows >= N and not small);
+    # not a kernel run once per size, which no variant fronts
+    least = max(N, tiling.gemm_tile(target, ishape(out)[0], N, out.dtype)[0]) if g.size_class == "rows" else mr
+    shift = symbolic and g.classes_run and g.size_class in (None, "rows") and mr > 1 and least >= mr
+    mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
+    no, ni = s[out].split(out.op.axis[1], factor=nr)
+    s[out].reorder(mo, no, mi, ni)
     s[out].vectorize(ni)
     # the operand re-read by the inner tile loop should be the smaller one: with more
     # weight columns than rows (a language model's vocabulary projection: 50k x 256
