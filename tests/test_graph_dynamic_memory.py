@@ -4,8 +4,11 @@ expressions evaluated without sympy (ir/dims.py), buffers that grow in place
 outputs a caller keeps never written again; after `reserve`, a first call at new sizes
 faults no fresh page in (arena, outputs, the values of the sizes alone and the kernels'
 scratch). Results are compared with onnxruntime."""
+import os
 import random
 import resource
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -146,10 +149,10 @@ def _minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-@pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
-def test_after_reserve_a_first_call_at_new_sizes_touches_no_fresh_memory():
-    # a 1-D CNN with symbolic batch and signal length, as bench/dynamic.py sweeps it: its
-    # convolutions take heap scratch sized by the signal
+def first_calls_after_reserve():
+    """A 1-D CNN with symbolic batch and signal length, as bench/dynamic.py sweeps it (its
+    convolutions take heap scratch sized by the signal): after `reserve`, first calls at
+    new sizes map no scratch and fault fewer than 24 pages in, and match onnxruntime."""
     m = models.conv1d_net()
     dims_ = m.graph.input[0].type.tensor_type.shape.dim
     for ax, name in ((0, "batch"), (2, "signal")):
@@ -174,6 +177,17 @@ def test_after_reserve_a_first_call_at_new_sizes_touches_no_fresh_memory():
         assert threadpool.scratch_stats()["mapped"] == mapped and faults < 24, (shape, faults)
         _close(out, models.onnxruntime_run(m, {"input": x})[0])
         del out
+
+
+@pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
+def test_after_reserve_a_first_call_at_new_sizes_touches_no_fresh_memory():
+    # in a fresh interpreter, as a server starts: after a long test session the Python
+    # heap itself grows into fresh pages at any allocation, which no reserve can page in
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import test_graph_dynamic_memory as t; t.first_calls_after_reserve()")
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def test_values_of_the_sizes_alone_live_in_the_reserved_arena():
