@@ -7,7 +7,8 @@ Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, af
 pause; each side holds its last outputs while it runs the next call, as a server's
 `y = exe.run(x)` loop does), the static build's, onnxruntime's; the ratios dynamic/static and
 dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
-beyond a warm call at that size (0 where it cost less). No compile happens there; what
+beyond a warm call at that size (0 where it cost less), and "gc ms", the part of the first
+call that Python's collections took. No compile happens there; what
 does is all of what a server's first request at a new size pays: tdsl's work for new
 sizes (the sizes checked, the memory plan of those sizes evaluated, each kernel's size
 class chosen, the run state made and the values of the sizes alone computed: a few ms,
@@ -37,6 +38,7 @@ build being the mean over the sweep's sizes. `--builds` (bench/zoo.py --dynamic
 """
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import time
@@ -131,6 +133,24 @@ def _timed(fn):
     return time.perf_counter() - t0
 
 
+def _timed_with_collections(fn):
+    """(seconds of one call of `fn`, seconds of the Python collections inside it): in a
+    process holding torch, the exported models and every build of the sweep, a full
+    collection takes hundreds of ms, and a first call's allocations may set one off."""
+    spent, start = [0.0], [0.0]
+
+    def watch(phase, info):
+        if phase == "start":
+            start[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - start[0]
+    gc.callbacks.append(watch)
+    try:
+        return _timed(fn), spent[0]
+    finally:
+        gc.callbacks.remove(watch)
+
+
 def cold_build(model, dims, target):
     """(executor, wall s, CPU s) of `model` built with `dims` and no compiled kernel to
     reuse: a fresh disk cache (TDSL_CACHE_DIR), the in-process caches of kernels, LLVM
@@ -194,7 +214,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         def first_call():
             nonlocal got
             got = dyn.run(x)[0]
-        first = _timed(first_call)
+        first, collected = _timed_with_collections(first_call)
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory
@@ -212,7 +232,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         out.append((t_dyn / t_ort, t_dyn / t_st, extra))
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
-              f"{extra * 1e3:8.1f} {err:9.1e}", flush=True)
+              f"{extra * 1e3:8.1f} {collected * 1e3:6.1f} {err:9.1e}", flush=True)
     ratio = _build_line(name, build_dyn, static_builds)
     print(f"{name:20s} reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
           f"in {reserve_s:.2f} s\n", flush=True)
@@ -232,7 +252,7 @@ def main(names, target, number, repeat, builds_only=False):
     _warm_up(target)
     if not builds_only:
         print(f"{'model':20s} {'size':>16s} {'dyn ms':>9s} {'static':>9s} {'ort':>9s} {'/static':>7s} "
-              f"{'/ort':>7s} {'first+ms':>8s} {'max err':>9s}")
+              f"{'/ort':>7s} {'first+ms':>8s} {'gc ms':>6s} {'max err':>9s}")
     pairs, failed, build_ratios = [], [], {}
     for name in names:
         try:
