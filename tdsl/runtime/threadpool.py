@@ -67,12 +67,12 @@ def hold():
     and for a millisecond after the last one: for a caller that runs many parallel loops
     with work of its own between them. Holds from several threads count; the first wakes
     sleeping workers. Does nothing where the pool is not loaded."""
-    (_state.get("hold") or _hold_fns()[0])()
+    (_c_function("tdsl_parallel_hold") or _nothing)()
 
 
 def release():
     """Ends a `hold` (every hold is released once, in a finally)."""
-    (_state.get("release") or _hold_fns()[1])()
+    (_c_function("tdsl_parallel_release") or _nothing)()
 
 
 class held:
@@ -84,19 +84,6 @@ class held:
 
     def __exit__(self, *exc):
         release()
-
-
-def _hold_fns():
-    import ctypes
-    fns = []
-    for name, symbol in (("hold", "tdsl_parallel_hold"), ("release", "tdsl_parallel_release")):
-        addr = 0
-        if load_into_jit():
-            import llvmlite.binding as llvm
-            addr = llvm.address_of_symbol(symbol)
-        _state[name] = ctypes.CFUNCTYPE(None)(addr) if addr else _nothing
-        fns.append(_state[name])
-    return fns
 
 
 def _nothing():
@@ -113,13 +100,23 @@ def scratch_stats() -> dict:
 
 def _counters(symbol, names) -> dict:
     import ctypes
-    fn = _state.get(symbol)
+    fn = _c_function(symbol, ctypes.POINTER(ctypes.c_int64))
     if fn is None:
-        import llvmlite.binding as llvm
-        addr = llvm.address_of_symbol(symbol) if load_into_jit() else 0
-        fn = _state[symbol] = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(addr) if addr else False
-    if not fn:
         return {}
     out = (ctypes.c_int64 * len(names))()
     fn(out)
     return dict(zip(names, out))
+
+
+def _c_function(symbol, *argtypes):
+    """The pool library's function `symbol` (returning nothing) as a ctypes function of
+    `argtypes`, looked up once; None where the library is not loaded."""
+    fn = _state.get(symbol, False)
+    if fn is False:
+        import ctypes
+        addr = 0
+        if load_into_jit():
+            import llvmlite.binding as llvm
+            addr = llvm.address_of_symbol(symbol)
+        fn = _state[symbol] = ctypes.CFUNCTYPE(None, *argtypes)(addr) if addr else None
+    return fn
