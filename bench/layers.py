@@ -147,11 +147,15 @@ def onnx_families(model):
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
     shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
+    # a 4-D MatMul with a weight (ConvNeXt's Linear on NHWC) is a dense layer, not attention
+    weights = {i.name for i in model.graph.initializer}
+    weights.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
     out, made_by, back = {}, {}, {}
     for n in model.graph.node:
         made_by.update((o, n.name) for o in n.output)
         fam = _ONNX_OPS.get(n.op_type, ELEMENTWISE)
-        if n.op_type in ("MatMul", "Softmax") and len(shapes.get(n.output[0], ())) == 4:
+        if (len(shapes.get(n.output[0], ())) == 4 and n.op_type in ("MatMul", "Softmax")
+                and not weights.intersection(n.input)):
             fam = ATTENTION
         if n.op_type == "Conv":
             a = {at.name: onnx.helper.get_attribute_value(at) for at in n.attribute}
