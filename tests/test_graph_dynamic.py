@@ -286,6 +286,32 @@ def test_values_of_the_sizes_alone_are_computed_once_per_size():
         assert len(ran) == 1 and "matmul" in ran[0], (shape, ran)
 
 
+def test_values_of_the_sizes_alone_take_the_plain_schedule(monkeypatch):
+    """A kernel that runs once per size is not worth the auto-scheduler's unrolled vector
+    blocks: it gets the plain parallel, vectorized loops, less code to compile than the
+    rules give the same group (the results are checked above)."""
+    once = []
+    compile_group = kernel_cache.compile_group
+
+    def spy(fn, target, consts, name, **kw):
+        if not kw.get("classes", True):
+            once.append((fn, target, consts, name, kw))
+        return compile_group(fn, target, consts, name, **kw)
+    monkeypatch.setattr(kernel_cache, "compile_group", spy)
+    kernel_cache.clear_kernel_cache()
+    G.build(G.optimize(G.from_onnx(causal_mask_model())))
+    assert len(once) == 2
+    code = {"plain": 0, "rules": 0}
+    for fn, target, consts, name, kw in once:
+        plain = compile_group(fn, target, consts, name, **kw)
+        ruled = compile_group(fn, target, consts, name, **{**kw, "classes": True})
+        assert not plain.variants
+        code["plain"] += len(plain.module.get_source())
+        code["rules"] += len(ruled.module.get_source())
+    # the arange is a loop either way; the mask's vector blocks are the difference
+    assert code["plain"] < 0.8 * code["rules"], code
+
+
 def test_data_dependent_sizes_are_named_errors():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])

@@ -180,7 +180,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     count. A group with symbolic sizes gets a kernel that takes them at call time, its
     schedule sized for representative ones within `bounds` ({name: (low, high)}), and
     the variants of its size classes unless `classes` is False (a kernel that runs once
-    per size)."""
+    per size, scheduled plainly)."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -189,6 +189,12 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     g.auto_params = auto_params
     g.classes_run = classes and erasure is None
+    if not classes:
+        # a kernel that runs once per size (a value of the sizes alone: T5's position
+        # buckets, a causal mask): the plain parallel, vectorized loops, whose code is a
+        # third of the rules' unrolled blocks; its one run at a new size costs well under
+        # a millisecond more at the sweep's largest sizes
+        g.use_auto = False
     sizes = {}
     if g.symbolic:
         sizes = representative(g.sizes.vars, bounds)
