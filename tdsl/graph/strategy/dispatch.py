@@ -32,7 +32,8 @@ from .groupdef import GroupDef
 
 class Kernel:
     """A compiled group: `module(*args)` with args in `param_order`, then the output, then
-    the values of `size_args` (size variables that no argument's shape holds).
+    the values of `size_args` (size variables that no argument's shape holds and its
+    stages read).
     `scheduled_by`: the name of the registry implementation whose schedule it has (None
     where none ran: the C target's scalar loops)."""
 
