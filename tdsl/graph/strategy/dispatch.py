@@ -25,13 +25,15 @@ from . import registry, topi
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
+from .stages import stages_of
 from .symbolic import SHORT, representative
 from .groupdef import GroupDef
 
 
 class Kernel:
     """A compiled group: `module(*args)` with args in `param_order`, then the output, then
-    the values of `size_args` (size variables that no argument's shape holds).
+    the values of `size_args` (size variables that no argument's shape holds and its
+    stages read).
     `scheduled_by`: the name of the registry implementation whose schedule it has (None
     where none ran: the C target's scalar loops)."""
 
@@ -165,9 +167,33 @@ def kernel_args(g, out, size_args=None):
             for d in t.shape:
                 if not isinstance(d, int):
                     shaped |= {v.name for v in tdsl.ir.visitor.free_vars(d)}
-        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped]
+        used = _vars_read(out)
+        size_args = [n for n in sorted(g.sizes.vars) if n not in shaped
+                     and (used is None or n in used)]
         args += [g.sizes.vars[n] for n in size_args]
     return order, args, size_args
+
+
+def _vars_read(out):
+    """The names of the variables the stages of `out` read (bodies, loop extents and
+    shapes), or None where a stage is not a compute, which this cannot see into. A size
+    variable none of them reads is no argument: a dense layer over `batch*sequence` rows
+    reads that product alone (an argument of its own, buffer_atoms), and every argument
+    costs each call of the kernel a conversion in ctypes."""
+    names = set()
+    stages = stages_of(out, computes_only=False)
+    for t in stages:
+        op = t.op
+        if isinstance(op, tdsl.te.PlaceholderOp):
+            parts = [list(op.shape)]
+        elif isinstance(op, tdsl.te.ComputeOp):
+            parts = [list(op.shape), list(op.bodies)]
+            parts += [[iv.dom.min, iv.dom.extent] for iv in [*op.axis, *op.reduce_axis] if iv.dom is not None]
+        else:
+            return None
+        for part in parts:
+            names |= {v.name for x in part if isinstance(x, E.Expr) for v in free_vars(x)}
+    return names
 
 
 def print_group_key(fn, consts):

@@ -4,8 +4,9 @@ from __future__ import annotations
 from . import topi
 
 
-def stages_of(out):
-    """The compute stages `out` is made of, producers first."""
+def stages_of(out, computes_only=True):
+    """The compute stages `out` is made of, producers first (every stage, placeholders
+    too, where not `computes_only`)."""
     seen, order = set(), []
 
     def visit(t):
@@ -16,7 +17,7 @@ def stages_of(out):
             visit(i)
         order.append(t)
     visit(out)
-    return [t for t in order if t.op.__class__.__name__ == "ComputeOp"]
+    return [t for t in order if not computes_only or t.op.__class__.__name__ == "ComputeOp"]
 
 
 def ishape(t):

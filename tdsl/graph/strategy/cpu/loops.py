@@ -61,11 +61,29 @@ def par_vec(s, t, target, vectorize=True, parallel=True, min_par=PAR_MIN_ELEMS):
     if outer:
         fused = s[t].fuse(*outer) if len(outer) > 1 else outer[0]
     if parallel and total >= min_par:
+        # with symbolic sizes `total` is the representative one's: the loop forks only
+        # where the run-time size reaches `min_par` too (a squeeze-excite mat-vec's
+        # epilogue at batch 1 is a few hundred elements)
+        work = _run_time_size(t)
         if fused is not None and int(np.prod(shape[:-1])) >= 2:
-            s[t].parallel(fused)
+            parallel_loop(s, t, fused, work, min_par)
         elif fused is None and vec:
-            s[t].parallel(lo)
+            parallel_loop(s, t, lo, work, min_par)
     return fused
+
+
+def _run_time_size(t):
+    """The number of elements of `t`: an int, or where its shape has symbolic sizes their
+    int64 product (times the constant sizes)."""
+    const, sym = 1, None
+    for d in t.shape:
+        v = d if isinstance(d, int) else getattr(d, "value", None)
+        if v is not None:
+            const *= int(v)
+        else:
+            d = E.cast(d, "int64")
+            sym = d if sym is None else sym * d
+    return const if sym is None else sym * E.const(const, "int64")
 
 
 def inline_except(s, out, keep, target=None):
