@@ -175,3 +175,18 @@ def test_operator_checks_its_operands():
         Call("nn.attention", [q, kt, v, Const(np.zeros((3, 8), np.float32))])
     with pytest.raises(tdsl.TdslError):
         Call("nn.attention", [q, kt])
+
+
+def test_whisper_encoder_fused_matches_onnxruntime():
+    """The zoo's Whisper encoder (1500 frames, two layers) built for the CPU: each layer's
+    attention is one kernel, and the network matches onnxruntime."""
+    pytest.importorskip("transformers")
+    from tdsl.graph import models, zoo
+    model = zoo.export("whisper_encoder")
+    x = zoo.example_input("whisper_encoder")
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    inner = [m.op for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()]
+    assert inner.count("nn.attention") == 2 and "nn.softmax" not in inner
+    out = G.build(mod, target="llvm").run(x)[0]
+    (ref,) = models.onnxruntime_run(model, {"input": x})
+    assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
