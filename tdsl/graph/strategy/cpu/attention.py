@@ -7,9 +7,11 @@ softmax: a block's whole row of scores fits in cache, so nothing is rescaled as 
 online softmax would.
 
 Register tiles are sized from the target's vectors (lanes and registers): q K^T keeps
-R rows x `nv` key vectors of accumulators, P V `rt` rows x E / lanes value vectors."""
+the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P V `rt`
+rows x the micro-kernel's value vectors."""
 from __future__ import annotations
 
+from .... import tiling
 from .. import tag
 from ..stages import ishape
 
@@ -41,21 +43,23 @@ def schedule(s, out, g, parallel=True):
     regs = target.vector_registers
     B, H, M, E = ishape(out)
     R = _rows(M)
-    ev = max(1, E // lanes)
-    # P V: rt rows x ev vectors of accumulators, plus ev value vectors and a broadcast
+    # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
+    # plus the ev value vectors and a broadcast
+    ev = max(1, min(E, tiling.gemm_tile(target, R, E, out.dtype)[1]) // lanes)
     rt = _divisor_at_most(R, max(1, (regs - ev - 2) // ev))
 
     b, h, i, e = out.op.axis
     io, ii = s[out].split(i, factor=R)
     iio, iii = s[out].split(ii, factor=rt)
-    eo, ei = s[out].split(e, factor=lanes)
-    s[out].reorder(b, h, io, iio, iii, eo, ei)
+    eo, ei = s[out].split(e, factor=ev * lanes)
+    s[out].reorder(b, h, io, iio, eo, iii, ei)
     block = s[out].fuse(b, h, io)
     if parallel:
         s[out].parallel(block)
-    s[out].vectorize(ei)
+    eio, eii = s[out].split(ei, factor=lanes)
+    s[out].vectorize(eii)
 
-    s[acc].compute_at(s[out], iio)
+    s[acc].compute_at(s[out], eo)
     (k3,) = acc.op.reduce_axis
     ai, ae = acc.op.axis[2], acc.op.axis[3]
     aeo, aei = s[acc].split(ae, factor=lanes)
@@ -66,11 +70,14 @@ def schedule(s, out, g, parallel=True):
 
     for t in (scores, mx, ex, sm):
         s[t].compute_at(s[out], block)
-    # q K^T: R rows x nv key vectors of accumulators per step of the head dimension
-    nv = max(1, min(2, (regs - 2) // (R + 1)))
-    sj = scores.op.axis[3]
-    sjo, sji = s[scores].split(sj, factor=nv * lanes)
-    s[scores].reorder(sjo, scores.op.axis[2], sji)
+    # q K^T: the GEMM micro-kernel's mr rows x nr keys of accumulators per step of the
+    # head dimension (12 x 2 vectors with AVX-512's 32 registers, 4 x 3 with AVX2's 16)
+    mr, nr = tiling.gemm_tile(target, R, ishape(scores)[3], out.dtype)
+    mr = _divisor_at_most(R, mr)
+    si, sj = scores.op.axis[2], scores.op.axis[3]
+    sio, sii = s[scores].split(si, factor=mr)
+    sjo, sji = s[scores].split(sj, factor=nr)
+    s[scores].reorder(sio, sjo, sii, sji)
     s[scores].vectorize(sji)
     s[dot].compute_at(s[scores], sjo)
     (d,) = dot.op.reduce_axis
