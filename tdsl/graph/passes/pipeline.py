@@ -29,7 +29,8 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
     its vector's channels (layout.py: `blocked_layout`) before fusion; on a CPU without
     integer dot products the integer convs and matmuls of quantized networks compute with
-    float multiply-adds first (int8_float.py; with them, only convs of one input channel).
+    float multiply-adds first (int8_float.py; with them, only convs of one input channel),
+    and each attention over many keys becomes one `nn.attention` (attention.py).
     Without a target the fused module keeps its unfused form, so that `graph.build` can
     still make those choices for the target it builds for (`specialize`)."""
     if not isinstance(mod, Module):

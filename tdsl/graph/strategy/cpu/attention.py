@@ -17,7 +17,7 @@ from ..stages import ishape
 
 # query rows per block: the scores block (R x N floats, twice: scores and exp) stays in
 # L2 for N of several thousand keys, and a block is R broadcasts per loaded key vector
-ROW_BLOCKS = (16, 12, 8, 10, 6, 4)
+ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
 PARTIALS = 4      # vectors of partial maxima and sums per row
 
 
