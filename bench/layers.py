@@ -109,7 +109,7 @@ def tdsl_node_family(n):
         in_sp = x[2:-1] if blocked and a.get("in_blocked") else x[2:]
         return conv_family(w[2:], a["strides"], a.get("dilation"), a.get("groups", 1),
                            w[1] * a.get("groups", 1), in_sp, out_sp)
-    if op in ("nn.matmul", "nn.softmax") and len(n.type.shape) == 4:
+    if op in ("nn.matmul", "nn.softmax") and len(n.type.shape) == 4 or op == "nn.attention":
         return ATTENTION
     return _TDSL_OPS.get(op, ELEMENTWISE)
 

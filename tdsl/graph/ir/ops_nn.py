@@ -360,3 +360,47 @@ def _bn_ref(x, g, b, m, v, a):
 
 
 register("nn.batch_norm", "broadcast", _bn_infer, _bn_ref, {"epsilon": 1e-5})
+
+
+# ---------------------------------------------------------------------------- attention
+
+def _attention_infer(types, attrs):
+    if len(types) not in (3, 4):
+        raise GraphError(f"expected 3 or 4 arguments (q, k^T, v[, mask]), got {len(types)}")
+    q, kt, v = types[:3]
+    if q.ndim != 4 or kt.ndim != 4 or v.ndim != 4:
+        raise GraphError(f"q {q}, k^T {kt} and v {v} must be 4-D (batch, heads, rows, features)")
+    if q.shape[:2] != kt.shape[:2] or q.shape[:2] != v.shape[:2] or q.shape[3] != kt.shape[2] \
+            or kt.shape[3] != v.shape[2]:
+        raise GraphError(f"q {q}, k^T {kt} and v {v} are not (B, H, M, D), (B, H, D, N), (B, H, N, E)")
+    if len({q.dtype, kt.dtype, v.dtype}) != 1:
+        raise GraphError(f"dtypes differ: {q.dtype}, {kt.dtype}, {v.dtype}")
+    scores = (q.shape[0], q.shape[1], q.shape[2], kt.shape[3])
+    if len(types) == 4:
+        m = types[3]
+        try:
+            fits = m.ndim <= 4 and broadcast_shape(m.shape, scores) == scores and m.dtype == q.dtype
+        except GraphError:
+            fits = False
+        if not fits:
+            raise GraphError(f"mask {m} does not broadcast to the scores {scores} of dtype {q.dtype}")
+    return TensorType((*q.shape[:3], v.shape[3]), q.dtype)
+
+
+def attention_ref(q, kt, v, *rest):
+    """softmax(q @ kt * scale [+ mask]) @ v, the softmax's NaNs (rows all -inf) taken as
+    0 where `zero_nan` (the exporters' where(isnan(p), 0, p))."""
+    a = rest[-1]
+    s = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * a["scale"]
+    if len(rest) == 2:
+        s = s + rest[0]
+    with np.errstate(invalid="ignore"):
+        p = _softmax_ref(s, {"axis": 3})
+    if a["zero_nan"]:
+        p = np.where(np.isnan(p), 0.0, p)
+    return np.matmul(p, v.astype(np.float64)).astype(q.dtype)
+
+
+# softmax(q k^T [* scale] [+ mask]) v in one operator: passes/attention.py makes it for a
+# CPU target from the exporters' MatMul -> [Mul] -> [Add] -> Softmax -> MatMul
+register("nn.attention", "opaque", _attention_infer, attention_ref, {"scale": 1.0, "zero_nan": False})

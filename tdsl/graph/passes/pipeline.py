@@ -4,13 +4,14 @@ it is). `optimize` runs them in order:
 quantized_operators -> simplify -> fold_constants -> fold_batch_norm -> float16_in_float32
 -> conv1d_as_conv2d -> simplify -> fold_constants -> drop_padding_taps -> split_padding_bands
 -> transposed_conv_as_phases -> sink_reshapes -> row_pools_as_2d -> simplify -> eliminate_common_subexpr
--> eliminate_dead_code -> blocked_layout (with a CPU target) -> fuse_ops
+-> eliminate_dead_code -> blocked_layout, fuse_attention (with a CPU target) -> fuse_ops
 """
 from __future__ import annotations
 
 from ...errors import GraphError
 from ...target import as_target
 from ..ir import Module
+from .attention import fuse_attention
 from .layout import blocked_layout
 from .conv_forms import (conv1d_as_conv2d, drop_padding_taps, row_pools_as_2d, split_padding_bands,
                          transposed_conv_as_phases)
@@ -28,7 +29,8 @@ def optimize(mod: Module, fuse: bool = True, target=None) -> Module:
     `target` (a string or tdsl.target.Target), chains of convolutions are kept blocked by
     its vector's channels (layout.py: `blocked_layout`) before fusion; on a CPU without
     integer dot products the integer convs and matmuls of quantized networks compute with
-    float multiply-adds first (int8_float.py; with them, only convs of one input channel).
+    float multiply-adds first (int8_float.py; with them, only convs of one input channel),
+    and each attention over many keys becomes one `nn.attention` (attention.py).
     Without a target the fused module keeps its unfused form, so that `graph.build` can
     still make those choices for the target it builds for (`specialize`)."""
     if not isinstance(mod, Module):
@@ -72,4 +74,5 @@ def _for_target(mod, t, fuse):
     if t.kind == "llvm":
         mod = integer_products_in_float(mod, one_channel_only=t.has_vnni)
         mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
+        mod = fuse_attention(mod)
     return fuse_ops(mod) if fuse else mod

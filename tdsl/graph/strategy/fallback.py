@@ -11,7 +11,7 @@ from ...autosched.analysis import StageInfo
 from ...ir import expr as E
 from ...ir.visitor import free_vars
 from ...errors import GraphError
-from . import topi, topi_grad, topi_index, topi_layout, topi_nn, topi_quant, topi_scatter  # noqa: F401  (the families add their definitions to topi.TE)
+from . import topi, topi_attention, topi_grad, topi_index, topi_layout, topi_nn, topi_quant, topi_scatter  # noqa: F401  (the families add their definitions to topi.TE)
 from .cpu.loops import par_vec
 from .gpu.schedule import gpu_facts
 from .stages import stages_of

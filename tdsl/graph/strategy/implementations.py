@@ -17,7 +17,7 @@ auto-scheduler's rules."""
 from __future__ import annotations
 
 from . import fallback
-from .cpu import (conv1x1, conv_blocked, conv_direct, conv_grouped, conv_int8, conv_runtime, conv_spatial,
+from .cpu import (attention, conv1x1, conv_blocked, conv_direct, conv_grouped, conv_int8, conv_runtime, conv_spatial,
                   conv_wgrad, conv_wgrad_depthwise, dense, matmul_int8, pool, pool_grad, resize, squeeze)
 from .cpu.conv_choice import fast_conv, on_input, path_is
 from .gpu import contraction, conv_gemm, flat
@@ -76,6 +76,7 @@ for impl in [
                    squeeze.global_avg_pool_fast, {"cpu": squeeze.schedule_global_pool}, symbolic=True),
     Implementation("conv2d_gemm", OTHER, ("nn.conv2d",), "gpu", lambda g, n: conv_gemm.applies(n),
                    conv_gemm.conv2d),
+    Implementation("attention_blocked", TAGGED, schedules={"cpu": attention.schedule}, fits=attention.fits),
     Implementation("resize", TAGGED, schedules={"cpu": resize.schedule}, fits=resize.fits, symbolic=True),
     Implementation("conv_direct", TAGGED - 1, schedules={"cpu": conv_direct.schedule}, fits=conv_direct.fits, symbolic=True),
     Implementation("gpu_contraction", TAGGED, schedules={"gpu": contraction.schedule_group}, fits=contraction.fits),

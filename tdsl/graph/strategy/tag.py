@@ -38,6 +38,8 @@ Stages that schedules find by their tag, wherever they are in a group:
   attrs pad (the padded input stage, or None), depthwise.
 * DENSE_GENERIC, MATMUL: topi's dense and (integer) matmul.
 * SOFTMAX, LAYER_NORM: the last stage of a softmax or a layer norm; attrs axis.
+* ATTENTION: the output of `nn.attention` (topi_attention.py); attrs dot, scores, max, exp,
+  sum, acc (its stages, for cpu/attention.py).
 * INTERP: an interpolation along one axis (topi_index); attrs axis.
 * CONV_GEMM: the GPU's conv as a GEMM over a column buffer (gpu/conv_gemm.py).
 * ROOT: a small stage computed once per call at root, never inlined into its reader (the
@@ -66,6 +68,7 @@ DENSE_GENERIC = "dense_generic"
 MATMUL = "matmul"
 SOFTMAX = "softmax"
 LAYER_NORM = "layer_norm"
+ATTENTION = "attention"
 INTERP = "interp"
 CONV_GEMM = "conv_gemm"
 ROOT = "root"

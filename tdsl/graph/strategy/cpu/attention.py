@@ -1,0 +1,107 @@
+"""`nn.attention` (topi_attention.py) a block of query rows at a time: the parallel loop
+runs over batch x heads x row blocks; inside it, the block's scores against every key
+are computed into a buffer (R rows x N keys, kept in L2), the softmax runs in place over
+it (a vector max and a vector sum per row, rfactored over the lanes), and P V
+accumulates in a register tile of rows x the value's vectors. The exact two-pass
+softmax: a block's whole row of scores fits in cache, so nothing is rescaled as an
+online softmax would.
+
+Register tiles are sized from the target's vectors (lanes and registers): q K^T keeps
+the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P V `rt`
+rows x the micro-kernel's value vectors."""
+from __future__ import annotations
+
+from .... import tiling
+from .. import tag
+from ..stages import ishape
+
+# query rows per block: the scores block (R x N floats, twice: scores and exp) stays in
+# L2 for N of several thousand keys, and a block is R broadcasts per loaded key vector
+ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
+PARTIALS = 4      # vectors of partial maxima and sums per row
+
+
+def fits(out, g):
+    return out.op.tag == tag.ATTENTION and not g.symbolic
+
+
+def _rows(M):
+    """Rows per block: the largest of ROW_BLOCKS dividing M (no ragged block inside the
+    parallel loop), else 8 with the last block guarded."""
+    return next((r for r in ROW_BLOCKS if M % r == 0), 8)
+
+
+def _divisor_at_most(n, limit):
+    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+
+
+def schedule(s, out, g, parallel=True):
+    a = out.op.attrs
+    dot, scores, mx, ex, sm, acc = (a[k] for k in ("dot", "scores", "max", "exp", "sum", "acc"))
+    target = g.target
+    lanes = target.vector_lanes(out.dtype)
+    regs = target.vector_registers
+    B, H, M, E = ishape(out)
+    R = _rows(M)
+    # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
+    # plus the ev value vectors and a broadcast
+    ev = max(1, min(E, tiling.gemm_tile(target, R, E, out.dtype)[1]) // lanes)
+    rt = _divisor_at_most(R, max(1, (regs - ev - 2) // ev))
+
+    b, h, i, e = out.op.axis
+    io, ii = s[out].split(i, factor=R)
+    iio, iii = s[out].split(ii, factor=rt)
+    eo, ei = s[out].split(e, factor=ev * lanes)
+    s[out].reorder(b, h, io, iio, eo, iii, ei)
+    block = s[out].fuse(b, h, io)
+    if parallel:
+        s[out].parallel(block)
+    eio, eii = s[out].split(ei, factor=lanes)
+    s[out].vectorize(eii)
+
+    s[acc].compute_at(s[out], eo)
+    (k3,) = acc.op.reduce_axis
+    ai, ae = acc.op.axis[2], acc.op.axis[3]
+    aeo, aei = s[acc].split(ae, factor=lanes)
+    s[acc].reorder(k3, ai, aeo, aei)
+    s[acc].unroll(ai)
+    s[acc].unroll(aeo)
+    s[acc].vectorize(aei)
+
+    for t in (scores, mx, ex, sm):
+        s[t].compute_at(s[out], block)
+    # q K^T: the GEMM micro-kernel's mr rows x nr keys of accumulators per step of the
+    # head dimension (12 x 2 vectors with AVX-512's 32 registers, 4 x 3 with AVX2's 16)
+    mr, nr = tiling.gemm_tile(target, R, ishape(scores)[3], out.dtype)
+    mr = _divisor_at_most(R, mr)
+    si, sj = scores.op.axis[2], scores.op.axis[3]
+    sio, sii = s[scores].split(si, factor=mr)
+    sjo, sji = s[scores].split(sj, factor=nr)
+    s[scores].reorder(sio, sjo, sii, sji)
+    s[scores].vectorize(sji)
+    s[dot].compute_at(s[scores], sjo)
+    (d,) = dot.op.reduce_axis
+    di, dj = dot.op.axis[2], dot.op.axis[3]
+    djo, dji = s[dot].split(dj, factor=lanes)
+    s[dot].reorder(d, di, djo, dji)
+    s[dot].unroll(di)
+    s[dot].unroll(djo)
+    s[dot].vectorize(dji)
+
+    ejo, eji = s[ex].split(ex.op.axis[3], factor=lanes)
+    s[ex].vectorize(eji)
+    # the row's max and sum: PARTIALS vectors of partial results along the keys
+    # (independent chains), added as vectors, then one vector's lanes
+    for t in (mx, sm):
+        (k,) = t.op.reduce_axis
+        _, ki = s[t].split(k, factor=lanes * PARTIALS)
+        rfs = [s.rfactor(t, ki)]
+        (kv,) = s[t].op.reduce_axis      # rfactor gave the stage a new operation
+        _, kvi = s[t].split(kv, factor=lanes)
+        rfs.append(s.rfactor(t, kvi))
+        for rf in rfs:
+            s[rf].compute_at(s[t], s[t].op.axis[2])
+            vo, vi = s[rf].split(rf.op.axis[0], factor=lanes)
+            s[rf].reorder(*rf.op.reduce_axis, vo, vi)
+            s[rf].unroll(vo)
+            s[rf].vectorize(vi)

@@ -1,0 +1,192 @@
+"""Fused attention (passes/attention.py, strategy/cpu/attention.py): the exporters'
+MatMul -> [Mul] -> [Add mask] -> Softmax -> [Where(IsNaN)] -> MatMul as one `nn.attention`
+kernel per block of query rows, against onnxruntime and numpy; the AVX2 build too; and the
+shapes it does not take keep the unfused kernels."""
+import numpy as np
+import pytest
+
+import tdsl
+import tdsl.graph as G
+from tdsl.errors import GraphError
+from tdsl.graph.ir import Call, Const, Function, Module, TensorType, Var
+from tdsl.graph.passes import attention
+from tdsl.target import Target
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(5)
+
+
+def _ops(mod):
+    return [n.op for n in mod.main.nodes()]
+
+
+def _attention_model(B, H, M, N, D, E, scale=None, mask=None, where_nan=False, divide=False):
+    """An ONNX graph of one attention as torch exports it: q (B,H,M,D), kt (B,H,D,N), v
+    (B,H,N,E) inputs; scores scaled by a constant, a mask added, softmax, optionally
+    where(isnan(p), 0, p), then p @ v."""
+    nodes, inits = [helper.make_node("MatMul", ["q", "kt"], ["s0"])], []
+    last = "s0"
+    if scale is not None:
+        inits.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
+        nodes.append(helper.make_node("Div" if divide else "Mul", [last, "scale"], ["s1"]))
+        last = "s1"
+    if mask is not None:
+        inits.append(numpy_helper.from_array(mask, "mask"))
+        nodes.append(helper.make_node("Add", ["mask", last], ["s2"]))
+        last = "s2"
+    nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
+    last = "p"
+    if where_nan:
+        inits.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
+        nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["p2"])]
+        last = "p2"
+    nodes.append(helper.make_node("MatMul", [last, "v"], ["y"]))
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("q", f, (B, H, M, D)), helper.make_tensor_value_info("kt", f, (B, H, D, N)),
+           helper.make_tensor_value_info("v", f, (B, H, N, E))]
+    graph = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", f, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(B, H, M, N, D, E):
+    return {"q": RNG.standard_normal((B, H, M, D)).astype(np.float32),
+            "kt": RNG.standard_normal((B, H, D, N)).astype(np.float32),
+            "v": RNG.standard_normal((B, H, N, E)).astype(np.float32)}
+
+
+def _ort(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _run(model, feeds, target="llvm"):
+    mod = G.optimize(G.from_onnx(model), target=target)
+    exe = G.build(mod, target=target)
+    return mod, exe.run(**feeds)[0]
+
+
+@pytest.fixture
+def any_keys(monkeypatch):
+    """Fused at every sequence length (the pipeline's own threshold is for speed)."""
+    monkeypatch.setattr(attention, "MIN_KEYS", 1)
+
+
+CASES = [
+    # (B, H, M, N, D, E, scale, masked, where_nan, divide)
+    (1, 4, 1500, 1500, 64, 64, None, False, False, False),    # whisper's, scaled on q before
+    (1, 2, 37, 129, 32, 32, 0.125, True, True, False),        # odd rows and keys, bert/gpt2's form
+    (2, 3, 20, 53, 16, 48, 8.0, False, False, True),          # t5-like divide, value dim != head dim
+    (1, 1, 7, 5, 80, 24, None, True, False, False),           # fewer keys than a vector
+]
+
+
+@pytest.mark.parametrize("B,H,M,N,D,E,scale,masked,where_nan,divide", CASES)
+def test_fused_attention_matches_onnxruntime(any_keys, B, H, M, N, D, E, scale, masked, where_nan, divide):
+    mask = RNG.standard_normal((1, H if masked and H > 1 else 1, M, N)).astype(np.float32) if masked else None
+    model = _attention_model(B, H, M, N, D, E, scale, mask, where_nan, divide)
+    feeds = _feeds(B, H, M, N, D, E)
+    if scale is None:
+        feeds["q"] *= np.float32(D ** -0.5)
+    mod, got = _run(model, feeds)
+    assert sum(isinstance(op, Function) and "attention" in op.name for op in _ops(mod)) == 1
+    assert not any(isinstance(op, Function) and "softmax" in op.name for op in _ops(mod))
+    np.testing.assert_allclose(got, _ort(model, feeds), rtol=2e-5, atol=2e-5)
+
+
+def test_causal_mask_and_fully_masked_rows(any_keys):
+    """A causal mask of -inf (gpt2's) and a row masked whole: softmax is NaN there, which
+    where(isnan(p), 0, p) makes a zero output row; numpy's float64 reference agrees."""
+    B, H, M, N, D = 1, 2, 33, 33, 16
+    mask = np.triu(np.full((M, N), -np.inf, np.float32), 1)[None, None]
+    mask[..., 5, :] = -np.inf
+    model = _attention_model(B, H, M, N, D, D, 0.25, mask, where_nan=True)
+    feeds = _feeds(B, H, M, N, D, D)
+    _, got = _run(model, feeds)
+    s = feeds["q"].astype(np.float64) @ feeds["kt"] * 0.25 + mask
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p = p / p.sum(-1, keepdims=True)
+    ref = np.where(np.isnan(p), 0.0, p) @ feeds["v"]
+    assert np.all(got[:, :, 5] == 0)
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
+
+
+def test_avx2_build(any_keys):
+    t = Target("llvm -mcpu=haswell")
+    if not t.runs_here:
+        pytest.skip("this machine cannot run haswell code")
+    B, H, M, N, D = 1, 2, 45, 301, 64
+    mask = RNG.standard_normal((1, 1, 1, N)).astype(np.float32)
+    model = _attention_model(B, H, M, N, D, D, 0.125, mask)
+    feeds = _feeds(B, H, M, N, D, D)
+    mod, got = _run(model, feeds, "llvm -mcpu=haswell")
+    assert any(isinstance(op, Function) and "attention" in op.name for op in _ops(mod))
+    np.testing.assert_allclose(got, _ort(model, feeds), rtol=2e-5, atol=2e-5)
+
+
+def test_short_sequences_keep_the_three_kernels():
+    """Below MIN_KEYS keys (bert's 128) the pipeline leaves matmul, softmax, matmul."""
+    model = _attention_model(1, 4, 128, 128, 64, 64, 0.125)
+    feeds = _feeds(1, 4, 128, 128, 64, 64)
+    mod, got = _run(model, feeds)
+    names = [op.name for op in _ops(mod) if isinstance(op, Function)]
+    assert not any("attention" in n for n in names) and any("softmax" in n for n in names)
+    np.testing.assert_allclose(got, _ort(model, feeds), rtol=2e-5, atol=2e-5)
+
+
+def _graph(q_shape, kt_shape, v_shape, softmax_axis=3, extra_use=False):
+    q, kt, v = (Var(n, TensorType(s, "float32")) for n, s in (("q", q_shape), ("kt", kt_shape), ("v", v_shape)))
+    s = Call("nn.matmul", [q, kt])
+    p = Call("nn.softmax", [s], {"axis": softmax_axis})
+    y = Call("nn.matmul", [p, v])
+    return Module(Function("main", [q, kt, v], [y, s] if extra_use else [y]))
+
+
+@pytest.mark.parametrize("case", ["scores_read_elsewhere", "softmax_not_last_axis", "batch_broadcast", "symbolic"])
+def test_shapes_it_does_not_take_stay_unfused(case):
+    if case == "scores_read_elsewhere":
+        mod = _graph((1, 2, 8, 4), (1, 2, 4, 8), (1, 2, 8, 4), extra_use=True)
+    elif case == "softmax_not_last_axis":
+        mod = _graph((1, 2, 8, 4), (1, 2, 4, 8), (1, 2, 8, 4), softmax_axis=2)
+    elif case == "batch_broadcast":
+        mod = _graph((1, 2, 8, 4), (1, 1, 4, 8), (1, 2, 8, 4))
+    else:
+        model = _attention_model(1, 2, 8, 8, 4, 4, 0.5)
+        model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
+        model.graph.input[1].type.tensor_type.shape.dim[3].dim_param = "seq"
+        model.graph.input[2].type.tensor_type.shape.dim[2].dim_param = "seq"
+        mod = G.from_onnx(model)
+    out = attention.fuse_attention(mod, min_keys=1)
+    assert "nn.attention" not in _ops(out)
+
+
+def test_operator_checks_its_operands():
+    q = Var("q", TensorType((1, 2, 8, 4), "float32"))
+    kt = Var("kt", TensorType((1, 2, 5, 8), "float32"))
+    v = Var("v", TensorType((1, 2, 8, 4), "float32"))
+    with pytest.raises(GraphError, match="not \\(B, H, M, D\\)"):
+        Call("nn.attention", [q, kt, v])
+    kt = Var("kt", TensorType((1, 2, 4, 8), "float32"))
+    with pytest.raises(GraphError, match="mask"):
+        Call("nn.attention", [q, kt, v, Const(np.zeros((3, 8), np.float32))])
+    with pytest.raises(tdsl.TdslError):
+        Call("nn.attention", [q, kt])
+
+
+def test_whisper_encoder_fused_matches_onnxruntime():
+    """The zoo's Whisper encoder (1500 frames, two layers) built for the CPU: each layer's
+    attention is one kernel, and the network matches onnxruntime."""
+    pytest.importorskip("transformers")
+    from tdsl.graph import models, zoo
+    model = zoo.export("whisper_encoder")
+    x = zoo.example_input("whisper_encoder")
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    inner = [m.op for n in mod.main.nodes() if isinstance(n.op, Function) for m in n.op.nodes()]
+    assert inner.count("nn.attention") == 2 and "nn.softmax" not in inner
+    out = G.build(mod, target="llvm").run(x)[0]
+    (ref,) = models.onnxruntime_run(model, {"input": x})
+    assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
