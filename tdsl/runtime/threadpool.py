@@ -22,7 +22,7 @@ from ..errors import TdslError
 
 SYMBOL = "tdsl_parallel_launch"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
-         "lost_sleeps")
+         "lost_sleeps", "worker_tasks", "wait_ns")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
