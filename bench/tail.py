@@ -42,7 +42,7 @@ from tdsl.runtime import threadpool  # noqa: E402
 from graph import _ort_session  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
-COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "wait_ns", "launches")
+COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
 
 
 def _tids():
@@ -152,16 +152,17 @@ def attribute(side, names, walls, kernels, counts, pos):
             else:
                 why.append("spread")
             line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker tasks "
-                     f"{pc['worker_tasks']}/{pc['launches']} loops, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
+                     f"{pc['worker_tasks']}/{pc['tasks']}, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
                      "slowest kernels " + ", ".join(f"{names[t]} +{ex[t] * 1e6:.0f} us" for t in top))
         firsts[why[0] if why else "?"] = firsts.get(why[0] if why else "?", 0) + 1
         print(line + f"  [{' '.join(why)}]")
     if kt is not None:
-        tasks = np.array([c[2]["worker_tasks"] for c in counts])
+        ran = np.array([c[2]["worker_tasks"] for c in counts])
+        tasks = np.array([c[2]["tasks"] for c in counts])
         loops = np.array([c[2]["launches"] for c in counts])
         parks = np.array([c[2]["worker_sleeps"] for c in counts])
-        print(f"   per call: {np.median(loops):.0f} parallel loops, workers ran {np.median(tasks):.0f} "
-              f"tasks (median); calls with a worker park {np.mean(parks > 0):.0%}")
+        print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
+              f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}")
     print("   slowest 2% by first cause: " + ", ".join(f"{k} {v}" for k, v in sorted(firsts.items())))
 
 
