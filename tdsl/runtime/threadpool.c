@@ -68,7 +68,13 @@ static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps, n_holds, n_lost
  * the launching thread did), and nanoseconds the launching thread waited, its claims run
  * out, for tasks a worker still held: the whole loop waits for a worker that lost its
  * core mid-task */
-static atomic_long n_tasks, n_worker_tasks, n_wait_ns;
+static atomic_long n_tasks, n_wait_ns;
+/* written by the workers once per task: a cache line of its own, not one the caller
+ * writes per launch */
+static struct {
+  _Alignas(64) atomic_long n;
+  char pad[64 - sizeof(atomic_long)];
+} worker_tasks;
 static atomic_int sleeping;
 
 static int64_t now_ns(void) {
@@ -86,7 +92,7 @@ static void run_tasks(int worker) {
     if (i >= n) return;
     if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
     job_fn(job_tasks + (int64_t)i * job_size);
-    if (worker) atomic_fetch_add_explicit(&n_worker_tasks, 1, memory_order_relaxed);
+    if (worker) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
       pthread_mutex_lock(&mu);
       if (parked_caller) pthread_cond_signal(&done);
@@ -241,7 +247,7 @@ void tdsl_parallel_stats(int64_t *out) {
   out[5] = atomic_load(&n_holds);
   out[6] = atomic_load(&holds);
   out[7] = atomic_load(&n_lost_sleeps);
-  out[8] = atomic_load(&n_worker_tasks);
+  out[8] = atomic_load(&worker_tasks.n);
   out[9] = atomic_load(&n_wait_ns);
   out[10] = atomic_load(&n_tasks);
 }
