@@ -18,6 +18,9 @@ a machine of one's own would show), are each given every cause that applies:
 - `core`: a thread of the process waited for a core for more than a tenth of the median
   call (the rule bench/latency.py uses to set calls apart) or was preempted;
 - `park`: a pool worker went to sleep during the call;
+- `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
+  (a worker woken for the call but queued for a core throughout it: its run delay is
+  booked only when it next runs, after the call, so such a call can show no core wait);
 - `worker`: the caller waited for a task a worker held for more than a third of the
   call's excess over the median (the worker was slow or not running);
 - `pause`: one of the first two calls after the pause;
@@ -142,8 +145,11 @@ def attribute(side, names, walls, kernels, counts, pos):
         tasks = np.array([c[2]["tasks"] for c in counts])
         loops = np.array([c[2]["launches"] for c in counts])
         parks = np.array([c[2]["worker_sleeps"] for c in counts])
+        alone = (ran == 0) & (tasks > loops)
         print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
-              f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}")
+              f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
+              f"in which the workers ran no task {np.mean(alone):.0%} (of those with no core wait "
+              f"{np.mean(alone[quiet]) if len(quiet) else float('nan'):.0%})")
 
 
 def _slowest(c, among):
@@ -160,6 +166,8 @@ def _slowest(c, among):
             why.append("core")
         if tdsl and pc["worker_sleeps"]:
             why.append("park")
+        if tdsl and pc["tasks"] > pc["launches"] and not pc["worker_tasks"]:
+            why.append("alone")
         if tdsl and pc["wait_ns"] * 1e-9 - c["wait_med"] > excess / 3:
             why.append("worker")
         if c["pos"][j] <= 2:
