@@ -163,14 +163,18 @@ def run_one(name, target, a, threads, peak, ov_version):
     times = blocks(fns, a.number, a.repeat)
     before = threadpool.stats()
     spreads = percentiles(fns, calls=a.calls)
-    slept = _sleep_share(before, threadpool.stats(), spreads[0])
+    after = threadpool.stats()
+    slept = _sleep_share(before, after, spreads[0])
     others = [sp.others for sp in spreads]
     if slept > 0.1 or max(o or 0.0 for o in others) > 0.2:
         sides = "tdsl's, onnxruntime's" + (", OpenVINO's" if ovs else "")
         used = "/".join("?" if o is None else f"{o:.1f}" for o in others)
+        tasks = after.get("tasks", 0) - before.get("tasks", 0)
+        ran = (f", and ran {(after['worker_tasks'] - before['worker_tasks']) / tasks:.0%} of its "
+               "loops' tasks (the caller the rest)") if tasks else ""
         notes.append(f"other processes kept {used} cores busy during {sides} calls, and tdsl's pool "
                      f"workers slept after {slept:.0%} of its parallel loops (not running during "
-                     "their spins): the latencies are of a shared machine")
+                     f"their spins){ran}: the latencies are of a shared machine")
     t_tdsl, t_ort = times[:2]
     t_ov = times[2] if ovs else float("nan")
     best = min(t_ort, t_ov) if ovs else t_ort

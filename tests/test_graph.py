@@ -258,6 +258,14 @@ def test_executor_api_and_errors():
     assert bench["mean"] > 0
     prof = exe.profile(number=2)
     assert len(prof) == len(exe.steps) and all(t >= 0 for _, t, _ in prof)
+    seen = []
+    names, kernels, walls = exe.trace(3, between=seen.append)
+    assert seen == [0, 1, 2] and sorted(names) == sorted(n for n, _, _ in prof)
+    assert kernels.shape == (3, len(exe.steps)) and (kernels >= 0).all()
+    # each call's time is its kernels' times and the clock reads between them
+    np.testing.assert_allclose(kernels.sum(axis=1), walls, rtol=1e-9)
+    (c,) = exe(x)       # a trace leaves the outputs and the next run as they were
+    np.testing.assert_array_equal(a, c)
 
 
 def test_identical_layers_compile_once():

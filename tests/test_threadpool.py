@@ -175,6 +175,24 @@ def test_a_network_run_holds_the_pool(cnn):
     assert after["holds"] == before["holds"] + 3 and after["held"] == 0
 
 
+def test_the_counters_split_a_launch_between_caller_and_workers(sin_cos):
+    f, a, ref = sin_cos
+    with threadpool.held():             # the workers are awake: they take tasks
+        _check(f, a, ref)
+        before = threadpool.stats()
+        for _ in range(20):
+            _check(f, a, ref)
+        after = threadpool.stats()
+    assert after["launches"] == before["launches"] + 20
+    # 4 tasks per launch (4 threads), counted by the time each launch returns: the
+    # workers ran some, the caller the rest; and the caller waited for the workers'
+    # tasks for a time, never a negative one
+    ran = after["worker_tasks"] - before["worker_tasks"]
+    assert after["tasks"] - before["tasks"] == 20 * 4
+    assert 0 <= ran <= 20 * 4, (ran, after)
+    assert after["wait_ns"] >= before["wait_ns"]
+
+
 def _minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 

@@ -455,6 +455,39 @@ class Executor:
         rows = [(f"{k.name}#{i}", t / number, t / total) for i, ((k, _, _), t) in enumerate(zip(steps, times))]
         return sorted(rows, key=lambda r: -r[1])
 
+    def trace(self, number=25, between=None):
+        """Per-call kernel times on the host, for the slow calls a per-kernel mean hides:
+        `number` runs back to back on the default state (as `profile`), each kernel timed
+        in each call. Returns (kernel names as `profile` gives them, seconds per call per
+        kernel as a [number, kernels] array, each call's seconds from its first kernel's start
+        to its last one's end). `between(i)`, if
+        given, is called after call `i`, outside its time (to read one's own counters)."""
+        pool = self._current_pool()
+        state = pool.take(default=True)
+        try:
+            if state.launches is not None:
+                raise GraphError("trace times host runs; on a GPU, profile() gives device times")
+            calls = state.calls
+            stamps = np.zeros((number, len(calls) + 1), dtype=np.int64)
+            clock = time.perf_counter_ns
+            for i in range(number):
+                row = stamps[i]
+                threadpool.hold()       # as _run_calls
+                try:
+                    row[0] = clock()
+                    for j, call in enumerate(calls, 1):
+                        call()
+                        row[j] = clock()
+                finally:
+                    threadpool.release()
+                if between is not None:
+                    between(i)
+        finally:
+            pool.give(state)
+        steps = getattr(pool, "steps", self.steps)
+        names = [f"{k.name}#{i}" for i, (k, _, _) in enumerate(steps)]
+        return names, np.diff(stamps, axis=1) * 1e-9, (stamps[:, -1] - stamps[:, 0]) * 1e-9
+
     def _profile_device(self, state, number):
         seq = state.launches
         seq()

@@ -64,6 +64,17 @@ static atomic_llong hold_end;     /* when the last hold was released (ns) */
  * sleeps between most of a network's loops did not run during its spins: another process
  * had its core. */
 static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps, n_holds, n_lost_sleeps;
+/* and where a launch's time went: the tasks launched, those the workers ran (the rest
+ * the launching thread did), and nanoseconds the launching thread waited, its claims run
+ * out, for tasks a worker still held: the whole loop waits for a worker that lost its
+ * core mid-task */
+static atomic_long n_tasks, n_wait_ns;
+/* written by the workers once per task: a cache line of its own, not one the caller
+ * writes per launch */
+static struct {
+  _Alignas(64) atomic_long n;
+  char pad[64 - sizeof(atomic_long)];
+} worker_tasks;
 static atomic_int sleeping;
 
 static int64_t now_ns(void) {
@@ -72,13 +83,16 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void run_tasks(void) {
+/* Runs unclaimed tasks of the current job; a worker counts each before it is done (so
+ * that a launch that returned has its workers' tasks counted). */
+static void run_tasks(int worker) {
   for (;;) {
     unsigned long long c = atomic_load(&claim);
     unsigned long long n = c >> 32, i = c & 0xffffffffull;
     if (i >= n) return;
     if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
     job_fn(job_tasks + (int64_t)i * job_size);
+    if (worker) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
       pthread_mutex_lock(&mu);
       if (parked_caller) pthread_cond_signal(&done);
@@ -123,7 +137,7 @@ static void *worker_main(void *arg) {
   (void)arg;
   long seen = atomic_load(&generation);
   for (;;) {
-    run_tasks();
+    run_tasks(1);
     int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
     int lost = 0;
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
@@ -180,6 +194,7 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
     return;
   }
   atomic_fetch_add_explicit(&n_launches, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&n_tasks, n, memory_order_relaxed);
   job_fn = fn;
   job_tasks = (char *)tasks;
   job_size = size;
@@ -190,9 +205,10 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&mu);
 
-  run_tasks();
+  run_tasks(0);
 
   int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
+  int waited = atomic_load(&pending) > 0;
   while (atomic_load(&pending) > 0 && now_ns() < until) spin_step(&next_yield);
   if (atomic_load(&pending) > 0) {
     atomic_fetch_add_explicit(&n_caller_sleeps, 1, memory_order_relaxed);
@@ -202,6 +218,7 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
     parked_caller = 0;
     pthread_mutex_unlock(&mu);
   }
+  if (waited) atomic_fetch_add_explicit(&n_wait_ns, now_ns() - t0, memory_order_relaxed);
   pthread_mutex_unlock(&launch_mu);
 }
 
@@ -230,4 +247,7 @@ void tdsl_parallel_stats(int64_t *out) {
   out[5] = atomic_load(&n_holds);
   out[6] = atomic_load(&holds);
   out[7] = atomic_load(&n_lost_sleeps);
+  out[8] = atomic_load(&worker_tasks.n);
+  out[9] = atomic_load(&n_wait_ns);
+  out[10] = atomic_load(&n_tasks);
 }

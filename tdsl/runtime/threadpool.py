@@ -22,7 +22,7 @@ from ..errors import TdslError
 
 SYMBOL = "tdsl_parallel_launch"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
-         "lost_sleeps")
+         "lost_sleeps", "worker_tasks", "wait_ns", "tasks")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
@@ -57,8 +57,13 @@ def stats() -> dict:
     """The pool's counters since the process started: `launches` (parallel loops handed to
     the workers), `worker_sleeps` (a worker had no launch within its spin and slept:
     many per run of a network mean that another process had its core), `caller_sleeps` (a
-    launching thread slept waiting for its workers), and now: `sleeping` (workers asleep),
-    `workers`. Empty where the pool is not loaded."""
+    launching thread slept waiting for its workers), `lost_sleeps` (a worker slept, while
+    held, after its spin lost its core), `holds`, `tasks` (the launches' tasks), `worker_tasks`
+    (those the workers ran; the launching threads ran the rest), `wait_ns` (nanoseconds a launching thread, its
+    own claims run out, waited for tasks a worker still held: a worker that lost its core
+    mid-task holds up its whole loop), and now: `sleeping` (workers asleep), `workers`,
+    `held` (holds in force). Empty where the pool is not loaded. bench/tail.py reads them
+    per call."""
     return _counters("tdsl_parallel_stats", STATS)
 
 

@@ -1,0 +1,219 @@
+"""Why tdsl's slowest calls were slow: the slowest 2% of single calls of a network, tdsl's
+and onnxruntime's in the same process, each attributed.
+
+    python bench/tail.py resnet18 distilbert     # zoo names (bench/zoo.py)
+    python bench/tail.py --runs 40 squeezenet1_1 # more calls: 40 runs of 25 per side
+
+The call pattern is bench/latency.py's `percentiles`: runs of 25 calls per side in turn,
+each run after a 0.3 s pause, its first call (the first after the pause) kept apart. tdsl's
+calls are `Executor.trace` (each kernel timed in each call); between two calls, outside
+their time, the tool reads per thread group (the caller, tdsl's pool workers,
+onnxruntime's threads) the run delay (runnable, waiting for a core: Linux schedstat), the
+involuntary context switches, and the pool's counters (tdsl.runtime.threadpool.stats:
+worker parks, parks after a lost core, the tasks the workers ran, the caller's wait for a
+task a worker held).
+
+The slowest 2% (at least 3) of all calls, then of the calls with no core wait (the tail
+a machine of one's own would show), are each given every cause that applies:
+- `core`: a thread of the process waited for a core for more than a tenth of the median
+  call (the rule bench/latency.py uses to set calls apart) or was preempted;
+- `park`: a pool worker went to sleep during the call;
+- `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
+  (a worker woken for the call but queued for a core throughout it: its run delay is
+  booked only when it next runs, after the call, so such a call can show no core wait);
+- `worker`: the caller waited for a task a worker held for more than a third of the
+  call's excess over the median (the worker was slow or not running);
+- `pause`: one of the first two calls after the pause;
+- `kernel`: one kernel took more than half of the excess, or `spread`: the excess is
+  spread over the kernels (memory, clock, a neighbour on the host: nothing in the process
+  shows it); `unseen`: none of these (onnxruntime's kernels are not timed).
+The counts of the first cause of each slow call close each list.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import tdsl.graph as G  # noqa: E402
+from tdsl.runtime import threadpool  # noqa: E402
+from graph import _ort_session  # noqa: E402
+from zoo import _model_and_input  # noqa: E402
+
+COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
+
+
+def _tids():
+    return set(os.listdir("/proc/self/task"))
+
+
+def _read(tids, path, pick):
+    total = 0
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/{path}") as f:
+                total += pick(f.read())
+        except (OSError, ValueError, IndexError):
+            pass                  # a thread that has exited
+    return total
+
+
+def _nivcsw(text):
+    for line in text.splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches"):
+            return int(line.split()[1])
+    return 0
+
+
+class Counters:
+    """Per-call deltas of the process's threads' scheduling and of the pool's counters."""
+
+    def __init__(self, groups):
+        self.groups = groups
+        self.last = self.read()
+        self.calls = []
+
+    def read(self):
+        s = threadpool.stats()
+        return ({g: _read(t, "schedstat", lambda x: int(x.split()[1])) for g, t in self.groups.items()},
+                {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
+                {c: s.get(c, 0) for c in COUNTERS})
+
+    def mark(self, _i=None):
+        now = self.read()
+        self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
+        self.last = now
+
+    def reset(self):
+        self.last = self.read()
+
+
+def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
+    """(kernel names, {side: (walls, per-kernel seconds or None, per-call counters,
+    positions)}); `groups`: {group: thread ids}."""
+    out = {"tdsl": ([], [], [], []), "ort": ([], None, [], [])}
+    names = None
+    for _ in range(runs):
+        for side in ("tdsl", "ort"):
+            time.sleep(pause_s)
+            walls, kernels, counts, pos = out[side]
+            c = Counters(groups)
+            if side == "tdsl":
+                names, kt, w = exe.trace(run + 1, between=c.mark)
+                walls += list(w[1:])
+                kernels += list(kt[1:])
+            else:
+                for _ in range(run + 1):
+                    c.reset()
+                    t0 = time.perf_counter()
+                    sess.run(None, feed)
+                    walls.append(time.perf_counter() - t0)
+                    c.mark()
+                del walls[-run - 1]
+            counts += c.calls[1:]
+            pos += list(range(1, run + 1))
+    return names, out
+
+
+def attribute(side, names, walls, kernels, counts, pos):
+    w = np.asarray(walls)
+    p50, p99 = np.median(w), np.percentile(w, 99)
+    delay = np.array([sum(c[0].values()) * 1e-9 for c in counts])
+    quiet = np.flatnonzero(delay <= 0.1 * p50)
+    kept = w[quiet]
+    print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
+          f"no core wait: {len(kept)} calls, p99/p50 "
+          f"{np.percentile(kept, 99) / np.median(kept) if len(kept) else float('nan'):.2f}")
+    kt = np.asarray(kernels) if kernels else None
+    ctx = dict(side=side, names=names, w=w, p50=p50, delay=delay, counts=counts, pos=pos, kt=kt,
+               kmed=np.median(kt, axis=0) if kt is not None else None,
+               wait_med=np.median([c[2]["wait_ns"] for c in counts]) * 1e-9)
+    # the slowest of all calls, then of those with no core wait: the tail a machine of
+    # one's own would show (bench/latency.py's Spread.p99_kept)
+    for title, among in (("all calls", np.arange(len(w))), ("the calls with no core wait", quiet)):
+        if len(among):
+            print(f"   slowest 2% of {title}:")
+            _slowest(ctx, among)
+    if kt is not None:
+        ran = np.array([c[2]["worker_tasks"] for c in counts])
+        tasks = np.array([c[2]["tasks"] for c in counts])
+        loops = np.array([c[2]["launches"] for c in counts])
+        parks = np.array([c[2]["worker_sleeps"] for c in counts])
+        alone = (ran == 0) & (tasks > loops)
+        print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
+              f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
+              f"in which the workers ran no task {np.mean(alone):.0%} (of those with no core wait "
+              f"{np.mean(alone[quiet]) if len(quiet) else float('nan'):.0%})")
+
+
+def _slowest(c, among):
+    """Prints the slowest 2% (at least 3) of the calls `among`, each with its causes, and
+    the counts of their first causes."""
+    w, p50, kt, names = c["w"], c["p50"], c["kt"], c["names"]
+    tdsl = c["side"] == "tdsl"
+    firsts = {}
+    for j in among[np.argsort(-w[among])][:max(3, len(among) // 50)]:
+        rd, iv, pc = c["counts"][j]
+        excess = w[j] - p50
+        why = []
+        if c["delay"][j] > 0.1 * p50 or iv["caller"] or iv["tdsl"]:
+            why.append("core")
+        if tdsl and pc["worker_sleeps"]:
+            why.append("park")
+        if tdsl and pc["tasks"] > pc["launches"] and not pc["worker_tasks"]:
+            why.append("alone")
+        if tdsl and pc["wait_ns"] * 1e-9 - c["wait_med"] > excess / 3:
+            why.append("worker")
+        if c["pos"][j] <= 2:
+            why.append("pause")
+        line = (f"   {w[j] * 1e3:8.3f} ms ({w[j] / p50:.2f}x) call {c['pos'][j]:2d}; waited for a core "
+                f"(caller/tdsl/ort) {rd['caller'] * 1e-3:.0f}/{rd['tdsl'] * 1e-3:.0f}/{rd['ort'] * 1e-3:.0f} us, "
+                f"preempted {iv['caller']}/{iv['tdsl']}/{iv['ort']}")
+        if kt is not None:
+            ex = kt[j] - c["kmed"]
+            top = np.argsort(-ex)[:3]
+            why.append("kernel" if excess > 0 and ex.max() > excess / 2 else "spread")
+            line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker tasks "
+                     f"{pc['worker_tasks']}/{pc['tasks']}, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
+                     "slowest kernels " + ", ".join(f"{names[t]} +{ex[t] * 1e6:.0f} us" for t in top))
+        first = why[0] if why else "unseen"
+        firsts[first] = firsts.get(first, 0) + 1
+        print(line + f"  [{' '.join(why)}]")
+    print("   by first cause: " + ", ".join(f"{k} {v}" for k, v in sorted(firsts.items())))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--runs", type=int, default=12, help="runs of 25 calls per side")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args(argv)
+    base, workers = _tids(), None
+    for name in a.models:
+        model, x = _model_and_input(name)
+        exe = G.build(G.optimize(G.from_onnx(model)))
+        exe.set_input(exe.input_names[0], x)      # trace runs on the default state's inputs
+        exe.run(x)
+        if workers is None:                       # the pool's, made by the first run
+            workers = _tids() - base
+        before = _tids()
+        sess = _ort_session(model, a.threads)
+        feed = {model.graph.input[0].name: x}
+        sess.run(None, feed)
+        groups = {"caller": {str(threading.get_native_id())}, "tdsl": workers,
+                  "ort": _tids() - before}
+        names, out = measure(exe, sess, feed, groups, a.runs)
+        del sess
+        print(f"== {name}")
+        for side, (walls, kernels, counts, pos) in out.items():
+            attribute(side, names, walls, kernels, counts, pos)
+
+
+if __name__ == "__main__":
+    main()
