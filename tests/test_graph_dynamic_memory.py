@@ -129,8 +129,8 @@ def test_a_new_size_below_the_largest_reuses_the_memory():
 
 
 def test_a_loop_holding_its_last_output_alternates_between_two_buffers():
-    """`y = exe.run(x)` holds the last output while the next call runs: the states move
-    their outputs to the other buffer (reserve paged in both), and back once the caller
+    """`y = exe.run(x)` holds the last output while the next call runs: the state that
+    runs moves its outputs to the other buffer (reserve paged in both), and back once the caller
     dropped what it held there; the held output keeps its values whatever size runs
     next. Outputs kept longer (a list of them) are never written again, and once
     dropped their memory serves again: the buffers follow what is held, not the calls."""

@@ -157,9 +157,9 @@ class Slot:
     keeps the pages already touched), and so is the memory of the outputs, shared by the
     states of every size: a call at new sizes touches fresh memory only beyond the
     largest it ran. A state lends its outputs to the caller (runstate.py); a caller who
-    still holds one when the slot runs again keeps that memory: every state moves its
-    outputs to another buffer (`_leave_outputs`), one the slot left before whose
-    arrays the caller has dropped since, else a new one. A server's loop, which holds
+    still holds one when the slot runs again keeps that memory: the state about to run
+    moves its outputs to another buffer (`_leave_outputs`), one the slot left before
+    whose arrays the caller has dropped since, else a new one. A server's loop, which holds
     its last output while the next call runs, so alternates between two buffers, and
     `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
     included, touches a fresh page for its outputs. A device executor passes `alloc`
@@ -213,15 +213,15 @@ class Slot:
         `arena_bytes` (default: the plan's peak) + 64."""
         st = self.states.get(key)
         if key == self.last and st is not None:     # run after run at one size: the shortest way
-            self._take_back(st)
+            self._take_back(st, key)
             return st
         if self.last is not None:
             prev = self.states.get(self.last)
             if prev is not None:
-                self._take_back(prev)
+                self._take_back(prev, key)
         if st is not None:
             self.states.move_to_end(key)
-            self._take_back(st)
+            self._take_back(st, key)
             if self.last is not None:    # another size's run wrote over its values of the sizes
                 for call in st.once:
                     call()
@@ -252,27 +252,32 @@ class Slot:
             size = max(need, 2 * self.arena_bytes)
             self.arena, self.arena_bytes = self.alloc(size), size
 
-    def _take_back(self, st):
-        """The outputs `st` lent: where the caller still holds some, every state leaves
-        the outputs' buffer (`_leave_outputs`)."""
+    def _take_back(self, st, keep):
+        """The outputs `st` lent: where the caller still holds some, the outputs' buffer
+        is left (`_leave_outputs`, keeping the state of sizes `keep`)."""
         if self.host and any(self._out.holds(a) for a in st.held_outputs()):
-            self._leave_outputs()
+            self._leave_outputs(keep)
         st.reclaim()        # what the caller holds elsewhere (none here), and lends no more
 
-    def _leave_outputs(self):
-        """A caller holds memory of the outputs' buffer: every state moves its outputs to
-        the same place in a buffer no caller's array views (the first such left one, its
-        pages touched already; else a new one), and the buffer it leaves is kept to be
-        reused once its arrays are dropped. Left buffers found free beyond the one taken
-        are released, and at most `MAX_LEFT` are kept (an older one is then the caller's
-        alone): memory follows what the caller holds, not the number of calls."""
+    def _leave_outputs(self, keep):
+        """A caller holds memory of the outputs' buffer: the state of sizes `keep` (the
+        one about to run) moves its outputs to the same place in a buffer no caller's
+        array views (the first such left one, its pages touched already; else a new
+        one), the other states go (moving each would cost every held call a re-binding
+        of its kernels), and the buffer left is kept, to be reused once its arrays are
+        dropped. Left buffers found free beyond the one taken are released, and at most
+        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
+        what the caller holds, not the number of calls."""
         old = self._out
         free = [b for b in self._left if not b.in_use()]
         new = free[0] if free else GrowingBuffer()
         self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
         new.grow(old.nbytes)
-        for st in self.states.values():
-            st.relocate(old.array, new.array)
+        kept = self.states.get(keep)
+        self.states.clear()
+        if kept is not None:
+            kept.relocate(old.array, new.array)
+            self.states[keep] = kept
         self._out = new
 
 
