@@ -83,9 +83,14 @@ def _instrument(exe, ph):
     ph.wrap(exe, "_make_sized", "state")
 
 
-def _call(exe, ph, x):
+# with --hold: the outputs of the last call, kept while the next call runs
+_held = [None]
+
+
+def _call(exe, ph, x, hold=False):
     """One call of `exe` on `x` as Executor.run makes it, its phases timed; returns the
-    seconds of each kernel call."""
+    seconds of each kernel call. `hold`: its outputs are kept until the next call has
+    run, as a server's `y = exe.run(x)` keeps them (and bench/dynamic.py's blocks)."""
     pool = ph.timed("pool", exe._pool_for, [x], {})
     state = pool.take()
     per = []
@@ -100,6 +105,7 @@ def _call(exe, ph, x):
         out = ph.timed("rest", state.hand_out)
     finally:
         pool.give(state)
+    _held[0] = out if hold else None
     del out
     names = [k.name for k, _, _ in getattr(pool, "steps", exe.steps)]
     return per, names
@@ -115,13 +121,14 @@ def _phases_text(t):
             f"kernels {ms('kernels')}, input+outputs {ms('rest')}")
 
 
-def measure(exe, x, sess, iname, ph, threads, pause_s=0.3):
-    """(first s, warm s, lines) of `exe` at `x`'s size, in the sweep's conditions."""
+def measure(exe, x, sess, iname, ph, threads, pause_s=0.3, hold=False):
+    """(first s, warm s, lines) of `exe` at `x`'s size, in the sweep's conditions;
+    `hold`: every call runs while the last one's outputs are held."""
     blocks([lambda: sess.run(None, {iname: x})], 10, 1)
     time.sleep(pause_s)
     ph.clear()
     w0, f0, t0 = _waited_seconds(threads), _faults(), time.perf_counter()
-    per_first, names = _call(exe, ph, x)
+    per_first, names = _call(exe, ph, x, hold)
     first, faults = time.perf_counter() - t0, _faults() - f0
     waited, phases, gcs = _waited_seconds(threads) - w0, dict(ph.t), list(ph.gcs)
     warm = []
@@ -130,7 +137,7 @@ def measure(exe, x, sess, iname, ph, threads, pause_s=0.3):
         time.sleep(pause_s)
         ph.clear()
         t0 = time.perf_counter()
-        per = _call(exe, ph, x)[0]
+        per = _call(exe, ph, x, hold)[0]
         warm.append((time.perf_counter() - t0, per))
     warm.sort(key=lambda w: w[0])
     w, per_warm = warm[1]
@@ -149,6 +156,8 @@ def main():
     p.add_argument("--sizes", default="", help="input shapes, 8x128,4x64 (default: the sweep's)")
     p.add_argument("--repeat", type=int, default=2, help="fresh executors, each first call new to it")
     p.add_argument("--static", action="store_true", help="also the static build at each size")
+    p.add_argument("--hold", action="store_true",
+                   help="each call runs while the last call's outputs are held (y = exe.run(x))")
     a = p.parse_args()
     model, sweep = _sweep(a.model)
     shapes = [tuple(map(int, s.split("x"))) for s in a.sizes.split(",") if s] or sweep
@@ -182,7 +191,7 @@ def main():
         for shape in shapes:
             x = _input(model, shape)
             for label, ex in [("dynamic", exe)] + ([("static", statics[shape])] if a.static else []):
-                _, _, lines = measure(ex, x, sess, iname, ph, threads)
+                _, _, lines = measure(ex, x, sess, iname, ph, threads, hold=a.hold)
                 print(f"  {'x'.join(map(str, shape)):>14s} {label:8s} " + "\n".join(lines), flush=True)
 
 

@@ -128,6 +128,43 @@ def test_a_new_size_below_the_largest_reuses_the_memory():
         assert slot.arena.ctypes.data == arena and slot.outputs.ctypes.data == outputs
 
 
+def test_a_loop_holding_its_last_output_alternates_between_two_buffers():
+    """`y = exe.run(x)` holds the last output while the next call runs: the state that
+    runs moves its outputs to the other buffer (reserve paged in both), and back once the caller
+    dropped what it held there; the held output keeps its values whatever size runs
+    next. Outputs kept longer (a list of them) are never written again, and once
+    dropped their memory serves again: the buffers follow what is held, not the calls."""
+    m, exe = _mlp()
+    exe.reserve(batch=32)
+    slot = exe._slots.default
+    buffers, prev = set(), None
+    for i, n in enumerate([8, 8, 20, 3, 3, 32, 8, 20, 20, 1]):
+        x = _x(n, i)
+        y = exe.run(x)[0]
+        if prev is not None:
+            _close(*prev)           # written by no later call
+        ref = models.onnxruntime_run(m, {"input": x})[0]
+        _close(y, ref)
+        assert np.shares_memory(y, slot.outputs)    # until the next call leaves it
+        buffers.add(slot.outputs.ctypes.data)
+        prev = (y, ref)
+    assert len(buffers) == 2, buffers
+    kept = []
+    for i, n in enumerate([8, 20, 20, 3, 32, 8, 8]):
+        x = _x(n, 100 + i)
+        kept.append((exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0]))
+        for out, ref in kept:
+            _close(out, ref)
+    del kept, y, prev
+    buffers = set()
+    for i, n in enumerate([8, 20, 8, 3, 3]):
+        x = _x(n, 200 + i)
+        y = exe.run(x)[0]
+        _close(y, models.onnxruntime_run(m, {"input": x})[0])
+        buffers.add(slot.outputs.ctypes.data)
+    assert len(buffers) == 2, buffers
+
+
 def test_reserve_pages_in_the_memory_of_the_sizes_given():
     m, exe = _mlp()
     exe.reserve(batch=24)
@@ -212,3 +249,31 @@ def test_values_of_the_sizes_alone_live_in_the_reserved_arena():
         seen.add(shape)
         _close(out, models.onnxruntime_run(m, {"x": x})[0])
         del out
+
+
+def first_calls_holding_the_last_output():
+    """A server's loop (`y = exe.run(x)`, the last output held while the next call runs)
+    over a network whose output is large (128 MiB at the reserved batch): after
+    `reserve`, a first call at new sizes writes its outputs to memory reserve paged in,
+    the other of the two buffers the loop alternates between, not to fresh pages (which
+    without the spare faulted ~50 huge pages in, or ~25000 small ones)."""
+    m = models.mlp(batch="batch", sizes=(16, 8192))
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    exe.reserve(batch=4096)
+    y = None
+    for i, n in enumerate((1024, 1024, 3072, 2500, 4096, 2500)):
+        x = np.random.default_rng(i).standard_normal((n, 16)).astype(np.float32)
+        faults = _minor_faults()
+        y = exe.run(x)[0]
+        faults = _minor_faults() - faults
+        assert faults < 24, (n, faults)
+        _close(y, models.onnxruntime_run(m, {"input": x})[0])
+
+
+@pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
+def test_after_reserve_a_loop_holding_its_last_output_touches_no_fresh_memory():
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import test_graph_dynamic_memory as t; t.first_calls_holding_the_last_output()")
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -160,7 +160,9 @@ class Executor:
     def reserve(self, **sizes):
         """Makes the memory of a lone caller (the default state's: a single-threaded
         server's) large enough for `sizes` ({size variable: int}, the largest expected;
-        the arena holds the values of the sizes alone too, runstate.once_layout) now,
+        the arena holds the values of the sizes alone too, runstate.once_layout; the
+        outputs' memory is held twice, for a caller that holds the last outputs while the
+        next call runs: sizes.Slot) now,
         paged in, so that no call up to them allocates or touches fresh memory: a
         first touch of fresh pages can cost more than the run. On the host it also runs
         the network once at `sizes` on zero inputs, which pages in what only a run

@@ -8,7 +8,9 @@ anonymous mapping extended with mremap keeps the pages it had, so growing touche
 the bytes added; it is advised for huge pages (one fault per 2 MiB, as numpy asks for its
 own large arrays). Views of the buffer must be dropped before it grows: one that is
 still held (a caller's output) keeps the old mapping alive, and the buffer moves to a
-new one instead.
+new one instead. `in_use` asks the mapping itself whether such a view is still alive
+(only `array` exports it; every view holds `array`), so that memory a caller has
+dropped can be written again without a fresh page.
 """
 from __future__ import annotations
 
@@ -54,6 +56,20 @@ class GrowingBuffer:
         self.array = np.frombuffer(self._map, np.uint8)
         self.nbytes = nbytes
         return self.array
+
+    def in_use(self) -> bool:
+        """Whether an array viewing this buffer (a caller's output) is still alive, other
+        than `array` itself: the mapping then has an export that a resize refuses."""
+        if self._map is None:
+            return False
+        self.array = None       # its export goes with it, unless a view holds it
+        try:
+            self._map.resize(self.nbytes)
+            return False
+        except (BufferError, OSError, ValueError, SystemError):
+            return True         # a view is alive (or without mremap: cannot tell)
+        finally:
+            self.array = np.frombuffer(self._map, np.uint8)
 
     def holds(self, a) -> bool:
         """Whether numpy array `a` lies in this buffer's memory."""

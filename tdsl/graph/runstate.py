@@ -49,7 +49,7 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers", "once", "slot")
+                 "lent", "home", "readers", "once", "slot", "moving")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None, once=()):
@@ -73,6 +73,7 @@ class RunState:
         # `once`): run again when another size's state used the arena in between
         self.once: list = list(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
+        self.moving = None      # relocate's (call indices, output indices)
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
@@ -130,6 +131,22 @@ class RunState:
             kept.append(old)
         self.lent = {}
         return kept
+
+    def relocate(self, old, new):
+        """Every buffer of the state in array `old`'s memory (its outputs, and what views
+        them) moved to the same offset in array `new`, the calls that write them bound
+        there: the caller keeps what it holds of `old` (host only)."""
+        if self.moving is None:     # the same calls at every move: the buffers move as one
+            self.moving = ([ci for ci, (_, args) in enumerate(self.bound) if any(_shares(a, old) for a in args)],
+                           [i for i, o in enumerate(self.outputs) if _shares(o, old)])
+        calls, outs = self.moving
+        for ci in calls:
+            self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
+        for i in outs:
+            self.outputs[i] = self._same_view(self.outputs[i], old, new)
+            self.lent.pop(i, None)      # the new array is lent to no one
+        if _shares(self.mem.outputs, old):     # nothing of the state keeps `old` exported
+            self.mem.outputs = new
 
     def held_outputs(self) -> list:
         """The lent outputs the caller still holds."""

@@ -141,6 +141,11 @@ class SizeBinder:
         return out
 
 
+# the most output buffers a slot keeps that callers still hold (each is reused once they
+# drop it): a loop holding its last outputs needs one
+MAX_LEFT = 4
+
+
 class Slot:
     """What one caller at a time runs on: an arena that grows to the largest plan it has
     run, and the run states of the sizes it ran last (at most `keep`), all of them views
@@ -152,9 +157,13 @@ class Slot:
     keeps the pages already touched), and so is the memory of the outputs, shared by the
     states of every size: a call at new sizes touches fresh memory only beyond the
     largest it ran. A state lends its outputs to the caller (runstate.py); a caller who
-    still holds one when the slot runs other sizes, or when its state must replace it,
-    keeps that memory: the slot's outputs move to a new buffer. A device executor passes
-    `alloc` (bytes -> a new device arena)."""
+    still holds one when the slot runs again keeps that memory: the state about to run
+    moves its outputs to another buffer (`_leave_outputs`), one the slot left before
+    whose arrays the caller has dropped since, else a new one. A server's loop, which holds
+    its last output while the next call runs, so alternates between two buffers, and
+    `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
+    included, touches a fresh page for its outputs. A device executor passes `alloc`
+    (bytes -> a new device arena)."""
 
     def __init__(self, alloc: Callable = None, keep=8):
         self.alloc = alloc
@@ -162,6 +171,9 @@ class Slot:
         self.host = alloc is None
         self._mem = GrowingBuffer() if self.host else None
         self._out = GrowingBuffer() if self.host else None
+        # output buffers left while a caller held some of their memory, the oldest first:
+        # reused once no array views them any more
+        self._left: list = []
         self.arena, self.arena_bytes = None, 0
         self.states: "OrderedDict[tuple, object]" = OrderedDict()
         self.last = None        # the sizes run last: their state may have lent outputs
@@ -175,38 +187,42 @@ class Slot:
         return self._out.array if self.host else None
 
     def reserve(self, nbytes, out_bytes=0, touch=False):
-        """An arena of at least `nbytes` (and on the host `out_bytes` for the outputs)
-        now, faulted in with `touch` (host), so that no call up to those sizes allocates
-        or first-touches memory."""
+        """An arena of at least `nbytes` (and on the host `out_bytes` for the outputs,
+        twice: the buffer the states write and the spare the next call takes while the
+        caller holds the last outputs) now, faulted in with `touch` (host), so that no call
+        up to those sizes allocates or first-touches memory."""
         if self.arena_bytes < nbytes or self.host and self._out.nbytes < out_bytes:
             self._grow(nbytes, out_bytes)
             if touch and self.host:
                 self.arena.fill(0)
                 if self._out.array is not None:
                     self._out.array.fill(0)
+        if self.host and out_bytes:
+            spare = next((b for b in self._left if not b.in_use()), None)
+            if spare is None:
+                spare = GrowingBuffer()
+                self._left.append(spare)
+            if spare.nbytes < self._out.nbytes:
+                spare.grow(self._out.nbytes)
+                if touch:
+                    spare.array.fill(0)
 
     def state(self, key, sizes, plan, make, arena_bytes=None):
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
-        if key == self.last:        # run after run at one size: the shortest way
-            st = self.states.get(key)
-            if st is not None:
-                kept = st.reclaim()
-                if kept and self._in_outputs(kept):
-                    self._leave_outputs(keep=key)
-                return st
-        switched = key != self.last and self.last is not None
-        if switched:
-            prev = self.states.get(self.last)
-            if prev is not None and self._in_outputs(prev.held_outputs()):
-                self._leave_outputs()
         st = self.states.get(key)
+        if key == self.last and st is not None:     # run after run at one size: the shortest way
+            self._take_back(st, key)
+            return st
+        if self.last is not None:
+            prev = self.states.get(self.last)
+            if prev is not None:
+                self._take_back(prev, key)
         if st is not None:
             self.states.move_to_end(key)
-            if self._in_outputs(st.reclaim()):
-                self._leave_outputs(keep=key)
-            if switched:        # another size's run wrote over its values of the sizes
+            self._take_back(st, key)
+            if self.last is not None:    # another size's run wrote over its values of the sizes
                 for call in st.once:
                     call()
         else:
@@ -236,18 +252,33 @@ class Slot:
             size = max(need, 2 * self.arena_bytes)
             self.arena, self.arena_bytes = self.alloc(size), size
 
-    def _in_outputs(self, arrays) -> bool:
-        return self.host and any(self._out.holds(a) for a in arrays)
+    def _take_back(self, st, keep):
+        """The outputs `st` lent: where the caller still holds some, the outputs' buffer
+        is left (`_leave_outputs`, keeping the state of sizes `keep`)."""
+        if self.host and any(self._out.holds(a) for a in st.held_outputs()):
+            self._leave_outputs(keep)
+        st.reclaim()        # what the caller holds elsewhere (none here), and lends no more
 
-    def _leave_outputs(self, keep=None):
-        """A caller holds memory of the outputs' buffer: the states that write it (all
-        but `keep`'s, which no longer writes that part) go, and new states take their
-        outputs from a new buffer."""
+    def _leave_outputs(self, keep):
+        """A caller holds memory of the outputs' buffer: the state of sizes `keep` (the
+        one about to run) moves its outputs to the same place in a buffer no caller's
+        array views (the first such left one, its pages touched already; else a new
+        one), the other states go (moving each would cost every held call a re-binding
+        of its kernels), and the buffer left is kept, to be reused once its arrays are
+        dropped. Left buffers found free beyond the one taken are released, and at most
+        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
+        what the caller holds, not the number of calls."""
+        old = self._out
+        free = [b for b in self._left if not b.in_use()]
+        new = free[0] if free else GrowingBuffer()
+        self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        new.grow(old.nbytes)
         kept = self.states.get(keep)
         self.states.clear()
         if kept is not None:
+            kept.relocate(old.array, new.array)
             self.states[keep] = kept
-        self._out = GrowingBuffer()
+        self._out = new
 
 
 class SizedPool:
