@@ -547,7 +547,8 @@ def schedule(s, out, g, parallel=True):
         unrolled = unrolled + _stem_taps(target, info, first, rest, xb, cbb)
     for ax in unrolled:
         s[Cv].unroll(ax)
-    s[Cv].unroll(cl)
+    if not narrow:      # a row of a few pixels: the smallest code, not the fastest
+        s[Cv].unroll(cl)
     s[Cv].vectorize(ll)
     if pad is not None:     # rows of the padded input in parallel, each one vectorized
         axes = pad.op.axis[:-1]
