@@ -322,6 +322,13 @@ def test_conv1d_symbolic_length(cin, cout, k, stride, pads, dil, groups, impl):
     lengths = [L for L in (11, 16, 37, 64, 250, 1001) if (L + sum(pads) - (k - 1) * dil - 1) // stride >= 0]
     exe = _check_shapes(m, [(1, cin, L) for L in lengths] + [(3, cin, 99)])
     assert {k.scheduled_by for k, _, _ in exe.steps} == {impl}
+    if impl == "conv_blocked":
+        # the row's last tile shifted inwards; a row narrower than a tile (the shortest
+        # signal: one pixel) runs the "narrow" variant, a long one the kernel
+        (kern, _, _), = exe.steps
+        assert [v.name for _, v in kern.variants] == [kern.name + "_narrow"]
+        assert kern.at({"batch": 1, "signal": max(1, (k - 1) * dil + 1 - sum(pads))}).name.endswith("_narrow")
+        assert kern.at({"batch": 1, "signal": 1001}) is kern
 
 
 def test_conv2d_symbolic_width():

@@ -41,6 +41,35 @@ def test_shifted_tiles_match_numpy_at_ragged_sizes(parallel):
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
 
 
+def test_a_strided_extent_shifts_with_a_constant_tile():
+    """A strided window's output, (n - 3) // 4 + 1 wide, shifted by tiles of F with its
+    accumulator computed per tile and unrolled (the blocked conv's): the code may assume
+    n >= 4F - 1, where the extent reaches a tile (exactly there, both ways proven), so the
+    accumulator's region is F wide and unguarded. Right from the first such n on."""
+    n = tdsl.var("n")
+    A = tdsl.placeholder((n,), name="A")
+    k = tdsl.reduce_axis((0, 3), "k")
+    W = (n - 3) // 4 + 1
+    S = tdsl.compute((W,), lambda i: tdsl.sum(A[i * 4 + k], axis=k), name="S")
+    O = tdsl.compute((W,), lambda i: S[i] * 2, name="O")
+    s = tdsl.create_schedule(O.op)
+    acc = S
+    io, ii = s[O].split(O.op.axis[0], factor=F, tail="shift")
+    s[acc].compute_at(s[O], io)
+    s[acc].unroll(acc.op.axis[0])
+    text = str(tdsl.lower(s, [A, O]))
+    assert "likely" not in text and "unroll(6)" in text
+    f = tdsl.build(s, [A, O], target="llvm")
+    rng = np.random.default_rng(0)
+    for m in (4 * F - 1, 4 * F, 4 * F + 5, 97):
+        a = rng.standard_normal(m).astype("float32")
+        w = (m - 3) // 4 + 1
+        o = np.full(w, np.nan, "float32")
+        f(a, o)
+        want = 2 * (a[0:4 * w:4] + a[1:4 * w:4] + a[2:4 * w:4])
+        np.testing.assert_allclose(o, want, rtol=1e-5)
+
+
 def test_a_reduction_axis_is_not_shifted():
     n = tdsl.var("n")
     A = tdsl.placeholder((8, n), name="A")

@@ -24,7 +24,7 @@ from .. import arith
 from ..errors import LoweringError
 from ..ir import expr as E
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, substitute, walk
+from ..ir.visitor import Mutator, free_vars, substitute, walk
 from ..te.scan import scan_roles
 from ..te.tensor import IterVar, PlaceholderOp
 from ..te.update import UpdateOp
@@ -132,10 +132,39 @@ def size_facts(sched, bounds, params) -> Dict[E.Var, Range]:
     for st in sched.stages:
         for rel in st.relations:
             d = bounds[st].ranges[rel.parent].extent if isinstance(rel, Split) and shifts(rel, bounds[st].ranges) else None
-            if d in out:
-                least = max(rel.factor, out[d].min.value)
-                out[d] = Range(E.const(least), E.const(2**31 - 1 - least))
+            if d is None:
+                continue
+            v, least = (d, rel.factor) if isinstance(d, E.Var) else _least_value(d, rel.factor)
+            if v in out:
+                least = max(least, out[v].min.value)
+                out[v] = Range(E.const(least), E.const(2**31 - 1 - least))
     return out
+
+
+def _least_value(d, at_least):
+    """(v, L) where extent `d` is an expression of one size variable v (a strided conv's
+    output width, (signal + 3) // 4) that is at least `at_least` exactly where v >= L
+    (both ways proven: the caller routes the sizes where d is less elsewhere, so the code
+    may assume v >= L), else (None, 0)."""
+    vs = list(free_vars(d))
+    if len(vs) != 1:
+        return None, 0
+    v, big = vs[0], 2**31 - 1
+
+    def holds(lo):
+        return arith.can_prove(E.GE(d, E.const(at_least, d.dtype)), {v: Range(E.const(lo), E.const(big - lo))})
+    hi = at_least
+    while not holds(hi):
+        hi *= 2
+        if hi > 1 << 24:
+            return None, 0
+    lo = 0      # holds(hi); least such hi by bisection: holds is monotone in its bound
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    if hi > 0 and not arith.can_prove(E.LT(d, E.const(at_least, d.dtype)), {v: Range(E.const(0), E.const(hi))}):
+        return None, 0
+    return v, hi
 
 
 def leaf_values(stage, ranges) -> Dict[IterVar, E.Expr]:
@@ -311,6 +340,8 @@ def attached_bound(sched, stage, result, bodies, target=None, full_dims=()) -> S
                 los = [arith.simplify(E.minimum(x, b[0])) for x, b in zip(los, bs)]
                 his = [arith.simplify(E.maximum(x, b[1])) for x, b in zip(his, bs)]
     exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
+    if not all(isinstance(x, E.IntImm) for x in exts):
+        exts = _offset_extents(sched, target, readers, result, bodies, inner, exts)
     alloc = []
     for ext in exts:
         if not isinstance(ext, E.IntImm):
@@ -321,6 +352,43 @@ def attached_bound(sched, stage, result, bodies, target=None, full_dims=()) -> S
     root = {iv: Range(l, x) for iv, l, x in zip(op.axis, los, exts)}
     root.update({iv: iv.dom for iv in op.reduce_axis})
     return StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
+
+
+def _offset_extents(sched, target, readers, result, bodies, inner, exts):
+    """The region's extents where each read's index is an offset fixed in the attach
+    loop plus terms of the loops inside it, the same offset in every read (a tile whose
+    start is shifted inwards, max(min(t * 12, w - 12), 0) + i): the spread of the inner
+    terms. The bounds of the whole indices may not cancel their offset once simplified
+    (max(min(t * 12 + 11, w - 1), 11) less the start above), leaving the extent of an
+    unrolled tile a run-time expression. `exts` where a read's offset differs."""
+    offsets, spans = [None] * len(exts), [None] * len(exts)
+    for r in readers:
+        rb = result[r]
+        vals = pass_up_index(r, rb.ranges, leaf_values(r, rb.ranges))
+        root_map = {iv.var: vals[iv] for iv in list(r.op.axis) + list(r.op.reduce_axis)}
+        for idx in reads_of(effective_bodies(sched, r, bodies), sched, target):
+            for d, i in enumerate(idx):
+                base, rest = _split_offset(substitute(i, root_map), inner)
+                lo, hi = arith.bound(rest, inner)
+                if lo is None or hi is None or offsets[d] is not None and not arith.equal(offsets[d], base):
+                    return exts
+                offsets[d] = base
+                spans[d] = (lo, hi) if spans[d] is None else \
+                    (E.minimum(spans[d][0], lo), E.maximum(spans[d][1], hi))
+    out = [arith.simplify(h - lo + 1) for lo, h in spans]
+    return [o if isinstance(o, E.IntImm) else x for o, x in zip(out, exts)]
+
+
+def _split_offset(e, inner):
+    """(offset, rest) with e == offset + rest, the offset free of the variables of
+    `inner` (the sum's terms that are)."""
+    if isinstance(e, (E.Add, E.Sub)):
+        (ab, ar), (bb, br) = _split_offset(e.a, inner), _split_offset(e.b, inner)
+        op = type(e)
+        return arith.simplify(op(ab, bb)), arith.simplify(op(ar, br))
+    if free_vars(e) & set(inner):
+        return E.const(0, e.dtype), e
+    return e, E.const(0, e.dtype)
 
 
 def chain_bounds(sched, base, ups, result, bodies) -> Dict[object, StageBound]:

@@ -24,7 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
-from .width import batch_and_width, is_number, known, number, row_chunks, row_extent, row_tile
+from .width import batch_and_width, is_number, known, number, row_chunks, row_extent, row_split, row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -153,7 +153,10 @@ def depthwise_blocked(g, n, x, src, wi):
     if not is_number(OW):
         # the row's ragged last tile runs guarded: half the tile, where that still keeps an
         # accumulator for every FMA chain (AVX-512's 16 pixels), halves the guarded work
-        # on the short rows of a short signal's last stages (63 pixels at 4000 samples)
+        # on the short rows of a short signal's last stages (63 pixels at 4000 samples).
+        # (not shifted inwards as the blocked conv's: this conv reads its padding through
+        # a bounds test, which loop partitioning peels off the inner tiles only where
+        # their start is linear, not a min and max of the row's width)
         xb = max(xb // 2, min(xb, g.target.fma_chains))
     return tag.mark(Cv, tag.DEPTHWISE_BLOCKED, conv=Cv, xb=xb, rb=rb, bn=bn)
 
@@ -454,6 +457,9 @@ def _stem_taps(target, info, first, rest, xb, cbb):
 def schedule(s, out, g, parallel=True):
     info, target = g.anchor.tensor.op.attrs, g.target
     Cv, pad, OW, bn = info["conv"], info["pad"], info["ow"], info["bn"]
+    narrow = g.size_class == "narrow"
+    if narrow:
+        pad, parallel = None, False
     keep = [Cv] + ([pad] if pad is not None else [])
     inline_except(s, out, keep)
     for t in stages_of(out):
@@ -485,14 +491,24 @@ def schedule(s, out, g, parallel=True):
     if rows > 1:
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
-    xo, xi = s[out].split(x, factor=xb)
-    # a symbolic row: its tiles in chunks, which the threads share with the channel
-    # blocks and the rows (one block of a 64-channel conv would leave one task). The
-    # chunks go outermost: the fused loop's divisions are then by constants, the chunk's
-    # by the product of the other extents (a remainder in the row's index would hide
-    # from bound inference that the tiles stay in the row)
-    chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
-    if len(lead) > 1 and -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb)) \
+    xb, tail = row_split(g, x, xb)
+    shift = tail == "shift"
+    xo, xi = s[out].split(x, factor=xb, tail=tail)
+    # a symbolic row's guarded tiles (no variant in front of the kernel) in chunks, which
+    # the threads share with the channel blocks and the rows (one block of a 64-channel
+    # conv would leave one task). The chunks go outermost: the fused loop's divisions are
+    # then by constants (a remainder in the row's index would hide from bound inference
+    # that the guarded tiles stay in the row)
+    chunks = []
+    if tail == "guard" and xb > 1:
+        chunks, xo = row_chunks(s, out, xo, OW, -(-CB // cbb) * int(np.prod(shape[2:-2])), target)
+    if shift:
+        # shifted tiles stay in the row whatever their index: the threads take the tiles
+        # of all channel blocks and rows, fused, in equal contiguous shares (chunks of
+        # the row left a thread a chunk more where the tiles did not split evenly)
+        s[out].reorder(b, cob, *lead, *in_pass, xo, coi, xi, *c_in)
+        outer = [b, cob, *lead, xo]
+    elif len(lead) > 1 and -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb)) \
             * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
         # a 3-D conv: a task is a plane (all rows of one depth) of one group of channel
         # blocks, whose weights then serve every row of it from cache. Tasks of single
@@ -525,13 +541,14 @@ def schedule(s, out, g, parallel=True):
         s[Cv].reorder(fo, *sl, cxo, fi, *rest, cl, cxi, ll)
         unrolled = [cxi]
     else:
-        s[Cv].compute_at(s[out], xo)
+        s[Cv].compute_at(s[out], par if shift else xo)
         _, cl, *unrolled, ll = s[Cv].op.axis
         s[Cv].reorder(first, *rest, *unrolled, cl, ll)
         unrolled = unrolled + _stem_taps(target, info, first, rest, xb, cbb)
     for ax in unrolled:
         s[Cv].unroll(ax)
-    s[Cv].unroll(cl)
+    if not narrow:      # a row of a few pixels: the smallest code, not the fastest
+        s[Cv].unroll(cl)
     s[Cv].vectorize(ll)
     if pad is not None:     # rows of the padded input in parallel, each one vectorized
         axes = pad.op.axis[:-1]

@@ -3,11 +3,12 @@ symbolic, conv1d arriving as a conv2d of one row): the CPU's conv definitions ta
 last spatial axis, like the batch (batch.py), as an index expression, every other size
 a number. The static schedules run unchanged over it: the width's register tiles become
 a run-time count of tiles, and the split's guard (`likely`) lets loop partitioning peel
-the ragged last tile off a guard-free main loop; the blocked conv's threads share the
-row in chunks (`row_chunks`); a row padded to whole tiles or vectors is padded to the
-run-time width rounded up. A tile that must divide a static row is chosen for a
-symbolic one as for a long row (`row_tile`): its one ragged tile per row is peeled, so
-it costs the tile's work once, not a guard per tile."""
+the ragged last tile off a guard-free main loop; the blocked conv shifts its last tile
+inwards instead (`row_split`, with a variant for rows narrower than a tile), and its
+threads share the tiles of all channel blocks; a row padded to whole tiles or vectors is
+padded to the run-time width rounded up. A tile that must divide a static row is chosen
+for a symbolic one as for a long row (`row_tile`): its one ragged tile per row costs the
+tile's work once, not a guard per tile."""
 from __future__ import annotations
 
 import sympy
@@ -96,6 +97,25 @@ def round_up(d, m: int):
     if isinstance(d, int):
         return -(-d // m) * m
     return tdsl.floordiv(d + (m - 1), m) * m
+
+
+def row_split(g, x, xb):
+    """(pixels, tail) of the split of output row `x` by a register tile of `xb` pixels. A
+    row of run-time width shifts its last tile back onto the one before (stage.split's
+    tail="shift": its outputs computed twice, the same both times), so the tile's
+    unrolled body is one copy with no guard; a row narrower than a tile runs the variant
+    of the size class "narrow" instead, whose tile is one pixel (no tail). A static row's
+    tile divides it (`x` may be a fused loop: a static plane's), and a kernel that runs
+    with no variant in front keeps the guard."""
+    ext = x.dom.extent if x.dom is not None else 0
+    if is_number(ext):
+        return xb, "guard"
+    if g.size_class == "narrow":
+        return 1, "guard"
+    if xb > 1 and g.size_class is None and g.classes_run:
+        g.size_classes["narrow"] = ext < xb
+        return xb, "shift"
+    return xb, "guard"
 
 
 def row_chunks(s, t, tiles, width, tasks, target):
