@@ -59,6 +59,10 @@ def compile_all(calls, target, stats, tuned, bounds=None, once=()):
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
         key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
         key += ("once",) if n in once else ()
+        # a symbolic kernel's schedule, and which of its size classes are compiled at
+        # all, follow the bounds of its sizes
+        names = {s.name for s in group_size_vars(n.op)} if bounds else ()
+        key += tuple(sorted((k, v) for k, v in bounds.items() if k in names)) if names else ()
         entries.append((n, consts, key, params, gkey, erasure))
         if gkey is not None:
             sizes.setdefault(gkey, set()).add(erasure.size)

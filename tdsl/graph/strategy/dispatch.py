@@ -22,6 +22,7 @@ from ..ir import Function
 from ..ir.dims import evaluate
 from ..ir.text import print_function
 from . import registry, topi
+from .class_reach import may_hold, size_intervals
 from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
@@ -242,9 +243,11 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     if g.size_classes and erasure is None and classes:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
+        # a class the declared bounds rule out would never run: not compiled
+        reach = size_intervals(exprs, bounds)
         kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
                                            g.size_pins.get(cls), kernel.size_args, built))
-                           for cls, cond in g.size_classes.items()]
+                           for cls, cond in g.size_classes.items() if may_hold(cond, reach)]
     return kernel
 
 
