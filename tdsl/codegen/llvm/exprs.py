@@ -25,6 +25,7 @@ from .types import (FAST_MATH, I1, I32, I64, int_const_value, lanes_of, scalar_t
                     wrap)
 
 _CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+_WIDE_OPS = {E.Add: "add", E.Sub: "sub", E.Mul: "mul"}
 _PY_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
            ">": operator.gt, ">=": operator.ge}
 
@@ -109,7 +110,27 @@ class ExprEmitter:
             self._nsw = saved
 
     def index(self, idx):
-        return self.to_i64(self.index_value(idx), idx.dtype)
+        """Index expression `idx` as i64. In a function of run-time sizes the additions
+        and multiplications are done in 64 bits, each leaf (loop variable, size, division)
+        extended on its own: an i32 sum extended at the end keeps LLVM from splitting it
+        into a loop-invariant base and the inner loop's part once reassociation has
+        dropped its `nsw` (a sign extension and a recomputed index per load), and no
+        partial sum of sizes can wrap at 2^31."""
+        if not self.mb.wide_index or not dt.is_signed(idx.dtype) or dt.bits(idx.dtype) >= 64:
+            return self.to_i64(self.index_value(idx), idx.dtype)
+        saved = self._nsw
+        self._nsw = True
+        try:
+            return self._wide_index(idx)
+        finally:
+            self._nsw = saved
+
+    def _wide_index(self, e):
+        op = _WIDE_OPS.get(type(e))
+        if op is None:
+            return self.to_i64(self.expr(e), e.dtype)
+        a, b = self.unify(self._wide_index(e.a), self._wide_index(e.b))
+        return self.int_arith(op, a, b, "int64")
 
     def new_block(self, name):
         return self.fn.append_basic_block(name)

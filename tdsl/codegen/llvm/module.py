@@ -7,6 +7,7 @@ from typing import List
 
 from llvmlite import ir
 
+from ... import dtype as dt
 from ...ir import stmt as S
 from .types import I8, I32, PTR, sanitize
 
@@ -23,6 +24,9 @@ class ModuleBuilder:
         self._counter = 0
         self.notes: List[str] = []
         self.externs = {}         # registered name -> registry entry, for extern stages
+        # integer scalars are run-time sizes (or offsets): index arithmetic in 64 bits
+        self.wide_index = any(not isinstance(p, S.Buffer) and p.dtype != "bool"
+                              and not dt.is_float(p.dtype) for p in func.params)
         self._threads = None
         from ...runtime import threadpool
         self.use_pool = threadpool.load_into_jit()
