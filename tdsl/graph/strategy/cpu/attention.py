@@ -22,7 +22,7 @@ PARTIALS = 4      # vectors of partial maxima and sums per row
 
 
 def fits(out, g):
-    return out.op.tag == tag.ATTENTION and not g.symbolic
+    return out.op.tag == tag.ATTENTION
 
 
 def _rows(M):
