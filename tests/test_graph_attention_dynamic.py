@@ -1,7 +1,8 @@
 """Fused attention with symbolic sizes (passes/attention.py, strategy/cpu/attention.py): a
 network exported with a symbolic batch and sequence, built once, runs `nn.attention` as
-the blocked kernel at every size (row blocks with a run-time tail, keys a run-time
-extent, each block's scores in scratch sized per call), against onnxruntime and numpy;
+the blocked kernel from SHORT_KEYS keys (row blocks with a run-time tail, keys a
+run-time extent, each block's scores in scratch sized per call) and its variant of the
+plain stages below, against onnxruntime and numpy;
 masks as inputs (padding, causal); threads calling at different sizes at once; and the
 bounds under which a dynamic build keeps the three kernels."""
 import threading
@@ -11,6 +12,7 @@ import pytest
 
 import tdsl.graph as G
 from tdsl.graph.ir import Function
+from tdsl.graph.strategy.cpu import attention as cpu_attention
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -82,9 +84,14 @@ def _schedules(exe):
     return {k.scheduled_by for k, _, _ in exe.steps}
 
 
+def _variants(exe):
+    """{size class condition: the implementation that scheduled it} of each kernel."""
+    return {str(c): v.scheduled_by for k, _, _ in exe.steps for c, v in (k.variants or [])}
+
+
 # (batch, sequence): one token, fewer keys than a vector, odd lengths, a row-block tail,
 # more keys than the representative size, past MIN_KEYS
-SIZES = [(1, 1), (2, 3), (1, 16), (3, 37), (2, 100), (1, 515)]
+SIZES = [(1, 1), (2, 3), (1, 16), (3, 37), (2, 100), (1, 515), (2, 530)]
 
 
 @pytest.mark.parametrize("mask", [None, "padding"])
@@ -93,7 +100,9 @@ def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
     mod, exe = _build(model)
     (fn,) = _fused(mod)
     assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
+    # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
     assert _schedules(exe) == {"attention_blocked"}
+    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
     for B, S in SIZES:
         feeds = _feeds(B, S, mask)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
@@ -106,7 +115,7 @@ def test_causal_mask_input_with_fully_masked_rows():
     model = _model(batch=1, mask="causal", where_nan=True)
     mod, exe = _build(model)
     assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
-    for S in (1, 9, 33, 70):
+    for S in (1, 9, 33, 70, 521):
         feeds = _feeds(1, S, "causal")
         feeds["mask"][..., S // 2, :] = -np.inf
         got = exe.run(**feeds)[0]
@@ -120,10 +129,11 @@ def test_causal_mask_input_with_fully_masked_rows():
 
 
 def test_symbolic_batch_over_static_keys():
-    """Whisper's form: the batch symbolic, 600 frames fixed; fused at every batch."""
+    """Whisper's form: the batch symbolic, 600 frames fixed; the blocked kernel at every
+    batch, with no variant (the keys are a number)."""
     model = _model(seq=600)
     mod, exe = _build(model)
-    assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
+    assert _fused(mod) and _schedules(exe) == {"attention_blocked"} and not _variants(exe)
     for B in (1, 2, 3):
         feeds = _feeds(B, 600)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5)
