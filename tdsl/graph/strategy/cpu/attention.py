@@ -8,7 +8,13 @@ online softmax would.
 
 Register tiles are sized from the target's vectors (lanes and registers): q K^T keeps
 the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P V `rt`
-rows x the micro-kernel's value vectors."""
+rows x the micro-kernel's value vectors.
+
+With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
+the row blocks (sized for the representative sequence) end in a guarded block, the keys
+in a guarded vector, and each block's scores are heap scratch of that call's length,
+taken per iteration of the parallel loop (so concurrent calls never share one). Below
+SHORT_KEYS keys the size class "short_keys" runs instead."""
 from __future__ import annotations
 
 from .... import tiling
