@@ -13,6 +13,7 @@ import pytest
 import tdsl.graph as G
 from tdsl.graph.ir import Function
 from tdsl.graph.strategy.cpu import attention as cpu_attention
+from tdsl.target import Target
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -173,3 +174,17 @@ def test_bounded_below_min_keys_keeps_the_three_kernels():
     np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5)
     mod, _ = _build(model, dims={"sequence": (1, 512)})
     assert _fused(mod)
+
+
+def test_avx2_build():
+    t = Target("llvm -mcpu=haswell")
+    if not t.runs_here:
+        pytest.skip("this machine cannot run haswell code")
+    model = _model(mask="padding")
+    mod = G.optimize(G.from_onnx(model), target=t)
+    exe = G.build(mod, target=t)
+    assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
+    for B, S in [(1, 1), (3, 37), (1, 515)]:
+        feeds = _feeds(B, S, "padding")
+        np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"batch {B}, sequence {S}")
