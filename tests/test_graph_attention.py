@@ -146,7 +146,7 @@ def _graph(q_shape, kt_shape, v_shape, softmax_axis=3, extra_use=False):
     return Module(Function("main", [q, kt, v], [y, s] if extra_use else [y]))
 
 
-@pytest.mark.parametrize("case", ["scores_read_elsewhere", "softmax_not_last_axis", "batch_broadcast", "symbolic"])
+@pytest.mark.parametrize("case", ["scores_read_elsewhere", "softmax_not_last_axis", "batch_broadcast", "mask_3d"])
 def test_shapes_it_does_not_take_stay_unfused(case):
     if case == "scores_read_elsewhere":
         mod = _graph((1, 2, 8, 4), (1, 2, 4, 8), (1, 2, 8, 4), extra_use=True)
@@ -155,10 +155,9 @@ def test_shapes_it_does_not_take_stay_unfused(case):
     elif case == "batch_broadcast":
         mod = _graph((1, 2, 8, 4), (1, 1, 4, 8), (1, 2, 8, 4))
     else:
-        model = _attention_model(1, 2, 8, 8, 4, 4, 0.5)
-        model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
-        model.graph.input[1].type.tensor_type.shape.dim[3].dim_param = "seq"
-        model.graph.input[2].type.tensor_type.shape.dim[2].dim_param = "seq"
+        # a mask that would broadcast the scores' rows: not the scores' shape
+        model = _attention_model(1, 2, 1, 8, 4, 4, 0.5, mask=np.zeros((1, 2, 3, 8), np.float32))
+        model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 1
         mod = G.from_onnx(model)
     out = attention.fuse_attention(mod, min_keys=1)
     assert "nn.attention" not in _ops(out)

@@ -6,13 +6,12 @@ per block of query rows, the block's scores kept in cache).
 Unfused, the scores of a long sequence (whisper: 4 heads x 1500 x 1500 floats, 36 MB) go
 through memory three times: written by Q K^T, read and written by the softmax, read by
 P V. Only where the keys are many does that traffic dominate; over a short sequence the
-three kernels' own schedules are as fast (MIN_KEYS). Sizes that are not numbers (a
-dynamic sequence) keep the three kernels."""
+three kernels' own schedules are as fast (MIN_KEYS). A symbolic size (a dynamic batch or
+sequence) is fused when the keys can reach MIN_KEYS: one kernel serves every size, and
+the fused kernel at a short sequence costs about what the three do."""
 from __future__ import annotations
 
 from typing import Optional
-
-import numpy as np
 
 from ..ir import Call, Const, Module
 from .rewrite import rewrite, same, use_counts
@@ -22,8 +21,24 @@ from .rewrite import rewrite, same, use_counts
 MIN_KEYS = 512
 
 
-def _static4(t):
-    return t.ndim == 4 and all(isinstance(d, int) for d in t.shape) and t.dtype == "float32"
+def _float4(t):
+    return t.ndim == 4 and t.dtype == "float32"
+
+
+def _may_reach(n, bounds, min_keys):
+    """Whether `n` keys (an int or an expression of size variables) can be `min_keys`
+    or more: a number is compared, an expression by the upper bounds declared for its
+    variables (a variable with none is unbounded)."""
+    if isinstance(n, int):
+        return n >= min_keys
+    hi = {}
+    for v in n.free_symbols:
+        top = (bounds.get(v.name) or (1, None))[1]
+        if top is None:
+            return True
+        hi[v] = top
+    # dimensions grow with their variables (sizes, products, windows)
+    return int(n.subs(hi)) >= min_keys
 
 
 def _scalar(e):
@@ -33,9 +48,9 @@ def _scalar(e):
     return None
 
 
-def _match(n, uses, min_keys):
+def _match(n, uses, min_keys, bounds):
     """(q, kt, v, mask or None, attrs) of the attention ending in matmul `n`, else None."""
-    if n.op != "nn.matmul" or not all(_static4(a.type) for a in n.args):
+    if n.op != "nn.matmul" or not all(_float4(a.type) for a in n.args):
         return None
     p, v = n.args
     zero_nan = False
@@ -53,7 +68,7 @@ def _match(n, uses, min_keys):
     if isinstance(z, Call) and z.op == "add" and uses.get(z) == 1:
         a, b = z.args
         z, mask = (a, b) if isinstance(a, Call) and a.op in ("nn.matmul", "multiply", "divide") else (b, a)
-        if mask.type.dtype != "float32" or mask.type.ndim > 4 or not all(isinstance(d, int) for d in mask.type.shape):
+        if mask.type.dtype != "float32" or mask.type.ndim > 4:
             return None
     if isinstance(z, Call) and z.op in ("multiply", "divide") and uses.get(z) == 1:
         a, b = z.args
@@ -66,13 +81,19 @@ def _match(n, uses, min_keys):
     if not (isinstance(z, Call) and z.op == "nn.matmul" and uses.get(z) == 1):
         return None
     q, kt = z.args
-    if not (_static4(q.type) and _static4(kt.type)) or not (q.type.shape[:2] == kt.type.shape[:2] == v.type.shape[:2]):
+    if not (_float4(q.type) and _float4(kt.type)) or not (q.type.shape[:2] == kt.type.shape[:2] == v.type.shape[:2]):
         return None
-    if kt.type.shape[3] < min_keys:
+    if not _may_reach(kt.type.shape[3], bounds, min_keys):
         return None
-    if mask is not None and len(np.broadcast_shapes(mask.type.shape, z.type.shape)) != 4:
+    if mask is not None and not _broadcasts(mask.type.shape, z.type.shape):
         return None
     return q, kt, v, mask, {"scale": scale, "zero_nan": zero_nan}
+
+
+def _broadcasts(mask, scores):
+    """Whether a mask of shape `mask` broadcasts to the scores' 4-D shape: each of its
+    dimensions (aligned from the right) is 1 or the scores' own."""
+    return all(m == 1 or m == d for m, d in zip(reversed(mask), reversed(scores)))
 
 
 def fuse_attention(mod: Module, min_keys: Optional[int] = None) -> Module:
@@ -82,7 +103,7 @@ def fuse_attention(mod: Module, min_keys: Optional[int] = None) -> Module:
     uses = use_counts(mod.main)
     found = {}
     for n in mod.main.nodes():
-        m = _match(n, uses, min_keys)
+        m = _match(n, uses, min_keys, mod.info.get("dim_bounds") or {})
         if m is not None:
             found[n] = m
     if not found:

@@ -8,10 +8,17 @@ online softmax would.
 
 Register tiles are sized from the target's vectors (lanes and registers): q K^T keeps
 the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P V `rt`
-rows x the micro-kernel's value vectors."""
+rows x the micro-kernel's value vectors.
+
+With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
+the row blocks (sized for the representative sequence) end in a guarded block, the keys
+in a guarded vector, and each block's scores are heap scratch of that call's length,
+taken per iteration of the parallel loop (so concurrent calls never share one). Below
+SHORT_KEYS keys the size class "short_keys" runs instead."""
 from __future__ import annotations
 
 from .... import tiling
+from ....ir.expr import IntImm
 from .. import tag
 from ..stages import ishape
 
@@ -19,10 +26,16 @@ from ..stages import ishape
 # L2 for N of several thousand keys, and a block is R broadcasts per loaded key vector
 ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
 PARTIALS = 4      # vectors of partial maxima and sums per row
+# keys below which a kernel with a symbolic key count runs its "short_keys" variant, the
+# plain stages of the definition (the auto-scheduler's, with full rows of scores): there
+# the blocks' guarded tails and per-block scratch cost more than the scores' traffic,
+# which fits in L2 (one thread, a dynamic build, keys 16/77/200: 1.2/1.2/1.15x the
+# plain stages; 512: 0.87x)
+SHORT_KEYS = 512
 
 
 def fits(out, g):
-    return out.op.tag == tag.ATTENTION and not g.symbolic
+    return out.op.tag == tag.ATTENTION and g.size_class != "short_keys"
 
 
 def _rows(M):
@@ -42,6 +55,10 @@ def schedule(s, out, g, parallel=True):
     lanes = target.vector_lanes(out.dtype)
     regs = target.vector_registers
     B, H, M, E = ishape(out)
+    keys = scores.shape[3]
+    if g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm)):
+        # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
+        g.size_classes["short_keys"] = keys < SHORT_KEYS
     R = _rows(M)
     # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
     # plus the ev value vectors and a broadcast

@@ -1,0 +1,190 @@
+"""Fused attention with symbolic sizes (passes/attention.py, strategy/cpu/attention.py): a
+network exported with a symbolic batch and sequence, built once, runs `nn.attention` as
+the blocked kernel from SHORT_KEYS keys (row blocks with a run-time tail, keys a
+run-time extent, each block's scores in scratch sized per call) and its variant of the
+plain stages below, against onnxruntime and numpy;
+masks as inputs (padding, causal); threads calling at different sizes at once; and the
+bounds under which a dynamic build keeps the three kernels."""
+import threading
+
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.graph.ir import Function
+from tdsl.graph.strategy.cpu import attention as cpu_attention
+from tdsl.target import Target
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(7)
+H, D, E = 2, 32, 48
+
+
+def _model(batch="batch", seq="sequence", mask=None, where_nan=False):
+    """q (batch, H, seq, D), kt (batch, H, D, seq), v (batch, H, seq, E) and, with `mask`
+    ("padding": (batch, 1, 1, seq); "causal": (1, 1, seq, seq)), a mask input added to
+    the scores scaled by 1/sqrt(D); softmax, optionally where(isnan(p), 0, p), then p @ v."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"])]
+    inits = [numpy_helper.from_array(np.array(D ** -0.5, np.float32), "scale")]
+    ins = [helper.make_tensor_value_info("q", f, (batch, H, seq, D)),
+           helper.make_tensor_value_info("kt", f, (batch, H, D, seq)),
+           helper.make_tensor_value_info("v", f, (batch, H, seq, E))]
+    last = "s1"
+    if mask is not None:
+        shape = (batch, 1, 1, seq) if mask == "padding" else (1, 1, seq, seq)
+        ins.append(helper.make_tensor_value_info("mask", f, shape))
+        nodes.append(helper.make_node("Add", [last, "mask"], ["s2"]))
+        last = "s2"
+    nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
+    last = "p"
+    if where_nan:
+        inits.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
+        nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["p2"])]
+        last = "p2"
+    nodes.append(helper.make_node("MatMul", [last, "v"], ["y"]))
+    graph = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", f, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(B, S, mask=None):
+    feeds = {"q": RNG.standard_normal((B, H, S, D)).astype(np.float32),
+             "kt": RNG.standard_normal((B, H, D, S)).astype(np.float32),
+             "v": RNG.standard_normal((B, H, S, E)).astype(np.float32)}
+    if mask == "padding":
+        # each sequence of the batch padded after a different length (at least one token)
+        m = np.zeros((B, 1, 1, S), np.float32)
+        for b in range(B):
+            m[b, ..., max(1, S - 3 * b - 2):] = np.float32(-1e4)
+        feeds["mask"] = m
+    elif mask == "causal":
+        feeds["mask"] = np.triu(np.full((S, S), -np.inf, np.float32), 1)[None, None]
+    return feeds
+
+
+def _ort(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _build(model, dims=None):
+    mod = G.optimize(G.from_onnx(model, dims=dims), target="llvm")
+    return mod, G.build(mod, target="llvm")
+
+
+def _fused(mod):
+    return [n.op for n in mod.main.nodes() if isinstance(n.op, Function)
+            and any(m.op == "nn.attention" for m in n.op.nodes())]
+
+
+def _schedules(exe):
+    return {k.scheduled_by for k, _, _ in exe.steps}
+
+
+def _variants(exe):
+    """{size class condition: the implementation that scheduled it} of each kernel."""
+    return {str(c): v.scheduled_by for k, _, _ in exe.steps for c, v in (k.variants or [])}
+
+
+# (batch, sequence): one token, fewer keys than a vector, odd lengths, a row-block tail,
+# more keys than the representative size, past MIN_KEYS
+SIZES = [(1, 1), (2, 3), (1, 16), (3, 37), (2, 100), (1, 515), (2, 530)]
+
+
+@pytest.mark.parametrize("mask", [None, "padding"])
+def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
+    model = _model(mask=mask)
+    mod, exe = _build(model)
+    (fn,) = _fused(mod)
+    assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
+    # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
+    assert _schedules(exe) == {"attention_blocked"}
+    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
+    for B, S in SIZES:
+        feeds = _feeds(B, S, mask)
+        np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"batch {B}, sequence {S}")
+
+
+def test_causal_mask_input_with_fully_masked_rows():
+    """gpt2's causal mask of -inf and a row masked whole: softmax is NaN there, which
+    where(isnan(p), 0, p) zeroes; numpy's float64 reference agrees at each length."""
+    model = _model(batch=1, mask="causal", where_nan=True)
+    mod, exe = _build(model)
+    assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
+    for S in (1, 9, 33, 70, 521):
+        feeds = _feeds(1, S, "causal")
+        feeds["mask"][..., S // 2, :] = -np.inf
+        got = exe.run(**feeds)[0]
+        s = feeds["q"].astype(np.float64) @ feeds["kt"] * D ** -0.5 + feeds["mask"]
+        with np.errstate(invalid="ignore"):
+            p = np.exp(s - s.max(-1, keepdims=True))
+            p = p / p.sum(-1, keepdims=True)
+        ref = np.where(np.isnan(p), 0.0, p) @ feeds["v"]
+        assert np.all(got[:, :, S // 2] == 0)
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, err_msg=f"sequence {S}")
+
+
+def test_symbolic_batch_over_static_keys():
+    """Whisper's form: the batch symbolic, 600 frames fixed; the blocked kernel at every
+    batch, with no variant (the keys are a number)."""
+    model = _model(seq=600)
+    mod, exe = _build(model)
+    assert _fused(mod) and _schedules(exe) == {"attention_blocked"} and not _variants(exe)
+    for B in (1, 2, 3):
+        feeds = _feeds(B, 600)
+        np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5)
+
+
+def test_threads_calling_at_different_sizes():
+    """Each call's block scratch is its own: threads running other sequence lengths at
+    once get their own results."""
+    model = _model(mask="padding")
+    _, exe = _build(model)
+    cases = [(B, S, _feeds(B, S, "padding")) for B, S in [(1, 1), (2, 37), (1, 515), (3, 64), (1, 200)]]
+    refs = [_ort(model, f) for _, _, f in cases]
+    errors = []
+
+    def work(k):
+        try:
+            for r in range(6):
+                i = (k + r) % len(cases)
+                np.testing.assert_allclose(exe.run(**cases[i][2])[0], refs[i], rtol=2e-5, atol=2e-5)
+        except AssertionError as e:
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_bounded_below_min_keys_keeps_the_three_kernels():
+    """A sequence declared at most 128 long never reaches MIN_KEYS: the dynamic build keeps
+    matmul, softmax, matmul, as a static build of any of its sizes would."""
+    model = _model()
+    mod, exe = _build(model, dims={"sequence": (1, 128)})
+    assert not _fused(mod)
+    feeds = _feeds(2, 77)
+    np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5)
+    mod, _ = _build(model, dims={"sequence": (1, 512)})
+    assert _fused(mod)
+
+
+def test_avx2_build():
+    t = Target("llvm -mcpu=haswell")
+    if not t.runs_here:
+        pytest.skip("this machine cannot run haswell code")
+    model = _model(mask="padding")
+    mod = G.optimize(G.from_onnx(model), target=t)
+    exe = G.build(mod, target=t)
+    assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
+    for B, S in [(1, 1), (3, 37), (1, 515)]:
+        feeds = _feeds(B, S, "padding")
+        np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"batch {B}, sequence {S}")
