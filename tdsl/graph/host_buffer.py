@@ -39,6 +39,7 @@ class GrowingBuffer:
         self._map = None
         self.array = None
         self.nbytes = 0
+        self.address = 0        # of the mapping, which moves only when it grows
 
     def grow(self, nbytes: int) -> np.ndarray:
         """The buffer at `nbytes` or more, its contents kept; the caller has dropped every
@@ -64,6 +65,7 @@ class GrowingBuffer:
                     pass
         self.array = np.frombuffer(self._map, np.uint8)
         self.nbytes = nbytes
+        self.address = self.array.ctypes.data
         return self.array
 
     def in_use(self) -> bool:
@@ -129,7 +131,8 @@ class OutputBuffers:
         """Where an array of `held` (the outputs a caller still holds) lies in the current
         buffer: that buffer is left to the caller and another becomes current (the first
         left one no array views any more, else a new one); returns (old array, new
-        array), for the states to move their outputs to the same offsets, else None.
+        array, new array's address), for the states to move their outputs to the same
+        offsets (RunState.relocate), else None.
         Left buffers found free beyond the one taken are released, and at most
         `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
         what the caller holds, not the number of calls."""
@@ -141,4 +144,4 @@ class OutputBuffers:
         self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
         new.grow(old.nbytes)
         self.current = new
-        return old.array, new.array
+        return old.array, new.array, new.address

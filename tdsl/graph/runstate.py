@@ -77,7 +77,8 @@ class RunState:
         # `once`): run again when another size's state used the arena in between
         self.once: list = list(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
-        self.moving = None      # relocate's (call indices, output indices)
+        # relocate's ([(call index, [(argument index, byte offset)])], [(output index, byte offset)])
+        self.moving = None
         # on the host without symbolic sizes: the OutputBuffers its outputs lie in (a
         # Slot's state leaves its slot's: sizes.Slot._take_back)
         self.out = None
@@ -127,29 +128,31 @@ class RunState:
         it lent, the outputs move to another buffer of `out` (the caller keeps that
         memory); the state lends nothing any more."""
         if self.out is not None and self.lent:
-            moved = self.out.leave(self.held_outputs())
+            held = self.held_outputs()
+            moved = held and self.out.leave(held)
             if moved:
                 self.relocate(*moved)
         self.lent = {}
 
-    def relocate(self, old, new):
+    def relocate(self, old, new, address):
         """Every buffer of the state in array `old`'s memory (its outputs, and what views
-        them) moved to the same offset in array `new`, the calls that write them bound
-        there: the caller keeps what it holds of `old` (host only)."""
-        if self.moving is None:     # the same calls at every move: the buffers move as one
-            self.moving = ([ci for ci, (_, args) in enumerate(self.bound) if any(_shares(a, old) for a in args)],
-                           [i for i, o in enumerate(self.outputs) if _shares(o, old)])
+        them) moved to the same offset in array `new` (at `address`), the calls that
+        write them bound there: the caller keeps what it holds of `old` (host only)."""
+        if self.moving is None:     # the same places at every move: the buffers move as one
+            self.moving = ([(ci, at) for ci, (_, args) in enumerate(self.bound) if (at := _places(args, old))],
+                           _places(self.outputs, old))
         calls, outs = self.moving
-        for ci in calls:
-            self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
-        shift = new.ctypes.data - old.ctypes.data
-        for i in outs:
+        view = self.mem.view
+        for ci, at in calls:
+            args = list(self.bound[ci][1])
+            for j, off in at:
+                args[j] = view(new, off, args[j])
+            self._bind(ci, args)
+        for i, off in outs:
             o = self.outputs[i]
-            self.outputs[i] = lent_view(new, o.ctypes.data + shift, o) if i in self.lendable \
-                else self._same_view(o, old, new)
+            self.outputs[i] = lent_view(new, address + off, o) if i in self.lendable else view(new, off, o)
             self.lent.pop(i, None)      # the new array is lent to no one
-        if _shares(self.mem.outputs, old):     # nothing of the state keeps `old` exported
-            self.mem.outputs = new
+        self.mem.outputs = new      # nothing of the state keeps `old` exported
 
     def held_outputs(self) -> list:
         """The lent outputs the caller still holds."""
@@ -365,6 +368,13 @@ class TypesAt:
         if out is None:
             out = self.memo[t] = TensorType(evaluate_shape(t.shape, self.sizes), t.dtype)
         return out
+
+
+def _places(arrays, buf) -> list:
+    """[(index, byte offset in `buf`)] of the arrays of `arrays` in numpy array `buf`'s
+    memory."""
+    base = buf.ctypes.data
+    return [(j, a.ctypes.data - base) for j, a in enumerate(arrays) if _shares(a, buf)]
 
 
 def _shares(a, buf) -> bool:
