@@ -11,6 +11,15 @@ still held (a caller's output) keeps the old mapping alive, and the buffer moves
 new one instead. `in_use` asks the mapping itself whether such a view is still alive
 (only `array` exports it; every view holds `array`), so that memory a caller has
 dropped can be written again without a fresh page.
+
+`OutputBuffers` is the memory of run states' outputs, which they lend the caller
+(runstate.py): a caller who still holds an output when the states run again keeps that
+memory, and the states move to another buffer, one left before whose arrays the caller
+has dropped since (its pages touched already), else a new one. A server's loop, which
+holds its last output while the next call runs, so alternates between two buffers
+instead of faulting a fresh array in at every call. The static executor's states
+(runstate.make_state) and the slots of one with symbolic sizes (sizes.Slot) both keep
+their outputs here.
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ class GrowingBuffer:
         self._map = None
         self.array = None
         self.nbytes = 0
+        self.address = 0        # of the mapping, which moves only when it grows
 
     def grow(self, nbytes: int) -> np.ndarray:
         """The buffer at `nbytes` or more, its contents kept; the caller has dropped every
@@ -55,6 +65,7 @@ class GrowingBuffer:
                     pass
         self.array = np.frombuffer(self._map, np.uint8)
         self.nbytes = nbytes
+        self.address = self.array.ctypes.data
         return self.array
 
     def in_use(self) -> bool:
@@ -74,3 +85,63 @@ class GrowingBuffer:
     def holds(self, a) -> bool:
         """Whether numpy array `a` lies in this buffer's memory."""
         return self.array is not None and isinstance(a, np.ndarray) and np.may_share_memory(a, self.array)
+
+
+# the most buffers kept that callers still hold (each is reused once they drop it): a
+# loop holding its last outputs needs one
+MAX_LEFT = 4
+
+
+class OutputBuffers:
+    """The buffer run states write their outputs to (`current`), and those left while a
+    caller held arrays in them, the oldest first."""
+
+    def __init__(self, nbytes: int = 0):
+        self.current = GrowingBuffer()
+        self._left: list = []
+        if nbytes:
+            self.current.grow(nbytes)
+
+    @property
+    def array(self):
+        return self.current.array
+
+    @property
+    def nbytes(self) -> int:
+        return self.current.nbytes
+
+    def grow(self, nbytes: int):
+        """The current buffer at `nbytes` or more (the states viewing it dropped first)."""
+        return self.current.grow(nbytes)
+
+    def reserve_spare(self, touch=False):
+        """A buffer as large as the current one, besides it (a left one no array views,
+        else a new one), for the call that runs while the caller holds the last outputs;
+        faulted in with `touch`."""
+        spare = next((b for b in self._left if not b.in_use()), None)
+        if spare is None:
+            spare = GrowingBuffer()
+            self._left.append(spare)
+        if spare.nbytes < self.current.nbytes:
+            spare.grow(self.current.nbytes)
+            if touch:
+                spare.array.fill(0)
+
+    def leave(self, held):
+        """Where an array of `held` (the outputs a caller still holds) lies in the current
+        buffer: that buffer is left to the caller and another becomes current (the first
+        left one no array views any more, else a new one); returns (old array, new
+        array, new array's address), for the states to move their outputs to the same
+        offsets (RunState.relocate), else None.
+        Left buffers found free beyond the one taken are released, and at most
+        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
+        what the caller holds, not the number of calls."""
+        old = self.current
+        if not any(old.holds(a) for a in held):
+            return None
+        free = [b for b in self._left if not b.in_use()]
+        new = free[0] if free else GrowingBuffer()
+        self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        new.grow(old.nbytes)
+        self.current = new
+        return old.array, new.array, new.address

@@ -9,10 +9,12 @@ every state.
 
 A host run hands its output arrays to the caller rather than copies (a language model's
 logits are 26 MB: a copy writes as many fresh pages every run). The state lends them:
-when it is next taken, an output the caller still holds (any reference beyond the state's
-own) is replaced by a new array and the calls that write it (or a view into it) are bound
-again; one the caller dropped is written again in place. An output named twice, or that
-is an input or a constant, is copied as before.
+they lie in one buffer of a host_buffer.OutputBuffers (the state's own, `out`, or its
+sizes.Slot's), and when the state is next taken while the caller still holds an output
+(any reference beyond the state's own), the outputs move to another buffer of it, paged
+in already once a holding loop has run twice, and the calls that write them (or a view
+into them) are bound there (`relocate`); outputs the caller dropped are written again in
+place. An output named twice, or that is an input or a constant, is copied as before.
 
 A host run reads a large input from the caller's own array instead of copying it in (TVM's
 `set_input_zero_copy`, what onnxruntime does with a numpy input): for a light kernel over a
@@ -38,6 +40,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from .host_buffer import OutputBuffers
+from ..errors import InternalError
 from .ir import Const, Expr, TensorType
 from .ir.dims import evaluate_shape
 
@@ -49,7 +53,7 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers", "once", "slot", "moving")
+                 "lent", "home", "readers", "once", "slot", "moving", "out")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None, once=()):
@@ -73,7 +77,11 @@ class RunState:
         # `once`): run again when another size's state used the arena in between
         self.once: list = list(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
-        self.moving = None      # relocate's (call indices, output indices)
+        # relocate's ([(call index, [(argument index, byte offset)])], [(output index, byte offset)])
+        self.moving = None
+        # on the host without symbolic sizes: the OutputBuffers its outputs lie in (a
+        # Slot's state leaves its slot's: sizes.Slot._take_back)
+        self.out = None
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
@@ -115,38 +123,36 @@ class RunState:
         # counted the same way when lent and when reclaimed (no local name holds it)
         return sys.getrefcount(self.outputs[i])
 
-    def reclaim(self) -> list:
-        """Before the state's kernels run again: a new array for every lent output the
-        caller still holds, with the calls that write it bound to that one. Returns the
-        arrays the caller kept (their memory is the caller's now)."""
-        kept = []
-        for i, refs in self.lent.items():
-            if self._holders(i) <= refs:
-                continue
-            old = self.outputs[i]
-            new = np.empty_like(old)
-            self.outputs[i] = new
-            for ci in self.lendable[i]:
-                self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
-            kept.append(old)
+    def reclaim(self):
+        """Before the state's kernels run again: where the caller still holds an output
+        it lent, the outputs move to another buffer of `out` (the caller keeps that
+        memory); the state lends nothing any more."""
+        if self.out is not None and self.lent:
+            held = self.held_outputs()
+            moved = held and self.out.leave(held)
+            if moved:
+                self.relocate(*moved)
         self.lent = {}
-        return kept
 
-    def relocate(self, old, new):
+    def relocate(self, old, new, address):
         """Every buffer of the state in array `old`'s memory (its outputs, and what views
-        them) moved to the same offset in array `new`, the calls that write them bound
-        there: the caller keeps what it holds of `old` (host only)."""
-        if self.moving is None:     # the same calls at every move: the buffers move as one
-            self.moving = ([ci for ci, (_, args) in enumerate(self.bound) if any(_shares(a, old) for a in args)],
-                           [i for i, o in enumerate(self.outputs) if _shares(o, old)])
+        them) moved to the same offset in array `new` (at `address`), the calls that
+        write them bound there: the caller keeps what it holds of `old` (host only)."""
+        if self.moving is None:     # the same places at every move: the buffers move as one
+            self.moving = ([(ci, at) for ci, (_, args) in enumerate(self.bound) if (at := _places(args, old))],
+                           _places(self.outputs, old))
         calls, outs = self.moving
-        for ci in calls:
-            self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
-        for i in outs:
-            self.outputs[i] = self._same_view(self.outputs[i], old, new)
+        view = self.mem.view
+        for ci, at in calls:
+            args = list(self.bound[ci][1])
+            for j, off in at:
+                args[j] = view(new, off, args[j])
+            self._bind(ci, args)
+        for i, off in outs:
+            o = self.outputs[i]
+            self.outputs[i] = lent_view(new, address + off, o) if i in self.lendable else view(new, off, o)
             self.lent.pop(i, None)      # the new array is lent to no one
-        if _shares(self.mem.outputs, old):     # nothing of the state keeps `old` exported
-            self.mem.outputs = new
+        self.mem.outputs = new      # nothing of the state keeps `old` exported
 
     def held_outputs(self) -> list:
         """The lent outputs the caller still holds."""
@@ -172,24 +178,24 @@ class HostMemory:
     """Where make_state puts buffers on the host: numpy arrays, the arena 64-byte aligned.
     A device executor passes its own (device_state.DeviceMemory) with the same methods."""
 
-    def __init__(self, plan, arena=None, outputs=None, nbytes=None):
+    def __init__(self, plan, arena, outputs, nbytes=None):
         # `arena`: a buffer of at least `nbytes` (default peak) + 64 bytes to plan into (a
         # Slot's, shared by the states of several sizes that never run at once);
-        # `outputs`: one for the outputs (plan.output_bytes + 64), else each output is an
-        # array of its own
+        # `outputs`: the buffer of the outputs (plan.output_bytes + 64)
         if arena is None:
             arena = np.empty((plan.peak_bytes if nbytes is None else nbytes) + 64, np.uint8)
         self.arena = arena
         self.base = (-self.arena.ctypes.data) % 64
         self.outputs = outputs
-        self.out_at = 0 if outputs is None else (-outputs.ctypes.data) % 64
+        self.out_at = (-outputs.ctypes.data) % 64
 
     def new(self, t):
         """An output's buffer."""
         end = self.out_at + t.nbytes
-        if self.outputs is None or end > self.outputs.nbytes:
-            return np.empty(t.shape, t.dtype)
-        buf = self.outputs[self.out_at:end].view(t.dtype).reshape(t.shape)
+        if end > self.outputs.nbytes:
+            raise InternalError(f"the outputs' buffer ({self.outputs.nbytes} bytes) is smaller than "
+                                f"the memory plan's output_bytes ({end} bytes needed)")
+        buf = lent_view(self.outputs, self.outputs.ctypes.data + self.out_at, t)
         self.out_at = (end + 63) // 64 * 64
         return buf
 
@@ -216,6 +222,25 @@ class HostMemory:
         if prepared is not None:
             return prepared(*args)
         return lambda: module(*args)
+
+
+class _Root:
+    """Memory numpy takes as an array's own (`__array_interface__`): numpy's views of the
+    array made from it have that array as their base, not `buf`."""
+    __slots__ = ("__array_interface__", "buf")
+
+    def __init__(self, buf, address, shape, dtype):
+        self.buf = buf      # keeps the memory (and the export of its mapping) alive
+        self.__array_interface__ = {"data": (address, False), "shape": tuple(shape),
+                                    "typestr": np.dtype(dtype).str, "version": 3}
+
+
+def lent_view(buf, address, t) -> np.ndarray:
+    """An output lent to the caller: `t`'s shape and dtype at `address` inside numpy array
+    `buf`, an array of its own for numpy, so that a caller who keeps only a view of it
+    (`y[0]`) holds a reference to it (RunState._holders); a plain view's views reference
+    `buf` instead, the whole outputs' buffer."""
+    return np.asarray(_Root(buf, address, t.shape, t.dtype))
 
 
 def size_only(plan, fn) -> set:
@@ -250,7 +275,10 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
     `size_only` nodes, run here into the arena past the plan's peak (`once_layout`: `mem`'s
     arena holds that much), not by the state's calls but again by `RunState.once`."""
     fixed_at, fixed_end = once_layout(plan, once, sizes) if once else ({}, plan.peak_bytes)
-    mem = mem or HostMemory(plan, nbytes=fixed_end)
+    out = None
+    if mem is None:
+        out = OutputBuffers(plan.output_bytes + 64)
+        mem = HostMemory(plan, None, out.array, nbytes=fixed_end)
     types = TypesAt(sizes)
     inputs = {p.name: mem.new_input(types(p.type)) for p in fn.params}
     bufs: Dict[Expr, object] = {p: inputs[p.name] for p in fn.params}
@@ -311,8 +339,10 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                        for ai, a in enumerate(args) if _shares(a, buf)]
             if not any(_writes(bound[ci][0], ai) for ci, ai in args_at):
                 readers[name] = (args_at, [i for i, o in enumerate(outs) if _shares(o, buf)])
-    return RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
-                    readers=readers, once=once_calls)
+    state = RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
+                     readers=readers, once=once_calls)
+    state.out = out
+    return state
 
 
 class SizeArg:
@@ -338,6 +368,13 @@ class TypesAt:
         if out is None:
             out = self.memo[t] = TensorType(evaluate_shape(t.shape, self.sizes), t.dtype)
         return out
+
+
+def _places(arrays, buf) -> list:
+    """[(index, byte offset in `buf`)] of the arrays of `arrays` in numpy array `buf`'s
+    memory."""
+    base = buf.ctypes.data
+    return [(j, a.ctypes.data - base) for j, a in enumerate(arrays) if _shares(a, buf)]
 
 
 def _shares(a, buf) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 import sympy
 
 from ..errors import GraphError
-from .host_buffer import GrowingBuffer
+from .host_buffer import GrowingBuffer, OutputBuffers
 from .ir import Function
 from .ir.dims import dim_str, evaluate, free_vars
 
@@ -141,11 +141,6 @@ class SizeBinder:
         return out
 
 
-# the most output buffers a slot keeps that callers still hold (each is reused once they
-# drop it): a loop holding its last outputs needs one
-MAX_LEFT = 4
-
-
 class Slot:
     """What one caller at a time runs on: an arena that grows to the largest plan it has
     run, and the run states of the sizes it ran last (at most `keep`), all of them views
@@ -154,14 +149,13 @@ class Slot:
     the arena must grow, which it does at least twofold.
 
     On the host (`alloc` None) the arena is a GrowingBuffer (host_buffer.py: growing
-    keeps the pages already touched), and so is the memory of the outputs, shared by the
-    states of every size: a call at new sizes touches fresh memory only beyond the
-    largest it ran. A state lends its outputs to the caller (runstate.py); a caller who
-    still holds one when the slot runs again keeps that memory: the state about to run
-    moves its outputs to another buffer (`_leave_outputs`), one the slot left before
-    whose arrays the caller has dropped since, else a new one. A server's loop, which holds
-    its last output while the next call runs, so alternates between two buffers, and
-    `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
+    keeps the pages already touched), and the memory of the outputs is a
+    host_buffer.OutputBuffers, shared by the states of every size: a call at new sizes
+    touches fresh memory only beyond the largest it ran. A state lends its outputs to the
+    caller (runstate.py); a caller who still holds one when the slot runs again keeps that
+    memory: the state about to run moves its outputs to another buffer
+    (`_take_back`). A server's loop, which holds its last output while the next call
+    runs, so alternates between two buffers, and `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
     included, touches a fresh page for its outputs. A device executor passes `alloc`
     (bytes -> a new device arena)."""
 
@@ -170,10 +164,7 @@ class Slot:
         self.keep = keep
         self.host = alloc is None
         self._mem = GrowingBuffer() if self.host else None
-        self._out = GrowingBuffer() if self.host else None
-        # output buffers left while a caller held some of their memory, the oldest first:
-        # reused once no array views them any more
-        self._left: list = []
+        self._out = OutputBuffers() if self.host else None
         self.arena, self.arena_bytes = None, 0
         self.states: "OrderedDict[tuple, object]" = OrderedDict()
         self.last = None        # the sizes run last: their state may have lent outputs
@@ -198,14 +189,7 @@ class Slot:
                 if self._out.array is not None:
                     self._out.array.fill(0)
         if self.host and out_bytes:
-            spare = next((b for b in self._left if not b.in_use()), None)
-            if spare is None:
-                spare = GrowingBuffer()
-                self._left.append(spare)
-            if spare.nbytes < self._out.nbytes:
-                spare.grow(self._out.nbytes)
-                if touch:
-                    spare.array.fill(0)
+            self._out.reserve_spare(touch)
 
     def state(self, key, sizes, plan, make, arena_bytes=None):
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
@@ -254,31 +238,17 @@ class Slot:
 
     def _take_back(self, st, keep):
         """The outputs `st` lent: where the caller still holds some, the outputs' buffer
-        is left (`_leave_outputs`, keeping the state of sizes `keep`)."""
-        if self.host and any(self._out.holds(a) for a in st.held_outputs()):
-            self._leave_outputs(keep)
-        st.reclaim()        # what the caller holds elsewhere (none here), and lends no more
-
-    def _leave_outputs(self, keep):
-        """A caller holds memory of the outputs' buffer: the state of sizes `keep` (the
-        one about to run) moves its outputs to the same place in a buffer no caller's
-        array views (the first such left one, its pages touched already; else a new
-        one), the other states go (moving each would cost every held call a re-binding
-        of its kernels), and the buffer left is kept, to be reused once its arrays are
-        dropped. Left buffers found free beyond the one taken are released, and at most
-        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
-        what the caller holds, not the number of calls."""
-        old = self._out
-        free = [b for b in self._left if not b.in_use()]
-        new = free[0] if free else GrowingBuffer()
-        self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
-        new.grow(old.nbytes)
-        kept = self.states.get(keep)
-        self.states.clear()
-        if kept is not None:
-            kept.relocate(old.array, new.array)
-            self.states[keep] = kept
-        self._out = new
+        is left (OutputBuffers.leave) and the state of sizes `keep` (the one about to
+        run) moves its outputs to the new one; the other states go (moving each would
+        cost every held call a re-binding of its kernels)."""
+        moved = self.host and self._out.leave(st.held_outputs())
+        if moved:
+            kept = self.states.get(keep)
+            self.states.clear()
+            if kept is not None:
+                kept.relocate(*moved)
+                self.states[keep] = kept
+        st.reclaim()        # lends no more
 
 
 class SizedPool:
