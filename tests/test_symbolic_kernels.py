@@ -257,3 +257,46 @@ def test_transpose_with_symbolic_columns_reads_square_tiles():
         out = np.zeros((N, 4, 64, S), np.float32)
         f(a, out)
         np.testing.assert_allclose(out, a.reshape(N, S, 4, 64).transpose(0, 2, 3, 1) * 0.125, rtol=1e-6)
+
+
+def test_ragged_tail_of_a_transpose_tile_is_rolled():
+    """The peeled tail of a run-time extent runs once per row: its guarded tile of 16
+    gathered vectors is one rolled loop, not 16 copies (the main part keeps its
+    unrolled tile); results match numpy at sizes in and out of the tail."""
+    n, s = tdsl.size_var("n"), tdsl.size_var("s")
+    x = tdsl.placeholder((n, s, 256), name="x")
+    y = tdsl.compute((n, 4, 64, s), lambda b, h, d, i: x[b, i, h * 64 + d] * 0.125, name="y")
+    sch = tdsl.auto_schedule(y, "llvm")
+    text = str(tdsl.lower(sch, [x, y]))
+    main, tail = _main_part(text), text[len(_main_part(text)):]
+    assert "unroll(16)" in main and "likely" not in main, text
+    assert "likely" in tail and "unroll(" not in tail, text
+    f = tdsl.build(sch, [x, y], target="llvm")
+    assert f.get_source("asm").count("vgatherdps") <= 1
+    for N, S in [(1, 1), (1, 13), (2, 37), (1, 64), (3, 100)]:
+        a = np.random.default_rng(S).standard_normal((N, S, 256)).astype(np.float32)
+        out = np.full((N, 4, 64, S), np.nan, np.float32)
+        f(a, out)
+        np.testing.assert_array_equal(out, a.reshape(N, S, 4, 64).transpose(0, 2, 3, 1) * np.float32(0.125))
+
+
+def test_tail_of_a_register_tile_stays_unrolled():
+    """A register tile's tail reads and writes its partial sums (an allocation): its
+    rows stay unrolled, or the sums would leave registers in the main loop too."""
+    m = tdsl.size_var("m")
+    a = tdsl.placeholder((m, 64), name="a")
+    w = tdsl.placeholder((64, 48), name="w")
+    k = tdsl.reduce_axis((0, 64), "k")
+    c = tdsl.compute((m, 48), lambda i, j: tdsl.sum(a[i, k] * w[k, j], axis=k), name="c")
+    sch = tdsl.auto_schedule(c, "llvm")
+    text = str(tdsl.lower(sch, [a, w, c]))
+    tail = text[len(_main_part(text)):]
+    assert "likely" in tail and "unroll(" in tail, text
+    f = tdsl.build(sch, [a, w, c], target="llvm")
+    rng = np.random.default_rng(3)
+    wv = rng.standard_normal((64, 48)).astype(np.float32)
+    for M in (1, 7, 13, 40):
+        av = rng.standard_normal((M, 64)).astype(np.float32)
+        out = np.zeros((M, 48), np.float32)
+        f(av, wv, out)
+        np.testing.assert_allclose(out, av @ wv, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,8 @@ and the tail is dropped. A serial tail of run-time extent gets the pragma ("tail
 codegen keeps it as written. Inside a tail whose extent depends on the sizes of the
 arguments (the run-time sizes a kernel takes), loops are not split again
 (only guards whose tail would do nothing are dropped), and the loops whose extent depends
-on the tail's variable get the pragma too. Vectorized and unrolled loops are left alone:
+on the tail's variable get the pragma too, and its unrolled loops that are guarded and
+touch no allocation are rolled (`_RollGuarded`). Vectorized and unrolled loops are left alone:
 their extents must stay constant, and the loops around them are partitioned instead.
 """
 from __future__ import annotations
@@ -116,6 +117,41 @@ class _HoistGuards(Mutator):
         return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
 
 
+class _RollGuarded(Mutator):
+    """In a run-time tail: an unrolled loop whose body is guarded and touches only the
+    function's own buffers becomes a serial loop kept as written. The tail runs at most
+    once per pass of the loop it was peeled from, and its guarded vectors are masked
+    or gathered anyway, so its copies per unrolled step (16 of a transpose's tile)
+    cost compile time and code size for little run time. A loop that touches an
+    allocation stays unrolled: constant indices are what keep a tile's partial sums
+    in registers, in the tail and in the main loop that shares the allocation."""
+
+    def __init__(self, allocated):
+        self.allocated = allocated
+
+    def visit_For(self, f):
+        body = self.visit(f.body)
+        if f.kind is S.ForKind.UNROLLED and self._rollable(body):
+            return S.For(f.var, f.min, f.extent, S.ForKind.SERIAL, body, f.thread_tag,
+                         f.pragmas + (("tail", True),))
+        return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
+
+    def _rollable(self, body):
+        guarded, other = [], []
+
+        def see(n):
+            if isinstance(n, E.Call) and n.name == "likely":
+                guarded.append(n)
+            elif isinstance(n, (S.BufferStore, E.BufferLoad)):
+                if n.buffer in self.allocated:
+                    other.append(n)
+            elif isinstance(n, (S.Allocate, S.Evaluate, S.ExternCall)) or \
+                    (isinstance(n, E.Call) and n.extern):
+                other.append(n)
+        walk(body, see)
+        return bool(guarded) and not other
+
+
 def _all_of(conds):
     cond = conds[0]
     for c in conds[1:]:
@@ -127,10 +163,11 @@ class _Partition(Mutator):
     """`split`: whether a loop may become a main loop and a tail; without, a guard is
     only dropped where the tail would do nothing (the loop then ends earlier)."""
 
-    def __init__(self, facts, split=True):
+    def __init__(self, facts, split=True, allocated=frozenset()):
         self.ranges = dict(facts)
         self.sizes = set(facts)
         self.split = split
+        self.allocated = allocated
 
     def visit_For(self, f):
         outer = dict(self.ranges)
@@ -200,7 +237,8 @@ class _Partition(Mutator):
             if kind is S.ForKind.SERIAL:
                 pragmas = pragmas + (("tail", True),)
             inner = _Partition(self.ranges, split=False).visit(f.body)
-            tail_body = _KeepRemainders(f.var).visit(_HoistGuards().visit(inner))
+            rolled = _RollGuarded(self.allocated).visit(_HoistGuards().visit(inner))
+            tail_body = _KeepRemainders(f.var).visit(rolled)
         else:
             if f.kind is S.ForKind.SERIAL and not isinstance(tail_ext, E.IntImm):
                 pragmas = pragmas + (("tail", True),)
@@ -212,4 +250,6 @@ class _Partition(Mutator):
 
 def loop_partition(func: S.PrimFunc) -> S.PrimFunc:
     facts = func.attrs.get("size_ranges", {})
-    return func.with_body(_Partition(facts).visit(func.body))
+    allocated = set()
+    walk(func.body, lambda n: allocated.add(n.buffer) if isinstance(n, S.Allocate) else None)
+    return func.with_body(_Partition(facts, allocated=allocated).visit(func.body))
