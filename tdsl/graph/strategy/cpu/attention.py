@@ -11,13 +11,15 @@ the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P
 rows x the micro-kernel's value vectors.
 
 With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
-the row blocks (sized for the representative sequence) end in a guarded block, the keys
+the row blocks (sized for the representative sequence) end in a block shifted back onto
+the one before (self-attention, whose rows are at least SHORT_KEYS keys; else a guarded
+block), the keys
 in a guarded vector, and each block's scores are heap scratch of that call's length,
 taken per iteration of the parallel loop (so concurrent calls never share one). Below
 SHORT_KEYS keys the size class "short_keys" runs instead."""
 from __future__ import annotations
 
-from .... import tiling
+from .... import arith, tiling
 from ....ir.expr import IntImm
 from .. import tag
 from ..stages import ishape
@@ -56,17 +58,24 @@ def schedule(s, out, g, parallel=True):
     regs = target.vector_registers
     B, H, M, E = ishape(out)
     keys = scores.shape[3]
-    if g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm)):
+    short_routed = g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm))
+    if short_routed:
         # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
         g.size_classes["short_keys"] = keys < SHORT_KEYS
     R = _rows(M)
+    # the last row block shifted back onto the one before (its rows computed twice, the
+    # same both times: each row's scores, softmax and P V are the block's own) instead of
+    # a guarded copy of the block, where this kernel never runs with fewer rows than a
+    # block: self-attention's queries are its keys, at least SHORT_KEYS here
+    rows = out.shape[2]
+    shift = short_routed and not isinstance(rows, (int, IntImm)) and arith.equal(rows, keys) and R <= SHORT_KEYS
     # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
     # plus the ev value vectors and a broadcast
     ev = max(1, min(E, tiling.gemm_tile(target, R, E, out.dtype)[1]) // lanes)
     rt = _divisor_at_most(R, max(1, (regs - ev - 2) // ev))
 
     b, h, i, e = out.op.axis
-    io, ii = s[out].split(i, factor=R)
+    io, ii = s[out].split(i, factor=R, tail="shift" if shift else "guard")
     iio, iii = s[out].split(ii, factor=rt)
     eo, ei = s[out].split(e, factor=ev * lanes)
     s[out].reorder(b, h, io, iio, eo, iii, ei)
