@@ -41,9 +41,16 @@ def fits(out, g):
 
 
 def _rows(M):
-    """Rows per block: the largest of ROW_BLOCKS dividing M (no ragged block inside the
-    parallel loop), else 8 with the last block guarded."""
-    return next((r for r in ROW_BLOCKS if M % r == 0), 8)
+    """(rows per block, whether the last block shifts): the largest of ROW_BLOCKS dividing
+    M (no ragged block inside the parallel loop), else the largest block M holds, the last
+    one shifted back onto the one before (rows computed twice, the same both times: a
+    guard on each row of the micro-kernels cost more than the repeated rows, 515 rows in
+    8-row guarded blocks ran at half the speed), else 8 rows guarded."""
+    r = next((r for r in ROW_BLOCKS if M % r == 0), None)
+    if r is not None:
+        return r, False
+    r = next((r for r in ROW_BLOCKS if r <= M), None)
+    return (r, True) if r is not None else (8, False)
 
 
 def _divisor_at_most(n, limit):
@@ -62,13 +69,14 @@ def schedule(s, out, g, parallel=True):
     if short_routed:
         # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
         g.size_classes["short_keys"] = keys < SHORT_KEYS
-    R = _rows(M)
-    # the last row block shifted back onto the one before (its rows computed twice, the
-    # same both times: each row's scores, softmax and P V are the block's own) instead of
-    # a guarded copy of the block, where this kernel never runs with fewer rows than a
-    # block: self-attention's queries are its keys, at least SHORT_KEYS here
+    R, shift = _rows(M)
     rows = out.shape[2]
-    shift = short_routed and not isinstance(rows, (int, IntImm)) and arith.equal(rows, keys) and R <= SHORT_KEYS
+    if not isinstance(rows, (int, IntImm)):
+        # the last row block shifted back onto the one before (its rows computed twice,
+        # the same both times: each row's scores, softmax and P V are the block's own)
+        # instead of a guarded copy of the block, where this kernel never runs with fewer
+        # rows than a block: self-attention's queries are its keys, at least SHORT_KEYS here
+        shift = short_routed and arith.equal(rows, keys) and R <= SHORT_KEYS
     # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
     # plus the ev value vectors and a broadcast
     ev = max(1, min(E, tiling.gemm_tile(target, R, E, out.dtype)[1]) // lanes)
