@@ -13,10 +13,9 @@ rows x the micro-kernel's value vectors.
 With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
 the row blocks (sized for the representative sequence) end in a block shifted back onto
 the one before (self-attention, whose rows are at least SHORT_KEYS keys; else a guarded
-block), the keys
-in a guarded vector, and each block's scores are heap scratch of that call's length,
-taken per iteration of the parallel loop (so concurrent calls never share one). Below
-SHORT_KEYS keys the size class "short_keys" runs instead."""
+block), the keys in a guarded vector, and each block's scores are scratch of that
+call's length, taken per iteration of the parallel loop (so concurrent calls never
+share one). Below SHORT_KEYS keys the size class "short_keys" runs instead."""
 from __future__ import annotations
 
 from .... import arith, tiling
