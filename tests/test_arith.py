@@ -666,3 +666,17 @@ def test_warm_calls_skip_sympy(monkeypatch):
     more = ranges()
     more[Var("unused")] = R(0, 3)
     assert same(arith.simplify(_gemm_index(io, ii, jo, ji), more), s)
+
+
+def test_floor_against_its_numerator():
+    # a run-time extent rounded up to a split factor is at least the extent: the bounds of
+    # a split loop with a guarded tail (and of the buffers it reads) stay one expression
+    up = (x + 63) // 64 * 64
+    assert same(arith.simplify(E.Max(up, x)), up)
+    assert same(arith.simplify(E.Max((E.Max(up, x) + 15) // 16 * 16, up)), up)
+    assert arith.const_bound(up - x) == (0, 63)
+    assert arith.const_bound(x - up) == (-63, 0)
+    assert arith.const_bound(x // 8 * 16 - x * 2) == (-14, 0)
+    # ranges that bound the terms closer still do
+    i = Var("i")
+    assert arith.const_bound(i // 16 * 16 - i, {i: R(0, 4)}) == (-3, 0)

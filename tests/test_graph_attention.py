@@ -81,6 +81,8 @@ CASES = [
     (1, 2, 37, 129, 32, 32, 0.125, True, True, False),        # odd rows and keys, bert/gpt2's form
     (2, 3, 20, 53, 16, 48, 8.0, False, False, True),          # t5-like divide, value dim != head dim
     (1, 1, 7, 5, 80, 24, None, True, False, False),           # fewer keys than a vector
+    (1, 2, 515, 515, 64, 64, 0.125, True, False, False),      # rows no block divides: shifted
+    (1, 1, 3, 40, 16, 16, None, False, False, False),         # fewer rows than any block: guarded
 ]
 
 

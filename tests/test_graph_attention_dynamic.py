@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import tdsl.graph as G
+from tdsl.codegen import llvm
 from tdsl.graph.ir import Function
+from tdsl.graph.kernel_cache import clear_kernel_cache
 from tdsl.graph.strategy.cpu import attention as cpu_attention
 from tdsl.target import Target
 
@@ -23,14 +25,15 @@ RNG = np.random.default_rng(7)
 H, D, E = 2, 32, 48
 
 
-def _model(batch="batch", seq="sequence", mask=None, where_nan=False):
+def _model(batch="batch", seq="sequence", mask=None, where_nan=False, rows=None):
     """q (batch, H, seq, D), kt (batch, H, D, seq), v (batch, H, seq, E) and, with `mask`
     ("padding": (batch, 1, 1, seq); "causal": (1, 1, seq, seq)), a mask input added to
-    the scores scaled by 1/sqrt(D); softmax, optionally where(isnan(p), 0, p), then p @ v."""
+    the scores scaled by 1/sqrt(D); softmax, optionally where(isnan(p), 0, p), then p @ v.
+    `rows` names q's length apart from the keys' (cross-attention)."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"])]
     inits = [numpy_helper.from_array(np.array(D ** -0.5, np.float32), "scale")]
-    ins = [helper.make_tensor_value_info("q", f, (batch, H, seq, D)),
+    ins = [helper.make_tensor_value_info("q", f, (batch, H, rows or seq, D)),
            helper.make_tensor_value_info("kt", f, (batch, H, D, seq)),
            helper.make_tensor_value_info("v", f, (batch, H, seq, E))]
     last = "s1"
@@ -50,8 +53,8 @@ def _model(batch="batch", seq="sequence", mask=None, where_nan=False):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _feeds(B, S, mask=None):
-    feeds = {"q": RNG.standard_normal((B, H, S, D)).astype(np.float32),
+def _feeds(B, S, mask=None, rows=None):
+    feeds = {"q": RNG.standard_normal((B, H, rows or S, D)).astype(np.float32),
              "kt": RNG.standard_normal((B, H, D, S)).astype(np.float32),
              "v": RNG.standard_normal((B, H, S, E)).astype(np.float32)}
     if mask == "padding":
@@ -138,6 +141,43 @@ def test_symbolic_batch_over_static_keys():
     for B in (1, 2, 3):
         feeds = _feeds(B, 600)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5)
+
+
+def _build_seen(model, monkeypatch):
+    """_build, compiling afresh, with the blocked kernel's lowered code as text."""
+    monkeypatch.setenv("TDSL_CACHE", "0")
+    clear_kernel_cache()
+    seen, codegen = [], llvm.codegen
+
+    def spy(func, target="llvm"):
+        if "attention" in func.name and "short_keys" not in func.name:
+            seen.append(str(func))
+        return codegen(func, target)
+    monkeypatch.setattr(llvm, "codegen", spy)
+    mod, exe = _build(model)
+    assert len(seen) == 1
+    return mod, exe, seen[0]
+
+
+def _row_tails(text):
+    """Loops over a block's query rows that end in a guarded tail."""
+    return [ln for ln in text.splitlines() if "pragma tail" in ln and ("i.outer" in ln or "i.inner" in ln)]
+
+
+def test_self_attention_row_blocks_shift_inwards(monkeypatch):
+    """Self-attention's last row block moves back onto the one before (rows computed
+    twice, the same both times) rather than running a guarded copy; cross-attention,
+    whose queries may be fewer than a block, keeps the guard. Both against onnxruntime
+    at lengths that are not a multiple of the block."""
+    for rows, sizes in ((None, [(1, 515), (2, 530)]), ("target", [(1, 515, 3), (2, 530, 21), (1, 512, 600)])):
+        model = _model(mask="padding", rows=rows)
+        mod, exe, text = _build_seen(model, monkeypatch)
+        assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
+        assert bool(_row_tails(text)) == (rows is not None)
+        for B, S, *R in sizes:
+            feeds = _feeds(B, S, "padding", rows=R[0] if R else None)
+            np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                       err_msg=f"batch {B}, sequence {S}, rows {R}")
 
 
 def test_threads_calling_at_different_sizes():

@@ -1,12 +1,16 @@
 """Numeric intervals of integer sympy expressions (`cbound`): (lo, hi) of Python ints, None
 meaning -inf / +inf. Ranged symbols take the numeric bounds of their range endpoints, free
 symbols are unbounded (or [0, inf) when declared nonneg). The bounds of a sum bound pairs
-k*(a//c) - k*(b//c) with a - b constant together ((x+15)//16 - x//16 is in [0, 1]).
+k*(a//c) - k*(b//c) with a - b constant together ((x+15)//16 - x//16 is in [0, 1]), and
+a floor against its own numerator (64*((n+63)//64) - n is in [0, 63]).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 from math import inf
+
+import sympy
+from sympy import Add
 
 from .context import CACHE_SIZE
 from .symbolic import floordiv, floormod, imin, imax, iselect
@@ -80,6 +84,27 @@ def _pair_floordivs(args):
     return [a for i, a in enumerate(args) if i not in used], lo, hi
 
 
+def _floor_against_numerator(args):
+    """A sum m*c*(a // c) + r with m*a + r a constant d lies in d - m*[0, c - 1] (m > 0;
+    mirrored for m < 0): c*(a//c) is a rounded down by less than c. This is how a run-time
+    extent rounded up to a split factor compares with the extent itself (the bounds of a
+    split loop with a guarded tail: max(64*((n + 63)//64), n) is the first). Returns
+    (lo, hi), or None when the sum is not of that form."""
+    for i, t in enumerate(args):
+        k, f = t.as_coeff_Mul()
+        if not (isinstance(f, floordiv) and f.args[1].is_Integer and k.is_Integer):
+            continue
+        c, k = int(f.args[1]), int(k)
+        if c <= 0 or k % c:
+            continue
+        m = k // c
+        d = sympy.expand(Add(*args[:i], *args[i + 1:]) + m * f.args[0])
+        if d.is_Integer:
+            d, spread = int(d), abs(m) * (c - 1)
+            return (d - spread, d) if m > 0 else (d, d + spread)
+    return None
+
+
 _active = set()
 
 
@@ -108,6 +133,10 @@ def cbound(s, ctx):
             l, h = cbound(a, ctx)
             lo = None if lo is None or l is None else lo + l
             hi = None if hi is None or h is None else hi + h
+        whole = _floor_against_numerator(s.args)
+        if whole is not None:   # the tighter of the two: ranges may bound the terms closer
+            lo = whole[0] if lo is None else max(lo, whole[0])
+            hi = whole[1] if hi is None else min(hi, whole[1])
         return lo, hi
     if s.is_Mul:
         acc = (1, 1)

@@ -11,13 +11,14 @@ the GEMM micro-kernel's rows x key vectors of accumulators (tiling.gemm_tile), P
 rows x the micro-kernel's value vectors.
 
 With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
-the row blocks (sized for the representative sequence) end in a guarded block, the keys
-in a guarded vector, and each block's scores are heap scratch of that call's length,
-taken per iteration of the parallel loop (so concurrent calls never share one). Below
-SHORT_KEYS keys the size class "short_keys" runs instead."""
+the row blocks (sized for the representative sequence) end in a block shifted back onto
+the one before (self-attention, whose rows are at least SHORT_KEYS keys; else a guarded
+block), the keys in a guarded vector, and each block's scores are scratch of that
+call's length, taken per iteration of the parallel loop (so concurrent calls never
+share one). Below SHORT_KEYS keys the size class "short_keys" runs instead."""
 from __future__ import annotations
 
-from .... import tiling
+from .... import arith, tiling
 from ....ir.expr import IntImm
 from .. import tag
 from ..stages import ishape
@@ -39,9 +40,16 @@ def fits(out, g):
 
 
 def _rows(M):
-    """Rows per block: the largest of ROW_BLOCKS dividing M (no ragged block inside the
-    parallel loop), else 8 with the last block guarded."""
-    return next((r for r in ROW_BLOCKS if M % r == 0), 8)
+    """(rows per block, whether the last block shifts): the largest of ROW_BLOCKS dividing
+    M (no ragged block inside the parallel loop), else the largest block M holds, the last
+    one shifted back onto the one before (rows computed twice, the same both times: a
+    guard on each row of the micro-kernels cost more than the repeated rows, 515 rows in
+    8-row guarded blocks ran at half the speed), else 8 rows guarded."""
+    r = next((r for r in ROW_BLOCKS if M % r == 0), None)
+    if r is not None:
+        return r, False
+    r = next((r for r in ROW_BLOCKS if r <= M), None)
+    return (r, True) if r is not None else (8, False)
 
 
 def _divisor_at_most(n, limit):
@@ -56,17 +64,25 @@ def schedule(s, out, g, parallel=True):
     regs = target.vector_registers
     B, H, M, E = ishape(out)
     keys = scores.shape[3]
-    if g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm)):
+    short_routed = g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm))
+    if short_routed:
         # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
         g.size_classes["short_keys"] = keys < SHORT_KEYS
-    R = _rows(M)
+    R, shift = _rows(M)
+    rows = out.shape[2]
+    if not isinstance(rows, (int, IntImm)):
+        # the last row block shifted back onto the one before (its rows computed twice,
+        # the same both times: each row's scores, softmax and P V are the block's own)
+        # instead of a guarded copy of the block, where this kernel never runs with fewer
+        # rows than a block: self-attention's queries are its keys, at least SHORT_KEYS here
+        shift = short_routed and arith.equal(rows, keys) and R <= SHORT_KEYS
     # P V: rt rows x ev value vectors of accumulators (the GEMM micro-kernel's columns),
     # plus the ev value vectors and a broadcast
     ev = max(1, min(E, tiling.gemm_tile(target, R, E, out.dtype)[1]) // lanes)
     rt = _divisor_at_most(R, max(1, (regs - ev - 2) // ev))
 
     b, h, i, e = out.op.axis
-    io, ii = s[out].split(i, factor=R)
+    io, ii = s[out].split(i, factor=R, tail="shift" if shift else "guard")
     iio, iii = s[out].split(ii, factor=rt)
     eo, ei = s[out].split(e, factor=ev * lanes)
     s[out].reorder(b, h, io, iio, eo, iii, ei)
