@@ -38,6 +38,7 @@ build being the mean over the sweep's sizes. `--builds` (bench/zoo.py --dynamic
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import tempfile
@@ -151,25 +152,31 @@ def _timed_with_collections(fn):
         gc.callbacks.remove(watch)
 
 
-def cold_build(model, dims, target):
-    """(executor, wall s, CPU s) of `model` built with `dims` and no compiled kernel to
-    reuse: a fresh disk cache (TDSL_CACHE_DIR), the in-process caches of kernels, LLVM
-    objects and simplifications emptied."""
+@contextlib.contextmanager
+def cold_caches(prefix="tdsl-cold-"):
+    """Within it, nothing compiled before is reused: a fresh disk cache (TDSL_CACHE_DIR),
+    the in-process caches of kernels, LLVM objects and simplifications emptied."""
     old = os.environ.get("TDSL_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="tdsl-cold-") as cache:
+    with tempfile.TemporaryDirectory(prefix=prefix) as cache:
         os.environ["TDSL_CACHE_DIR"] = cache
         executor.clear_kernel_cache()
         jit.clear_cache()
         arith.clear_caches()
         try:
-            t0, c0 = time.perf_counter(), time.process_time()
-            exe = G.build(G.optimize(G.from_onnx(model, dims=dims), target=target), target=str(target))
-            return exe, time.perf_counter() - t0, time.process_time() - c0
+            yield
         finally:
             if old is None:
                 os.environ.pop("TDSL_CACHE_DIR", None)
             else:
                 os.environ["TDSL_CACHE_DIR"] = old
+
+
+def cold_build(model, dims, target):
+    """(executor, wall s, CPU s) of `model` built with `dims` in `cold_caches()`."""
+    with cold_caches():
+        t0, c0 = time.perf_counter(), time.process_time()
+        exe = G.build(G.optimize(G.from_onnx(model, dims=dims), target=target), target=str(target))
+        return exe, time.perf_counter() - t0, time.process_time() - c0
 
 
 def _build_line(name, dyn, static):

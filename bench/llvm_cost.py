@@ -11,10 +11,8 @@ the machine do not count. The difference per module is what compiling a kernel w
 size-class variants as one module could save per variant."""
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 
@@ -105,24 +103,11 @@ def build_counts(model, dims=None):
     after another (the build's own LLVM time overlaps its lowering in another thread);
     `largest`: [(symbol, IR lines, LLVM s)] of the 5 modules that took longest."""
     import tdsl.graph as G
-    from tdsl import arith
-    from tdsl.graph import executor
-    old = os.environ.get("TDSL_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="tdsl-llvm-cost-") as cache:
-        os.environ["TDSL_CACHE_DIR"] = cache
-        executor.clear_kernel_cache()
-        jit.clear_cache()
-        arith.clear_caches()
-        try:
-            with _recorded() as texts:
-                c0 = time.process_time()
-                G.build(G.optimize(G.from_onnx(model, dims=dims)))
-                cpu_s = time.process_time() - c0
-        finally:
-            if old is None:
-                os.environ.pop("TDSL_CACHE_DIR", None)
-            else:
-                os.environ["TDSL_CACHE_DIR"] = old
+    from dynamic import cold_caches
+    with cold_caches("tdsl-llvm-cost-"), _recorded() as texts:
+        c0 = time.process_time()
+        G.build(G.optimize(G.from_onnx(model, dims=dims)))
+        cpu_s = time.process_time() - c0
     llvm = llvm_binding()
     timed = []
     for sym, t, tgt in texts:

@@ -14,7 +14,7 @@ from tdsl.target import Target
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from attention_models import attention_onnx  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -24,31 +24,7 @@ def _ops(mod):
 
 
 def _attention_model(B, H, M, N, D, E, scale=None, mask=None, where_nan=False, divide=False):
-    """An ONNX graph of one attention as torch exports it: q (B,H,M,D), kt (B,H,D,N), v
-    (B,H,N,E) inputs; scores scaled by a constant, a mask added, softmax, optionally
-    where(isnan(p), 0, p), then p @ v."""
-    nodes, inits = [helper.make_node("MatMul", ["q", "kt"], ["s0"])], []
-    last = "s0"
-    if scale is not None:
-        inits.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
-        nodes.append(helper.make_node("Div" if divide else "Mul", [last, "scale"], ["s1"]))
-        last = "s1"
-    if mask is not None:
-        inits.append(numpy_helper.from_array(mask, "mask"))
-        nodes.append(helper.make_node("Add", ["mask", last], ["s2"]))
-        last = "s2"
-    nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
-    last = "p"
-    if where_nan:
-        inits.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
-        nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["p2"])]
-        last = "p2"
-    nodes.append(helper.make_node("MatMul", [last, "v"], ["y"]))
-    f = TensorProto.FLOAT
-    ins = [helper.make_tensor_value_info("q", f, (B, H, M, D)), helper.make_tensor_value_info("kt", f, (B, H, D, N)),
-           helper.make_tensor_value_info("v", f, (B, H, N, E))]
-    graph = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", f, None)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return attention_onnx(B, H, M, N, D, E, scale, mask, where_nan=where_nan, divide=divide)
 
 
 def _feeds(B, H, M, N, D, E):

@@ -19,38 +19,19 @@ from tdsl.target import Target
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from attention_models import attention_onnx  # noqa: E402
 
 RNG = np.random.default_rng(7)
 H, D, E = 2, 32, 48
 
 
 def _model(batch="batch", seq="sequence", mask=None, where_nan=False, rows=None):
-    """q (batch, H, seq, D), kt (batch, H, D, seq), v (batch, H, seq, E) and, with `mask`
-    ("padding": (batch, 1, 1, seq); "causal": (1, 1, seq, seq)), a mask input added to
-    the scores scaled by 1/sqrt(D); softmax, optionally where(isnan(p), 0, p), then p @ v.
-    `rows` names q's length apart from the keys' (cross-attention)."""
-    f = TensorProto.FLOAT
-    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"])]
-    inits = [numpy_helper.from_array(np.array(D ** -0.5, np.float32), "scale")]
-    ins = [helper.make_tensor_value_info("q", f, (batch, H, rows or seq, D)),
-           helper.make_tensor_value_info("kt", f, (batch, H, D, seq)),
-           helper.make_tensor_value_info("v", f, (batch, H, seq, E))]
-    last = "s1"
-    if mask is not None:
-        shape = (batch, 1, 1, seq) if mask == "padding" else (1, 1, seq, seq)
-        ins.append(helper.make_tensor_value_info("mask", f, shape))
-        nodes.append(helper.make_node("Add", [last, "mask"], ["s2"]))
-        last = "s2"
-    nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
-    last = "p"
-    if where_nan:
-        inits.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
-        nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["p2"])]
-        last = "p2"
-    nodes.append(helper.make_node("MatMul", [last, "v"], ["y"]))
-    graph = helper.make_graph(nodes, "attn", ins, [helper.make_tensor_value_info("y", f, None)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    """Self-attention over `seq` keys (`rows` names q's length apart from them: cross-
+    attention), scaled by 1/sqrt(D), with a mask input ("padding": (batch, 1, 1, seq);
+    "causal": (1, 1, seq, seq))."""
+    shape = None if mask is None else (batch, 1, 1, seq) if mask == "padding" else (1, 1, seq, seq)
+    return attention_onnx(batch, H, rows or seq, seq, D, E, scale=D ** -0.5, mask_input=shape,
+                          where_nan=where_nan)
 
 
 def _feeds(B, S, mask=None, rows=None):

@@ -35,6 +35,18 @@ PARTIALS = 4      # vectors of partial maxima and sums per row
 SHORT_KEYS = 512
 
 
+def _register_tile(s, t, lanes):
+    """A product's accumulators in registers: per step of its reduction, every row of the
+    tile and each vector of its last axis, unrolled."""
+    (k,) = t.op.reduce_axis
+    i, j = t.op.axis[2], t.op.axis[3]
+    jo, ji = s[t].split(j, factor=lanes)
+    s[t].reorder(k, i, jo, ji)
+    s[t].unroll(i)
+    s[t].unroll(jo)
+    s[t].vectorize(ji)
+
+
 def fits(out, g):
     return out.op.tag == tag.ATTENTION and g.size_class != "short_keys"
 
@@ -93,13 +105,7 @@ def schedule(s, out, g, parallel=True):
     s[out].vectorize(eii)
 
     s[acc].compute_at(s[out], eo)
-    (k3,) = acc.op.reduce_axis
-    ai, ae = acc.op.axis[2], acc.op.axis[3]
-    aeo, aei = s[acc].split(ae, factor=lanes)
-    s[acc].reorder(k3, ai, aeo, aei)
-    s[acc].unroll(ai)
-    s[acc].unroll(aeo)
-    s[acc].vectorize(aei)
+    _register_tile(s, acc, lanes)
 
     for t in (scores, mx, ex, sm):
         s[t].compute_at(s[out], block)
@@ -113,13 +119,7 @@ def schedule(s, out, g, parallel=True):
     s[scores].reorder(sio, sjo, sii, sji)
     s[scores].vectorize(sji)
     s[dot].compute_at(s[scores], sjo)
-    (d,) = dot.op.reduce_axis
-    di, dj = dot.op.axis[2], dot.op.axis[3]
-    djo, dji = s[dot].split(dj, factor=lanes)
-    s[dot].reorder(d, di, djo, dji)
-    s[dot].unroll(di)
-    s[dot].unroll(djo)
-    s[dot].vectorize(dji)
+    _register_tile(s, dot, lanes)
 
     ejo, eji = s[ex].split(ex.op.axis[3], factor=lanes)
     s[ex].vectorize(eji)
