@@ -8,13 +8,20 @@ anonymous mapping extended with mremap keeps the pages it had, so growing touche
 the bytes added; it is advised for huge pages (one fault per 2 MiB, as numpy asks for its
 own large arrays). Views of the buffer must be dropped before it grows: one that is
 still held (a caller's output) keeps the old mapping alive, and the buffer moves to a
-new one instead. `in_use` asks the mapping itself whether such a view is still alive
-(only `array` exports it; every view holds `array`), so that memory a caller has
-dropped can be written again without a fresh page.
+new one instead.
+
+The buffer has two arrays over its memory: `array`, of which the executor makes the
+views its kernels write, and `public`, of which it makes the views it hands to callers
+(`lend`). A view of a view holds the array it was first made of (numpy keeps the first
+array that owns no data as the base), so `in_use` reads from `public`'s reference count
+alone whether a caller still holds any view of the memory (an output, a slice of one),
+whatever views the executor itself keeps: a check of a few nanoseconds, where the
+kernels' own views may stay bound across calls.
 """
 from __future__ import annotations
 
 import mmap
+import sys
 
 import numpy as np
 
@@ -29,6 +36,7 @@ class GrowingBuffer:
     def __init__(self):
         self._map = None
         self.array = None
+        self.public = None
         self.nbytes = 0
 
     def grow(self, nbytes: int) -> np.ndarray:
@@ -38,7 +46,7 @@ class GrowingBuffer:
             return self.array
         if nbytes >= HUGE_PAGE // 8:
             nbytes = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-        self.array = None
+        self.array = self.public = None
         if self._map is not None:
             try:
                 self._map.resize(nbytes)
@@ -54,22 +62,19 @@ class GrowingBuffer:
                 except OSError:      # a kernel without transparent huge pages
                     pass
         self.array = np.frombuffer(self._map, np.uint8)
+        self.public = np.frombuffer(self._map, np.uint8)
         self.nbytes = nbytes
         return self.array
 
     def in_use(self) -> bool:
-        """Whether an array viewing this buffer (a caller's output) is still alive, other
-        than `array` itself: the mapping then has an export that a resize refuses."""
-        if self._map is None:
-            return False
-        self.array = None       # its export goes with it, unless a view holds it
-        try:
-            self._map.resize(self.nbytes)
-            return False
-        except (BufferError, OSError, ValueError, SystemError):
-            return True         # a view is alive (or without mremap: cannot tell)
-        finally:
-            self.array = np.frombuffer(self._map, np.uint8)
+        """Whether a caller still holds an array of this buffer that `lend` made (or a
+        view of one): beyond the reference of `public` itself (and getrefcount's own)."""
+        return self.public is not None and sys.getrefcount(self.public) > 2
+
+    def lend(self, offset: int, shape, dtype) -> np.ndarray:
+        """An array of `shape` and `dtype` at byte `offset` of the buffer for a caller:
+        `in_use` sees it (and every view of it) while it lives."""
+        return np.ndarray(shape, dtype, self.public, offset)
 
     def holds(self, a) -> bool:
         """Whether numpy array `a` lies in this buffer's memory."""

@@ -12,7 +12,9 @@ logits are 26 MB: a copy writes as many fresh pages every run). The state lends 
 when it is next taken, an output the caller still holds (any reference beyond the state's
 own) is replaced by a new array and the calls that write it (or a view into it) are bound
 again; one the caller dropped is written again in place. An output named twice, or that
-is an input or a constant, is copied as before.
+is an input or a constant, is copied as before. With symbolic sizes the outputs live in
+the slot's output buffer (sizes.Slot), which lends the caller views of them and tells
+from those whether the caller still holds any (host_buffer.py).
 
 A host run reads a large input from the caller's own array instead of copying it in (TVM's
 `set_input_zero_copy`, what onnxruntime does with a numpy input): for a light kernel over a
@@ -49,7 +51,8 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers", "once", "slot", "moving")
+                 "lent", "home", "readers", "once", "slot", "moving", "placed", "lend_from",
+                 "lend_at")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None, once=()):
@@ -74,6 +77,13 @@ class RunState:
         self.once: list = list(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
         self.moving = None      # relocate's (call indices, output indices)
+        # id(output buffer) -> (that buffer, the moving calls' (bound, calls), the moved
+        # outputs, mem.outputs) as they were there: relocate's way back without binding
+        self.placed: Dict[int, tuple] = {}
+        # with symbolic sizes, the buffer (host_buffer.GrowingBuffer) the outputs live in:
+        # the caller gets its views of them (`hand_out`); set by the slot at each take
+        self.lend_from = None
+        self.lend_at = None     # hand_out's plan: per output its byte offset there, -1 or None
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
@@ -104,12 +114,45 @@ class RunState:
         for i in outs_at:
             self.outputs[i] = self._same_view(self.outputs[i], old, new)
         self.inputs[name] = new
+        self.placed = {}        # bound to the input's old array
 
     def hand_out(self) -> List[np.ndarray]:
-        """The outputs for the caller: the lendable ones themselves, the others copied."""
-        for i in self.lendable:
-            self.lent[i] = self._holders(i)
-        return [o if i in self.lendable else o.copy() for i, o in enumerate(self.outputs)]
+        """The outputs for the caller: the lendable ones themselves, or where they live
+        in `lend_from`, its views of them (the buffer then tells when the caller drops
+        them); the others copied."""
+        buf = self.lend_from
+        if buf is None:
+            for i in self.lendable:
+                self.lent[i] = self._holders(i)
+            return [o if i in self.lendable else o.copy() for i, o in enumerate(self.outputs)]
+        at = self.lend_at
+        if at is None:
+            at = self.lend_at = self._lend_layout()
+        outs = []
+        for i, (o, off) in enumerate(zip(self.outputs, at)):
+            if off is None:
+                outs.append(o.copy())
+            elif off >= 0:
+                outs.append(buf.lend(off, o.shape, o.dtype))
+            else:       # not in the buffer: lent itself, reclaimed if still held
+                self.lent[i] = self._holders(i)
+                outs.append(o)
+        return outs
+
+    def _lend_layout(self) -> list:
+        """Per output: its byte offset in the outputs' memory (`mem.outputs`) where it is
+        lendable and lies there, -1 where it is lendable elsewhere, None to copy."""
+        out = []
+        base = self.mem.outputs
+        start = _data(base) if base is not None else 0
+        for i, o in enumerate(self.outputs):
+            if i not in self.lendable:
+                out.append(None)
+            elif base is not None and np.may_share_memory(o, base):
+                out.append(_data(o) - start)
+            else:
+                out.append(-1)
+        return out
 
     def _holders(self, i) -> int:
         # counted the same way when lent and when reclaimed (no local name holds it)
@@ -130,28 +173,40 @@ class RunState:
                 self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
             kept.append(old)
         self.lent = {}
+        if kept:     # bindings kept elsewhere write the old arrays
+            self.placed, self.lend_at = {}, None
         return kept
 
-    def relocate(self, old, new):
+    def relocate(self, old, new, live=()):
         """Every buffer of the state in array `old`'s memory (its outputs, and what views
         them) moved to the same offset in array `new`, the calls that write them bound
-        there: the caller keeps what it holds of `old` (host only)."""
+        there: the caller keeps what it holds of `old` (host only). The bindings to `old`
+        are kept, and those to the arrays in `live` kept before: moving back to one of
+        them (a loop holding its last output alternates between two) binds nothing."""
         if self.moving is None:     # the same calls at every move: the buffers move as one
             self.moving = ([ci for ci, (_, args) in enumerate(self.bound) if any(_shares(a, old) for a in args)],
                            [i for i, o in enumerate(self.outputs) if _shares(o, old)])
         calls, outs = self.moving
-        for ci in calls:
-            self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
+        back = self.placed.pop(id(new), None)
+        placed = {k: v for k, v in self.placed.items() if any(v[0] is a for a in live)}
+        placed[id(old)] = (old, [(self.bound[ci], self.calls[ci]) for ci in calls],
+                           [self.outputs[i] for i in outs], self.mem.outputs)
+        if back is not None and back[0] is new:
+            _, bindings, outputs, self.mem.outputs = back
+            for ci, (bound, call) in zip(calls, bindings):
+                self.bound[ci], self.calls[ci] = bound, call
+            for i, o in zip(outs, outputs):
+                self.outputs[i] = o
+        else:
+            for ci in calls:
+                self._bind(ci, [self._same_view(a, old, new) for a in self.bound[ci][1]])
+            for i in outs:
+                self.outputs[i] = self._same_view(self.outputs[i], old, new)
+            if _shares(self.mem.outputs, old):     # nothing of the state keeps `old` exported
+                self.mem.outputs = new
         for i in outs:
-            self.outputs[i] = self._same_view(self.outputs[i], old, new)
             self.lent.pop(i, None)      # the new array is lent to no one
-        if _shares(self.mem.outputs, old):     # nothing of the state keeps `old` exported
-            self.mem.outputs = new
-
-    def held_outputs(self) -> list:
-        """The lent outputs the caller still holds."""
-        held = [i for i, refs in self.lent.items() if self._holders(i) > refs]
-        return [self.outputs[i] for i in held]
+        self.placed = placed
 
     def _bind(self, ci, args):
         """Call `ci` bound to the arrays `args` from now on."""
@@ -338,6 +393,10 @@ class TypesAt:
         if out is None:
             out = self.memo[t] = TensorType(evaluate_shape(t.shape, self.sizes), t.dtype)
         return out
+
+
+def _data(a) -> int:
+    return a.__array_interface__["data"][0]
 
 
 def _shares(a, buf) -> bool:

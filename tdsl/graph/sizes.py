@@ -156,11 +156,13 @@ class Slot:
     On the host (`alloc` None) the arena is a GrowingBuffer (host_buffer.py: growing
     keeps the pages already touched), and so is the memory of the outputs, shared by the
     states of every size: a call at new sizes touches fresh memory only beyond the
-    largest it ran. A state lends its outputs to the caller (runstate.py); a caller who
-    still holds one when the slot runs again keeps that memory: the state about to run
-    moves its outputs to another buffer (`_leave_outputs`), one the slot left before
-    whose arrays the caller has dropped since, else a new one. A server's loop, which holds
-    its last output while the next call runs, so alternates between two buffers, and
+    largest it ran. The caller gets the outputs as views the buffer lends
+    (GrowingBuffer.lend); a caller who still holds one, or any view of one, when the
+    slot runs again keeps that memory: the state about to run moves its outputs to
+    another buffer (`_leave_outputs`), one the slot left before whose arrays the caller
+    has dropped since, else a new one, and keeps its kernels' bindings to the buffer it
+    left (RunState.relocate). A server's loop, which holds its last output while the next
+    call runs, so alternates between two buffers, binding no kernel again, and
     `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
     included, touches a fresh page for its outputs. A device executor passes `alloc`
     (bytes -> a new device arena)."""
@@ -211,17 +213,16 @@ class Slot:
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
+        if self.host and self._out.in_use():
+            self._leave_outputs(key)
         st = self.states.get(key)
         if key == self.last and st is not None:     # run after run at one size: the shortest way
-            self._take_back(st, key)
+            st.lend_from = self._out
+            st.reclaim()
             return st
-        if self.last is not None:
-            prev = self.states.get(self.last)
-            if prev is not None:
-                self._take_back(prev, key)
         if st is not None:
             self.states.move_to_end(key)
-            self._take_back(st, key)
+            st.reclaim()
             if self.last is not None:    # another size's run wrote over its values of the sizes
                 for call in st.once:
                     call()
@@ -235,6 +236,7 @@ class Slot:
             while len(self.states) > self.keep:
                 self.states.popitem(last=False)
         self.last = key
+        st.lend_from = self._out
         return st
 
     def _grow(self, need, out_need):
@@ -251,13 +253,6 @@ class Slot:
         else:
             size = max(need, 2 * self.arena_bytes)
             self.arena, self.arena_bytes = self.alloc(size), size
-
-    def _take_back(self, st, keep):
-        """The outputs `st` lent: where the caller still holds some, the outputs' buffer
-        is left (`_leave_outputs`, keeping the state of sizes `keep`)."""
-        if self.host and any(self._out.holds(a) for a in st.held_outputs()):
-            self._leave_outputs(keep)
-        st.reclaim()        # what the caller holds elsewhere (none here), and lends no more
 
     def _leave_outputs(self, keep):
         """A caller holds memory of the outputs' buffer: the state of sizes `keep` (the
@@ -276,7 +271,7 @@ class Slot:
         kept = self.states.get(keep)
         self.states.clear()
         if kept is not None:
-            kept.relocate(old.array, new.array)
+            kept.relocate(old.array, new.array, [b.array for b in self._left])
             self.states[keep] = kept
         self._out = new
 
