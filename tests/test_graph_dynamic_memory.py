@@ -151,6 +151,27 @@ def test_a_loop_holding_its_last_output_binds_no_kernel_again(monkeypatch):
         del prev        # what the loop holds during the next call is `y` alone
 
 
+def test_a_server_of_a_few_sizes_holding_its_last_output_binds_no_kernel_again(monkeypatch):
+    """Requests of a few sizes in turn, each output held while the next call runs: once
+    each size has run on both output buffers, no call binds a kernel again or makes a
+    state (the states of other sizes stay, moving between the buffers with the
+    bindings they had there), and every output stays right."""
+    from tdsl.graph import runstate
+    m, exe = _mlp()
+    exe.reserve(batch=20)       # no growth below: a grown buffer drops every state
+    binds = []
+    real = runstate.HostMemory.bind
+    monkeypatch.setattr(runstate.HostMemory, "bind", lambda self, *a: binds.append(1) or real(self, *a))
+    y = None
+    for i, n in enumerate([8, 3, 20] * 5):
+        x = _x(n, 500 + i)
+        before = len(binds)
+        y = exe.run(x)[0]
+        if i >= 6:
+            assert len(binds) == before, (i, n)
+        _close(y, models.onnxruntime_run(m, {"input": x})[0])
+
+
 def test_a_new_size_below_the_largest_reuses_the_memory():
     m, exe = _mlp()
     for n in (32, 4, 17, 9):

@@ -214,15 +214,14 @@ class Slot:
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
         if self.host and self._out.in_use():
-            self._leave_outputs(key)
+            self._leave_outputs()
         st = self.states.get(key)
         if key == self.last and st is not None:     # run after run at one size: the shortest way
-            st.lend_from = self._out
-            st.reclaim()
+            self._place(st)
             return st
         if st is not None:
             self.states.move_to_end(key)
-            st.reclaim()
+            self._place(st)
             if self.last is not None:    # another size's run wrote over its values of the sizes
                 for call in st.once:
                     call()
@@ -236,7 +235,7 @@ class Slot:
             while len(self.states) > self.keep:
                 self.states.popitem(last=False)
         self.last = key
-        st.lend_from = self._out
+        self._place(st)
         return st
 
     def _grow(self, need, out_need):
@@ -254,26 +253,39 @@ class Slot:
             size = max(need, 2 * self.arena_bytes)
             self.arena, self.arena_bytes = self.alloc(size), size
 
-    def _leave_outputs(self, keep):
-        """A caller holds memory of the outputs' buffer: the state of sizes `keep` (the
-        one about to run) moves its outputs to the same place in a buffer no caller's
-        array views (the first such left one, its pages touched already; else a new
-        one), the other states go (moving each would cost every held call a re-binding
-        of its kernels), and the buffer left is kept, to be reused once its arrays are
-        dropped. Left buffers found free beyond the one taken are released, and at most
-        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
-        what the caller holds, not the number of calls."""
+    def _place(self, st):
+        """`st`, about to run, with its outputs in the slot's outputs buffer: moved there
+        if they are in a buffer the slot left (RunState.relocate keeps its bindings to
+        each: a move back binds nothing)."""
+        if self.host:
+            if st.mem.outputs is not self._out.array:
+                st.relocate(st.mem.outputs, self._out.array, [b.array for b in self._left])
+            st.lend_from = self._out
+        st.reclaim()
+
+    def _leave_outputs(self):
+        """A caller holds memory of the outputs' buffer: the slot's outputs move to a
+        buffer no caller's array views (the first such left one, its pages touched
+        already; else a new one), each state moving its own when it next runs (`_place`),
+        and the buffer left is kept, to be reused once its arrays are dropped. Left
+        buffers found free beyond the one taken are released, and at most `MAX_LEFT` are
+        kept (an older one is then the caller's alone, and the states still in it go):
+        memory follows what the caller holds, not the number of calls."""
         old = self._out
         free = [b for b in self._left if not b.in_use()]
         new = free[0] if free else GrowingBuffer()
         self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
-        new.grow(old.nbytes)
-        kept = self.states.get(keep)
-        self.states.clear()
-        if kept is not None:
-            kept.relocate(old.array, new.array, [b.array for b in self._left])
-            self.states[keep] = kept
+        if new.nbytes < old.nbytes:     # its states' views would keep it from growing in place
+            self._drop_states(lambda a: a is new.array)
+            new.grow(old.nbytes)
+        live = {id(b.array) for b in self._left} | {id(new.array)}
+        self._drop_states(lambda a: id(a) not in live)
         self._out = new
+
+    def _drop_states(self, where):
+        """Forgets the states whose outputs are in an array for which `where` holds."""
+        for key in [k for k, st in self.states.items() if where(st.mem.outputs)]:
+            del self.states[key]
 
 
 class SizedPool:
