@@ -73,13 +73,36 @@ def test_a_loop_holding_its_last_output_alternates_between_two_buffers():
 @pytest.mark.parametrize("symbolic", [False, True])
 def test_a_view_of_an_output_is_enough_to_keep_it(symbolic):
     """`row = exe.run(x)[0][0]`: the caller keeps only a view, and that view holds the
-    output (runstate.lent_view), with or without symbolic sizes."""
+    output (host_buffer.GrowingBuffer.lend), with or without symbolic sizes."""
     m, exe = _mlp(batch="batch" if symbolic else 8)
     x1, x2 = _x((8, 64), 1), _x((8, 64), 2)
     ref1 = models.onnxruntime_run(m, {"input": x1})[0]
     row = exe.run(x1)[0][0]
     _close(exe.run(x2)[0], models.onnxruntime_run(m, {"input": x2})[0])
     _close(row, ref1[0])
+
+
+def test_a_static_loop_holding_its_last_output_binds_no_kernel_again(monkeypatch):
+    """`y = exe.run(x)` alternates between two output buffers: after the first call on
+    each, the state moves back to the bindings it had there (RunState.relocate), binding
+    no kernel again, and every output stays right."""
+    from tdsl.graph import runstate
+    m, exe = _mlp()
+    binds = []
+    real = runstate.HostMemory.bind
+    monkeypatch.setattr(runstate.HostMemory, "bind", lambda self, *a: binds.append(1) or real(self, *a))
+    y = None
+    for i in range(8):
+        x = _x((8, 64), 400 + i)
+        before = len(binds)
+        prev, y = y, exe.run(x)[0]
+        if i >= 2:
+            assert len(binds) == before, i
+        _close(y, models.onnxruntime_run(m, {"input": x})[0])
+        if prev is not None:
+            _close(prev, models.onnxruntime_run(m, {"input": _x((8, 64), 399 + i)})[0])
+            assert not np.shares_memory(prev, y)
+        del prev        # what the loop holds during the next call is `y` alone
 
 
 def test_holding_loops_in_two_threads_stay_right():

@@ -8,22 +8,29 @@ anonymous mapping extended with mremap keeps the pages it had, so growing touche
 the bytes added; it is advised for huge pages (one fault per 2 MiB, as numpy asks for its
 own large arrays). Views of the buffer must be dropped before it grows: one that is
 still held (a caller's output) keeps the old mapping alive, and the buffer moves to a
-new one instead. `in_use` asks the mapping itself whether such a view is still alive
-(only `array` exports it; every view holds `array`), so that memory a caller has
-dropped can be written again without a fresh page.
+new one instead.
+
+The buffer has two arrays over its memory: `array`, of which the executor makes the
+views its kernels write, and `public`, of which it makes the views it hands to callers
+(`lend`). A view of a view holds the array it was first made of (numpy keeps the first
+array that owns no data as the base), so `in_use` reads from `public`'s reference count
+alone whether a caller still holds any view of the memory (an output, a slice of one),
+whatever views the executor itself keeps: a check of a few nanoseconds, where the
+kernels' own views stay bound across calls.
 
 `OutputBuffers` is the memory of run states' outputs, which they lend the caller
-(runstate.py): a caller who still holds an output when the states run again keeps that
-memory, and the states move to another buffer, one left before whose arrays the caller
-has dropped since (its pages touched already), else a new one. A server's loop, which
-holds its last output while the next call runs, so alternates between two buffers
-instead of faulting a fresh array in at every call. The static executor's states
-(runstate.make_state) and the slots of one with symbolic sizes (sizes.Slot) both keep
-their outputs here.
+(runstate.py), for the static executor's states (one each, runstate.make_state) and the
+slots of one with symbolic sizes (sizes.Slot) alike: a caller who still holds an output
+when the states run again keeps that memory, and the states move to another buffer, one
+left before whose arrays the caller has dropped since (its pages touched already), else
+a new one, keeping their kernels' bindings to each buffer (RunState.relocate). A
+server's loop, which holds its last output while the next call runs, so alternates
+between two buffers, binding no kernel again and faulting no fresh page in.
 """
 from __future__ import annotations
 
 import mmap
+import sys
 
 import numpy as np
 
@@ -38,8 +45,8 @@ class GrowingBuffer:
     def __init__(self):
         self._map = None
         self.array = None
+        self.public = None
         self.nbytes = 0
-        self.address = 0        # of the mapping, which moves only when it grows
 
     def grow(self, nbytes: int) -> np.ndarray:
         """The buffer at `nbytes` or more, its contents kept; the caller has dropped every
@@ -48,7 +55,7 @@ class GrowingBuffer:
             return self.array
         if nbytes >= HUGE_PAGE // 8:
             nbytes = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-        self.array = None
+        self.array = self.public = None
         if self._map is not None:
             try:
                 self._map.resize(nbytes)
@@ -64,27 +71,19 @@ class GrowingBuffer:
                 except OSError:      # a kernel without transparent huge pages
                     pass
         self.array = np.frombuffer(self._map, np.uint8)
+        self.public = np.frombuffer(self._map, np.uint8)
         self.nbytes = nbytes
-        self.address = self.array.ctypes.data
         return self.array
 
     def in_use(self) -> bool:
-        """Whether an array viewing this buffer (a caller's output) is still alive, other
-        than `array` itself: the mapping then has an export that a resize refuses."""
-        if self._map is None:
-            return False
-        self.array = None       # its export goes with it, unless a view holds it
-        try:
-            self._map.resize(self.nbytes)
-            return False
-        except (BufferError, OSError, ValueError, SystemError):
-            return True         # a view is alive (or without mremap: cannot tell)
-        finally:
-            self.array = np.frombuffer(self._map, np.uint8)
+        """Whether a caller still holds an array of this buffer that `lend` made (or a
+        view of one): beyond the reference of `public` itself (and getrefcount's own)."""
+        return self.public is not None and sys.getrefcount(self.public) > 2
 
-    def holds(self, a) -> bool:
-        """Whether numpy array `a` lies in this buffer's memory."""
-        return self.array is not None and isinstance(a, np.ndarray) and np.may_share_memory(a, self.array)
+    def lend(self, offset: int, shape, dtype) -> np.ndarray:
+        """An array of `shape` and `dtype` at byte `offset` of the buffer for a caller:
+        `in_use` sees it (and every view of it) while it lives."""
+        return np.ndarray(shape, dtype, self.public, offset)
 
 
 # the most buffers kept that callers still hold (each is reused once they drop it): a
@@ -127,21 +126,28 @@ class OutputBuffers:
             if touch:
                 spare.array.fill(0)
 
-    def leave(self, held):
-        """Where an array of `held` (the outputs a caller still holds) lies in the current
-        buffer: that buffer is left to the caller and another becomes current (the first
-        left one no array views any more, else a new one); returns (old array, new
-        array, new array's address), for the states to move their outputs to the same
-        offsets (RunState.relocate), else None.
-        Left buffers found free beyond the one taken are released, and at most
-        `MAX_LEFT` are kept (an older one is then the caller's alone): memory follows
-        what the caller holds, not the number of calls."""
+    def arrays(self) -> list:
+        """The `array` of every buffer kept: those a state's outputs may lie in."""
+        return [b.array for b in self._left] + [self.current.array]
+
+    def leave(self, forget=None) -> bool:
+        """Whether the caller still holds an array lent from the current buffer: that
+        buffer is then left to the caller and another becomes current (the first left
+        one no array views any more, else a new one), for the states to move their
+        outputs to, at the same offsets (RunState.relocate); `forget(array)` is told of
+        an array of that one about to grow, whose views (states in it) would keep it
+        from growing in place. Left buffers found free beyond the one taken are
+        released, and at most `MAX_LEFT` are kept (an older one is then the caller's
+        alone): memory follows what the caller holds, not the number of calls."""
         old = self.current
-        if not any(old.holds(a) for a in held):
-            return None
+        if not old.in_use():
+            return False
         free = [b for b in self._left if not b.in_use()]
         new = free[0] if free else GrowingBuffer()
         self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
-        new.grow(old.nbytes)
+        if new.nbytes < old.nbytes:
+            if forget is not None and new.array is not None:
+                forget(new.array)
+            new.grow(old.nbytes)
         self.current = new
-        return old.array, new.array, new.address
+        return True

@@ -10,11 +10,13 @@ every state.
 A host run hands its output arrays to the caller rather than copies (a language model's
 logits are 26 MB: a copy writes as many fresh pages every run). The state lends them:
 they lie in one buffer of a host_buffer.OutputBuffers (the state's own, `out`, or its
-sizes.Slot's), and when the state is next taken while the caller still holds an output
-(any reference beyond the state's own), the outputs move to another buffer of it, paged
-in already once a holding loop has run twice, and the calls that write them (or a view
-into them) are bound there (`relocate`); outputs the caller dropped are written again in
-place. An output named twice, or that is an input or a constant, is copied as before.
+sizes.Slot's), and the caller gets views that buffer lends (`hand_out`), from which it
+tells whether the caller still holds any (an output or a slice of one). When the state
+is next taken while the caller holds some, the outputs move to another buffer of it,
+paged in already once a holding loop has run twice, and the calls that write them (or a
+view into them) are bound there (`relocate`), their bindings to the buffer left kept for
+the way back; outputs the caller dropped are written again in place. An output named
+twice, or that is an input or a constant, is copied as before.
 
 A host run reads a large input from the caller's own array instead of copying it in (TVM's
 `set_input_zero_copy`, what onnxruntime does with a numpy input): for a light kernel over a
@@ -34,7 +36,6 @@ kernels, where the run itself reads them many times).
 """
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Dict, List
 
@@ -53,7 +54,8 @@ ZERO_COPY_MIN_BYTES = 1 << 17
 
 class RunState:
     __slots__ = ("arena", "inputs", "outputs", "calls", "launches", "mem", "bound", "lendable",
-                 "lent", "home", "readers", "once", "slot", "moving", "out")
+                 "home", "readers", "once", "slot", "moving", "placed", "out", "lend_from",
+                 "lend_at")
 
     def __init__(self, arena, inputs, outputs, calls, launches=None, mem=None, bound=None,
                  lendable=None, readers=None, once=()):
@@ -67,9 +69,8 @@ class RunState:
         self.launches = launches      # GPU: every call joined into one LaunchSequence
         self.mem = mem
         self.bound: List[tuple] = bound or []     # (module, argument arrays) of each call
-        # output index -> indices of the calls that bind it
-        self.lendable: Dict[int, List[int]] = lendable or {}
-        self.lent: Dict[int, int] = {}    # output index -> its reference count when lent
+        # the indices of the outputs lent to the caller (hand_out), the others copied
+        self.lendable: set = lendable or set()
         # input name -> ([(call index, argument index)], [output index]) that view it, for
         # the inputs that may be read from the caller's array (no kernel writes them)
         self.readers: Dict[str, tuple] = readers or {}
@@ -79,9 +80,17 @@ class RunState:
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
         # relocate's ([(call index, [(argument index, byte offset)])], [(output index, byte offset)])
         self.moving = None
+        # id(output array) -> (that array, the moving calls' (bound, calls), the moved
+        # outputs) as they were there: relocate's way back without binding
+        self.placed: Dict[int, tuple] = {}
         # on the host without symbolic sizes: the OutputBuffers its outputs lie in (a
-        # Slot's state leaves its slot's: sizes.Slot._take_back)
+        # Slot's state is placed in its slot's: sizes.Slot.state)
         self.out = None
+        # on the host, the buffer (host_buffer.GrowingBuffer) the outputs lie in: the
+        # caller gets its views of them (`hand_out`); set by `place`
+        self.lend_from = None
+        # hand_out's plan: per output its byte offset in the outputs' buffer, None to copy
+        self.lend_at: list = [None] * len(outputs)
 
     def bind_input(self, name, arr, zero_copy=True) -> bool:
         """Binds the kernels that read input `name` to `arr` itself (no copy) when they
@@ -112,52 +121,65 @@ class RunState:
         for i in outs_at:
             self.outputs[i] = self._same_view(self.outputs[i], old, new)
         self.inputs[name] = new
+        self.placed = {}        # bound to the input's old array
 
     def hand_out(self) -> List[np.ndarray]:
-        """The outputs for the caller: the lendable ones themselves, the others copied."""
-        for i in self.lendable:
-            self.lent[i] = self._holders(i)
-        return [o if i in self.lendable else o.copy() for i, o in enumerate(self.outputs)]
-
-    def _holders(self, i) -> int:
-        # counted the same way when lent and when reclaimed (no local name holds it)
-        return sys.getrefcount(self.outputs[i])
+        """The outputs for the caller: views of the lendable ones that their buffer
+        lends (`lend_from`: it then tells whether the caller still holds any), the
+        others copied."""
+        buf = self.lend_from
+        if buf is None:     # a device state's outputs: never lent
+            return [o.copy() for o in self.outputs]
+        return [o.copy() if off is None else buf.lend(off, o.shape, o.dtype)
+                for o, off in zip(self.outputs, self.lend_at)]
 
     def reclaim(self):
-        """Before the state's kernels run again: where the caller still holds an output
-        it lent, the outputs move to another buffer of `out` (the caller keeps that
-        memory); the state lends nothing any more."""
-        if self.out is not None and self.lent:
-            held = self.held_outputs()
-            moved = held and self.out.leave(held)
-            if moved:
-                self.relocate(*moved)
-        self.lent = {}
+        """Before the state's kernels run again (StatePool.take): where the caller
+        still holds an output it lent, the outputs move to another buffer of `out`
+        (the caller keeps that memory)."""
+        if self.out is not None:
+            self.out.leave()
+            self.place(self.out)
 
-    def relocate(self, old, new, address):
+    def place(self, out):
+        """The state's outputs in `out`'s current buffer (a host_buffer.OutputBuffers):
+        moved there if they lie in another one of it (`relocate`), and lent from it."""
+        arr = out.array
+        if self.mem.outputs is not arr:
+            self.relocate(self.mem.outputs, arr, out.arrays())
+        self.lend_from = out.current
+
+    def relocate(self, old, new, live=()):
         """Every buffer of the state in array `old`'s memory (its outputs, and what views
-        them) moved to the same offset in array `new` (at `address`), the calls that
-        write them bound there: the caller keeps what it holds of `old` (host only)."""
+        them) moved to the same offset in array `new`, the calls that write them bound
+        there: the caller keeps what it holds of `old` (host only). The bindings to `old`
+        are kept, and those to the arrays in `live` kept before: moving back to one of
+        them (a loop holding its last output alternates between two) binds nothing."""
         if self.moving is None:     # the same places at every move: the buffers move as one
             self.moving = ([(ci, at) for ci, (_, args) in enumerate(self.bound) if (at := _places(args, old))],
                            _places(self.outputs, old))
         calls, outs = self.moving
-        view = self.mem.view
-        for ci, at in calls:
-            args = list(self.bound[ci][1])
-            for j, off in at:
-                args[j] = view(new, off, args[j])
-            self._bind(ci, args)
-        for i, off in outs:
-            o = self.outputs[i]
-            self.outputs[i] = lent_view(new, address + off, o) if i in self.lendable else view(new, off, o)
-            self.lent.pop(i, None)      # the new array is lent to no one
+        back = self.placed.pop(id(new), None)
+        placed = {k: v for k, v in self.placed.items() if any(v[0] is a for a in live)}
+        if any(old is a for a in live):     # else a buffer left to the caller alone
+            placed[id(old)] = (old, [(self.bound[ci], self.calls[ci]) for ci, _ in calls],
+                               [self.outputs[i] for i, _ in outs])
+        if back is not None and back[0] is new:
+            for (ci, _), (bound, call) in zip(calls, back[1]):
+                self.bound[ci], self.calls[ci] = bound, call
+            for (i, _), o in zip(outs, back[2]):
+                self.outputs[i] = o
+        else:
+            view = self.mem.view
+            for ci, at in calls:
+                args = list(self.bound[ci][1])
+                for j, off in at:
+                    args[j] = view(new, off, args[j])
+                self._bind(ci, args)
+            for i, off in outs:
+                self.outputs[i] = view(new, off, self.outputs[i])
         self.mem.outputs = new      # nothing of the state keeps `old` exported
-
-    def held_outputs(self) -> list:
-        """The lent outputs the caller still holds."""
-        held = [i for i, refs in self.lent.items() if self._holders(i) > refs]
-        return [self.outputs[i] for i in held]
+        self.placed = placed
 
     def _bind(self, ci, args):
         """Call `ci` bound to the arrays `args` from now on."""
@@ -195,7 +217,7 @@ class HostMemory:
         if end > self.outputs.nbytes:
             raise InternalError(f"the outputs' buffer ({self.outputs.nbytes} bytes) is smaller than "
                                 f"the memory plan's output_bytes ({end} bytes needed)")
-        buf = lent_view(self.outputs, self.outputs.ctypes.data + self.out_at, t)
+        buf = self.outputs[self.out_at:end].view(t.dtype).reshape(t.shape)
         self.out_at = (end + 63) // 64 * 64
         return buf
 
@@ -222,25 +244,6 @@ class HostMemory:
         if prepared is not None:
             return prepared(*args)
         return lambda: module(*args)
-
-
-class _Root:
-    """Memory numpy takes as an array's own (`__array_interface__`): numpy's views of the
-    array made from it have that array as their base, not `buf`."""
-    __slots__ = ("__array_interface__", "buf")
-
-    def __init__(self, buf, address, shape, dtype):
-        self.buf = buf      # keeps the memory (and the export of its mapping) alive
-        self.__array_interface__ = {"data": (address, False), "shape": tuple(shape),
-                                    "typestr": np.dtype(dtype).str, "version": 3}
-
-
-def lent_view(buf, address, t) -> np.ndarray:
-    """An output lent to the caller: `t`'s shape and dtype at `address` inside numpy array
-    `buf`, an array of its own for numpy, so that a caller who keeps only a view of it
-    (`y[0]`) holds a reference to it (RunState._holders); a plain view's views reference
-    `buf` instead, the whole outputs' buffer."""
-    return np.asarray(_Root(buf, address, t.shape, t.dtype))
 
 
 def size_only(plan, fn) -> set:
@@ -324,16 +327,14 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
     for call in once_calls:
         call()
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
-    lendable, readers = {}, {}
+    lendable, readers = set(), {}
     if isinstance(mem, HostMemory):
         for i, o in enumerate(fn.outputs):
             buf = outs[i]
             # a buffer of its own (not an input's, a constant or a view), named once; what
-            # else shares its memory is a view into it, remade on the new array when lent
-            if isinstance(o, Const) or id(buf) not in made or sum(x is buf for x in outs) > 1:
-                continue
-            lendable[i] = [ci for ci, (_, args) in enumerate(bound)
-                           if any(_shares(a, buf) for a in args)]
+            # else shares its memory is a view into it, moved with it (relocate)
+            if not isinstance(o, Const) and id(buf) in made and sum(x is buf for x in outs) == 1:
+                lendable.add(i)
         for name, buf in inputs.items():
             args_at = [(ci, ai) for ci, (_, args) in enumerate(bound)
                        for ai, a in enumerate(args) if _shares(a, buf)]
@@ -341,7 +342,12 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                 readers[name] = (args_at, [i for i, o in enumerate(outs) if _shares(o, buf)])
     state = RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
                      readers=readers, once=once_calls)
-    state.out = out
+    if out is not None:
+        state.out = out
+        state.lend_from = out.current
+    if lendable:
+        start = mem.outputs.ctypes.data
+        state.lend_at = [outs[i].ctypes.data - start if i in lendable else None for i in range(len(outs))]
     return state
 
 

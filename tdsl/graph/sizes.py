@@ -151,11 +151,15 @@ class Slot:
     On the host (`alloc` None) the arena is a GrowingBuffer (host_buffer.py: growing
     keeps the pages already touched), and the memory of the outputs is a
     host_buffer.OutputBuffers, shared by the states of every size: a call at new sizes
-    touches fresh memory only beyond the largest it ran. A state lends its outputs to the
-    caller (runstate.py); a caller who still holds one when the slot runs again keeps that
-    memory: the state about to run moves its outputs to another buffer
-    (`_take_back`). A server's loop, which holds its last output while the next call
-    runs, so alternates between two buffers, and `reserve` pages in both: no call up to the reserved sizes, the first at new sizes
+    touches fresh memory only beyond the largest it ran. The caller gets the outputs as
+    views the buffer lends (GrowingBuffer.lend); a caller who still holds one, or any
+    view of one, when the slot runs again keeps that memory: the outputs move to another
+    buffer (OutputBuffers.leave), each state moving its own when it next runs
+    (RunState.place), with its kernels' bindings to the buffers it left kept
+    (RunState.relocate). A server's loop, which holds its last output while the next
+    call runs, so alternates between two buffers, binding no kernel again, at each of a
+    few sizes in turn, and `reserve` pages in both: no call up to the reserved sizes,
+    the first at new sizes
     included, touches a fresh page for its outputs. A device executor passes `alloc`
     (bytes -> a new device arena)."""
 
@@ -169,7 +173,7 @@ class Slot:
         self.states: "OrderedDict[tuple, object]" = OrderedDict()
         self.last = None        # the sizes run last: their state may have lent outputs
 
-    def reclaim(self):      # StatePool's hook; each state reclaims its outputs when taken
+    def reclaim(self):      # StatePool's hook; Slot.state places each state it hands out
         pass
 
     @property
@@ -195,17 +199,15 @@ class Slot:
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
+        if self.host and self._out.leave(self._forget):
+            self._forget_left()
         st = self.states.get(key)
         if key == self.last and st is not None:     # run after run at one size: the shortest way
-            self._take_back(st, key)
+            if self.host:
+                st.place(self._out)
             return st
-        if self.last is not None:
-            prev = self.states.get(self.last)
-            if prev is not None:
-                self._take_back(prev, key)
         if st is not None:
             self.states.move_to_end(key)
-            self._take_back(st, key)
             if self.last is not None:    # another size's run wrote over its values of the sizes
                 for call in st.once:
                     call()
@@ -219,6 +221,8 @@ class Slot:
             while len(self.states) > self.keep:
                 self.states.popitem(last=False)
         self.last = key
+        if self.host:
+            st.place(self._out)
         return st
 
     def _grow(self, need, out_need):
@@ -236,19 +240,17 @@ class Slot:
             size = max(need, 2 * self.arena_bytes)
             self.arena, self.arena_bytes = self.alloc(size), size
 
-    def _take_back(self, st, keep):
-        """The outputs `st` lent: where the caller still holds some, the outputs' buffer
-        is left (OutputBuffers.leave) and the state of sizes `keep` (the one about to
-        run) moves its outputs to the new one; the other states go (moving each would
-        cost every held call a re-binding of its kernels)."""
-        moved = self.host and self._out.leave(st.held_outputs())
-        if moved:
-            kept = self.states.get(keep)
-            self.states.clear()
-            if kept is not None:
-                kept.relocate(*moved)
-                self.states[keep] = kept
-        st.reclaim()        # lends no more
+    def _forget(self, array):
+        """Forgets the states whose outputs lie in `array`."""
+        for key in [k for k, st in self.states.items() if st.mem.outputs is array]:
+            del self.states[key]
+
+    def _forget_left(self):
+        """Forgets the states whose outputs lie in a buffer no longer kept (more than
+        MAX_LEFT left: the oldest is the caller's alone)."""
+        live = {id(a) for a in self._out.arrays()}
+        for key in [k for k, st in self.states.items() if id(st.mem.outputs) not in live]:
+            del self.states[key]
 
 
 class SizedPool:
