@@ -86,11 +86,10 @@ def test_outputs_a_caller_keeps_are_never_written_by_another_size():
                 _close(out, ref)
 
 
-def test_a_kept_output_rebinds_its_kernels_with_the_short_check_and_never_a_wrong_buffer(monkeypatch):
-    """A server's loop (`y = exe.run(x)`) keeps the last output while the next call runs:
-    the kernels that write it are bound to a new array each call. At sizes seen before,
-    that binding takes the signature's short check (no full `bind`), on the new array's
-    address; at new sizes the full checks bind the new sizes. Every output kept stays
+def test_kept_outputs_never_share_a_buffer_and_known_sizes_skip_the_full_check(monkeypatch):
+    """A caller that keeps every output: each call's outputs go to a buffer no kept one
+    lies in. At sizes seen before, binding the kernels to it takes the signature's short
+    check (no full `bind`); at new sizes the full checks bind the new sizes. Every output kept stays
     what onnxruntime computes for its input, and no two kept outputs share memory."""
     from tdsl.runtime.signature import Signature
     m, exe = _mlp()
