@@ -4,11 +4,8 @@ expressions evaluated without sympy (ir/dims.py), buffers that grow in place
 outputs a caller keeps never written again; after `reserve`, a first call at new sizes
 faults no fresh page in (arena, outputs, the values of the sizes alone and the kernels'
 scratch). Results are compared with onnxruntime."""
-import os
 import random
 import resource
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,6 +17,7 @@ from tdsl.graph.host_buffer import GrowingBuffer
 from tdsl.graph.ir import dims
 from tdsl.runtime import threadpool
 from test_graph_dynamic import causal_mask_model
+from fresh_interpreter import run_fresh
 
 pytest.importorskip("onnxruntime")
 
@@ -126,28 +124,6 @@ def test_a_slice_of_an_output_the_caller_keeps_is_never_written_again():
         kept.append((exe.run(x)[0][1:3, 2:], models.onnxruntime_run(m, {"input": x})[0][1:3, 2:]))
         for out, ref in kept:
             _close(out, ref)
-
-
-def test_a_loop_holding_its_last_output_binds_no_kernel_again(monkeypatch):
-    """`y = exe.run(x)` at one size alternates between two output buffers: after the
-    first call on each, the state moves back to the bindings it had there, binding no
-    kernel again, and every output stays right."""
-    from tdsl.graph import runstate
-    m, exe = _mlp()
-    binds = []
-    real = runstate.HostMemory.bind
-    monkeypatch.setattr(runstate.HostMemory, "bind", lambda self, *a: binds.append(1) or real(self, *a))
-    y = None
-    for i in range(8):
-        x = _x(8, 400 + i)
-        before = len(binds)
-        prev, y = y, exe.run(x)[0]
-        if i >= 2:
-            assert len(binds) == before, i
-        _close(y, models.onnxruntime_run(m, {"input": x})[0])
-        if prev is not None:
-            assert not np.shares_memory(prev, y)
-        del prev        # what the loop holds during the next call is `y` alone
 
 
 def test_a_server_of_a_few_sizes_holding_its_last_output_binds_no_kernel_again(monkeypatch):
@@ -273,13 +249,7 @@ def first_calls_after_reserve():
 
 @pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
 def test_after_reserve_a_first_call_at_new_sizes_touches_no_fresh_memory():
-    # in a fresh interpreter, as a server starts: after a long test session the Python
-    # heap itself grows into fresh pages at any allocation, which no reserve can page in
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "import test_graph_dynamic_memory as t; t.first_calls_after_reserve()")
-    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_fresh("test_graph_dynamic_memory", "first_calls_after_reserve")
 
 
 def test_values_of_the_sizes_alone_live_in_the_reserved_arena():
@@ -327,8 +297,4 @@ def first_calls_holding_the_last_output():
 
 @pytest.mark.skipif(not threadpool.load_into_jit(), reason="no C compiler: kernels' scratch is libc's")
 def test_after_reserve_a_loop_holding_its_last_output_touches_no_fresh_memory():
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "import test_graph_dynamic_memory as t; t.first_calls_holding_the_last_output()")
-    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_fresh("test_graph_dynamic_memory", "first_calls_holding_the_last_output")

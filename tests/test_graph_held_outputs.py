@@ -4,10 +4,7 @@ network with symbolic sizes do (sizes.Slot). A loop holding its last output
 (`y = exe.run(x)`) alternates between two buffers and, after its first two calls, faults
 no fresh page in; outputs held, kept in a list or kept only as a view are never written
 again, from one thread or several. Results are compared with onnxruntime."""
-import os
 import resource
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -16,6 +13,8 @@ import pytest
 import tdsl.graph as G
 from tdsl.graph import models
 from tdsl.graph.host_buffer import MAX_LEFT
+
+from fresh_interpreter import run_fresh
 
 pytest.importorskip("onnxruntime")
 
@@ -82,12 +81,13 @@ def test_a_view_of_an_output_is_enough_to_keep_it(symbolic):
     _close(row, ref1[0])
 
 
-def test_a_static_loop_holding_its_last_output_binds_no_kernel_again(monkeypatch):
+@pytest.mark.parametrize("batch", [8, "batch"])
+def test_a_loop_holding_its_last_output_binds_no_kernel_again(monkeypatch, batch):
     """`y = exe.run(x)` alternates between two output buffers: after the first call on
     each, the state moves back to the bindings it had there (RunState.relocate), binding
-    no kernel again, and every output stays right."""
+    no kernel again, and every output stays right; static and symbolic builds alike."""
     from tdsl.graph import runstate
-    m, exe = _mlp()
+    m, exe = _mlp(batch=batch)
     binds = []
     real = runstate.HostMemory.bind
     monkeypatch.setattr(runstate.HostMemory, "bind", lambda self, *a: binds.append(1) or real(self, *a))
@@ -157,10 +157,4 @@ def holding_loop_faults():
 
 
 def test_a_static_loop_holding_its_last_output_touches_no_fresh_memory():
-    # in a fresh interpreter, as a server starts: after a long test session the Python
-    # heap itself grows into fresh pages at any allocation
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "import test_graph_held_outputs as t; t.holding_loop_faults()")
-    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_fresh("test_graph_held_outputs", "holding_loop_faults")
