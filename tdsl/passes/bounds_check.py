@@ -35,7 +35,7 @@ from ..arith.errors import NotIndexExpr
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, free_vars, substitute, walk
+from ..ir.visitor import Mutator, conjuncts, expr_key, free_vars, substitute, walk
 
 RECORD_NAME = "__tdsl_oob"
 
@@ -130,6 +130,39 @@ class _ReadsOpaque(Mutator):
         if isinstance(e, E.Expr) and _has_load(e) and self.var not in free_vars(e):
             return E.Var("read", e.dtype)
         return super().visit(e)
+
+
+class _ReadsOnce(Mutator):
+    """Each largest term of an index that reads memory and not `var` -> a variable bound
+    before the vector loop's condition (`lets`), the same variable for structurally equal
+    terms: a gather's row `ids[t]` is read once per vector, not once per access and lane
+    (loads are never merged by the emitter). `safe(load)`: True when the load is inside
+    wherever the loop is reached, else the condition under which it is (read only then),
+    or None to leave the term where it is."""
+
+    def __init__(self, var, safe):
+        self.var, self.safe = var, safe
+        self.lets, self.seen = [], {}
+
+    def visit(self, e):
+        if not (isinstance(e, E.Expr) and _has_load(e) and self.var not in free_vars(e)):
+            return super().visit(e)
+        key = expr_key(e)
+        if key not in self.seen:
+            loads = []
+            walk(e, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+            guards = [self.safe(ld) for ld in loads]
+            if any(g is None for g in guards):
+                return e
+            value = e
+            for g in {expr_key(g): g for g in guards if g is not True}.values():
+                # the condition's own term for this load rejects the vector path
+                # whenever the guard fails, so the 0 read instead is never used
+                value = E.Select(g, value, E.const(0, e.dtype))
+            v = E.Var(f"row{len(self.lets)}", e.dtype)
+            self.lets.append((v, value))
+            self.seen[key] = v
+        return self.seen[key]
 
 
 class _Checker(Mutator):
@@ -296,12 +329,16 @@ class _Checker(Mutator):
         with self._scope(s.var, Range(s.min, s.extent)):
             checked = dataclasses.replace(head, body=self.visit(s.body))
         if s.kind is S.ForKind.VECTORIZED:
-            fast = self._all_lanes_inside(s)
-            if fast is not None:
+            inside = self._all_lanes_inside(s)
+            if inside is not None:
+                fast, reads = inside
                 # the checked copy runs only for lanes near an edge or past it: a plain
                 # loop, so that C compilers do not unroll and vectorize a second copy
                 slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=())
-                return S.seq(*pre, S.IfThenElse(fast, head, slow))
+                out = S.IfThenElse(fast, head, slow)
+                for var, value in reversed(reads):
+                    out = S.LetStmt(var, value, out)
+                return S.seq(*pre, out)
         return S.seq(*pre, checked)
 
     def _all_lanes_inside(self, loop):
@@ -323,21 +360,52 @@ class _Checker(Mutator):
         if None in inner:
             return None
         last = loop.min + loop.extent - 1
-        conds = []
+        hoist = _ReadsOnce(loop.var, self._surely_inside)
+        conds = {}
         for a in accesses:
             idx = a.indices[0]
             if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
                     or arith.linear_coeff(_ReadsOpaque(loop.var).visit(idx), loop.var) is None:
                 return None
+            idx = hoist.visit(idx)
             ext = self.known[a.buffer]
+            # an unrolled loop repeats each access per vector, and most accesses share
+            # their row: each distinct term once keeps the condition (and the IR and
+            # compile time it costs) from growing with the unroll factor
             for v in (loop.min, last):
-                conds.append(_in_bounds(arith.simplify(substitute(idx, {loop.var: v})), ext))
+                lane = arith.simplify(substitute(idx, {loop.var: v}))
+                if self._proven_inside(a.buffer, lane):
+                    continue
+                for c in conjuncts(_in_bounds(lane, ext)):
+                    conds.setdefault(expr_key(c), c)
         if not conds:
             return None
-        out = conds[0]
-        for c in conds[1:]:
+        terms = list(conds.values())
+        out = terms[0]
+        for c in terms[1:]:
             out = E.logical_and(out, c)
-        return out
+        return out, hoist.lets
+
+    def _proven_inside(self, buf, idx):
+        """Whether the loop ranges prove a load-free lane index inside: its term would
+        only cost the condition time."""
+        if _has_load(idx):
+            return False
+        try:
+            return not self._outside(buf, idx, self.ranges)
+        except NotIndexExpr:
+            return False
+
+    def _surely_inside(self, load):
+        """For _ReadsOnce: True when a load with a load-free index is inside its buffer
+        wherever the loop is reached, else the condition that it is (the condition's
+        earlier terms kept it from being read otherwise); None for a buffer of unknown
+        extent."""
+        if load.buffer not in self.known or load.buffer is self.record:
+            return None
+        if self._proven_inside(load.buffer, load.indices[0]):
+            return True
+        return _in_bounds(load.indices[0], self.known[load.buffer])
 
 
 def bounds_check(func: S.PrimFunc, data_only: bool = False) -> S.PrimFunc:
