@@ -138,9 +138,9 @@ class _ReadsOnce(Mutator):
     """Each largest term of an index that reads memory and not `var` -> a variable bound
     before the vector loop's condition (`lets`), the same variable for structurally equal
     terms: a gather's row `ids[t]` is read once per vector, not once per access and lane
-    (loads are never merged by the emitter). `safe(load)`: True when the load is inside
-    wherever the loop is reached, else the condition under which it is (read only then),
-    or None to leave the term where it is."""
+    (loads are never merged by the emitter). Only a term whose loads `safe` proves inside
+    wherever the loop is reached moves: any other is read only under the condition's
+    earlier terms, where it stays (reading it under a guard of its own measured slower)."""
 
     def __init__(self, var, safe):
         self.var, self.safe = var, safe
@@ -153,16 +153,10 @@ class _ReadsOnce(Mutator):
         if key not in self.seen:
             loads = []
             walk(e, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
-            guards = [self.safe(ld) for ld in loads]
-            if any(g is None for g in guards):
+            if not all(self.safe(ld) for ld in loads):
                 return e
-            value = e
-            for g in {expr_key(g): g for g in guards if g is not True}.values():
-                # the condition's own term for this load rejects the vector path
-                # whenever the guard fails, so the 0 read instead is never used
-                value = E.Select(g, value, E.const(0, e.dtype))
             v = E.Var(f"row{len(self.lets)}", e.dtype)
-            self.lets.append((v, value))
+            self.lets.append((v, e))
             self.seen[key] = v
         return self.seen[key]
 
@@ -399,15 +393,10 @@ class _Checker(Mutator):
             return False
 
     def _surely_inside(self, load):
-        """For _ReadsOnce: True when a load with a load-free index is inside its buffer
-        wherever the loop is reached, else the condition that it is (the condition's
-        earlier terms kept it from being read otherwise); None for a buffer of unknown
-        extent."""
-        if load.buffer not in self.known or load.buffer is self.record:
-            return None
-        if self._proven_inside(load.buffer, load.indices[0]):
-            return True
-        return _in_bounds(load.indices[0], self.known[load.buffer])
+        """Whether a load with a load-free index is inside its buffer wherever the loop
+        is reached (_ReadsOnce may then read it before the condition)."""
+        return load.buffer in self.known and load.buffer is not self.record \
+            and self._proven_inside(load.buffer, load.indices[0])
 
 
 def bounds_check(func: S.PrimFunc, data_only: bool = False) -> S.PrimFunc:
