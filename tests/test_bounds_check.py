@@ -346,10 +346,10 @@ def test_and_guards_its_right_side(target):
                                       for i, w in enumerate(want)])
 
 
-def embedding(vocab=50, width=64, unroll=True):
+def embedding(vocab=50, width=64, unroll=True, tokens=None):
     """out[t, x] = Emb[I[t], x] + Pos[t, x], vectorized by 8 along x and unrolled: the
-    graph layer's embedding gather + add, with a symbolic token count."""
-    T = tdsl.size_var("T")
+    graph layer's embedding gather + add, with `tokens` tokens (None: a symbolic count)."""
+    T = tdsl.size_var("T") if tokens is None else tokens
     I = tdsl.placeholder((T,), name="I", dtype="int64")
     Emb = tdsl.placeholder((vocab, width), name="Emb")
     Pos = tdsl.placeholder((T, width), name="Pos")
@@ -384,7 +384,7 @@ def test_vector_gather_condition_has_each_term_once_and_reads_the_row_once():
     per access and lane."""
     from tdsl.ir.visitor import conjuncts, expr_key, walk
     from tdsl.lower import build_passes, lower_for_target
-    s, args = embedding()
+    s, args = embedding(tokens=12)
     func = build_passes(lower_for_target(tdsl.lower(s, args), "llvm"))
     conds, lets = _vector_guards(func)
     assert conds

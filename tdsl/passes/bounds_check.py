@@ -153,11 +153,12 @@ class _ReadsOnce(Mutator):
         if key not in self.seen:
             loads = []
             walk(e, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
-            if not all(self.safe(ld) for ld in loads):
-                return e
-            v = E.Var(f"row{len(self.lets)}", e.dtype)
-            self.lets.append((v, e))
-            self.seen[key] = v
+            if all(self.safe(ld) for ld in loads):
+                v = E.Var(f"row{len(self.lets)}", e.dtype)
+                self.lets.append((v, e))
+                self.seen[key] = v
+            else:
+                self.seen[key] = e     # each proof tried once: they are the slow part
         return self.seen[key]
 
 
@@ -357,7 +358,7 @@ class _Checker(Mutator):
             return None
         last = loop.min + loop.extent - 1
         hoist = _ReadsOnce(loop.var, self._surely_inside)
-        conds = {}
+        conds, lanes = {}, set()
         for a in accesses:
             idx = a.indices[0]
             if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
@@ -370,6 +371,10 @@ class _Checker(Mutator):
             # compile time it costs) from growing with the unroll factor
             for v in (loop.min, last):
                 lane = arith.simplify(substitute(idx, {loop.var: v}))
+                key = (id(a.buffer), expr_key(lane))
+                if key in lanes:
+                    continue
+                lanes.add(key)
                 if self._proven_inside(a.buffer, lane):
                     continue
                 for c in conjuncts(_in_bounds(lane, ext)):
@@ -383,9 +388,10 @@ class _Checker(Mutator):
         return out, hoist.lets
 
     def _proven_inside(self, buf, idx):
-        """Whether the loop ranges prove a load-free lane index inside: its term would
-        only cost the condition time."""
-        if _has_load(idx):
+        """Whether the loop ranges prove a load-free lane index inside a buffer of
+        constant extent: its term would only cost the condition time. Against a symbolic
+        extent the proofs mostly fail and cost more compile time than they save."""
+        if _has_load(idx) or not isinstance(self.known[buf], E.IntImm):
             return False
         try:
             return not self._outside(buf, idx, self.ranges)
