@@ -37,7 +37,7 @@ from ..arith.errors import NotIndexExpr
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, conjuncts, expr_key, free_vars, substitute, walk
+from ..ir.visitor import Mutator, expr_key, free_vars, substitute, walk
 
 RECORD_NAME = "__tdsl_oob"
 
@@ -377,8 +377,10 @@ class _Checker(Mutator):
                 lanes.add(key)
                 if self._proven_inside(a.buffer, lane):
                     continue
-                for c in conjuncts(_in_bounds(lane, ext)):
-                    conds.setdefault(expr_key(c), c)
+                # one term per lane, not its two comparisons apart: a term that reads
+                # memory is emitted behind a branch of its own, and the two would read
+                # and compute the lane twice
+                conds.setdefault(key, _in_bounds(lane, ext))
         if not conds:
             return None
         terms = list(conds.values())
