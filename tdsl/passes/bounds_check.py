@@ -22,8 +22,9 @@ untaken side of an `if_then_else` is never made, and must not be reported).
 A vectorized loop whose indices are all affine in its variable is versioned: the
 original loop runs when the first and last lane of every access are inside, a serial
 checked copy otherwise, so a correct vector loop stays a vector loop. The condition holds
-each distinct term once and none that the loop ranges prove, and a value read from memory
-that it needs (a gather's row) is read once, in a LetStmt before it.
+each distinct lane's term once and none that the loop ranges prove inside a buffer of
+constant extent; a value read from memory that it needs (a gather's row) is read once, in
+a LetStmt before it, where the read itself is proven inside.
 """
 from __future__ import annotations
 
