@@ -344,3 +344,82 @@ def test_and_guards_its_right_side(target):
     np.testing.assert_array_equal(b, want)
     np.testing.assert_array_equal(c, [w + sum(i + k >= 8 for k in range(3))
                                       for i, w in enumerate(want)])
+
+
+def embedding(vocab=50, width=64, unroll=True, tokens=None):
+    """out[t, x] = Emb[I[t], x] + Pos[t, x], vectorized by 8 along x and unrolled: the
+    graph layer's embedding gather + add, with `tokens` tokens (None: a symbolic count)."""
+    T = tdsl.size_var("T") if tokens is None else tokens
+    I = tdsl.placeholder((T,), name="I", dtype="int64")
+    Emb = tdsl.placeholder((vocab, width), name="Emb")
+    Pos = tdsl.placeholder((T, width), name="Pos")
+    out = tdsl.compute((T, width), lambda t, x: Emb[I[t], x] + Pos[t, x], name="out")
+    s = tdsl.create_schedule(out)
+    xo, xi = s[out].split(out.op.axis[1], factor=8)
+    s[out].vectorize(xi)
+    if unroll:
+        s[out].unroll(xo)
+    return s, [I, Emb, Pos, out]
+
+
+def _vector_guards(func):
+    """The conditions of the IfThenElses that version a vector loop, and the variables the
+    LetStmts around them bind."""
+    from tdsl.ir.visitor import walk
+    conds, lets = [], {}
+
+    def f(n):
+        if isinstance(n, S.IfThenElse) and isinstance(n.then_case, S.For) \
+                and n.then_case.kind is S.ForKind.VECTORIZED:
+            conds.append(n.cond)
+        elif isinstance(n, S.LetStmt):
+            lets[n.var] = n.value
+    walk(func.body, f)
+    return conds, lets
+
+
+def test_vector_gather_condition_has_each_term_once_and_reads_the_row_once():
+    """Every unrolled vector of an embedding gather is versioned on a condition whose
+    terms are all distinct, and the row I[t] is read once per vector, before it, not once
+    per access and lane."""
+    from tdsl.ir.visitor import conjuncts, expr_key, walk
+    from tdsl.lower import build_passes, lower_for_target
+    s, args = embedding(tokens=12)
+    func = build_passes(lower_for_target(tdsl.lower(s, args), "llvm"))
+    conds, lets = _vector_guards(func)
+    assert conds
+    for c in conds:
+        keys = [expr_key(t) for t in conjuncts(c)]
+        assert len(keys) == len(set(keys)), c
+        loads = []
+        walk(c, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+        assert not any(ld.buffer.name == "I" for ld in loads), c
+        used = [v for v in lets if v in tdsl.ir.visitor.free_vars(c)]
+        assert len(used) == 1, c     # the one row, read in a LetStmt before the condition
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("unroll", [True, False])
+def test_vector_gather_rows_in_and_out_of_range(target, unroll):
+    """The versioned vector gather matches numpy for rows inside, and a row outside the
+    table (past the end or negative) raises naming the table, the other rows right and
+    the bad row's output 0 (its loads skipped), as before the condition was shared."""
+    vocab, width, T = 50, 64, 9
+    s, args = embedding(vocab, width, unroll)
+    mod = tdsl.build(s, args, target=target)
+    rng = np.random.default_rng(1)
+    emb = rng.standard_normal((vocab, width)).astype("float32")
+    pos = rng.standard_normal((T, width)).astype("float32")
+    idx = rng.integers(0, vocab, T).astype("int64")
+    out = np.zeros((T, width), "float32")
+    mod(idx, emb, pos, out)
+    np.testing.assert_array_equal(out, emb[idx] + pos)
+    for bad in (vocab, -1, 2 ** 40):
+        bidx = idx.copy()
+        bidx[4] = bad
+        out = np.full((T, width), -7, "float32")
+        with pytest.raises(tdsl.BoundsError, match=f"'Emb'.*index {bad * width}.*extent {vocab * width}"):
+            mod(bidx, emb, pos, out)
+        want = emb[np.clip(bidx, 0, vocab - 1)] + pos
+        want[4] = pos[4]
+        np.testing.assert_array_equal(out, want)

@@ -21,7 +21,10 @@ untaken side of an `if_then_else` is never made, and must not be reported).
 
 A vectorized loop whose indices are all affine in its variable is versioned: the
 original loop runs when the first and last lane of every access are inside, a serial
-checked copy otherwise, so a correct vector loop stays a vector loop.
+checked copy otherwise, so a correct vector loop stays a vector loop. The condition holds
+each distinct lane's term once and none that the loop ranges prove inside a buffer of
+constant extent; a value read from memory that it needs (a gather's row) is read once, in
+a LetStmt before it, where the read itself is proven inside.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from ..arith.errors import NotIndexExpr
 from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.expr import Range
-from ..ir.visitor import Mutator, free_vars, substitute, walk
+from ..ir.visitor import Mutator, expr_key, free_vars, substitute, walk
 
 RECORD_NAME = "__tdsl_oob"
 
@@ -130,6 +133,34 @@ class _ReadsOpaque(Mutator):
         if isinstance(e, E.Expr) and _has_load(e) and self.var not in free_vars(e):
             return E.Var("read", e.dtype)
         return super().visit(e)
+
+
+class _ReadsOnce(Mutator):
+    """Each largest term of an index that reads memory and not `var` -> a variable bound
+    before the vector loop's condition (`lets`), the same variable for structurally equal
+    terms: a gather's row `ids[t]` is read once per vector, not once per access and lane
+    (loads are never merged by the emitter). Only a term whose loads `safe` proves inside
+    wherever the loop is reached moves: any other is read only under the condition's
+    earlier terms, where it stays (reading it under a guard of its own measured slower)."""
+
+    def __init__(self, var, safe):
+        self.var, self.safe = var, safe
+        self.lets, self.seen = [], {}
+
+    def visit(self, e):
+        if not (isinstance(e, E.Expr) and _has_load(e) and self.var not in free_vars(e)):
+            return super().visit(e)
+        key = expr_key(e)
+        if key not in self.seen:
+            loads = []
+            walk(e, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+            if all(self.safe(ld) for ld in loads):
+                v = E.Var(f"row{len(self.lets)}", e.dtype)
+                self.lets.append((v, e))
+                self.seen[key] = v
+            else:
+                self.seen[key] = e     # each proof tried once: they are the slow part
+        return self.seen[key]
 
 
 class _Checker(Mutator):
@@ -296,12 +327,16 @@ class _Checker(Mutator):
         with self._scope(s.var, Range(s.min, s.extent)):
             checked = dataclasses.replace(head, body=self.visit(s.body))
         if s.kind is S.ForKind.VECTORIZED:
-            fast = self._all_lanes_inside(s)
-            if fast is not None:
+            inside = self._all_lanes_inside(s)
+            if inside is not None:
+                fast, reads = inside
                 # the checked copy runs only for lanes near an edge or past it: a plain
                 # loop, so that C compilers do not unroll and vectorize a second copy
                 slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=())
-                return S.seq(*pre, S.IfThenElse(fast, head, slow))
+                out = S.IfThenElse(fast, head, slow)
+                for var, value in reversed(reads):
+                    out = S.LetStmt(var, value, out)
+                return S.seq(*pre, out)
         return S.seq(*pre, checked)
 
     def _all_lanes_inside(self, loop):
@@ -323,21 +358,54 @@ class _Checker(Mutator):
         if None in inner:
             return None
         last = loop.min + loop.extent - 1
-        conds = []
+        hoist = _ReadsOnce(loop.var, self._surely_inside)
+        conds, lanes = {}, set()
         for a in accesses:
             idx = a.indices[0]
             if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
                     or arith.linear_coeff(_ReadsOpaque(loop.var).visit(idx), loop.var) is None:
                 return None
+            idx = hoist.visit(idx)
             ext = self.known[a.buffer]
+            # an unrolled loop repeats each access per vector, and most accesses share
+            # their row: each distinct term once keeps the condition (and the IR and
+            # compile time it costs) from growing with the unroll factor
             for v in (loop.min, last):
-                conds.append(_in_bounds(arith.simplify(substitute(idx, {loop.var: v})), ext))
+                lane = arith.simplify(substitute(idx, {loop.var: v}))
+                key = (id(a.buffer), expr_key(lane))
+                if key in lanes:
+                    continue
+                lanes.add(key)
+                if self._proven_inside(a.buffer, lane):
+                    continue
+                # one term per lane, not its two comparisons apart: a term that reads
+                # memory is emitted behind a branch of its own, and the two would read
+                # and compute the lane twice
+                conds.setdefault(key, _in_bounds(lane, ext))
         if not conds:
             return None
-        out = conds[0]
-        for c in conds[1:]:
+        terms = list(conds.values())
+        out = terms[0]
+        for c in terms[1:]:
             out = E.logical_and(out, c)
-        return out
+        return out, hoist.lets
+
+    def _proven_inside(self, buf, idx):
+        """Whether the loop ranges prove a load-free lane index inside a buffer of
+        constant extent: its term would only cost the condition time. Against a symbolic
+        extent the proofs mostly fail and cost more compile time than they save."""
+        if _has_load(idx) or not isinstance(self.known[buf], E.IntImm):
+            return False
+        try:
+            return not self._outside(buf, idx, self.ranges)
+        except NotIndexExpr:
+            return False
+
+    def _surely_inside(self, load):
+        """Whether a load with a load-free index is inside its buffer wherever the loop
+        is reached (_ReadsOnce may then read it before the condition)."""
+        return load.buffer in self.known and load.buffer is not self.record \
+            and self._proven_inside(load.buffer, load.indices[0])
 
 
 def bounds_check(func: S.PrimFunc, data_only: bool = False) -> S.PrimFunc:
