@@ -260,16 +260,17 @@ def test_transpose_with_symbolic_columns_reads_square_tiles():
 
 
 def test_ragged_tail_of_a_transpose_tile_is_rolled():
-    """The peeled tail of a run-time extent runs once per row: its guarded tile of 16
-    gathered vectors is one rolled loop, not 16 copies (the main part keeps its
-    unrolled tile); results match numpy at sizes in and out of the tail."""
+    """The peeled tail of a run-time extent runs once per row: its guarded tile of
+    gathered vectors (16 with AVX-512) is one rolled loop, not a copy per vector (the
+    main part keeps its unrolled tile); results match numpy at sizes in and out of the
+    tail."""
     n, s = tdsl.size_var("n"), tdsl.size_var("s")
     x = tdsl.placeholder((n, s, 256), name="x")
     y = tdsl.compute((n, 4, 64, s), lambda b, h, d, i: x[b, i, h * 64 + d] * 0.125, name="y")
     sch = tdsl.auto_schedule(y, "llvm")
     text = str(tdsl.lower(sch, [x, y]))
     main, tail = _main_part(text), text[len(_main_part(text)):]
-    assert "unroll(16)" in main and "likely" not in main, text
+    assert re.search(r"unroll\(\d+\)", main) and "likely" not in main, text
     assert "likely" in tail and "unroll(" not in tail, text
     f = tdsl.build(sch, [x, y], target="llvm")
     assert f.get_source("asm").count("vgatherdps") <= 1
