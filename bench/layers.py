@@ -23,8 +23,10 @@ run as the other), "attention" (the per-head products of two activations, Q K^T 
 P V, and the softmax between them: 4-D operands; OpenVINO runs the three as one fused
 MHA layer, tdsl and onnxruntime as three, so only their sum compares), "pooling",
 "resize", "softmax/norm" (other softmaxes, layer norms), or, without any of those,
-"elementwise/reorders" (activations, concats, layout changes, OpenVINO's Reorder and
-onnxruntime's ReorderInput/Output). The mapping is approximate where runtimes fuse
+"elementwise/reorders" (activations, concats, layout changes: onnxruntime's
+ReorderInput/Output; OpenVINO's Reorders count with the layer they feed, or at the
+network's output with the one that makes them, since tdsl's stem reads the NCHW image in
+its own padding pass and its last kernel writes NCHW: `ov_families`). The mapping is approximate where runtimes fuse
 differently: a tdsl kernel or OpenVINO layer counts whole for its anchor's family
 (a conv with its bias, activation and squeeze-excite multiply is all "conv"); a layer
 of OpenVINO or onnxruntime with no anchor of its own (onnxruntime's activations, a
@@ -170,15 +172,60 @@ def onnx_families(model):
     return out, back
 
 
-def ov_profile(request, originals, fams, back, number, x):
-    """{layer: (family, its fastest of `number` OpenVINO calls with PERF_COUNT, seconds)}."""
+def ov_profile(request, layer_fams, number, x):
+    """{layer: (family, its fastest of `number` OpenVINO calls with PERF_COUNT, seconds)};
+    `layer_fams` from `ov_families`."""
     out = {}
     for _ in range(number):
         request.infer({0: x})
         for p in request.get_profiling_info():
-            fam = layer_family(originals.get(p.node_name) or [], p.node_type, fams, back)
+            fam = layer_fams.get(p.node_name, ELEMENTWISE)
             _fastest(out, p.node_name, fam, p.real_time.total_seconds())
     return out
+
+
+def ov_families(layers, fams, back):
+    """{layer name: family} of a compiled OpenVINO model's layers, given as (name, layer
+    type, ONNX nodes it was made from, names of the layers it feeds, of those that feed
+    it). A Reorder (a layout change: the image from NCHW to the blocked or NHWC layout its
+    convs read, the last layer's output back to NCHW) counts with the layer it feeds, or
+    at the network's output with the layer that makes it, because tdsl's kernels do that
+    work themselves: a stem reads the NCHW image in its own padding pass, and the last
+    kernel writes NCHW."""
+    by_name = {name: (kind, keys, to, frm) for name, kind, keys, to, frm in layers}
+    own = {name: layer_family(keys, kind, fams, back) for name, (kind, keys, _, _) in by_name.items()}
+
+    def through(name, step, seen):
+        # follows Reorders (a chain of them, on to a layer that is not one)
+        while name in by_name and by_name[name][0] == "Reorder" and name not in seen:
+            seen.add(name)
+            nxt = [n for n in by_name[name][step] if n in by_name and by_name[n][0] not in ("Result", "Output")]
+            if not nxt:
+                return None
+            name = nxt[0]
+        return own.get(name) if name in by_name and by_name[name][0] != "Reorder" else None
+
+    out = {}
+    for name, (kind, _, _, _) in by_name.items():
+        fam = own[name]
+        if kind == "Reorder":
+            fam = through(name, 2, set()) or through(name, 3, set()) or ELEMENTWISE
+        out[name] = fam
+    return out
+
+
+def ov_layers(compiled):
+    """(name, layer type, ONNX nodes, layers fed, layers feeding) of each layer of an
+    OpenVINO compiled model (`ov_families`' input)."""
+    rows = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        names = str(info["originalLayersNames"].astype(str)) if "originalLayersNames" in info else ""
+        kind = str(info["layerType"].astype(str)) if "layerType" in info else op.get_type_name()
+        to = [t.get_node().get_friendly_name() for o in op.outputs() for t in o.get_target_inputs()]
+        frm = [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()]
+        rows.append((op.get_friendly_name(), kind, [s for s in names.split(",") if s], to, frm))
+    return rows
 
 
 # what a layer's own operator says its anchor is: onnxruntime's op_name, OpenVINO's layerType
@@ -281,17 +328,13 @@ def run_model(name, target, a):
     compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU",
                                   dict(ov_session.config(threads), PERF_COUNT="YES"))
     request = compiled.create_infer_request()
-    originals = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        info = op.get_rt_info()
-        names = str(info["originalLayersNames"].astype(str)) if "originalLayersNames" in info else ""
-        originals[op.get_friendly_name()] = [s for s in names.split(",") if s]
+    layer_fams = ov_families(ov_layers(compiled), fams, back)
     ref = sess.run(None, feed)[0]
     err = float(np.abs(exe.run(x)[0] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
     whole = blocks([lambda: exe.run(x), lambda: sess.run(None, feed), lambda: request.infer({0: x})],
                    a.number, a.repeat)
     sides = [lambda: tdsl_profile(exe, a.number), lambda: ort_profile(model, threads, feed, a.number, fams, back),
-             lambda: ov_profile(request, originals, fams, back, a.number, x)]
+             lambda: ov_profile(request, layer_fams, a.number, x)]
     layers = [{} for _ in sides]
     for _ in range(a.repeat):
         for i, side in enumerate(sides):

@@ -35,3 +35,35 @@ def test_a_4d_product_with_a_weight_is_dense_not_attention():
     # the bias add walks back to the product that makes its activation, not to the weight
     assert back["bias"] == "linear"
     assert layers.layer_family(["bias"], "Add", fams, back) == layers.DENSE
+
+
+def test_an_openvino_reorder_counts_with_the_layer_it_feeds():
+    # the image's NCHW -> NHWC reorder before the stem (tdsl's stem does it in its padding
+    # pass), a chain of two reorders before a depthwise conv, and the output's reorder back
+    # to NCHW after a pool (tdsl's last kernel writes NCHW itself)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [8, 3, 3, 3], np.ones(216, np.float32))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [8, 1, 3, 3], np.ones(72, np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["s"], name="stem", strides=[2, 2], pads=[1] * 4),
+             helper.make_node("Relu", ["s"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["d"], name="dw", group=8, pads=[1] * 4),
+             helper.make_node("MaxPool", ["d"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w1, w2]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    fams, back = layers.onnx_families(model)
+    rows = [("x", "Input", [], ["x_abcd_acdb_stem"], []),
+            ("x_abcd_acdb_stem", "Reorder", [], ["stem"], ["x"]),
+            ("stem", "Convolution", ["stem", "relu"], ["re1"], ["x_abcd_acdb_stem"]),
+            ("re1", "Reorder", [], ["re2"], ["stem"]),
+            ("re2", "Reorder", [], ["dw"], ["re1"]),
+            ("dw", "Convolution", ["dw"], ["pool"], ["re2"]),
+            ("pool", "Pooling", ["pool"], ["pool_acdb_abcd_y"], ["dw"]),
+            ("pool_acdb_abcd_y", "Reorder", [], ["y"], ["pool"]),
+            ("y", "Output", [], [], ["pool_acdb_abcd_y"])]
+    got = layers.ov_families(rows, fams, back)
+    assert got["stem"] == got["x_abcd_acdb_stem"] == "3x3/s2"
+    assert got["dw"] == got["re1"] == got["re2"] == "depthwise 3x3"
+    assert got["pool"] == got["pool_acdb_abcd_y"] == "pooling"
+    # a reorder with neither a layer to feed nor one feeding it stays a reorder
+    assert layers.ov_families([("lone", "Reorder", [], [], [])], fams, back)["lone"] == layers.ELEMENTWISE
