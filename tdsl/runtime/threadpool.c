@@ -1,10 +1,11 @@
 /* A persistent worker pool for parallel loops of generated code.
  *
  * tdsl_parallel_for(fn, closure, lo, hi, threads, site) runs a parallel loop over [lo, hi)
- * as tasks fn(&{closure, begin, end}) over contiguous chunks: the caller claims the first
- * (and helps with the rest); workers, created once, claim the others. It chooses how many:
- * as many as threads, or more where the loop is long (tasks_for); `site` is the loop
- * site's own word, where the pool keeps what the site's last run cost per iteration.
+ * as tasks fn(&{closure, begin, end}) over contiguous chunks, on the caller and workers
+ * created once (each thread its own run of them first: the claim words below). It
+ * chooses how many: as many as threads, or more where the loop is long (tasks_for);
+ * `site` is the loop site's own word, where the pool keeps what the site's last run cost
+ * per iteration.
  * Creating threads per launch costs ~50 us; waking parked workers costs a few, and a
  * worker that was busy moments ago is still spinning and starts at once.
  *
@@ -59,16 +60,20 @@ typedef struct {
 } range_task;
 
 /* How long a task of a long loop should take (ns); 0: never more tasks than threads
- * (tdsl_parallel_set_task_ns). A task costs its claim, a compare-and-swap on a cache line
- * the other cores write too, and a call through the trampoline that unpacks the closure:
- * about 0.2-0.5 us between the two cores of this pool's target (znver5 VM, measured with
- * tests/test_threadpool.py's loop at 1 us tasks). At 50 us a task's overhead is about 1%
- * of it, while a worker that stalls (preempted mid-task: 8-130 ms on a shared VM) holds
- * up its loop, once it runs again, by at most one such task rather than by its whole share
- * of the loop; and a loop shorter than 50 us per thread is split as before. */
+ * (tdsl_parallel_set_task_ns). A task costs a claim (a compare-and-swap on its thread's own
+ * slot, another's only when it takes from it) and a call through the trampoline: about
+ * 10 ns of CPU per task on this pool's target (znver5 VM, 2 threads: a 4096-task split of
+ * a sin(cos(x)) loop against a 2-task one, process CPU time). What a finer split can cost
+ * beyond that is a task taken from another thread, whose data is in the other core's
+ * cache. At 50 us a task's own cost is far below 1% of it, and a worker that stalls
+ * mid-loop (preempted: 1-130 ms on a shared VM) holds up its loop, once it runs again, by
+ * at most one such task rather than by the rest of its share; a loop under 50 us of work
+ * per thread is split as before, one task per thread. */
 static atomic_llong task_ns = 50000;
-/* a site's word: its last run's nanoseconds per iteration, in 1/COST_ONE units */
+/* a site's word: its last run's nanoseconds per iteration, times 2^COST_SHIFT (a loop
+ * iteration can take less than a nanosecond) */
 #define COST_SHIFT 10
+
 /* The claim words: each thread of a launch (slot 0 the caller, slot w worker w) owns a
  * contiguous run of the job's tasks, the run a split into one task per thread would give
  * it, in its slot's word (end << 32) | next. It claims its own from the front; a thread
