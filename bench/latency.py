@@ -58,6 +58,48 @@ def _waited_seconds(threads):
     return total * 1e-9
 
 
+def _delays(threads):
+    """Per thread in `threads`, the seconds it has spent runnable but waiting for a core
+    (0 for one that has exited)."""
+    out = np.zeros(len(threads))
+    for k, path in enumerate(threads):
+        try:
+            with open(path) as f:
+                out[k] = int(f.read().split()[1]) * 1e-9
+        except (OSError, ValueError, IndexError):
+            pass                                  # a thread that has exited
+    return out
+
+
+def core_waits(reads, spans):
+    """Seconds the process's threads waited for a core within each call, from reads of
+    their run delays: `reads[r]` = (clock before, clock after, per-thread seconds), and
+    call k ran between the reads `spans[k]` = (r, s).
+
+    A thread's wait is booked when it next runs, so a worker woken at a call's start and
+    still queued at its end shows nothing within the call: it is booked in a later
+    interval between reads. A thread that booked D seconds between reads r-1 and r waited
+    there at most the time from the start of the one to the end of the other; the rest is
+    a wait that was in progress at read r-1 and went back at least that far, and a call
+    that overlaps it is given the overlap (a lower bound: the wait may have begun
+    earlier). What a thread booked between a call's own reads counts for the call, as it
+    always has."""
+    before = np.array([r[0] for r in reads])
+    after = np.array([r[1] for r in reads])
+    delays = np.array([r[2] for r in reads])
+    booked = np.maximum(np.diff(delays, axis=0), 0.0)         # per interval, per thread
+    carried = booked - (after[1:] - before[:-1])[:, None]     # waited before the interval
+    waits = [float(booked[r:s].sum()) for r, s in spans]
+    for j, per_thread in enumerate(carried, start=1):
+        for c in per_thread[per_thread > 0]:
+            # in progress when read j-1 looked, at some time within it: at least over
+            lo, hi = after[j - 1] - c, before[j - 1]
+            for k, (r, s) in enumerate(spans):
+                if before[s] <= before[j - 1]:       # the call ended before that read
+                    waits[k] += max(0.0, min(hi, before[s]) - max(lo, after[r]))
+    return waits
+
+
 def _busy_seconds():
     """CPU seconds the whole machine has been busy (Linux /proc/stat; None elsewhere)."""
     try:
@@ -74,7 +116,7 @@ class Spread:
     processes kept busy meanwhile, on average (None where it cannot be read).
 
     `waited`: per call, the seconds this process's threads spent runnable but without a
-    core (Linux schedstat run delay). A call in which they waited more than a tenth of the
+    core (Linux schedstat run delay, `core_waits`). A call in which they waited more than a tenth of the
     median call lost a core to something else (another process, a kernel thread, the
     hypervisor); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
     the tail a machine of one's own would show, printed beside the tail this one showed."""
@@ -96,7 +138,8 @@ class Spread:
 def percentiles(fns, calls=100, run=25, pause_s=0.3):
     """A `Spread` per callable of `fns`, from at least `calls` timed calls each: runs of
     `run` calls per side in turn, each run after a pause of `pause_s` (so the other sides'
-    threads have stopped spinning). A run's first call, the first after an idle pause, is
+    threads have stopped spinning), and 20 ms after it a last look at the threads' run
+    delays (`core_waits`). A run's first call, the first after an idle pause, is
     kept apart (`Spread.idle`); the `run` calls after it are the percentiles' samples."""
     for f in fns:
         f()
@@ -114,16 +157,23 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             f()
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
+            reads = []
             for _ in range(run):
-                q0 = _waited_seconds(threads)
+                reads.append((clock(), _delays(threads), clock()))
                 t0 = clock()
                 f()
                 own.append(clock() - t0)
-                waited[i].append(_waited_seconds(threads) - q0)
+                reads.append((clock(), _delays(threads), clock()))
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
                 others[i] += max(busy1 - busy0 - (time.process_time() - own0), 0.0)
+            # a thread still queued for a core when the last call ended books that wait
+            # when it runs again: give it a moment (the pause before the next run anyway)
+            time.sleep(min(0.02, pause_s))
+            reads.append((clock(), _delays(threads), clock()))
+            waited[i] += core_waits([(b, a, d) for b, d, a in reads],
+                                    [(2 * k, 2 * k + 1) for k in range(run)])
     known = _busy_seconds() is not None
     return [Spread(s, fi, o / w if known else None, q)
             for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]

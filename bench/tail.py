@@ -16,11 +16,12 @@ task a worker held).
 The slowest 2% (at least 3) of all calls, then of the calls with no core wait (the tail
 a machine of one's own would show), are each given every cause that applies:
 - `core`: a thread of the process waited for a core for more than a tenth of the median
-  call (the rule bench/latency.py uses to set calls apart) or was preempted;
+  call (the rule bench/latency.py uses to set calls apart, with its `core_waits`: a wait
+  still in progress at the call's end, booked when the thread next ran, counts too) or
+  was preempted;
 - `park`: a pool worker went to sleep during the call;
 - `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
-  (a worker woken for the call but queued for a core throughout it: its run delay is
-  booked only when it next runs, after the call, so such a call can show no core wait);
+  (a worker woken for the call but queued for a core throughout it, or asleep);
 - `worker`: the caller waited for a task a worker held for more than a third of the
   call's excess over the median (the worker was slow or not running);
 - `pause`: one of the first two calls after the pause;
@@ -44,9 +45,21 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tdsl.graph as G  # noqa: E402
 from tdsl.runtime import threadpool  # noqa: E402
 from graph import _ort_session  # noqa: E402
+from latency import core_waits  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
 COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
+
+
+def _delays(paths):
+    out = np.zeros(len(paths))
+    for k, path in enumerate(paths):
+        try:
+            with open(path) as f:
+                out[k] = int(f.read().split()[1]) * 1e-9
+        except (OSError, ValueError, IndexError):
+            pass                  # a thread that has exited
+    return out
 
 
 def _tids():
@@ -72,31 +85,49 @@ def _nivcsw(text):
 
 
 class Counters:
-    """Per-call deltas of the process's threads' scheduling and of the pool's counters."""
+    """Per-call deltas of the process's threads' scheduling and of the pool's counters,
+    and per call the seconds its threads waited for a core (`waits`, bench/latency.py's
+    core_waits: with the waits still in progress at a call's end, booked later)."""
 
     def __init__(self, groups):
         self.groups = groups
+        self.paths = [f"/proc/self/task/{t}/schedstat" for ts in groups.values() for t in ts]
+        self.group_of = np.array([k for k, ts in enumerate(groups.values()) for _ in ts], dtype=int)
+        self.reads, self.spans = [], []
         self.last = self.read()
         self.calls = []
 
     def read(self):
+        t0 = time.perf_counter()
+        delays = _delays(self.paths)        # one read serves the groups and core_waits
+        self.reads.append((t0, time.perf_counter(), delays))
         s = threadpool.stats()
-        return ({g: _read(t, "schedstat", lambda x: int(x.split()[1])) for g, t in self.groups.items()},
+        per_group = np.bincount(self.group_of, weights=delays, minlength=len(self.groups))
+        return ({g: int(round(d * 1e9)) for g, d in zip(self.groups, per_group)},
                 {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
                 {c: s.get(c, 0) for c in COUNTERS})
 
     def mark(self, _i=None):
+        start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
+        self.spans.append((start, len(self.reads) - 1))
         self.last = now
 
     def reset(self):
         self.last = self.read()
 
+    def waits(self):
+        """Per call so far, seconds its threads waited for a core; looks once more after
+        a moment, for a thread queued when the last call ended."""
+        time.sleep(0.02)
+        self.read()
+        return core_waits(self.reads, self.spans)
+
 
 def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
-    """(kernel names, {side: (walls, per-kernel seconds or None, per-call counters,
-    positions)}); `groups`: {group: thread ids}."""
+    """(kernel names, {side: (walls, per-kernel seconds or None, per-call counters and
+    core wait, positions)}); `groups`: {group: thread ids}."""
     out = {"tdsl": ([], [], [], []), "ort": ([], None, [], [])}
     names = None
     for _ in range(runs):
@@ -116,7 +147,7 @@ def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
                     walls.append(time.perf_counter() - t0)
                     c.mark()
                 del walls[-run - 1]
-            counts += c.calls[1:]
+            counts += [call + (wait,) for call, wait in zip(c.calls, c.waits())][1:]
             pos += list(range(1, run + 1))
     return names, out
 
@@ -124,7 +155,7 @@ def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
 def attribute(side, names, walls, kernels, counts, pos):
     w = np.asarray(walls)
     p50, p99 = np.median(w), np.percentile(w, 99)
-    delay = np.array([sum(c[0].values()) * 1e-9 for c in counts])
+    delay = np.array([c[3] for c in counts])
     quiet = np.flatnonzero(delay <= 0.1 * p50)
     kept = w[quiet]
     print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
@@ -159,7 +190,7 @@ def _slowest(c, among):
     tdsl = c["side"] == "tdsl"
     firsts = {}
     for j in among[np.argsort(-w[among])][:max(3, len(among) // 50)]:
-        rd, iv, pc = c["counts"][j]
+        rd, iv, pc, _ = c["counts"][j]
         excess = w[j] - p50
         why = []
         if c["delay"][j] > 0.1 * p50 or iv["caller"] or iv["tdsl"]:

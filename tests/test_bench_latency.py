@@ -31,3 +31,25 @@ def test_percentiles_reads_run_delay_per_call():
     for sp in spreads:
         assert len(sp.calls) == len(sp.waited) == 10
         assert (sp.waited >= 0).all() and 0 < sp.n_kept <= 10
+
+
+def test_a_wait_booked_after_a_call_counts_for_the_call_it_overlapped():
+    # reads (clock before, clock after, per-thread run delay): a worker queued from 1.0 ms
+    # until 4.0 ms books its 3 ms wait only when it runs, in the read at 5.1 ms; the calls
+    # ran over 0.1-2.0 ms and 2.1-3.0 ms, the last read comes after them
+    ms = 1e-3
+    reads = [(0.0, 0.1 * ms, [0.0, 0.0]), (2.0 * ms, 2.1 * ms, [0.0, 0.0]),
+             (3.0 * ms, 3.1 * ms, [0.0, 0.0]), (5.0 * ms, 5.1 * ms, [0.0, 3.0 * ms])]
+    waits = latency.core_waits(reads, [(0, 1), (1, 2)])
+    # booked 3 ms between reads spanning at most 3.0-5.1 ms: the wait was in progress at
+    # the read at 3.0-3.1 ms and went back at least 0.9 ms, so it covered 2.2-3.0 ms at
+    # least: 0.8 ms of the second call; none of the first (a lower bound)
+    assert waits[0] == pytest.approx(0.0, abs=1e-12)
+    assert waits[1] == pytest.approx(0.8 * ms, rel=1e-6)
+
+
+def test_a_wait_booked_within_a_call_counts_as_before():
+    ms = 1e-3
+    reads = [(0.0, 0.0, [0.0]), (1.0 * ms, 1.0 * ms, [0.4 * ms]), (1.0 * ms, 1.0 * ms, [0.4 * ms]),
+             (2.0 * ms, 2.0 * ms, [0.4 * ms])]
+    assert latency.core_waits(reads, [(0, 1), (2, 3)]) == pytest.approx([0.4 * ms, 0.0])

@@ -586,7 +586,7 @@ def test_parallel_loop_correct_for_any_thread_count(variant):
         np.testing.assert_allclose(b, want, rtol=1e-6, atol=1e-6, err_msg=f"threads={nt}")
     src = m.get_source()
     from tdsl.runtime import threadpool
-    assert ("tdsl_parallel_launch" if threadpool.load_into_jit() else "pthread_create") in src
+    assert (threadpool.SYMBOL if threadpool.load_into_jit() else "pthread_create") in src
     if variant == "nested":
         assert any("inside a parallel loop" in x for x in m.notes)
 
@@ -757,7 +757,7 @@ def test_parallel_loops_without_the_worker_pool_create_threads():
         "f = tdsl.build(s, [A, B]); f.set_num_threads(3)\n"
         "a = np.arange(64 * 32, dtype='float32').reshape(64, 32); b = np.zeros_like(a)\n"
         "f(a, b); assert (b == a * 2).all()\n"
-        "src = f.get_source(); assert 'pthread_create' in src and 'tdsl_parallel_launch' not in src\n"
+        "src = f.get_source(); assert 'pthread_create' in src and 'tdsl_parallel_for' not in src\n"
         "print('ok')\n")
     env = dict(os.environ, TDSL_NO_THREADPOOL="1")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)

@@ -392,4 +392,4 @@ def test_dense_of_a_million_multiply_adds_is_split_between_the_cores(m, k, n, pa
     x = rng.standard_normal((m, k)).astype(np.float32)
     np.testing.assert_allclose(exe(x)[0], x @ w, rtol=1e-4, atol=1e-4)
     src = exe.steps[0][0].module.get_source()
-    assert ("tdsl_parallel_launch" in src or "pthread_create" in src) == parallel
+    assert ("tdsl_parallel_for" in src or "pthread_create" in src) == parallel

@@ -164,4 +164,4 @@ def test_depthwise_conv_of_a_small_plane_is_split_between_the_cores(c, hw, paral
     model, wt = _model(c, hw, c, c, 3, act="relu")
     exe = _check(model, wt)
     src = exe.steps[0][0].module.get_source()
-    assert ("tdsl_parallel_launch" in src or "pthread_create" in src) == parallel
+    assert ("tdsl_parallel_for" in src or "pthread_create" in src) == parallel

@@ -175,8 +175,17 @@ def test_a_network_run_holds_the_pool(cnn):
     assert after["holds"] == before["holds"] + 3 and after["held"] == 0
 
 
-def test_the_counters_split_a_launch_between_caller_and_workers(sin_cos):
+@pytest.fixture
+def task_ns():
+    """Restores the pool's task length after a test that sets it."""
+    old = threadpool.task_ns()
+    yield
+    threadpool.set_task_ns(old)
+
+
+def test_the_counters_split_a_launch_between_caller_and_workers(sin_cos, task_ns):
     f, a, ref = sin_cos
+    threadpool.set_task_ns(0)           # one task per thread, however long the loop
     with threadpool.held():             # the workers are awake: they take tasks
         _check(f, a, ref)
         before = threadpool.stats()
@@ -191,6 +200,50 @@ def test_the_counters_split_a_launch_between_caller_and_workers(sin_cos):
     assert after["tasks"] - before["tasks"] == 20 * 4
     assert 0 <= ran <= 20 * 4, (ran, after)
     assert after["wait_ns"] >= before["wait_ns"]
+
+
+def test_a_long_loop_is_split_finer_and_a_short_one_is_not(sin_cos, task_ns):
+    f, a, ref = sin_cos                 # 64 iterations of 1024 sin(cos(x)): ~0.1-1 ms
+    _check(f, a, ref)                   # the loop's cost per iteration is known now
+    for ns, fewest, most in ((10 ** 9, 4, 4), (1, 64, 64)):
+        threadpool.set_task_ns(ns)
+        before = threadpool.stats()
+        _check(f, a, ref)
+        tasks = threadpool.stats()["tasks"] - before["tasks"]
+        assert fewest <= tasks <= most, (ns, tasks)
+
+
+def test_loops_split_finer_give_the_same_answers_from_several_threads(sin_cos, cnn, task_ns):
+    f, a, ref = sin_cos
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(3)]
+    threadpool.set_task_ns(0)
+    refs = [cnn.run(x)[0].copy() for x in xs]
+    # tasks of one iteration each, from each loop's second run on: every chunk boundary
+    # and steal that can happen does
+    threadpool.set_task_ns(1)
+    before = threadpool.stats()
+    errors = []
+
+    def work(i):
+        try:
+            for k in range(10):
+                np.testing.assert_allclose(cnn(xs[i])[0], refs[i], rtol=1e-5, atol=1e-5)
+                _check(f, a, ref)
+                if k % 3 == i % 3:
+                    time.sleep(0.001)
+        except BaseException as e:      # noqa: BLE001 - re-raised on the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    after = threadpool.stats()
+    # the loops that found the pool free ran as more tasks than threads
+    assert after["tasks"] - before["tasks"] > 4 * (after["launches"] - before["launches"])
 
 
 def _minor_faults():

@@ -1,7 +1,11 @@
 /* A persistent worker pool for parallel loops of generated code.
  *
- * tdsl_parallel_launch(fn, tasks, n, size) runs fn(tasks + i*size) for i in [0, n): the
- * caller runs task 0 (and helps with the rest); workers, created once, claim the others.
+ * tdsl_parallel_for(fn, closure, lo, hi, threads, site) runs a parallel loop over [lo, hi)
+ * as tasks fn(&{closure, begin, end}) over contiguous chunks, on the caller and workers
+ * created once (each thread its own run of them first: the claim words below). It
+ * chooses how many: as many as threads, or more where the loop is long (tasks_for);
+ * `site` is the loop site's own word, where the pool keeps what the site's last run cost
+ * per iteration.
  * Creating threads per launch costs ~50 us; waking parked workers costs a few, and a
  * worker that was busy moments ago is still spinning and starts at once.
  *
@@ -43,14 +47,48 @@ static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
 
 static int num_workers;
 static atomic_long generation;   /* bumped once per launch, to wake workers */
+/* the job: task i is job_fn(&{job_closure, job_lo + i*job_chunk, that + job_chunk})
+ * within job_hi */
 static task_fn job_fn;
-static char *job_tasks;
-static int64_t job_size;
-/* The claim word: (number of tasks << 32) | next index. A launch writes the job's fields,
- * then publishes a new claim word; a task is claimed by a compare-and-swap that proves the
- * word still belongs to that job, and the job cannot end (so its fields cannot change)
- * before every claimed task has finished. */
-static atomic_ullong claim;
+static void *job_closure;
+static int64_t job_lo, job_hi, job_chunk;
+
+/* The task generated code's parallel loops take (codegen/llvm/parallel.py, TASK). */
+typedef struct {
+  void *closure;
+  int64_t begin, end;
+} range_task;
+
+/* How long a task of a long loop should take (ns); 0: never more tasks than threads
+ * (tdsl_parallel_set_task_ns). A task costs a claim (a compare-and-swap on its thread's own
+ * slot, another's only when it takes from it) and a call through the trampoline: about
+ * 10 ns of CPU per task on this pool's target (znver5 VM, 2 threads: a 4096-task split of
+ * a sin(cos(x)) loop against a 2-task one, process CPU time). What a finer split can cost
+ * beyond that is a task taken from another thread, whose data is in the other core's
+ * cache. At 50 us a task's own cost is far below 1% of it, and a worker that stalls
+ * mid-loop (preempted: 1-130 ms on a shared VM) holds up its loop, once it runs again, by
+ * at most one such task rather than by the rest of its share; a loop under 50 us of work
+ * per thread is split as before, one task per thread. */
+static atomic_llong task_ns = 50000;
+/* a site's word: its last run's nanoseconds per iteration, times 2^COST_SHIFT (a loop
+ * iteration can take less than a nanosecond) */
+#define COST_SHIFT 10
+
+/* The claim words: each thread of a launch (slot 0 the caller, slot w worker w) owns a
+ * contiguous run of the job's tasks, the run a split into one task per thread would give
+ * it, in its slot's word (end << 32) | next. It claims its own from the front; a thread
+ * whose run is done takes another's from the back. So where no thread stalls, each
+ * thread runs the part of the loop it ran before the split was finer (and the previous
+ * loop's output it reads is mostly in its own cache), and a thread that stalls leaves its
+ * untouched tasks to the others. A launch writes the job's fields, then publishes the
+ * words; a task is claimed by a compare-and-swap that proves the word still belongs to
+ * that job, and the job cannot end (so its fields cannot change) before every claimed task
+ * has finished. */
+static struct {
+  _Alignas(64) atomic_ullong w;
+  char pad[64 - sizeof(atomic_ullong)];
+} slots[MAX_WORKERS + 1];
+static atomic_int job_threads;   /* slots in use */
 static atomic_long pending;      /* claimed or unclaimed tasks not finished yet */
 static int parked_caller;
 static atomic_int holds;          /* runs holding the workers awake now */
@@ -83,16 +121,46 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Runs unclaimed tasks of the current job; a worker counts each before it is done (so
- * that a launch that returned has its workers' tasks counted). */
-static void run_tasks(int worker) {
+/* Runs task i of the current job; returns the loop iterations it covered. */
+static int64_t run_task(unsigned long long i) {
+  range_task t = {job_closure, job_lo + (int64_t)i * job_chunk, 0};
+  t.end = job_hi - t.begin < job_chunk ? job_hi : t.begin + job_chunk;
+  job_fn(&t);
+  return t.end - t.begin;
+}
+
+#define LOW32 0xffffffffull
+
+/* Claims a task from the front (own) or the back (another's) of slot word *w. */
+static int claim_task(atomic_ullong *w, int own, unsigned long long *task) {
+  unsigned long long c = atomic_load(w);
   for (;;) {
-    unsigned long long c = atomic_load(&claim);
-    unsigned long long n = c >> 32, i = c & 0xffffffffull;
-    if (i >= n) return;
-    if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
-    job_fn(job_tasks + (int64_t)i * job_size);
-    if (worker) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
+    unsigned long long next = c & LOW32, end = c >> 32;
+    if (next >= end) return 0;
+    if (atomic_compare_exchange_weak(w, &c, own ? c + 1 : c - (1ull << 32))) {
+      *task = own ? next : end - 1;
+      return 1;
+    }
+  }
+}
+
+/* Runs unclaimed tasks of the current job, as thread `self` (0: the caller, w: worker
+ * w): its own slot's, then the others'. A worker counts each before it is done (so that a
+ * launch that returned has its workers' tasks counted). Returns the loop iterations it
+ * ran. */
+static int64_t run_tasks(int self) {
+  int64_t iters = 0;
+  int threads = atomic_load(&job_threads);
+  unsigned long long i;
+  for (;;) {
+    int own = self < threads, got = own && claim_task(&slots[self].w, 1, &i);
+    for (int k = 1; !got && k <= threads; k++) {
+      int v = (self + k) % threads;
+      if (!own || v != self) got = claim_task(&slots[v].w, 0, &i);
+    }
+    if (!got) return iters;
+    iters += run_task(i);
+    if (self) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
       pthread_mutex_lock(&mu);
       if (parked_caller) pthread_cond_signal(&done);
@@ -134,10 +202,10 @@ static int may_park(int64_t t0, int64_t now, int lost) {
 }
 
 static void *worker_main(void *arg) {
-  (void)arg;
+  int self = (int)(intptr_t)arg;
   long seen = atomic_load(&generation);
   for (;;) {
-    run_tasks(1);
+    run_tasks(self);
     int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
     int lost = 0;
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
@@ -175,39 +243,38 @@ static void ensure_workers(int want) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &attr, worker_main, 0);
+    int rc = pthread_create(&t, &attr, worker_main, (void *)(intptr_t)(num_workers + 1));
     pthread_attr_destroy(&attr);
     if (rc != 0) break;
     num_workers++;
   }
 }
 
-void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
-  if (n <= 1 || n > 0xffffffffll || pthread_mutex_trylock(&launch_mu) != 0) {
-    for (int64_t i = 0; i < n; i++) fn((char *)tasks + i * size);
-    return;
-  }
-  ensure_workers((int)(n - 1));
-  if (num_workers == 0) {
-    for (int64_t i = 0; i < n; i++) fn((char *)tasks + i * size);
-    pthread_mutex_unlock(&launch_mu);
-    return;
-  }
+/* Runs the job whose fields the caller wrote, holding launch_mu, as n tasks on the caller
+ * and the workers, `threads` in all, and releases launch_mu. Returns the loop iterations
+ * the caller ran and in *busy the nanoseconds it ran tasks. */
+static int64_t run_job(int64_t n, int threads, int64_t *busy) {
   atomic_fetch_add_explicit(&n_launches, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&n_tasks, n, memory_order_relaxed);
-  job_fn = fn;
-  job_tasks = (char *)tasks;
-  job_size = size;
   atomic_store(&pending, n);
-  atomic_store(&claim, (unsigned long long)n << 32);
+  atomic_store(&job_threads, threads);
+  /* thread t's run: tasks [ceil(t*n/threads), ceil((t+1)*n/threads)), so that with fewer
+   * tasks than threads the first threads get one each (the caller first) */
+  for (int t = 0; t < threads; t++) {
+    unsigned long long b = ((unsigned long long)t * n + threads - 1) / threads;
+    unsigned long long e = ((unsigned long long)(t + 1) * n + threads - 1) / threads;
+    atomic_store(&slots[t].w, e << 32 | b);
+  }
   pthread_mutex_lock(&mu);
   atomic_fetch_add(&generation, 1);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&mu);
 
-  run_tasks(0);
+  int64_t start = now_ns();
+  int64_t mine = run_tasks(0);
 
   int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
+  *busy = t0 - start;
   int waited = atomic_load(&pending) > 0;
   while (atomic_load(&pending) > 0 && now_ns() < until) spin_step(&next_yield);
   if (atomic_load(&pending) > 0) {
@@ -220,6 +287,59 @@ void tdsl_parallel_launch(task_fn fn, void *tasks, int64_t n, int64_t size) {
   }
   if (waited) atomic_fetch_add_explicit(&n_wait_ns, now_ns() - t0, memory_order_relaxed);
   pthread_mutex_unlock(&launch_mu);
+  return mine;
+}
+
+/* How many tasks a loop of `ext` iterations gets on `threads` threads, from its site's
+ * last cost per iteration (0: none yet): one per thread, or, where the loop's work
+ * divided by task_ns exceeds that, so many (each at least one iteration). A loop whose
+ * cost is not known yet, or short, is split as it always was. */
+static int64_t tasks_for(int64_t ext, int64_t threads, int64_t cost) {
+  int64_t n = threads < ext ? threads : ext;
+  int64_t target = atomic_load_explicit(&task_ns, memory_order_relaxed);
+  if (cost > 0 && target > 0) {
+    double fine = (double)cost * (double)ext / (double)(1 << COST_SHIFT) / (double)target;
+    if (fine > (double)n) n = fine < (double)ext ? (int64_t)fine : ext;
+  }
+  return n > 0xffffffffll ? 0xffffffffll : n;
+}
+
+void tdsl_parallel_for(task_fn fn, void *closure, int64_t lo, int64_t hi, int64_t threads,
+                       int64_t *site) {
+  int64_t ext = hi - lo;
+  if (ext <= 0) return;
+  range_task all = {closure, lo, hi};
+  if (threads > ext) threads = ext;
+  if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
+  if (threads <= 1 || pthread_mutex_trylock(&launch_mu) != 0) {
+    fn(&all);
+    return;
+  }
+  ensure_workers((int)(threads - 1));
+  if (num_workers == 0) {
+    fn(&all);
+    pthread_mutex_unlock(&launch_mu);
+    return;
+  }
+  int64_t n = tasks_for(ext, threads, __atomic_load_n(site, __ATOMIC_RELAXED));
+  int64_t chunk = (ext + n - 1) / n;
+  job_fn = fn;
+  job_closure = closure;
+  job_lo = lo;
+  job_hi = hi;
+  job_chunk = chunk;
+  int64_t busy, mine = run_job((ext + chunk - 1) / chunk, (int)threads, &busy);
+  /* the caller's own tasks measure the site (a worker's may have started late); a caller
+   * that was preempted meanwhile overstates it, which splits the next run finer, once */
+  if (mine > 0) __atomic_store_n(site, (busy << COST_SHIFT) / mine, __ATOMIC_RELAXED);
+}
+
+void tdsl_parallel_set_task_ns(int64_t ns) {
+  atomic_store(&task_ns, ns > 0 ? ns : 0);
+}
+
+int64_t tdsl_parallel_task_ns(void) {
+  return atomic_load(&task_ns);
 }
 
 void tdsl_parallel_hold(void) {

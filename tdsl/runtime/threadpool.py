@@ -1,6 +1,6 @@
 """The worker pool behind parallel loops (threadpool.c) and the kernels' heap scratch
 (scratch.c): compiled by the system C compiler once per machine (kept in the disk cache)
-and loaded once per process; generated code calls `tdsl_parallel_launch` and
+and loaded once per process; generated code calls `tdsl_parallel_for` and
 `tdsl_scratch_alloc`/`tdsl_scratch_free`. Exported libraries compile the same sources in.
 
 Without a C compiler (or with TDSL_NO_THREADPOOL set), code generation falls back to
@@ -10,6 +10,10 @@ creating threads per launch (pthread_create/join from the generated code): corre
 `stats()` counts what the pool did: how many parallel loops a network's run opens, and
 how often the workers slept between them; `scratch_stats()` what the scratch holds.
 
+A parallel loop is split into one task per thread, and a long one into more, each of
+about `task_ns()` nanoseconds of work (from the loop's last run): where a worker loses its
+core mid-task, the loop then waits for one short task rather than for the worker's half.
+
 `hold()` ... `release()` (or `with held():`) keeps the workers awake across many parallel
 loops, as a graph executor's run does: between them no worker parks, so that no loop of
 the run waits for a worker to be woken (threadpool.c, tdsl_parallel_hold).
@@ -18,9 +22,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import TdslError
+from ..errors import ArgumentError, TdslError
 
-SYMBOL = "tdsl_parallel_launch"
+SYMBOL = "tdsl_parallel_for"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
          "lost_sleeps", "worker_tasks", "wait_ns", "tasks")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
@@ -28,7 +32,7 @@ _state = {}
 
 
 def load_into_jit() -> bool:
-    """Makes `tdsl_parallel_launch` visible to JIT-compiled code; False if unavailable."""
+    """Makes `tdsl_parallel_for` visible to JIT-compiled code; False if unavailable."""
     if "jit" not in _state:
         _state["jit"] = False if os.environ.get("TDSL_NO_THREADPOOL") else _load()
     return _state["jit"]
@@ -80,6 +84,29 @@ def release():
     (_c_function("tdsl_parallel_release") or _nothing)()
 
 
+def task_ns() -> int:
+    """How long the pool aims a task of a long parallel loop at (ns); 0 where loops are
+    split only across the threads or the pool is not loaded."""
+    import ctypes
+    fn = _c_function("tdsl_parallel_task_ns", restype=ctypes.c_int64)
+    return fn() if fn is not None else 0
+
+
+def set_task_ns(ns: int) -> int:
+    """Sets `task_ns` (0: every loop gets one task per thread, however long) and returns
+    the value it had: a loop whose work exceeds threads x `ns` is split into about work/`ns`
+    tasks at its next run. Smaller tasks bound a stalled worker's hold on its loop more
+    tightly, and each costs a claim and a call."""
+    if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
+        raise ArgumentError(f"threadpool.set_task_ns: ns must be an int >= 0, not {ns!r}")
+    old = task_ns()
+    import ctypes
+    fn = _c_function("tdsl_parallel_set_task_ns", ctypes.c_int64)
+    if fn is not None:
+        fn(ns)
+    return old
+
+
 class held:
     """`with held():` holds the pool (`hold`/`release`) for the block."""
 
@@ -113,8 +140,8 @@ def _counters(symbol, names) -> dict:
     return dict(zip(names, out))
 
 
-def _c_function(symbol, *argtypes):
-    """The pool library's function `symbol` (returning nothing) as a ctypes function of
+def _c_function(symbol, *argtypes, restype=None):
+    """The pool library's function `symbol` (returning `restype`) as a ctypes function of
     `argtypes`, looked up once; None where the library is not loaded."""
     fn = _state.get(symbol, False)
     if fn is False:
@@ -123,5 +150,5 @@ def _c_function(symbol, *argtypes):
         if load_into_jit():
             import llvmlite.binding as llvm
             addr = llvm.address_of_symbol(symbol)
-        fn = _state[symbol] = ctypes.CFUNCTYPE(None, *argtypes)(addr) if addr else None
+        fn = _state[symbol] = ctypes.CFUNCTYPE(restype, *argtypes)(addr) if addr else None
     return fn

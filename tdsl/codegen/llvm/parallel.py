@@ -7,11 +7,13 @@ For a `For(kind=PARALLEL)` at one site we emit three internal functions:
   `noalias` and allocas of the body live (thread-private) in this function;
 - `<sym>_parN_task(ptr task) -> ptr`: the `pthread_create` entry; `task` is
   `{ptr closure, i64 begin, i64 end}`, the closure `{i32 err, captured values...}`;
-- `<sym>_parN_launch(ptr closure, i64 lo, i64 hi)`: splits [lo, hi) into
-  `min(num_threads, hi - lo)` contiguous chunks and hands them to the runtime's persistent
-  worker pool (`tdsl_parallel_launch`, tdsl/runtime/threadpool.c). Where the pool is not
-  available (no C compiler), it starts threads for chunks 1.., runs chunk 0 itself and
-  joins; a failed `pthread_create` runs that chunk on the calling thread.
+- `<sym>_parN_launch(ptr closure, i64 lo, i64 hi)`: hands [lo, hi) to the runtime's
+  persistent worker pool (`tdsl_parallel_for`, tdsl/runtime/threadpool.c), which splits it
+  into contiguous chunks, one per thread or more for a long loop, from what it keeps in the
+  site's word `<sym>_parN_launch_site`. Where the pool is not available (no C compiler), it
+  splits [lo, hi) into `min(num_threads, hi - lo)` chunks, starts threads for chunks 1..,
+  runs chunk 0 itself and joins; a failed `pthread_create` runs that chunk on the calling
+  thread.
 
 The caller fills the closure (an alloca of its entry block), calls the launcher and
 returns the body's error code, if any. `num_threads` is the module global
@@ -32,7 +34,6 @@ from .types import I8, I32, I64, PTR, int_const_value
 
 MAX_THREADS = 256
 TASK = ir.LiteralStructType([PTR, I64, I64])
-TASK_BYTES = 24  # {ptr, i64, i64} on the 64-bit targets tdsl generates for
 
 
 def emit_parallel_for(em, loop):
@@ -149,6 +150,24 @@ def _emit_serial_unless(em, when, body_fn, args, lo, hi):
     return done
 
 
+def _emit_pool_call(mb, b, name, task_fn, closure, lo, hi, max_threads):
+    """The launcher's body where the runtime's persistent workers serve it
+    (tdsl/runtime/threadpool.c, `tdsl_parallel_for`): the pool splits [lo, hi) itself, into
+    as many chunks as threads or, for a loop whose last run was long, more, from what it
+    keeps in the site's own word `<name>_site` (its cost per iteration)."""
+    from ...runtime import threadpool
+    site = ir.GlobalVariable(mb.module, I64, name + "_site")
+    site.linkage = "internal"
+    site.initializer = ir.Constant(I64, 0)
+    site.align = 8
+    launch = mb.declare(threadpool.SYMBOL, ir.VoidType(), [PTR, PTR, I64, I64, I64, PTR])
+    nt = b.sext(b.load(mb.num_threads_global, typ=I32), I64)
+    nt = b.select(b.icmp_signed("<", nt, ir.Constant(I64, max_threads)), nt,
+                  ir.Constant(I64, max_threads))
+    b.call(launch, [task_fn, closure, lo, hi, nt, site])
+    b.ret_void()
+
+
 def _alloca(b, typ, name):
     a = b.alloca(typ, name=name)
     a.align = 16
@@ -163,6 +182,9 @@ def _emit_launcher(mb, name, task_fn, max_threads):
     closure, lo, hi = fn.args
     entry = fn.append_basic_block("entry")
     b = ir.IRBuilder(entry)
+    if mb.use_pool:
+        _emit_pool_call(mb, b, name, task_fn, closure, lo, hi, max_threads)
+        return fn
     tasks_t = ir.ArrayType(TASK, max_threads)
     tasks = _alloca(b, tasks_t, "tasks")
     tids = _alloca(b, ir.ArrayType(I64, max_threads), "tids")
@@ -215,13 +237,6 @@ def _emit_launcher(mb, name, task_fn, max_threads):
         b.store(te, task_field(i, 2))
 
     counted_loop(ir.Constant(I64, 0), nt, "fill", fill)
-
-    if mb.use_pool:   # the runtime's persistent workers (tdsl/runtime/threadpool.c)
-        from ...runtime import threadpool
-        launch = mb.declare(threadpool.SYMBOL, ir.VoidType(), [PTR, PTR, I64, I64])
-        b.call(launch, [task_fn, tasks, nt, ir.Constant(I64, TASK_BYTES)])
-        b.ret_void()
-        return fn
 
     def start(i):
         tp = b.gep(tasks, [ir.Constant(I32, 0), i], source_etype=tasks_t)
