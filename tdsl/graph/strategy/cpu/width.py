@@ -22,6 +22,10 @@ from ....target import as_target
 # the width a symbolic row's heuristics read where a number must stand for it: tiles for
 # long rows (a signal of thousands of samples), whose tail is peeled
 LONG_ROW = 1024
+# how much better than the tiles that divide a static row the shifted tile must score
+# (shifted_row_tile): prime rows score it 3-4x; a close call (AVX2's 5 pixels against 6 on
+# a 4000-sample row) keeps the code of rows that divide well as it was
+SHIFT_GAIN = 1.25
 
 
 def is_number(d) -> bool:
@@ -91,8 +95,8 @@ def _long_row_tile(target, cols, max_rows=16, **kwargs):
 def shifted_row_tile(target, width, cols):
     """(pixels, vectors) of the register tile of a static row alone (a 1-D signal's
     conv, a conv2d of one row) whose last tile is shifted back onto the one before
-    (row_split), where that scores better than every tile that divides the row; else
-    None. A prime width (251, 997, 4001 samples: a signal whose length is not a multiple
+    (row_split), where that scores SHIFT_GAIN times better than every tile that divides
+    the row; else None. A prime width (251, 997, 4001 samples: a signal whose length is not a multiple
     of the strides) leaves the dividing tile one pixel by a few vectors, too few
     accumulators for the FMA chains (measured 2.5-2.7x the long-row tile's time at 251
     and 997 pixels), where the shifted tile computes at most a tile's pixels twice per
@@ -107,7 +111,7 @@ def shifted_row_tile(target, width, cols):
 
     def score(tile, pixels):    # per pixel of the row: a shifted tile's overlap is waste
         return tiling.tile_score(t, *tile, w, cols, ragged_rows=1.0) * w / pixels
-    return long if score(long, -(-w // long[0]) * long[0]) > score(whole, w) else None
+    return long if score(long, -(-w // long[0]) * long[0]) > SHIFT_GAIN * score(whole, w) else None
 
 
 def known(cond) -> bool:
