@@ -37,7 +37,8 @@ from zoo import _model_and_input  # noqa: E402
 
 
 def conv_rows(model):
-    """{ONNX Conv node name: its description} and layers.onnx_families' (fams, back)."""
+    """{ONNX Conv node name: its description}, {node and output names: operator} and
+    layers.onnx_families' `back`."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -54,18 +55,25 @@ def conv_rows(model):
         s, d = max(a.get("strides", [1])), max(a.get("dilations", [1]))
         rows[n.name] = (f"{w[1] * g}->{w[0]} k{k}" + (f"/s{s}" if s > 1 else "") + (f" d{d}" if d > 1 else "")
                         + (f" g{g}" if g > 1 else "") + f" -> {'x'.join(map(str, y[2:]))}")
-    return rows, layers.onnx_families(model)
+    ops = {k: n.op_type for n in model.graph.node for k in [n.name] + list(n.output)}
+    return rows, ops, layers.onnx_families(model)[1]
 
 
-def anchor(keys, rows, fams, back):
+# the ONNX operators a conv's epilogue is made of (a transpose or a reshape after a conv
+# starts what is no longer its epilogue: Whisper's positional add)
+EPILOGUE = {"Relu", "Clip", "BatchNormalization", "Add", "Sub", "Mul", "Div", "Erf", "Sigmoid", "Tanh",
+            "HardSigmoid", "HardSwish", "LeakyRelu", "Gelu"}
+
+
+def anchor(keys, rows, ops, back):
     """The conv of `rows` that a runtime's layer made of ONNX nodes `keys` is built
-    around: one of them, or the first conv found walking back from them through
-    element-wise nodes (a pool or a matrix product is no conv's)."""
+    around: one of them, or the first conv found walking back from them through the
+    nodes of an epilogue (`ops`: {node or output name: its operator})."""
     for k in keys:
-        for _ in range(6):
+        for _ in range(8):
             if k in rows:
                 return k
-            if k is None or fams.get(k) != layers.ELEMENTWISE:
+            if k is None or ops.get(k) not in EPILOGUE:
                 break
             k = back.get(k)
     return None
@@ -98,7 +106,7 @@ def tdsl_side(exe, rows, number):
     return _per_conv(best, anchors)
 
 
-def ov_side(request, originals, rows, fams, back, x, number):
+def ov_side(request, originals, rows, ops, back, x, number):
     """{conv: OpenVINO's fastest calls of the layers built around it, summed}."""
     best = {}
     for _ in range(number):
@@ -106,14 +114,15 @@ def ov_side(request, originals, rows, fams, back, x, number):
         for p in request.get_profiling_info():
             if p.real_time.total_seconds() > 0:
                 _keep(best, p.node_name, p.real_time.total_seconds())
-    return _per_conv(best, {k: anchor(originals.get(k, []), rows, fams, back) for k in best})
+    return _per_conv(best, {k: anchor(originals.get(k, []), rows, ops, back) for k in best})
 
 
-def ort_side(model, threads, feed, rows, fams, back, number):
+def ort_side(model, threads, feed, rows, ops, back, number):
     """{conv: onnxruntime's fastest calls of the layers built around it, summed}."""
+    fams = dict.fromkeys(ops, layers.ELEMENTWISE)
     fastest = {name: t for name, (_, t) in layers.ort_profile(model, threads, feed, number, fams, back).items()}
-    keys = sorted((k for k in fams if k), key=len, reverse=True)
-    return _per_conv(fastest, {name: anchor([next((k for k in keys if name.startswith(k)), None)], rows, fams, back)
+    keys = sorted((k for k in ops if k), key=len, reverse=True)
+    return _per_conv(fastest, {name: anchor([next((k for k in keys if name.startswith(k)), None)], rows, ops, back)
                                for name in fastest})
 
 
@@ -125,7 +134,7 @@ def run_model(name, target, threads, a):
         model.graph.input[0].type.tensor_type.shape.dim[-1].dim_value = a.length
         for o in model.graph.output:
             o.type.tensor_type.ClearField("shape")
-    rows, (fams, back) = conv_rows(model)
+    rows, ops, back = conv_rows(model)
     exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
     core = ov.Core()
     compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU",
@@ -138,13 +147,13 @@ def run_model(name, target, threads, a):
         def get(k, info=info):
             return str(info[k].astype(str)) if k in info else ""
         originals[op.get_friendly_name()] = [s for s in get("originalLayersNames").split(",") if s]
-        key = anchor(originals[op.get_friendly_name()], rows, fams, back)
+        key = anchor(originals[op.get_friendly_name()], rows, ops, back)
         if key is not None and get("layerType") not in ("Const", "Reorder"):
             prim[key].add(f"{get('layerType')}:{get('primitiveType')}:{get('outputLayouts')}")
     feed = {model.graph.input[0].name: x}
     best = [{}, {}, {}]
-    sides = [lambda: tdsl_side(exe, rows, a.number), lambda: ort_side(model, threads, feed, rows, fams, back, a.number),
-             lambda: ov_side(request, originals, rows, fams, back, x, a.number)]
+    sides = [lambda: tdsl_side(exe, rows, a.number), lambda: ort_side(model, threads, feed, rows, ops, back, a.number),
+             lambda: ov_side(request, originals, rows, ops, back, x, a.number)]
     for _ in range(a.repeat):
         for b, side in zip(best, sides):
             time.sleep(0.3)
