@@ -62,3 +62,17 @@ def test_conv1d_chain_odd_widths(target, length, batch, monkeypatch):
     np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * float(np.abs(ref).max()))
     shifted = [t for t in taken if t is not None]
     assert (len(shifted) > 0) == (length in (997, 251, 4001, 23)), taken
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("cin,cout,k,stride,length", [(8, 64, 3, 1, 997), (16, 128, 3, 2, 503), (32, 64, 1, 1, 251)])
+def test_lone_conv1d_prime_width(target, cin, cout, k, stride, length):
+    """A 1-D conv alone on a prime row matches onnxruntime (the row conv and the pixel
+    GEMM take these, conv_choice.conv_path: no chain, so no blocked tile to shift)."""
+    b = models._B(length)
+    y = b.conv_bn("input", cin, cout, k, stride=stride, nd=1)
+    model = b.model([("input", [1, cin, length])], [y], "conv1d_lone")
+    x = np.random.default_rng(cin).standard_normal((1, cin, length)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    out = G.build(G.optimize(G.from_onnx(model), target=target), target=target).run(x)[0]
+    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * float(np.abs(ref).max()))
