@@ -67,3 +67,26 @@ def test_an_openvino_reorder_counts_with_the_layer_it_feeds():
     assert got["pool"] == got["pool_acdb_abcd_y"] == "pooling"
     # a reorder with neither a layer to feed nor one feeding it stays a reorder
     assert layers.ov_families([("lone", "Reorder", [], [], [])], fams, back)["lone"] == layers.ELEMENTWISE
+
+
+def test_conv_layers_anchor_walks_back_through_epilogues_only():
+    """bench/conv_layers.py: a layer counts for the conv its epilogue (batch norm, GELU's
+    element-wise operators) follows; a transpose after the conv ends the walk, so an add
+    behind it (Whisper's positional embedding) is no conv's."""
+    conv_layers = pytest.importorskip("conv_layers")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], np.ones(24, np.float32))
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3], pads=[1, 1]),
+             helper.make_node("Erf", ["c"], ["e"], name="erf"),
+             helper.make_node("Mul", ["c", "e"], ["g"], name="gelu"),
+             helper.make_node("Mul", ["g", "half"], ["g2"], name="gelu_half"),
+             helper.make_node("Transpose", ["g2"], ["t"], name="t", perm=[0, 2, 1]),
+             helper.make_node("Add", ["t", "t"], ["y"], name="pos")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4])], [w, half])
+    rows, ops, back = conv_layers.conv_rows(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert rows == {"conv": "2->4 k3 -> 5"}
+    assert conv_layers.anchor(["gelu_half"], rows, ops, back) == "conv"
+    assert conv_layers.anchor(["erf", "gelu"], rows, ops, back) == "conv"
+    assert conv_layers.anchor(["pos"], rows, ops, back) is None
+    assert conv_layers.anchor(["t"], rows, ops, back) is None

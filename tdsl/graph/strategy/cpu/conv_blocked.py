@@ -24,7 +24,7 @@ from .. import tag, topi
 from ..stages import ishape, stages_of
 from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
-from .width import batch_and_width, is_number, known, number, row_chunks, row_extent, row_split, row_tile
+from .width import batch_and_width, is_number, known, number, row_chunks, row_extent, row_split, row_tile, shifted_row_tile
 
 
 def spread(x, sizes, offsets, strides):
@@ -465,14 +465,14 @@ def schedule(s, out, g, parallel=True):
     for t in stages_of(out):
         if t.op.reduce_axis and t is not Cv and t is not out:
             par_vec(s, t, target, True, parallel)
-    CB = ishape(Cv)[1]
-    xb, cbb = info.get("tile") or row_tile(target, OW, CB * bn, whole_vecs=True)
+    shape, CB = ishape(Cv), ishape(Cv)[1]      # a 1-D conv (a row alone) may shift its tiles
+    shifted = shifted_row_tile(target, OW, CB * bn) if "tile" not in info and shape[2:-2] == [1] else None
+    xb, cbb = info.get("tile") or shifted or row_tile(target, OW, CB * bn, whole_vecs=True)
     blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
     first, *rest = s[Cv].op.reduce_axis
-    shape = ishape(Cv)
-    chunk, rows = (0, 1) if "tile" in info else \
+    chunk, rows = (0, 1) if "tile" in info or shifted else \
         _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
     if blocked_out:
         # a blocked output (nn.conv2d_blocked): the epilogue stores whole channel vectors
@@ -491,7 +491,7 @@ def schedule(s, out, g, parallel=True):
     if rows > 1:
         yo, yi = s[out].split(lead[-1], factor=rows)
         lead, in_pass = lead[:-1] + [yo], [yi]
-    xb, tail = row_split(g, x, xb)
+    xb, tail = row_split(g, x, xb, shift=shifted is not None)
     shift = tail == "shift"
     xo, xi = s[out].split(x, factor=xb, tail=tail)
     # a symbolic row's guarded tiles (no variant in front of the kernel) in chunks, which
