@@ -42,6 +42,7 @@ from typing import Dict, List
 import numpy as np
 
 from .host_buffer import OutputBuffers
+from ..runtime.callseq import CallSequence
 from ..errors import InternalError
 from .ir import Const, Expr, TensorType
 from .ir.dims import evaluate_shape
@@ -321,6 +322,8 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                          for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
+    if isinstance(mem, HostMemory):     # a run is one native call (runtime/callseq.py)
+        calls = CallSequence(calls)
     once_calls = [mem.bind(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg)
                                       else a for a in args])
                   for k, args, _ in once]

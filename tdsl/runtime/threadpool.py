@@ -37,11 +37,11 @@ def load_into_jit() -> bool:
 def _load() -> bool:
     from . import ccompiler
     from .libfile import dlopen_bytes
-    if ccompiler.find() is None or not all(map(os.path.exists, ccompiler.RUNTIME_SOURCES)):
+    if ccompiler.find() is None or not all(map(os.path.exists, ccompiler.HOST_SOURCES)):
         return False
     import llvmlite.binding as llvm
     source = ""
-    for path in ccompiler.RUNTIME_SOURCES:
+    for path in ccompiler.HOST_SOURCES:
         with open(path) as f:
             source += f.read()
     try:
