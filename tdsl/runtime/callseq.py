@@ -31,8 +31,6 @@ from __future__ import annotations
 import ctypes
 from typing import Callable, Iterable, List
 
-import numpy as np
-
 from . import threadpool
 
 # tdsl_run_calls's results (calls.c)
@@ -56,20 +54,20 @@ def runner():
     return fn
 
 
-def _entry(call) -> np.ndarray:
+def _entry(call) -> tuple:
     """The table words of `call`: its native entry, or one that hands it back to Python."""
     native = getattr(call, "native", None)
     if native is None:
-        return np.zeros(HEAD, np.int64)
+        return (0,) * HEAD
     address, words, record = native
-    return np.array([address, len(words), record, *words], np.int64)
+    return (address, len(words), record, *words)
 
 
 class CallSequence:
     """The calls of one run, in order, and the native table that makes them (see the
     module docstring)."""
 
-    __slots__ = ("_calls", "_entries", "_at", "_table", "_args", "_native", "_run")
+    __slots__ = ("_calls", "_entries", "_offsets", "_at", "_table", "_args", "_native", "_run")
 
     def __init__(self, calls: Iterable[Callable]):
         self._calls: List[Callable] = list(calls)
@@ -80,13 +78,14 @@ class CallSequence:
 
     def _layout(self):
         """The table from the entries (again when an entry's length changed)."""
-        lengths = [len(e) for e in self._entries]
-        self._table = np.zeros(1 + sum(lengths), np.int64)
-        self._table[0] = len(self._entries)
-        if self._entries:
-            self._table[1:] = np.concatenate(self._entries)
+        words, offsets = [len(self._entries)], []
+        for e in self._entries:
+            offsets.append(len(words))
+            words += e
+        self._table = (ctypes.c_int64 * len(words))(*words)
+        self._offsets = offsets
         self._native = all(e[0] for e in self._entries)
-        self._args = (ctypes.c_void_p(self._table.ctypes.data),
+        self._args = (ctypes.c_void_p(ctypes.addressof(self._table)),
                       ctypes.c_void_p(ctypes.addressof(self._at)))
 
     def __len__(self):
@@ -106,14 +105,10 @@ class CallSequence:
         if len(entry) != len(old):
             self._layout()
             return
-        at = 1 + self._offset(i)
+        at = self._offsets[i]
         self._table[at:at + len(entry)] = entry
         if bool(entry[0]) != bool(old[0]):
             self._native = all(e[0] for e in self._entries)
-
-    def _offset(self, i) -> int:
-        """Word offset of entry `i` past the table's count."""
-        return sum(len(e) for e in self._entries[:i])
 
     @property
     def native(self) -> bool:
