@@ -2,6 +2,8 @@
 (scratch.c): compiled by the system C compiler once per machine (kept in the disk cache)
 and loaded once per process; generated code calls `tdsl_parallel_launch` and
 `tdsl_scratch_alloc`/`tdsl_scratch_free`. Exported libraries compile the same sources in.
+The library loaded here also holds the walk of a host run's kernel calls (calls.c,
+callseq.py), which exported libraries do not need.
 
 Without a C compiler (or with TDSL_NO_THREADPOOL set), code generation falls back to
 creating threads per launch (pthread_create/join from the generated code): correct,
