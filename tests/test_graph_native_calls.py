@@ -248,3 +248,24 @@ def test_threads_run_their_own_states_natively_at_several_sizes():
     if errors:
         raise errors[0]
     assert all(st.calls.native for st in _states(exe))
+
+
+def test_without_the_pool_library_each_kernel_is_called_from_python():
+    """TDSL_NO_THREADPOOL (or no C compiler): no native walk, each call from Python."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, tdsl.graph as G\n"
+        "from tdsl.graph import models\n"
+        "from tdsl.runtime import callseq\n"
+        "m = models.mlp(batch=2, sizes=(16, 32, 8))\n"
+        "exe = G.build(G.optimize(G.from_onnx(m)))\n"
+        "x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)\n"
+        "assert callseq.runner() is None and not exe._pool.default.calls.native\n"
+        "ref = models.onnxruntime_run(m, {'input': x})[0]\n"
+        "np.testing.assert_allclose(exe.run(x)[0], ref, rtol=1e-5, atol=1e-5)\n"
+        "print('ok')\n")
+    env = dict(os.environ, TDSL_NO_THREADPOOL="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
