@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl.graph as G  # noqa: E402
+from tdsl.graph import zoo  # noqa: E402
 from tdsl.runtime import ccompiler, threadpool  # noqa: E402
 from tdsl.runtime.callseq import CallSequence  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
@@ -132,14 +133,15 @@ def main(argv=None):
           f"{'ns/kern':>7s}")
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     for name in a.models.split(","):
-        model, shapes = dynamic._sweep(name)
-        if shapes and len(shapes[0]) != 2:      # a CNN: static, as bench/zoo.py runs it
+        if name in dynamic.HELPER or zoo.example_input(name).dtype != np.int64:
+            # a CNN: static, as bench/zoo.py runs it
             model, x = zoo_bench._model_and_input(name)
             sess = _ort_session(model, target.num_cores)
             exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
             measure(f"{name} static {'x'.join(map(str, x.shape))}", exe, x, sess,
                     sess.get_inputs()[0].name, a.number, a.repeat, stub)
             continue
+        model, _ = dynamic._sweep(name)
         sess = _ort_session(model, target.num_cores)
         iname = sess.get_inputs()[0].name
         dyn = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))

@@ -121,6 +121,8 @@ class CallSequence:
         waits for a parked worker); raises the first failing call's error, nothing after
         it having run."""
         walk = self._run
+        if not self._calls:
+            return
         if walk is None:
             threadpool.hold()
             try:
