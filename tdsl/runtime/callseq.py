@@ -72,7 +72,7 @@ class CallSequence:
     def __init__(self, calls: Iterable[Callable]):
         self._calls: List[Callable] = list(calls)
         self._entries = [_entry(c) for c in self._calls]
-        self._at = (ctypes.c_int64 * 3)()       # the walk's position: entry, word, status
+        self._at = (ctypes.c_int64 * 3)()       # the walk: entry, word, a failed return code
         self._run = runner()
         self._layout()
 
