@@ -7,7 +7,8 @@ run did before runtime/callseq.py) against one native call for the whole sequenc
     python bench/dispatch.py --models bert --sizes 1x1,1x128
     python bench/dispatch.py --models mobilenetv2_blocks,mobilenet_v3_small   # CNNs: static only
 
-Per (model, build, size): the best block of each side for `exe.run(x)` as a server calls
+Per transformer and size first the dynamic build against the static one, both called
+each way (four sides in turn). Then per (model, build, size): the best block of each side for `exe.run(x)` as a server calls
 it (the last outputs still held while the next call runs: bench/dynamic.py `_holding`),
 the ratio native/Python, and onnxruntime's block. Then the same executor with every
 kernel replaced by a function that returns at once ("stubbed"): what is left is the
@@ -115,6 +116,14 @@ def measure(label, exe, x, sess, iname, number, repeat, stub):
     print(f" {py * 1e6:8.1f} {nat * 1e6:8.1f} {(py - nat) * 1e9 / n:7.0f}", flush=True)
 
 
+def both(label, static, dyn, x, number, repeat):
+    """Dynamic against static at one size, each called both ways, the four in turn."""
+    fns = [holding(side(lambda e=e: e.run(x), native)) for native in (False, True) for e in (static, dyn)]
+    sp, dp, sn, dn = blocks(fns, number, repeat)
+    print(f"{label:34s} dynamic/static: Python calls {dp / sp:5.3f} ({sp * 1e3:.3f}, {dp * 1e3:.3f} ms), "
+          f"native {dn / sn:5.3f} ({sn * 1e3:.3f}, {dn * 1e3:.3f} ms)", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="bert,albert,distilbert")
@@ -150,6 +159,7 @@ def main(argv=None):
             st = G.build(G.optimize(G.from_onnx(model, dims=dynamic._static_dims(model, shape)),
                                     target=target), target=str(target))
             label = "x".join(map(str, shape))
+            both(f"{name} {label}", st, dyn, x, a.number, a.repeat)
             measure(f"{name} static {label}", st, x, sess, iname, a.number, a.repeat, stub)
             # stubs only this size's state: the next size's is made with the kernels
             measure(f"{name} dynamic {label}", dyn, x, sess, iname, a.number, a.repeat, stub)
