@@ -194,7 +194,7 @@ class Executor:
             pool = SizedPool(self._slots, key, sizes, plan, make, need)
             state = pool.take(default=True)
             try:
-                _run_calls(state.calls)
+                state.calls.run()
             except TdslError:       # zeros a network rejects (a checked index): memory is reserved
                 pass
             finally:
@@ -381,7 +381,7 @@ class Executor:
                 raise ArgumentError(f"missing input{'s' * (len(missing) > 1)}: {', '.join(missing)}")
             try:
                 if state.launches is None:
-                    _run_calls(state.calls)
+                    state.calls.run()
                     if output == "device":
                         return [nd.array(o) for o in state.outputs]
                     # the outputs themselves where the state can lend them (runstate.py)
@@ -421,7 +421,7 @@ class Executor:
         or a run that took it): dict of mean/min/median seconds."""
         pool = self._current_pool()
         state = pool.take(default=True)
-        run = state.launches or (lambda: _run_calls(state.calls))
+        run = state.launches or state.calls.run
         wait = state.launches.sync if state.launches else (lambda: None)
         try:
             for _ in range(warmup):
@@ -450,7 +450,7 @@ class Executor:
             if state.launches is not None:
                 times = self._profile_device(state, number)
             else:
-                _run_calls(state.calls)
+                state.calls.run()
                 times = [0.0] * len(state.calls)
                 with threadpool.held():     # as in a run: no kernel waits for a parked worker
                     for _ in range(number):
@@ -482,7 +482,7 @@ class Executor:
             clock = time.perf_counter_ns
             for i in range(number):
                 row = stamps[i]
-                threadpool.hold()       # as _run_calls
+                threadpool.hold()       # as a run (CallSequence.run)
                 try:
                     row[0] = clock()
                     for j, call in enumerate(calls, 1):
@@ -559,17 +559,6 @@ def _shape_of(v):
     if isinstance(v, nd.NDArray):
         return tuple(v.shape)
     return tuple(np.shape(v))
-
-
-def _run_calls(calls):
-    # the pool's workers stay awake for the whole run (and a moment after, for the next):
-    # a worker parked between two of its parallel loops would start the second late
-    threadpool.hold()
-    try:
-        for call in calls:
-            call()
-    finally:
-        threadpool.release()
 
 
 def build(mod: Module, target=None, tune_minutes: float = 0.0, log_file=None) -> Executor:

@@ -42,6 +42,7 @@ from typing import Dict, List
 import numpy as np
 
 from .host_buffer import OutputBuffers
+from ..runtime.callseq import CallSequence
 from ..errors import InternalError
 from .ir import Const, Expr, TensorType
 from .ir.dims import evaluate_shape
@@ -75,8 +76,9 @@ class RunState:
         # the inputs that may be read from the caller's array (no kernel writes them)
         self.readers: Dict[str, tuple] = readers or {}
         # the calls computing the values of the sizes alone into the arena (make_state's
-        # `once`): run again when another size's state used the arena in between
-        self.once: list = list(once)
+        # `once`): run again when another size's state used the arena in between, in one
+        # native call as the run's
+        self.once = CallSequence(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
         # relocate's ([(call index, [(argument index, byte offset)])], [(output index, byte offset)])
         self.moving = None
@@ -321,11 +323,11 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                          for a in args])
              for k, args, _ in steps]
     calls = [mem.bind(module, args) for module, args in bound]
+    if isinstance(mem, HostMemory):     # a run is one native call (runtime/callseq.py)
+        calls = CallSequence(calls)
     once_calls = [mem.bind(k.module, [bufs[a] if isinstance(a, Expr) else sizes[a.name] if isinstance(a, SizeArg)
                                       else a for a in args])
                   for k, args, _ in once]
-    for call in once_calls:
-        call()
     outs = [mem.const(o.data) if isinstance(o, Const) else bufs[o] for o in fn.outputs]
     lendable, readers = set(), {}
     if isinstance(mem, HostMemory):
@@ -342,6 +344,7 @@ def make_state(plan, fn, steps, mem=None, sizes=None, once=()) -> RunState:
                 readers[name] = (args_at, [i for i, o in enumerate(outs) if _shares(o, buf)])
     state = RunState(mem.arena, inputs, outs, calls, mem=mem, bound=bound, lendable=lendable,
                      readers=readers, once=once_calls)
+    state.once.run()
     if out is not None:
         state.out = out
         state.lend_from = out.current

@@ -209,8 +209,7 @@ class Slot:
         if st is not None:
             self.states.move_to_end(key)
             if self.last is not None:    # another size's run wrote over its values of the sizes
-                for call in st.once:
-                    call()
+                st.once.run()
         else:
             need = (plan.peak_bytes if arena_bytes is None else arena_bytes) + 64
             out_need = plan.output_bytes + 64

@@ -15,6 +15,9 @@ from ..errors import BuildError
 THREADPOOL_SOURCE = os.path.join(os.path.dirname(__file__), "threadpool.c")
 # what generated code calls besides libc: the worker pool and the kernels' heap scratch
 RUNTIME_SOURCES = (THREADPOOL_SOURCE, os.path.join(os.path.dirname(__file__), "scratch.c"))
+# and what this process's executors call (an exported library needs only RUNTIME_SOURCES):
+# a host run's kernel sequence walked in one native call (callseq.py)
+HOST_SOURCES = RUNTIME_SOURCES + (os.path.join(os.path.dirname(__file__), "calls.c"),)
 
 
 def find() -> str | None:

@@ -16,6 +16,7 @@ the device anyway, where the same holds without a copy.
 """
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import List
 
@@ -108,10 +109,10 @@ class Module:
         del keep
 
     def prepared(self, *args):
-        """Checks `args` once and returns a no-argument callable that runs the kernel on
-        them, for callers that run the same buffers many times (a graph executor): the
-        per-call checks (~0.6 us a buffer for exact arrays, ~10 us otherwise) are
-        skipped. The arrays must stay alive and unchanged.
+        """Checks `args` once and returns a no-argument callable (`PreparedCall`) that runs
+        the kernel on them, for callers that run the same buffers many times (a graph
+        executor): the per-call checks (~0.6 us a buffer for exact arrays, ~10 us
+        otherwise) are skipped. The arrays must stay alive and unchanged.
 
         Threads: the callable writes the fixed output arrays (and staging copies of any
         unaligned ones), so two threads calling the same prepared callable race on them;
@@ -120,22 +121,7 @@ class Module:
         finds the worker pool busy with another thread's loop runs on its own thread,
         see threadpool.c)."""
         cargs, keep, before, after = self.signature.prepare(args)
-        fn, name, sig = self._cfunc, self.name, self.signature.raw
-        types = getattr(fn, "argtypes", None)
-        if types and len(types) == len(cargs):
-            # converted once: ctypes takes its own objects faster than Python ints (a
-            # network of small kernels calls each once per run)
-            cargs = [t(v) for t, v in zip(types, cargs)]
-
-        def run(_keep_alive=keep):
-            for copy in before:
-                copy()
-            rc = fn(*cargs)
-            if rc:
-                raise TdslError(failure(name, rc, sig))
-            for copy in after:
-                copy()
-        return run
+        return PreparedCall(self._cfunc, cargs, keep, before, after, self.name, self.signature)
 
     def set_num_threads(self, n: int):
         """Threads used by parallel loops of this module (default: TDSL_NUM_THREADS or
@@ -224,3 +210,61 @@ class Module:
             raise BuildError(f"save({path!r}): unknown format {fmt!r}; use a path ending in .o, "
                              ".ll or .s")
         return path
+
+
+class PreparedCall:
+    """A kernel bound to fixed arguments (`Module.prepared`): calling it runs the kernel
+    and raises what a plain call raises. `native` is what a caller needs to run it from
+    native code instead (callseq.CallSequence: a host run's kernels in one ctypes call):
+    (function address, argument words, bounds record address or 0), or None where the call
+    needs Python around it (staging copies of unaligned arrays, a float scalar, a backend
+    without a native function). A native caller reports a failure through `failed` and a
+    set bounds record through `finish`, so that both paths raise the same errors."""
+
+    __slots__ = ("fn", "cargs", "keep", "before", "after", "name", "raw", "native")
+
+    def __init__(self, fn, cargs, keep, before, after, name, signature):
+        self.fn, self.keep, self.before, self.after = fn, keep, before, after
+        self.name, self.raw = name, signature.raw
+        self.native = _native(fn, cargs, before, after, signature)
+        types = getattr(fn, "argtypes", None)
+        if types and len(types) == len(cargs):
+            # converted once: ctypes takes its own objects faster than Python ints (a
+            # network of small kernels calls each once per run)
+            cargs = [t(v) for t, v in zip(types, cargs)]
+        self.cargs = cargs
+
+    def __call__(self):
+        for copy in self.before:
+            copy()
+        rc = self.fn(*self.cargs)
+        if rc:
+            self.failed(rc)
+        for copy in self.after:
+            copy()
+
+    def failed(self, rc):
+        """Raises the error of the kernel's nonzero return `rc`."""
+        raise TdslError(failure(self.name, rc, self.raw))
+
+    def finish(self):
+        """What runs after the kernel returned: the bounds record's check (BoundsError)."""
+        for copy in self.after:
+            copy()
+
+
+def _native(fn, cargs, before, after, signature):
+    """PreparedCall.native: a call whose every argument is an integer word (a pointer or an
+    int64 scalar, abi.py), with no copy around it but the bounds record's check."""
+    record = signature.record
+    if before or len(after) != (record is not None):
+        return None
+    if any(type(v) is not int for v in cargs) or any(signature.float_scalar):
+        return None
+    try:
+        address = ctypes.cast(fn, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):     # not a native function (a compile-only backend)
+        return None
+    if not address:
+        return None
+    return address, tuple(cargs), 0 if record is None else cargs[record]

@@ -2,6 +2,8 @@
 (scratch.c): compiled by the system C compiler once per machine (kept in the disk cache)
 and loaded once per process; generated code calls `tdsl_parallel_for` and
 `tdsl_scratch_alloc`/`tdsl_scratch_free`. Exported libraries compile the same sources in.
+The library loaded here also holds the walk of a host run's kernel calls (calls.c,
+callseq.py), which exported libraries do not need.
 
 Without a C compiler (or with TDSL_NO_THREADPOOL set), code generation falls back to
 creating threads per launch (pthread_create/join from the generated code): correct,
@@ -41,11 +43,11 @@ def load_into_jit() -> bool:
 def _load() -> bool:
     from . import ccompiler
     from .libfile import dlopen_bytes
-    if ccompiler.find() is None or not all(map(os.path.exists, ccompiler.RUNTIME_SOURCES)):
+    if ccompiler.find() is None or not all(map(os.path.exists, ccompiler.HOST_SOURCES)):
         return False
     import llvmlite.binding as llvm
     source = ""
-    for path in ccompiler.RUNTIME_SOURCES:
+    for path in ccompiler.HOST_SOURCES:
         with open(path) as f:
             source += f.read()
     try:
