@@ -364,18 +364,16 @@ def _shifted_axes(stage):
 
 
 def _within_domain(dom, lo, ext):
-    """(lo, ext) of a region along an axis its stage shifts, cut to the axis's domain.
-    Readers that split their loops with a guarded tail (a reduction by blocks of
-    vectors) ask for the region rounded up to their blocks, past the tensor's end; what
-    lies there they never read. Cut, a region that covers the axis is the whole axis,
-    which the split then shifts (`shifts`): no guarded copy of the tile, and no
-    tiles computed past the end."""
-    if dom is None:
-        return lo, ext
-    top = dom.min + dom.extent
-    start = dom.min if arith.can_prove(E.LE(lo, dom.min)) else arith.simplify(E.maximum(lo, dom.min))
-    end = top if _at_least(arith.simplify(lo + ext), top) else arith.simplify(E.minimum(lo + ext, top))
-    return start, arith.simplify(end - start)
+    """(lo, ext) of a region along an axis its stage shifts: the axis's domain where
+    the region covers it and more. Readers that split their loops with a guarded tail
+    (a reduction by blocks of vectors) ask for the region rounded up to their blocks,
+    past the tensor's end, where they never read. Cut to the axis, the region is one
+    the split shifts over (`shifts`): no guarded copy of the tile, and no tiles
+    computed past the end. Any other region is left as it is."""
+    if dom is not None and arith.can_prove(E.LE(lo, dom.min)) \
+            and _at_least(arith.simplify(lo + ext), dom.min + dom.extent):
+        return dom.min, dom.extent
+    return lo, ext
 
 
 def _at_least(e, x):
