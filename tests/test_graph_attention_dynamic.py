@@ -74,9 +74,10 @@ def _variants(exe):
     return {str(c): v.scheduled_by for k, _, _ in exe.steps for c, v in (k.variants or [])}
 
 
-# (batch, sequence): one token, fewer keys than a vector, odd lengths, a row-block tail,
-# more keys than the representative size, past MIN_KEYS
-SIZES = [(1, 1), (2, 3), (1, 16), (3, 37), (2, 100), (1, 515), (2, 530)]
+# (batch, sequence): one token, fewer keys than a vector, odd lengths, each side of
+# SHORT_KEYS (where the blocked kernel's key tile and row blocks start to shift), a
+# row-block tail, more keys than the representative size, past MIN_KEYS
+SIZES = [(1, 1), (2, 3), (1, 16), (1, 31), (2, 32), (1, 33), (3, 37), (2, 100), (1, 515), (2, 530)]
 
 
 @pytest.mark.parametrize("mask", [None, "padding"])
@@ -145,6 +146,11 @@ def _row_tails(text):
     return [ln for ln in text.splitlines() if "pragma tail" in ln and ("i.outer" in ln or "i.inner" in ln)]
 
 
+def _key_tails(text):
+    """Loops over keys of q K^T or exp that end in a guarded tail."""
+    return [ln for ln in text.splitlines() if "pragma tail" in ln and "for j." in ln]
+
+
 def test_self_attention_row_blocks_shift_inwards(monkeypatch):
     """Self-attention's last row block moves back onto the one before (rows computed
     twice, the same both times) rather than running a guarded copy; cross-attention,
@@ -155,6 +161,9 @@ def test_self_attention_row_blocks_shift_inwards(monkeypatch):
         mod, exe, text = _build_seen(model, monkeypatch)
         assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
         assert bool(_row_tails(text)) == (rows is not None)
+        # the keys' last tile shifts too (at least SHORT_KEYS keys), with scratch of
+        # the keys' length: one copy of q K^T's micro-kernel, unguarded
+        assert not _key_tails(text) and "likely(j" not in text
         for B, S, *R in sizes:
             feeds = _feeds(B, S, "padding", rows=R[0] if R else None)
             np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
@@ -205,7 +214,8 @@ def test_avx2_build():
     mod = G.optimize(G.from_onnx(model), target=t)
     exe = G.build(mod, target=t)
     assert _fused(mod) and _schedules(exe) == {"attention_blocked"}
-    for B, S in [(1, 1), (3, 37), (1, 515)]:
+    # AVX2's key tile is 3 vectors of 8: 32 and 50 keys end in a shifted tile
+    for B, S in [(1, 1), (2, 32), (3, 37), (1, 50), (1, 515)]:
         feeds = _feeds(B, S, "padding")
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
                                    err_msg=f"batch {B}, sequence {S}")

@@ -202,3 +202,30 @@ def test_auto_schedule_shifts_tiles_its_params_make_whole():
         out = np.zeros((m, 48), "float32")
         f(a, w, out)
         np.testing.assert_allclose(out, a @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_stage_its_readers_ask_past_the_end_of_is_cut_and_shifted():
+    """C sums B's rows in blocks of 64 with a guarded last block, so it asks for B up to
+    a multiple of 64, past B's end: B's region is cut to its tensor (bound), which its
+    split then covers whole and shifts, with no guard and a buffer of n, not of the
+    blocks' multiple."""
+    n = tdsl.var("n")
+    A = tdsl.placeholder((4, n), name="A")
+    B = tdsl.compute((4, n), lambda r, j: A[r, j] * 2, name="B")
+    k = tdsl.reduce_axis((0, n), "k")
+    C = tdsl.compute((4,), lambda r: tdsl.sum(B[r, k], axis=k), name="C")
+    s = tdsl.create_schedule(C.op)
+    s[C].split(C.op.reduce_axis[0], factor=64)
+    s[B].compute_at(s[C], C.op.axis[0])
+    _, bi = s[B].split(B.op.axis[1], factor=16, tail="shift")
+    s[B].vectorize(bi)
+    lines = str(tdsl.lower(s, [A, C])).splitlines()
+    b_part = lines[:[i for i, ln in enumerate(lines) if "C[r] = 0" in ln][0]]
+    assert "B = allocate((n), " in "\n".join(b_part) and not any("likely" in ln for ln in b_part)
+    assert any("max(min(j.outer * 16, n - 16), 0)" in ln for ln in b_part)
+    f = tdsl.build(s, [A, C], target="llvm")
+    for m in (16, 17, 63, 64, 65, 130):
+        a = np.random.default_rng(m).standard_normal((4, m)).astype("float32")
+        out = np.zeros(4, "float32")
+        f(a, out)
+        np.testing.assert_allclose(out, (a * 2).sum(1), rtol=1e-5, atol=1e-5)

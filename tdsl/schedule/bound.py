@@ -342,6 +342,8 @@ def attached_bound(sched, stage, result, bodies, target=None, full_dims=()) -> S
     exts = [arith.simplify(h - l + 1) for l, h in zip(los, his)]
     if not all(isinstance(x, E.IntImm) for x in exts):
         exts = _offset_extents(sched, target, readers, result, bodies, inner, exts)
+    for d in _shifted_axes(stage):
+        los[d], exts[d] = _within_domain(op.axis[d].dom, los[d], exts[d])
     alloc = []
     for ext in exts:
         if not isinstance(ext, E.IntImm):
@@ -352,6 +354,34 @@ def attached_bound(sched, stage, result, bodies, target=None, full_dims=()) -> S
     root = {iv: Range(l, x) for iv, l, x in zip(op.axis, los, exts)}
     root.update({iv: iv.dom for iv in op.reduce_axis})
     return StageBound(pass_down(stage, root), tuple(los), tuple(alloc))
+
+
+def _shifted_axes(stage):
+    """The root axes of `stage` that a split asks to shift its last tile inwards."""
+    roots = list(stage.op.axis)
+    return [roots.index(r.parent) for r in stage.relations
+            if isinstance(r, Split) and r.shift and r.parent in roots]
+
+
+def _within_domain(dom, lo, ext):
+    """(lo, ext) of a region along an axis its stage shifts: the axis's domain where
+    the region covers it and more. Readers that split their loops with a guarded tail
+    (a reduction by blocks of vectors) ask for the region rounded up to their blocks,
+    past the tensor's end, where they never read. Cut to the axis, the region is one
+    the split shifts over (`shifts`): no guarded copy of the tile, and no tiles
+    computed past the end. Any other region is left as it is."""
+    if dom is not None and arith.can_prove(E.LE(lo, dom.min)) \
+            and _at_least(arith.simplify(lo + ext), dom.min + dom.extent):
+        return dom.min, dom.extent
+    return lo, ext
+
+
+def _at_least(e, x):
+    """Whether e >= x provably, a max where either side is (a shifted reader's bound
+    is the max of its tiles' ends, which the prover does not take apart)."""
+    if isinstance(e, E.Max):
+        return _at_least(e.a, x) or _at_least(e.b, x)
+    return arith.can_prove(E.GE(e, x))
 
 
 def _offset_extents(sched, target, readers, result, bodies, inner, exts):

@@ -27,7 +27,7 @@ from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
 from .stages import stages_of
-from .symbolic import SHORT, representative
+from .symbolic import SHORT, SHORT_CLASSES, representative
 from .groupdef import GroupDef
 
 
@@ -254,12 +254,13 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
 def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args, built):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
-    of one row for a single token); "short", for sizes of `SHORT` (the auto-scheduler's
-    rows of a short sequence); one with `pins` ({size variable: value}), for those
-    sizes as constants, its schedule the static one of that size (a single token's)
-    where the others stay symbolic; another, for the representative `sizes`, the
-    schedule told its class. Each takes its kernel's arguments (`size_args`); one whose
-    schedule is in `built` is that kernel (see compile_group)."""
+    of one row for a single token); "short" and "short_keys" (SHORT_CLASSES), for
+    sizes of `SHORT` (the auto-scheduler's rows of a short sequence); one with `pins`
+    ({size variable: value}), for those sizes as constants, its schedule the static one
+    of that size (a single token's) where the others stay symbolic; another, for the
+    representative `sizes`, the schedule told its class. Each takes its kernel's
+    arguments (`size_args`); one whose schedule is in `built` is that kernel (see
+    compile_group)."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
     if pins:
@@ -267,7 +268,7 @@ def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, p
         sizes = {**sizes, **pins}
     elif cls == "small":
         sizes = {n: max(1, (bounds or {}).get(n, (1, None))[0]) for n in g.sizes.vars}
-    elif cls == "short":
+    elif cls in SHORT_CLASSES:
         sizes = representative(g.sizes.vars, bounds, SHORT)
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)

@@ -15,7 +15,7 @@ from . import topi, topi_attention, topi_grad, topi_index, topi_layout, topi_nn,
 from .cpu.loops import par_vec
 from .gpu.schedule import gpu_facts
 from .stages import stages_of
-from .symbolic import REPRESENTATIVE
+from .symbolic import REPRESENTATIVE, SHORT_CLASSES
 
 AUTO_TILE_ROWS = 8      # rows of the auto-scheduler's register tiles, about (tiling.register_tile)
 
@@ -36,7 +36,7 @@ def schedule_cpu(s, out, g, parallel=True, vectorize=True):
         params = dict(g.auto_params or {})
         if g.size_class == "small":
             params["tile"] = (1, None)
-        elif g.size_class == "short":
+        elif g.size_class in SHORT_CLASSES:
             # the rules take a symbolic extent as long; a short row is one vector a step,
             # a register tile one vector wide
             params.update(unroll=1, tile=(None, 1))

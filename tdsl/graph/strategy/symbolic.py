@@ -22,6 +22,10 @@ REPRESENTATIVE = 64      # a size variable's size where a schedule needs a numbe
 # float32, which the rules tile without unrolling, so a row of a short sequence is a
 # vector or two, not one guarded block of four
 SHORT = 16
+# the size classes of short rows, each scheduled at SHORT, one vector a step: "short"
+# (a group's contiguous extents below REPRESENTATIVE) and an attention's "short_keys"
+# (fewer keys than its blocked kernel's tiles, strategy/cpu/attention.py)
+SHORT_CLASSES = ("short", "short_keys")
 
 
 def group_size_vars(fn) -> set:

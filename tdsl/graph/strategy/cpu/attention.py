@@ -13,9 +13,12 @@ rows x the micro-kernel's value vectors.
 With symbolic sizes (a dynamic batch or sequence) the same loops take run-time extents:
 the row blocks (sized for the representative sequence) end in a block shifted back onto
 the one before (self-attention, whose rows are at least SHORT_KEYS keys; else a guarded
-block), the keys in a guarded vector, and each block's scores are scratch of that
-call's length, taken per iteration of the parallel loop (so concurrent calls never
-share one). Below SHORT_KEYS keys the size class "short_keys" runs instead."""
+block), and so do the tiles of keys of q K^T and the vectors of exp (at least
+SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the max
+and the sum keep a guarded last block. Each block's scores are scratch of that call's
+length, taken per iteration of the parallel loop (so concurrent calls never share one).
+Below SHORT_KEYS keys the size class "short_keys" runs instead: the plain stages, as the
+auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES)."""
 from __future__ import annotations
 
 from .... import arith, tiling
@@ -28,11 +31,12 @@ from ..stages import ishape
 ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
 PARTIALS = 4      # vectors of partial maxima and sums per row
 # keys below which a kernel with a symbolic key count runs its "short_keys" variant, the
-# plain stages of the definition (the auto-scheduler's, with full rows of scores): there
-# the blocks' guarded tails and per-block scratch cost more than the scores' traffic,
-# which fits in L2 (one thread, a dynamic build, keys 16/77/200: 1.2/1.2/1.15x the
-# plain stages; 512: 0.87x)
-SHORT_KEYS = 512
+# plain stages of the definition: from here a block's last rows and keys shift back
+# onto full tiles (a row block and a tile of keys are at most this long), so the blocked
+# kernel has no guarded copies, and measured as fast as the three kernels it replaces
+# or faster; below it, a whole row would be one guarded tile, about twice as slow as
+# the plain stages
+SHORT_KEYS = 32
 
 
 def _register_tile(s, t, lanes):
@@ -115,13 +119,19 @@ def schedule(s, out, g, parallel=True):
     mr = _divisor_at_most(R, mr)
     si, sj = scores.op.axis[2], scores.op.axis[3]
     sio, sii = s[scores].split(si, factor=mr)
-    sjo, sji = s[scores].split(sj, factor=nr)
+    # keys: at least SHORT_KEYS where the short class takes shorter rows, so the last
+    # tile of keys shifts back onto the one before (its scores computed twice, the same
+    # both times) instead of a guarded copy of the micro-kernel, and the block's scratch
+    # holds the keys and no more (schedule.bound cuts a shifted stage's region to its
+    # tensor: the max's and sum's guarded blocks would ask for a multiple of theirs)
+    kshift = "shift" if short_routed and max(nr, lanes) <= SHORT_KEYS else "guard"
+    sjo, sji = s[scores].split(sj, factor=nr, tail=kshift)
     s[scores].reorder(sio, sjo, sii, sji)
     s[scores].vectorize(sji)
     s[dot].compute_at(s[scores], sjo)
     _register_tile(s, dot, lanes)
 
-    ejo, eji = s[ex].split(ex.op.axis[3], factor=lanes)
+    ejo, eji = s[ex].split(ex.op.axis[3], factor=lanes, tail=kshift)
     s[ex].vectorize(eji)
     # the row's max and sum: PARTIALS vectors of partial results along the keys
     # (independent chains), added as vectors, then one vector's lanes
