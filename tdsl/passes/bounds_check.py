@@ -362,6 +362,10 @@ class _Checker(Mutator):
         conds, lanes = {}, set()
         for a in accesses:
             idx = a.indices[0]
+            if self.data_only and not _has_load(idx):
+                # unchecked in the checked copy as well: nothing for the condition to
+                # decide (against a run-time extent, such terms were most of it)
+                continue
             if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
                     or arith.linear_coeff(_ReadsOpaque(loop.var).visit(idx), loop.var) is None:
                 return None
