@@ -301,3 +301,28 @@ def test_tail_of_a_register_tile_stays_unrolled():
         out = np.zeros((M, 48), np.float32)
         f(av, wv, out)
         np.testing.assert_allclose(out, av @ wv, rtol=1e-4, atol=1e-4)
+
+
+def test_gather_at_positions_computed_from_its_input_has_no_short_classes():
+    """Position ids computed elementwise from the token ids (RoBERTa's, over batch x
+    sequence) are inlined into the embedding gather, whose vectors run along the constant
+    hidden size: the sequence decides no block of it, so it gets no "short" or "one"
+    variant, and is right at every size (onnxruntime)."""
+    pytest.importorskip("onnxruntime")
+    table = np.random.default_rng(3).standard_normal((40, 256)).astype(np.float32)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
+    nodes = [helper.make_node("Mul", ["ids", "two"], ["m"]),
+             helper.make_node("Add", ["m", "one"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["y"], axis=0)]
+    init = [helper.make_tensor("two", TensorProto.INT64, [], [2]),
+            helper.make_tensor("one", TensorProto.INT64, [], [1]),
+            helper.make_tensor("table", TensorProto.FLOAT, table.shape, table.ravel().tolist())]
+    model = helper.make_model(helper.make_graph(nodes, "positions", [ids], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, None)], initializer=init), opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    ((k, _, _),) = exe.steps
+    assert k.variants == [], [v.name for _, v in k.variants]
+    rng = np.random.default_rng(4)
+    for b, s in [(1, 1), (1, 16), (2, 70), (3, 5)]:
+        x = rng.integers(0, 19, (b, s)).astype(np.int64)
+        np.testing.assert_array_equal(exe.run(x)[0], models.onnxruntime_run(model, {"ids": x})[0])
