@@ -423,3 +423,21 @@ def test_vector_gather_rows_in_and_out_of_range(target, unroll):
         want = emb[np.clip(bidx, 0, vocab - 1)] + pos
         want[4] = pos[4]
         np.testing.assert_array_equal(out, want)
+
+
+def test_vector_gather_condition_holds_only_what_the_checked_copy_checks():
+    """With a run-time token count nothing proves the lanes of Pos and out inside, but
+    a build checks only indices read from memory, so the checked copy does not check
+    them either: the condition that versions each vector holds the table's terms (its
+    row read from I) alone."""
+    from tdsl.ir.visitor import conjuncts, free_vars, walk
+    from tdsl.lower import build_passes, lower_for_target
+    s, args = embedding()
+    func = build_passes(lower_for_target(tdsl.lower(s, args), "llvm"))
+    conds, lets = _vector_guards(func)
+    assert conds
+    for c in conds:
+        for t in conjuncts(c):
+            loads = []
+            walk(t, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+            assert loads or free_vars(t) & set(lets), t

@@ -20,8 +20,9 @@ that holds them, under the `Select` conditions on the way to the load (a load on
 untaken side of an `if_then_else` is never made, and must not be reported).
 
 A vectorized loop whose indices are all affine in its variable is versioned: the
-original loop runs when the first and last lane of every access are inside, a serial
-checked copy otherwise, so a correct vector loop stays a vector loop. The condition holds
+original loop runs when the first and last lane of every access the checked copy checks
+(with `data_only`, those whose index reads memory) are inside, a serial checked copy
+otherwise, so a correct vector loop stays a vector loop. The condition holds
 each distinct lane's term once and none that the loop ranges prove inside a buffer of
 constant extent; a value read from memory that it needs (a gather's row) is read once, in
 a LetStmt before it, where the read itself is proven inside.
@@ -340,8 +341,8 @@ class _Checker(Mutator):
         return S.seq(*pre, checked)
 
     def _all_lanes_inside(self, loop):
-        """A condition under which every access of the vector loop `loop` is inside its
-        buffer (its first and last lane are), or None when an index is not affine in the
+        """A condition under which every access of the vector loop `loop` that the checked
+        copy checks is inside its buffer (its first and last lane are), or None when an index is not affine in the
         loop variable, reads memory or depends on what the body defines."""
         inner, accesses, stored = set(), [], set()
 
@@ -362,6 +363,10 @@ class _Checker(Mutator):
         conds, lanes = {}, set()
         for a in accesses:
             idx = a.indices[0]
+            if self.data_only and not _has_load(idx):
+                # unchecked in the checked copy as well: nothing for the condition to
+                # decide (against a run-time extent, such terms were most of it)
+                continue
             if not _loads_invariant(idx, {loop.var} | inner, stored) or free_vars(idx) & inner \
                     or arith.linear_coeff(_ReadsOpaque(loop.var).visit(idx), loop.var) is None:
                 return None

@@ -1,7 +1,8 @@
 """Which size classes a network's declared bounds leave reachable: a variant whose
-condition cannot hold for any sizes within the bounds (GPT-2's vocabulary projection's
-"rows", for more rows than its 50257 columns, where batch and sequence are bounded far
-below) would never run, so it is not compiled. The executor refuses sizes outside the
+condition cannot hold for any sizes within the bounds (a dense layer's "small", for fewer
+rows than its register tile, where the sequence is bounded below by the tile's rows;
+the "one" classes of a transpose where the sequence is at least 2) would never run, so
+it is not compiled. The executor refuses sizes outside the
 bounds before anything runs, so a kernel never meets the sizes such a class covers.
 
 Intervals are (lo, hi) of ints, None for unbounded; anything not understood is

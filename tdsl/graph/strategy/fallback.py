@@ -110,10 +110,22 @@ def _declare_short_rows(g, out):
     16) runs wholly in the guarded tail; below it, a variant scheduled at `SHORT`
     (dispatch._variant) runs, one vector a step."""
     short, pins = [], set()
-    for t in stages_of(out):
+    stages = stages_of(out)
+    infos = {t.op: StageInfo(t.op) for t in stages}
+    read_by_contraction = {i.op for t in stages if infos[t.op].is_reuse_reduction()
+                           for i in t.op.input_tensors()}
+    for t in stages:
         # the rules' blocks: along the last axis of a contraction (its register tile's
         # vectors) and of an elementwise stage, along the reduced axes of another reduction
-        info = StageInfo(t.op)
+        info = infos[t.op]
+        if t is not out and not info.is_reduction and not info.expensive \
+                and t.op not in read_by_contraction:
+            # inlined by the rules (autosched/inline.py): its reader's loops are its
+            # loops. RoBERTa's position ids, inlined into the embedding gather along a
+            # constant hidden size, made a "short" and a "one" variant of the gather
+            # that ran no faster than the kernel itself (one thread, 0.97-1.03x at the
+            # sweep's sizes) and cost its build 0.2-0.3 s
+            continue
         axes = info.raxes if info.is_reduction and not info.is_reuse_reduction() else info.axes[-1:]
         for ext in (a.dom.extent for a in axes):
             if not isinstance(ext, int) and getattr(ext, "value", None) is None:

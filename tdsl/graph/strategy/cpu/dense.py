@@ -53,25 +53,22 @@ def schedule(s, out, g, parallel=True):
         D = s.cache_write(out, "local")
     M, N = ishape(out)
     # rows of a symbolic size (M is then a representative number): the column blocks
-    # outside, so the threads split the weights, whose number is known; size classes
+    # outside, so the threads split the weights, whose number is known; a size class
     # where that is wrong: fewer rows than a tile at run time (a single token), whose
-    # guarded rows would do the work of a whole tile, and more rows than columns, which
-    # the static schedule puts outside (the "rows" variant)
+    # guarded rows would do the work of a whole tile. More rows than columns, which a
+    # static schedule puts outside, take no variant: the column blocks outside ran as
+    # fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time), and such a
+    # variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
-    if g.size_class == "rows":
-        M = max(M, N)
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
-    if symbolic and g.size_class is None:
-        if mr > 1:
-            g.size_classes["small"] = out.shape[0] < mr
-        g.size_classes["rows"] = out.shape[0] >= N
+    if symbolic and g.size_class is None and mr > 1:
+        g.size_classes["small"] = out.shape[0] < mr
     # the rows' last tile shifted back onto the one before (their outputs computed twice,
     # the same both times: the accumulator is the tile's own) instead of a guarded copy
     # of the tile, where the kernel never runs with fewer rows than a tile: the default
-    # kernel, below which "small" runs, and the "rows" kernel (rows >= N and not small);
-    # not a kernel run once per size, which no variant fronts
-    least = max(N, tiling.gemm_tile(target, ishape(out)[0], N, out.dtype)[0]) if g.size_class == "rows" else mr
-    shift = symbolic and g.classes_run and g.size_class in (None, "rows") and mr > 1 and least >= mr
+    # kernel, below which "small" runs; not a kernel run once per size, which no variant
+    # fronts
+    shift = symbolic and g.classes_run and g.size_class is None and mr > 1
     mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
