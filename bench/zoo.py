@@ -230,13 +230,17 @@ def main(argv=None):
     p.add_argument("--native-refs", action="store_true",
                    help="with --mcpu for a narrower CPU: leave OpenVINO at the host's ISA (default: "
                         "capped at the build's, bench/isa_cap.py)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads of each runtime (default: the CPU's cores); on a machine other jobs "
+                        "keep busy, 1 keeps their time slices from stalling a parallel loop")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
+    if a.threads:                             # tdsl's pool and its schedules' parallel loops
+        os.environ["TDSL_NUM_THREADS"] = str(a.threads)
+        target = tdsl.target.Target(f"llvm{f' -mcpu={a.mcpu}' if a.mcpu else ''} -num-cores={a.threads}")
     host = tdsl.target.Target.host()
     a.cap = "" if a.native_refs else isa_cap.cap_for(target, host)
-    if a.cap:
-        isa_cap.apply(a.cap)                  # before anything loads openvino
     if a.dynamic:
         import dynamic
         print_target(target)
@@ -244,6 +248,8 @@ def main(argv=None):
                  if not a.only or any(s in n for s in a.only.split(","))]
         dynamic.main(names, target, a.number, a.repeat, builds_only=a.builds)
         return
+    if a.cap:
+        isa_cap.apply(a.cap)                  # before anything loads openvino
     threads = target.num_cores
     peak_gflops = print_target(target)
     per_fma = 4 if a.int8 and target.has_vnni else 1
