@@ -8,6 +8,7 @@
     python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run,
                                            # OpenVINO capped at that ISA (bench/isa_cap.py)
     python bench/zoo.py --mcpu haswell --native-refs   # the references uncapped
+    python bench/zoo.py --threads 1        # every side on one thread (a busy machine)
     python bench/zoo.py --int8             # each model quantized (QDQ, onnxruntime's quantizer)
     python bench/zoo.py --dynamic          # symbolic batch/sequence, built once, swept over sizes
     python bench/zoo.py --dynamic --builds # only their builds against the static ones, cold
