@@ -2,7 +2,7 @@
 onnxruntime's layers, from each runtime's own per-layer profile, in one process.
 
     python bench/layers.py --only squeezenet1_1,efficientnet_b0
-    python bench/layers.py --only conv1d_net --mcpu haswell
+    python bench/layers.py --only conv1d_net --mcpu haswell   # OpenVINO capped at AVX2
     python bench/layers.py --only resnet18 --layers 8   # and the 8 slowest layers of each side
     python bench/layers.py --only squeezenet1_1 --batch 8   # a batch of 8 images
 
@@ -35,7 +35,12 @@ the ONNX graph, as a fused epilogue would. Dilated convs are one family whatever
 kernel, since tdsl drops the taps that only read padding (a 3x3 d12 on 14x14 is a 2x2). tdsl's groups are
 classified from their graph operators; OpenVINO's layers from the ONNX nodes they list
 as originalLayersNames; onnxruntime's from the ONNX node whose name or output name is
-the longest prefix of the event's name. Compare a family's row across sides with that in
+the longest prefix of the event's name.
+
+With --mcpu for a CPU with narrower vectors than this one, OpenVINO is capped at that ISA
+as in bench/zoo.py (bench/isa_cap.py; --native-refs: not); a line under each table says
+which of its layers ran wider anyway and their share of its layer time. onnxruntime
+cannot be capped. Compare a family's row across sides with that in
 mind: the "elementwise/reorders" row shows what went elsewhere.
 """
 from __future__ import annotations
@@ -57,6 +62,7 @@ import tdsl.graph as G  # noqa: E402
 from common import add_target_option, target_from  # noqa: E402
 from graph import _ort_session  # noqa: E402
 from latency import blocks  # noqa: E402
+import isa_cap  # noqa: E402
 import ov_session  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
@@ -363,6 +369,12 @@ def run_model(name, target, a):
         if flag:
             slow.append((name, fam, r_best))
         print(f"  {fam:24s} {t[0] * 1e3:8.3f} {t[1] * 1e3:8.3f} {t[2] * 1e3:8.3f} {r_ov:6.2f} {r_best:6.2f}{flag}")
+    if a.cap:
+        request.infer({0: x})
+        note = isa_cap.ov_note(isa_cap.ov_layer_isas(compiled), a.cap)
+        share = isa_cap.ov_wide_share(request.get_profiling_info())
+        print(f"  {note or f'OpenVINO capped at {a.cap}: every layer at it'}"
+              f"{f'; {share:.0%} of its layer time in the wider layers' if note else ''}")
     if a.layers:
         top = exe.profile_text(number=a.number, top=a.layers)
         print("\n".join("  " + line for line in top.splitlines()))
@@ -381,10 +393,15 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0,
                    help="threads of each runtime (default: the CPU's cores); on a shared machine 1 "
                         "keeps another process's time slices from stalling a parallel loop")
+    p.add_argument("--native-refs", action="store_true",
+                   help="with --mcpu for a narrower CPU: leave OpenVINO at the host's ISA")
     add_target_option(p)
     a = p.parse_args(argv)
     if a.threads:
         os.environ["TDSL_NUM_THREADS"] = str(a.threads)
+    a.cap = "" if a.native_refs else isa_cap.cap_for(target_from(a), tdsl.target.Target.host())
+    if a.cap:
+        isa_cap.apply(a.cap)                  # before ov_session.available() loads openvino
     if not ov_session.available():
         raise SystemExit("bench/layers.py compares with OpenVINO's per-layer profile: pip install openvino")
     target = target_from(a)
@@ -392,6 +409,10 @@ def main(argv=None):
         target = tdsl.target.Target(f"llvm{f' -mcpu={a.mcpu}' if a.mcpu else ''} -num-cores={a.threads}")
     print(f"{target.describe()}\n{target.num_cores} threads each; '<': tdsl over 1.3x the faster "
           "runtime's same family (families over 2% of tdsl's time)")
+    host = tdsl.target.Target.host()
+    for line in isa_cap.header(isa_cap.cap_for(target, host), a.native_refs,
+                               f"{host.cpu}, {host.vector_bits}-bit vectors"):
+        print(line)
     slow = []
     for name in a.only.split(","):
         slow += run_model(name, target, a)

@@ -5,7 +5,10 @@
     python bench/zoo.py                    # the whole list
     python bench/zoo.py --only resnet      # models whose name contains "resnet"
     python bench/zoo.py --profile          # and the slowest kernels of each
-    python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run
+    python bench/zoo.py --mcpu haswell     # tdsl's code for another CPU this one can run,
+                                           # OpenVINO capped at that ISA (bench/isa_cap.py)
+    python bench/zoo.py --mcpu haswell --native-refs   # the references uncapped
+    python bench/zoo.py --threads 1        # every side on one thread (a busy machine)
     python bench/zoo.py --int8             # each model quantized (QDQ, onnxruntime's quantizer)
     python bench/zoo.py --dynamic          # symbolic batch/sequence, built once, swept over sizes
     python bench/zoo.py --dynamic --builds # only their builds against the static ones, cold
@@ -22,6 +25,14 @@ OpenVINO (when installed; without it a note says so and its columns are left out
 its CPU plugin with the same number of threads, the latency hint (one stream) and float32
 inference precision set explicitly (bench/ov_session.py: a CPU with bf16 would otherwise
 run in bf16).
+
+With --mcpu for a CPU with narrower vectors than this one (haswell on an AVX-512 host),
+OpenVINO is held to that ISA (bench/isa_cap.py: ONEDNN_MAX_CPU_ISA and OV_CPU_MAX_ISA, set
+before it loads; a note under a model says which of its layers ran wider anyway, e.g.
+FullyConnected layers in MLAS), so that its column is what a user of that CPU would see;
+onnxruntime cannot be capped and runs at the host's ISA. The header says which reference
+ran at which ISA, the "tdsl / ov" column and a summary line compare with the capped
+OpenVINO alone. --native-refs leaves both uncapped.
 
 Timing, every side in the same process and in turn (bench/latency.py), so that the
 machine load is the same for all and one side's spinning threads (onnxruntime's and
@@ -63,6 +74,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+import tdsl  # noqa: E402
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
 from tdsl.examples import peak  # noqa: E402
@@ -71,6 +83,7 @@ from tdsl.runtime import threadpool  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
 from graph import _ort_session, flops  # noqa: E402
 from latency import blocks, percentiles  # noqa: E402
+import isa_cap  # noqa: E402
 import ov_session  # noqa: E402
 from ov_session import OVSession  # noqa: E402
 
@@ -157,6 +170,9 @@ def run_one(name, target, a, threads, peak, ov_version):
                              f"{' steps' if step else ' of its magnitude'}")
             if int8 and not ovs.int8_layers():
                 notes.append("OpenVINO ran none of the quantized layers in int8 (its column: float)")
+            wider = isa_cap.ov_note(isa_cap.ov_layer_isas(ovs.compiled), a.cap)
+            if wider:
+                notes.append(wider)
         except Exception as e:  # OpenVINO that cannot read or compile a model: two columns
             ovs = None
             notes.append(f"OpenVINO failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
@@ -179,20 +195,25 @@ def run_one(name, target, a, threads, peak, ov_version):
     t_ov = times[2] if ovs else float("nan")
     best = min(t_ort, t_ov) if ovs else t_ort
     share = work / t_tdsl / 1e9 / peak
+    if a.cap and ovs and work / t_ov / 1e9 > 1.1 * peak:
+        # no code of the capped ISA computes faster than its FMA peak: proof of wider layers
+        # (a tenth over it, in case another job held a core while the peak was measured)
+        notes.append(f"OpenVINO computed at {work / t_ov / 1e9 / peak:.0%} of the {a.cap} FMA peak: "
+                     f"its column is not all {a.cap} code")
     err_txt = f"{err:6.0f} st" if step else f"{err:9.1e}"
     ov_cols = (f"{ovs.compile_s:6.2f}", f"{t_ov * 1e3:8.2f}", _ms(spreads[2])) if ovs else ("-", "-", "-")
     idle = "/".join(f"{s.idle * 1e3:.1f}" for s in spreads)
     print(f"{name:20s} {cold:7.1f} {warm:6.2f} {ort_init:6.2f} {ov_cols[0]:>6s} {len(exe.steps):4d} "
           f"{t_tdsl * 1e3:8.2f} {t_ort * 1e3:8.2f} {ov_cols[1]:>8s} {_ms(spreads[0]):>13s} "
           f"{_ms(spreads[1]):>13s} {ov_cols[2]:>13s} {idle:>15s} {t_tdsl / t_ort:6.2f}x "
-          f"{t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
+          f"{t_tdsl / t_ov:6.2f}x {t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
     for n in notes:
         print(f"{'':20s} note: {n}")
     if a.profile:
         time.sleep(0.3)   # the other runtimes' threads, still spinning after their last block, took a core
         exe.run(x)
         print(exe.profile_text(number=a.number, top=15))
-    return t_tdsl / t_ort, t_tdsl / best, [(sp.p99 / sp.p50, sp.p99_kept / sp.p50_kept, sp.n_kept, len(sp.calls))
+    return t_tdsl / t_ort, t_tdsl / t_ov, t_tdsl / best, [(sp.p99 / sp.p50, sp.p99_kept / sp.p50_kept, sp.n_kept, len(sp.calls))
                                           for sp in spreads]
 
 
@@ -212,9 +233,20 @@ def main(argv=None):
                    help="symbolic batch (and sequence) sizes: built once, swept over sizes (bench/dynamic.py)")
     p.add_argument("--builds", action="store_true",
                    help="with --dynamic: only the builds, dynamic and static, each with a cold cache")
+    p.add_argument("--native-refs", action="store_true",
+                   help="with --mcpu for a narrower CPU: leave OpenVINO at the host's ISA (default: "
+                        "capped at the build's, bench/isa_cap.py)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads of each runtime (default: the CPU's cores); on a machine other jobs "
+                        "keep busy, 1 keeps their time slices from stalling a parallel loop")
     add_target_option(p)
     a = p.parse_args(argv)
     target = target_from(a)
+    if a.threads:                             # tdsl's pool and its schedules' parallel loops
+        os.environ["TDSL_NUM_THREADS"] = str(a.threads)
+        target = tdsl.target.Target(f"llvm{f' -mcpu={a.mcpu}' if a.mcpu else ''} -num-cores={a.threads}")
+    host = tdsl.target.Target.host()
+    a.cap = "" if a.native_refs else isa_cap.cap_for(target, host)
     if a.dynamic:
         import dynamic
         print_target(target)
@@ -222,12 +254,17 @@ def main(argv=None):
                  if not a.only or any(s in n for s in a.only.split(","))]
         dynamic.main(names, target, a.number, a.repeat, builds_only=a.builds)
         return
+    if a.cap:
+        isa_cap.apply(a.cap)                  # before anything loads openvino
     threads = target.num_cores
     peak_gflops = print_target(target)
     per_fma = 4 if a.int8 and target.has_vnni else 1
     if per_fma > 1:
         print(f"int8 peak (vpdpbusd: 4 products a float32 lane): {per_fma * peak_gflops:.1f} GOP/s")
     ov_version = ov_session.available()
+    for line in isa_cap.header(isa_cap.cap_for(target, host), a.native_refs,
+                               f"{host.cpu}, {host.vector_bits}-bit vectors"):
+        print(line)
     import onnxruntime
     print(f"onnxruntime {onnxruntime.__version__}" +
           (f", OpenVINO {ov_version} (CPU plugin, latency hint, f32)" if ov_version else "") +
@@ -243,9 +280,9 @@ def main(argv=None):
         exported = []
     names = [n for n in list(HELPER) + exported if not a.only or any(s in n for s in a.only.split(","))]
     print(f"{'':20s} {'build s':>7s} {'':>6s} {'':>6s} {'':>6s} {'':>4s} {'best block ms':>26s} "
-          f"{'p50/p99 ms':>41s} {'idle ms':>15s} {'tdsl /':>6s} {'tdsl /':>7s}")
+          f"{'p50/p99 ms':>41s} {'idle ms':>15s} {'tdsl /':>6s} {'tdsl /':>7s} {'tdsl /':>7s}")
     print(f"{'model':20s} {'cold':>7s} {'warm':>6s} {'ort':>6s} {'ov':>6s} {'kern':>4s} {'tdsl':>8s} {'ort':>8s} "
-          f"{'ov':>8s} {'tdsl':>13s} {'ort':>13s} {'ov':>13s} {'tdsl/ort/ov':>15s} {'ort':>7s} {'best':>7s} "
+          f"{'ov':>8s} {'tdsl':>13s} {'ort':>13s} {'ov':>13s} {'tdsl/ort/ov':>15s} {'ort':>7s} {'ov':>7s} {'best':>7s} "
           f"{'peak':>6s} {'max err':>9s}")
     rows, failed = [], []
     for name in names:
@@ -259,12 +296,20 @@ def main(argv=None):
         print(f"\nnote: the FMA peak measured {again:.1f} GFLOP/s at the end (the machine was "
               f"busier at the start); shares above are of {peak_gflops:.1f}")
     if rows:
-        done, to_ort, to_best, spread = zip(*rows)
-        print(f"\ngeometric mean tdsl/onnxruntime over {len(rows)} models: {_geomean(to_ort):.2f}x; "
+        done, to_ort, to_ov, to_best, spread = zip(*rows)
+        at = f" ({host.vector_bits}-bit, not capped)" if a.cap else ""
+        print(f"\ngeometric mean tdsl/onnxruntime{at} over {len(rows)} models: {_geomean(to_ort):.2f}x; "
               f"worst {max(to_ort):.2f}x" + (f"; failed: {', '.join(failed)}" if failed else ""))
         if ov_version:
-            print(f"geometric mean tdsl/the faster of onnxruntime and OpenVINO: {_geomean(to_best):.2f}x; "
+            print(f"geometric mean tdsl/the faster of onnxruntime{at} and OpenVINO"
+                  f"{f' (capped at {a.cap})' if a.cap else ''}: {_geomean(to_best):.2f}x; "
                   f"worst {max(to_best):.2f}x")
+        ov_rows = [(n, r) for n, r in zip(done, to_ov) if not math.isnan(r)]
+        if a.cap and ov_rows:
+            wide = [f"{n} {r:.2f}x" for n, r in ov_rows if r > 1.2]
+            print(f"geometric mean tdsl/OpenVINO capped at {a.cap}, like for like "
+                  f"({len(ov_rows)} models): {_geomean([r for _, r in ov_rows]):.2f}x; "
+                  f"above 1.2x: {', '.join(wide) or 'none'}")
         for i, side in enumerate(("tdsl", "onnxruntime", "OpenVINO")[:len(spread[0])]):
             mine = [(n, r[i]) for n, r in zip(done, spread) if len(r) > i]
             for k, calls in ((0, "all calls"), (1, "the calls in which no thread waited for a core")):
