@@ -8,7 +8,7 @@ replaces and OpenVINO, on a zoo transformer, in one process, the sides timed in 
     python bench/attention.py --only whisper_encoder --mcpu haswell
 
 "unfused" is the same build with the pass's threshold above every sequence; "fused" with
-`--min-keys` (default: the pipeline's MIN_KEYS). Wall time: latency.blocks' best block
+`--min-keys` (default: the target's, passes/attention.py keys_to_fuse). Wall time: latency.blocks' best block
 mean. `--cpu`: one thread per runtime and the calling thread's CPU time
 (bench/cpu_time.py's reasoning), the median of `--repeat` blocks: a comparison that holds
 while other processes load the machine, at the price of leaving out the parallel loops.
@@ -46,7 +46,7 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=0, help="sequence length of the token models (0: the zoo's)")
     p.add_argument("--batch", type=int, default=0, help="batch of the token models (0: the zoo's)")
     p.add_argument("--no-openvino", action="store_true", help="tdsl's two sides alone")
-    p.add_argument("--min-keys", type=int, default=0, help="the fused side's threshold (0: MIN_KEYS)")
+    p.add_argument("--min-keys", type=int, default=0, help="the fused side's threshold (0: the target's, keys_to_fuse)")
     p.add_argument("--cpu", action="store_true", help="one thread each, timed by CPU time")
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--repeat", type=int, default=5)
@@ -69,7 +69,7 @@ def main(argv=None):
         model, x = zoo.export(name), zoo.example_input(name)
         inp = model.graph.input[0].name
         sides, kernels = {}, {}
-        for side, keys in (("unfused", 1 << 62), ("fused", a.min_keys or attention.MIN_KEYS)):
+        for side, keys in (("unfused", 1 << 62), ("fused", a.min_keys or attention.keys_to_fuse(target))):
             old, attention.MIN_KEYS = attention.MIN_KEYS, keys
             try:
                 mod = G.optimize(G.from_onnx(model), target=target)
