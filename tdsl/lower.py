@@ -32,7 +32,6 @@ from .passes.storage_flatten import storage_flatten
 from .passes.thread_sync import thread_sync
 from .passes.verify import verify
 from .passes.virtual_thread import inject_virtual_thread
-from .schedule.bound import assumed_ranges
 from .schedule.schedule import Schedule
 from .schedule.schedule_ops import schedule_to_func
 from .target_kind import kind_of
@@ -118,16 +117,14 @@ def default_args(sched: Schedule):
     return ins + outs
 
 
-def _size_ranges(func, sched):
-    """Sizes of argument buffers are non-negative, and within the ranges the schedule
-    was promised (Schedule.assume_range): facts the passes may use."""
+def _size_ranges(func):
+    """Sizes of argument buffers are non-negative: a fact the passes may use."""
     out = {}
     for p in func.params:
         if isinstance(p, S.Buffer):
             for d in p.shape:
                 if isinstance(d, E.Var):
                     out[d] = Range(E.const(0), E.const(2**31 - 1))
-    out.update(assumed_ranges(sched))
     return out
 
 
@@ -155,7 +152,7 @@ def lower(s, args=None, name="main", target=None) -> S.PrimFunc:
     def start():
         checks = check_reads([st.op for st in s.stages])
         func = schedule_to_func(s, list(args), name, _warp_size(target, kind))
-        func.attrs["size_ranges"] = _size_ranges(func, s)
+        func.attrs["size_ranges"] = _size_ranges(func)
         func.attrs["region_checks"] = checks
         return func
     phases = {LOWER}

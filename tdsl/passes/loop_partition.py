@@ -163,12 +163,11 @@ class _Partition(Mutator):
     """`split`: whether a loop may become a main loop and a tail; without, a guard is
     only dropped where the tail would do nothing (the loop then ends earlier)."""
 
-    def __init__(self, facts, split=True, allocated=frozenset(), assumed=False):
+    def __init__(self, facts, split=True, allocated=frozenset()):
         self.ranges = dict(facts)
         self.sizes = set(facts)
         self.split = split
         self.allocated = allocated
-        self.assumed = assumed      # whether the facts hold sizes' assumed ranges
 
     def visit_For(self, f):
         outer = dict(self.ranges)
@@ -215,12 +214,6 @@ class _Partition(Mutator):
         no_tail = all(exact) and len({str(e) for e in ends}) == 1 and _all_guarded(f.body, chosen)
         if not (no_tail or self.split):
             return None
-        if self.assumed and not no_tail and not isinstance(f.extent, E.IntImm) and \
-                arith.can_prove(E.LE(ext, E.const(1, ext.dtype)), self.ranges):
-            # a run-time extent whose main part the sizes' ranges bound to one step (a
-            # variant for short rows, Schedule.assume_range): one guarded loop, not a
-            # copy of the body for a single unguarded step
-            return None
         self.ranges[f.var] = Range(f.min, ext)
         main = S.For(f.var, f.min, ext, f.kind, self.visit(_Drop(chosen).visit(f.body)), f.thread_tag, f.pragmas)
         if no_tail:
@@ -259,5 +252,4 @@ def loop_partition(func: S.PrimFunc) -> S.PrimFunc:
     facts = func.attrs.get("size_ranges", {})
     allocated = set()
     walk(func.body, lambda n: allocated.add(n.buffer) if isinstance(n, S.Allocate) else None)
-    assumed = bool(getattr(func.attrs.get("schedule"), "size_ranges", None))
-    return func.with_body(_Partition(facts, allocated=allocated, assumed=assumed).visit(func.body))
+    return func.with_body(_Partition(facts, allocated=allocated).visit(func.body))

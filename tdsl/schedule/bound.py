@@ -129,7 +129,6 @@ def size_facts(sched, bounds, params) -> Dict[E.Var, Range]:
         for d in getattr(p, "shape", ()):
             if isinstance(d, E.Var):
                 out[d] = Range(E.const(0), E.const(2**31 - 1))
-    out.update(assumed_ranges(sched))
     for st in sched.stages:
         for rel in st.relations:
             d = bounds[st].ranges[rel.parent].extent if isinstance(rel, Split) and shifts(rel, bounds[st].ranges) else None
@@ -137,19 +136,8 @@ def size_facts(sched, bounds, params) -> Dict[E.Var, Range]:
                 continue
             v, least = (d, rel.factor) if isinstance(d, E.Var) else _least_value(d, rel.factor)
             if v in out:
-                top = out[v].min.value + out[v].extent.value - 1
                 least = max(least, out[v].min.value)
-                out[v] = Range(E.const(least), E.const(max(1, top - least + 1)))
-    return out
-
-
-def assumed_ranges(sched) -> Dict[E.Var, Range]:
-    """{size variable: its range} that the schedule was promised (Schedule.assume_range),
-    each within [0, 2**31 - 1]."""
-    out = {}
-    for v, (lo, hi) in getattr(sched, "size_ranges", {}).items():
-        lo, hi = max(0, lo), min(hi, 2**31 - 1)
-        out[v] = Range(E.const(lo), E.const(max(1, hi - lo + 1)))
+                out[v] = Range(E.const(least), E.const(2**31 - 1 - least))
     return out
 
 

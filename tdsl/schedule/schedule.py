@@ -2,7 +2,7 @@
 (cache_read, cache_write, rfactor). Everything else is recorded on the stages."""
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 from ..errors import ScheduleError
 from ..ir import expr as E
@@ -39,9 +39,6 @@ class Schedule:
         self.stages: List[Stage] = []
         self.stage_map: Dict[Operation, Stage] = {}
         self.trace: List[str] = []
-        # {size variable: (least, greatest)}: the only sizes the kernel is called with
-        # (assume_range), facts for the bounds, the simplifier and loop partitioning
-        self.size_ranges: Dict[Var, Tuple[int, int]] = {}
         seen = set()
 
         def visit(op):
@@ -101,22 +98,6 @@ class Schedule:
                     todo.append(p)
         return False
 
-
-    def assume_range(self, var, lo, hi):
-        """Promise that the kernel is only called with `lo <= var <= hi` (a size variable
-        of its arguments; not checked at call time, as `multiple_of` is not): lowering may
-        drop the loops and tails that cannot run at those sizes. Returns self."""
-        if not isinstance(var, Var):
-            raise ScheduleError(f"assume_range: expected a tdsl.var size, got {var!r}")
-        if not (isinstance(lo, int) and isinstance(hi, int)) or isinstance(lo, bool) or isinstance(hi, bool):
-            raise ScheduleError(f"assume_range: the range of '{var.name}' must be two integers, "
-                                f"got {lo!r}, {hi!r}")
-        old_lo, old_hi = self.size_ranges.get(var, (lo, hi))
-        lo, hi = max(lo, old_lo), min(hi, old_hi)
-        if lo > hi:
-            raise ScheduleError(f"assume_range: '{var.name}' has no value in [{lo}, {hi}]")
-        self.size_ranges[var] = (lo, hi)
-        return self
 
     def normalize(self):
         """TVM's rebase of loops to start at 0: tdsl's loops already do; returns self."""

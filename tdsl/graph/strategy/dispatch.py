@@ -27,7 +27,6 @@ from .cpu.schedule import schedule_llvm
 from .erasure import SIZE_NAME
 from .gpu.schedule import schedule_gpu
 from .stages import stages_of
-from .class_ranges import variant_ranges
 from .symbolic import SHORT, SHORT_CLASSES, representative
 from .groupdef import GroupDef
 
@@ -247,14 +246,12 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
         # a class the declared bounds rule out would never run: not compiled
         reach = size_intervals(exprs, bounds)
         kernel.variants = [(cond, _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes,
-                                           g.size_pins.get(cls), kernel.size_args, built,
-                                           variant_ranges(cond, bounds)))
+                                           g.size_pins.get(cls), kernel.size_args, built))
                            for cls, cond in g.size_classes.items() if may_hold(cond, reach)]
     return kernel
 
 
-def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args, built,
-             ranges=None):
+def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args, built):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
     sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
     of one row for a single token); "short" and "short_keys" (SHORT_CLASSES), for
@@ -263,12 +260,9 @@ def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, p
     of that size (a single token's) where the others stay symbolic; another, for the
     representative `sizes`, the schedule told its class. Each takes its kernel's
     arguments (`size_args`); one whose schedule is in `built` is that kernel (see
-    compile_group). Its lowering assumes `ranges` ({size variable: (least, greatest)},
-    class_ranges.variant_ranges), where its class's condition holds: the executor runs it
-    nowhere else."""
+    compile_group)."""
     g = GroupDef(fn, consts, target, FAMILIES.get(as_target(target).kind, "cpu"))
     g.auto_params, g.size_class = auto_params, cls
-    g.size_ranges = dict(ranges or {})
     if pins:
         g.sizes.pinned = dict(pins)
         sizes = {**sizes, **pins}
@@ -285,15 +279,6 @@ def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, p
         topi.representative.reset(token)
 
 
-def _assumed(s, g):
-    """Schedule `s` promised the size ranges of `g` (a variant's class) for its variables."""
-    for n, (lo, hi) in g.size_ranges.items():
-        v = g.sizes.vars.get(n)
-        if v is not None and n not in g.sizes.pinned:
-            s.assume_range(v, lo, hi)
-    return s
-
-
 def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
     """The Kernel `name` of group definition `g`; where `built` ({schedule fingerprint:
     Kernel}) holds the schedule it gets, that kernel: the same code under another name."""
@@ -305,16 +290,9 @@ def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)
-        # a kernel compiled for every size (no assumed ranges) serves any variant of its
-        # schedule; one compiled for a class's ranges only that class's equals
         fp = fingerprint(s, args, target) if built is not None else None
         if fp is not None and fp in built:
             return built[fp]
-        _assumed(s, g)
-        if fp is not None and s.size_ranges:
-            fp = (fp, repr(sorted((v.name, r) for v, r in s.size_ranges.items())))
-            if fp in built:
-                return built[fp]
         mod = tdsl.build(s, args, target=target, name=name)
     except TdslError as e:
         if g.explanation is None:
@@ -323,7 +301,7 @@ def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
         # the auto-scheduler's rules did not hold for this group: the plain schedule
         AUTO_FALLBACKS.append((name, f"{type(e).__name__}: {e}"))
         g.use_auto, g.explanation = False, None
-        s = _assumed(tdsl.create_schedule(out), g)
+        s = tdsl.create_schedule(out)
         sched(s, out, g)
         try:
             mod = tdsl.build(s, args, target=target, name=name)

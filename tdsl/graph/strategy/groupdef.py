@@ -65,8 +65,6 @@ class GroupDef:
         # {class: {size variable: value}}: a class whose variant is compiled with those
         # sizes as constants (the static schedule of a single token, say)
         self.size_pins = {}
-        # {size variable name: (least, greatest)}: the sizes a variant runs at (dispatch)
-        self.size_ranges = {}
 
     @property
     def symbolic(self) -> bool:
