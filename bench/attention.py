@@ -3,11 +3,12 @@ replaces and OpenVINO, on a zoo transformer, in one process, the sides timed in 
 
     python bench/attention.py --only whisper_encoder
     python bench/attention.py --only bert,gpt2 --seq 512 --min-keys 1   # fused at any length
+    python bench/attention.py --only bert --batch 4 --seq 64 --min-keys 1 --cpu --no-openvino
     python bench/attention.py --only whisper_encoder --cpu               # one thread, CPU time
     python bench/attention.py --only whisper_encoder --mcpu haswell
 
 "unfused" is the same build with the pass's threshold above every sequence; "fused" with
-`--min-keys` (default: the pipeline's MIN_KEYS). Wall time: latency.blocks' best block
+`--min-keys` (default: the target's, passes/attention.py keys_to_fuse). Wall time: latency.blocks' best block
 mean. `--cpu`: one thread per runtime and the calling thread's CPU time
 (bench/cpu_time.py's reasoning), the median of `--repeat` blocks: a comparison that holds
 while other processes load the machine, at the price of leaving out the parallel loops.
@@ -43,7 +44,9 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--only", default="whisper_encoder")
     p.add_argument("--seq", type=int, default=0, help="sequence length of the token models (0: the zoo's)")
-    p.add_argument("--min-keys", type=int, default=0, help="the fused side's threshold (0: MIN_KEYS)")
+    p.add_argument("--batch", type=int, default=0, help="batch of the token models (0: the zoo's)")
+    p.add_argument("--no-openvino", action="store_true", help="tdsl's two sides alone")
+    p.add_argument("--min-keys", type=int, default=0, help="the fused side's threshold (0: the target's, keys_to_fuse)")
     p.add_argument("--cpu", action="store_true", help="one thread each, timed by CPU time")
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--repeat", type=int, default=5)
@@ -59,13 +62,14 @@ def main(argv=None):
     target = "llvm" + (f" -mcpu={a.mcpu}" if a.mcpu else "")
     threads = 1 if a.cpu else os.cpu_count()
     for name in a.only.split(","):
-        if a.seq and name != "whisper_encoder":
+        if (a.seq or a.batch) and name != "whisper_encoder":
             make = zoo.MODELS[name]
-            zoo.MODELS[name] = lambda make=make: (lambda m: (m[0], ((m[1][0][0], a.seq), m[1][1])))(make())
+            zoo.MODELS[name] = lambda make=make: (lambda m: (m[0], ((a.batch or m[1][0][0], a.seq or m[1][0][1]),
+                                                                     m[1][1])))(make())
         model, x = zoo.export(name), zoo.example_input(name)
         inp = model.graph.input[0].name
         sides, kernels = {}, {}
-        for side, keys in (("unfused", 1 << 62), ("fused", a.min_keys or attention.MIN_KEYS)):
+        for side, keys in (("unfused", 1 << 62), ("fused", a.min_keys or attention.keys_to_fuse(target))):
             old, attention.MIN_KEYS = attention.MIN_KEYS, keys
             try:
                 mod = G.optimize(G.from_onnx(model), target=target)
@@ -74,7 +78,7 @@ def main(argv=None):
             kernels[side] = sum(isinstance(n.op, G.Function) and "attention" in n.op.name for n in mod.main.nodes())
             exe = G.build(mod, target=target)
             sides[side] = lambda exe=exe: exe.run(**{inp: x})[0]
-        if ov_session.available():
+        if ov_session.available() and not a.no_openvino:
             ov = ov_session.OVSession(model, threads)
             sides["openvino"] = lambda: ov.run(x)
         ref = sides["unfused"]()

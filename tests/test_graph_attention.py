@@ -107,7 +107,7 @@ def test_avx2_build(any_keys):
 
 
 def test_short_sequences_keep_the_three_kernels():
-    """Below MIN_KEYS keys (bert's 128) the pipeline leaves matmul, softmax, matmul."""
+    """Below keys_to_fuse keys (bert's 128) the pipeline leaves matmul, softmax, matmul."""
     model = _attention_model(1, 4, 128, 128, 64, 64, 0.125)
     feeds = _feeds(1, 4, 128, 128, 64, 64)
     mod, got = _run(model, feeds)
@@ -167,3 +167,17 @@ def test_whisper_encoder_fused_matches_onnxruntime():
     out = G.build(mod, target="llvm").run(x)[0]
     (ref,) = models.onnxruntime_run(model, {"input": x})
     assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
+
+
+def test_keys_to_fuse_follow_the_l2():
+    """Fused from where one head's float32 scores (keys x keys) fill the core's L2."""
+    from tdsl.target import Target
+    for name in ("llvm -mcpu=haswell", "llvm -mcpu=znver5", "llvm"):
+        t = Target(name)
+        k = attention.keys_to_fuse(t)
+        assert 4 * k * k <= t.cache_bytes(2) < 4 * (k + 1) * (k + 1)
+    assert attention.keys_to_fuse(Target("llvm -mcpu=haswell")) == 256
+    # 300 keys: past Haswell's L2 (fused), within a 1 MB L2 (the three kernels)
+    mod = _graph((1, 2, 8, 4), (1, 2, 4, 300), (1, 2, 300, 4))
+    assert "nn.attention" in _ops(attention.fuse_attention(mod, target="llvm -mcpu=haswell"))
+    assert "nn.attention" not in _ops(attention.fuse_attention(mod, target="llvm -mcpu=znver5"))

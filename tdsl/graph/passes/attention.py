@@ -6,19 +6,30 @@ per block of query rows, the block's scores kept in cache).
 Unfused, the scores of a long sequence (whisper: 4 heads x 1500 x 1500 floats, 36 MB) go
 through memory three times: written by Q K^T, read and written by the softmax, read by
 P V. Only where the keys are many does that traffic dominate; over a short sequence the
-three kernels' own schedules are as fast (MIN_KEYS). A symbolic size (a dynamic batch or
-sequence) is fused when the keys can reach MIN_KEYS: one kernel serves every size, and
+three kernels' own schedules are as fast (keys_to_fuse). A symbolic size (a dynamic batch or
+sequence) is fused when the keys can reach that many: one kernel serves every size, and
 the fused kernel at a short sequence costs about what the three do."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
+from ...target import as_target
 from ..ir import Call, Const, Module
 from .rewrite import rewrite, same, use_counts
 
-# keys (scores per query row) from which the fused operator pays: at 128 (bert's zoo
-# sequence) the three kernels are as fast, their scores in L2 anyway
-MIN_KEYS = 512
+# keys (scores per query row) from which the fused operator pays, where set (tests and
+# bench/attention.py force one); None: keys_to_fuse(target)
+MIN_KEYS = None
+
+
+def keys_to_fuse(target) -> int:
+    """Keys from which fusing pays on `target`: where one head's scores (keys x keys
+    float32) fill the core's L2, so the three kernels' passes over them go to L3 (512 keys
+    with Zen 5's 1 MB, 256 with Haswell's 256 KB). Below that, whole networks (bert,
+    distilbert, gpt2, t5 encoder at 1-8 x 64-256 tokens, bench/attention.py --cpu) ran
+    fused as fast as unfused, within the noise, on Zen 5: the scores stay in L2."""
+    return max(1, math.isqrt(as_target(target).cache_bytes(2) // 4))
 
 
 def _float4(t):
@@ -96,14 +107,14 @@ def _broadcasts(mask, scores):
     return all(m == 1 or m == d for m, d in zip(reversed(mask), reversed(scores)))
 
 
-def fuse_attention(mod: Module, min_keys: Optional[int] = None) -> Module:
-    """`mod` with each attention of at least `min_keys` keys (MIN_KEYS) as one
-    `nn.attention`."""
-    min_keys = MIN_KEYS if min_keys is None else min_keys
+def fuse_attention(mod: Module, min_keys: Optional[int] = None, target="llvm") -> Module:
+    """`mod` with each attention of at least `min_keys` keys (MIN_KEYS where set, else
+    keys_to_fuse(target)) as one `nn.attention`."""
+    least = min_keys if min_keys is not None else MIN_KEYS if MIN_KEYS is not None else keys_to_fuse(target)
     uses = use_counts(mod.main)
     found = {}
     for n in mod.main.nodes():
-        m = _match(n, uses, min_keys, mod.info.get("dim_bounds") or {})
+        m = _match(n, uses, least, mod.info.get("dim_bounds") or {})
         if m is not None:
             found[n] = m
     if not found:

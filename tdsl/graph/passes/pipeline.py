@@ -74,5 +74,5 @@ def _for_target(mod, t, fuse):
     if t.kind == "llvm":
         mod = integer_products_in_float(mod, one_channel_only=t.has_vnni)
         mod = blocked_layout(mod, t.vector_lanes("float32"), int8=t.has_vnni)
-        mod = fuse_attention(mod)
+        mod = fuse_attention(mod, target=t)
     return fuse_ops(mod) if fuse else mod
