@@ -158,8 +158,8 @@ _ONNX_OPS = {"MatMul": DENSE, "Gemm": DENSE, "MaxPool": "pooling", "AveragePool"
 
 
 def onnx_families(model):
-    """{ONNX node name and each of its output names: family}, and {the same keys: the name
-    of the node that makes the node's first input that a node makes}."""
+    """{ONNX node name and each of its output names: family}, and {the same keys: the names
+    of the nodes that make the node's inputs, in input order (those another node makes)}."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -184,19 +184,26 @@ def onnx_families(model):
             fam = conv_family(w[2:], a.get("strides", ()), a.get("dilations", ()), g, w[1] * g, x[2:], y[2:])
         for key in [n.name] + list(n.output):
             out[key] = fam
-            # the first input another node makes: a bias add exported as Add(bias, x)
-            # walks back to its matrix product, not to the initializer
-            back[key] = next((made_by[i] for i in n.input if i in made_by), None)
+            # the inputs other nodes make: a bias add exported as Add(bias, x) walks back
+            # to its matrix product, not to the initializer
+            back[key] = tuple(made_by[i] for i in n.input if i in made_by)
     return out, back
 
 
 def ov_profile(request, originals, fams, back, number, x):
     """{layer: (family, its fastest of `number` OpenVINO calls with PERF_COUNT, seconds)}."""
-    out = {}
+    out, fed = {}, {}
     for _ in range(number):
         request.infer({0: x})
         for p in request.get_profiling_info():
-            fam = layer_family(originals.get(p.node_name) or [], p.node_type, fams, back)
+            keys = originals.get(p.node_name) or []
+            if not keys and p.node_type == "Reorder":
+                # a reorder into a layer's layout, named after the layer it feeds
+                # ("input_abcd_acdb_/features/conv0/Conv/..."): part of that layer's work
+                if p.node_name not in fed:
+                    fed[p.node_name] = [max((k for k in fams if k and k in p.node_name), key=len, default=None)]
+                keys = fed[p.node_name]
+            fam = layer_family(keys, p.node_type, fams, back)
             _fastest(out, p.node_name, fam, p.real_time.total_seconds())
     return out
 
@@ -214,6 +221,10 @@ _LAYER_KINDS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv", "Convo
                 "SimplifiedLayerNormalization": "softmax/norm",
                 "SkipSimplifiedLayerNormalization": "softmax/norm", "MVN": "softmax/norm",
                 "RMS": "softmax/norm"}
+
+# activations onnxruntime fuses out of several nodes into a layer named after none of them;
+# tdsl and OpenVINO run them in the matrix product before them
+_FUSED_ACTIVATIONS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
 
 
 def _same_kind(a, b):
@@ -235,18 +246,40 @@ def layer_family(keys, layer_type, fams, back):
                 break
             if _same_kind(_kind(fams[k]), want):
                 return fams[k]
-            k = back.get(k)
+            k = next(iter(back.get(k, ())), None)
     if want == "softmax/norm":
         return want       # a fused norm named after the add before it
+    if not keys and layer_type in _FUSED_ACTIVATIONS:
+        return DENSE
     fam = _anchor([fams[k] for k in keys])
-    # an activation or residual add run as a layer of its own counts with the anchor that
-    # makes its input, as the other runtimes fuse it there
-    k = keys[0] if keys and fam == ELEMENTWISE else None
-    for _ in range(6):
-        if k is None or fams[k] != ELEMENTWISE:
-            break
-        k = back.get(k)
-    return fams[k] if k is not None else fam
+    # an activation, residual add or reorder run as a layer of its own counts with the
+    # anchor that makes its input, as the other runtimes fuse it there
+    return _nearest_anchor(keys[0], fams, back) if keys and fam == ELEMENTWISE else fam
+
+
+def _nearest_anchor(key, fams, back, depth=6):
+    """The family of the nearest anchor above ONNX node `key`, searching all its inputs
+    breadth first (a residual add's projection is nearer than the chain of earlier layers
+    its other input comes through). A matrix product or conv, which takes epilogues, wins
+    over a norm or pool as near: Add(projection, previous LayerNorm)."""
+    level, seen, other = [key], {key}, None
+    for _ in range(depth + 1):
+        nxt = []
+        for k in level:
+            f = fams[k]
+            if f != ELEMENTWISE:
+                if RANK[_kind(f)] <= RANK[ATTENTION]:
+                    return f
+                other = other or f
+                continue
+            for p in back.get(k, ()):
+                if p not in seen:
+                    seen.add(p)
+                    nxt.append(p)
+        if other:
+            return other
+        level = nxt
+    return ELEMENTWISE
 
 
 def ort_profile(model, threads, feed, number, fams, back):

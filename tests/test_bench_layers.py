@@ -33,7 +33,7 @@ def test_a_4d_product_with_a_weight_is_dense_not_attention():
     assert fams["linear"] == layers.DENSE
     assert fams["qk"] == fams["softmax"] == fams["pv"] == layers.ATTENTION
     # the bias add walks back to the product that makes its activation, not to the weight
-    assert back["bias"] == "linear"
+    assert back["bias"] == ("linear",)
     assert layers.layer_family(["bias"], "Add", fams, back) == layers.DENSE
 
 
@@ -79,3 +79,21 @@ def test_tdsl_kernels_without_an_anchor_walk_back_as_the_runtimes_layers_do():
     assert got and set(got) <= set(fams)
     assert layers.ELEMENTWISE not in got.values(), got
     assert got.get("ln") == "softmax/norm" and got.get("rms_mean") == "softmax/norm", got
+
+
+def test_a_residual_add_counts_with_its_projection_not_the_norm_before():
+    # LayerNorm(h) feeds a projection and the residual add after it; the add run alone
+    # counts with the projection (a product wins over a norm as near), whichever input
+    # comes first
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], np.ones(64, np.float32))
+    g8 = helper.make_tensor("g", TensorProto.FLOAT, [8], np.ones(8, np.float32))
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "g"], ["h"], name="ln", axis=-1),
+             helper.make_node("MatMul", ["h", "w"], ["p"], name="proj"),
+             helper.make_node("Add", ["h", "p"], ["y"], name="residual")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8])], [w, g8])
+    fams, back = layers.onnx_families(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert back["residual"] == ("ln", "proj")
+    assert layers.layer_family(["residual"], "Add", fams, back) == layers.DENSE
+    # onnxruntime's fused GELU layer is named after no node: it counts with the product
+    assert layers.layer_family([], "FastGelu", fams, back) == layers.DENSE
