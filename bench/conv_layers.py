@@ -67,15 +67,21 @@ EPILOGUE = {"Relu", "Clip", "BatchNormalization", "Add", "Sub", "Mul", "Div", "E
 
 def anchor(keys, rows, ops, back):
     """The conv of `rows` that a runtime's layer made of ONNX nodes `keys` is built
-    around: one of them, or the first conv found walking back from them through the
-    nodes of an epilogue (`ops`: {node or output name: its operator})."""
+    around: one of them, or the nearest conv found walking back from them (through every
+    input, `back`: {node: the nodes making its inputs}) through the nodes of an epilogue
+    (`ops`: {node or output name: its operator})."""
     for k in keys:
+        frontier = [k]
         for _ in range(8):
-            if k in rows:
-                return k
-            if k is None or ops.get(k) not in EPILOGUE:
+            nxt = []
+            for n in frontier:
+                if n in rows:
+                    return n
+                if n is not None and ops.get(n) in EPILOGUE:
+                    nxt.extend(back.get(n) or ())
+            if not nxt:
                 break
-            k = back.get(k)
+            frontier = nxt
     return None
 
 

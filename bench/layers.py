@@ -28,10 +28,15 @@ ReorderInput/Output; OpenVINO's Reorders count with the layer they feed, or at t
 network's output with the one that makes them, since tdsl's stem reads the NCHW image in
 its own padding pass and its last kernel writes NCHW: `ov_families`). The mapping is approximate where runtimes fuse
 differently: a tdsl kernel or OpenVINO layer counts whole for its anchor's family
-(a conv with its bias, activation and squeeze-excite multiply is all "conv"); a layer
-of OpenVINO or onnxruntime with no anchor of its own (onnxruntime's activations, a
-residual add) counts with the anchor that makes its first input, walking back through
-the ONNX graph, as a fused epilogue would. Dilated convs are one family whatever their
+(a conv with its bias, activation and squeeze-excite multiply is all "conv"); a kernel
+or layer of any of the three with no anchor of its own (onnxruntime's activations, a
+residual add, a transpose, DenseNet's BatchNorm+ReLU after each concat) counts with the
+anchor that makes its first input, walking back through the ONNX graph, as a fused
+epilogue would: one rule for all sides, so work one runtime fuses into a neighbour and
+another runs alone lands in the same row (tdsl's kernels are found in the graph by the
+ONNX node they end with). A ReduceMean of a 3-D tensor is a norm's (T5's RMS norm), and
+a runtime's fused norm layer (onnxruntime's SkipLayerNormalization, named after the
+residual add it takes in; OpenVINO's MVN) is "softmax/norm". Dilated convs are one family whatever their
 kernel, since tdsl drops the taps that only read padding (a 3x3 d12 on 14x14 is a 2x2). tdsl's groups are
 classified from their graph operators; OpenVINO's layers from the ONNX nodes they list
 as originalLayersNames; onnxruntime's from the ONNX node whose name or output name is
@@ -109,6 +114,8 @@ _TDSL_OPS = {"nn.dense": DENSE, "nn.matmul": DENSE, "nn.batch_matmul": DENSE,
 
 def tdsl_node_family(n):
     op = n.op if isinstance(n.op, str) else ""
+    if op == "mean" and n.args[0].type.ndim <= 3:
+        return "softmax/norm"     # a norm's mean over the hidden axis (T5's RMS norm), not a pool
     if op.startswith("nn.conv") and "grad" not in op and "transpose" not in op:
         a = n.attrs
         x, w, y = n.args[0].type.shape, n.args[1].type.shape, n.type.shape
@@ -128,10 +135,21 @@ def _fastest(out, layer, family, seconds):
         out[layer] = (family, seconds)
 
 
-def tdsl_profile(exe, number):
+def tdsl_kernel_family(call, fams, back):
+    """A kernel's family: its anchor's; a kernel with none (an activation, a residual add,
+    a reorder) counts with the anchor that makes its input, walking back through the ONNX
+    graph from the node it ends with, as the other runtimes' layers do (`layer_family`):
+    the same rule on every side, so a pass one runtime fuses into its neighbour and
+    another runs alone counts in the neighbour's family on both."""
+    fam = _anchor([tdsl_node_family(m) for m in call.op.nodes()])
+    if fam != ELEMENTWISE or fams is None or call.span not in fams:
+        return fam
+    return layer_family([call.span], None, fams, back)
+
+
+def tdsl_profile(exe, number, fams=None, back=None):
     """{kernel: (family, its fastest of `number` profiled calls, seconds)}."""
-    fam = {f"{k.name}#{i}": _anchor([tdsl_node_family(m) for m in n.op.nodes()])
-           for i, (k, _, n) in enumerate(exe.steps)}
+    fam = {f"{k.name}#{i}": tdsl_kernel_family(n, fams, back) for i, (k, _, n) in enumerate(exe.steps)}
     out = {}
     for _ in range(number):
         for name, t, _ in exe.profile(1):
@@ -148,8 +166,8 @@ _ONNX_OPS = {"MatMul": DENSE, "Gemm": DENSE, "MaxPool": "pooling", "AveragePool"
 
 
 def onnx_families(model):
-    """{ONNX node name and each of its output names: family}, and {the same keys: the name
-    of the node that makes the node's first input that a node makes}."""
+    """{ONNX node name and each of its output names: family}, and {the same keys: the names
+    of the nodes that make the node's inputs, in input order (those another node makes)}."""
     import onnx
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -162,6 +180,8 @@ def onnx_families(model):
     for n in model.graph.node:
         made_by.update((o, n.name) for o in n.output)
         fam = _ONNX_OPS.get(n.op_type, ELEMENTWISE)
+        if n.op_type == "ReduceMean" and len(shapes.get(n.input[0], ())) <= 3:
+            fam = "softmax/norm"     # a norm's mean over the hidden axis (T5's RMS norm), not a pool
         if (len(shapes.get(n.output[0], ())) == 4 and n.op_type in ("MatMul", "Softmax")
                 and not weights.intersection(n.input)):
             fam = ATTENTION
@@ -172,9 +192,9 @@ def onnx_families(model):
             fam = conv_family(w[2:], a.get("strides", ()), a.get("dilations", ()), g, w[1] * g, x[2:], y[2:])
         for key in [n.name] + list(n.output):
             out[key] = fam
-            # the first input another node makes: a bias add exported as Add(bias, x)
-            # walks back to its matrix product, not to the initializer
-            back[key] = next((made_by[i] for i in n.input if i in made_by), None)
+            # the inputs other nodes make: a bias add exported as Add(bias, x) walks back
+            # to its matrix product, not to the initializer
+            back[key] = tuple(made_by[i] for i in n.input if i in made_by)
     return out, back
 
 
@@ -240,13 +260,23 @@ _LAYER_KINDS = {"Conv": "conv", "FusedConv": "conv", "NchwcConv": "conv", "Convo
                 "FusedGemm": DENSE, "FullyConnected": DENSE, "MaxPool": "pooling", "NchwcMaxPool": "pooling",
                 "GlobalAveragePool": "pooling", "AveragePool": "pooling", "Pooling": "pooling",
                 "ReduceMean": "pooling", "Reduce": "pooling", "Resize": "resize", "NchwcUpsample": "resize",
-                "Interpolate": "resize"}
+                "Interpolate": "resize",
+                # norms that a runtime fuses from several nodes (onnxruntime names them after
+                # the residual add they take in, OpenVINO after any of their nodes)
+                "LayerNormalization": "softmax/norm", "SkipLayerNormalization": "softmax/norm",
+                "SimplifiedLayerNormalization": "softmax/norm",
+                "SkipSimplifiedLayerNormalization": "softmax/norm", "MVN": "softmax/norm",
+                "RMS": "softmax/norm"}
+
+# activations onnxruntime fuses out of several nodes into a layer named after none of them;
+# tdsl and OpenVINO run them in the matrix product before them
+_FUSED_ACTIVATIONS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
 
 
 def _same_kind(a, b):
     # a 1x1 conv on a 1x1 image is DENSE here and may be either to a runtime; a runtime's
     # MatMul layer may be attention's
-    return a == b or {a, b} in ({"conv", DENSE}, {ATTENTION, DENSE})
+    return a == b or {a, b} in ({"conv", DENSE}, {ATTENTION, DENSE}, {ATTENTION, "softmax/norm"})
 
 
 def layer_family(keys, layer_type, fams, back):
@@ -262,16 +292,40 @@ def layer_family(keys, layer_type, fams, back):
                 break
             if _same_kind(_kind(fams[k]), want):
                 return fams[k]
-            k = back.get(k)
+            k = next(iter(back.get(k, ())), None)
+    if want == "softmax/norm":
+        return want       # a fused norm named after the add before it
+    if not keys and layer_type in _FUSED_ACTIVATIONS:
+        return DENSE
     fam = _anchor([fams[k] for k in keys])
-    # an activation or residual add run as a layer of its own counts with the anchor that
-    # makes its input, as the other runtimes fuse it there
-    k = keys[0] if keys and fam == ELEMENTWISE else None
-    for _ in range(6):
-        if k is None or fams[k] != ELEMENTWISE:
-            break
-        k = back.get(k)
-    return fams[k] if k is not None else fam
+    # an activation, residual add or reorder run as a layer of its own counts with the
+    # anchor that makes its input, as the other runtimes fuse it there
+    return _nearest_anchor(keys[0], fams, back) if keys and fam == ELEMENTWISE else fam
+
+
+def _nearest_anchor(key, fams, back, depth=6):
+    """The family of the nearest anchor above ONNX node `key`, searching all its inputs
+    breadth first (a residual add's projection is nearer than the chain of earlier layers
+    its other input comes through). A matrix product or conv, which takes epilogues, wins
+    over a norm or pool as near: Add(projection, previous LayerNorm)."""
+    level, seen, other = [key], {key}, None
+    for _ in range(depth + 1):
+        nxt = []
+        for k in level:
+            f = fams[k]
+            if f != ELEMENTWISE:
+                if RANK[_kind(f)] <= RANK[ATTENTION]:
+                    return f
+                other = other or f
+                continue
+            for p in back.get(k, ()):
+                if p not in seen:
+                    seen.add(p)
+                    nxt.append(p)
+        if other:
+            return other
+        level = nxt
+    return ELEMENTWISE
 
 
 def ort_profile(model, threads, feed, number, fams, back):
@@ -339,7 +393,7 @@ def run_model(name, target, a):
     err = float(np.abs(exe.run(x)[0] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
     whole = blocks([lambda: exe.run(x), lambda: sess.run(None, feed), lambda: request.infer({0: x})],
                    a.number, a.repeat)
-    sides = [lambda: tdsl_profile(exe, a.number), lambda: ort_profile(model, threads, feed, a.number, fams, back),
+    sides = [lambda: tdsl_profile(exe, a.number, fams, back), lambda: ort_profile(model, threads, feed, a.number, fams, back),
              lambda: ov_profile(request, layer_fams, a.number, x)]
     layers = [{} for _ in sides]
     for _ in range(a.repeat):
@@ -375,6 +429,10 @@ def run_model(name, target, a):
         share = isa_cap.ov_wide_share(request.get_profiling_info())
         print(f"  {note or f'OpenVINO capped at {a.cap}: every layer at it'}"
               f"{f'; {share:.0%} of its layer time in the wider layers' if note else ''}")
+    for fam in a.explain.split(",") if a.explain else ():
+        for side, lay in zip(("tdsl", "ort", "ov"), layers):
+            top = sorted(((t, n) for n, (f, t) in lay.items() if f == fam), reverse=True)[:a.layers or 6]
+            print(f"  {fam} in {side}: " + ", ".join(f"{n} {t * 1e3:.3f}" for t, n in top))
     if a.layers:
         top = exe.profile_text(number=a.number, top=a.layers)
         print("\n".join("  " + line for line in top.splitlines()))
@@ -389,6 +447,8 @@ def main(argv=None):
     p.add_argument("--number", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--layers", type=int, default=0, help="also print tdsl's N slowest kernels")
+    p.add_argument("--explain", default="", help="comma-separated families: print each side's "
+                   "layers in them (the largest --layers, default 6), to see what a row holds")
     p.add_argument("--batch", type=int, default=1, help="images (or sequences) a call")
     p.add_argument("--threads", type=int, default=0,
                    help="threads of each runtime (default: the CPU's cores); on a shared machine 1 "

@@ -33,7 +33,7 @@ def test_a_4d_product_with_a_weight_is_dense_not_attention():
     assert fams["linear"] == layers.DENSE
     assert fams["qk"] == fams["softmax"] == fams["pv"] == layers.ATTENTION
     # the bias add walks back to the product that makes its activation, not to the weight
-    assert back["bias"] == "linear"
+    assert back["bias"] == ("linear",)
     assert layers.layer_family(["bias"], "Add", fams, back) == layers.DENSE
 
 
@@ -90,3 +90,65 @@ def test_conv_layers_anchor_walks_back_through_epilogues_only():
     assert conv_layers.anchor(["erf", "gelu"], rows, ops, back) == "conv"
     assert conv_layers.anchor(["pos"], rows, ops, back) is None
     assert conv_layers.anchor(["t"], rows, ops, back) is None
+
+
+def _transformer_bits():
+    """A projection, its residual add and a transpose after it, a layer norm, and a
+    ReduceMean over the hidden axis (an RMS norm's)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], np.ones(64, np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["lin"], name="proj"),
+             helper.make_node("Add", ["lin", "x"], ["res"], name="residual"),
+             helper.make_node("Transpose", ["res"], ["t"], name="reorder", perm=[0, 2, 1]),
+             helper.make_node("ReduceMean", ["t"], ["m"], name="rms_mean", axes=[-1]),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["y"], name="ln", axis=-1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8]),
+                           helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 8, 1])],
+                          [w, helper.make_tensor("g", TensorProto.FLOAT, [8], np.ones(8, np.float32)),
+                           helper.make_tensor("b", TensorProto.FLOAT, [8], np.ones(8, np.float32))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_hidden_axis_mean_is_a_norm_and_a_fused_norm_layer_counts_as_one():
+    fams, back = layers.onnx_families(_transformer_bits())
+    assert fams["rms_mean"] == fams["ln"] == "softmax/norm"
+    # onnxruntime's SkipLayerNormalization is named after the residual add it takes in
+    assert layers.layer_family(["residual"], "SkipLayerNormalization", fams, back) == "softmax/norm"
+    # a residual add and a transpose run alone count with the product before them
+    assert layers.layer_family(["reorder"], "Transpose", fams, back) == layers.DENSE
+    # a softmax inside attention stays attention
+    fams2, back2 = layers.onnx_families(_model())
+    assert layers.layer_family(["softmax"], "Softmax", fams2, back2) == layers.ATTENTION
+
+
+def test_tdsl_kernels_without_an_anchor_walk_back_as_the_runtimes_layers_do():
+    import tdsl.graph as G
+    model = _transformer_bits()
+    fams, back = layers.onnx_families(model)
+    mod = G.optimize(G.from_onnx(model), target="llvm")
+    got = {}
+    for n in mod.main.nodes():
+        if isinstance(n.op, G.Function):
+            got[n.span] = layers.tdsl_kernel_family(n, fams, back)
+    # every kernel is found by its last ONNX node; none is left in the elementwise row
+    assert got and set(got) <= set(fams)
+    assert layers.ELEMENTWISE not in got.values(), got
+    assert got.get("ln") == "softmax/norm" and got.get("rms_mean") == "softmax/norm", got
+
+
+def test_a_residual_add_counts_with_its_projection_not_the_norm_before():
+    # LayerNorm(h) feeds a projection and the residual add after it; the add run alone
+    # counts with the projection (a product wins over a norm as near), whichever input
+    # comes first
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], np.ones(64, np.float32))
+    g8 = helper.make_tensor("g", TensorProto.FLOAT, [8], np.ones(8, np.float32))
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "g"], ["h"], name="ln", axis=-1),
+             helper.make_node("MatMul", ["h", "w"], ["p"], name="proj"),
+             helper.make_node("Add", ["h", "p"], ["y"], name="residual")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8])], [w, g8])
+    fams, back = layers.onnx_families(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert back["residual"] == ("ln", "proj")
+    assert layers.layer_family(["residual"], "Add", fams, back) == layers.DENSE
+    # onnxruntime's fused GELU layer is named after no node: it counts with the product
+    assert layers.layer_family([], "FastGelu", fams, back) == layers.DENSE

@@ -48,26 +48,41 @@ def _users(nodes):
 DIAMOND_DEPTH = 8
 
 
+def _chain(u, users, uses, outputs):
+    """`u` and the nodes below it along single uses, while each is elementwise/broadcast
+    and not a graph output: the path a value of a diamond takes to where it may meet the
+    others (at most DIAMOND_DEPTH steps, the last node reached included)."""
+    path = [u]
+    while len(path) <= DIAMOND_DEPTH and _kind(u) in ("elemwise", "broadcast") and u not in outputs \
+            and uses.get(u, 0) == 1:
+        u = users[u][0]
+        path.append(u)
+    return path
+
+
 def _diamond(a, users, uses, outputs, pos):
     """The nodes of an elementwise diamond below `a`, or None: every use of `a` is by
     chains of single-use elementwise/broadcast nodes that meet in one elementwise node
     (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
     nothing outside reads a or the chains, so the group stays one kernel with one output
-    (SiLU after every conv of efficientnet would otherwise cost a memory pass each)."""
+    (SiLU after every conv of efficientnet would otherwise cost a memory pass each).
+    The chains meet in the first node all of them reach, which need not read `a` itself
+    (the tanh GELU of ALBERT and GPT-2 reads x first in 0.5 * x and last in x + c * x^3,
+    and the two meet in the product after the tanh)."""
     direct = users.get(a, [])
     if not direct:
         return None
-    sink = max(direct, key=lambda u: pos[u])
+    paths = [_chain(u, users, uses, outputs) for u in direct]
+    common = set(paths[0]).intersection(*paths[1:])
+    if not common:
+        return None
+    sink = min(common, key=lambda m: pos[m])
     members = dict.fromkeys([sink])     # in order, once each: two chains may meet early
-    for u in direct:
-        m, depth = u, 0
-        while m is not sink:
-            if depth >= DIAMOND_DEPTH or _kind(m) not in ("elemwise", "broadcast") or m in outputs \
-                    or uses.get(m, 0) != 1:
+    for path in paths:
+        for m in path[:path.index(sink)]:
+            if _kind(m) not in ("elemwise", "broadcast") or m in outputs or uses.get(m, 0) != 1:
                 return None
             members[m] = None
-            m = users[m][0]
-            depth += 1
     if _kind(sink) not in ("elemwise", "broadcast"):
         return None
     # every edge out of a and out of a chain node lands inside the diamond
@@ -109,6 +124,21 @@ def _takes_channel_scale(n, uses, outputs, group_of):
     return kinds == [False, True] and any(tuple(x.type.shape) == scale for x in a.args)
 
 
+def _producer_group(n, kind, uses, alone, group_of):
+    """The group of an operand of `n` that `n` joins: the first that accepts it, but a
+    group that is one reshape (a view of its input, no kernel once memory is planned) only
+    when no other does, so that a residual add of a projection's output and a reshaped
+    hidden state (sink_reshapes) joins the projection's kernel."""
+    found = []
+    for a in n.args:
+        if isinstance(a, Call) and uses.get(a, 0) == 1 and a not in alone:
+            g = group_of[a]
+            if g.last is a and g.accepts(kind):
+                found.append(g)
+    views = [g for g in found if len(g.nodes) == 1 and g.last.op == "reshape"]
+    return next((g for g in found if g not in views), found[0] if found else None)
+
+
 def _split_off_last(a, group_of, groups):
     """Moves `a`, the last node of its group, into a new group that will take a conv."""
     g = group_of[a]
@@ -145,12 +175,8 @@ def fuse_ops(mod: Module) -> Module:
         target = pending.pop(n, None)
         if target is None and _takes_channel_scale(n, uses, outputs, group_of) and n.args[0] not in alone:
             target = _split_off_last(n.args[0], group_of, groups)
-        for a in n.args if target is None and n not in alone else ():
-            if isinstance(a, Call) and uses.get(a, 0) == 1 and a not in alone:
-                g = group_of[a]
-                if g.last is a and g.accepts(kind):
-                    target = g
-                    break
+        if target is None and n not in alone:
+            target = _producer_group(n, kind, uses, alone, group_of)
         if target is None:
             target = _Group(n)
             groups.append(target)

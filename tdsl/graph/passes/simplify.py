@@ -111,19 +111,38 @@ _COMMUTING_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimu
                      "qnn.add", "qnn.quantize", "qnn.dequantize", "qnn.requantize")
 
 
+def _from_anchor(x, steps=8):
+    """Whether `x` is a matrix product or conv, or an elementwise chain on one (along the
+    first operand that is a call: a bias add, an activation)."""
+    for _ in range(steps):
+        if not isinstance(x, Call) or isinstance(x.op, Function):
+            return False
+        kind = get_op(x.op).kind
+        if kind == "anchor":
+            return True
+        if kind not in ("elemwise", "broadcast"):
+            return False
+        x = next((a for a in x.args if isinstance(a, Call)), None)
+    return False
+
+
 def sink_reshapes(mod: Module) -> Module:
     """op(reshape(x), ...) -> reshape(op(x, ...)) for elementwise operators whose other
-    operands are reshapes of the same shape or constants that commute with the reshape
-    (scalars; per-last-axis vectors when the reshape keeps the last axis). Applied bottom-up
-    it moves a reshape below a whole elementwise chain, so the chain joins the producer's
-    kernel: convnext's Linear -> reshape -> GELU becomes one dense kernel with a GELU
-    epilogue instead of a dense and a separate pass over its output."""
+    operands are reshapes of the same shape, constants that commute with the reshape
+    (scalars; per-last-axis vectors when the reshape keeps the last axis), or, where the
+    reshaped operand comes out of a matrix product or a conv, values of the operator's
+    own shape (reshaped back: a view). Applied bottom-up it moves a reshape below a whole
+    elementwise chain, so the chain joins the producer's kernel: convnext's Linear ->
+    reshape -> GELU becomes one dense kernel with a GELU epilogue instead of a dense and a
+    separate pass over its output, and a transformer's residual add after a projection
+    (MatMul of (1, S, D) imported as reshape -> dense -> reshape) becomes the dense's
+    epilogue instead of a pass of its own over the hidden state."""
     def visit(n, args):
         op = n.op
         if isinstance(op, Function) or not args \
                 or (get_op(op).kind != "elemwise" and op not in _COMMUTING_BINARY):
             return same(n, args)
-        inner_shape, shape_attrs, new_args = None, None, []
+        inner_shape, shape_attrs, new_args, full, anchored = None, None, [], [], False
         for a in args:
             if isinstance(a, Call) and a.op == "reshape" and a.type.shape == n.type.shape:
                 s = a.args[0].type.shape
@@ -131,12 +150,18 @@ def sink_reshapes(mod: Module) -> Module:
                     return same(n, args)
                 inner_shape, shape_attrs = s, a.attrs
                 new_args.append(a.args[0])
+                anchored |= _from_anchor(a.args[0])
             elif isinstance(a, Const):
+                new_args.append(a)
+            elif a.type.shape == n.type.shape and a.type.dtype == n.type.dtype:
+                full.append(len(new_args))
                 new_args.append(a)
             else:
                 return same(n, args)
-        if inner_shape is None or not inner_shape:
+        if inner_shape is None or not inner_shape or full and not anchored:
             return same(n, args)
+        for i in full:
+            new_args[i] = Call("reshape", [new_args[i]], {"newshape": list(inner_shape)}, n.span)
         last = n.type.shape[-1] if n.type.ndim else None
         for i, a in enumerate(new_args):
             if not isinstance(a, Const):
