@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ... import dtype as dt
 from ...errors import BuildError
-from . import bits, tensor_ops
+from . import bits, erf_table, tensor_ops
 from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
                     with_elem as _with_elem)
 
@@ -173,6 +173,8 @@ def _log_f32(em, x, base2=False):
 
 def _erf_f32(em, x):
     m = Math(em, x.type)
+    if em.mb.target.has_avx512 and lanes_of(x) == 16:
+        return erf_table.erf_16(m, x)
     b = m.b
     ax = m.intr("fabs", x)
     x2 = b.fmul(ax, ax)
