@@ -1,7 +1,7 @@
 """float32 erf of a 16-lane AVX-512 vector as one polynomial per lane, its coefficients
 looked up by interval (`vpermps` from 16-entry tables held in registers), instead of two
 polynomials and an exp evaluated for every lane and blended (`intrinsics._erf_f32`, which
-serves every other width). About half the vector instructions: an exact GELU epilogue
+serves scalars and narrower vectors). About half the vector instructions: an exact GELU epilogue
 costs a conv or matmul tile that much less.
 
 |x| is clamped to [0, 3.999] (erf(3.999) rounds to 1 in float32) and cut into 16 intervals
@@ -60,8 +60,29 @@ _COEFFS = (
 )
 
 
-def erf_16(m, x):
-    """erf of the <16 x float> `x` through the `intrinsics.Math` helper `m`."""
+def fits(lanes):
+    """Whether a vector of `lanes` float32 splits into 16-lane parts, halving each time."""
+    return lanes >= 16 and lanes & (lanes - 1) == 0
+
+
+def erf(m, x):
+    """erf of the float32 vector `x` (`fits` its lanes) through the `intrinsics.Math`
+    helper `m`: a wider vector (a matmul's epilogue over a 64-wide row tile) is split into
+    16-lane halves, each looked up on its own, and joined again."""
+    n = x.type.count
+    if n == 16:
+        return _erf_16(type(m)(m.em, x.type), x)      # `m` may be of the wider type
+    b = m.b
+    half = n // 2
+
+    def part(lo):
+        return b.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, half),
+                                                  list(range(lo, lo + half))))
+    lo, hi = erf(m, part(0)), erf(m, part(half))
+    return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, n), list(range(n))))
+
+
+def _erf_16(m, x):
     b = m.b
     vt = x.type
     it = ir.VectorType(I32, 16)

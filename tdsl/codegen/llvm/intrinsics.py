@@ -173,8 +173,8 @@ def _log_f32(em, x, base2=False):
 
 def _erf_f32(em, x):
     m = Math(em, x.type)
-    if em.mb.target.has_avx512 and lanes_of(x) == 16:
-        return erf_table.erf_16(m, x)
+    if em.mb.target.has_avx512 and erf_table.fits(lanes_of(x)):
+        return erf_table.erf(m, x)
     b = m.b
     ax = m.intr("fabs", x)
     x2 = b.fmul(ax, ax)
