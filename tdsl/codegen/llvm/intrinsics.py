@@ -6,7 +6,8 @@ scalars and vectors alike: LLVM either has a vector instruction for it or splits
 per-lane libm calls. The exceptions are made for speed: float32 `exp`, `exp2`, `log`, `log2`,
 `erf`, `tanh` and `sigmoid` are inline range reductions plus polynomials (at most 1-3 ulp,
 measured), scalar or vector, so softmax-like kernels stay in vector registers and LLVM's
-loop vectorizer can widen scalar loops that use them. `float16` math is done in
+loop vectorizer can widen scalar loops that use them; `erf` of AVX-512 vectors looks its
+polynomial up by interval (`erf_table.py`). `float16` math is done in
 float32 and rounded back, as numpy does. Integer intrinsics (bitwise operations, shifts,
 popcount, clz) are in `bits.py`.
 
