@@ -6,7 +6,8 @@ scalars and vectors alike: LLVM either has a vector instruction for it or splits
 per-lane libm calls. The exceptions are made for speed: float32 `exp`, `exp2`, `log`, `log2`,
 `erf`, `tanh` and `sigmoid` are inline range reductions plus polynomials (at most 1-3 ulp,
 measured), scalar or vector, so softmax-like kernels stay in vector registers and LLVM's
-loop vectorizer can widen scalar loops that use them. `float16` math is done in
+loop vectorizer can widen scalar loops that use them; `erf` of AVX-512 vectors looks its
+polynomial up by interval (`erf_table.py`). `float16` math is done in
 float32 and rounded back, as numpy does. Integer intrinsics (bitwise operations, shifts,
 popcount, clz) are in `bits.py`.
 
@@ -21,7 +22,7 @@ from llvmlite import ir
 
 from ... import dtype as dt
 from ...errors import BuildError
-from . import bits, tensor_ops
+from . import bits, erf_table, tensor_ops
 from .types import (F32, I32, elem_type as _elem, lanes_of, type_suffix as _suffix,
                     with_elem as _with_elem)
 
@@ -173,6 +174,8 @@ def _log_f32(em, x, base2=False):
 
 def _erf_f32(em, x):
     m = Math(em, x.type)
+    if em.mb.target.has_avx512 and erf_table.fits(lanes_of(x)):
+        return erf_table.erf(m, x)
     b = m.b
     ax = m.intr("fabs", x)
     x2 = b.fmul(ax, ax)
