@@ -26,8 +26,16 @@ def test_gelu_sides_agree_with_float64():
     np.testing.assert_allclose(ref, want, rtol=2e-6, atol=atol)
 
 
-def test_prints_a_row(capsys):
-    pytest.importorskip("torch")
-    erf_bench.main(["--sizes", "2048", "--repeat", "1"])
+def test_prints_a_row(capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    # the bench sets the process's thread counts: the tests after this one keep theirs
+    monkeypatch.setenv("TDSL_NUM_THREADS", os.environ.get("TDSL_NUM_THREADS", ""))
+    if not os.environ["TDSL_NUM_THREADS"]:
+        monkeypatch.delenv("TDSL_NUM_THREADS")
+    torch_threads = torch.get_num_threads()
+    try:
+        erf_bench.main(["--sizes", "2048", "--repeat", "1"])
+    finally:
+        torch.set_num_threads(torch_threads)
     row = capsys.readouterr().out.splitlines()[-1].split()
     assert row[0] == "2048" and float(row[-1]) < 1e-5

@@ -53,6 +53,8 @@ def test_erf_float32_dense_sweep(lanes, bound):
     f = _build(x.size, lanes)
     if lanes >= 16 and Target.host().vector_bits >= 512:
         assert "vpermps" in f.get_source("asm")       # the table form is the one measured
+    else:
+        bound = 2.0         # without AVX-512 every width takes the blended form
     got = np.empty_like(x)
     f(x, got)
     err = _ulps_from_exact(got, x)
