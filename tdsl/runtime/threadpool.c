@@ -68,8 +68,11 @@ typedef struct {
  * cache. At 50 us a task's own cost is far below 1% of it, and a worker that stalls
  * mid-loop (preempted: 1-130 ms on a shared VM) holds up its loop, once it runs again, by
  * at most one such task rather than by the rest of its share; a loop under 50 us of work
- * per thread is split as before, one task per thread. */
-static atomic_llong task_ns = 50000;
+ * per thread is split as before, one task per thread. Off by default: on a quiet machine
+ * 50 us tasks made a RoBERTa run ~9% slower (the caller waited ten times as long for
+ * tasks a worker held: taken from the other core's cache) and no model faster at p50;
+ * a server on a machine whose cores are taken from it may turn it on. */
+static atomic_llong task_ns = 0;
 /* a site's word: its last run's nanoseconds per iteration, times 2^COST_SHIFT (a loop
  * iteration can take less than a nanosecond) */
 #define COST_SHIFT 10
