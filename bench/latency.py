@@ -48,19 +48,12 @@ def _threads():
 
 def _waited_seconds(threads):
     """Seconds the threads in `threads` have spent runnable but waiting for a core."""
-    total = 0
-    for path in threads:
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            pass                                  # a thread that has exited
-    return total * 1e-9
+    return float(delays(threads).sum())
 
 
-def _delays(threads):
-    """Per thread in `threads`, the seconds it has spent runnable but waiting for a core
-    (0 for one that has exited)."""
+def delays(threads):
+    """Per thread in `threads` (schedstat paths), the seconds it has spent runnable but
+    waiting for a core (0 for one that has exited)."""
     out = np.zeros(len(threads))
     for k, path in enumerate(threads):
         try:
@@ -159,11 +152,11 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             own, threads = samples[i], _threads()
             reads = []
             for _ in range(run):
-                reads.append((clock(), _delays(threads), clock()))
+                reads.append((clock(), delays(threads), clock()))
                 t0 = clock()
                 f()
                 own.append(clock() - t0)
-                reads.append((clock(), _delays(threads), clock()))
+                reads.append((clock(), delays(threads), clock()))
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
@@ -171,7 +164,7 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             # a thread still queued for a core when the last call ended books that wait
             # when it runs again: give it a moment (the pause before the next run anyway)
             time.sleep(min(0.02, pause_s))
-            reads.append((clock(), _delays(threads), clock()))
+            reads.append((clock(), delays(threads), clock()))
             waited[i] += core_waits([(b, a, d) for b, d, a in reads],
                                     [(2 * k, 2 * k + 1) for k in range(run)])
     known = _busy_seconds() is not None

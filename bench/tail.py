@@ -45,21 +45,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tdsl.graph as G  # noqa: E402
 from tdsl.runtime import threadpool  # noqa: E402
 from graph import _ort_session  # noqa: E402
-from latency import core_waits  # noqa: E402
+from latency import core_waits, delays  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
 COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
-
-
-def _delays(paths):
-    out = np.zeros(len(paths))
-    for k, path in enumerate(paths):
-        try:
-            with open(path) as f:
-                out[k] = int(f.read().split()[1]) * 1e-9
-        except (OSError, ValueError, IndexError):
-            pass                  # a thread that has exited
-    return out
 
 
 def _tids():
@@ -99,10 +88,10 @@ class Counters:
 
     def read(self):
         t0 = time.perf_counter()
-        delays = _delays(self.paths)        # one read serves the groups and core_waits
-        self.reads.append((t0, time.perf_counter(), delays))
+        waits = delays(self.paths)        # one read serves the groups and core_waits
+        self.reads.append((t0, time.perf_counter(), waits))
         s = threadpool.stats()
-        per_group = np.bincount(self.group_of, weights=delays, minlength=len(self.groups))
+        per_group = np.bincount(self.group_of, weights=waits, minlength=len(self.groups))
         return ({g: int(round(d * 1e9)) for g, d in zip(self.groups, per_group)},
                 {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
                 {c: s.get(c, 0) for c in COUNTERS})
