@@ -51,6 +51,7 @@ import tdsl.graph as G
 from tdsl import arith
 from tdsl.codegen.llvm import jit
 from tdsl.graph import executor, models, zoo
+from common import frozen_heap
 from graph import _ort_session
 from latency import blocks
 
@@ -172,8 +173,9 @@ def cold_caches(prefix="tdsl-cold-"):
 
 
 def cold_build(model, dims, target):
-    """(executor, wall s, CPU s) of `model` built with `dims` in `cold_caches()`."""
-    with cold_caches():
+    """(executor, wall s, CPU s) of `model` built with `dims` in `cold_caches()`, with the
+    process's heap frozen (common.frozen_heap)."""
+    with frozen_heap(), cold_caches():
         t0, c0 = time.perf_counter(), time.process_time()
         exe = G.build(G.optimize(G.from_onnx(model, dims=dims), target=target), target=str(target))
         return exe, time.perf_counter() - t0, time.process_time() - c0

@@ -103,8 +103,9 @@ def build_counts(model, dims=None):
     after another (the build's own LLVM time overlaps its lowering in another thread);
     `largest`: [(symbol, IR lines, LLVM s)] of the 5 modules that took longest."""
     import tdsl.graph as G
+    from common import frozen_heap
     from dynamic import cold_caches
-    with cold_caches("tdsl-llvm-cost-"), _recorded() as texts:
+    with frozen_heap(), cold_caches("tdsl-llvm-cost-"), _recorded() as texts:
         c0 = time.process_time()
         G.build(G.optimize(G.from_onnx(model, dims=dims)))
         cpu_s = time.process_time() - c0

@@ -80,7 +80,7 @@ from tdsl.graph import zoo  # noqa: E402
 from tdsl.examples import peak  # noqa: E402
 from tdsl.graph import models  # noqa: E402
 from tdsl.runtime import threadpool  # noqa: E402
-from common import add_target_option, print_target, target_from  # noqa: E402
+from common import add_target_option, frozen_heap, print_target, target_from  # noqa: E402
 from graph import _ort_session, flops  # noqa: E402
 from latency import blocks, percentiles  # noqa: E402
 import isa_cap  # noqa: E402
@@ -104,9 +104,10 @@ def _model_and_input(name):
 
 def _build(model, target):
     G.executor.clear_kernel_cache()               # only the disk cache may help
-    t0 = time.perf_counter()
-    exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
-    return time.perf_counter() - t0, exe
+    with frozen_heap():
+        t0 = time.perf_counter()
+        exe = G.build(G.optimize(G.from_onnx(model), target=target), target=str(target))
+        return time.perf_counter() - t0, exe
 
 
 def _output_step(model):
