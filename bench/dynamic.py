@@ -23,7 +23,12 @@ size of the sweep, so that every size swept is new to the executor; its seconds 
 printed apart. Both calls are taken in the same conditions: each right after a call of
 onnxruntime at that size and a pause in which its spinning workers stop (right after
 its block they would take a core from tdsl's call); the first call is one sample, the
-warm call the median of 3. bench/firstcall.py takes a first call apart (phases, faults,
+warm call the median of 3. Where the first call cost more than FIRST_NOTE_MS beyond the
+warm one, a line under the row tells tdsl's work from the machine's: the first call's CPU
+time (every thread of the process) beyond the warm calls' median, its minor page faults,
+the time tdsl's threads spent runnable but waiting for a core, and the vCPU time the
+hypervisor took meanwhile (/proc/stat steal: a wait no guest thread sees). bench/firstcall.py
+takes a first call apart (phases, faults,
 collections, time waiting for a core, kernels against a warm call, and the static
 build's first call in the same conditions). Per model: the build
 seconds, dynamic and the mean static, the sizes reserved and the reserve's seconds. The
@@ -41,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import resource
 import tempfile
 import time
 
@@ -53,11 +59,13 @@ from tdsl.codegen.llvm import jit
 from tdsl.graph import executor, models, zoo
 from common import frozen_heap
 from graph import _ort_session
-from latency import blocks
+from latency import _threads, _waited_seconds, blocks
 
 CNN_BATCHES = (1, 2, 4, 8)
 SEQUENCES = ((1, 1), (1, 16), (1, 128), (1, 512), (4, 64), (8, 128))
 SIGNALS = ((1, 4000), (1, 16000), (1, 48000), (4, 16000))
+# a first call more than this beyond the warm one is taken apart under its row
+FIRST_NOTE_MS = 10.0
 
 # name -> (model maker with symbolic dims, sizes to sweep: full input shapes)
 HELPER = {
@@ -133,6 +141,51 @@ def _timed(fn):
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def _faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _stolen_seconds() -> float:
+    """Seconds the hypervisor ran something else while this machine's vCPUs wanted to run
+    (/proc/stat's steal, every CPU, in clock ticks: 10 ms steps); 0 where not readable.
+    A wait no thread of the guest sees: schedstat counts only the guest's own queue."""
+    try:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class _Cost:
+    """What one call of `fn` cost: wall and CPU seconds (every thread of the process, so a
+    worker's share and a spinning worker count), minor page faults, the seconds the
+    threads in `threads` (/proc schedstat paths) spent runnable but waiting for a core, and
+    the seconds the hypervisor took the machine's vCPUs (`_stolen_seconds`)."""
+
+    def __init__(self, fn, threads=()):
+        s0, w0, f0 = _stolen_seconds(), _waited_seconds(threads), _faults()
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        self.wall = time.perf_counter() - t0
+        self.cpu = time.process_time() - c0
+        self.faults = _faults() - f0
+        self.waited = _waited_seconds(threads) - w0
+        self.stolen = _stolen_seconds() - s0
+
+
+def _first_note(first, warm) -> str:
+    """The line under a row whose first call (a _Cost) cost more than FIRST_NOTE_MS
+    beyond the warm calls (_Costs): how much of it was work, faults, or waiting."""
+    wall = first.wall - float(np.median([w.wall for w in warm]))
+    if wall * 1e3 <= FIRST_NOTE_MS:
+        return ""
+    cpu = first.cpu - float(np.median([w.cpu for w in warm]))
+    waited = first.waited - float(np.median([w.waited for w in warm]))
+    return (f"{'':20s} first call +{wall * 1e3:.1f} ms: CPU {cpu * 1e3:+.1f} ms, {first.faults} page faults, "
+            f"tdsl's threads waited for a core {waited * 1e3:+.1f} ms more than warm; "
+            f"vCPUs stolen by the host {first.stolen * 1e3:.0f} ms")
 
 
 def _timed_with_collections(fn):
@@ -211,6 +264,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
     t0 = time.perf_counter()
     dyn.reserve(**reserved)
     reserve_s = time.perf_counter() - t0
+    tdsl_threads = _threads()     # before onnxruntime's: its spinning workers wait by design
     sess = _ort_session(model, target.num_cores)
     iname = sess.get_inputs()[0].name
     out, static_builds = [], []
@@ -223,7 +277,8 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         def first_call():
             nonlocal got
             got = dyn.run(x)[0]
-        first, collected = _timed_with_collections(first_call)
+        first_cost = []
+        first, collected = _timed_with_collections(lambda: first_cost.append(_Cost(first_call, tdsl_threads)))
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory
@@ -236,12 +291,15 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         for _ in range(3):      # as the first call was taken: after onnxruntime and a pause
             sess.run(None, {iname: x})
             time.sleep(pause_s)
-            warm.append(_timed(lambda: dyn.run(x)))
-        extra = max(first - float(np.median(warm)), 0.0)
+            warm.append(_Cost(lambda: dyn.run(x), tdsl_threads))
+        extra = max(first - float(np.median([w.wall for w in warm])), 0.0)
         out.append((t_dyn / t_ort, t_dyn / t_st, extra))
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{extra * 1e3:8.1f} {collected * 1e3:6.1f} {err:9.1e}", flush=True)
+        note = _first_note(first_cost[0], warm)
+        if note:
+            print(note, flush=True)
     ratio = _build_line(name, build_dyn, static_builds)
     print(f"{name:20s} reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
           f"in {reserve_s:.2f} s\n", flush=True)
