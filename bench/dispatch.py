@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl.graph as G  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
-from tdsl.runtime import ccompiler, threadpool  # noqa: E402
+from tdsl.runtime import ccompiler  # noqa: E402
 from tdsl.runtime.callseq import CallSequence  # noqa: E402
 from common import add_target_option, print_target, target_from  # noqa: E402
 from graph import _ort_session  # noqa: E402
@@ -45,20 +45,10 @@ from latency import blocks  # noqa: E402
 NATIVE_RUN = CallSequence.run
 
 
-def python_loop(self):
-    """The executor's run before callseq.py: each kernel called from Python."""
-    threadpool.hold()
-    try:
-        for call in self:
-            call()
-    finally:
-        threadpool.release()
-
-
 def side(fn, native):
     """`fn` with the calls run natively or from Python."""
     def call():
-        CallSequence.run = NATIVE_RUN if native else python_loop
+        CallSequence.run = NATIVE_RUN if native else CallSequence.run_in_python
         try:
             return fn()
         finally:

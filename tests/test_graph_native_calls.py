@@ -10,7 +10,7 @@ import pytest
 import tdsl
 import tdsl.graph as G
 from tdsl.graph import models
-from tdsl.runtime import callseq, threadpool
+from tdsl.runtime import callseq
 from tdsl.runtime.callseq import CallSequence
 
 pytest.importorskip("onnx")
@@ -18,22 +18,12 @@ pytestmark = pytest.mark.skipif(callseq.runner() is None,
                                 reason="the worker pool's library is not loaded (no C compiler)")
 
 
-def _python_loop(self):
-    """The executor's run before callseq.py: each kernel called from Python."""
-    threadpool.hold()
-    try:
-        for call in self:
-            call()
-    finally:
-        threadpool.release()
-
-
 @pytest.fixture
 def python_loop(monkeypatch):
     """Runs `fn()` with every run's kernels called from Python instead."""
     def run(fn):
         with monkeypatch.context() as m:
-            m.setattr(CallSequence, "run", _python_loop)
+            m.setattr(CallSequence, "run", CallSequence.run_in_python)
             return fn()
     return run
 

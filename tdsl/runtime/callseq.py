@@ -124,12 +124,7 @@ class CallSequence:
         if not self._calls:
             return
         if walk is None:
-            threadpool.hold()
-            try:
-                for call in self._calls:
-                    call()
-            finally:
-                threadpool.release()
+            self.run_in_python()
             return
         if self._native:
             status = walk(*self._args)
@@ -141,6 +136,16 @@ class CallSequence:
             status = walk(*self._args)
             if status:
                 self._stopped(walk, status)
+        finally:
+            threadpool.release()
+
+    def run_in_python(self):
+        """Makes every call from Python in order, the pool held (`run` without the
+        pool's library; a per-call reference for the native walk)."""
+        threadpool.hold()
+        try:
+            for call in self._calls:
+                call()
         finally:
             threadpool.release()
 
