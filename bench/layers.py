@@ -23,10 +23,13 @@ run as the other), "attention" (the per-head products of two activations, Q K^T 
 P V, and the softmax between them: 4-D operands; OpenVINO runs the three as one fused
 MHA layer, tdsl and onnxruntime as three, so only their sum compares), "pooling",
 "resize", "softmax/norm" (other softmaxes, layer norms), or, without any of those,
-"elementwise/reorders" (activations, concats, layout changes: onnxruntime's
-ReorderInput/Output; OpenVINO's Reorders count with the layer they feed, or at the
-network's output with the one that makes them, since tdsl's stem reads the NCHW image in
-its own padding pass and its last kernel writes NCHW: `ov_families`). The mapping is approximate where runtimes fuse
+"elementwise/reorders" (activations, concats). A layout change counts with the layer it
+feeds, or at the network's output with the one that makes it, on every side: OpenVINO's
+Reorders (tdsl's stem reads the NCHW image in its own padding pass and its last kernel
+writes NCHW: `ov_families`), onnxruntime's ReorderInput/Output (found in the graph it
+runs: `ort_reorder_families`) and tdsl's own `layout.from_blocked` kernels (RegNet's
+residual stream, blocked, read by each block's NCHW 1x1 conv: `tdsl_families`), so a
+conv's row holds what getting its input into its layout costs. The mapping is approximate where runtimes fuse
 differently: a tdsl kernel or OpenVINO layer counts whole for its anchor's family
 (a conv with its bias, activation and squeeze-excite multiply is all "conv"); a kernel
 or layer of any of the three with no anchor of its own (onnxruntime's activations, a
@@ -147,9 +150,45 @@ def tdsl_kernel_family(call, fams, back):
     return layer_family([call.span], None, fams, back)
 
 
+def _is_reorder(call):
+    """A kernel the layout pass made (no ONNX node of its own) that only moves data: a
+    `layout.from_blocked`, or the reshape of a pool's blocked 1x1 output to NCHW."""
+    return not call.span and all(isinstance(m.op, str) and (m.op.startswith("layout.") or m.op == "reshape")
+                                 for m in call.op.nodes())
+
+
+def tdsl_families(calls, fams=None, back=None):
+    """{kernel call: family} of a network's kernels in run order. A kernel that only
+    changes the layout (`layout.from_blocked` standing alone where its blocked producer
+    has other, blocked readers: a residual stream read by the next block's NCHW 1x1 conv)
+    counts with the kernel it feeds, or, feeding none, with the one that makes it: the
+    rule `ov_families` applies to OpenVINO's Reorders and `ort_reorder_families` to
+    onnxruntime's, so a conv's row holds what getting its input into its layout costs
+    on every side."""
+    calls = list(calls)
+    fam = {c: tdsl_kernel_family(c, fams, back) for c in calls}
+    readers = collections.defaultdict(list)
+    for c in calls:
+        for a in c.args:
+            readers[a].append(c)
+
+    def settle(c, step, seen):
+        while c in fam and _is_reorder(c) and c not in seen:
+            seen.add(c)
+            nxt = readers.get(c, []) if step == "down" else [a for a in c.args if a in fam]
+            if not nxt:
+                return None
+            c = nxt[0]
+        return fam[c] if c in fam and not _is_reorder(c) else None
+
+    return {c: (settle(c, "down", set()) or settle(c, "up", set()) or fam[c]) if _is_reorder(c) else fam[c]
+            for c in calls}
+
+
 def tdsl_profile(exe, number, fams=None, back=None):
     """{kernel: (family, its fastest of `number` profiled calls, seconds)}."""
-    fam = {f"{k.name}#{i}": tdsl_kernel_family(n, fams, back) for i, (k, _, n) in enumerate(exe.steps)}
+    by_call = tdsl_families((n for _, _, n in exe.steps), fams, back)
+    fam = {f"{k.name}#{i}": by_call[n] for i, (k, _, n) in enumerate(exe.steps)}
     out = {}
     for _ in range(number):
         for name, t, _ in exe.profile(1):
@@ -335,7 +374,10 @@ def ort_profile(model, threads, feed, number, fams, back):
     so.log_severity_level, so.intra_op_num_threads, so.enable_profiling = 3, threads, True
     with tempfile.TemporaryDirectory(prefix="ortprof-") as d:
         so.profile_file_prefix = os.path.join(d, "p")
+        so.optimized_model_filepath = os.path.join(d, "optimized.onnx")   # its Reorder nodes' readers
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        import onnx
+        optimized = onnx.load(so.optimized_model_filepath)
         for _ in range(3):
             sess.run(None, feed)
         for _ in range(number):
@@ -346,6 +388,7 @@ def ort_profile(model, threads, feed, number, fams, back):
     runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
     first = runs[3] if len(runs) > 3 else 0
     keys = sorted((k for k in fams if k), key=len, reverse=True)
+    reorders = ort_reorder_families(optimized, keys, fams, back)
     out = {}
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
@@ -353,9 +396,44 @@ def ort_profile(model, threads, feed, number, fams, back):
         if e["ts"] < first:
             continue
         name = e["name"][: -len("_kernel_time")]
-        key = next((k for k in keys if name.startswith(k)), None)
-        _fastest(out, name, layer_family([key], e["args"].get("op_name"), fams, back), e["dur"] * 1e-6)
+        fam = reorders.get(name) or _ort_node_family(name, e["args"].get("op_name"), keys, fams, back)
+        _fastest(out, name, fam, e["dur"] * 1e-6)
     return out
+
+
+def _ort_node_family(name, op_type, keys, fams, back):
+    """The family of onnxruntime's node `name` (a profile event's, or an optimized graph's
+    node's): that of the ONNX node whose name or output name is the longest prefix of it."""
+    key = next((k for k in keys if name.startswith(k)), None)
+    return layer_family([key], op_type, fams, back)
+
+
+_ORT_REORDERS = ("ReorderInput", "ReorderOutput")
+
+
+def ort_reorder_families(optimized, keys, fams, back):
+    """{name: family} of the ReorderInput/ReorderOutput nodes onnxruntime's NCHWc
+    transformer put in `optimized` (the graph it runs): each counts with the node it
+    feeds (its NCHWc conv; the NCHW layer after the chain), or, at the network's output,
+    with the node that makes it, as OpenVINO's Reorders (`ov_families`) and tdsl's layout
+    kernels (`tdsl_families`) do."""
+    nodes = list(optimized.graph.node)
+    made_by = {o: n for n in nodes for o in n.output}
+    readers = collections.defaultdict(list)
+    for n in nodes:
+        for i in n.input:
+            readers[i].append(n)
+
+    def settle(n, step, seen):
+        while n is not None and n.op_type in _ORT_REORDERS and n.name not in seen:
+            seen.add(n.name)
+            nxt = [r for o in n.output for r in readers.get(o, [])] if step == "down" \
+                else [made_by[i] for i in n.input if i in made_by]
+            n = nxt[0] if nxt else None
+        return None if n is None or n.op_type in _ORT_REORDERS else _ort_node_family(n.name, n.op_type, keys, fams, back)
+
+    return {n.name: settle(n, "down", set()) or settle(n, "up", set()) or ELEMENTWISE
+            for n in nodes if n.op_type in _ORT_REORDERS}
 
 
 # ---- the table -----------------------------------------------------------------------------

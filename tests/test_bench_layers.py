@@ -152,3 +152,63 @@ def test_a_residual_add_counts_with_its_projection_not_the_norm_before():
     assert layers.layer_family(["residual"], "Add", fams, back) == layers.DENSE
     # onnxruntime's fused GELU layer is named after no node: it counts with the product
     assert layers.layer_family([], "FastGelu", fams, back) == layers.DENSE
+
+
+def _residual_stream():
+    """A blocked residual stream (stem conv, a conv with its residual add, a global pool)
+    read also by a 1x1 conv whose output only the network's output reads: that tail runs
+    in NCHW, and the stream's image reaches it through a layout kernel of its own."""
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, list(shape), rng.standard_normal(shape).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["s"], name="stem", pads=[1] * 4),
+             helper.make_node("Relu", ["s"], ["r"], name="stem_relu"),
+             helper.make_node("Conv", ["r", "w2"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("Add", ["c", "r"], ["a"], name="residual"),
+             helper.make_node("Relu", ["a"], ["y2"], name="relu"),
+             helper.make_node("Conv", ["y2", "w3"], ["c3"], name="conv3", pads=[1] * 4),
+             helper.make_node("Add", ["c3", "y2"], ["a3"], name="residual3"),
+             helper.make_node("GlobalAveragePool", ["a3"], ["y"], name="pool"),
+             helper.make_node("Conv", ["y2", "w4"], ["t"], name="tail")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1]),
+                           helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 64, 12, 12])],
+                          [w("w1", 32, 16, 3, 3), w("w2", 32, 32, 3, 3), w("w3", 32, 32, 3, 3),
+                           w("w4", 64, 32, 1, 1)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_tdsl_layout_kernel_counts_with_the_kernel_it_feeds():
+    import tdsl.graph as G
+    model = _residual_stream()
+    fams, back = layers.onnx_families(model)
+    mod = G.optimize(G.from_onnx(model), target="llvm -mcpu=znver4")
+    calls = [n for n in mod.main.nodes() if isinstance(n.op, G.Function)]
+    reorders = [c for c in calls if layers._is_reorder(c)]
+    assert reorders, "the tail conv no longer reads the stream through a layout kernel"
+    got = layers.tdsl_families(calls, fams, back)
+    # the tail conv's input, and the pooled output's reshape back to NCHW (made by the pool)
+    assert {got[c] for c in reorders} == {"1x1", "pooling"}
+    assert layers.tdsl_kernel_family(reorders[0], fams, back) == layers.ELEMENTWISE
+    assert layers.ELEMENTWISE not in got.values(), got
+
+
+def test_an_onnxruntime_reorder_counts_with_the_node_it_feeds():
+    # the graph onnxruntime runs: the image reordered into NCHWc for the stem, the
+    # stream reordered back to NCHW for the tail conv (which it runs in NCHW) and for
+    # the network's output
+    model = _residual_stream()
+    fams, back = layers.onnx_families(model)
+    nchwc = "com.microsoft.nchwc"
+    nodes = [helper.make_node("ReorderInput", ["x"], ["xb"], name="ReorderInput", domain=nchwc),
+             helper.make_node("Conv", ["xb", "w1"], ["s"], name="stem_relu_nchwc", domain=nchwc),
+             helper.make_node("ReorderOutput", ["s"], ["y2"], name="ReorderOutput_token_1", domain=nchwc),
+             helper.make_node("Conv", ["y2", "w4"], ["t"], name="tail"),
+             helper.make_node("ReorderOutput", ["s"], ["y"], name="ReorderOutput_token_2", domain=nchwc)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    keys = sorted((k for k in fams if k), key=len, reverse=True)
+    got = layers.ort_reorder_families(helper.make_model(g), keys, fams, back)
+    assert got == {"ReorderInput": "3x3", "ReorderOutput_token_1": "1x1", "ReorderOutput_token_2": "3x3"}
