@@ -150,7 +150,7 @@ def tdsl_kernel_family(call, fams, back):
     return layer_family([call.span], None, fams, back)
 
 
-def _is_reorder(call):
+def is_reorder(call):
     """A kernel the layout pass made (no ONNX node of its own) that only moves data: a
     `layout.from_blocked`, or the reshape of a pool's blocked 1x1 output to NCHW."""
     return not call.span and all(isinstance(m.op, str) and (m.op.startswith("layout.") or m.op == "reshape")
@@ -173,15 +173,15 @@ def tdsl_families(calls, fams=None, back=None):
             readers[a].append(c)
 
     def settle(c, step, seen):
-        while c in fam and _is_reorder(c) and c not in seen:
+        while c in fam and is_reorder(c) and c not in seen:
             seen.add(c)
             nxt = readers.get(c, []) if step == "down" else [a for a in c.args if a in fam]
             if not nxt:
                 return None
             c = nxt[0]
-        return fam[c] if c in fam and not _is_reorder(c) else None
+        return fam[c] if c in fam and not is_reorder(c) else None
 
-    return {c: (settle(c, "down", set()) or settle(c, "up", set()) or fam[c]) if _is_reorder(c) else fam[c]
+    return {c: (settle(c, "down", set()) or settle(c, "up", set()) or fam[c]) if is_reorder(c) else fam[c]
             for c in calls}
 
 

@@ -185,7 +185,7 @@ def test_a_tdsl_layout_kernel_counts_with_the_kernel_it_feeds():
     fams, back = layers.onnx_families(model)
     mod = G.optimize(G.from_onnx(model), target="llvm -mcpu=znver4")
     calls = [n for n in mod.main.nodes() if isinstance(n.op, G.Function)]
-    reorders = [c for c in calls if layers._is_reorder(c)]
+    reorders = [c for c in calls if layers.is_reorder(c)]
     assert reorders, "the tail conv no longer reads the stream through a layout kernel"
     got = layers.tdsl_families(calls, fams, back)
     # the tail conv's input, and the pooled output's reshape back to NCHW (made by the pool)
