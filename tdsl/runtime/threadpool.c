@@ -40,6 +40,13 @@ typedef void *(*task_fn)(void *);
  * core, a look and a yield take about a microsecond. */
 #define LOST_NS 20000
 
+/* the trace ring (trace.c): a loop's launch, a worker parking and waking */
+int64_t tdsl_trace_now(void);
+int tdsl_trace_enabled(void);
+void tdsl_trace_record(int64_t t, int64_t kind, int64_t a, int64_t b, int64_t c, int64_t d,
+                       int64_t e, int64_t f);
+enum { TRACE_LOOP = 3, TRACE_PARK = 4, TRACE_WAKE = 5 };
+
 static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -117,6 +124,12 @@ static struct {
   char pad[64 - sizeof(atomic_long)];
 } worker_tasks;
 static atomic_int sleeping;
+/* when a worker first claimed a task of the current launch (0: none yet), and when the
+ * last wake-up was sent (a launch or a run's first hold): the trace's worker delays */
+static struct {
+  _Alignas(64) atomic_llong first_claim;
+  atomic_llong woken;
+} trace_times;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -151,7 +164,7 @@ static int claim_task(atomic_ullong *w, int own, unsigned long long *task) {
  * w): its own slot's, then the others'. A worker counts each before it is done (so that a
  * launch that returned has its workers' tasks counted). Returns the loop iterations it
  * ran. */
-static int64_t run_tasks(int self) {
+static int64_t run_tasks(int self, int64_t *ran) {
   int64_t iters = 0;
   int threads = atomic_load(&job_threads);
   unsigned long long i;
@@ -162,7 +175,12 @@ static int64_t run_tasks(int self) {
       if (!own || v != self) got = claim_task(&slots[v].w, 0, &i);
     }
     if (!got) return iters;
+    if (self && !*ran && tdsl_trace_enabled()) {
+      long long none = 0;
+      atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
+    }
     iters += run_task(i);
+    ++*ran;
     if (self) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
       pthread_mutex_lock(&mu);
@@ -208,7 +226,8 @@ static void *worker_main(void *arg) {
   int self = (int)(intptr_t)arg;
   long seen = atomic_load(&generation);
   for (;;) {
-    run_tasks(self);
+    int64_t ran = 0;
+    run_tasks(self, &ran);
     int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
     int lost = 0;
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
@@ -223,6 +242,7 @@ static void *worker_main(void *arg) {
         atomic_fetch_add_explicit(&n_worker_sleeps, 1, memory_order_relaxed);
         if (lost) atomic_fetch_add_explicit(&n_lost_sleeps, 1, memory_order_relaxed);
         atomic_fetch_add(&sleeping, 1);
+        tdsl_trace_record(0, TRACE_PARK, self, lost, 0, 0, 0, 0);
         /* a launch wakes it, and so does a run's first hold (it then spins until it
          * loses its core again); a parked worker's hold in force waits for the launch */
         int must_wait = held;
@@ -231,6 +251,10 @@ static void *worker_main(void *arg) {
           must_wait = 0;
         }
         atomic_fetch_sub(&sleeping, 1);
+        if (tdsl_trace_enabled()) {
+          int64_t t = now_ns();
+          tdsl_trace_record(t, TRACE_WAKE, self, t - atomic_load(&trace_times.woken), 0, 0, 0, 0);
+        }
       }
       pthread_mutex_unlock(&mu);
     }
@@ -268,13 +292,16 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
     unsigned long long e = ((unsigned long long)(t + 1) * n + threads - 1) / threads;
     atomic_store(&slots[t].w, e << 32 | b);
   }
+  int asleep = atomic_load(&sleeping);
+  atomic_store_explicit(&trace_times.first_claim, 0, memory_order_relaxed);
+  int64_t start = now_ns();
   pthread_mutex_lock(&mu);
   atomic_fetch_add(&generation, 1);
+  if (asleep) atomic_store_explicit(&trace_times.woken, start, memory_order_relaxed);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&mu);
 
-  int64_t start = now_ns();
-  int64_t mine = run_tasks(0);
+  int64_t own = 0, mine = run_tasks(0, &own);
 
   int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
   *busy = t0 - start;
@@ -288,7 +315,13 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
     parked_caller = 0;
     pthread_mutex_unlock(&mu);
   }
-  if (waited) atomic_fetch_add_explicit(&n_wait_ns, now_ns() - t0, memory_order_relaxed);
+  int64_t end = waited || tdsl_trace_enabled() ? now_ns() : t0;
+  if (waited) atomic_fetch_add_explicit(&n_wait_ns, end - t0, memory_order_relaxed);
+  if (tdsl_trace_enabled()) {
+    int64_t claim = atomic_load(&trace_times.first_claim);
+    tdsl_trace_record(start, TRACE_LOOP, n, own, claim ? claim - start : -1, t0 - start,
+                      end - start, asleep);
+  }
   pthread_mutex_unlock(&launch_mu);
   return mine;
 }
@@ -349,6 +382,8 @@ void tdsl_parallel_hold(void) {
   atomic_fetch_add_explicit(&n_holds, 1, memory_order_relaxed);
   if (atomic_fetch_add(&holds, 1) == 0) {
     /* under mu: a worker checks `holds` under it before it waits */
+    if (atomic_load(&sleeping) && tdsl_trace_enabled())
+      atomic_store_explicit(&trace_times.woken, now_ns(), memory_order_relaxed);
     pthread_mutex_lock(&mu);
     pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&mu);
