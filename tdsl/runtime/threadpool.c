@@ -96,8 +96,15 @@ static atomic_llong task_ns = 0;
  * has finished. */
 static struct {
   _Alignas(64) atomic_ullong w;
-  char pad[64 - sizeof(atomic_ullong)];
+  unsigned long long begin;   /* the run's first task: next == begin, its owner has not started */
+  atomic_llong progress;      /* when its owner last claimed one of its tasks (ns) */
 } slots[MAX_WORKERS + 1];
+/* Whether a thread takes from a run whose owner has started only when the owner is late:
+ * its current task has run more than twice as long as the thief's own longest task of the
+ * launch (preempted, or its core taken). On time, the owner finishes its run itself, as
+ * in a split into one task per thread: where no thread stalls, the finer split moves no
+ * task to the other core's cache. A run whose owner has not started is taken at once. */
+static atomic_int steal_late_only = 1;
 static atomic_int job_threads;   /* slots in use */
 static atomic_long pending;      /* claimed or unclaimed tasks not finished yet */
 static int parked_caller;
@@ -117,6 +124,9 @@ static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps, n_holds, n_lost
  * out, for tasks a worker still held: the whole loop waits for a worker that lost its
  * core mid-task */
 static atomic_long n_tasks, n_wait_ns;
+/* tasks a thread took from the run of another that had started it (the owner was late,
+ * or steal_late_only is off): each ran away from the cache that holds its data */
+static atomic_long n_taken;
 /* written by the workers once per task: a cache line of its own, not one the caller
  * writes per launch */
 static struct {
@@ -160,26 +170,67 @@ static int claim_task(atomic_ullong *w, int own, unsigned long long *task) {
   }
 }
 
+static void pause_cpu(void);
+
+/* Whether thread `self`, whose own tasks of the launch took at most own_max ns (0: it ran
+ * none), may take from run v now (word c): not started, or its owner is late
+ * (steal_late_only). */
+static int may_take(int v, unsigned long long c, int64_t own_max, int64_t *now) {
+  if (!own_max || (c & LOW32) == slots[v].begin ||
+      !atomic_load_explicit(&steal_late_only, memory_order_relaxed))
+    return 1;
+  if (!*now) *now = now_ns();
+  return *now - atomic_load_explicit(&slots[v].progress, memory_order_relaxed) > 2 * own_max + 1000;
+}
+
 /* Runs unclaimed tasks of the current job, as thread `self` (0: the caller, w: worker
- * w): its own slot's, then the others'. A worker counts each before it is done (so that a
- * launch that returned has its workers' tasks counted). Returns the loop iterations it
- * ran. */
+ * w): its own slot's, then the others' (may_take: while their owners are on time it
+ * waits, spinning, for them to claim their own). A worker counts each before it is done
+ * (so that a launch that returned has its workers' tasks counted). Returns the loop
+ * iterations it ran. */
 static int64_t run_tasks(int self, int64_t *ran) {
-  int64_t iters = 0;
-  int threads = atomic_load(&job_threads);
+  int64_t iters = 0, own_max = 0;
+  int threads = atomic_load(&job_threads), own = self < threads;
+  /* a run of one task is claimed whole: no one could take part of it, nothing to time */
+  int timed = own && (atomic_load(&slots[self].w) >> 32) - slots[self].begin > 1;
   unsigned long long i;
   for (;;) {
-    int own = self < threads, got = own && claim_task(&slots[self].w, 1, &i);
+    int64_t t = 0;
+    if (timed) {
+      /* stamped before the claim: a thief that sees the claim sees this stamp */
+      t = now_ns();
+      atomic_store_explicit(&slots[self].progress, t, memory_order_relaxed);
+    }
+    int mine = own && claim_task(&slots[self].w, 1, &i), got = mine, wait = 0;
+    int64_t now = 0;
     for (int k = 1; !got && k <= threads; k++) {
       int v = (self + k) % threads;
-      if (!own || v != self) got = claim_task(&slots[v].w, 0, &i);
+      if (own && v == self) continue;
+      unsigned long long c = atomic_load(&slots[v].w);
+      if ((c & LOW32) >= (c >> 32)) continue;
+      if (may_take(v, c, own_max, &now)) {
+        got = claim_task(&slots[v].w, 0, &i);
+        if (got && (c & LOW32) != slots[v].begin)
+          atomic_fetch_add_explicit(&n_taken, 1, memory_order_relaxed);
+      } else
+        wait = 1;
     }
-    if (!got) return iters;
+    if (!got) {
+      if (wait && atomic_load(&pending) > 0) {
+        pause_cpu();
+        continue;
+      }
+      return iters;
+    }
     if (self && !*ran && tdsl_trace_enabled()) {
       long long none = 0;
       atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
     }
     iters += run_task(i);
+    if (mine && timed) {
+      int64_t took = now_ns() - t;
+      if (took > own_max) own_max = took;
+    }
     ++*ran;
     if (self) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
@@ -290,6 +341,8 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
   for (int t = 0; t < threads; t++) {
     unsigned long long b = ((unsigned long long)t * n + threads - 1) / threads;
     unsigned long long e = ((unsigned long long)(t + 1) * n + threads - 1) / threads;
+    slots[t].begin = b;
+    atomic_store_explicit(&slots[t].progress, 0, memory_order_relaxed);
     atomic_store(&slots[t].w, e << 32 | b);
   }
   int asleep = atomic_load(&sleeping);
@@ -374,6 +427,10 @@ void tdsl_parallel_set_task_ns(int64_t ns) {
   atomic_store(&task_ns, ns > 0 ? ns : 0);
 }
 
+int64_t tdsl_parallel_set_steal_late(int64_t on) {
+  return atomic_exchange(&steal_late_only, on != 0);
+}
+
 int64_t tdsl_parallel_task_ns(void) {
   return atomic_load(&task_ns);
 }
@@ -408,4 +465,5 @@ void tdsl_parallel_stats(int64_t *out) {
   out[8] = atomic_load(&worker_tasks.n);
   out[9] = atomic_load(&n_wait_ns);
   out[10] = atomic_load(&n_tasks);
+  out[11] = atomic_load(&n_taken);
 }
