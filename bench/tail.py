@@ -88,6 +88,7 @@ class Counters:
         self.last = self.read()
         self.calls = []
         self.loops = []             # per call, its parallel loops' ring records
+        self.wakes = []             # and its workers' wake-ups
         self.since = runtrace.count()
 
     def read(self):
@@ -103,6 +104,7 @@ class Counters:
     def mark(self, _i=None):
         recs, self.since = runtrace.read(self.since)
         self.loops.append(recs[recs[:, 1] == runtrace.LOOP])
+        self.wakes.append(recs[recs[:, 1] == runtrace.WAKE])
         start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
@@ -143,8 +145,9 @@ def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
                     walls.append(time.perf_counter() - t0)
                     c.mark()
                 del walls[-run - 1]
-            counts += [call + (wait, loops)
-                       for call, wait, loops in zip(c.calls, c.waits(), c.loops or [None] * len(c.calls))][1:]
+            none = [None] * len(c.calls)
+            counts += [call + (wait, loops, wakes) for call, wait, loops, wakes
+                       in zip(c.calls, c.waits(), c.loops or none, c.wakes or none)][1:]
             pos += list(range(1, run + 1))
     return names, out
 
@@ -182,6 +185,13 @@ def attribute(side, names, walls, kernels, counts, pos):
         recs = [c[4] for c in counts if c[4] is not None and len(c[4])]
         if recs:
             _loop_table(np.concatenate(recs))
+        wakes = [c[5] for c in counts if c[5] is not None and len(c[5])]
+        if wakes:
+            wakes = np.concatenate(wakes)
+            lat = np.percentile(wakes[:, 3] * 1e-3, [50, 90, 99])
+            print(f"   worker wake-ups during calls: {len(wakes)} ({len(wakes) / len(counts):.1f} a call), "
+                  f"from the wake-up sent to running p50/p90/p99 {lat[0]:.0f}/{lat[1]:.0f}/{lat[2]:.0f} us")
+
 
 
 def _loop_table(loops):
@@ -235,7 +245,7 @@ def _slowest(c, among):
     tdsl = c["side"] == "tdsl"
     firsts = {}
     for j in among[np.argsort(-w[among])][:max(3, len(among) // 50)]:
-        rd, iv, pc, _, loops = c["counts"][j]
+        rd, iv, pc, _, loops, _ = c["counts"][j]
         excess = w[j] - p50
         why = []
         if c["delay"][j] > 0.1 * p50 or iv["caller"] or iv["tdsl"]:

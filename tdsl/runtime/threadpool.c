@@ -23,6 +23,10 @@
  * Holds count: runs on several threads hold the pool together. The first hold wakes
  * parked workers, so that they come up while the caller sets up the run rather than at
  * its first loop.
+ *
+ * Each loop handed to the workers leaves a record in the trace ring (trace.c): when the
+ * first worker claimed a task, when the caller's own ran out and when the loop was done;
+ * bench/tail.py reads them to say why a slow call was slow.
  */
 #include <pthread.h>
 #include <sched.h>

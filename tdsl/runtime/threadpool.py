@@ -16,7 +16,11 @@ A parallel loop is split into one task per thread; with `set_task_ns(ns)` a long
 split into more, each of about `ns` nanoseconds of work (from the loop's last run): where
 a worker loses its core mid-task, the loop then waits for one short task rather than for
 the worker's half. Off by default (0): on a quiet machine the finer split cost up to ~9%
-at the median (tasks taken from the other core's cache).
+at the median (tasks taken from the other core's cache). A thread now takes from a run
+another has started only when that owner is late (`set_steal_late_only`), which was meant
+to remove that cost; not yet measured on a quiet machine, so the split stays off.
+
+Every loop handed to the workers is recorded in the runtime's trace ring (runtrace).
 
 `hold()` ... `release()` (or `with held():`) keeps the workers awake across many parallel
 loops, as a graph executor's run does: between them no worker parks, so that no loop of
