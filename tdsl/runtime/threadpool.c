@@ -431,6 +431,10 @@ void tdsl_parallel_set_task_ns(int64_t ns) {
   atomic_store(&task_ns, ns > 0 ? ns : 0);
 }
 
+int64_t tdsl_parallel_steal_late(void) {
+  return atomic_load(&steal_late_only);
+}
+
 int64_t tdsl_parallel_set_steal_late(int64_t on) {
   return atomic_exchange(&steal_late_only, on != 0);
 }

@@ -116,6 +116,14 @@ def set_task_ns(ns: int) -> int:
     return old
 
 
+def steal_late_only() -> bool:
+    """Whether a thread takes from a started run only when its owner is late (see
+    `set_steal_late_only`); True where the pool is not loaded."""
+    import ctypes
+    fn = _c_function("tdsl_parallel_steal_late", restype=ctypes.c_int64)
+    return bool(fn()) if fn is not None else True
+
+
 def set_steal_late_only(on: bool) -> bool:
     """Whether a thread done with its own tasks takes from another's run only when that
     run's owner is late (its current task has run over twice the thief's longest), rather
