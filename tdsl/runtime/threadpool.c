@@ -178,7 +178,10 @@ static void pause_cpu(void);
 
 /* Whether thread `self`, whose own tasks of the launch took at most own_max ns (0: it ran
  * none), may take from run v now (word c): not started, or its owner is late
- * (steal_late_only). */
+ * (steal_late_only). Late: its current task has run over twice the longest of ours. The
+ * tasks of a loop cover equal iterations, so a running owner's task takes about as long
+ * as ours; twice as long is a stall (a lost core), not a slower task. The microsecond
+ * covers the clock's and a claim's own cost next to tasks of a few. */
 static int may_take(int v, unsigned long long c, int64_t own_max, int64_t *now) {
   if (!own_max || (c & LOW32) == slots[v].begin ||
       !atomic_load_explicit(&steal_late_only, memory_order_relaxed))
@@ -200,6 +203,10 @@ static int64_t run_tasks(int self, int64_t *ran) {
   unsigned long long i;
   for (;;) {
     int64_t t = 0;
+    if (timed) {
+      unsigned long long w = atomic_load_explicit(&slots[self].w, memory_order_relaxed);
+      timed = (w & LOW32) < (w >> 32);        /* once its run is out, no more stamps */
+    }
     if (timed) {
       /* stamped before the claim: a thief that sees the claim sees this stamp */
       t = now_ns();
@@ -231,7 +238,7 @@ static int64_t run_tasks(int self, int64_t *ran) {
       atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
     }
     iters += run_task(i);
-    if (mine && timed) {
+    if (mine && t) {
       int64_t took = now_ns() - t;
       if (took > own_max) own_max = took;
     }
