@@ -295,37 +295,43 @@ def _pool_launcher(fn_of_range):
 
 
 def test_a_late_owner_has_the_rest_of_its_run_taken(task_ns):
-    """Tasks of one iteration: the worker's run is 4..7. When the worker stalls in its
-    first task (a sleep standing for a lost core), the caller, done with 0..3, takes the
-    rest of the worker's run rather than wait for it; each iteration runs once, with the
-    late-only rule and without it (which takes them at once). Where the worker is slow to
-    start (a loaded machine), the caller takes its whole run, which is also right."""
+    """Tasks of one iteration, a run of 4 per thread (every worker the pool has, so that
+    none takes part without a run of its own). The first worker to start its run stalls
+    in its first task (a sleep standing for a lost core): what was left of its run then
+    goes to the other threads rather than wait for it, with the late-only rule and without
+    it (which takes at once); each iteration runs once. The caller's own tasks sleep a
+    little, so that the workers start their runs before it is done with its own."""
     import ctypes
     threadpool.set_task_ns(1)
     old = threadpool.set_steal_late_only(True)
     try:
         for late in (True, False):
             threadpool.set_steal_late_only(late)
-            ran, me = [], threading.get_ident()
+            threads = max(threadpool.stats()["workers"], 1) + 1
+            n = 4 * threads
+            ran, me, stall = [], threading.get_ident(), []
 
             def body(b, e):
                 ran.append((b, e, threading.get_ident()))
-                if e - b == 1 and threading.get_ident() == me:
-                    time.sleep(0.005)   # the caller's own tasks: time for the worker to start
-                elif b == 4 and e == 5:
-                    time.sleep(0.05)    # the worker stalls at the start of its run
+                if e - b != 1:
+                    return                      # a run before the loop was split
+                if threading.get_ident() == me:
+                    time.sleep(0.005)
+                elif b % 4 == 0 and not stall:
+                    stall.append(b)
+                    time.sleep(0.05)
             launch, site = _pool_launcher(body), ctypes.c_int64(0)
             for _ in range(5):          # until the loop's cost is known and it is split
                 ran.clear()
-                launch(8, 2, site)
-                if len(ran) == 8:
+                stall.clear()
+                launch(n, threads, site)
+                if len(ran) == n:
                     break
-            assert sorted((b, e) for b, e, _ in ran) == [(i, i + 1) for i in range(8)], ran
-            stalled = {t for b, _, t in ran if b == 4} - {me}
-            if stalled:                 # the worker started its run and stalled there:
-                # the rest of its run went to other threads (more workers than the
-                # loop's threads may take part too)
-                assert not [b for b, _, t in ran if t in stalled and b != 4], (late, ran)
+            assert sorted((b, e) for b, e, _ in ran) == [(i, i + 1) for i in range(n)], ran
+            if stall:                   # a worker started its run and stalled in it
+                at = next(k for k, (b, _, _) in enumerate(ran) if b == stall[0])
+                stalled = ran[at][2]
+                assert not [b for b, _, t in ran[at + 1:] if t == stalled], (late, ran)
     finally:
         threadpool.set_steal_late_only(old)
 
