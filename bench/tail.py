@@ -23,7 +23,9 @@ a machine of one's own would show), are each given every cause that applies:
 - `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
   (a worker woken for the call but queued for a core throughout it, or asleep);
 - `worker`: the caller waited for a task a worker held for more than a third of the
-  call's excess over the median (the worker was slow or not running);
+  call's excess over the median (the worker was slow or not running); `join`: the same
+  read from the trace ring's loop records (tdsl.runtime.runtrace), which also give per
+  call when the worker started each loop after its launch and in how many it ran nothing;
 - `pause`: one of the first two calls after the pause;
 - `kernel`: one kernel took more than half of the excess, or `spread`: the excess is
   spread over the kernels (memory, clock, a neighbour on the host: nothing in the process
@@ -43,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 import tdsl.graph as G  # noqa: E402
-from tdsl.runtime import threadpool  # noqa: E402
+from tdsl.runtime import runtrace, threadpool  # noqa: E402
 from graph import _ort_session  # noqa: E402
 from latency import core_waits, delays  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
@@ -85,6 +87,9 @@ class Counters:
         self.reads, self.spans = [], []
         self.last = self.read()
         self.calls = []
+        self.loops = []             # per call, its parallel loops' ring records
+        self.wakes = []             # and its workers' wake-ups
+        self.since = runtrace.count()
 
     def read(self):
         t0 = time.perf_counter()
@@ -97,6 +102,9 @@ class Counters:
                 {c: s.get(c, 0) for c in COUNTERS})
 
     def mark(self, _i=None):
+        recs, self.since = runtrace.read(self.since)
+        self.loops.append(recs[recs[:, 1] == runtrace.LOOP])
+        self.wakes.append(recs[recs[:, 1] == runtrace.WAKE])
         start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
@@ -105,6 +113,7 @@ class Counters:
 
     def reset(self):
         self.last = self.read()
+        self.since = runtrace.count()
 
     def waits(self):
         """Per call so far, seconds its threads waited for a core; looks once more after
@@ -136,7 +145,9 @@ def measure(exe, sess, feed, groups, runs, run=25, pause_s=0.3):
                     walls.append(time.perf_counter() - t0)
                     c.mark()
                 del walls[-run - 1]
-            counts += [call + (wait,) for call, wait in zip(c.calls, c.waits())][1:]
+            none = [None] * len(c.calls)
+            counts += [call + (wait, loops, wakes) for call, wait, loops, wakes
+                       in zip(c.calls, c.waits(), c.loops or none, c.wakes or none)][1:]
             pos += list(range(1, run + 1))
     return names, out
 
@@ -153,7 +164,8 @@ def attribute(side, names, walls, kernels, counts, pos):
     kt = np.asarray(kernels) if kernels else None
     ctx = dict(side=side, names=names, w=w, p50=p50, delay=delay, counts=counts, pos=pos, kt=kt,
                kmed=np.median(kt, axis=0) if kt is not None else None,
-               wait_med=np.median([c[2]["wait_ns"] for c in counts]) * 1e-9)
+               wait_med=np.median([c[2]["wait_ns"] for c in counts]) * 1e-9,
+               loops_med=_median_loops(counts))
     # the slowest of all calls, then of those with no core wait: the tail a machine of
     # one's own would show (bench/latency.py's Spread.p99_kept)
     for title, among in (("all calls", np.arange(len(w))), ("the calls with no core wait", quiet)):
@@ -170,6 +182,60 @@ def attribute(side, names, walls, kernels, counts, pos):
               f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
               f"in which the workers ran no task {np.mean(alone):.0%} (of those with no core wait "
               f"{np.mean(alone[quiet]) if len(quiet) else float('nan'):.0%})")
+        recs = [c[4] for c in counts if c[4] is not None and len(c[4])]
+        if recs:
+            _loop_table(np.concatenate(recs))
+        wakes = [c[5] for c in counts if c[5] is not None and len(c[5])]
+        if wakes:
+            wakes = np.concatenate(wakes)
+            lat = np.percentile(wakes[:, 3] * 1e-3, [50, 90, 99])
+            print(f"   worker wake-ups during calls: {len(wakes)} ({len(wakes) / len(counts):.1f} a call), "
+                  f"from the wake-up sent to running p50/p90/p99 {lat[0]:.0f}/{lat[1]:.0f}/{lat[2]:.0f} us")
+
+
+
+def _loop_table(loops):
+    """Over every loop of the calls: how often and how late the worker joined, by the
+    loop's length (its caller's own tasks' time)."""
+    start, own, done = loops[:, 4], loops[:, 5] * 1e-3, loops[:, 6] * 1e-3
+    print("   every loop, by the caller's own time: loops, the worker joined (%), its start after "
+          "the launch p50/p90/p99 us, the caller's join wait p50/p99 us")
+    for lo, hi in ((0, 5), (5, 20), (20, 100), (100, np.inf)):
+        sel = (own >= lo) & (own < hi)
+        if not sel.any():
+            continue
+        j = start[sel] >= 0
+        st = np.percentile(start[sel][j] * 1e-3, [50, 90, 99]) if j.any() else [np.nan] * 3
+        jw = np.percentile(done[sel] - own[sel], [50, 99])
+        print(f"      {lo:>4}-{hi:<4} us: {sel.sum():6d}, joined {j.mean():4.0%}, start "
+              f"{st[0]:6.1f}/{st[1]:6.1f}/{st[2]:7.1f}, join wait {jw[0]:6.1f}/{jw[1]:7.1f}")
+
+
+def loop_summary(loops):
+    """What a call's parallel loops did, from their trace-ring records (runtrace.LOOP): how
+    many, in how many the worker ran nothing (`alone`) or was asleep at the launch, the
+    worker's start after the launch (median and worst over the loops it joined), and the
+    microseconds the caller waited at the joins for tasks a worker held (`join_us`)."""
+    tasks, mine, start, own, done, asleep = (loops[:, k] for k in range(2, 8))
+    joined = start >= 0
+    return dict(loops=len(loops), alone=int(np.sum(mine == tasks)), asleep=int(np.sum(asleep > 0)),
+                start_med_us=float(np.median(start[joined])) * 1e-3 if joined.any() else float("nan"),
+                start_max_us=float(start[joined].max()) * 1e-3 if joined.any() else float("nan"),
+                join_us=float(np.sum(done - own)) * 1e-3, loops_us=float(np.sum(done)) * 1e-3)
+
+
+def _median_loops(counts):
+    rows = [loop_summary(c[4]) for c in counts if c[4] is not None and len(c[4])]
+    return {k: float(np.nanmedian([r[k] for r in rows])) for k in rows[0]} if rows else None
+
+
+def _loop_line(lp, med):
+    def f(k, fmt="{:.0f}"):
+        return fmt.format(lp[k]) + (f" ({fmt.format(med[k])})" if med else "")
+    return (f"loops {f('loops')}: worker ran none in {f('alone')}, asleep at launch {f('asleep')}; "
+            f"worker started after {f('start_med_us', '{:.1f}')} us median, {f('start_max_us', '{:.1f}')} worst; "
+            f"caller waited at joins {f('join_us', '{:.1f}')} us of {f('loops_us', '{:.0f}')} in loops "
+            "(median call in brackets)")
 
 
 def _slowest(c, among):
@@ -179,7 +245,7 @@ def _slowest(c, among):
     tdsl = c["side"] == "tdsl"
     firsts = {}
     for j in among[np.argsort(-w[among])][:max(3, len(among) // 50)]:
-        rd, iv, pc, _ = c["counts"][j]
+        rd, iv, pc, _, loops, _ = c["counts"][j]
         excess = w[j] - p50
         why = []
         if c["delay"][j] > 0.1 * p50 or iv["caller"] or iv["tdsl"]:
@@ -202,6 +268,11 @@ def _slowest(c, among):
             line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker tasks "
                      f"{pc['worker_tasks']}/{pc['tasks']}, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
                      "slowest kernels " + ", ".join(f"{names[t]} +{ex[t] * 1e6:.0f} us" for t in top))
+            if loops is not None and len(loops):
+                lp = loop_summary(loops)
+                if lp["join_us"] - c["loops_med"]["join_us"] > excess * 1e6 / 3:
+                    why.append("join")
+                line += "\n" + " " * 12 + _loop_line(lp, c["loops_med"])
         first = why[0] if why else "unseen"
         firsts[first] = firsts.get(first, 0) + 1
         print(line + f"  [{' '.join(why)}]")

@@ -276,3 +276,83 @@ def test_kernel_scratch_is_kept_and_serves_later_calls_without_fresh_pages():
     for size in (1 << 20, 3 << 18, 1 << 19):
         mapped, reused, faults = call(size)
         assert (mapped, reused) == (0, 1) and faults < 16, (size, faults)
+
+
+def _pool_launcher(fn_of_range):
+    """tdsl_parallel_for with a Python task body `fn_of_range(begin, end)`: a function of
+    (n, threads, site) running [0, n)."""
+    import ctypes
+    import llvmlite.binding as llvm
+
+    class Task(ctypes.Structure):
+        _fields_ = [("closure", ctypes.c_void_p), ("begin", ctypes.c_int64), ("end", ctypes.c_int64)]
+    task_fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(Task))
+    body = task_fn(lambda t: fn_of_range(t.contents.begin, t.contents.end) and None)
+    launch = ctypes.CFUNCTYPE(None, task_fn, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))(
+        llvm.address_of_symbol("tdsl_parallel_for"))
+    return lambda n, threads, site: launch(body, None, 0, n, threads, ctypes.byref(site))
+
+
+def test_a_late_owner_has_the_rest_of_its_run_taken(task_ns):
+    """Tasks of one iteration, a run of 4 per thread (every worker the pool has, so that
+    none takes part without a run of its own). The first worker to start its run stalls
+    in its first task (a sleep standing for a lost core): what was left of its run then
+    goes to the other threads rather than wait for it, with the late-only rule and without
+    it (which takes at once); each iteration runs once. The caller's own tasks sleep a
+    little, so that the workers start their runs before it is done with its own."""
+    import ctypes
+    threadpool.set_task_ns(1)
+    old = threadpool.set_steal_late_only(True)
+    try:
+        for late in (True, False):
+            threadpool.set_steal_late_only(late)
+            threads = max(threadpool.stats()["workers"], 1) + 1
+            n = 4 * threads
+            ran, me, stall = [], threading.get_ident(), []
+
+            def body(b, e):
+                ran.append((b, e, threading.get_ident()))
+                if e - b != 1:
+                    return                      # a run before the loop was split
+                if threading.get_ident() == me:
+                    time.sleep(0.005)
+                elif b % 4 == 0 and not stall:
+                    stall.append(b)
+                    time.sleep(0.05)
+            launch, site = _pool_launcher(body), ctypes.c_int64(0)
+            for _ in range(5):          # until the loop's cost is known and it is split
+                ran.clear()
+                stall.clear()
+                launch(n, threads, site)
+                if len(ran) == n:
+                    break
+            assert sorted((b, e) for b, e, _ in ran) == [(i, i + 1) for i in range(n)], ran
+            if stall:                   # a worker started its run and stalled in it
+                at = next(k for k, (b, _, _) in enumerate(ran) if b == stall[0])
+                stalled = ran[at][2]
+                assert not [b for b, _, t in ran[at + 1:] if t == stalled], (late, ran)
+    finally:
+        threadpool.set_steal_late_only(old)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_split_loops_with_late_only_steals_give_the_single_task_answers(sin_cos, cnn, task_ns,
+                                                                       threads):
+    f, a, ref = sin_cos
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    threadpool.set_task_ns(0)
+    want = cnn.run(x)[0].copy()
+    f.set_num_threads(threads)
+    try:
+        for late in (True, False):
+            old = threadpool.set_steal_late_only(late)
+            threadpool.set_task_ns(1)       # a task per iteration
+            try:
+                for _ in range(5):
+                    _check(f, a, ref)
+                    np.testing.assert_allclose(cnn.run(x)[0], want, rtol=1e-5, atol=1e-5)
+            finally:
+                threadpool.set_steal_late_only(old)
+    finally:
+        f.set_num_threads(4)

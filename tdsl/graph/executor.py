@@ -468,7 +468,9 @@ class Executor:
     def trace(self, number=25, between=None):
         """Per-call kernel times on the host, for the slow calls a per-kernel mean hides:
         `number` runs back to back on the default state (as `profile`), each kernel timed
-        in each call. Returns (kernel names as `profile` gives them, seconds per call per
+        in each call: a run as `run` makes it, timed from the runtime's trace ring
+        (tdsl.runtime.runtrace), or, where a run is not one native walk, each call from
+        Python. Returns (kernel names as `profile` gives them, seconds per call per
         kernel as a [number, kernels] array, each call's seconds from its first kernel's start
         to its last one's end). `between(i)`, if
         given, is called after call `i`, outside its time (to read one's own counters)."""
@@ -482,6 +484,12 @@ class Executor:
             clock = time.perf_counter_ns
             for i in range(number):
                 row = stamps[i]
+                timed = calls.timed_run() if hasattr(calls, "timed_run") else None
+                if timed is not None:           # the native walk, timed by the runtime
+                    row[:] = timed
+                    if between is not None:
+                        between(i)
+                    continue
                 threadpool.hold()       # as a run (CallSequence.run)
                 try:
                     row[0] = clock()

@@ -25,6 +25,11 @@
 
 void tdsl_parallel_hold(void);
 void tdsl_parallel_release(void);
+/* the trace ring (trace.c): a walk's start and each kernel's end */
+int tdsl_trace_enabled(void);
+void tdsl_trace_record(int64_t t, int64_t kind, int64_t a, int64_t b, int64_t c, int64_t d,
+                       int64_t e, int64_t f);
+enum { TRACE_RUN = 1, TRACE_KERNEL = 2 };
 
 enum { CALLS_DONE = 0, CALLS_PYTHON = 1, CALLS_FAILED = 2, CALLS_RECORDED = 3 };
 #define CALLS_MAX_ARGS 32
@@ -148,7 +153,9 @@ static int32_t calls_call(int64_t fn, int64_t n, const int64_t *a, int *ok) {
 int64_t tdsl_run_calls(const int64_t *table, int64_t *at) {
   int64_t n = table[0], i = at[0], w = at[1];
   int64_t status = CALLS_DONE;
+  int trace = tdsl_trace_enabled();
   tdsl_parallel_hold();
+  if (trace) tdsl_trace_record(0, TRACE_RUN, i, (int64_t)table, 0, 0, 0, 0);
   for (; i < n; i++) {
     const int64_t *e = table + 1 + w;
     int ok = e[0] != 0;
@@ -157,6 +164,7 @@ int64_t tdsl_run_calls(const int64_t *table, int64_t *at) {
       status = CALLS_PYTHON;
       break;
     }
+    if (trace) tdsl_trace_record(0, TRACE_KERNEL, i, (int64_t)table, 0, 0, 0, 0);
     if (rc) {
       at[2] = rc;
       status = CALLS_FAILED;

@@ -31,7 +31,9 @@ from __future__ import annotations
 import ctypes
 from typing import Callable, Iterable, List
 
-from . import threadpool
+import numpy as np
+
+from . import runtrace, threadpool
 
 # tdsl_run_calls's results (calls.c)
 DONE, PYTHON, FAILED, RECORDED = 0, 1, 2, 3
@@ -138,6 +140,23 @@ class CallSequence:
                 self._stopped(walk, status)
         finally:
             threadpool.release()
+
+    def timed_run(self):
+        """Makes a run as `run` does and returns its nanosecond stamps from the trace ring
+        (runtrace): its start and each call's end, len(self) + 1 of them; None where a run
+        is not one native walk or tracing is off (nothing has run: time the calls from
+        Python), or where the ring lost the run's records (other threads' runs wrote past
+        them: it ran once)."""
+        if not (self.native and runtrace.enabled()):
+            return None
+        since = runtrace.count()
+        self.run()
+        recs, _ = runtrace.read(since)
+        mine = recs[recs[:, 3] == ctypes.addressof(self._table)]
+        starts = np.flatnonzero(mine[:, 1] == runtrace.RUN)
+        if not len(starts) or len(mine) - starts[-1] != len(self._calls) + 1:
+            return None         # the ring wrapped meanwhile (another thread's runs)
+        return mine[starts[-1]:, 0].copy()
 
     def run_in_python(self):
         """Makes every call from Python in order, the pool held (`run` without the

@@ -13,8 +13,10 @@ import tempfile
 from ..errors import BuildError
 
 THREADPOOL_SOURCE = os.path.join(os.path.dirname(__file__), "threadpool.c")
-# what generated code calls besides libc: the worker pool and the kernels' heap scratch
-RUNTIME_SOURCES = (THREADPOOL_SOURCE, os.path.join(os.path.dirname(__file__), "scratch.c"))
+# what generated code calls besides libc: the worker pool, the kernels' heap scratch and
+# the ring the pool records its loops in
+RUNTIME_SOURCES = (THREADPOOL_SOURCE, os.path.join(os.path.dirname(__file__), "scratch.c"),
+                   os.path.join(os.path.dirname(__file__), "trace.c"))
 # and what this process's executors call (an exported library needs only RUNTIME_SOURCES):
 # a host run's kernel sequence walked in one native call (callseq.py)
 HOST_SOURCES = RUNTIME_SOURCES + (os.path.join(os.path.dirname(__file__), "calls.c"),)

@@ -23,6 +23,10 @@
  * Holds count: runs on several threads hold the pool together. The first hold wakes
  * parked workers, so that they come up while the caller sets up the run rather than at
  * its first loop.
+ *
+ * Each loop handed to the workers leaves a record in the trace ring (trace.c): when the
+ * first worker claimed a task, when the caller's own ran out and when the loop was done;
+ * bench/tail.py reads them to say why a slow call was slow.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -39,6 +43,13 @@ typedef void *(*task_fn)(void *);
  * (another thread ran there: a yield took that long, or it was preempted); alone on its
  * core, a look and a yield take about a microsecond. */
 #define LOST_NS 20000
+
+/* the trace ring (trace.c): a loop's launch, a worker parking and waking */
+int64_t tdsl_trace_now(void);
+int tdsl_trace_enabled(void);
+void tdsl_trace_record(int64_t t, int64_t kind, int64_t a, int64_t b, int64_t c, int64_t d,
+                       int64_t e, int64_t f);
+enum { TRACE_LOOP = 3, TRACE_PARK = 4, TRACE_WAKE = 5 };
 
 static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -89,8 +100,15 @@ static atomic_llong task_ns = 0;
  * has finished. */
 static struct {
   _Alignas(64) atomic_ullong w;
-  char pad[64 - sizeof(atomic_ullong)];
+  unsigned long long begin;   /* the run's first task: next == begin, its owner has not started */
+  atomic_llong progress;      /* when its owner last claimed one of its tasks (ns) */
 } slots[MAX_WORKERS + 1];
+/* Whether a thread takes from a run whose owner has started only when the owner is late:
+ * its current task has run more than twice as long as the thief's own longest task of the
+ * launch (preempted, or its core taken). On time, the owner finishes its run itself, as
+ * in a split into one task per thread: where no thread stalls, the finer split moves no
+ * task to the other core's cache. A run whose owner has not started is taken at once. */
+static atomic_int steal_late_only = 1;
 static atomic_int job_threads;   /* slots in use */
 static atomic_long pending;      /* claimed or unclaimed tasks not finished yet */
 static int parked_caller;
@@ -110,6 +128,9 @@ static atomic_long n_launches, n_worker_sleeps, n_caller_sleeps, n_holds, n_lost
  * out, for tasks a worker still held: the whole loop waits for a worker that lost its
  * core mid-task */
 static atomic_long n_tasks, n_wait_ns;
+/* tasks a thread took from the run of another that had started it (the owner was late,
+ * or steal_late_only is off): each ran away from the cache that holds its data */
+static atomic_long n_taken;
 /* written by the workers once per task: a cache line of its own, not one the caller
  * writes per launch */
 static struct {
@@ -117,6 +138,12 @@ static struct {
   char pad[64 - sizeof(atomic_long)];
 } worker_tasks;
 static atomic_int sleeping;
+/* when a worker first claimed a task of the current launch (0: none yet), and when the
+ * last wake-up was sent (a launch or a run's first hold): the trace's worker delays */
+static struct {
+  _Alignas(64) atomic_llong first_claim;
+  atomic_llong woken;
+} trace_times;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -147,22 +174,75 @@ static int claim_task(atomic_ullong *w, int own, unsigned long long *task) {
   }
 }
 
+static void pause_cpu(void);
+
+/* Whether thread `self`, whose own tasks of the launch took at most own_max ns (0: it ran
+ * none), may take from run v now (word c): not started, or its owner is late
+ * (steal_late_only). Late: its current task has run over twice the longest of ours. The
+ * tasks of a loop cover equal iterations, so a running owner's task takes about as long
+ * as ours; twice as long is a stall (a lost core), not a slower task. The microsecond
+ * covers the clock's and a claim's own cost next to tasks of a few. */
+static int may_take(int v, unsigned long long c, int64_t own_max, int64_t *now) {
+  if (!own_max || (c & LOW32) == slots[v].begin ||
+      !atomic_load_explicit(&steal_late_only, memory_order_relaxed))
+    return 1;
+  if (!*now) *now = now_ns();
+  return *now - atomic_load_explicit(&slots[v].progress, memory_order_relaxed) > 2 * own_max + 1000;
+}
+
 /* Runs unclaimed tasks of the current job, as thread `self` (0: the caller, w: worker
- * w): its own slot's, then the others'. A worker counts each before it is done (so that a
- * launch that returned has its workers' tasks counted). Returns the loop iterations it
- * ran. */
-static int64_t run_tasks(int self) {
-  int64_t iters = 0;
-  int threads = atomic_load(&job_threads);
+ * w): its own slot's, then the others' (may_take: while their owners are on time it
+ * waits, spinning, for them to claim their own). A worker counts each before it is done
+ * (so that a launch that returned has its workers' tasks counted). Returns the loop
+ * iterations it ran. */
+static int64_t run_tasks(int self, int64_t *ran) {
+  int64_t iters = 0, own_max = 0;
+  int threads = atomic_load(&job_threads), own = self < threads;
+  /* a run of one task is claimed whole: no one could take part of it, nothing to time */
+  int timed = own && (atomic_load(&slots[self].w) >> 32) - slots[self].begin > 1;
   unsigned long long i;
   for (;;) {
-    int own = self < threads, got = own && claim_task(&slots[self].w, 1, &i);
+    int64_t t = 0;
+    if (timed) {
+      unsigned long long w = atomic_load_explicit(&slots[self].w, memory_order_relaxed);
+      timed = (w & LOW32) < (w >> 32);        /* once its run is out, no more stamps */
+    }
+    if (timed) {
+      /* stamped before the claim: a thief that sees the claim sees this stamp */
+      t = now_ns();
+      atomic_store_explicit(&slots[self].progress, t, memory_order_relaxed);
+    }
+    int mine = own && claim_task(&slots[self].w, 1, &i), got = mine, wait = 0;
+    int64_t now = 0;
     for (int k = 1; !got && k <= threads; k++) {
       int v = (self + k) % threads;
-      if (!own || v != self) got = claim_task(&slots[v].w, 0, &i);
+      if (own && v == self) continue;
+      unsigned long long c = atomic_load(&slots[v].w);
+      if ((c & LOW32) >= (c >> 32)) continue;
+      if (may_take(v, c, own_max, &now)) {
+        got = claim_task(&slots[v].w, 0, &i);
+        if (got && (c & LOW32) != slots[v].begin)
+          atomic_fetch_add_explicit(&n_taken, 1, memory_order_relaxed);
+      } else
+        wait = 1;
     }
-    if (!got) return iters;
+    if (!got) {
+      if (wait && atomic_load(&pending) > 0) {
+        pause_cpu();
+        continue;
+      }
+      return iters;
+    }
+    if (self && !*ran && tdsl_trace_enabled()) {
+      long long none = 0;
+      atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
+    }
     iters += run_task(i);
+    if (mine && t) {
+      int64_t took = now_ns() - t;
+      if (took > own_max) own_max = took;
+    }
+    ++*ran;
     if (self) atomic_fetch_add_explicit(&worker_tasks.n, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&pending, 1) == 1) {
       pthread_mutex_lock(&mu);
@@ -208,7 +288,8 @@ static void *worker_main(void *arg) {
   int self = (int)(intptr_t)arg;
   long seen = atomic_load(&generation);
   for (;;) {
-    run_tasks(self);
+    int64_t ran = 0;
+    run_tasks(self, &ran);
     int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
     int lost = 0;
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
@@ -223,6 +304,7 @@ static void *worker_main(void *arg) {
         atomic_fetch_add_explicit(&n_worker_sleeps, 1, memory_order_relaxed);
         if (lost) atomic_fetch_add_explicit(&n_lost_sleeps, 1, memory_order_relaxed);
         atomic_fetch_add(&sleeping, 1);
+        tdsl_trace_record(0, TRACE_PARK, self, lost, 0, 0, 0, 0);
         /* a launch wakes it, and so does a run's first hold (it then spins until it
          * loses its core again); a parked worker's hold in force waits for the launch */
         int must_wait = held;
@@ -231,6 +313,10 @@ static void *worker_main(void *arg) {
           must_wait = 0;
         }
         atomic_fetch_sub(&sleeping, 1);
+        if (tdsl_trace_enabled()) {
+          int64_t t = now_ns();
+          tdsl_trace_record(t, TRACE_WAKE, self, t - atomic_load(&trace_times.woken), 0, 0, 0, 0);
+        }
       }
       pthread_mutex_unlock(&mu);
     }
@@ -266,15 +352,20 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
   for (int t = 0; t < threads; t++) {
     unsigned long long b = ((unsigned long long)t * n + threads - 1) / threads;
     unsigned long long e = ((unsigned long long)(t + 1) * n + threads - 1) / threads;
+    slots[t].begin = b;
+    atomic_store_explicit(&slots[t].progress, 0, memory_order_relaxed);
     atomic_store(&slots[t].w, e << 32 | b);
   }
+  int asleep = atomic_load(&sleeping);
+  atomic_store_explicit(&trace_times.first_claim, 0, memory_order_relaxed);
+  int64_t start = now_ns();
   pthread_mutex_lock(&mu);
   atomic_fetch_add(&generation, 1);
+  if (asleep) atomic_store_explicit(&trace_times.woken, start, memory_order_relaxed);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&mu);
 
-  int64_t start = now_ns();
-  int64_t mine = run_tasks(0);
+  int64_t own = 0, mine = run_tasks(0, &own);
 
   int64_t t0 = now_ns(), until = t0 + SPIN_NS, next_yield = t0 + YIELD_NS;
   *busy = t0 - start;
@@ -288,7 +379,13 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
     parked_caller = 0;
     pthread_mutex_unlock(&mu);
   }
-  if (waited) atomic_fetch_add_explicit(&n_wait_ns, now_ns() - t0, memory_order_relaxed);
+  int64_t end = waited || tdsl_trace_enabled() ? now_ns() : t0;
+  if (waited) atomic_fetch_add_explicit(&n_wait_ns, end - t0, memory_order_relaxed);
+  if (tdsl_trace_enabled()) {
+    int64_t claim = atomic_load(&trace_times.first_claim);
+    tdsl_trace_record(start, TRACE_LOOP, n, own, claim ? claim - start : -1, t0 - start,
+                      end - start, asleep);
+  }
   pthread_mutex_unlock(&launch_mu);
   return mine;
 }
@@ -341,6 +438,14 @@ void tdsl_parallel_set_task_ns(int64_t ns) {
   atomic_store(&task_ns, ns > 0 ? ns : 0);
 }
 
+int64_t tdsl_parallel_steal_late(void) {
+  return atomic_load(&steal_late_only);
+}
+
+int64_t tdsl_parallel_set_steal_late(int64_t on) {
+  return atomic_exchange(&steal_late_only, on != 0);
+}
+
 int64_t tdsl_parallel_task_ns(void) {
   return atomic_load(&task_ns);
 }
@@ -349,6 +454,8 @@ void tdsl_parallel_hold(void) {
   atomic_fetch_add_explicit(&n_holds, 1, memory_order_relaxed);
   if (atomic_fetch_add(&holds, 1) == 0) {
     /* under mu: a worker checks `holds` under it before it waits */
+    if (atomic_load(&sleeping) && tdsl_trace_enabled())
+      atomic_store_explicit(&trace_times.woken, now_ns(), memory_order_relaxed);
     pthread_mutex_lock(&mu);
     pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&mu);
@@ -373,4 +480,5 @@ void tdsl_parallel_stats(int64_t *out) {
   out[8] = atomic_load(&worker_tasks.n);
   out[9] = atomic_load(&n_wait_ns);
   out[10] = atomic_load(&n_tasks);
+  out[11] = atomic_load(&n_taken);
 }

@@ -16,7 +16,11 @@ A parallel loop is split into one task per thread; with `set_task_ns(ns)` a long
 split into more, each of about `ns` nanoseconds of work (from the loop's last run): where
 a worker loses its core mid-task, the loop then waits for one short task rather than for
 the worker's half. Off by default (0): on a quiet machine the finer split cost up to ~9%
-at the median (tasks taken from the other core's cache).
+at the median (tasks taken from the other core's cache). A thread now takes from a run
+another has started only when that owner is late (`set_steal_late_only`), which was meant
+to remove that cost; not yet measured on a quiet machine, so the split stays off.
+
+Every loop handed to the workers is recorded in the runtime's trace ring (runtrace).
 
 `hold()` ... `release()` (or `with held():`) keeps the workers awake across many parallel
 loops, as a graph executor's run does: between them no worker parks, so that no loop of
@@ -30,7 +34,7 @@ from ..errors import ArgumentError, TdslError
 
 SYMBOL = "tdsl_parallel_for"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
-         "lost_sleeps", "worker_tasks", "wait_ns", "tasks")
+         "lost_sleeps", "worker_tasks", "wait_ns", "tasks", "taken")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
@@ -69,7 +73,8 @@ def stats() -> dict:
     held, after its spin lost its core), `holds`, `tasks` (the launches' tasks), `worker_tasks`
     (those the workers ran; the launching threads ran the rest), `wait_ns` (nanoseconds a launching thread, its
     own claims run out, waited for tasks a worker still held: a worker that lost its core
-    mid-task holds up its whole loop), and now: `sleeping` (workers asleep), `workers`,
+    mid-task holds up its whole loop), `taken` (tasks a thread took from a run another
+    thread had started: its owner was late), and now: `sleeping` (workers asleep), `workers`,
     `held` (holds in force). Empty where the pool is not loaded. bench/tail.py reads them
     per call."""
     return _counters("tdsl_parallel_stats", STATS)
@@ -109,6 +114,24 @@ def set_task_ns(ns: int) -> int:
     if fn is not None:
         fn(ns)
     return old
+
+
+def steal_late_only() -> bool:
+    """Whether a thread takes from a started run only when its owner is late (see
+    `set_steal_late_only`); True where the pool is not loaded."""
+    import ctypes
+    fn = _c_function("tdsl_parallel_steal_late", restype=ctypes.c_int64)
+    return bool(fn()) if fn is not None else True
+
+
+def set_steal_late_only(on: bool) -> bool:
+    """Whether a thread done with its own tasks takes from another's run only when that
+    run's owner is late (its current task has run over twice the thief's longest), rather
+    than as soon as it can; returns the setting it had (on by default). Where tasks are
+    one per thread (`task_ns` 0) it changes nothing: a run is one task, claimed whole."""
+    import ctypes
+    fn = _c_function("tdsl_parallel_set_steal_late", ctypes.c_int64, restype=ctypes.c_int64)
+    return bool(fn(1 if on else 0)) if fn is not None else bool(on)
 
 
 class held:
