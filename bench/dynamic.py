@@ -24,10 +24,15 @@ printed apart. Both calls are taken in the same conditions: each right after a c
 onnxruntime at that size and a pause in which its spinning workers stop (right after
 its block they would take a core from tdsl's call); the first call is one sample, the
 warm call the median of 3. Where the first call cost more than FIRST_NOTE_MS beyond the
-warm one, a line under the row tells tdsl's work from the machine's: the first call's CPU
-time (every thread of the process) beyond the warm calls' median, its minor page faults,
-the time tdsl's threads spent runnable but waiting for a core, and the vCPU time the
-hypervisor took meanwhile (/proc/stat steal: a wait no guest thread sees). bench/firstcall.py
+warm one, a line under the row tells tdsl's work from the machine's, each part beyond the
+warm calls' median: where the calling thread's time went (on a core, user and system;
+runnable but waiting for a core; blocked: on a lock such as another thread's GIL, on
+tdsl's pool, on I/O), the CPU of tdsl's pool workers, of onnxruntime's threads and of any
+other thread (the busiest named; bench/threadcpu.py reads each thread's CPU clock, so
+onnxruntime's threads, which share the process, are kept apart), the Python collections
+in the call, its minor page faults, the time tdsl's threads spent waiting for a core,
+and the vCPU time the hypervisor took meanwhile (/proc/stat steal: a wait no guest thread
+sees). bench/firstcall.py
 takes a first call apart (phases, faults,
 collections, time waiting for a core, kernels against a warm call, and the static
 build's first call in the same conditions). Per model: the build
