@@ -24,10 +24,15 @@ printed apart. Both calls are taken in the same conditions: each right after a c
 onnxruntime at that size and a pause in which its spinning workers stop (right after
 its block they would take a core from tdsl's call); the first call is one sample, the
 warm call the median of 3. Where the first call cost more than FIRST_NOTE_MS beyond the
-warm one, a line under the row tells tdsl's work from the machine's: the first call's CPU
-time (every thread of the process) beyond the warm calls' median, its minor page faults,
-the time tdsl's threads spent runnable but waiting for a core, and the vCPU time the
-hypervisor took meanwhile (/proc/stat steal: a wait no guest thread sees). bench/firstcall.py
+warm one, a line under the row tells tdsl's work from the machine's, each part beyond the
+warm calls' median: where the calling thread's time went (on a core, user and system;
+runnable but waiting for a core; blocked: on a lock such as another thread's GIL, on
+tdsl's pool, on I/O), the CPU of tdsl's pool workers, of onnxruntime's threads and of any
+other thread (the busiest named; bench/threadcpu.py reads each thread's CPU clock, so
+onnxruntime's threads, which share the process, are kept apart), the Python collections
+in the call, its minor page faults, the time tdsl's threads spent waiting for a core,
+and the vCPU time the hypervisor took meanwhile (/proc/stat steal: a wait no guest thread
+sees). bench/firstcall.py
 takes a first call apart (phases, faults,
 collections, time waiting for a core, kernels against a warm call, and the static
 build's first call in the same conditions). Per model: the build
@@ -60,6 +65,7 @@ from tdsl.graph import executor, models, zoo
 from common import frozen_heap
 from graph import _ort_session
 from latency import _threads, _waited_seconds, blocks
+from threadcpu import ThreadOwners, busiest, spent
 
 CNN_BATCHES = (1, 2, 4, 8)
 SEQUENCES = ((1, 1), (1, 16), (1, 128), (1, 512), (4, 64), (8, 128))
@@ -159,51 +165,67 @@ def _stolen_seconds() -> float:
 
 
 class _Cost:
-    """What one call of `fn` cost: wall and CPU seconds (every thread of the process, so a
-    worker's share and a spinning worker count), minor page faults, the seconds the
-    threads in `threads` (/proc schedstat paths) spent runnable but waiting for a core, and
-    the seconds the hypervisor took the machine's vCPUs (`_stolen_seconds`)."""
+    """What one call of `fn` cost: wall seconds; `by_thread`, a threadcpu.spent of the
+    call (CPU seconds by thread owner: the caller, tdsl's pool, onnxruntime's threads,
+    other threads, the whole process; the caller's user, system and run delay); `cpu` the
+    process's CPU seconds; minor page faults; the seconds the threads in `threads` (/proc
+    schedstat paths) spent runnable but waiting for a core; the seconds the hypervisor
+    took the machine's vCPUs (`_stolen_seconds`); and the Python collections that ran in
+    it (`collections`: (generation, seconds) each)."""
 
-    def __init__(self, fn, threads=()):
+    def __init__(self, fn, threads=(), owners=None):
+        owners = owners or ThreadOwners()
+        spans, start = [], [0.0]
+
+        def watch(phase, info):
+            if phase == "start":
+                start[0] = time.perf_counter()
+            else:
+                spans.append((info["generation"], time.perf_counter() - start[0]))
         s0, w0, f0 = _stolen_seconds(), _waited_seconds(threads), _faults()
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        self.wall = time.perf_counter() - t0
-        self.cpu = time.process_time() - c0
+        gc.callbacks.append(watch)
+        try:
+            c0 = owners.read()
+            t0 = time.perf_counter()
+            fn()
+            self.wall = time.perf_counter() - t0
+            self.by_thread = spent(c0, owners.read())
+        finally:
+            gc.callbacks.remove(watch)
+        self.cpu = self.by_thread["process"]
         self.faults = _faults() - f0
         self.waited = _waited_seconds(threads) - w0
         self.stolen = _stolen_seconds() - s0
+        self.collections = spans
 
 
 def _first_note(first, warm) -> str:
     """The line under a row whose first call (a _Cost) cost more than FIRST_NOTE_MS
-    beyond the warm calls (_Costs): how much of it was work, faults, or waiting."""
+    beyond the warm calls (_Costs), each part beyond the warm calls' median: where the
+    caller's time went (on a core, user and system; waiting for a core; blocked, on a
+    lock such as another thread's GIL, on the pool or on I/O), whose threads worked
+    (tdsl's pool, onnxruntime's, any other: the busiest named), the collections, faults,
+    waits for a core and the host's steal."""
     wall = first.wall - float(np.median([w.wall for w in warm]))
     if wall * 1e3 <= FIRST_NOTE_MS:
         return ""
-    cpu = first.cpu - float(np.median([w.cpu for w in warm]))
+
+    def beyond(key):
+        return (first.by_thread[key] - float(np.median([w.by_thread[key] for w in warm]))) * 1e3
+
+    def blocked(c):
+        return c.wall - c.by_thread["caller"] - c.by_thread["caller_waited"]
+    caller_blocked = (blocked(first) - float(np.median([blocked(w) for w in warm]))) * 1e3
     waited = first.waited - float(np.median([w.waited for w in warm]))
-    return (f"{'':20s} first call +{wall * 1e3:.1f} ms: CPU {cpu * 1e3:+.1f} ms, {first.faults} page faults, "
-            f"tdsl's threads waited for a core {waited * 1e3:+.1f} ms more than warm; "
-            f"vCPUs stolen by the host {first.stolen * 1e3:.0f} ms")
-
-
-def _timed_with_collections(fn):
-    """(seconds of one call of `fn`, seconds of the Python collections inside it): in a
-    process holding torch, the exported models and every build of the sweep, a full
-    collection takes hundreds of ms, and a first call's allocations may set one off."""
-    spent, start = [0.0], [0.0]
-
-    def watch(phase, info):
-        if phase == "start":
-            start[0] = time.perf_counter()
-        else:
-            spent[0] += time.perf_counter() - start[0]
-    gc.callbacks.append(watch)
-    try:
-        return _timed(fn), spent[0]
-    finally:
-        gc.callbacks.remove(watch)
+    gcs = ", ".join(f"gen{g} {d * 1e3:.1f} ms" for g, d in first.collections) or "none"
+    named = busiest(first.by_thread)
+    return (f"{'':20s} first call +{wall * 1e3:.1f} ms; tdsl's caller: on a core {beyond('caller'):+.1f} ms "
+            f"(user {beyond('caller_user'):+.1f}, system {beyond('caller_system'):+.1f}), waiting for a core "
+            f"{beyond('caller_waited'):+.1f}, blocked {caller_blocked:+.1f}; CPU of tdsl's pool "
+            f"{beyond('pool'):+.1f}, onnxruntime's threads {beyond('ort'):+.1f}, other threads "
+            f"{beyond('other'):+.1f}" + (f" ({named})" if named else "") + f", process {beyond('process'):+.1f}; "
+            f"collections {gcs}; {first.faults} page faults; tdsl's threads waited for a core "
+            f"{waited * 1e3:+.1f} ms more than warm; vCPUs stolen by the host {first.stolen * 1e3:.0f} ms")
 
 
 @contextlib.contextmanager
@@ -258,6 +280,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
     size and the dynamic/static build CPU seconds."""
     model, shapes = _sweep(name)
     dyn, *build_dyn = cold_build(model, None, target)
+    owners = _OWNERS
     # a server reserves memory for the largest sizes it expects, so that no request pages
     # in fresh memory (on a VM the first touch of 200 MB took 0.4-2.3 s): timed apart
     reserved = _reserved(model, shapes)
@@ -265,7 +288,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
     dyn.reserve(**reserved)
     reserve_s = time.perf_counter() - t0
     tdsl_threads = _threads()     # before onnxruntime's: its spinning workers wait by design
-    sess = _ort_session(model, target.num_cores)
+    sess = owners.started("ort", lambda: _ort_session(model, target.num_cores))
     iname = sess.get_inputs()[0].name
     out, static_builds = [], []
     for shape in shapes:
@@ -277,8 +300,8 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         def first_call():
             nonlocal got
             got = dyn.run(x)[0]
-        first_cost = []
-        first, collected = _timed_with_collections(lambda: first_cost.append(_Cost(first_call, tdsl_threads)))
+        first_cost = _Cost(first_call, tdsl_threads, owners)
+        first, collected = first_cost.wall, sum(d for _, d in first_cost.collections)
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
         # as a server hands each output to its client: an output still held when a call
         # at other sizes comes makes that call write its outputs to fresh memory
@@ -291,19 +314,23 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         for _ in range(3):      # as the first call was taken: after onnxruntime and a pause
             sess.run(None, {iname: x})
             time.sleep(pause_s)
-            warm.append(_Cost(lambda: dyn.run(x), tdsl_threads))
+            warm.append(_Cost(lambda: dyn.run(x), tdsl_threads, owners))
         extra = max(first - float(np.median([w.wall for w in warm])), 0.0)
         out.append((t_dyn / t_ort, t_dyn / t_st, extra))
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{extra * 1e3:8.1f} {collected * 1e3:6.1f} {err:9.1e}", flush=True)
-        note = _first_note(first_cost[0], warm)
+        note = _first_note(first_cost, warm)
         if note:
             print(note, flush=True)
     ratio = _build_line(name, build_dyn, static_builds)
     print(f"{name:20s} reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
           f"in {reserve_s:.2f} s\n", flush=True)
     return out, ratio
+
+
+# the threads of tdsl and onnxruntime, learnt as they start them, for the whole process
+_OWNERS = ThreadOwners()
 
 
 def _warm_up(target):

@@ -3,6 +3,8 @@ time), page faults and time waiting for a core, so that a sweep row tells tdsl's
 a new size from the machine's."""
 import os
 import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -13,8 +15,17 @@ import dynamic  # noqa: E402
 from latency import _threads  # noqa: E402
 
 
-def _cost(wall, cpu, faults=0, waited=0.0, stolen=0.0):
-    return types.SimpleNamespace(wall=wall, cpu=cpu, faults=faults, waited=waited, stolen=stolen)
+def _cost(wall, cpu, faults=0, waited=0.0, stolen=0.0, caller=None, pool=0.0, ort=0.0, other=0.0,
+          user=None, system=0.0, caller_waited=0.0, threads=None, collections=()):
+    """A _Cost of a call: `cpu` the process's, `caller` the calling thread's on a core
+    (default: what the pool, onnxruntime's and other threads leave of `cpu`)."""
+    caller = cpu - pool - ort - other if caller is None else caller
+    by_thread = {"caller": caller, "pool": pool, "ort": ort, "other": other, "process": cpu,
+                 "caller_user": caller - system if user is None else user, "caller_system": system,
+                 "caller_waited": caller_waited, "threads": threads or {},
+                 "names": {t: "MainThread" for t in threads or {}}}
+    return types.SimpleNamespace(wall=wall, cpu=cpu, faults=faults, waited=waited, stolen=stolen,
+                                 by_thread=by_thread, collections=list(collections))
 
 
 def test_cost_counts_the_faults_and_cpu_of_fresh_memory():
@@ -28,11 +39,26 @@ def test_cost_counts_the_faults_and_cpu_of_fresh_memory():
 
 
 def test_first_note_splits_work_from_waiting():
-    warm = [_cost(0.060, 0.110, waited=0.001), _cost(0.062, 0.112, waited=0.002), _cost(0.061, 0.111)]
-    # 40 ms more wall, 2 ms more CPU, 38 ms more waiting: the machine's, not tdsl's
-    note = dynamic._first_note(_cost(0.101, 0.113, faults=7, waited=0.039, stolen=0.02), warm)
-    assert "+40.0 ms" in note and "CPU +2.0 ms" in note and "7 page faults" in note
+    warm = [_cost(0.060, 0.110, waited=0.001, pool=0.05), _cost(0.062, 0.112, waited=0.002, pool=0.05),
+            _cost(0.061, 0.111, pool=0.05)]
+    # 40 ms more wall, 2 ms more CPU (the caller's), 38 ms more waiting: the machine's
+    note = dynamic._first_note(_cost(0.101, 0.113, faults=7, waited=0.039, stolen=0.02, pool=0.05,
+                                     caller_waited=0.038), warm)
+    assert "+40.0 ms" in note and "on a core +2.0 ms" in note and "7 page faults" in note
+    assert "waiting for a core +38.0" in note and "blocked +0.0" in note
+    assert "tdsl's pool +0.0" in note and "onnxruntime's threads +0.0" in note
     assert "waited for a core +38.0 ms" in note and "stolen by the host 20 ms" in note
+
+
+def test_first_note_names_the_threads_that_worked():
+    warm = [_cost(0.060, 0.110, pool=0.05)] * 3
+    # the caller blocked 30 ms (another thread held the GIL) while that thread worked
+    first = _cost(0.090, 0.140, pool=0.05, other=0.030, threads={threading.get_native_id(): 0.030},
+                  collections=[(2, 0.004)])
+    note = dynamic._first_note(first, warm)
+    assert "blocked +30.0" in note and "on a core +0.0 ms" in note
+    assert "other threads +30.0" in note and f"MainThread ({threading.get_native_id()}) +30.0" in note
+    assert "collections gen2 4.0 ms" in note and "process +30.0" in note
 
 
 def test_first_note_is_empty_below_the_threshold():
@@ -54,3 +80,30 @@ def test_stolen_seconds_reads_the_steal_column():
 def test_cost_reads_waits_of_the_threads_given():
     cost = dynamic._Cost(lambda: sum(range(100000)), _threads())
     assert cost.waited >= 0 and cost.cpu > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux thread CPU clocks")
+def test_cost_tells_the_callers_work_from_another_threads_and_from_blocking():
+    def spin(seconds):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+    cost = dynamic._Cost(lambda: spin(0.05))
+    # the caller's own work: on a core (getrusage's user and system: the same time, split
+    # by tick samples), not blocked
+    assert cost.by_thread["caller"] >= 0.045
+    assert cost.by_thread["caller_user"] + cost.by_thread["caller_system"] >= 0.03
+    assert cost.wall - cost.by_thread["caller"] - cost.by_thread["caller_waited"] < 0.02 + cost.wall / 2
+    t = threading.Thread(target=spin, args=(0.05,), name="busy-helper")
+    cost = dynamic._Cost(lambda: (t.start(), t.join()))
+    # the caller blocked in join while the other thread worked: counted as another's
+    assert cost.by_thread["other"] >= 0.04 and cost.by_thread["caller"] < 0.02
+    assert cost.wall - cost.by_thread["caller"] - cost.by_thread["caller_waited"] >= 0.03
+    assert cost.by_thread["process"] >= cost.by_thread["other"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux thread CPU clocks")
+def test_cost_counts_the_collections_in_the_call():
+    import gc
+    cost = dynamic._Cost(lambda: gc.collect(1))
+    assert [g for g, _ in cost.collections] == [1] and cost.collections[0][1] >= 0

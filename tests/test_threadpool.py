@@ -4,6 +4,7 @@ task done, and a network's runs on several threads, with pauses long enough for 
 workers to fall asleep between them, give the single-threaded answers. A hold (what a
 network's run takes) keeps them awake between loops until its last release. Its counters
 (`threadpool.stats`) count what it did. Latency is measured by bench/zoo.py, not here."""
+import os
 import resource
 import threading
 import time
@@ -200,6 +201,27 @@ def test_the_counters_split_a_launch_between_caller_and_workers(sin_cos, task_ns
     assert after["tasks"] - before["tasks"] == 20 * 4
     assert 0 <= ran <= 20 * 4, (ran, after)
     assert after["wait_ns"] >= before["wait_ns"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux thread ids")
+def test_worker_ids_are_the_threads_that_run_the_workers_tasks(sin_cos, task_ns):
+    f, a, ref = sin_cos
+    _check(f, a, ref)
+    ids = threadpool.worker_ids()
+    assert len(ids) == threadpool.stats()["workers"] >= 3
+    assert threading.get_native_id() not in ids
+    assert set(ids) <= {int(t) for t in os.listdir("/proc/self/task")}
+
+    def on_core(tid):       # the thread's CPU clock (pthread_getcpuclockid's id)
+        return time.clock_gettime((~tid << 3) | 6)
+    threadpool.set_task_ns(0)
+    before, tasks = [on_core(t) for t in ids], threadpool.stats()["worker_tasks"]
+    with threadpool.held():
+        for _ in range(200):
+            _check(f, a, ref)
+    assert threadpool.stats()["worker_tasks"] > tasks
+    # the workers ran tasks (and spun between them, held): those threads used the CPU
+    assert sum(on_core(t) - b for t, b in zip(ids, before)) > 0
 
 
 def test_a_long_loop_is_split_finer_and_a_short_one_is_not(sin_cos, task_ns):

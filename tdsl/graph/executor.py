@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import ArgumentError, BoundsError, GraphError, TdslError
 from ..runtime import ndarray as nd
 from ..runtime import threadpool
+from ..runtime.callseq import runner
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
 from .describe import describe_group
@@ -26,7 +27,7 @@ from .kernel_cache import KERNELS, clear_kernel_cache, compile_all, group_key  #
 from .ir import Const, Function, Module
 from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
-from .ir.dims import free_vars
+from .ir.dims import free_vars, prepare
 from .runstate import HostMemory, SizeArg, StatePool, make_state, once_layout, size_only
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import tune_group
@@ -79,8 +80,10 @@ class Executor:
         # representative sizes, each call's is of its own (StatesBySize)
         fn = fused.main
         self.binder = None
-        if free_vars([n.type.shape for n in [*fn.params, *fn.nodes()]]):
+        shapes = [n.type.shape for n in [*fn.params, *fn.nodes()]]
+        if free_vars(shapes):
             self.binder = SizeBinder(fn.params, fused.info.get("dim_bounds"), window_extents(fn))
+            prepare(shapes)     # each call's sizes are then plain integer arithmetic
         self.bounds = fused.info.get("dim_bounds")
         # the kernels to compile are those of a plan at sizes above 1 (a batch of 1 may write
         # concats in place and view slices, leaving kernels out); each call has its own plan
@@ -143,6 +146,8 @@ class Executor:
                     return
                 self.steps = upload_constants(self.steps, self.device)
             self._slots = StatePool(lambda: Slot(self._alloc_arena if self.device is not None else None))
+            if self.device is None:
+                runner()        # the native walk looked up now, not by the first call's state
             hi = {n: self.bounds[n][1] for n in self.binder.names if n in (self.bounds or {})}
             if len(hi) == len(self.binder.names):
                 # every size bounded: the memory of the largest, paged in now (not run:

@@ -33,6 +33,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 typedef void *(*task_fn)(void *);
 
@@ -284,8 +288,15 @@ static int may_park(int64_t t0, int64_t now, int lost) {
   return atomic_load(&holds) == 0 && now >= atomic_load(&hold_end) + HOLD_GRACE_NS;
 }
 
+/* each worker's kernel thread id (Linux; 0 elsewhere), for tools that read a thread's CPU
+ * time or run delay (bench/threadcpu.py tells the pool's CPU from other runtimes') */
+static atomic_long worker_tids[MAX_WORKERS + 1];
+
 static void *worker_main(void *arg) {
   int self = (int)(intptr_t)arg;
+#ifdef __linux__
+  atomic_store(&worker_tids[self], (long)syscall(SYS_gettid));
+#endif
   long seen = atomic_load(&generation);
   for (;;) {
     int64_t ran = 0;
@@ -466,6 +477,14 @@ void tdsl_parallel_release(void) {
   /* the grace begins before the count drops, so that no worker parks in between */
   atomic_store(&hold_end, now_ns());
   atomic_fetch_sub(&holds, 1);
+}
+
+/* Writes the first `n` workers' thread ids to `out` (0 for one not yet started); returns
+ * how many workers there are. */
+int64_t tdsl_parallel_worker_ids(int64_t *out, int64_t n) {
+  int workers = num_workers;
+  for (int64_t i = 0; i < n && i < workers; i++) out[i] = atomic_load(&worker_tids[i + 1]);
+  return workers;
 }
 
 void tdsl_parallel_stats(int64_t *out) {

@@ -80,6 +80,21 @@ def stats() -> dict:
     return _counters("tdsl_parallel_stats", STATS)
 
 
+def worker_ids() -> list:
+    """The kernel thread ids (Linux `gettid`) of the pool's workers started so far (the
+    pool starts them on the first parallel loop and keeps them): what a tool that reads
+    per-thread CPU time or run delay (/proc/self/task/ID) needs to tell the pool's work
+    from other threads'. Empty where the pool is not loaded or not on Linux."""
+    import ctypes
+    fn = _c_function("tdsl_parallel_worker_ids", ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                     restype=ctypes.c_int64)
+    if fn is None:
+        return []
+    out = (ctypes.c_int64 * 256)()
+    n = fn(out, len(out))
+    return [t for t in out[:n] if t > 0]
+
+
 def hold():
     """Keeps the pool's workers awake (spinning, with yields) until the matching `release`
     and for a millisecond after the last one: for a caller that runs many parallel loops

@@ -151,6 +151,16 @@ def _compiled(d):
     return eval(f"lambda {', '.join(args.values())}: {src}", env), names
 
 
+def prepare(shapes: Iterable):
+    """Turns every symbolic dimension of `shapes` into its Python function now (an
+    executor's build), so that evaluating them at a call's new sizes builds nothing in
+    sympy: the first call at a new size stays integer arithmetic."""
+    for shape in shapes:
+        for d in shape:
+            if isinstance(d, sympy.Expr) and not d.is_Integer:
+                _compiled(d)
+
+
 def evaluate_shape(shape, sizes: Mapping) -> tuple:
     return tuple(evaluate(d, sizes) for d in shape)
 

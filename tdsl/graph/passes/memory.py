@@ -60,8 +60,12 @@ def _align(n, align=ALIGN):
 
 
 def nbytes(t, sizes=None) -> int:
-    """The bytes of type `t` at `sizes` ({size variable: int}; a static type needs none)."""
-    return t.nbytes if t.static else evaluate(t.nbytes, sizes or {})
+    """The bytes of type `t` at `sizes` ({size variable: int}; a static type needs none).
+    The element count is evaluated, then multiplied: `t.nbytes` would build a sympy
+    product on each call, and a first call at new sizes evaluates every buffer's bytes."""
+    if t.static:
+        return t.nbytes
+    return evaluate(t.size, sizes or {}) * np.dtype(t.dtype).itemsize
 
 
 def _offsets_aligned(args, align, sizes=None):

@@ -19,7 +19,7 @@ from ...target import as_target
 from ...ir import expr as E
 from ...ir.visitor import free_vars
 from ..ir import Function
-from ..ir.dims import evaluate
+from ..ir.dims import evaluate, prepare
 from ..ir.text import print_function
 from . import registry, topi
 from .class_reach import may_hold, size_intervals
@@ -89,7 +89,9 @@ def _holds(e, env):
 
 
 def _size_function(expr):
-    """f({network size name: int}) -> the value of graph dimension `expr`."""
+    """f({network size name: int}) -> the value of graph dimension `expr` (its Python
+    function made now, at build, not by the first call at new sizes)."""
+    prepare([(expr,)])
     return lambda sizes: evaluate(expr, sizes)
 
 
