@@ -18,7 +18,8 @@ SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the
 and the sum keep a guarded last block. Each block's scores are scratch of that call's
 length, taken per iteration of the parallel loop (so concurrent calls never share one).
 Below SHORT_KEYS keys the size class "short_keys" runs instead: the plain stages, as the
-auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES)."""
+auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES); at a single
+key the class "one", the same stages with the key count pinned to 1."""
 from __future__ import annotations
 
 import functools
