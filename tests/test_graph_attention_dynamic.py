@@ -1,8 +1,9 @@
 """Fused attention with symbolic sizes (passes/attention.py, strategy/cpu/attention.py): a
 network exported with a symbolic batch and sequence, built once, runs `nn.attention` as
 the blocked kernel from SHORT_KEYS keys (row blocks with a run-time tail, keys a
-run-time extent, each block's scores in scratch sized per call) and its variant of the
-plain stages below, against onnxruntime and numpy;
+run-time extent, each block's scores in scratch sized per call) and its variants of the
+plain stages below (at a single key, with the key count a constant), against onnxruntime
+and numpy;
 masks as inputs (padding, causal); threads calling at different sizes at once; and the
 bounds under which a dynamic build keeps the three kernels."""
 import threading
@@ -88,11 +89,34 @@ def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
     assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
     # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
     assert _schedules(exe) == {"attention_blocked"}
-    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
+    assert _variants(exe) == {"sequence == 1": "auto", f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
     for B, S in SIZES:
         feeds = _feeds(B, S, mask)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
                                    err_msg=f"batch {B}, sequence {S}")
+
+
+def _ran(exe):
+    """The kernels the last call ran (profile's names, without the step number)."""
+    return {name.split("#")[0] for name, _, _ in exe.profile(number=1)}
+
+
+@pytest.mark.parametrize("mask", [None, "padding"])
+def test_one_key_runs_the_static_stages(mask):
+    """At one key (a one-token call) the variant with the key count pinned to 1 runs, the
+    plain stages over constant extents as a static build's; two and seven keys take the
+    short_keys variant. Each against onnxruntime, self-attention and cross-attention (a
+    single key against several queries)."""
+    for rows, cases in ((None, [(1, 1, "one"), (3, 1, "one"), (2, 2, "short_keys"), (1, 7, "short_keys")]),
+                        ("target", [(2, 1, "one"), (1, 7, "short_keys")])):
+        model = _model(mask=mask, rows=rows)
+        _, exe = _build(model)
+        for B, S, cls in cases:
+            feeds = _feeds(B, S, mask, rows=5 if rows else None)
+            np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                       err_msg=f"batch {B}, sequence {S}, rows {rows}")
+            ran = [k for k in _ran(exe) if "attention" in k]
+            assert len(ran) == 1 and ran[0].endswith("_" + cls), (B, S, ran)
 
 
 def test_causal_mask_input_with_fully_masked_rows():
@@ -132,7 +156,7 @@ def _build_seen(model, monkeypatch):
     seen, codegen = [], llvm.codegen
 
     def spy(func, target="llvm"):
-        if "attention" in func.name and "short_keys" not in func.name:
+        if "attention" in func.name and not func.name.endswith(("_short_keys", "_one")):
             seen.append(str(func))
         return codegen(func, target)
     monkeypatch.setattr(llvm, "codegen", spy)

@@ -89,7 +89,7 @@ def test_dynamic_bert_at_batch_2_sequence_64():
 def test_dynamic_transformers_built_once_match_at_every_size(name):
     """Batch and sequence left symbolic: one build runs every size; the position table
     bounds the sequence. From 33 tokens the fused attention's blocked kernel runs
-    (shifted row blocks and key tiles), at 1 its short_keys variant."""
+    (shifted row blocks and key tiles), at 1 its variant for one key."""
     pytest.importorskip("transformers")
     model = zoo.export(name, dynamic=True)
     mod = G.from_onnx(model)

@@ -22,6 +22,7 @@ from ..runtime import threadpool
 from ..runtime.callseq import runner
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
+from .host_buffer import aligned
 from .describe import describe_group
 from .kernel_cache import KERNELS, clear_kernel_cache, compile_all, group_key  # noqa: F401
 from .ir import Const, Function, Module
@@ -120,6 +121,8 @@ class Executor:
                         else:
                             ck = (a, k.key or id(k), i)
                             if ck not in packed_cache:
+                                if self.device is None:     # the device copies them anyway
+                                    tf = functools.partial(_pack_aligned, tf, self._align)
                                 packed_cache[ck] = pool.submit(tf, a.data)
                             args.append(packed_cache[ck])
                     else:
@@ -548,6 +551,10 @@ class Executor:
                 f"{self.stats['cached']} cached) target={self.target!r} "
                 + (f"sizes {', '.join(self.binder.names)}>" if self.binder is not None
                    else f"arena={self.plan.peak_bytes} B>"))
+
+
+def _pack_aligned(transform, align, data):
+    return aligned(transform(data), align)
 
 
 class _NoDevice:

@@ -86,6 +86,21 @@ class GrowingBuffer:
         return np.ndarray(shape, dtype, self.public, offset)
 
 
+def aligned(array: np.ndarray, align: int) -> np.ndarray:
+    """`array` where its data starts on a multiple of `align` bytes, else a C-contiguous
+    copy that does. A kernel streaming weights whose start is not line-aligned loads most
+    vectors across two cache lines: a dense layer at one token, which reads its weights
+    once, is bound by those loads, and a network's speed varied from one build to the
+    next with where the allocator happened to put each layer's weights."""
+    if array.ctypes.data % align == 0 and array.flags.c_contiguous:
+        return array
+    raw = np.empty(array.nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(out, array)
+    return out
+
+
 # the most buffers kept that callers still hold (each is reused once they drop it): a
 # loop holding its last outputs needs one
 MAX_LEFT = 4

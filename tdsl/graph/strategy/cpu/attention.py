@@ -18,11 +18,15 @@ SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the
 and the sum keep a guarded last block. Each block's scores are scratch of that call's
 length, taken per iteration of the parallel loop (so concurrent calls never share one).
 Below SHORT_KEYS keys the size class "short_keys" runs instead: the plain stages, as the
-auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES)."""
+auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES); at a single
+key the class "one", the same stages with the key count pinned to 1."""
 from __future__ import annotations
 
+import functools
+
 from .... import arith, tiling
-from ....ir.expr import IntImm
+from ....ir.expr import EQ, IntImm, const, logical_and
+from ....ir.visitor import free_vars
 from .. import tag
 from ..stages import ishape
 
@@ -52,7 +56,7 @@ def _register_tile(s, t, lanes):
 
 
 def fits(out, g):
-    return out.op.tag == tag.ATTENTION and g.size_class != "short_keys"
+    return out.op.tag == tag.ATTENTION and g.size_class not in ("short_keys", "one")
 
 
 def _rows(M):
@@ -82,7 +86,13 @@ def schedule(s, out, g, parallel=True):
     keys = scores.shape[3]
     short_routed = g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm))
     if short_routed:
-        # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
+        # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs, and
+        # at a single key (a one-token call) those stages with the key count a constant,
+        # as a static build's: at run-time extents every stage of one key ran through
+        # its guarded tail, with scratch taken per call
+        one = sorted(free_vars(keys), key=lambda v: v.name)
+        g.size_classes["one"] = functools.reduce(logical_and, [EQ(v, const(1, v.dtype)) for v in one])
+        g.size_pins["one"] = {v.name: 1 for v in one}
         g.size_classes["short_keys"] = keys < SHORT_KEYS
     R, shift = _rows(M)
     rows = out.shape[2]
