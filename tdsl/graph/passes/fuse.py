@@ -17,22 +17,40 @@ def _kind(n):
     return get_op(n.op).kind
 
 
+# Reductions along axes (ONNX Reduce*) that a group may compute in the middle: their input
+# computed in the same loop nest and their result read by an elementwise epilogue (the RMS
+# norm's mean(x * x), 1 / sqrt(. + eps), x * . as one kernel). Pools, scans, top-k and the
+# other "reduce" operators have strategies that read their input from memory and end a group.
+ROW_REDUCTIONS = frozenset(("sum", "mean", "max", "min", "prod"))
+
+
+def _master(n):
+    return "row_reduce" if n.op in ROW_REDUCTIONS else _kind(n)
+
+
 class _Group:
     def __init__(self, first):
         self.nodes = [first]
-        self.master_kind = _kind(first)
+        self.master_kind = _master(first)
 
     @property
     def last(self):
         return self.nodes[-1]
 
-    def accepts(self, kind):
+    def accepts(self, kind, op=None):
         mk = self.master_kind
         if kind in ("elemwise", "broadcast"):
-            return mk in ("elemwise", "broadcast", "injective", "anchor")
+            return mk in ("elemwise", "broadcast", "injective", "anchor", "row_reduce")
         if kind == "injective":
             return mk in ("elemwise", "broadcast", "injective")
-        return False
+        # an elementwise chain is inlined into the reduction that reads it (one reduction a
+        # group: its epilogue may not feed a second one)
+        return op in ROW_REDUCTIONS and mk in ("elemwise", "broadcast")
+
+    def add(self, n):
+        self.nodes.append(n)
+        if n.op in ROW_REDUCTIONS:
+            self.master_kind = "row_reduce"
 
 
 def _users(nodes):
@@ -133,7 +151,7 @@ def _producer_group(n, kind, uses, alone, group_of):
     for a in n.args:
         if isinstance(a, Call) and uses.get(a, 0) == 1 and a not in alone:
             g = group_of[a]
-            if g.last is a and g.accepts(kind):
+            if g.last is a and g.accepts(kind, n.op):
                 found.append(g)
     views = [g for g in found if len(g.nodes) == 1 and g.last.op == "reshape"]
     return next((g for g in found if g not in views), found[0] if found else None)
@@ -181,12 +199,12 @@ def fuse_ops(mod: Module) -> Module:
             target = _Group(n)
             groups.append(target)
         else:
-            target.nodes.append(n)
+            target.add(n)
         group_of[n] = target
         if uses.get(n, 0) > 1 and n not in outputs and n not in alone:
             members = _diamond(n, users, uses, outputs, pos)
             # a node already promised to another group (two diamonds sharing a sink) stays out
-            if members and all(target.accepts(_kind(m)) and m not in pending for m in members):
+            if members and all(target.accepts(_kind(m), m.op) and m not in pending for m in members):
                 for m in members:
                     pending[m] = target
     # build primitive functions and the new main
