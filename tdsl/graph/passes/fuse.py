@@ -39,8 +39,12 @@ class _Group:
 
     def accepts(self, kind, op=None):
         mk = self.master_kind
+        if mk == "row_reduce":
+            # not a layout conversion: a CNN's global pool over a blocked image has its
+            # own strategy (cpu/squeeze.py), which takes no epilogue
+            return kind in ("elemwise", "broadcast") and not str(op).startswith("layout.")
         if kind in ("elemwise", "broadcast"):
-            return mk in ("elemwise", "broadcast", "injective", "anchor", "row_reduce")
+            return mk in ("elemwise", "broadcast", "injective", "anchor")
         if kind == "injective":
             return mk in ("elemwise", "broadcast", "injective")
         # an elementwise chain is inlined into the reduction that reads it (one reduction a
@@ -174,8 +178,10 @@ def _split_off_last(a, group_of, groups):
 def fuse_ops(mod: Module) -> Module:
     """Groups operators into kernels: elementwise and broadcast operators join their
     producer's group (conv/dense/matmul + bias + activation + residual add become one
-    kernel), injective operators chain together, reductions and opaque operators end a
-    group. Each group becomes a primitive function that @main calls."""
+    kernel), injective operators chain together; a row reduction (ROW_REDUCTIONS) takes an
+    elementwise group as its input and elementwise operators as its epilogue, other
+    reductions and opaque operators end a group. Each group becomes a primitive function
+    that @main calls."""
     fn = mod.main
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
