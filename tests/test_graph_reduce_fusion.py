@@ -1,8 +1,9 @@
 """An elementwise chain is computed inside the reduction that reads it, and the reduction's
 elementwise epilogue joins the same kernel (passes/fuse.py `ROW_REDUCTIONS`): T5's RMS norm
-(x * x -> mean -> + eps -> sqrt -> 1 / . -> x * . -> * weight) is one kernel, a layer norm
-written out of Sub, Pow and ReduceMean two. A producer read by anything else stays a kernel
-of its own. Each case runs against onnxruntime, at a static and at symbolic sequence
+(x * x -> mean -> + eps -> sqrt -> 1 / . -> x * . -> * weight) is one kernel, and so is a
+layer norm written out of Sub, Pow and ReduceMean (x - mean(x) read by the second mean and
+the division: a diamond through a reduction). A producer read by anything else stays a
+kernel of its own. Each case runs against onnxruntime, at a static and at symbolic sequence
 lengths, and counts the kernels."""
 import numpy as np
 import pytest
@@ -134,11 +135,22 @@ def test_rms_norm_is_one_kernel(label, seq, lengths):
 
 
 @pytest.mark.parametrize("label,seq,lengths", CASES)
-def test_layer_norm_from_parts_is_two_kernels(label, seq, lengths):
+def test_layer_norm_from_parts_is_one_kernel(label, seq, lengths):
     kernels = _check(_layer_norm(), seq, lengths)
-    # mean and x - mean; then (x - mean)^2, its mean and the scaling
+    # x - mean(x) is read by the second mean and by the division: a diamond through a
+    # reduction, inside the first mean's kernel
+    assert len(kernels) == 2
+    (ops,) = _reducing(kernels)
+    assert ops.count("mean") == 2 and ops.index("subtract") < ops.index("mean", 1)
+
+
+@pytest.mark.parametrize("label,seq,lengths", CASES)
+def test_centred_value_read_outside_stays_its_kernels_output(label, seq, lengths):
+    """x - mean(x) is also a graph output: the norm after it is a kernel of its own."""
+    net = _layer_norm()
+    net.outs.append(next(n.output[0] for n in net.nodes if n.op_type == "Sub"))
+    kernels = _check(net, seq, lengths)
     assert [ops.count("mean") for ops in _reducing(kernels)] == [1, 1]
-    assert len(kernels) == 3
 
 
 @pytest.mark.parametrize("label,seq,lengths", CASES)

@@ -70,19 +70,26 @@ def _users(nodes):
 DIAMOND_DEPTH = 8
 
 
-def _chain(u, users, uses, outputs):
+def _passes(m, rows):
+    """Whether a diamond's chain may go on through `m`: an elementwise/broadcast node, or
+    with `rows` a row reduction (a layer norm's mean((x - mean(x))^2) on the way from
+    x - mean(x) to the division by its root)."""
+    return _kind(m) in ("elemwise", "broadcast") or rows and m.op in ROW_REDUCTIONS
+
+
+def _chain(u, users, uses, outputs, rows=False):
     """`u` and the nodes below it along single uses, while each is elementwise/broadcast
-    and not a graph output: the path a value of a diamond takes to where it may meet the
-    others (at most DIAMOND_DEPTH steps, the last node reached included)."""
+    (or, with `rows`, a row reduction) and not a graph output: the path a value of a
+    diamond takes to where it may meet the others (at most DIAMOND_DEPTH steps, the last
+    node reached included)."""
     path = [u]
-    while len(path) <= DIAMOND_DEPTH and _kind(u) in ("elemwise", "broadcast") and u not in outputs \
-            and uses.get(u, 0) == 1:
+    while len(path) <= DIAMOND_DEPTH and _passes(u, rows) and u not in outputs and uses.get(u, 0) == 1:
         u = users[u][0]
         path.append(u)
     return path
 
 
-def _diamond(a, users, uses, outputs, pos):
+def _diamond(a, users, uses, outputs, pos, rows=False):
     """The nodes of an elementwise diamond below `a`, or None: every use of `a` is by
     chains of single-use elementwise/broadcast nodes that meet in one elementwise node
     (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
@@ -94,7 +101,7 @@ def _diamond(a, users, uses, outputs, pos):
     direct = users.get(a, [])
     if not direct:
         return None
-    paths = [_chain(u, users, uses, outputs) for u in direct]
+    paths = [_chain(u, users, uses, outputs, rows) for u in direct]
     common = set(paths[0]).intersection(*paths[1:])
     if not common:
         return None
@@ -102,7 +109,7 @@ def _diamond(a, users, uses, outputs, pos):
     members = dict.fromkeys([sink])     # in order, once each: two chains may meet early
     for path in paths:
         for m in path[:path.index(sink)]:
-            if _kind(m) not in ("elemwise", "broadcast") or m in outputs or uses.get(m, 0) != 1:
+            if not _passes(m, rows) or m in outputs or uses.get(m, 0) != 1:
                 return None
             members[m] = None
     if _kind(sink) not in ("elemwise", "broadcast"):
@@ -179,7 +186,8 @@ def fuse_ops(mod: Module) -> Module:
     """Groups operators into kernels: elementwise and broadcast operators join their
     producer's group (conv/dense/matmul + bias + activation + residual add become one
     kernel), injective operators chain together; a row reduction (ROW_REDUCTIONS) takes an
-    elementwise group as its input and elementwise operators as its epilogue, other
+    elementwise group as its input and elementwise operators as its epilogue (and a
+    diamond through a second reduction: a layer norm's x - mean(x)), other
     reductions and opaque operators end a group. Each group becomes a primitive function
     that @main calls."""
     fn = mod.main
@@ -208,9 +216,12 @@ def fuse_ops(mod: Module) -> Module:
             target.add(n)
         group_of[n] = target
         if uses.get(n, 0) > 1 and n not in outputs and n not in alone:
-            members = _diamond(n, users, uses, outputs, pos)
-            # a node already promised to another group (two diamonds sharing a sink) stays out
-            if members and all(target.accepts(_kind(m), m.op) and m not in pending for m in members):
+            rows = target.master_kind == "row_reduce"
+            members = _diamond(n, users, uses, outputs, pos, rows)
+            # a node already promised to another group (two diamonds sharing a sink) stays
+            # out; in a reduction's kernel a diamond may hold a reduction of its own
+            if members and all((target.accepts(_kind(m), m.op) or rows and m.op in ROW_REDUCTIONS)
+                               and m not in pending for m in members):
                 for m in members:
                     pending[m] = target
     # build primitive functions and the new main
