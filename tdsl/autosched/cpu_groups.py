@@ -30,7 +30,7 @@ def compute_at_groups(ctx):
         d = len(st.op.axis)
         for c in readers:
             limit = attach[c][1] if c in attach else len(ctx.infos[c].axes)
-            d = min(d, read_prefix(ctx, st, c, limit))
+            d = min(d, read_prefix(ctx, st, c, limit, unit=ctx.infos[st].is_reduction))
         if d >= 1:
             attach[st] = (owner, d)
             level[owner] = min(level.get(owner, d), d)
@@ -54,24 +54,30 @@ def epilogues(ctx):
     return epilogue
 
 
-def read_prefix(ctx, st, c, limit) -> int:
+def read_prefix(ctx, st, c, limit, unit=False) -> int:
     """How many of c's leading loop variables (at most `limit`) index every read of st
     on the way to c, itself or through inlined stages (`1 / sum[i]` inlined into c):
-    st computed inside that many of c's loops has what each iteration reads."""
+    st computed inside that many of c's loops has what each iteration reads. With `unit`,
+    index 0 on an axis of extent 1 counts as that axis: a broadcast reads a size-1 axis
+    at 0 (a reduction's keepdims row sum read by a (1, S, D) epilogue)."""
     def prefix(reader, producer, n):
         info = ctx.infos[reader]
         for ld in info.loads_of(producer.op.output(0)):
             k = 0
             while k < min(n, len(ld.indices), len(info.axes)) and \
-                    ld.index_is_axis(k, info.axes[k]):
+                    (ld.index_is_axis(k, info.axes[k]) or unit and info.extents[k] == 1 and is_zero(ld.indices[k])):
                 k += 1
             n = min(n, k)
         return n
     n = prefix(c, st, limit) if c in ctx.readers[st] else limit
     for m in ctx.readers[st]:
         if m in ctx.inlined and c in ctx.eff_readers(m):
-            n = min(n, prefix(m, st, read_prefix(ctx, m, c, n)))
+            n = min(n, prefix(m, st, read_prefix(ctx, m, c, n, unit)))
     return n
+
+
+def is_zero(e) -> bool:
+    return getattr(e, "value", None) == 0
 
 
 def identity_reads(ctx, st, T) -> bool:
@@ -114,5 +120,5 @@ def inner(ctx, m, lvl):
         ctx.vector_split(m, axes[-1], info.extents[-1], m.op.output(0).dtype)
 
 
-__all__ = ["compute_at_groups", "epilogues", "read_prefix", "identity_reads", "members_of",
+__all__ = ["compute_at_groups", "epilogues", "read_prefix", "is_zero", "identity_reads", "members_of",
            "attach_members", "inner"]

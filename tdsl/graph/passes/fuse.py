@@ -17,22 +17,44 @@ def _kind(n):
     return get_op(n.op).kind
 
 
+# Reductions along axes (ONNX Reduce*) that a group may compute in the middle: their input
+# computed in the same loop nest and their result read by an elementwise epilogue (the RMS
+# norm's mean(x * x), 1 / sqrt(. + eps), x * . as one kernel). Pools, scans, top-k and the
+# other "reduce" operators have strategies that read their input from memory and end a group.
+ROW_REDUCTIONS = frozenset(("sum", "mean", "max", "min", "prod"))
+
+
+def _master(n):
+    return "row_reduce" if n.op in ROW_REDUCTIONS else _kind(n)
+
+
 class _Group:
     def __init__(self, first):
         self.nodes = [first]
-        self.master_kind = _kind(first)
+        self.master_kind = _master(first)
 
     @property
     def last(self):
         return self.nodes[-1]
 
-    def accepts(self, kind):
+    def accepts(self, kind, op=None):
         mk = self.master_kind
+        if mk == "row_reduce":
+            # not a layout conversion: a CNN's global pool over a blocked image has its
+            # own strategy (cpu/squeeze.py), which takes no epilogue
+            return kind in ("elemwise", "broadcast") and not str(op).startswith("layout.")
         if kind in ("elemwise", "broadcast"):
             return mk in ("elemwise", "broadcast", "injective", "anchor")
         if kind == "injective":
             return mk in ("elemwise", "broadcast", "injective")
-        return False
+        # an elementwise chain is inlined into the reduction that reads it (one reduction a
+        # group: its epilogue may not feed a second one)
+        return op in ROW_REDUCTIONS and mk in ("elemwise", "broadcast")
+
+    def add(self, n):
+        self.nodes.append(n)
+        if n.op in ROW_REDUCTIONS:
+            self.master_kind = "row_reduce"
 
 
 def _users(nodes):
@@ -48,19 +70,26 @@ def _users(nodes):
 DIAMOND_DEPTH = 8
 
 
-def _chain(u, users, uses, outputs):
+def _passes(m, rows):
+    """Whether a diamond's chain may go on through `m`: an elementwise/broadcast node, or
+    with `rows` a row reduction (a layer norm's mean((x - mean(x))^2) on the way from
+    x - mean(x) to the division by its root)."""
+    return _kind(m) in ("elemwise", "broadcast") or rows and m.op in ROW_REDUCTIONS
+
+
+def _chain(u, users, uses, outputs, rows=False):
     """`u` and the nodes below it along single uses, while each is elementwise/broadcast
-    and not a graph output: the path a value of a diamond takes to where it may meet the
-    others (at most DIAMOND_DEPTH steps, the last node reached included)."""
+    (or, with `rows`, a row reduction) and not a graph output: the path a value of a
+    diamond takes to where it may meet the others (at most DIAMOND_DEPTH steps, the last
+    node reached included)."""
     path = [u]
-    while len(path) <= DIAMOND_DEPTH and _kind(u) in ("elemwise", "broadcast") and u not in outputs \
-            and uses.get(u, 0) == 1:
+    while len(path) <= DIAMOND_DEPTH and _passes(u, rows) and u not in outputs and uses.get(u, 0) == 1:
         u = users[u][0]
         path.append(u)
     return path
 
 
-def _diamond(a, users, uses, outputs, pos):
+def _diamond(a, users, uses, outputs, pos, rows=False):
     """The nodes of an elementwise diamond below `a`, or None: every use of `a` is by
     chains of single-use elementwise/broadcast nodes that meet in one elementwise node
     (x * sigmoid(x), x * hardsigmoid(x), x * x, gelu's chain). They can join a's group:
@@ -72,7 +101,7 @@ def _diamond(a, users, uses, outputs, pos):
     direct = users.get(a, [])
     if not direct:
         return None
-    paths = [_chain(u, users, uses, outputs) for u in direct]
+    paths = [_chain(u, users, uses, outputs, rows) for u in direct]
     common = set(paths[0]).intersection(*paths[1:])
     if not common:
         return None
@@ -80,7 +109,7 @@ def _diamond(a, users, uses, outputs, pos):
     members = dict.fromkeys([sink])     # in order, once each: two chains may meet early
     for path in paths:
         for m in path[:path.index(sink)]:
-            if _kind(m) not in ("elemwise", "broadcast") or m in outputs or uses.get(m, 0) != 1:
+            if not _passes(m, rows) or m in outputs or uses.get(m, 0) != 1:
                 return None
             members[m] = None
     if _kind(sink) not in ("elemwise", "broadcast"):
@@ -133,7 +162,7 @@ def _producer_group(n, kind, uses, alone, group_of):
     for a in n.args:
         if isinstance(a, Call) and uses.get(a, 0) == 1 and a not in alone:
             g = group_of[a]
-            if g.last is a and g.accepts(kind):
+            if g.last is a and g.accepts(kind, n.op):
                 found.append(g)
     views = [g for g in found if len(g.nodes) == 1 and g.last.op == "reshape"]
     return next((g for g in found if g not in views), found[0] if found else None)
@@ -156,8 +185,11 @@ def _split_off_last(a, group_of, groups):
 def fuse_ops(mod: Module) -> Module:
     """Groups operators into kernels: elementwise and broadcast operators join their
     producer's group (conv/dense/matmul + bias + activation + residual add become one
-    kernel), injective operators chain together, reductions and opaque operators end a
-    group. Each group becomes a primitive function that @main calls."""
+    kernel), injective operators chain together; a row reduction (ROW_REDUCTIONS) takes an
+    elementwise group as its input and elementwise operators as its epilogue (and a
+    diamond through a second reduction: a layer norm's x - mean(x)), other
+    reductions and opaque operators end a group. Each group becomes a primitive function
+    that @main calls."""
     fn = mod.main
     if any(isinstance(n.op, Function) for n in fn.nodes()):
         return mod
@@ -181,12 +213,15 @@ def fuse_ops(mod: Module) -> Module:
             target = _Group(n)
             groups.append(target)
         else:
-            target.nodes.append(n)
+            target.add(n)
         group_of[n] = target
         if uses.get(n, 0) > 1 and n not in outputs and n not in alone:
-            members = _diamond(n, users, uses, outputs, pos)
-            # a node already promised to another group (two diamonds sharing a sink) stays out
-            if members and all(target.accepts(_kind(m)) and m not in pending for m in members):
+            rows = target.master_kind == "row_reduce"
+            members = _diamond(n, users, uses, outputs, pos, rows)
+            # a node already promised to another group (two diamonds sharing a sink) stays
+            # out; in a reduction's kernel a diamond may hold a reduction of its own
+            if members and all((target.accepts(_kind(m), m.op) or rows and m.op in ROW_REDUCTIONS)
+                               and m not in pending for m in members):
                 for m in members:
                     pending[m] = target
     # build primitive functions and the new main
