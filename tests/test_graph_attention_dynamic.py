@@ -88,7 +88,7 @@ def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
     assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
     # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
     assert _schedules(exe) == {"attention_blocked"}
-    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
+    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "attention_short_keys"}
     for B, S in SIZES:
         feeds = _feeds(B, S, mask)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,

@@ -17,13 +17,17 @@ block), and so do the tiles of keys of q K^T and the vectors of exp (at least
 SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the max
 and the sum keep a guarded last block. Each block's scores are scratch of that call's
 length, taken per iteration of the parallel loop (so concurrent calls never share one).
-Below SHORT_KEYS keys the size class "short_keys" runs instead: the plain stages, as the
-auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES)."""
+Below SHORT_KEYS keys the size class "short_keys" runs instead: the same blocked schedule
+over a row of SHORT_KEYS keys (`short_keys`: the definition's `pad_keys`), the keys past
+the call's reading as 0 in q K^T and scoring -inf, so that every stage over keys has a
+constant extent: one copy of each micro-kernel, its key vectors masked loads, and no
+tails of keys (the plain stages' 8-row tiles with guarded key tails were twice the
+code and took a third of a dynamic BERT's build)."""
 from __future__ import annotations
 
 from .... import arith, tiling
 from ....ir.expr import IntImm
-from .. import tag
+from .. import tag, topi_attention
 from ..stages import ishape
 
 # query rows per block: the scores block (R x N floats, twice: scores and exp) stays in
@@ -37,6 +41,8 @@ PARTIALS = 4      # vectors of partial maxima and sums per row
 # or faster; below it, a whole row would be one guarded tile, about twice as slow as
 # the plain stages
 SHORT_KEYS = 32
+# query rows per block in the "short_keys" class (its rows padded to a multiple)
+SHORT_ROWS = 8
 
 
 def _register_tile(s, t, lanes):
@@ -53,6 +59,17 @@ def _register_tile(s, t, lanes):
 
 def fits(out, g):
     return out.op.tag == tag.ATTENTION and g.size_class != "short_keys"
+
+
+def short_keys(g, n, tensors):
+    """`nn.attention` in the size class "short_keys" (fewer keys than SHORT_KEYS): its
+    scores over SHORT_KEYS keys, the ones past the call's masked off."""
+    return topi_attention.attention([g.operand(a, tensors) for a in n.args], g.attrs_of(n), g.node_type(n),
+                                    pad=(SHORT_KEYS, SHORT_ROWS))
+
+
+def in_short_keys(g, n):
+    return g.size_class == "short_keys"
 
 
 def _rows(M):
@@ -84,9 +101,10 @@ def schedule(s, out, g, parallel=True):
     if short_routed:
         # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
         g.size_classes["short_keys"] = keys < SHORT_KEYS
-    R, shift = _rows(M)
+    padded = "queries" in a
+    R, shift = (SHORT_ROWS, False) if padded else _rows(M)
     rows = out.shape[2]
-    if not isinstance(rows, (int, IntImm)):
+    if not padded and not isinstance(rows, (int, IntImm)):
         # the last row block shifted back onto the one before (its rows computed twice,
         # the same both times: each row's scores, softmax and P V are the block's own)
         # instead of a guarded copy of the block, where this kernel never runs with fewer
@@ -108,8 +126,24 @@ def schedule(s, out, g, parallel=True):
     eio, eii = s[out].split(ei, factor=lanes)
     s[out].vectorize(eii)
 
-    s[acc].compute_at(s[out], eo)
-    _register_tile(s, acc, lanes)
+    if padded:
+        # a whole block of padded rows, so that P V has no tail of rows (the output's
+        # loops, guarded, only divide by the sums)
+        s[acc].compute_at(s[out], block)
+        aio, aii = s[acc].split(acc.op.axis[2], factor=rt)
+        aeo, aei = s[acc].split(acc.op.axis[3], factor=ev * lanes)
+        aeio, aeii = s[acc].split(aei, factor=lanes)
+        s[acc].reorder(aio, aeo, *acc.op.reduce_axis, aii, aeio, aeii)
+        s[acc].unroll(aii)
+        s[acc].unroll(aeio)
+        s[acc].vectorize(aeii)
+        s[a["keys"]].compute_inline()
+        for t in (a["queries"],):
+            s[t].compute_at(s[out], block)
+            s[t].vectorize(s[t].op.axis[3])
+    else:
+        s[acc].compute_at(s[out], eo)
+        _register_tile(s, acc, lanes)
 
     for t in (scores, mx, ex, sm):
         s[t].compute_at(s[out], block)
