@@ -28,16 +28,18 @@ def attention(ins, attrs, out, pad=None):
     if pad is not None:
         K, R = pad
         rows = (M + (R - 1)) // R * R
-        # the queries and keys zero-padded, stages of their own: the micro-kernels' loads
-        # stay plain and their extents constant
-        q0, kt0 = q, kt
+        # the queries zero-padded, a stage of its own (a scheduled copy: the condition
+        # is a row's, which the micro-kernel would test at each step)
+        q0 = q
         q = tdsl.compute((B, H, rows, D), lambda b, h, i, dd: tdsl.if_then_else(i < M, q0[b, h, i, dd], c(0.0, dt)),
                          name=uname("attn_queries"))
-        kt = tdsl.compute((B, H, D, K), lambda b, h, dd, j: tdsl.if_then_else(j < N, kt0[b, h, dd, j], c(0.0, dt)),
-                          name=uname("attn_keys"))
-        padded = {"queries": q, "keys": kt}
+        padded = {"queries": q}
+
+    def key(b, h, dd, j):
+        # past the keys, 0: a masked load, one per vector of keys for all rows of a tile
+        return kt[b, h, dd, j] if pad is None else tdsl.if_then_else(j < N, kt[b, h, dd, j], c(0.0, dt))
     d = tdsl.reduce_axis((0, D), name="d")
-    dot = tdsl.compute((B, H, rows, K), lambda b, h, i, j: tdsl.sum(q[b, h, i, d] * kt[b, h, d, j], axis=d),
+    dot = tdsl.compute((B, H, rows, K), lambda b, h, i, j: tdsl.sum(q[b, h, i, d] * key(b, h, d, j), axis=d),
                        name=uname("attn_dot"))
     scale = attrs["scale"]
 

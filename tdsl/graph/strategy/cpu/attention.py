@@ -18,11 +18,11 @@ SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the
 and the sum keep a guarded last block. Each block's scores are scratch of that call's
 length, taken per iteration of the parallel loop (so concurrent calls never share one).
 Below SHORT_KEYS keys the size class "short_keys" runs instead: the same blocked schedule
-over a row of SHORT_KEYS keys (`short_keys`: the definition's `pad_keys`), the keys past
-the call's reading as 0 in q K^T and scoring -inf, so that every stage over keys has a
-constant extent: one copy of each micro-kernel, its key vectors masked loads, and no
-tails of keys (the plain stages' 8-row tiles with guarded key tails were twice the
-code and took a third of a dynamic BERT's build)."""
+over the definition padded (`short_keys`: topi_attention's `pad`) to rows of SHORT_KEYS
+keys and blocks of SHORT_ROWS query rows, the keys past the call's scoring -inf and the
+rows past it never stored, so every stage has constant extents: one copy of each
+micro-kernel and no tails (the plain stages' 8-row tiles with guarded tails of rows
+and keys were 2.6x its code and a sixth of a dynamic BERT's build CPU)."""
 from __future__ import annotations
 
 from .... import arith, tiling
@@ -35,13 +35,13 @@ from ..stages import ishape
 ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
 PARTIALS = 4      # vectors of partial maxima and sums per row
 # keys below which a kernel with a symbolic key count runs its "short_keys" variant, the
-# plain stages of the definition: from here a block's last rows and keys shift back
-# onto full tiles (a row block and a tile of keys are at most this long), so the blocked
-# kernel has no guarded copies, and measured as fast as the three kernels it replaces
-# or faster; below it, a whole row would be one guarded tile, about twice as slow as
-# the plain stages
+# padded definition: from here a block's last rows and keys shift back onto full tiles
+# (a row block and a tile of keys are at most this long), so the blocked kernel has no
+# guarded copies, and measured as fast as the three kernels it replaces or faster;
+# below it, a whole row would be one guarded tile, about twice as slow
 SHORT_KEYS = 32
-# query rows per block in the "short_keys" class (its rows padded to a multiple)
+# query rows per block of the "short_keys" variant (its rows padded to a multiple): one
+# register tile of q K^T and of P V, so a single query computes 7 padded rows, not 15
 SHORT_ROWS = 8
 
 
@@ -62,8 +62,8 @@ def fits(out, g):
 
 
 def short_keys(g, n, tensors):
-    """`nn.attention` in the size class "short_keys" (fewer keys than SHORT_KEYS): its
-    scores over SHORT_KEYS keys, the ones past the call's masked off."""
+    """`nn.attention` in the size class "short_keys" (fewer keys than SHORT_KEYS): rows of
+    SHORT_KEYS keys, blocks of SHORT_ROWS query rows, what lies past the call's padded."""
     return topi_attention.attention([g.operand(a, tensors) for a in n.args], g.attrs_of(n), g.node_type(n),
                                     pad=(SHORT_KEYS, SHORT_ROWS))
 
@@ -99,7 +99,7 @@ def schedule(s, out, g, parallel=True):
     keys = scores.shape[3]
     short_routed = g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm))
     if short_routed:
-        # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs
+        # a dynamic sequence: below SHORT_KEYS the padded variant runs
         g.size_classes["short_keys"] = keys < SHORT_KEYS
     padded = "queries" in a
     R, shift = (SHORT_ROWS, False) if padded else _rows(M)
@@ -137,10 +137,9 @@ def schedule(s, out, g, parallel=True):
         s[acc].unroll(aii)
         s[acc].unroll(aeio)
         s[acc].vectorize(aeii)
-        s[a["keys"]].compute_inline()
-        for t in (a["queries"],):
-            s[t].compute_at(s[out], block)
-            s[t].vectorize(s[t].op.axis[3])
+        qp = a["queries"]
+        s[qp].compute_at(s[out], block)
+        s[qp].vectorize(qp.op.axis[3])
     else:
         s[acc].compute_at(s[out], eo)
         _register_tile(s, acc, lanes)
