@@ -22,7 +22,7 @@ over the definition padded (`short_keys`: topi_attention's `pad`) to rows of SHO
 keys and blocks of SHORT_ROWS query rows, the keys past the call's scoring -inf and the
 rows past it never stored, so every stage has constant extents: one copy of each
 micro-kernel and no tails (the plain stages' 8-row tiles with guarded tails of rows
-and keys were 2.6x its code and a sixth of a dynamic BERT's build CPU)."""
+and keys were three times its code)."""
 from __future__ import annotations
 
 from .... import arith, tiling
@@ -41,8 +41,10 @@ PARTIALS = 4      # vectors of partial maxima and sums per row
 # below it, a whole row would be one guarded tile, about twice as slow
 SHORT_KEYS = 32
 # query rows per block of the "short_keys" variant (its rows padded to a multiple): one
-# register tile of q K^T and of P V, so a single query computes 7 padded rows, not 15
-SHORT_ROWS = 8
+# register tile of q K^T and of P V, 4 rows x 2 vectors of accumulators (on AVX-512 as
+# many independent FMAs as its two FMA ports keep in flight), so a single query pads 3
+# rows, not the 7 of an 8-row block, which ran it slower than the plain stages did
+SHORT_ROWS = 4
 
 
 def _register_tile(s, t, lanes):
