@@ -89,7 +89,8 @@ def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
     assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
     # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
     assert _schedules(exe) == {"attention_blocked"}
-    assert _variants(exe) == {"sequence == 1": "auto", f"sequence < {cpu_attention.SHORT_KEYS}": "auto"}
+    assert _variants(exe) == {"sequence == 1": "auto",
+                              f"sequence < {cpu_attention.SHORT_KEYS}": "attention_short_keys"}
     for B, S in SIZES:
         feeds = _feeds(B, S, mask)
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
@@ -243,3 +244,41 @@ def test_avx2_build():
         feeds = _feeds(B, S, "padding")
         np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
                                    err_msg=f"batch {B}, sequence {S}")
+
+
+def _short_keys_seen(model, monkeypatch):
+    """_build, compiling afresh, with the short_keys variant's lowered code as text."""
+    monkeypatch.setenv("TDSL_CACHE", "0")
+    clear_kernel_cache()
+    seen, codegen = [], llvm.codegen
+
+    def spy(func, target="llvm"):
+        if func.name.endswith("short_keys"):
+            seen.append(str(func))
+        return codegen(func, target)
+    monkeypatch.setattr(llvm, "codegen", spy)
+    mod, exe = _build(model)
+    assert len(seen) == 1
+    return exe, seen[0]
+
+
+@pytest.mark.parametrize("mask, rows", [("padding", None), ("causal", None), ("padding", "target")])
+def test_short_keys_padded_to_one_tile(mask, rows, monkeypatch):
+    """Below SHORT_KEYS keys the variant runs the blocked kernel over SHORT_KEYS keys and
+    blocks of SHORT_ROWS rows, what lies past the call's padded: one copy of each
+    micro-kernel, no guard in them; right on each side of the class boundary, at rows
+    that are no multiple of the block, with a mask read per row (causal), and with more
+    or fewer queries than keys (cross-attention), against onnxruntime."""
+    model = _model(batch=1 if mask == "causal" else "batch", mask=mask, rows=rows)
+    exe, text = _short_keys_seen(model, monkeypatch)
+    assert _variants(exe) == {f"sequence < {cpu_attention.SHORT_KEYS}": "attention_short_keys"}
+    for stage in ("attn_dot", "attn_acc"):
+        updates = [ln for ln in text.splitlines() if ln.lstrip().startswith(stage) and f"] = {stage}" in ln]
+        assert len(updates) == 1 and "likely(" not in text, (stage, updates)
+    sizes = [(1, 1), (1, 31), (1, 32), (1, 33), (1, 9)] if mask == "causal" else \
+        [(1, 1), (2, 31), (1, 32), (3, 33), (2, 9)]
+    for B, S in sizes:
+        for R in ((None,) if rows is None else (1, 8, 40)):
+            feeds = _feeds(B, S, mask, rows=R)
+            np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
+                                       err_msg=f"batch {B}, sequence {S}, rows {R}")

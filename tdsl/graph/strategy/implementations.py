@@ -76,6 +76,8 @@ for impl in [
                    squeeze.global_avg_pool_fast, {"cpu": squeeze.schedule_global_pool}, symbolic=True),
     Implementation("conv2d_gemm", OTHER, ("nn.conv2d",), "gpu", lambda g, n: conv_gemm.applies(n),
                    conv_gemm.conv2d),
+    Implementation("attention_short_keys", OTHER, ("nn.attention",), "cpu", attention.in_short_keys,
+                   attention.short_keys, {"cpu": attention.schedule}, symbolic=True),
     Implementation("attention_blocked", TAGGED, schedules={"cpu": attention.schedule}, fits=attention.fits,
                    symbolic=True),
     Implementation("resize", TAGGED, schedules={"cpu": resize.schedule}, fits=resize.fits, symbolic=True),

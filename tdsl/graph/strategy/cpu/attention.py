@@ -17,9 +17,13 @@ block), and so do the tiles of keys of q K^T and the vectors of exp (at least
 SHORT_KEYS keys), so the micro-kernels have one copy each and no guard; only the max
 and the sum keep a guarded last block. Each block's scores are scratch of that call's
 length, taken per iteration of the parallel loop (so concurrent calls never share one).
-Below SHORT_KEYS keys the size class "short_keys" runs instead: the plain stages, as the
-auto-scheduler tiles short rows (one vector a step, symbolic.SHORT_CLASSES); at a single
-key the class "one", the same stages with the key count pinned to 1."""
+Below SHORT_KEYS keys the size class "short_keys" runs instead: the same blocked schedule
+over the definition padded (`short_keys`: topi_attention's `pad`) to rows of SHORT_KEYS
+keys and blocks of SHORT_ROWS query rows, the keys past the call's scoring -inf and the
+rows past it never stored, so every stage has constant extents: one copy of each
+micro-kernel and no tails (the plain stages' 8-row tiles with guarded tails of rows
+and keys were three times its code). At a single key the class "one" runs: the plain
+stages with the key count pinned to 1, as a static build's."""
 from __future__ import annotations
 
 import functools
@@ -27,7 +31,7 @@ import functools
 from .... import arith, tiling
 from ....ir.expr import EQ, IntImm, const, logical_and
 from ....ir.visitor import free_vars
-from .. import tag
+from .. import tag, topi_attention
 from ..stages import ishape
 
 # query rows per block: the scores block (R x N floats, twice: scores and exp) stays in
@@ -35,12 +39,16 @@ from ..stages import ishape
 ROW_BLOCKS = (16, 12, 10, 8, 6, 4)
 PARTIALS = 4      # vectors of partial maxima and sums per row
 # keys below which a kernel with a symbolic key count runs its "short_keys" variant, the
-# plain stages of the definition: from here a block's last rows and keys shift back
-# onto full tiles (a row block and a tile of keys are at most this long), so the blocked
-# kernel has no guarded copies, and measured as fast as the three kernels it replaces
-# or faster; below it, a whole row would be one guarded tile, about twice as slow as
-# the plain stages
+# padded definition: from here a block's last rows and keys shift back onto full tiles
+# (a row block and a tile of keys are at most this long), so the blocked kernel has no
+# guarded copies, and measured as fast as the three kernels it replaces or faster;
+# below it, a whole row would be one guarded tile, about twice as slow
 SHORT_KEYS = 32
+# query rows per block of the "short_keys" variant (its rows padded to a multiple): one
+# register tile of q K^T and of P V, 4 rows x 2 vectors of accumulators (on AVX-512 as
+# many independent FMAs as its two FMA ports keep in flight), so a single query pads 3
+# rows, not the 7 of an 8-row block, which ran it slower than the plain stages did
+SHORT_ROWS = 4
 
 
 def _register_tile(s, t, lanes):
@@ -57,6 +65,17 @@ def _register_tile(s, t, lanes):
 
 def fits(out, g):
     return out.op.tag == tag.ATTENTION and g.size_class not in ("short_keys", "one")
+
+
+def short_keys(g, n, tensors):
+    """`nn.attention` in the size class "short_keys" (fewer keys than SHORT_KEYS): rows of
+    SHORT_KEYS keys, blocks of SHORT_ROWS query rows, what lies past the call's padded."""
+    return topi_attention.attention([g.operand(a, tensors) for a in n.args], g.attrs_of(n), g.node_type(n),
+                                    pad=(SHORT_KEYS, SHORT_ROWS))
+
+
+def in_short_keys(g, n):
+    return g.size_class == "short_keys"
 
 
 def _rows(M):
@@ -86,17 +105,17 @@ def schedule(s, out, g, parallel=True):
     keys = scores.shape[3]
     short_routed = g.symbolic and g.size_class is None and g.classes_run and not isinstance(keys, (int, IntImm))
     if short_routed:
-        # a dynamic sequence: below SHORT_KEYS a variant with the plain stages runs, and
-        # at a single key (a one-token call) those stages with the key count a constant,
-        # as a static build's: at run-time extents every stage of one key ran through
-        # its guarded tail, with scratch taken per call
+        # a dynamic sequence: below SHORT_KEYS the padded variant runs, and at a single
+        # key (a one-token call) the plain stages with the key count a constant, as a
+        # static build's (padded to SHORT_KEYS, one key still pays a whole row)
         one = sorted(free_vars(keys), key=lambda v: v.name)
         g.size_classes["one"] = functools.reduce(logical_and, [EQ(v, const(1, v.dtype)) for v in one])
         g.size_pins["one"] = {v.name: 1 for v in one}
         g.size_classes["short_keys"] = keys < SHORT_KEYS
-    R, shift = _rows(M)
+    padded = "queries" in a
+    R, shift = (SHORT_ROWS, False) if padded else _rows(M)
     rows = out.shape[2]
-    if not isinstance(rows, (int, IntImm)):
+    if not padded and not isinstance(rows, (int, IntImm)):
         # the last row block shifted back onto the one before (its rows computed twice,
         # the same both times: each row's scores, softmax and P V are the block's own)
         # instead of a guarded copy of the block, where this kernel never runs with fewer
@@ -118,8 +137,23 @@ def schedule(s, out, g, parallel=True):
     eio, eii = s[out].split(ei, factor=lanes)
     s[out].vectorize(eii)
 
-    s[acc].compute_at(s[out], eo)
-    _register_tile(s, acc, lanes)
+    if padded:
+        # a whole block of padded rows, so that P V has no tail of rows (the output's
+        # loops, guarded, only divide by the sums)
+        s[acc].compute_at(s[out], block)
+        aio, aii = s[acc].split(acc.op.axis[2], factor=rt)
+        aeo, aei = s[acc].split(acc.op.axis[3], factor=ev * lanes)
+        aeio, aeii = s[acc].split(aei, factor=lanes)
+        s[acc].reorder(aio, aeo, *acc.op.reduce_axis, aii, aeio, aeii)
+        s[acc].unroll(aii)
+        s[acc].unroll(aeio)
+        s[acc].vectorize(aeii)
+        qp = a["queries"]
+        s[qp].compute_at(s[out], block)
+        s[qp].vectorize(qp.op.axis[3])
+    else:
+        s[acc].compute_at(s[out], eo)
+        _register_tile(s, acc, lanes)
 
     for t in (scores, mx, ex, sm):
         s[t].compute_at(s[out], block)
