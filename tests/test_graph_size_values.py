@@ -2,7 +2,7 @@
 bias, a GPT-2's causal mask and position ids) computed with numpy per size
 (size_values.py), not compiled: transformers exported with a symbolic batch and sequence,
 built once, against onnxruntime at several lengths, with sizes that come back after
-others (a state writes its kept values into the arena again) and calls of different
+others (a state computes its values again after another size's run) and calls of different
 sizes from several threads at once."""
 import threading
 

@@ -226,8 +226,8 @@ class Executor:
         """The steps a call planned by `plan` at `sizes` runs: concats written in place
         and slices viewed at its sizes only (a batch of 1) leave their kernels out; a
         kernel with size classes runs its variant for `sizes` (Kernel.at). On the host,
-        the kernels of values of the sizes alone run once per state instead (`once`:
-        those; runstate.size_only)."""
+        the values of the sizes alone (size_values.SizeValue steps) are computed once per
+        state instead (`once`: those; runstate.size_only)."""
         fixed = size_only(plan, self.mod.main) if self.device is None else set()
         return [(k.at(sizes), a, n) for k, a, n in self.steps
                 if not plan.runs_no_kernel(n) and (n in fixed) == once]

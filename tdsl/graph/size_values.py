@@ -44,47 +44,22 @@ class SizeValue:
         self.key = None
         self.scheduled_by = "numpy"
         self.variants: list = []
-        self.module = self
 
     def at(self, sizes) -> "SizeValue":
         return self
 
-    def __call__(self, *args):
-        self.prepared(*args)()
-
-    def prepared(self, *args):
-        """The call writing the value into the output in `args` (a run state binds it
-        once per sizes): the value is computed at its first call and kept, compact
-        (broadcasts as views), so that writing it again after another size's run used
-        the arena (RunState.once) is a copy."""
-        return _Bound(self, args)
-
-
-class _Bound:
-    __slots__ = ("kernel", "args", "value")
-
-    def __init__(self, kernel, args):
-        self.kernel, self.args, self.value = kernel, args, None
-
-    def __call__(self):
-        k, n = self.kernel, len(self.kernel.fn.params)
-        value = self.value
-        if value is None:
-            args = self.args[:n]
-            sizes = dict(zip(k.size_args, self.args[n + 1:]))
-            try:
-                value = group_value(k.fn, list(args), sizes)
-            except GraphError:
-                raise
-            except Exception as e:      # numpy's: an index the sizes put out of range
-                raise GraphError(f"@{k.name}: the values of the sizes alone at "
-                                 f"{', '.join(f'{a}={v}' for a, v in sizes.items())} could not be "
-                                 f"computed: {type(e).__name__}: {e}") from None
-            # a view of an argument the arena holds (a reshape, a broadcast) is read again
-            # from it, refilled by the call before; another size's run may overwrite it
-            if not any(a.flags.writeable and np.may_share_memory(value, a) for a in args):
-                self.value = value
-        np.copyto(self.args[n], value, casting="unsafe")
+    def module(self, *args):
+        n = len(self.fn.params)
+        sizes = dict(zip(self.size_args, args[n + 1:]))
+        try:
+            value = group_value(self.fn, list(args[:n]), sizes)
+        except GraphError:
+            raise
+        except Exception as e:      # numpy's: an index the sizes put out of range
+            raise GraphError(f"@{self.name}: the values of the sizes alone at "
+                             f"{', '.join(f'{a}={v}' for a, v in sizes.items())} could not be "
+                             f"computed: {type(e).__name__}: {e}") from None
+        np.copyto(args[n], value, casting="unsafe")
 
 
 def group_value(fn: Function, args: List[np.ndarray], sizes) -> np.ndarray:
