@@ -5,8 +5,8 @@ compiled kernels.
 A static build folds these values to constants with the same numpy meaning
 (passes/fold.py); with symbolic sizes they are known once a call's sizes are, and a run
 state computes them once per sizes (runstate.make_state). A kernel of its own for each
-cost the build ~30-130 ms of lowering and LLVM (T5: five of them, a seventh of its
-dynamic build) for code that runs once per new size. `SizeValue` stands in for such a
+made the build lower and compile code (T5: five groups) that runs once per new size,
+where its speed barely matters. `SizeValue` stands in for such a
 kernel in the executor's steps (a `Kernel`'s name, module, at, param_order, transforms,
 size_args) and writes the group's value into the buffer a kernel would have written.
 
@@ -14,7 +14,7 @@ Broadcasts stay views (`np.broadcast_to`) and an elementwise operator is compute
 over the axes its operands vary along, then viewed broadcast again: the value a
 mask-like group writes over the batch (T5's position bias, batch x heads x sequence x
 sequence, 32 MB at 8x512) is computed once per head and query and written once, into the
-arena, which a first call at a new size pays (issue 41: at most 20 ms over a warm call).
+arena: a first call at a new size pays for it, and numpy's loops are single-threaded.
 """
 from __future__ import annotations
 
