@@ -30,6 +30,7 @@ from .passes import fuse_ops, plan_memory, specialize
 from .passes.memory import ALIGN
 from .ir.dims import free_vars, prepare
 from .runstate import HostMemory, SizeArg, StatePool, make_state, once_layout, size_only
+from .size_values import SizeValue
 from .sizes import Plans, SizeBinder, SizedPool, Slot, window_extents
 from .strategy import tune_group
 from .strategy.groupdef import derived_source
@@ -104,13 +105,15 @@ class Executor:
         calls = [n for n in self.plan.order if isinstance(n.op, Function) and n.type.size
                  and n not in self.plan.aliases and n not in views.values()
                  and n not in self.plan.concat_owners and n not in self.plan.prefix_views]
-        once = size_only(self.plan, fn) if self.binder and self.device is None else ()  # no size classes
-        keys = compile_all(calls, target, self.stats, self.tuned, self.bounds, once)
+        # on the host, the values of the sizes alone are computed with numpy, not compiled
+        # (size_values.py); a GPU's stay kernels, writing into device memory
+        once = size_only(self.plan, fn) if self.binder and self.device is None else ()
+        keys = compile_all([n for n in calls if n not in once], target, self.stats, self.tuned, self.bounds)
         # constants are re-laid out two at a time (numpy copies without the GIL): most of
         # a warm build of a large model is this first touch of its packed weights
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tdsl-pack") as pool:
             for n in calls:
-                k = KERNELS[keys[n]]
+                k = SizeValue(n.op, self.binder.names) if n in once else KERNELS[keys[n]]
                 args = []
                 for i in k.param_order:
                     a = n.args[derived_source(i)]
@@ -132,7 +135,7 @@ class Executor:
                 self.steps.append((k, args, n))
         for _, args, _ in self.steps:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
-        self.stats["cached"] = len(self.steps) - self.stats["compiled"]
+        self.stats["cached"] = sum(not isinstance(k, SizeValue) for k, _, _ in self.steps) - self.stats["compiled"]
         if self.binder is not None:
             def plan_at(sizes):     # a call's sizes are checked where its plan is made
                 self.binder.check_windows(sizes)
@@ -231,8 +234,8 @@ class Executor:
         """The steps a call planned by `plan` at `sizes` runs: concats written in place
         and slices viewed at its sizes only (a batch of 1) leave their kernels out; a
         kernel with size classes runs its variant for `sizes` (Kernel.at). On the host,
-        the kernels of values of the sizes alone run once per state instead (`once`:
-        those; runstate.size_only)."""
+        the values of the sizes alone (size_values.SizeValue steps) are computed once per
+        state instead (`once`: those; runstate.size_only)."""
         fixed = size_only(plan, self.mod.main) if self.device is None else set()
         return [(k.at(sizes), a, n) for k, a, n in self.steps
                 if not plan.runs_no_kernel(n) and (n in fixed) == once]

@@ -43,13 +43,13 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
 
 
-def _compile(fn, target, const_args, params, erasure, once, bounds=None):
+def _compile(fn, target, const_args, params, erasure, bounds=None):
     with cpu.python_side():
         return compile_group(fn, target, const_args, fn.name, auto_params=params, erasure=erasure,
-                             bounds=bounds, classes=not once)
+                             bounds=bounds)
 
 
-def compile_all(calls, target, stats, tuned, bounds=None, once=()):
+def compile_all(calls, target, stats, tuned, bounds=None):
     """Compiles the distinct kernels of `calls` (group calls of @main) not compiled yet,
     two at a time: one thread's LLVM work runs while the other lowers its next kernel
     (tdsl's Python half runs one thread at a time, see runtime.cpu.python_side). Errors
@@ -58,7 +58,6 @@ def compile_all(calls, target, stats, tuned, bounds=None, once=()):
     for n in calls:
         consts = {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)}
         key, params, gkey, erasure = _kernel_key(n.op, target, consts, tuned)
-        key += ("once",) if n in once else ()
         # a symbolic kernel's schedule, and which of its size classes are compiled at
         # all, follow the bounds of its sizes
         names = {s.name for s in group_size_vars(n.op)} if bounds else ()
@@ -80,7 +79,7 @@ def compile_all(calls, target, stats, tuned, bounds=None, once=()):
         # a loop is worth threads, the small groups then pay a fork-join, not the large ones
         # a serial loop
         if key not in todo or erasure is not None and erasure.size > todo[key][3].size:
-            todo[key] = (n.op, consts, params, erasure, n in once)
+            todo[key] = (n.op, consts, params, erasure)
     if not todo:
         return keys
     t0 = time.perf_counter()

@@ -31,8 +31,8 @@ a state of those sizes is made and not again at each run, into the arena past th
 peak (`once_layout`): memory Executor.reserve has paged in, where a state of its own
 arrays faulted fresh pages in at each new size (a GPT-2's causal mask at batch 8 and
 sequence 512 is 8 MiB). The states of other sizes share that arena, so a state computes
-those values again when it runs after another size's (`RunState.once`: a few cheap
-kernels, where the run itself reads them many times).
+those values again when it runs after another size's (`RunState.once`: on the host the
+operators' numpy meaning, size_values.py, where the run itself reads them many times).
 """
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ class RunState:
         # the inputs that may be read from the caller's array (no kernel writes them)
         self.readers: Dict[str, tuple] = readers or {}
         # the calls computing the values of the sizes alone into the arena (make_state's
-        # `once`): run again when another size's state used the arena in between, in one
-        # native call as the run's
+        # `once`): run again when another size's state used the arena in between (on the
+        # host numpy's: entries that hand back to Python, runtime/callseq.py)
         self.once = CallSequence(once)
         self.slot = None        # with symbolic sizes: the executor's slot it lives in
         # relocate's ([(call index, [(argument index, byte offset)])], [(output index, byte offset)])

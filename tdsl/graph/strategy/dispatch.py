@@ -204,12 +204,11 @@ def print_group_key(fn, consts):
 
 
 def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name: str,
-                  auto_params=None, erasure=None, bounds=None, classes=True) -> Kernel:
+                  auto_params=None, erasure=None, bounds=None) -> Kernel:
     """The kernel of group `fn`; `erasure` (generic.find) makes it generic in the channel
     count. A group with symbolic sizes gets a kernel that takes them at call time, its
     schedule sized for representative ones within `bounds` ({name: (low, high)}), and
-    the variants of its size classes unless `classes` is False (a kernel that runs once
-    per size, scheduled plainly)."""
+    the variants of its size classes."""
     kind = as_target(target).kind
     sched = SCHEDULES.get(kind)
     if sched is None:
@@ -217,13 +216,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
                          "(tdsl.graph.strategy.register_schedule adds one)")
     g = GroupDef(fn, consts, target, FAMILIES.get(kind, "cpu"))
     g.auto_params = auto_params
-    g.classes_run = classes and erasure is None
-    if not classes:
-        # a kernel that runs once per size (a value of the sizes alone: T5's position
-        # buckets, a causal mask): the plain parallel, vectorized loops, whose code is a
-        # third of the rules' unrolled blocks; its one run at a new size costs well under
-        # a millisecond more at the sweep's largest sizes
-        g.use_auto = False
+    g.classes_run = erasure is None
     sizes = {}
     if g.symbolic:
         sizes = representative(g.sizes.vars, bounds)
@@ -242,7 +235,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
-    if g.size_classes and erasure is None and classes:
+    if g.size_classes and erasure is None:
         exprs = {**{n: sympy.Symbol(n) for n in g.sizes.vars}, **{a.name: e for e, a in g.sizes.atoms.items()}}
         kernel.size_values = {n: _size_function(e) for n, e in exprs.items()}
         # a class the declared bounds rule out would never run: not compiled

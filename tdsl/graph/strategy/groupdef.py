@@ -59,7 +59,7 @@ class GroupDef:
         self.size_classes = {}
         self.size_class = None
         # whether the variants of `size_classes` will run in front of this kernel (not
-        # for a kernel that runs once per size): a schedule that relies on them (a tile
+        # for one generic in its channel count): a schedule that relies on them (a tile
         # shifted inwards, which needs a tile's worth) must know
         self.classes_run = True
         # {class: {size variable: value}}: a class whose variant is compiled with those

@@ -66,8 +66,8 @@ def schedule(s, out, g, parallel=True):
     # the rows' last tile shifted back onto the one before (their outputs computed twice,
     # the same both times: the accumulator is the tile's own) instead of a guarded copy
     # of the tile, where the kernel never runs with fewer rows than a tile: the default
-    # kernel, below which "small" runs; not a kernel run once per size, which no variant
-    # fronts
+    # kernel, below which "small" runs; not a kernel generic in its channel count, which
+    # no variant fronts
     shift = symbolic and g.classes_run and g.size_class is None and mr > 1
     mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
     no, ni = s[out].split(out.op.axis[1], factor=nr)
