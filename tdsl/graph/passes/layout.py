@@ -21,7 +21,20 @@ block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's be
 fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
 alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the tails that only plain consumers read (below); a conv alone keeps the
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
-layout would only move the same transposing store. Convs that join: float32 2-D convs with
+layout would only move the same transposing store.
+
+A depthwise conv that reads a conv (through elementwise operators or a max pool) keeps its
+chain (the convs it reads and those that read it) even where only plain consumers read the
+chain's end: ShuffleNetV2's branches (1x1, depthwise 3x3, 1x1) end in a concatenation of
+58/116/232 channels and a channel shuffle that stay NCHW, and in NCHW their depthwise convs
+vectorize 28/14/7-wide rows through a padded copy whose lane masks were most of their
+instructions (OpenVINO runs them NHWC, channels in the vector). Blocked, each tap is one FMA of
+a vector of channels, the first 1x1 reads the plain split, and the last stores NCHW through
+`layout.from_blocked` in its epilogue; the stem
+and max pool before the first stage join through the depthwise conv of its first unit. A
+depthwise conv whose input no conv makes (a stage's first unit reading the shuffled image)
+keeps NCHW: blocking its input is a transposing copy (`layout.to_blocked`) of the shuffle,
+which costs more than the conv gains. Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch and the row width: a 1-D signal's length
 exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
@@ -182,7 +195,8 @@ def _chains(fn, bn, int8):
     transpose other than to channels last), repeatedly: such a conv would only unpack its
     blocked input's producer into its own kernel, where its NCHW strategies (rows, 1x1
     pixel GEMM) do better. A tail read by a global pool or a transpose to channels last
-    (`_reaches_reader`) stays."""
+    (`_reaches_reader`) stays, and so does a depthwise conv that reads a conv, with the
+    convs it reads and those that read it."""
     users: Dict[Expr, list] = {}
     for n in fn.nodes():
         for a in n.args:
@@ -210,6 +224,10 @@ def _chains(fn, bn, int8):
     # out of the accumulators all the same (cpu/conv_int8.py), and its input be packed again
     lasts = {s[0] for s in map(_last_transpose, fn.nodes()) if s}
     pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_reader(c, users, bn, lasts)}
+    # a depthwise conv fed by a conv keeps its chain (module docstring: shufflenet)
+    read = set().union(*feeds.values()) if feeds else set()
+    dw = {i for i in convs if _depthwise(i) and i in read}
+    pooled |= dw | {i for i in convs if feeds.get(i, set()) & dw} | {j for d in dw for j in feeds.get(d, ())}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
         # a conv stays while it reads a chained conv or feeds one
@@ -218,6 +236,12 @@ def _chains(fn, bn, int8):
         if keep == chained:
             return chained
         chained = keep
+
+
+def _depthwise(n):
+    """Whether conv node `n` is depthwise (one group per input channel)."""
+    g = n.attrs.get("groups", 1)
+    return g != 1 and g == n.args[0].type.shape[1]
 
 
 def _reaches_reader(conv, users, bn, lasts):

@@ -1,0 +1,63 @@
+"""ShuffleNetV2's branches channel-blocked (passes/layout.py): a depthwise conv that reads a
+conv keeps its chain although the chain ends in the NCHW concatenation and channel shuffle;
+the network against onnxruntime with 58/116/232-channel branches (no whole number of
+vectors), stride 2 and padding, at batch 1 and 2, AVX-512's 16-channel and AVX2's 8-channel
+blocks."""
+import numpy as np
+import pytest
+
+import tdsl.graph as G
+from tdsl.graph import models
+from tdsl.graph.ir import Function
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+
+def _groups(mod):
+    return [[m for m in n.op.nodes()] for n in mod.main.nodes() if isinstance(n.op, Function)]
+
+
+def _run(model, shape, target):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    mod = G.optimize(G.from_onnx(model), target=target)
+    out = G.build(mod, target=target).run(x)[0]
+    ref = models.onnxruntime_run(model, {"input": x})[0]
+    assert out.shape == ref.shape
+    assert float(np.abs(out - ref).max()) <= 1e-4 * float(np.abs(ref).max())
+    return mod
+
+
+@pytest.mark.parametrize("target,batch", [("llvm", 1), ("llvm", 2), ("llvm -mcpu=haswell", 1),
+                                          ("llvm -mcpu=haswell", 2)])
+def test_shufflenet_branches_run_blocked(target, batch):
+    model = models.shufflenet_v2(batch=batch, size=64)
+    mod = _run(model, (batch, 3, 64, 64), target)
+    convs = [m for g in _groups(mod) for m in g if m.op in ("nn.conv2d", "nn.conv2d_blocked")]
+    blocked = [m for m in convs if m.op == "nn.conv2d_blocked"]
+    depthwise = [m for m in blocked if m.attrs["groups"] != 1]
+    # every branch's depthwise conv but those of the second and third stages' first units
+    # that read the shuffled image (and their 1x1), and the last 1x1 that reads the shuffle
+    assert len(convs) == 26 and len(blocked) == 21, [m.op for m in convs]
+    assert sorted(m.args[1].type.shape[0] for m in depthwise) == [24, 58, 58, 116, 116, 232, 232], \
+        [m.args[1].type.shape for m in depthwise]
+    plain = [m for m in convs if m.op == "nn.conv2d"]
+    assert sorted(m.attrs["groups"] for m in plain) == [1, 1, 1, 116, 232]
+    ops = [m.op for g in _groups(mod) for m in g]
+    # the stem and the max pool after it are in the first stage's chain; no image is
+    # relaid out by a copy of its own: each branch's last 1x1 stores NCHW in its epilogue
+    assert ops.count("nn.max_pool3d") == 1 and "nn.max_pool2d" not in ops, ops
+    assert "layout.to_blocked" not in ops, ops
+    for g in _groups(mod):
+        if any(m.op == "layout.from_blocked" for m in g):
+            assert g[0].op == "nn.conv2d_blocked" and g[0].attrs["groups"] == 1, [m.op for m in g]
+
+
+def test_a_depthwise_conv_reading_a_shuffle_stays_nchw():
+    """A depthwise conv fed by the channel shuffle, not by a conv, and its 1x1 keep NCHW:
+    blocking their input would be a transposing copy of the shuffled image."""
+    model = models.shufflenet_v2(size=32, widths=(116, 232), repeats=(1, 1))
+    mod = _run(model, (1, 3, 32, 32), "llvm")
+    plain = [m for g in _groups(mod) for m in g if m.op == "nn.conv2d"]
+    assert sorted((m.attrs["groups"], m.args[0].type.shape[1]) for m in plain) == \
+        [(1, 116), (1, 232), (116, 116)]
