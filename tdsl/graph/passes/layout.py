@@ -34,7 +34,10 @@ a vector of channels, the first 1x1 reads the plain split, and the last stores N
 and max pool before the first stage join through the depthwise conv of its first unit. A
 depthwise conv whose input no conv makes (a stage's first unit reading the shuffled image)
 keeps NCHW: blocking its input is a transposing copy (`layout.to_blocked`) of the shuffle,
-which costs more than the conv gains. Convs that join: float32 2-D convs with
+which costs more than the conv gains. Only with vectors of 16 channels (AVX-512): 8 lanes
+(AVX2) fill with 28- and 14-wide rows, and there the blocked 1x1 convs of 8-channel blocks
+around the depthwise conv, the last storing NCHW, cost the network more than its
+depthwise convs and pool gain. Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch and the row width: a 1-D signal's length
 exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
@@ -87,6 +90,9 @@ _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
 _BLOCKED_CONV = {"nn.conv2d": "nn.conv2d_blocked", "nn.conv3d": "nn.conv3d_blocked"}
 # the ranks of the images a chain holds: 2-D and 3-D convs'
 _RANKS = (4, 5)
+# the vector width (channels) from which a depthwise conv fed by a conv keeps its chain
+# blocked when only plain consumers read its end (module docstring)
+DEPTHWISE_LANES = 16
 
 
 def _conv_form(n):
@@ -224,9 +230,10 @@ def _chains(fn, bn, int8):
     # out of the accumulators all the same (cpu/conv_int8.py), and its input be packed again
     lasts = {s[0] for s in map(_last_transpose, fn.nodes()) if s}
     pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_reader(c, users, bn, lasts)}
-    # a depthwise conv fed by a conv keeps its chain (module docstring: shufflenet)
+    # a depthwise conv fed by a conv keeps its chain where vectors are wide (module
+    # docstring: shufflenet)
     read = set().union(*feeds.values()) if feeds else set()
-    dw = {i for i in convs if _depthwise(i) and i in read}
+    dw = {i for i in convs if _depthwise(i) and i in read} if bn >= DEPTHWISE_LANES else set()
     pooled |= dw | {i for i in convs if feeds.get(i, set()) & dw} | {j for d in dw for j in feeds.get(d, ())}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
