@@ -128,7 +128,8 @@ def shufflenet_v2(batch=1, size=64, widths=(116, 232, 464), repeats=(2, 2, 2), s
     stride-2 unit (both branches: depthwise 3x3/2 + 1x1; 1x1 + depthwise 3x3/2 + 1x1) and
     stride-1 units (the channels split in halves, the second through 1x1 + depthwise 3x3
     + 1x1), each unit ending in a concatenation and a channel shuffle of two groups
-    (Reshape, Transpose, Reshape), then a 1x1 conv to 1024, global pool, classifier."""
+    (Reshape, Transpose, Reshape), then a 1x1 conv to 1024, a ReduceMean over the image,
+    classifier."""
     b = _B(seed)
     x = b.conv_bn("input", 3, 24, 3, stride=2)
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -154,7 +155,7 @@ def shufflenet_v2(batch=1, size=64, widths=(116, 232, 464), repeats=(2, 2, 2), s
             x = shuffle(b.node("Concat", [x1, branch(x2, half, half, 1)], axis=1), cout)
         cin = cout
     x = b.conv_bn(x, cin, 1024, 1)
-    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    x = b.node("ReduceMean", [x], axes=[2, 3], keepdims=0)     # torchvision's x.mean([2, 3])
     y = b.linear(x, 1024, 10, gemm=True)
     return b.model([("input", [batch, 3, size, size])], [y], "shufflenet_v2")
 

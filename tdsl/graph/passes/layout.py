@@ -37,7 +37,11 @@ keeps NCHW: blocking its input is a transposing copy (`layout.to_blocked`) of th
 which costs more than the conv gains. Only with vectors of 16 channels (AVX-512): 8 lanes
 (AVX2) fill with 28- and 14-wide rows, and there the blocked 1x1 convs of 8-channel blocks
 around the depthwise conv, the last storing NCHW, cost the network more than its
-depthwise convs and pool gain. Convs that join: float32 2-D convs with
+depthwise convs and pool gain. A global pool written as a mean over the spatial axes
+(ReduceMean: torchvision's ShuffleNetV2 ends `x.mean([2, 3])`) reads the blocked image as
+`nn.global_avg_pool` does, and a conv alone whose output only such a mean reads (through
+elementwise operators) is blocked from its plain input: in NCHW the mean was a generic
+reduction over 7x7 planes that fill no vector, blocked it adds vectors of channels. Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch and the row width: a 1-D signal's length
 exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
@@ -235,14 +239,26 @@ def _chains(fn, bn, int8):
     read = set().union(*feeds.values()) if feeds else set()
     dw = {i for i in convs if _depthwise(i) and i in read} if bn >= DEPTHWISE_LANES else set()
     pooled |= dw | {i for i in convs if feeds.get(i, set()) & dw} | {j for d in dw for j in feeds.get(d, ())}
+    # a conv alone whose output a spatial mean reads (shufflenet's last conv): the mean
+    # sums the blocked image's vectors of channels, where in NCHW, a ReduceMean and no
+    # global pool, it is a generic reduction over 7x7 planes that fill no vector
+    lone = {n for n in fn.nodes() if n not in convs and n.op == "nn.conv2d" and n.attrs["groups"] == 1
+            and _convertible_conv(n, bn, int8) and _reaches_reader(n, users, bn, lasts, means_only=True)}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
         # a conv stays while it reads a chained conv or feeds one
         keep = {i for i in chained - tails
                 if feeds.get(i, set()) & (chained - tails) or any(i in feeds.get(j, ()) for j in chained - tails)}
         if keep == chained:
-            return chained
+            return chained | lone
         chained = keep
+
+
+def _spatial_mean(n):
+    """Whether node `n` is a global average pool written as a mean over the spatial axes
+    of a 2-D image (torchvision's `x.mean([2, 3])`, a ReduceMean)."""
+    return n.op == "mean" and len(n.args[0].type.shape) == 4 and \
+        sorted(a % 4 for a in (n.attrs.get("axis") or [])) == [2, 3]
 
 
 def _depthwise(n):
@@ -251,21 +267,22 @@ def _depthwise(n):
     return g != 1 and g == n.args[0].type.shape[1]
 
 
-def _reaches_reader(conv, users, bn, lasts):
+def _reaches_reader(conv, users, bn, lasts, means_only=False):
     """Whether the conv's output reaches, through elementwise operators, a reader of the
     blocked image: a global average pool (reads it as it is) or a transpose that puts its
-    channels last (one of `lasts`' images; reads its blocks as they are, `_blocked_to_last`)."""
+    channels last (one of `lasts`' images; reads its blocks as they are, `_blocked_to_last`);
+    with `means_only`, a global pool written as a spatial mean only."""
     stack, seen = [conv], set()
     while stack:
         e = stack.pop()
-        if e in lasts:
+        if e in lasts and not means_only:
             return True
         for u in users.get(e, []):
             if u in seen:
                 continue
             seen.add(u)
             # (a quantized network's integer pool reads the relaid-out 7x7 image: a tiny copy)
-            if u.op in ("nn.global_avg_pool", "qnn.global_avg_pool"):
+            if _spatial_mean(u) or (u.op in ("nn.global_avg_pool", "qnn.global_avg_pool") and not means_only):
                 return True
             if any(a is e for a in _image_args(u)) and not _convertible_conv(u, bn):
                 stack.append(u)
@@ -351,11 +368,14 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
         return blocked[e]
 
     for n in fn.nodes():
-        if n.op == "nn.global_avg_pool" and n.args[0] in blocked:
+        if (n.op == "nn.global_avg_pool" or _spatial_mean(n)) and n.args[0] in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
-            sp = list(range(2, len(n.type.shape)))
+            shape = n.args[0].type.shape
+            sp = list(range(2, len(shape)))
             m = Call("mean", [blocked[n.args[0]]], {"axis": sp, "keepdims": True}, n.span)
-            plain[n] = _from_blocked(m, n.type.shape[1], bn)
+            plain[n] = _from_blocked(m, shape[1], bn)
+            if len(n.type.shape) == 2:      # ReduceMean's (N, C), shufflenet's
+                plain[n] = Call("reshape", [plain[n]], {"newshape": list(n.type.shape)}, n.span)
             continue
         last = _last_transpose(n)
         if last and last[0] in blocked:
