@@ -74,3 +74,13 @@ def test_a_depthwise_conv_reading_a_shuffle_stays_nchw():
         assert len(plain) == 11, [m.attrs for m in plain]
         return
     assert sorted((m.attrs["groups"], m.args[0].type.shape[1]) for m in plain) == [(1, 116), (116, 116)]
+
+
+def test_depthwise_rows_of_two_vectors_stay_nchw():
+    """Rows of two vectors or more (a 256-pixel image's first stage: 32 wide) vectorize in
+    NCHW: the chain is trimmed as before, every conv NCHW but the last (a ReduceMean reads it)."""
+    model = models.shufflenet_v2(size=256, widths=(116,), repeats=(1,))
+    mod = _run(model, (1, 3, 256, 256), "llvm")
+    convs = [m for g in _groups(mod) for m in g if m.op in ("nn.conv2d", "nn.conv2d_blocked")]
+    assert [m.args[1].type.shape[0] for m in convs if m.op == "nn.conv2d_blocked"] == [1024], \
+        [m.op for m in convs]

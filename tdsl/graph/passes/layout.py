@@ -23,8 +23,8 @@ alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the 
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
 layout would only move the same transposing store.
 
-A depthwise conv that reads a conv (through elementwise operators or a max pool) keeps its
-chain (the convs it reads and those that read it) even where only plain consumers read the
+A depthwise conv that reads a conv (through elementwise operators or a max pool) and writes
+rows narrower than two vectors keeps its chain (the convs it reads and those that read it) even where only plain consumers read the
 chain's end: ShuffleNetV2's branches (1x1, depthwise 3x3, 1x1) end in a concatenation of
 58/116/232 channels and a channel shuffle that stay NCHW, and in NCHW their depthwise convs
 vectorize 28/14/7-wide rows through a padded copy whose lane masks were most of their
@@ -237,7 +237,7 @@ def _chains(fn, bn, int8):
     # a depthwise conv fed by a conv keeps its chain where vectors are wide (module
     # docstring: shufflenet)
     read = set().union(*feeds.values()) if feeds else set()
-    dw = {i for i in convs if _depthwise(i) and i in read} if bn >= DEPTHWISE_LANES else set()
+    dw = {i for i in convs if _depthwise(i) and i in read and _narrow_rows(i, bn)} if bn >= DEPTHWISE_LANES else set()
     pooled |= dw | {i for i in convs if feeds.get(i, set()) & dw} | {j for d in dw for j in feeds.get(d, ())}
     # a conv alone whose output a spatial mean reads (shufflenet's last conv): the mean
     # sums the blocked image's vectors of channels, where in NCHW, a ReduceMean and no
@@ -265,6 +265,13 @@ def _depthwise(n):
     """Whether conv node `n` is depthwise (one group per input channel)."""
     g = n.attrs.get("groups", 1)
     return g != 1 and g == n.args[0].type.shape[1]
+
+
+def _narrow_rows(n, bn):
+    """Whether conv node `n`'s output rows are a static width under two vectors of `bn`
+    lanes: in NCHW their vectors are partly masked (a 28-wide row is 1.75 vectors of 16)."""
+    w = n.type.shape[-1]
+    return isinstance(w, int) and w < 2 * bn
 
 
 def _reaches_reader(conv, users, bn, lasts, means_only=False):
