@@ -141,9 +141,10 @@ def shufflenet_v2(batch=1, size=64, widths=(116, 232, 464), repeats=(2, 2, 2), s
         return b.conv_bn(y, half, half, 1)
 
     def shuffle(y, c):
-        y = b.node("Reshape", [y, b.const(np.array([batch, 2, c // 2, hw, hw], np.int64), "shape")])
+        # (0: the input's batch, so that the batch may be made symbolic)
+        y = b.node("Reshape", [y, b.const(np.array([0, 2, c // 2, hw, hw], np.int64), "shape")])
         y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
-        return b.node("Reshape", [y, b.const(np.array([batch, c, hw, hw], np.int64), "shape")])
+        return b.node("Reshape", [y, b.const(np.array([0, c, hw, hw], np.int64), "shape")])
 
     for cout, n in zip(widths, repeats):
         half = cout // 2

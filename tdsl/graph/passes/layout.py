@@ -24,24 +24,26 @@ strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since 
 layout would only move the same transposing store.
 
 A depthwise conv that reads a conv (through elementwise operators or a max pool) and writes
-rows narrower than two vectors keeps its chain (the convs it reads and those that read it) even where only plain consumers read the
-chain's end: ShuffleNetV2's branches (1x1, depthwise 3x3, 1x1) end in a concatenation of
-58/116/232 channels and a channel shuffle that stay NCHW, and in NCHW their depthwise convs
-vectorize 28/14/7-wide rows through a padded copy whose lane masks were most of their
-instructions (OpenVINO runs them NHWC, channels in the vector). Blocked, each tap is one FMA of
-a vector of channels, the first 1x1 reads the plain split, and the last stores NCHW through
-`layout.from_blocked` in its epilogue; the stem
-and max pool before the first stage join through the depthwise conv of its first unit. A
-depthwise conv whose input no conv makes (a stage's first unit reading the shuffled image)
+rows narrower than two vectors keeps its chain (the convs it reads and those that read it)
+even where only plain consumers read the chain's end: ShuffleNetV2's branches (1x1,
+depthwise 3x3, 1x1) end in a concatenation of 58/116/232 channels and a channel shuffle that
+stay NCHW, and in NCHW their depthwise convs vectorize 28/14/7-wide rows through a padded
+copy whose lane masks were most of their instructions (OpenVINO runs them NHWC, channels in
+the vector). Blocked, each tap is one FMA of a vector of channels, the first 1x1 reads the
+plain split, and the last stores NCHW through `layout.from_blocked` in its epilogue; the
+stem and max pool before the first stage join through the depthwise conv of its first unit.
+A depthwise conv whose input no conv makes (a stage's first unit reading the shuffled image)
 keeps NCHW: blocking its input is a transposing copy (`layout.to_blocked`) of the shuffle,
 which costs more than the conv gains. Only with vectors of 16 channels (AVX-512): 8 lanes
 (AVX2) fill with 28- and 14-wide rows, and there the blocked 1x1 convs of 8-channel blocks
-around the depthwise conv, the last storing NCHW, cost the network more than its
-depthwise convs and pool gain. A global pool written as a mean over the spatial axes
-(ReduceMean: torchvision's ShuffleNetV2 ends `x.mean([2, 3])`) reads the blocked image as
+around the depthwise conv, the last storing NCHW, cost the network more than its depthwise
+convs and pool gain. A global pool written as a mean over the spatial axes (ReduceMean:
+torchvision's ShuffleNetV2 ends `x.mean([2, 3])`) reads the blocked image as
 `nn.global_avg_pool` does, and a conv alone whose output only such a mean reads (through
 elementwise operators) is blocked from its plain input: in NCHW the mean was a generic
-reduction over 7x7 planes that fill no vector, blocked it adds vectors of channels. Convs that join: float32 2-D convs with
+reduction over 7x7 planes that fill no vector, blocked it adds vectors of channels.
+
+Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch and the row width: a 1-D signal's length
 exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
