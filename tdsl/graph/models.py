@@ -1,5 +1,5 @@
 """Test and benchmark networks built with `onnx.helper` (random weights, no torch needed):
-a ResNet-18-shaped CNN, a MobileNetV2 block stack, 1-D and 3-D CNNs, an MLP and a
+a ResNet-18-shaped CNN, a MobileNetV2 block stack, a ShuffleNetV2, 1-D and 3-D CNNs, an MLP and a
 transformer encoder layer,
 written the way exporters write them (Conv + BatchNormalization, Clip as ReLU6, MatMul +
 Add, Reshape/Transpose for attention heads, Erf GELU, LayerNormalization). For training
@@ -121,6 +121,44 @@ def mobilenetv2_blocks(batch=1, size=56, seed=0):
     x = b.node("Flatten", [x])
     y = b.linear(x, cin, 10, gemm=True)
     return b.model([("input", [batch, 3, size, size])], [y], "mobilenetv2_blocks")
+
+
+def shufflenet_v2(batch=1, size=64, widths=(116, 232, 464), repeats=(2, 2, 2), seed=0):
+    """ShuffleNetV2 as torchvision exports it: a 3x3/2 stem, a 3x3/2 max pool, stages of a
+    stride-2 unit (both branches: depthwise 3x3/2 + 1x1; 1x1 + depthwise 3x3/2 + 1x1) and
+    stride-1 units (the channels split in halves, the second through 1x1 + depthwise 3x3
+    + 1x1), each unit ending in a concatenation and a channel shuffle of two groups
+    (Reshape, Transpose, Reshape), then a 1x1 conv to 1024, a ReduceMean over the image,
+    classifier."""
+    b = _B(seed)
+    x = b.conv_bn("input", 3, 24, 3, stride=2)
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin, hw = 24, -(-size // 4)
+
+    def branch(y, c, half, stride):
+        y = b.conv_bn(y, c, half, 1)
+        y = b.conv_bn(y, half, half, 3, stride, groups=half, act=None)
+        return b.conv_bn(y, half, half, 1)
+
+    def shuffle(y, c):
+        # (0: the input's batch, so that the batch may be made symbolic)
+        y = b.node("Reshape", [y, b.const(np.array([0, 2, c // 2, hw, hw], np.int64), "shape")])
+        y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
+        return b.node("Reshape", [y, b.const(np.array([0, c, hw, hw], np.int64), "shape")])
+
+    for cout, n in zip(widths, repeats):
+        half = cout // 2
+        hw = -(-hw // 2)
+        left = b.conv_bn(b.conv_bn(x, cin, cin, 3, 2, groups=cin, act=None), cin, half, 1)
+        x = shuffle(b.node("Concat", [left, branch(x, cin, half, 2)], axis=1), cout)
+        for _ in range(n - 1):
+            x1, x2 = b.node("Split", [x, b.const(np.array([half, half], np.int64), "halves")], n_out=2, axis=1)
+            x = shuffle(b.node("Concat", [x1, branch(x2, half, half, 1)], axis=1), cout)
+        cin = cout
+    x = b.conv_bn(x, cin, 1024, 1)
+    x = b.node("ReduceMean", [x], axes=[2, 3], keepdims=0)     # torchvision's x.mean([2, 3])
+    y = b.linear(x, 1024, 10, gemm=True)
+    return b.model([("input", [batch, 3, size, size])], [y], "shufflenet_v2")
 
 
 def conv1d_net(batch=1, length=16000, seed=0):

@@ -21,7 +21,29 @@ block axis), or through a 2-D max pool (ResNet's after the stem, squeezenet's be
 fires: a 3-D pool of the blocked image whose last window is one element, so each lane pools
 alone) or a 3-D one over each depth slice alone (`_planar_pool3d`), without the tails that only plain consumers read (below); a conv alone keeps the
 strategy chosen for it in NCHW (the stem's row conv, the 1x1 pixel GEMM), since for it the
-layout would only move the same transposing store. Convs that join: float32 2-D convs with
+layout would only move the same transposing store.
+
+A depthwise conv that reads a conv (through elementwise operators or a max pool) and writes
+rows narrower than two vectors keeps its chain (the convs it reads and those that read it)
+even where only plain consumers read the chain's end: ShuffleNetV2's branches (1x1,
+depthwise 3x3, 1x1) end in a concatenation of 58/116/232 channels and a channel shuffle that
+stay NCHW, and in NCHW their depthwise convs vectorize 28/14/7-wide rows through a padded
+copy whose lane masks were most of their instructions (OpenVINO runs them NHWC, channels in
+the vector). Blocked, each tap is one FMA of a vector of channels, the first 1x1 reads the
+plain split, and the last stores NCHW through `layout.from_blocked` in its epilogue; the
+stem and max pool before the first stage join through the depthwise conv of its first unit.
+A depthwise conv whose input no conv makes (a stage's first unit reading the shuffled image)
+keeps NCHW: blocking its input is a transposing copy (`layout.to_blocked`) of the shuffle,
+which costs more than the conv gains. Only with vectors of 16 channels (AVX-512): 8 lanes
+(AVX2) fill with 28- and 14-wide rows, and there the blocked 1x1 convs of 8-channel blocks
+around the depthwise conv, the last storing NCHW, cost the network more than its depthwise
+convs and pool gain. A global pool written as a mean over the spatial axes (ReduceMean:
+torchvision's ShuffleNetV2 ends `x.mean([2, 3])`) reads the blocked image as
+`nn.global_avg_pool` does, and a conv alone whose output only such a mean reads (through
+elementwise operators) is blocked from its plain input: in NCHW the mean was a generic
+reduction over 7x7 planes that fill no vector, blocked it adds vectors of channels.
+
+Convs that join: float32 2-D convs with
 constant weights and static shapes (but the batch and the row width: a 1-D signal's length
 exported symbolic, strategy/cpu/width.py), groups 1 or depthwise, on images
 larger than 1x1 (a mat-vec stays), not reading a concatenation of other images (DenseNet's convs of growing
@@ -74,6 +96,9 @@ _NEUTRAL = {"multiply": 1.0, "divide": 1.0}
 _BLOCKED_CONV = {"nn.conv2d": "nn.conv2d_blocked", "nn.conv3d": "nn.conv3d_blocked"}
 # the ranks of the images a chain holds: 2-D and 3-D convs'
 _RANKS = (4, 5)
+# the vector width (channels) from which a depthwise conv fed by a conv keeps its chain
+# blocked when only plain consumers read its end (module docstring)
+DEPTHWISE_LANES = 16
 
 
 def _conv_form(n):
@@ -182,7 +207,8 @@ def _chains(fn, bn, int8):
     transpose other than to channels last), repeatedly: such a conv would only unpack its
     blocked input's producer into its own kernel, where its NCHW strategies (rows, 1x1
     pixel GEMM) do better. A tail read by a global pool or a transpose to channels last
-    (`_reaches_reader`) stays."""
+    (`_reaches_reader`) stays, and so does a depthwise conv that reads a conv, with the
+    convs it reads and those that read it."""
     users: Dict[Expr, list] = {}
     for n in fn.nodes():
         for a in n.args:
@@ -210,31 +236,62 @@ def _chains(fn, bn, int8):
     # out of the accumulators all the same (cpu/conv_int8.py), and its input be packed again
     lasts = {s[0] for s in map(_last_transpose, fn.nodes()) if s}
     pooled = {i for i, c in convs.items() if c.op == "qnn.conv2d" or _reaches_reader(c, users, bn, lasts)}
+    # a depthwise conv fed by a conv keeps its chain where vectors are wide (module
+    # docstring: shufflenet)
+    read = set().union(*feeds.values()) if feeds else set()
+    dw = {i for i in convs if _depthwise(i) and i in read and _narrow_rows(i, bn)} if bn >= DEPTHWISE_LANES else set()
+    pooled |= dw | {i for i in convs if feeds.get(i, set()) & dw} | {j for d in dw for j in feeds.get(d, ())}
+    # a conv alone whose output a spatial mean reads (shufflenet's last conv): the mean
+    # sums the blocked image's vectors of channels, where in NCHW, a ReduceMean and no
+    # global pool, it is a generic reduction over 7x7 planes that fill no vector
+    lone = {n for n in fn.nodes() if n not in convs and n.op == "nn.conv2d" and n.attrs["groups"] == 1
+            and _convertible_conv(n, bn, int8) and _reaches_reader(n, users, bn, lasts, means_only=True)}
     while True:
         tails = {i for i in chained if i not in pooled and not (feeds.get(i, set()) & chained)}
         # a conv stays while it reads a chained conv or feeds one
         keep = {i for i in chained - tails
                 if feeds.get(i, set()) & (chained - tails) or any(i in feeds.get(j, ()) for j in chained - tails)}
         if keep == chained:
-            return chained
+            return chained | lone
         chained = keep
 
 
-def _reaches_reader(conv, users, bn, lasts):
+def _spatial_mean(n):
+    """Whether node `n` is a global average pool written as a mean over the spatial axes
+    of a 2-D image (torchvision's `x.mean([2, 3])`, a ReduceMean)."""
+    return n.op == "mean" and len(n.args[0].type.shape) == 4 and \
+        sorted(a % 4 for a in (n.attrs.get("axis") or [])) == [2, 3]
+
+
+def _depthwise(n):
+    """Whether conv node `n` is depthwise (one group per input channel)."""
+    g = n.attrs.get("groups", 1)
+    return g != 1 and g == n.args[0].type.shape[1]
+
+
+def _narrow_rows(n, bn):
+    """Whether conv node `n`'s output rows are a static width under two vectors of `bn`
+    lanes: in NCHW their vectors are partly masked (a 28-wide row is 1.75 vectors of 16)."""
+    w = n.type.shape[-1]
+    return isinstance(w, int) and w < 2 * bn
+
+
+def _reaches_reader(conv, users, bn, lasts, means_only=False):
     """Whether the conv's output reaches, through elementwise operators, a reader of the
     blocked image: a global average pool (reads it as it is) or a transpose that puts its
-    channels last (one of `lasts`' images; reads its blocks as they are, `_blocked_to_last`)."""
+    channels last (one of `lasts`' images; reads its blocks as they are, `_blocked_to_last`);
+    with `means_only`, a global pool written as a spatial mean only."""
     stack, seen = [conv], set()
     while stack:
         e = stack.pop()
-        if e in lasts:
+        if e in lasts and not means_only:
             return True
         for u in users.get(e, []):
             if u in seen:
                 continue
             seen.add(u)
             # (a quantized network's integer pool reads the relaid-out 7x7 image: a tiny copy)
-            if u.op in ("nn.global_avg_pool", "qnn.global_avg_pool"):
+            if _spatial_mean(u) or (u.op in ("nn.global_avg_pool", "qnn.global_avg_pool") and not means_only):
                 return True
             if any(a is e for a in _image_args(u)) and not _convertible_conv(u, bn):
                 stack.append(u)
@@ -320,11 +377,14 @@ def blocked_layout(mod: Module, bn: int, int8: bool = False) -> Module:
         return blocked[e]
 
     for n in fn.nodes():
-        if n.op == "nn.global_avg_pool" and n.args[0] in blocked:
+        if (n.op == "nn.global_avg_pool" or _spatial_mean(n)) and n.args[0] in blocked:
             # squeeze-excite's squeeze: the mean of the blocked image, relaid out when tiny
-            sp = list(range(2, len(n.type.shape)))
+            shape = n.args[0].type.shape
+            sp = list(range(2, len(shape)))
             m = Call("mean", [blocked[n.args[0]]], {"axis": sp, "keepdims": True}, n.span)
-            plain[n] = _from_blocked(m, n.type.shape[1], bn)
+            plain[n] = _from_blocked(m, shape[1], bn)
+            if len(n.type.shape) == 2:      # ReduceMean's (N, C), shufflenet's
+                plain[n] = Call("reshape", [plain[n]], {"newshape": list(n.type.shape)}, n.span)
             continue
         last = _last_transpose(n)
         if last and last[0] in blocked:
