@@ -21,6 +21,7 @@ import tdsl
 from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
+from . import conv_epilogue
 from ..stages import ishape, stages_of
 from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
@@ -471,6 +472,8 @@ def schedule(s, out, g, parallel=True):
     blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
+    tile = None if blocked_out or "tile" in info else conv_epilogue.wants_vectors(out, Cv, bn) \
+        and conv_epilogue.on_vectors(s, out, bn)
     first, *rest = s[Cv].op.reduce_axis
     chunk, rows = (0, 1) if "tile" in info or shifted else \
         _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
@@ -542,6 +545,9 @@ def schedule(s, out, g, parallel=True):
         unrolled = [cxi]
     else:
         s[Cv].compute_at(s[out], par if shift else xo)
+        if tile:
+            conv_epilogue.place(s, tile, out, par if shift else xo)
+            s[out].vectorize(xi)
         _, cl, *unrolled, ll = s[Cv].op.axis
         s[Cv].reorder(first, *rest, *unrolled, cl, ll)
         unrolled = unrolled + _stem_taps(target, info, first, rest, xb, cbb)
