@@ -30,20 +30,25 @@ def _expensive(t):
     return bool(calls & EXPENSIVE_CALLS)
 
 
-def wants_vectors(out, conv, bn):
-    """Whether the plain NCHW output `out` of blocked conv stage `conv` gets its epilogue
-    on channel vectors: an epilogue with a call whose vector form is a polynomial
-    (EXPENSIVE_CALLS), channels a whole number of blocks, constant extents (the tile's
-    layout is a constant relayout)."""
+def _wanted(out, conv, bn):
+    """Whether the plain output `out` of conv stage `conv` gets its epilogue on channel
+    vectors: an epilogue with a call whose vector form is a polynomial (EXPENSIVE_CALLS),
+    channels a whole number of blocks, constant extents (the tile's layout is a constant
+    relayout)."""
     if out is conv or any(not isinstance(d, E.IntImm) for d in out.shape) or out.shape[1].value % bn:
         return False
     return any(_expensive(t) for t in stages_of(out) if t is not conv and not t.op.reduce_axis)
 
 
-def on_vectors(s, out, bn):
-    """Moves the epilogue of `out` (not yet split) into a local stage laid out (N, C/bn,
-    *spatial, bn) that `out` copies from; returns it, to be computed where the conv tile is
-    (`place`)."""
+def on_vectors(s, out, conv, info):
+    """For a plain NCHW output `out` (not yet split) of the blocked conv stage `conv` whose
+    epilogue is worth it (`_wanted`), the epilogue moved into a local stage laid out
+    (N, C/bn, *spatial, bn) that `out` copies from, to be computed where the conv's tile
+    is (`place`); else None. Not for the flattened plane's tile (`info["tile"]`), whose
+    pixels span rows."""
+    bn = info["bn"]
+    if "tile" in info or not _wanted(out, conv, bn):
+        return None
     ep = s.cache_write(out, "local")
     nd = len(out.shape)
     tile = s.transform_layout(ep, [out], [(d, None) for d in range(nd)] + [(1, bn)], scope="local")
@@ -51,9 +56,13 @@ def on_vectors(s, out, bn):
     return tile
 
 
-def place(s, tile, out, at):
-    """Computes `tile` (on_vectors) at loop `at` of `out`: its pixels outside, each one
-    vector of channels."""
+def place(s, tile, out, at, xi):
+    """Computes `tile` (on_vectors; nothing for None) at loop `at` of `out`, each pixel one
+    vector of channels; `out`'s row of `xi` pixels per channel is then one short vector
+    of the tile's column, stored whole."""
+    if tile is None:
+        return
     s[tile].compute_at(s[out], at)
     *_, c = s[tile].op.axis
     s[tile].vectorize(c)
+    s[out].vectorize(xi)
