@@ -531,6 +531,7 @@ def schedule(s, out, g, parallel=True):
     par = outer_fuse(s, out, outer)
     if parallel:
         s[out].parallel(par)
+    conv_epilogue.place(s, tile, out, par if chunk or shift else xo, xi)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
         s[Cv].compute_at(s[out], par)
         _, cl, *sl, xl = s[Cv].op.axis[:-1]
@@ -541,7 +542,6 @@ def schedule(s, out, g, parallel=True):
         unrolled = [cxi]
     else:
         s[Cv].compute_at(s[out], par if shift else xo)
-        conv_epilogue.place(s, tile, out, par if shift else xo, xi)
         _, cl, *unrolled, ll = s[Cv].op.axis
         s[Cv].reorder(first, *rest, *unrolled, cl, ll)
         unrolled = unrolled + _stem_taps(target, info, first, rest, xb, cbb)
