@@ -4,10 +4,9 @@ of channels before the transposing store.
 The blocked conv's register tile holds `xb` pixels x `cbb` vectors of `bn` channels. Into
 an NCHW output each channel's `xb` pixels are one short row, so the inlined epilogue ran on
 `xb`-lane vectors (3 or 4 pixels gathered from the tile). For a bias and a ReLU that is
-the transposing store anyway; an exact GELU's erf there cost more than the conv itself
-(Conv 80->384 k3 + GELU over 3000 frames, one thread: 5.9 ms against onnxruntime's 3.4):
-four lanes of sixteen, and the blended erf of narrow vectors instead of the AVX-512
-table. A conv alone (graph/passes/layout.py keeps it out of a blocked chain) with such an
+the transposing store anyway; an exact GELU's erf there costs about as much as the conv
+itself: four lanes of sixteen, and the blended erf of narrow vectors instead of the
+AVX-512 table (codegen/llvm/erf_table.py). A conv alone (graph/passes/layout.py keeps it out of a blocked chain) with such an
 epilogue computes it into a local tile of the conv's own layout, pixels x channel vectors,
 and the store only transposes.
 """
