@@ -6,9 +6,9 @@ an NCHW output each channel's `xb` pixels are one short row, so the inlined epil
 `xb`-lane vectors (3 or 4 pixels gathered from the tile). For a bias and a ReLU that is
 the transposing store anyway; an exact GELU's erf there costs about as much as the conv
 itself: four lanes of sixteen, and the blended erf of narrow vectors instead of the
-AVX-512 table (codegen/llvm/erf_table.py). A conv alone (graph/passes/layout.py keeps it out of a blocked chain) with such an
-epilogue computes it into a local tile of the conv's own layout, pixels x channel vectors,
-and the store only transposes.
+AVX-512 table (codegen/llvm/erf_table.py). A conv alone (graph/passes/layout.py keeps it
+out of a blocked chain) with such an epilogue computes it into a local tile of the conv's
+own layout, pixels x channel vectors, and the store only transposes.
 """
 from __future__ import annotations
 
