@@ -5,6 +5,13 @@ the per-layer rows behind bench/layers.py's per-family ones.
     python bench/conv_layers.py --only conv1d_net,whisper_encoder
     python bench/conv_layers.py --only conv1d_net --length 16001 --threads 1
     python bench/conv_layers.py --only conv1d_net --mcpu haswell
+    python bench/conv_layers.py --only whisper_tiny,whisper_base --threads 1
+
+whisper_tiny and whisper_base are Whisper's encoder at those models' sizes (d_model 384 and
+512; 4 and 6 layers, random weights) on 30 s of frames, beside the zoo's smaller
+whisper_encoder: their stem convs (80 -> d_model, k3; d_model -> d_model, k3/s2, each with
+an exact GELU) are the layers users run. They are here and not in bench/zoo.py: a hundred
+calls a side of whisper_tiny alone (~0.2 s a call on one thread) would add over 30 s to it.
 
 A row is one ONNX Conv node: its channels, kernel, stride, dilation, groups and output
 width; the time each runtime spends in the kernel or layer built around it (with what it
@@ -34,6 +41,33 @@ from common import add_target_option  # noqa: E402
 import layers  # noqa: E402
 import ov_session  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
+from tdsl.graph import zoo as graph_zoo  # noqa: E402
+
+
+# Whisper encoders of the released models' sizes: (d_model, layers, heads, ffn)
+WHISPER = {"whisper_tiny": (384, 4, 6, 1536), "whisper_base": (512, 6, 8, 2048)}
+
+
+def _whisper(d_model, layers, heads, ffn):
+    """A builder for tdsl.graph.zoo.MODELS: Whisper's encoder at these sizes, 80 mel bins x
+    3000 frames in."""
+    def make():
+        import torch
+        from transformers import WhisperConfig, WhisperModel
+        cfg = WhisperConfig(d_model=d_model, encoder_layers=layers, encoder_attention_heads=heads,
+                            encoder_ffn_dim=ffn, decoder_layers=1, decoder_attention_heads=heads,
+                            decoder_ffn_dim=ffn, num_mel_bins=80)
+        enc = WhisperModel(cfg).get_encoder()
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = enc
+
+            def forward(self, features):
+                return self.m(features, return_dict=False)[0]
+        return Encoder(), ((1, 80, 3000), "float32")
+    return make
 
 
 def conv_rows(model):
@@ -194,6 +228,8 @@ def main(argv=None):
     target = tdsl.target.Target(f"llvm{f' -mcpu={a.mcpu}' if a.mcpu else ''}"
                                 f"{f' -num-cores={a.threads}' if a.threads else ''}")
     print(target.describe())
+    for name, size in WHISPER.items():
+        graph_zoo.MODELS.setdefault(name, _whisper(*size))
     for name in a.only.split(","):
         run_model(name, target, a.threads or target.num_cores, a)
 

@@ -9,9 +9,8 @@ blocks. A transposed conv with stride s spends s^d times the multiply-adds of th
 form on zeros, but in this vectorized tile rather than a per-tap test on every element.
 
 Two variants of the schedule for short vectors (AVX2's 16 registers and 8-channel blocks):
-rows too short for a full register tile tile the flattened output plane instead
-(`_flat_plane`), and 1x1 convs over many input planes accumulate rows in memory a few planes
-a pass (`_row_passes`)."""
+rows too short for a full register tile tile the flattened output plane (`_flat_plane`),
+1x1 convs over many input planes accumulate rows in memory a few planes a pass."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +20,7 @@ import tdsl
 from .... import tiling
 from ....errors import GraphError
 from .. import tag, topi
+from . import conv_epilogue
 from ..stages import ishape, stages_of
 from .batch import batch, image_shape, image_weights, outer_fuse, parallel as threads
 from .loops import PAR_MIN_MACS_DEPTHWISE, inline_except, par_vec, vec_split
@@ -393,8 +393,7 @@ PASS_ACC_BYTES = 8192
 
 
 def _plane_streams(taps, planes, xb, bn):
-    """Whether a conv's register tile of `xb` pixels streams from too many input planes
-    (_row_passes); a kernel generic in its channel count (symbolic `planes`) is left alone."""
+    """Whether a tile of `xb` pixels streams from too many input planes (_row_passes)."""
     return (taps == 1 and isinstance(planes, int) and planes >= ROW_MIN_PLANES
             and xb * bn * 4 < ROW_VISIT_BYTES)
 
@@ -408,12 +407,12 @@ def _row_passes(xb, cbb, bn, first, info, height, ow):
     that a second thread adds next to nothing. Then the tiles of a whole row take turns
     over a few planes at a time, reading each plane's row from start to end, their
     accumulators going to memory and back once a pass. With fewer planes that round trip
-    costs more than it saves; convs with taps are left alone, their neighbouring taps
-    reading the same lines, and so are AVX-512's 16-channel blocks, which gain nothing.
+    costs more than it saves; convs with taps (their neighbouring taps read the same
+    lines) and AVX-512's 16-channel blocks (they gain nothing) are left alone.
     A pass takes as many rows as keep its accumulators within PASS_ACC_BYTES of L1, so
-    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass). A row of
-    symbolic width `ow` is left alone: its accumulators would be a buffer sized at run
-    time, allocated per task and far from L1 on a long signal."""
+    that a pass's weights serve several tiles from L1 (a 7x7 image is one pass). Left
+    alone: a row of symbolic width `ow` (its accumulators would be a buffer sized at run
+    time, per task, far from L1) and a kernel generic in its channel count."""
     planes = getattr(first.dom.extent, "value", first.dom.extent)
     if not is_number(ow) or not _plane_streams(info.get("taps", 1), planes, xb, bn):
         return 0, 1
@@ -471,6 +470,7 @@ def schedule(s, out, g, parallel=True):
     blocked_out = len(out.shape) == len(ishape(info.get("view", Cv)))
     if blocked_out and Cv is out:
         Cv = s.cache_write(out, "local")
+    tile = None if blocked_out else conv_epilogue.on_vectors(s, out, Cv, info)
     first, *rest = s[Cv].op.reduce_axis
     chunk, rows = (0, 1) if "tile" in info or shifted else \
         _row_passes(xb, cbb, bn, first, info, shape[-3] if len(shape) > 4 else 1, OW)
@@ -511,12 +511,11 @@ def schedule(s, out, g, parallel=True):
     elif len(lead) > 1 and -(-topi.dim(out.shape[1]) // (cbb if blocked_out else bn * cbb)) \
             * topi.dim(lead[0].dom.extent) >= tiling.parallel_chunks(target):
         # a 3-D conv: a task is a plane (all rows of one depth) of one group of channel
-        # blocks, whose weights then serve every row of it from cache. Tasks of single
-        # rows that ran over all channel blocks read a deep stage's whole weights (27 MiB for
-        # a 3x3x3 conv of 512 channels) once per output row. The rows are not fused in:
-        # through a division less a multiple of the next (f // H - f // (D * H) * D) bound
-        # inference cannot see that the register tile stays in its bounds, and every
-        # multiply-add would be guarded
+        # blocks, whose weights then serve every row of it from cache. Tasks of single rows
+        # over all channel blocks read a deep stage's whole weights (27 MiB for a 3x3x3 conv
+        # of 512 channels) once per output row. The rows are not fused in: through a division
+        # less a multiple of the next (f // H - f // (D * H) * D) bound inference cannot see
+        # that the register tile stays in its bounds, and every multiply-add would be guarded
         s[out].reorder(b, *chunks, cob, *lead, *in_pass, xo, coi, xi, *c_in)
         outer = [b, *chunks, cob, lead[0]]
     elif len(lead) > 1:
@@ -532,6 +531,7 @@ def schedule(s, out, g, parallel=True):
     par = outer_fuse(s, out, outer)
     if parallel:
         s[out].parallel(par)
+    conv_epilogue.place(s, tile, out, par if chunk or shift else xo, xi)
     if chunk:       # `rows` output rows accumulate in memory, `chunk` planes a pass
         s[Cv].compute_at(s[out], par)
         _, cl, *sl, xl = s[Cv].op.axis[:-1]
