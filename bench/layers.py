@@ -6,14 +6,15 @@ onnxruntime's layers, from each runtime's own per-layer profile, in one process.
     python bench/layers.py --only resnet18 --layers 8   # and the 8 slowest layers of each side
     python bench/layers.py --only squeezenet1_1 --batch 8   # a batch of 8 images
 
-Sides: tdsl's `Executor.profile()` (each kernel timed alone, back to back), OpenVINO
+Sides: tdsl's `Executor.trace()` (each kernel's time inside whole runs), OpenVINO
 compiled with PERF_COUNT (bench/ov_session.py's configuration; `get_profiling_info()`'s
 real_time per layer, summed over the calls) and onnxruntime's profiler (the "_kernel_time"
 events). Each side runs `--number` calls per round, in turn after a pause (bench/latency.py's
 reasoning: another runtime's spinning threads would take a core); a family's time is its
 best round's mean. The "whole" row is the best block of whole-network calls
-(latency.blocks), without profiling, for scale: a profile adds its timers and, for tdsl,
-runs each kernel alone, so the family rows sum to a little more.
+(latency.blocks), without profiling, for scale: onnxruntime's and OpenVINO's profilers
+add their timers, so their family rows sum to more; tdsl's kernels are timed inside
+whole runs by the runtime's trace ring, a few nanoseconds each.
 
 Families are found from the operator a kernel or layer is built around, its anchor:
 a convolution (by kind: "1x1", "3x3", "7x7/s2", "depthwise 5x5", "dilated 3x3", "grouped
@@ -186,13 +187,16 @@ def tdsl_families(calls, fams=None, back=None):
 
 
 def tdsl_profile(exe, number, fams=None, back=None):
-    """{kernel: (family, its fastest of `number` profiled calls, seconds)}."""
+    """{kernel: (family, its fastest of `number` calls, seconds)}: each kernel's time inside
+    whole runs (`Executor.trace`: stamps from the runtime's trace ring, no timer between the
+    kernels), so a small network's kernels sum to its call, not to its call plus a
+    Python-side timer per kernel."""
     by_call = tdsl_families((n for _, _, n in exe.steps), fams, back)
     fam = {f"{k.name}#{i}": by_call[n] for i, (k, _, n) in enumerate(exe.steps)}
     out = {}
-    for _ in range(number):
-        for name, t, _ in exe.profile(1):
-            _fastest(out, name, fam[name], t)
+    names, times, _ = exe.trace(number)
+    for name, each in zip(names, times.T):
+        _fastest(out, name, fam[name], float(each.min()))
     return out
 
 
@@ -495,8 +499,9 @@ def run_model(name, target, a):
         else:
             t = [b.get(fam, 0.0) for b in best]
         fastest = min(t[1], t[2])
-        r_ov = t[0] / t[2] if t[2] else float("inf")
-        r_best = t[0] / fastest if fastest else float("inf")
+        # a family one side has none of (folded into another layer) has no ratio: nan
+        r_ov = t[0] / t[2] if t[2] else (float("inf") if t[0] else float("nan"))
+        r_best = t[0] / fastest if fastest else (float("inf") if t[0] else float("nan"))
         flag = " <" if r_best > 1.3 and t[0] > 0.02 * whole[0] and fam not in ("sum", "whole") else ""
         if flag:
             slow.append((name, fam, r_best))
