@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import sys
 import time
@@ -46,28 +47,6 @@ from tdsl.graph import zoo as graph_zoo  # noqa: E402
 
 # Whisper encoders of the released models' sizes: (d_model, layers, heads, ffn)
 WHISPER = {"whisper_tiny": (384, 4, 6, 1536), "whisper_base": (512, 6, 8, 2048)}
-
-
-def _whisper(d_model, layers, heads, ffn):
-    """A builder for tdsl.graph.zoo.MODELS: Whisper's encoder at these sizes, 80 mel bins x
-    3000 frames in."""
-    def make():
-        import torch
-        from transformers import WhisperConfig, WhisperModel
-        cfg = WhisperConfig(d_model=d_model, encoder_layers=layers, encoder_attention_heads=heads,
-                            encoder_ffn_dim=ffn, decoder_layers=1, decoder_attention_heads=heads,
-                            decoder_ffn_dim=ffn, num_mel_bins=80)
-        enc = WhisperModel(cfg).get_encoder()
-
-        class Encoder(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = enc
-
-            def forward(self, features):
-                return self.m(features, return_dict=False)[0]
-        return Encoder(), ((1, 80, 3000), "float32")
-    return make
 
 
 def conv_rows(model):
@@ -229,7 +208,7 @@ def main(argv=None):
                                 f"{f' -num-cores={a.threads}' if a.threads else ''}")
     print(target.describe())
     for name, size in WHISPER.items():
-        graph_zoo.MODELS.setdefault(name, _whisper(*size))
+        graph_zoo.MODELS.setdefault(name, functools.partial(graph_zoo.whisper_encoder, *size))
     for name in a.only.split(","):
         run_model(name, target, a.threads or target.num_cores, a)
 

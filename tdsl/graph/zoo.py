@@ -78,13 +78,15 @@ def _t5_encoder():
     return _first_output(T5EncoderModel(cfg)), ((1, 128), "int64")
 
 
-def _whisper_encoder():
+def whisper_encoder(d_model=256, layers=2, heads=4, ffn=1024):
     """Whisper's audio encoder (two convs over 80 mel bins, then attention) on 30 s of
-    frames, as the model takes them."""
+    frames, as the model takes them; the zoo's at its defaults (Whisper-tiny: 384, 4, 6,
+    1536; -base: 512, 6, 8, 2048)."""
     import torch
     from transformers import WhisperConfig, WhisperModel
-    cfg = WhisperConfig(d_model=256, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=1024,
-                        decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=1024, num_mel_bins=80)
+    cfg = WhisperConfig(d_model=d_model, encoder_layers=layers, encoder_attention_heads=heads,
+                        encoder_ffn_dim=ffn, decoder_layers=1, decoder_attention_heads=heads,
+                        decoder_ffn_dim=ffn, num_mel_bins=80)
     enc = WhisperModel(cfg).get_encoder()
 
     class Encoder(torch.nn.Module):
@@ -136,7 +138,7 @@ MODELS: Dict[str, Callable[[], Tuple[object, tuple]]] = {
     "albert": _encoder("AlbertConfig", "AlbertModel", hidden_size=256, num_hidden_layers=4,
                        num_attention_heads=4, intermediate_size=1024, embedding_size=128),
     "t5_encoder": _t5_encoder,
-    "whisper_encoder": _whisper_encoder,
+    "whisper_encoder": whisper_encoder,
 }
 
 
