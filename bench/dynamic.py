@@ -23,7 +23,11 @@ size of the sweep, so that every size swept is new to the executor; its seconds 
 printed apart. Both calls are taken in the same conditions: each right after a call of
 onnxruntime at that size and a pause in which its spinning workers stop (right after
 its block they would take a core from tdsl's call); the first call is one sample, the
-warm call the median of 3. Where the first call cost more than FIRST_NOTE_MS beyond the
+warm call the median of 3. Where dynamic/static lies outside [1/STATIC_NOTE, STATIC_NOTE],
+a line under the row says, per side, what share of its parallel tasks the pool's workers
+ran in its timed blocks and how long tdsl's threads waited for a core (PoolShare): a side
+whose worker had no core runs at one core's speed (a mobilenetv2_blocks row read 1.84x so,
+each kernel as fast in both builds). Where the first call cost more than FIRST_NOTE_MS beyond the
 warm one, a line under the row tells tdsl's work from the machine's, each part beyond the
 warm calls' median: where the calling thread's time went (on a core, user and system;
 runnable but waiting for a core; blocked: on a lock such as another thread's GIL, on
@@ -62,6 +66,7 @@ import tdsl.graph as G
 from tdsl import arith
 from tdsl.codegen.llvm import jit
 from tdsl.graph import executor, models, zoo
+from tdsl.runtime import threadpool
 from common import frozen_heap
 from graph import _ort_session
 from latency import _threads, _waited_seconds, blocks
@@ -72,6 +77,9 @@ SEQUENCES = ((1, 1), (1, 16), (1, 128), (1, 512), (4, 64), (8, 128))
 SIGNALS = ((1, 4000), (1, 16000), (1, 48000), (4, 16000))
 # a first call more than this beyond the warm one is taken apart under its row
 FIRST_NOTE_MS = 10.0
+# a row whose dynamic/static latency lies outside [1/this, this] (issue 41's bound) says
+# under it how each side's blocks shared the pool's work and waited for a core
+STATIC_NOTE = 1.05
 
 # name -> (model maker with symbolic dims, sizes to sweep: full input shapes)
 HELPER = {
@@ -199,6 +207,52 @@ class _Cost:
         self.collections = spans
 
 
+class PoolShare:
+    """`watch` for latency.blocks: per side, the parallel tasks its timed blocks handed to
+    tdsl's pool and how many of them the pool's workers ran (the calling thread runs the
+    rest), and the seconds `threads` (schedstat paths) spent runnable but waiting for a
+    core. Two cores' worth of speed needs the worker's share of an even split; a worker
+    that had no core for a whole block leaves every task to the caller, and the block
+    runs at one core's speed, whichever executor it times."""
+
+    def __init__(self, sides, threads=()):
+        self.threads = threads
+        self.tasks, self.worker_tasks = [0] * sides, [0] * sides
+        self.waited, self.blocks = [0.0] * sides, [0] * sides
+
+    @contextlib.contextmanager
+    def __call__(self, i):
+        s0, w0 = threadpool.stats(), _waited_seconds(self.threads)
+        yield
+        s1, w1 = threadpool.stats(), _waited_seconds(self.threads)
+        self.tasks[i] += s1.get("tasks", 0) - s0.get("tasks", 0)
+        self.worker_tasks[i] += s1.get("worker_tasks", 0) - s0.get("worker_tasks", 0)
+        self.waited[i] += w1 - w0
+        self.blocks[i] += 1
+
+    def share(self, i):
+        """The workers' share of side `i`'s tasks, or None where it launched none."""
+        return self.worker_tasks[i] / self.tasks[i] if self.tasks[i] else None
+
+
+def _static_note(ratio, pool, number, workers) -> str:
+    """The line under a row whose dynamic/static `ratio` lies outside STATIC_NOTE's band:
+    the pool's share of each side's tasks (sides 0 dynamic, 1 static of `pool`, a
+    PoolShare) against an even split over `workers` workers and the caller, and tdsl's
+    wait for a core per call."""
+    if 1 / STATIC_NOTE <= ratio <= STATIC_NOTE:
+        return ""
+
+    def side(i):
+        sh = pool.share(i)
+        calls = max(pool.blocks[i] * number, 1)
+        return (f"{'no parallel tasks' if sh is None else f'workers ran {sh * 100:.0f}% of its tasks'}, "
+                f"tdsl's threads waited for a core {pool.waited[i] / calls * 1e3:.3f} ms a call")
+    even = workers / (workers + 1) * 100
+    return (f"{'':20s} dynamic/static {ratio:.2f}: dynamic's blocks: {side(0)}; static's: {side(1)} "
+            f"(an even split: {even:.0f}%)")
+
+
 def _first_note(first, warm) -> str:
     """The line under a row whose first call (a _Cost) cost more than FIRST_NOTE_MS
     beyond the warm calls (_Costs), each part beyond the warm calls' median: where the
@@ -308,8 +362,10 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         del got
         st, *cost = cold_build(model, _static_dims(model, shape), target)
         static_builds.append(cost)
+        pool = PoolShare(3, tdsl_threads)
         t_dyn, t_st, t_ort = blocks([_holding(lambda: dyn.run(x)), _holding(lambda: st.run(x)),
-                                     _holding(lambda: sess.run(None, {iname: x}))], number, repeat)
+                                     _holding(lambda: sess.run(None, {iname: x}))], number, repeat,
+                                    watch=pool)
         warm = []
         for _ in range(3):      # as the first call was taken: after onnxruntime and a pause
             sess.run(None, {iname: x})
@@ -320,9 +376,10 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{extra * 1e3:8.1f} {collected * 1e3:6.1f} {err:9.1e}", flush=True)
-        note = _first_note(first_cost, warm)
-        if note:
-            print(note, flush=True)
+        for note in (_static_note(t_dyn / t_st, pool, number, threadpool.stats().get("workers", 0)),
+                     _first_note(first_cost, warm)):
+            if note:
+                print(note, flush=True)
     ratio = _build_line(name, build_dyn, static_builds)
     print(f"{name:20s} reserved {', '.join(f'{k}={v}' for k, v in reserved.items())} "
           f"in {reserve_s:.2f} s\n", flush=True)

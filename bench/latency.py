@@ -11,17 +11,20 @@ process takes one of two cores, whichever runtime runs it).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 import numpy as np
 
 
-def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3):
+def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3, watch=None):
     """Best-of-`repeat` mean seconds per call of each callable in `fns`, timed in blocks
     taken in turn. A block is: a pause of `pause_s` (another runtime's spinning threads
     would take a core: tdsl's ResNet-18 latency measured up to 2x right after an
-    onnxruntime run), `warmup_s` of untimed calls, then `number` timed calls."""
+    onnxruntime run), `warmup_s` of untimed calls, then `number` timed calls. `watch(i)`,
+    if given, is a context manager entered around each timed block of `fns[i]`, its reads
+    outside the block's clock: what the machine did meanwhile (bench/dynamic.PoolShare)."""
     for f in fns:
         f()
     best = [float("inf")] * len(fns)
@@ -31,10 +34,12 @@ def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3):
             t_end = time.perf_counter() + warmup_s
             while time.perf_counter() < t_end:
                 f()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                f()
-            best[i] = min(best[i], (time.perf_counter() - t0) / number)
+            with watch(i) if watch is not None else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    f()
+                t = (time.perf_counter() - t0) / number
+            best[i] = min(best[i], t)
     return best
 
 

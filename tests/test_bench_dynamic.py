@@ -107,3 +107,38 @@ def test_cost_counts_the_collections_in_the_call():
     import gc
     cost = dynamic._Cost(lambda: gc.collect(1))
     assert [g for g, _ in cost.collections] == [1] and cost.collections[0][1] >= 0
+
+
+def test_static_note_is_empty_within_the_band():
+    pool = dynamic.PoolShare(3)
+    assert dynamic._static_note(1.04, pool, 5, 1) == ""
+    assert dynamic._static_note(0.96, pool, 5, 1) == ""
+
+
+def test_static_note_tells_each_sides_share_of_the_pools_work():
+    pool = dynamic.PoolShare(3)
+    pool.tasks, pool.worker_tasks = [1000, 1000, 0], [20, 490, 0]
+    pool.waited, pool.blocks = [0.030, 0.0, 0.0], [3, 3, 3]
+    note = dynamic._static_note(1.84, pool, 5, 1)
+    assert "dynamic/static 1.84" in note
+    assert "dynamic's blocks: workers ran 2% of its tasks" in note
+    assert "static's: workers ran 49% of its tasks" in note
+    assert "waited for a core 2.000 ms a call" in note        # 30 ms over 3 blocks of 5 calls
+    assert "an even split: 50%" in note
+
+
+def test_pool_share_counts_the_tasks_of_a_parallel_kernel():
+    import tdsl.graph as G
+    from latency import blocks
+    from tdsl.graph import models
+    from tdsl.runtime import threadpool
+    if not threadpool.stats():
+        pytest.skip("the parallel pool did not load here")
+    exe = G.build(G.optimize(G.from_onnx(models.mobilenetv2_blocks(2, 56))))
+    x = np.random.default_rng(0).standard_normal((2, 3, 56, 56)).astype(np.float32)
+    pool = dynamic.PoolShare(2, _threads())
+    blocks([lambda: exe.run(x), lambda: None], number=3, repeat=2, warmup_s=0.0, pause_s=0.0,
+           watch=pool)
+    assert pool.blocks == [2, 2]
+    assert pool.tasks[0] > 0 and pool.tasks[1] == 0 and pool.share(1) is None
+    assert 0.0 <= pool.share(0) <= 1.0 and pool.waited[0] >= 0.0

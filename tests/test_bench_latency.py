@@ -53,3 +53,24 @@ def test_a_wait_booked_within_a_call_counts_as_before():
     reads = [(0.0, 0.0, [0.0]), (1.0 * ms, 1.0 * ms, [0.4 * ms]), (1.0 * ms, 1.0 * ms, [0.4 * ms]),
              (2.0 * ms, 2.0 * ms, [0.4 * ms])]
     assert latency.core_waits(reads, [(0, 1), (2, 3)]) == pytest.approx([0.4 * ms, 0.0])
+
+
+def test_blocks_watches_each_timed_block_of_each_side():
+    seen, calls = [], []
+
+    class Watch:
+        def __init__(self, i):
+            self.i = i
+
+        def __enter__(self):
+            seen.append(("in", self.i, len(calls)))
+
+        def __exit__(self, *exc):
+            seen.append(("out", self.i, len(calls)))
+
+    best = latency.blocks([lambda: calls.append(0), lambda: calls.append(1)], number=3, repeat=2,
+                          warmup_s=0.0, pause_s=0.0, watch=Watch)
+    assert len(best) == 2
+    assert [(k, i) for k, i, _ in seen] == [("in", 0), ("out", 0), ("in", 1), ("out", 1)] * 2
+    # each watch spans exactly its block's timed calls
+    assert all(b[2] - a[2] == 3 for a, b in zip(seen[::2], seen[1::2]))
