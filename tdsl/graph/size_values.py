@@ -63,8 +63,9 @@ class SizeValue:
         sizes = dict(zip(self.size_args, args[n + 1:]))
         ws = self.workspaces.take()
         try:
-            value = group_value(self.fn, list(args[:n]), sizes, ws, self.slots)
-            np.copyto(args[n], value, casting="unsafe")
+            value = group_value(self.fn, list(args[:n]), sizes, ws, self.slots, into=args[n])
+            if not np.may_share_memory(value, args[n]):
+                np.copyto(args[n], value, casting="unsafe")
         except GraphError:
             raise
         except Exception as e:      # numpy's: an index the sizes put out of range
@@ -75,22 +76,41 @@ class SizeValue:
             self.workspaces.give(ws)
 
 
-def group_value(fn: Function, args: List[np.ndarray], sizes, ws: Workspace = None, slots=None) -> np.ndarray:
+def group_value(fn: Function, args: List[np.ndarray], sizes, ws: Workspace = None, slots=None,
+                into: np.ndarray = None) -> np.ndarray:
     """The value of fused group `fn` on arrays `args` at `sizes` ({size variable: int});
     possibly a broadcast view (read-only). With workspace `ws` and `slots` (size_scratch's
-    slot_plan of `fn`), the value may be a view of `ws`, valid until its next use."""
+    slot_plan of `fn`), the value may be a view of `ws`, valid until its next use; with
+    `into` (the buffer the value goes to, C-contiguous), the last operator writes there
+    where its value has that many elements of that dtype (saving a copy)."""
     if ws is None:
         ws, slots = Workspace(), slot_plan(fn, {n for n in fn.nodes() if n.op in _INTO})
     values = dict(zip(fn.params, args))
+    last = fn.outputs[0]
+
+    def array(n):
+        def get(shape, dtype):
+            if n is last and into is not None and into.dtype == dtype and into.size == _count(shape):
+                return into.reshape(shape)
+            return ws.array(slots[n], shape, dtype)
+        return get
     for n in fn.nodes():
         arrays = [a.data if isinstance(a, Const) else values[a] for a in n.args]
         attrs = {k: _at(v, sizes) for k, v in n.attrs.items()}
         if n in slots:
-            values[n] = _into(n, attrs, arrays, lambda shape, dtype, n=n: ws.array(slots[n], shape, dtype))
+            with np.errstate(all="ignore"):     # as registry.evaluate: log(0) is -inf
+                values[n] = _into(n, attrs, arrays, array(n))
         else:
             values[n] = _apply(n.op, attrs, arrays)
     out = fn.outputs[0]
     return out.data if isinstance(out, Const) else values[out]
+
+
+def _count(shape) -> int:
+    c = 1
+    for d in shape:
+        c *= int(d)
+    return c
 
 
 def _at(v, sizes):
