@@ -257,9 +257,9 @@ def test_values_of_the_sizes_alone_live_in_the_reserved_arena():
     runstate.size_only and size_values.py) is written into the arena reserve paged in,
     not into fresh pages at each new sequence; a size run again after another size's run
     (which wrote over that arena) computes its mask again, and every result stays right.
-    numpy's temporaries come from malloc: the first mask after reserve's run faults them
-    in (~750 pages at 880: malloc moves arrays of the size it freed last from mmap to
-    its heap), every mask after it reuses them."""
+    Its intermediates live in the workspace reserve's run grew (size_scratch.py), not in
+    numpy's temporaries, which malloc hands back to the kernel (the first mask after
+    reserve faulted ~750 pages in at 880 with them)."""
     m = causal_mask_model()
     exe = G.build(G.optimize(G.from_onnx(m)))
     exe.reserve(batch=2, sequence=900)
@@ -269,8 +269,10 @@ def test_values_of_the_sizes_alone_live_in_the_reserved_arena():
         faults = _minor_faults()
         out = exe.run(x)[0]
         faults = _minor_faults() - faults
-        # a mask's own pages: (s * s) float32 + a bool temporary
-        assert faults < (24 if i else (shape[1] ** 2 * 5) // 4096), (shape, faults)
+        # the first call after reserve may also meet the runtime's one-time lazy set-up
+        # (seen once in five runs of the covering tests); the mask's numpy temporaries
+        # faulted ~750 pages in here before they moved to the workspace
+        assert faults < (64 if i == 0 else 24), (i, shape, faults)
         _close(out, models.onnxruntime_run(m, {"x": x})[0])
         del out
 

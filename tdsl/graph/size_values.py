@@ -15,6 +15,15 @@ over the axes its operands vary along, then viewed broadcast again: the value a
 mask-like group writes over the batch (T5's position bias, batch x heads x sequence x
 sequence, 32 MB at 8x512) is computed once per head and query and written once, into the
 arena: a first call at a new size pays for it, and numpy's loops are single-threaded.
+
+The operators with a plain numpy meaning (arithmetic, comparisons, casts, where, take,
+reshape) write into the slots of a workspace the `SizeValue` keeps (size_scratch.py), not
+into numpy's temporaries: those come fresh from the kernel after malloc gave them back,
+which made T5's first call at 512 tokens fault ~2000 pages in. Every operand of an
+operator has its dtype (the graph's types agree), so `out=` computes what the operator's
+numpy meaning (registry.evaluate) computes; the other operators fall back to it. The
+memory stays held with the step (T5 reserved at 8 x 512: 16 MiB over its five groups,
+GPT-2: 2 MiB), which a first call at a new size then finds paged in.
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from ..errors import GraphError
 from .ir import Const, Function
 from .ir.dims import evaluate as evaluate_dim
 from .ir.registry import evaluate, get_op
+from .size_scratch import WorkspacePool, Workspace, slot_plan
 
 
 class SizeValue:
@@ -44,6 +54,8 @@ class SizeValue:
         self.key = None
         self.scheduled_by = "numpy"
         self.variants: list = []
+        self.slots = slot_plan(fn, {n for n in fn.nodes() if n.op in _INTO})
+        self.workspaces = WorkspacePool()
 
     def at(self, sizes) -> "SizeValue":
         return self
@@ -51,27 +63,56 @@ class SizeValue:
     def module(self, *args):
         n = len(self.fn.params)
         sizes = dict(zip(self.size_args, args[n + 1:]))
+        ws = self.workspaces.take()
         try:
-            value = group_value(self.fn, list(args[:n]), sizes)
+            value = group_value(self.fn, list(args[:n]), sizes, ws, self.slots, into=args[n])
+            if not np.may_share_memory(value, args[n]):
+                np.copyto(args[n], value, casting="unsafe")
         except GraphError:
             raise
         except Exception as e:      # numpy's: an index the sizes put out of range
             raise GraphError(f"@{self.name}: the values of the sizes alone at "
                              f"{', '.join(f'{a}={v}' for a, v in sizes.items())} could not be "
                              f"computed: {type(e).__name__}: {e}") from None
-        np.copyto(args[n], value, casting="unsafe")
+        finally:
+            self.workspaces.give(ws)
 
 
-def group_value(fn: Function, args: List[np.ndarray], sizes) -> np.ndarray:
+def group_value(fn: Function, args: List[np.ndarray], sizes, ws: Workspace = None, slots=None,
+                into: np.ndarray = None) -> np.ndarray:
     """The value of fused group `fn` on arrays `args` at `sizes` ({size variable: int});
-    possibly a broadcast view (read-only)."""
+    possibly a broadcast view (read-only). With workspace `ws` and `slots` (size_scratch's
+    slot_plan of `fn`), the value may be a view of `ws`, valid until its next use; with
+    `into` (the buffer the value goes to, C-contiguous), the last operator writes there
+    where its value has that many elements of that dtype (saving a copy)."""
+    if ws is None:
+        ws, slots = Workspace(), slot_plan(fn, {n for n in fn.nodes() if n.op in _INTO})
     values = dict(zip(fn.params, args))
+    last = fn.outputs[0]
+
+    def array(n):
+        def get(shape, dtype):
+            if n is last and into is not None and into.dtype == dtype and into.size == _count(shape):
+                return into.reshape(shape)
+            return ws.array(slots[n], shape, dtype)
+        return get
     for n in fn.nodes():
         arrays = [a.data if isinstance(a, Const) else values[a] for a in n.args]
         attrs = {k: _at(v, sizes) for k, v in n.attrs.items()}
-        values[n] = _apply(n.op, attrs, arrays)
+        if n in slots:
+            with np.errstate(all="ignore"):     # as registry.evaluate: log(0) is -inf
+                values[n] = _into(n, attrs, arrays, array(n))
+        else:
+            values[n] = _apply(n.op, attrs, arrays)
     out = fn.outputs[0]
     return out.data if isinstance(out, Const) else values[out]
+
+
+def _count(shape) -> int:
+    c = 1
+    for d in shape:
+        c *= int(d)
+    return c
 
 
 def _at(v, sizes):
@@ -101,3 +142,80 @@ def _compact(a):
         return a
     index = tuple(slice(0, 1) if s == 0 and d > 1 else slice(None) for s, d in zip(a.strides, a.shape))
     return a[index]
+
+
+def _unary(f):
+    return lambda arrays, attrs, out: f(arrays[0], out=out)
+
+
+def _binary(f):
+    return lambda arrays, attrs, out: f(arrays[0], arrays[1], out=out)
+
+
+def _where(arrays, attrs, out):
+    c, a, b = arrays
+    np.copyto(out, b)
+    np.copyto(out, a, where=c)
+
+
+def _cast(arrays, attrs, out):
+    np.copyto(out, arrays[0], casting="unsafe")
+
+
+def _divide(arrays, attrs, out):
+    if out.dtype.kind != "f":       # integers: truncated, through float64 (ops_math)
+        np.copyto(out, evaluate("divide", attrs, arrays))
+    else:
+        np.divide(arrays[0], arrays[1], out=out)
+
+
+# {operator: f(operands, attributes, out)}: the elementwise operators whose numpy meaning
+# (ops_math.py) is one ufunc on operands of the output's dtype
+_ELEMWISE = {
+    **{op: _unary(f) for op, f in (("log", np.log), ("exp", np.exp), ("sqrt", np.sqrt), ("abs", np.abs),
+                                   ("negative", np.negative), ("floor", np.floor), ("ceil", np.ceil),
+                                   ("round", np.rint), ("tanh", np.tanh), ("logical_not", np.logical_not),
+                                   ("isnan", np.isnan))},
+    **{op: _binary(f) for op, f in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply),
+                                    ("maximum", np.maximum), ("minimum", np.minimum), ("equal", np.equal),
+                                    ("not_equal", np.not_equal), ("less", np.less), ("greater", np.greater),
+                                    ("less_equal", np.less_equal), ("greater_equal", np.greater_equal),
+                                    ("logical_and", np.logical_and), ("logical_or", np.logical_or))},
+    "divide": _divide, "where": _where, "cast": _cast,
+}
+_INTO = frozenset(_ELEMWISE) | {"take", "reshape"}
+
+
+def _into(n, attrs, arrays, array):
+    """The value of node `n` (an operator of _INTO) written into `array(shape, dtype)`:
+    an elementwise one over the axes its operands vary along (see _apply)."""
+    if n.op == "reshape":
+        x = arrays[0]
+        if not x.flags.c_contiguous:
+            x = _copied(x, array)
+        return x.reshape(attrs["newshape"])
+    if n.op == "take":
+        return _take(arrays[0], arrays[1], attrs["axis"], array)
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    compact = [_compact(a) for a in arrays]
+    out = array(np.broadcast_shapes(*(c.shape for c in compact)), n.type.dtype)
+    _ELEMWISE[n.op](compact, attrs, out)
+    return out if out.shape == shape else np.broadcast_to(out, shape)
+
+
+def _copied(x, array):
+    out = array(x.shape, x.dtype)
+    np.copyto(out, x)
+    return out
+
+
+def _take(x, idx, axis, array):
+    """ops_tensor's take (a negative index counts from the end) without its temporaries:
+    checked against the axis, then numpy's wrap-around is the same."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+        raise IndexError(f"an index in [{int(idx.min())}, {int(idx.max())}] is out of range for an axis of {n}")
+    out = array(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+    np.take(x, idx, axis=axis, out=out, mode="wrap")
+    return out
