@@ -25,7 +25,8 @@ original loop runs when the first and last lane of every access the checked copy
 otherwise, so a correct vector loop stays a vector loop. The condition holds
 each distinct lane's term once and none that the loop ranges prove inside a buffer of
 constant extent; a value read from memory that it needs (a gather's row) is read once, in
-a LetStmt before it, where the read itself is proven inside.
+a LetStmt before it, where the read itself is proven inside (against a run-time extent,
+where no proof is tried: where every iteration makes that read, unchecked, anyway).
 """
 from __future__ import annotations
 

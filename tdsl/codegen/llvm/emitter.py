@@ -1,7 +1,9 @@
 """Statements and loops of the loop IR as LLVM IR: the function emitter.
 
 - Serial loops are plain LLVM loops (a tail that loop partitioning peeled off a loop of
-  run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it);
+  run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it,
+  a loop whose bounds read a run-time size metadata keeping LLVM from unrolling it by a
+  run-time count);
   unrolled loops repeat the body with the loop variable
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
