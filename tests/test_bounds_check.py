@@ -441,3 +441,57 @@ def test_vector_gather_condition_holds_only_what_the_checked_copy_checks():
             loads = []
             walk(t, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
             assert loads or free_vars(t) & set(lets), t
+
+
+def test_vector_gather_reads_the_row_once_at_a_run_time_token_count():
+    """Against a run-time extent no proof puts I[t] inside I, but every vector reads it
+    whatever the data, and a build does not check a load-free index: the row is read
+    once, in a LetStmt before the condition, as at a fixed count."""
+    from tdsl.ir.visitor import free_vars, walk
+    from tdsl.lower import build_passes, lower_for_target
+    s, args = embedding()
+    func = build_passes(lower_for_target(tdsl.lower(s, args), "llvm"))
+    conds, lets = _vector_guards(func)
+    assert conds
+    for c in conds:
+        loads = []
+        walk(c, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+        assert not any(ld.buffer.name == "I" for ld in loads), c
+        assert len([v for v in lets if v in free_vars(c)]) == 1, c
+
+
+def guarded_embedding(vocab=50, width=64):
+    """out[t, x] = Emb[I[t], x] for t < K, 0 past it: I holds K rows, fewer than the T of
+    out, so I[t] may be read only under t < K."""
+    T, K = tdsl.size_var("T"), tdsl.size_var("K")
+    I = tdsl.placeholder((K,), name="I", dtype="int64")
+    Emb = tdsl.placeholder((vocab, width), name="Emb")
+    out = tdsl.compute((T, width), lambda t, x: tdsl.if_then_else(
+        t < K, Emb[I[t], x], tdsl.const(0.0, "float32")), name="out")
+    s = tdsl.create_schedule(out)
+    s[out].vectorize(s[out].split(out.op.axis[1], factor=8)[1])
+    return s, [I, Emb, out]
+
+
+def test_vector_gather_row_under_a_condition_is_not_read_before_it():
+    """A row the loop reads only under a condition (t < K) stays where it is read: read
+    before the loop it would be read past the end of I. The result matches numpy."""
+    from tdsl.ir.visitor import walk
+    from tdsl.lower import build_passes, lower_for_target
+    s, args = guarded_embedding()
+    func = build_passes(lower_for_target(tdsl.lower(s, args), "llvm"))
+    _, lets = _vector_guards(func)
+    for value in lets.values():
+        loads = []
+        walk(value, lambda n: loads.append(n) if isinstance(n, E.BufferLoad) else None)
+        assert not any(ld.buffer.name == "I" for ld in loads), value
+    mod = tdsl.build(s, args, target="llvm")
+    rng = np.random.default_rng(2)
+    emb = rng.standard_normal((50, 64)).astype("float32")
+    for T, K in ((7, 3), (1, 1), (40, 17)):
+        idx = rng.integers(0, 50, K).astype("int64")
+        out = np.full((T, 64), -7, "float32")
+        mod(idx, emb, out)
+        want = np.zeros((T, 64), "float32")
+        want[:K] = emb[idx]
+        np.testing.assert_array_equal(out, want)

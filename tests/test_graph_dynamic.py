@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import tdsl
 import tdsl.graph as G
@@ -392,3 +392,27 @@ def test_size_class_with_the_kernels_schedule_shares_its_code():
         v = rng.standard_normal(shape + (256,)).astype(np.float32)
         want = v.reshape(shape + (4, 64)).transpose(0, 2, 3, 1) * np.float32(0.125)
         _close(exe.run(v)[0], want)
+
+
+def test_word_embeddings_gather_matches_onnxruntime_and_checks_its_ids():
+    """BERT's word-embedding gather plus a bias and position rows, 256 wide (the vector
+    loops that read each token's row once), at 1, 7 and 40 tokens; an id past the
+    vocabulary is a BoundsError, not a read of other memory."""
+    rng = np.random.default_rng(5)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])
+    pos = helper.make_tensor_value_info("pos", TensorProto.FLOAT, [1, "sequence", 256])
+    nodes = [helper.make_node("Gather", ["words", "ids"], ["we"], axis=0),
+             helper.make_node("Add", ["we", "bias"], ["wb"]),
+             helper.make_node("Add", ["wb", "pos"], ["y"])]
+    g = helper.make_graph(nodes, "emb", [ids, pos], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+                                       for n, s in (("words", (97, 256)), ("bias", (1, 1, 256)))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = G.build(G.optimize(G.from_onnx(m)))
+    for b, s in [(1, 1), (1, 7), (2, 40)]:
+        x = rng.integers(-97, 97, (b, s)).astype(np.int64)
+        p = rng.standard_normal((1, s, 256)).astype(np.float32)
+        _close(exe.run(x, p)[0], models.onnxruntime_run(m, {"ids": x, "pos": p})[0])
+    x[1, 3] = 97
+    with pytest.raises(tdsl.BoundsError, match="index 24832"):
+        exe.run(x, p)

@@ -25,7 +25,8 @@ original loop runs when the first and last lane of every access the checked copy
 otherwise, so a correct vector loop stays a vector loop. The condition holds
 each distinct lane's term once and none that the loop ranges prove inside a buffer of
 constant extent; a value read from memory that it needs (a gather's row) is read once, in
-a LetStmt before it, where the read itself is proven inside.
+a LetStmt before it, where the read itself is proven inside (against a run-time extent,
+where no proof is tried: where every iteration makes that read, unchecked, anyway).
 """
 from __future__ import annotations
 
@@ -359,7 +360,9 @@ class _Checker(Mutator):
         if None in inner:
             return None
         last = loop.min + loop.extent - 1
-        hoist = _ReadsOnce(loop.var, self._surely_inside)
+        every_pass = _loads_every_pass(loop) if self.data_only else set()
+        hoist = _ReadsOnce(loop.var, lambda ld: self._surely_inside(ld) or (
+            expr_key(ld) in every_pass and not isinstance(self.known.get(ld.buffer), E.IntImm)))
         conds, lanes = {}, set()
         for a in accesses:
             idx = a.indices[0]
@@ -411,6 +414,56 @@ class _Checker(Mutator):
         is reached (_ReadsOnce may then read it before the condition)."""
         return load.buffer in self.known and load.buffer is not self.record \
             and self._proven_inside(load.buffer, load.indices[0])
+
+
+def _loads_every_pass(loop):
+    """expr_key of each load that `loop` makes in every iteration, whatever the data: not
+    under a condition (a Select's branches, an `and`'s or `or`'s right side, an if, a loop
+    that may run no iteration). Empty when the loop may itself run no iteration. With
+    `data_only` such a load, its index free of loads, is never checked: reading it once
+    before the loop reads what its first iteration reads. That is what lets a gather's
+    row be read once against a run-time extent, where proofs are not tried."""
+    keys = set()
+    if not (isinstance(loop.extent, E.IntImm) and loop.extent.value > 0):
+        return keys
+
+    def expr(e):
+        if isinstance(e, E.BufferLoad):
+            keys.add(expr_key(e))
+            for i in e.indices:
+                expr(i)
+        elif isinstance(e, E.Select):
+            expr(e.cond)
+        elif isinstance(e, (E.And, E.Or)):
+            expr(e.a)
+        elif isinstance(e, E.BinaryOp):
+            expr(e.a)
+            expr(e.b)
+        elif isinstance(e, (E.Cast, E.Not)):
+            expr(e.value if isinstance(e, E.Cast) else e.a)
+
+    def stmt(s):
+        if isinstance(s, S.SeqStmt):
+            for x in s.stmts:
+                stmt(x)
+        elif isinstance(s, S.BufferStore):
+            expr(s.value)
+            for i in s.indices:
+                expr(i)
+        elif isinstance(s, S.LetStmt):
+            expr(s.value)
+            stmt(s.body)
+        elif isinstance(s, S.IfThenElse):
+            expr(s.cond)
+        elif isinstance(s, S.For):
+            expr(s.min)
+            expr(s.extent)
+            if isinstance(s.extent, E.IntImm) and s.extent.value > 0:
+                stmt(s.body)
+        elif isinstance(s, S.Evaluate):
+            expr(s.value)
+    stmt(loop.body)
+    return keys
 
 
 def bounds_check(func: S.PrimFunc, data_only: bool = False) -> S.PrimFunc:

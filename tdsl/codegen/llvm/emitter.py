@@ -1,7 +1,9 @@
 """Statements and loops of the loop IR as LLVM IR: the function emitter.
 
 - Serial loops are plain LLVM loops (a tail that loop partitioning peeled off a loop of
-  run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it);
+  run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it,
+  a loop whose bounds read a run-time size metadata keeping LLVM from unrolling it by a
+  run-time count);
   unrolled loops repeat the body with the loop variable
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
@@ -22,6 +24,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
+from ...ir.visitor import free_vars
 from . import atomics, externs, fold, memory, parallel, transpose
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
@@ -185,11 +188,14 @@ class FunctionEmitter(ExprEmitter):
         lo = self.cast(lo, s.min.dtype, s.var.dtype)
         ext = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         hi = self.int_arith("add", lo, ext, s.var.dtype)
-        self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas)
+        self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas,
+                         over_sizes=bool(self.mb.size_vars & (free_vars(s.extent) | free_vars(s.min))))
 
-    def serial_loop(self, var, lo, hi, body, as_written=False):
+    def serial_loop(self, var, lo, hi, body, as_written=False, over_sizes=False):
         """for var in [lo, hi): body  (lo, hi: LLVM values of var's type); `as_written`:
-        LLVM must neither vectorize nor unroll the loop (a peeled tail)."""
+        LLVM must neither vectorize nor unroll the loop (a peeled tail); `over_sizes`: its
+        bounds read the function's run-time sizes, LLVM must not unroll it by a run-time
+        count."""
         bl = self.builder
         cl, ch = int_const_value(lo), int_const_value(hi)
         if cl is not None and ch is not None:
@@ -216,6 +222,8 @@ class FunctionEmitter(ExprEmitter):
         br = bl.cbranch(cmp("<", nxt, hi), header, exit_)
         if as_written:
             br.set_metadata("llvm.loop", self.mb.loop_kept_as_written())
+        elif over_sizes:
+            br.set_metadata("llvm.loop", self.mb.loop_not_runtime_unrolled())
         phi.add_incoming(nxt, latch)
         bl.position_at_end(exit_)
 

@@ -27,6 +27,9 @@ class ModuleBuilder:
         # integer scalars are run-time sizes (or offsets): index arithmetic in 64 bits
         self.wide_index = any(not isinstance(p, S.Buffer) and p.dtype != "bool"
                               and not dt.is_float(p.dtype) for p in func.params)
+        # the run-time sizes among the parameters: loops over them get loop metadata
+        self.size_vars = frozenset(p for p in func.params if not isinstance(p, S.Buffer)
+                                   and dt.is_int(p.dtype))
         self._threads = None
         from ...runtime import threadpool
         self.use_pool = threadpool.load_into_jit()
@@ -76,6 +79,18 @@ class ModuleBuilder:
         # a loop ID refers to itself; the placeholder operand keeps each ID its own node
         loop_id = m.add_metadata([ir.MetaDataString(m, self.fresh("loop"))])
         loop_id.operands = (loop_id, *self._loop_props)
+        return loop_id
+
+    def loop_not_runtime_unrolled(self):
+        """A fresh `!llvm.loop` ID telling LLVM not to unroll the loop by a run-time
+        count: a loop over a run-time size (a chunk of a sequence) already runs tdsl's
+        vectors and unrolled tiles, and LLVM's remainder loops for it only lengthen the
+        build (BERT's dynamic kernels: a quarter of their LLVM time)."""
+        m = self.module
+        if not hasattr(self, "_runtime_prop"):
+            self._runtime_prop = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.runtime.disable")])
+        loop_id = m.add_metadata([ir.MetaDataString(m, self.fresh("loop"))])
+        loop_id.operands = (loop_id, self._runtime_prop)
         return loop_id
 
     @property
