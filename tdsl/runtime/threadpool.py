@@ -62,6 +62,11 @@ def _load() -> bool:
         dlopen_bytes(lib, "the parallel-loop worker pool", llvm.load_library_permanently)
     except TdslError:
         return False
+    _state["jit"] = True
+    # looked up now, with the library: a run's first hold must not reach into llvmlite
+    # (a first call at a new size runs no compiler code, tests/test_graph_first_call.py)
+    for symbol in ("tdsl_parallel_hold", "tdsl_parallel_release"):
+        _c_function(symbol)
     return True
 
 
