@@ -33,21 +33,8 @@ FIELDS = {
 }
 
 
-def _lookup(symbol, restype, argtypes):
-    if not threadpool.load_into_jit():
-        return None
-    import llvmlite.binding as llvm
-    addr = llvm.address_of_symbol(symbol)
-    return ctypes.CFUNCTYPE(restype, *argtypes)(addr) if addr else None
-
-
-_state = {}
-
-
 def _c(symbol, restype, *argtypes):
-    if symbol not in _state:
-        _state[symbol] = _lookup(symbol, restype, argtypes)
-    return _state[symbol]
+    return threadpool.library_function(symbol, *argtypes, restype=restype)
 
 
 def set_enabled(on: bool) -> bool:

@@ -66,7 +66,7 @@ def _load() -> bool:
     # looked up now, with the library: a run's first hold must not reach into llvmlite
     # (a first call at a new size runs no compiler code, tests/test_graph_first_call.py)
     for symbol in ("tdsl_parallel_hold", "tdsl_parallel_release"):
-        _c_function(symbol)
+        library_function(symbol)
     return True
 
 
@@ -91,7 +91,7 @@ def worker_ids() -> list:
     per-thread CPU time or run delay (/proc/self/task/ID) needs to tell the pool's work
     from other threads'. Empty where the pool is not loaded or not on Linux."""
     import ctypes
-    fn = _c_function("tdsl_parallel_worker_ids", ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+    fn = library_function("tdsl_parallel_worker_ids", ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
                      restype=ctypes.c_int64)
     if fn is None:
         return []
@@ -105,19 +105,19 @@ def hold():
     and for a millisecond after the last one: for a caller that runs many parallel loops
     with work of its own between them. Holds from several threads count; the first wakes
     sleeping workers. Does nothing where the pool is not loaded."""
-    (_c_function("tdsl_parallel_hold") or _nothing)()
+    (library_function("tdsl_parallel_hold") or _nothing)()
 
 
 def release():
     """Ends a `hold` (every hold is released once, in a finally)."""
-    (_c_function("tdsl_parallel_release") or _nothing)()
+    (library_function("tdsl_parallel_release") or _nothing)()
 
 
 def task_ns() -> int:
     """How long the pool aims a task of a long parallel loop at (ns); 0 where loops are
     split only across the threads or the pool is not loaded."""
     import ctypes
-    fn = _c_function("tdsl_parallel_task_ns", restype=ctypes.c_int64)
+    fn = library_function("tdsl_parallel_task_ns", restype=ctypes.c_int64)
     return fn() if fn is not None else 0
 
 
@@ -130,7 +130,7 @@ def set_task_ns(ns: int) -> int:
         raise ArgumentError(f"threadpool.set_task_ns: ns must be an int >= 0, not {ns!r}")
     old = task_ns()
     import ctypes
-    fn = _c_function("tdsl_parallel_set_task_ns", ctypes.c_int64)
+    fn = library_function("tdsl_parallel_set_task_ns", ctypes.c_int64)
     if fn is not None:
         fn(ns)
     return old
@@ -140,7 +140,7 @@ def steal_late_only() -> bool:
     """Whether a thread takes from a started run only when its owner is late (see
     `set_steal_late_only`); True where the pool is not loaded."""
     import ctypes
-    fn = _c_function("tdsl_parallel_steal_late", restype=ctypes.c_int64)
+    fn = library_function("tdsl_parallel_steal_late", restype=ctypes.c_int64)
     return bool(fn()) if fn is not None else True
 
 
@@ -150,7 +150,7 @@ def set_steal_late_only(on: bool) -> bool:
     than as soon as it can; returns the setting it had (on by default). Where tasks are
     one per thread (`task_ns` 0) it changes nothing: a run is one task, claimed whole."""
     import ctypes
-    fn = _c_function("tdsl_parallel_set_steal_late", ctypes.c_int64, restype=ctypes.c_int64)
+    fn = library_function("tdsl_parallel_set_steal_late", ctypes.c_int64, restype=ctypes.c_int64)
     return bool(fn(1 if on else 0)) if fn is not None else bool(on)
 
 
@@ -179,7 +179,7 @@ def scratch_stats() -> dict:
 
 def _counters(symbol, names) -> dict:
     import ctypes
-    fn = _c_function(symbol, ctypes.POINTER(ctypes.c_int64))
+    fn = library_function(symbol, ctypes.POINTER(ctypes.c_int64))
     if fn is None:
         return {}
     out = (ctypes.c_int64 * len(names))()
@@ -187,9 +187,10 @@ def _counters(symbol, names) -> dict:
     return dict(zip(names, out))
 
 
-def _c_function(symbol, *argtypes, restype=None):
+def library_function(symbol, *argtypes, restype=None):
     """The pool library's function `symbol` (returning `restype`) as a ctypes function of
-    `argtypes`, looked up once; None where the library is not loaded."""
+    `argtypes`, looked up once; None where the library is not loaded (the trace ring's
+    reader, runtrace.py, finds its functions here too: trace.c is in the same library)."""
     fn = _state.get(symbol, False)
     if fn is False:
         import ctypes
