@@ -21,6 +21,7 @@ exits, so no orphan keeps a core busy.
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -125,7 +126,16 @@ class Sandbox:
         if self.start == "fork":
             from .measure import warm_up
             warm_up()                    # children start with LLVM and the caches ready
-            pid = os.fork()
+            # The child's collections would touch every object of the parent's heap, a
+            # copy-on-write fault per page: 1.2 s for 5M objects, past a trial's time limit
+            # in a test process that has loaded networks. Frozen, the child never scans them.
+            pid, frozen_before = -1, gc.get_freeze_count()
+            gc.freeze()
+            try:
+                pid = os.fork()
+            finally:
+                if pid != 0 and not frozen_before:     # a caller's own freeze stays theirs
+                    gc.unfreeze()
             if pid == 0:                 # the child: serve, never return into the caller
                 try:
                     for fd in list(_PARENT_FDS) + [w_job, r_res]:
