@@ -9,7 +9,7 @@ import pytest
 import tdsl.graph as G
 from tdsl.graph.ir import Call, Const, Function, TensorType, Var
 from tdsl.graph.ir.dims import size_var
-from tdsl.graph.ir.registry import evaluate
+from tdsl.graph.ir.registry import OPS, evaluate
 from tdsl.graph.size_scratch import Workspace, slot_plan
 from tdsl.graph.size_values import SizeValue, group_value
 
@@ -30,6 +30,13 @@ NUMERIC = ["abs", "negative", "add", "subtract", "multiply", "divide", "maximum"
 LOGICAL = ["logical_not", "logical_and", "logical_or"]
 CASES = ([(op, "float32") for op in FLOAT_ONLY + NUMERIC] + [(op, d) for op in NUMERIC for d in ("int64", "int32")]
          + [(op, "bool") for op in LOGICAL])
+
+
+def test_every_operator_written_in_place_is_checked_here():
+    """An operator given an `into` in the registry is one more way a value is computed:
+    it joins the cases above (or the cast/where test below)."""
+    assert {n for n, d in OPS.items() if d.into is not None} == set(
+        FLOAT_ONLY + NUMERIC + LOGICAL + ["cast", "where"])
 
 
 @pytest.mark.parametrize("op,dtype", CASES)

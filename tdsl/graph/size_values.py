@@ -20,8 +20,9 @@ The operators with a plain numpy meaning (arithmetic, comparisons, casts, where,
 reshape) write into the slots of a workspace the `SizeValue` keeps (size_scratch.py), not
 into numpy's temporaries: those come fresh from the kernel after malloc gave them back,
 which made T5's first call at 512 tokens fault ~2000 pages in. Every operand of an
-operator has its dtype (the graph's types agree), so `out=` computes what the operator's
-numpy meaning (registry.evaluate) computes; the other operators fall back to it. The
+operator has its dtype (the graph's types agree), so an operator's `into` (the registry)
+computes what its numpy meaning (registry.evaluate) computes; the other operators fall
+back to it. The
 memory stays held with the step (T5 reserved at 8 x 512: 16 MiB over its five groups,
 GPT-2: 2 MiB), which a first call at a new size then finds paged in.
 """
@@ -54,7 +55,7 @@ class SizeValue:
         self.key = None
         self.scheduled_by = "numpy"
         self.variants: list = []
-        self.slots = slot_plan(fn, {n for n in fn.nodes() if n.op in _INTO})
+        self.slots = slot_plan(fn, {n for n in fn.nodes() if _writes_into(n.op)})
         self.workspaces = WorkspacePool()
 
     def at(self, sizes) -> "SizeValue":
@@ -86,7 +87,7 @@ def group_value(fn: Function, args: List[np.ndarray], sizes, ws: Workspace = Non
     `into` (the buffer the value goes to, C-contiguous), the last operator writes there
     where its value has that many elements of that dtype (saving a copy)."""
     if ws is None:
-        ws, slots = Workspace(), slot_plan(fn, {n for n in fn.nodes() if n.op in _INTO})
+        ws, slots = Workspace(), slot_plan(fn, {n for n in fn.nodes() if _writes_into(n.op)})
     values = dict(zip(fn.params, args))
     last = fn.outputs[0]
 
@@ -144,50 +145,14 @@ def _compact(a):
     return a[index]
 
 
-def _unary(f):
-    return lambda arrays, attrs, out: f(arrays[0], out=out)
-
-
-def _binary(f):
-    return lambda arrays, attrs, out: f(arrays[0], arrays[1], out=out)
-
-
-def _where(arrays, attrs, out):
-    c, a, b = arrays
-    np.copyto(out, b)
-    np.copyto(out, a, where=c)
-
-
-def _cast(arrays, attrs, out):
-    np.copyto(out, arrays[0], casting="unsafe")
-
-
-def _divide(arrays, attrs, out):
-    if out.dtype.kind != "f":       # integers: truncated, through float64 (ops_math)
-        np.copyto(out, evaluate("divide", attrs, arrays))
-    else:
-        np.divide(arrays[0], arrays[1], out=out)
-
-
-# {operator: f(operands, attributes, out)}: the elementwise operators whose numpy meaning
-# (ops_math.py) is one ufunc on operands of the output's dtype
-_ELEMWISE = {
-    **{op: _unary(f) for op, f in (("log", np.log), ("exp", np.exp), ("sqrt", np.sqrt), ("abs", np.abs),
-                                   ("negative", np.negative), ("floor", np.floor), ("ceil", np.ceil),
-                                   ("round", np.rint), ("tanh", np.tanh), ("logical_not", np.logical_not),
-                                   ("isnan", np.isnan))},
-    **{op: _binary(f) for op, f in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply),
-                                    ("maximum", np.maximum), ("minimum", np.minimum), ("equal", np.equal),
-                                    ("not_equal", np.not_equal), ("less", np.less), ("greater", np.greater),
-                                    ("less_equal", np.less_equal), ("greater_equal", np.greater_equal),
-                                    ("logical_and", np.logical_and), ("logical_or", np.logical_or))},
-    "divide": _divide, "where": _where, "cast": _cast,
-}
-_INTO = frozenset(_ELEMWISE) | {"take", "reshape"}
+def _writes_into(op) -> bool:
+    """Whether `op`'s value can be written into a slot: an `into` in the registry, or
+    take / reshape (below)."""
+    return op in ("take", "reshape") or get_op(op).into is not None
 
 
 def _into(n, attrs, arrays, array):
-    """The value of node `n` (an operator of _INTO) written into `array(shape, dtype)`:
+    """The value of node `n` (see _writes_into) written into `array(shape, dtype)`:
     an elementwise one over the axes its operands vary along (see _apply)."""
     if n.op == "reshape":
         x = arrays[0]
@@ -199,7 +164,7 @@ def _into(n, attrs, arrays, array):
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     compact = [_compact(a) for a in arrays]
     out = array(np.broadcast_shapes(*(c.shape for c in compact)), n.type.dtype)
-    _ELEMWISE[n.op](compact, attrs, out)
+    get_op(n.op).into(compact, attrs, out)
     return out if out.shape == shape else np.broadcast_to(out, shape)
 
 

@@ -28,31 +28,33 @@ def _erf(x):
     return v.astype(x.dtype)
 
 
+def _ufunc_into(f):
+    """`into` of an operator whose meaning is ufunc `f` on operands of the output's dtype."""
+    return lambda arrays, attrs, out: f(*arrays, out=out)
+
+
+# {operator: (numpy meaning, float inputs only, ufunc computing it into an output or None)}
 UNARY = {
-    "nn.relu": (lambda x, a: np.maximum(x, np.zeros((), x.dtype)), False),
-    "sigmoid": (lambda x, a: (1 / (1 + np.exp(-x))).astype(x.dtype), True),
-    "tanh": (lambda x, a: np.tanh(x), True),
-    "erf": (lambda x, a: _erf(x), True),
-    "exp": (lambda x, a: np.exp(x), True),
-    "log": (lambda x, a: np.log(x), True),
-    "sqrt": (lambda x, a: np.sqrt(x), True),
-    "negative": (lambda x, a: -x, False),
-    "abs": (lambda x, a: np.abs(x), False),
-    "floor": (lambda x, a: np.floor(x), True),
-    "round": (lambda x, a: np.rint(x), True),
-    "ceil": (lambda x, a: np.ceil(x), True),
-    "reciprocal": (lambda x, a: (1 / x).astype(x.dtype), True),
-    "copy": (lambda x, a: x.copy(), False),
-    "nn.leaky_relu": (lambda x, a: np.where(x >= 0, x, x * np.asarray(a["alpha"], x.dtype)).astype(x.dtype), True),
+    "nn.relu": (lambda x, a: np.maximum(x, np.zeros((), x.dtype)), False, None),
+    "sigmoid": (lambda x, a: (1 / (1 + np.exp(-x))).astype(x.dtype), True, None),
+    "erf": (lambda x, a: _erf(x), True, None),
+    **{name: ((lambda f: lambda x, a: f(x))(f), fl, f) for name, f, fl in (
+        ("tanh", np.tanh, True), ("exp", np.exp, True), ("log", np.log, True),
+        ("sqrt", np.sqrt, True), ("negative", np.negative, False), ("abs", np.abs, False),
+        ("floor", np.floor, True), ("round", np.rint, True), ("ceil", np.ceil, True))},
+    "reciprocal": (lambda x, a: (1 / x).astype(x.dtype), True, None),
+    "copy": (lambda x, a: x.copy(), False, None),
+    "nn.leaky_relu": (lambda x, a: np.where(x >= 0, x, x * np.asarray(a["alpha"], x.dtype)).astype(x.dtype), True, None),
     "clip": (lambda x, a: np.minimum(np.maximum(x, np.asarray(a["a_min"]).astype(x.dtype)),
-                                     np.asarray(a["a_max"]).astype(x.dtype)), False),
+                                     np.asarray(a["a_max"]).astype(x.dtype)), False, None),
 }
-for _n, (_f, _fl) in UNARY.items():
+for _n, (_f, _fl, _u) in UNARY.items():
     _defs = {"nn.leaky_relu": {"alpha": 0.01}, "clip": {}}.get(_n, {})
     _req = ("a_min", "a_max") if _n == "clip" else ()
-    register(_n, "elemwise", _unary_infer(_fl), _f, _defs, _req)
+    register(_n, "elemwise", _unary_infer(_fl), _f, _defs, _req, into=_u and _ufunc_into(_u))
 
-register("logical_not", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.logical_not(x))
+register("logical_not", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.logical_not(x),
+         into=_ufunc_into(np.logical_not))
 
 
 def _hard_sigmoid_ref(x, a):
@@ -63,7 +65,8 @@ def _hard_sigmoid_ref(x, a):
 register("nn.hard_sigmoid", "elemwise", _unary_infer(True), _hard_sigmoid_ref, {"alpha": 0.2, "beta": 0.5})
 register("nn.hard_swish", "elemwise", _unary_infer(True),
          lambda x, a: (x.astype(np.float64) * np.clip(x.astype(np.float64) / 6 + 0.5, 0, 1)).astype(x.dtype))
-register("isnan", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.isnan(x))
+register("isnan", "elemwise", _unary_infer(out_dtype="bool"), lambda x, a: np.isnan(x),
+         into=_ufunc_into(np.isnan))
 
 
 def _isinf_ref(x, a):
@@ -78,7 +81,8 @@ def _isinf_ref(x, a):
 register("isinf", "elemwise", _unary_infer(out_dtype="bool"), _isinf_ref,
          {"detect_positive": True, "detect_negative": True})
 register("cast", "elemwise", lambda t, a: (check_nargs(t, 1), TensorType(t[0].shape, a["dtype"]))[1],
-         lambda x, a: x.astype(a["dtype"]), required=("dtype",))
+         lambda x, a: x.astype(a["dtype"]), required=("dtype",),
+         into=lambda arrays, a, out: np.copyto(out, arrays[0], casting="unsafe"))
 
 
 def _binary_infer(out_dtype=None, same_dtype=True):
@@ -118,27 +122,37 @@ def _trunc_mod(a, b):
     return np.fmod(a, b).astype(a.dtype)
 
 
+def _divide_into(arrays, attrs, out):
+    if out.dtype.kind == "f":
+        np.divide(*arrays, out=out)
+    else:                       # integers: truncated, through float64
+        np.copyto(out, _int_div(*arrays))
+
+
+# {operator: (numpy meaning, output dtype (None: the operands'), operands of one dtype,
+#  `into` or None)}
 BINARY = {
-    "add": (lambda a, b, t: (a + b).astype(a.dtype), None, True),
-    "subtract": (lambda a, b, t: (a - b).astype(a.dtype), None, True),
-    "multiply": (lambda a, b, t: (a * b).astype(a.dtype), None, True),
-    "divide": (lambda a, b, t: _int_div(a, b), None, True),
-    "power": (lambda a, b, t: _power(a, b), None, False),
-    "floor_mod": (lambda a, b, t: _floor_mod(a, b), None, True),   # Python's %: the sign of b
-    "trunc_mod": (lambda a, b, t: _trunc_mod(a, b), None, True),   # C's fmod: the sign of a
-    "maximum": (lambda a, b, t: np.maximum(a, b), None, True),
-    "minimum": (lambda a, b, t: np.minimum(a, b), None, True),
-    "equal": (lambda a, b, t: np.equal(a, b), "bool", True),
-    "not_equal": (lambda a, b, t: np.not_equal(a, b), "bool", True),
-    "less": (lambda a, b, t: np.less(a, b), "bool", True),
-    "greater": (lambda a, b, t: np.greater(a, b), "bool", True),
-    "less_equal": (lambda a, b, t: np.less_equal(a, b), "bool", True),
-    "greater_equal": (lambda a, b, t: np.greater_equal(a, b), "bool", True),
-    "logical_and": (lambda a, b, t: np.logical_and(a, b), "bool", True),
-    "logical_or": (lambda a, b, t: np.logical_or(a, b), "bool", True),
+    **{name: ((lambda f: lambda a, b, t: f(a, b).astype(a.dtype))(f), None, True, _ufunc_into(f))
+       for name, f in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply))},
+    "divide": (lambda a, b, t: _int_div(a, b), None, True, _divide_into),
+    "power": (lambda a, b, t: _power(a, b), None, False, None),
+    "floor_mod": (lambda a, b, t: _floor_mod(a, b), None, True, None),   # Python's %: the sign of b
+    "trunc_mod": (lambda a, b, t: _trunc_mod(a, b), None, True, None),   # C's fmod: the sign of a
+    **{name: ((lambda f: lambda a, b, t: f(a, b))(f), dtype, True, _ufunc_into(f)) for name, f, dtype in (
+        ("maximum", np.maximum, None), ("minimum", np.minimum, None), ("equal", np.equal, "bool"),
+        ("not_equal", np.not_equal, "bool"), ("less", np.less, "bool"), ("greater", np.greater, "bool"),
+        ("less_equal", np.less_equal, "bool"), ("greater_equal", np.greater_equal, "bool"),
+        ("logical_and", np.logical_and, "bool"), ("logical_or", np.logical_or, "bool"))},
 }
-for _n, (_f, _od, _same) in BINARY.items():
-    register(_n, "broadcast", _binary_infer(_od, _same), (lambda f: lambda a, b, at: f(a, b, at))(_f))
+for _n, (_f, _od, _same, _into) in BINARY.items():
+    register(_n, "broadcast", _binary_infer(_od, _same), (lambda f: lambda a, b, at: f(a, b, at))(_f),
+             into=_into)
+
+
+def _where_into(arrays, attrs, out):
+    c, a, b = arrays
+    np.copyto(out, b)
+    np.copyto(out, a, where=c)
 
 
 def _where_infer(types, attrs):
@@ -151,7 +165,7 @@ def _where_infer(types, attrs):
     return TensorType(broadcast_shape(c.shape, a.shape, b.shape), a.dtype)
 
 
-register("where", "broadcast", _where_infer, lambda c, a, b, at: np.where(c, a, b))
+register("where", "broadcast", _where_infer, lambda c, a, b, at: np.where(c, a, b), into=_where_into)
 
 
 def _bias_add_infer(types, attrs):

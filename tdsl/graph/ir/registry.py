@@ -20,11 +20,16 @@ FLOATS = ("float16", "float32", "float64")
 
 
 class OpDef:
-    def __init__(self, name, kind, infer, ref, defaults=None, required=()):
+    """`ref(*arrays, attrs)`: the operator's numpy meaning. `into(arrays, attrs, out)`, where
+    an operator has one: the same meaning written into `out` (the output's shape and dtype,
+    operands of the dtypes type inference allows), with no temporary of the output's size."""
+
+    def __init__(self, name, kind, infer, ref, defaults=None, required=(), into=None):
         self.name = name
         self.kind = kind
         self._infer = infer
         self.ref = ref
+        self.into = into
         self.defaults = dict(defaults or {})
         self.required = tuple(required)
 
@@ -49,8 +54,8 @@ class OpDef:
 OPS: Dict[str, OpDef] = {}
 
 
-def register(name, kind, infer, ref, defaults=None, required=()):
-    OPS[name] = OpDef(name, kind, infer, ref, defaults, required)
+def register(name, kind, infer, ref, defaults=None, required=(), into=None):
+    OPS[name] = OpDef(name, kind, infer, ref, defaults, required, into)
 
 
 def get_op(name, span=""):
