@@ -438,9 +438,9 @@ def test_time_budget():
             return [(space.knobs["fault"].values.index("hang"),)]
 
     t0 = time.perf_counter()
-    res = autotune.tune(task, tuner=HangFirst(space), n_trial=10, timeout_s=1.5,
+    res = autotune.tune(task, tuner=HangFirst(space), n_trial=10, timeout_s=3,
                         trial_timeout_s=30, **FAST)
-    assert time.perf_counter() - t0 < 6
+    assert time.perf_counter() - t0 < 10
     assert res.stopped == "timeout_s"
     assert [r.config["fault"] for r in res.new_records] == ["none"]   # the hang was cut, not logged
 
