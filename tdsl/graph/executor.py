@@ -254,7 +254,7 @@ class Executor:
             return self._pool
         # positional inputs of shapes run recently (a server's few lengths): their sizes
         # are checked already
-        shape_key = None if inputs else tuple(getattr(a, "shape", None) for a in args)
+        shape_key = None if inputs else tuple([getattr(a, "shape", None) for a in args])     # a list: no generator frame per call
         pool = self._by_shapes.get(shape_key)
         if pool is not None:
             self._pool = pool       # what benchmark and profile run: the last call's sizes

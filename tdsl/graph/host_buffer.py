@@ -179,17 +179,24 @@ class OutputBuffers:
         """Whether the caller still holds an array lent from the current buffer: that
         buffer is then left to the caller and another becomes current (the first left
         one no array views any more, else a new one), for the states to move their
-        outputs to, at the same offsets (RunState.relocate); `forget(array)` is told of
-        an array of that one about to grow, whose views (states in it) would keep it
-        from growing in place. Left buffers found free beyond the one taken are
-        released, and at most `MAX_LEFT` are kept (an older one is then the caller's
-        alone): memory follows what the caller holds, not the number of calls."""
+        outputs to, at the same offsets (RunState.relocate). Left buffers found free
+        beyond the one taken are released, and at most `MAX_LEFT` are kept (an older
+        one is then the caller's alone): memory follows what the caller holds, not the
+        number of calls. `forget(array)` is told of the array of each buffer no longer
+        kept, and of the taken one's when it is about to grow (views of it, states in
+        it, would keep it from growing in place): whoever keeps states in the buffers
+        drops those (sizes.Slot) here, not by a scan of its states at every call."""
         old = self.current
         if not old.in_use():
             return False
         free = [b for b in self._left if not b.in_use()]
         new = free[0] if free else GrowingBuffer()
-        self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        kept = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        if forget is not None:
+            for b in self._left:
+                if b is not new and b not in kept:
+                    forget(b.array)
+        self._left = kept
         if new.nbytes < old.nbytes:
             if forget is not None and new.array is not None:
                 forget(new.array)
