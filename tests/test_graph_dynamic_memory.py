@@ -186,6 +186,7 @@ def test_a_loop_holding_its_last_output_alternates_between_two_buffers():
         kept.append((exe.run(x)[0], models.onnxruntime_run(m, {"input": x})[0]))
         for out, ref in kept:
             _close(out, ref)
+        _states_only_in_kept_buffers(slot)
     del kept, y, prev
     buffers = set()
     for i, n in enumerate([8, 20, 8, 3, 3]):
@@ -193,7 +194,17 @@ def test_a_loop_holding_its_last_output_alternates_between_two_buffers():
         y = exe.run(x)[0]
         _close(y, models.onnxruntime_run(m, {"input": x})[0])
         buffers.add(slot.outputs.ctypes.data)
+        _states_only_in_kept_buffers(slot)
     assert len(buffers) == 2, buffers
+
+
+def _states_only_in_kept_buffers(slot):
+    """A buffer the outputs left and the slot no longer keeps (beyond MAX_LEFT, or
+    released once free) holds no state of the slot: such a state would keep its memory
+    alive and move out of it at every call."""
+    kept = slot._out.arrays()
+    stale = [k for k, st in slot.states.items() if not any(st.mem.outputs is a for a in kept)]
+    assert not stale, stale
 
 
 def test_reserve_pages_in_the_memory_of_the_sizes_given():

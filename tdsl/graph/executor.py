@@ -22,7 +22,7 @@ from ..runtime import threadpool
 from ..runtime.callseq import runner
 from ..target import Target, as_target, kind_of
 from .device_state import make_device_state, upload_constants
-from .host_buffer import aligned
+from .host_buffer import align_constant, aligned
 from .describe import describe_group
 from .kernel_cache import KERNELS, clear_kernel_cache, compile_all, group_key  # noqa: F401
 from .ir import Const, Function, Module
@@ -120,7 +120,8 @@ class Executor:
                     if isinstance(a, Const):
                         tf = k.transforms.get(i)
                         if tf is None:
-                            args.append(a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
+                            args.append(align_constant(a, self._align) if self.device is None else
+                                        a.data if a.data.flags.c_contiguous else np.ascontiguousarray(a.data))
                         else:
                             ck = (a, k.key or id(k), i)
                             if ck not in packed_cache:
@@ -135,6 +136,9 @@ class Executor:
                 self.steps.append((k, args, n))
         for _, args, _ in self.steps:
             args[:] = [a.result() if isinstance(a, Future) else a for a in args]
+        if self.device is None:     # what the states view (a slice of a position table)
+            for c in {a for n in set(self.plan.order) - set(calls) for a in n.args if isinstance(a, Const)}:
+                align_constant(c, self._align)
         self.stats["cached"] = sum(not isinstance(k, SizeValue) for k, _, _ in self.steps) - self.stats["compiled"]
         if self.binder is not None:
             def plan_at(sizes):     # a call's sizes are checked where its plan is made
@@ -250,7 +254,7 @@ class Executor:
             return self._pool
         # positional inputs of shapes run recently (a server's few lengths): their sizes
         # are checked already
-        shape_key = None if inputs else tuple(getattr(a, "shape", None) for a in args)
+        shape_key = None if inputs else tuple([getattr(a, "shape", None) for a in args])     # a list: no generator frame per call
         pool = self._by_shapes.get(shape_key)
         if pool is not None:
             self._pool = pool       # what benchmark and profile run: the last call's sizes

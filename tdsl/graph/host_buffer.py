@@ -94,11 +94,41 @@ def aligned(array: np.ndarray, align: int) -> np.ndarray:
     next with where the allocator happened to put each layer's weights."""
     if array.ctypes.data % align == 0 and array.flags.c_contiguous:
         return array
-    raw = np.empty(array.nbytes + align, np.uint8)
-    start = -raw.ctypes.data % align
-    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out = _lines(array.shape, array.dtype, align, np.empty)
     np.copyto(out, array)
     return out
+
+
+def _lines(shape, dtype, align, alloc) -> np.ndarray:
+    """An array of `shape` and `dtype` from `alloc` (np.empty, np.zeros) whose data starts
+    on a multiple of `align` bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = alloc(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def align_constant(const, align: int) -> np.ndarray:
+    """The data of graph constant `const` as a host kernel reads it: C-contiguous and
+    starting on a multiple of `align` bytes (`aligned`). An unaligned one is replaced in
+    the constant itself by its aligned copy (the same values, read-only), so that the
+    views the arena makes of it (a slice of a position table) start there too, a second
+    build finds it aligned, and the unaligned array is freed where nothing else holds it:
+    an embedding table is tens of MB, which a copy kept beside it would double. ONNX's
+    initializers are views of the protobuf's bytes, 16-48 bytes past a line."""
+    data = const.data
+    if data.ctypes.data % align or not data.flags.c_contiguous:
+        data = aligned(data, align)
+        data.setflags(write=False)
+        const.data = data
+    return data
+
+
+def zeros_aligned(shape, dtype, align: int) -> np.ndarray:
+    """A zeroed array of `shape` and `dtype` whose data starts on a multiple of `align`
+    bytes (numpy's own start 16 bytes past one, or 16 past a page when large)."""
+    return _lines(shape, dtype, align, np.zeros)
 
 
 # the most buffers kept that callers still hold (each is reused once they drop it): a
@@ -149,17 +179,24 @@ class OutputBuffers:
         """Whether the caller still holds an array lent from the current buffer: that
         buffer is then left to the caller and another becomes current (the first left
         one no array views any more, else a new one), for the states to move their
-        outputs to, at the same offsets (RunState.relocate); `forget(array)` is told of
-        an array of that one about to grow, whose views (states in it) would keep it
-        from growing in place. Left buffers found free beyond the one taken are
-        released, and at most `MAX_LEFT` are kept (an older one is then the caller's
-        alone): memory follows what the caller holds, not the number of calls."""
+        outputs to, at the same offsets (RunState.relocate). Left buffers found free
+        beyond the one taken are released, and at most `MAX_LEFT` are kept (an older
+        one is then the caller's alone): memory follows what the caller holds, not the
+        number of calls. `forget(array)` is told of the array of each buffer no longer
+        kept, and of the taken one's when it is about to grow (views of it, states in
+        it, would keep it from growing in place): whoever keeps states in the buffers
+        drops those (sizes.Slot) here, not by a scan of its states at every call."""
         old = self.current
         if not old.in_use():
             return False
         free = [b for b in self._left if not b.in_use()]
         new = free[0] if free else GrowingBuffer()
-        self._left = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        kept = [b for b in self._left if b not in free][-(MAX_LEFT - 1):] + [old]
+        if forget is not None:
+            for b in self._left:
+                if b is not new and b not in kept:
+                    forget(b.array)
+        self._left = kept
         if new.nbytes < old.nbytes:
             if forget is not None and new.array is not None:
                 forget(new.array)

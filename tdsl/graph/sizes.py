@@ -199,8 +199,8 @@ class Slot:
         """The state of sizes `key`, made by `make(plan, sizes, arena, outputs)` when new
         (`outputs`: the host memory for the outputs, or None) on an arena of at least
         `arena_bytes` (default: the plan's peak) + 64."""
-        if self.host and self._out.leave(self._forget):
-            self._forget_left()
+        if self.host:
+            self._out.leave(self._forget)
         st = self.states.get(key)
         if key == self.last and st is not None:     # run after run at one size: the shortest way
             if self.host:
@@ -242,13 +242,6 @@ class Slot:
     def _forget(self, array):
         """Forgets the states whose outputs lie in `array`."""
         for key in [k for k, st in self.states.items() if st.mem.outputs is array]:
-            del self.states[key]
-
-    def _forget_left(self):
-        """Forgets the states whose outputs lie in a buffer no longer kept (more than
-        MAX_LEFT left: the oldest is the caller's alone)."""
-        live = {id(a) for a in self._out.arrays()}
-        for key in [k for k, st in self.states.items() if id(st.mem.outputs) not in live]:
             del self.states[key]
 
 
