@@ -355,3 +355,45 @@ def test_loops_over_run_time_sizes_are_not_runtime_unrolled_by_llvm():
         b = np.zeros_like(a)
         f(a, b)
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_a_loop_that_forks_only_when_worth_it_keeps_one_copy_of_its_body():
+    """A parallel loop with a run-time test of its work ("parallel_when") calls its body
+    function from the serial path as well as from the pool's task: the body is `noinline`
+    so LLVM compiles its loop nest once; a parallel loop without the test keeps its body
+    inlinable; the results match numpy on both paths (few rows: serial, many: forked)."""
+    from tdsl.codegen import llvm as L
+    from tdsl.codegen.llvm import jit
+    from tdsl.lower import build_passes
+    from tdsl.target import llvm_binding
+
+    def kernel(n, when):
+        A = tdsl.placeholder((n, 64), name="A")
+        B = tdsl.compute((n, 64), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+        s = tdsl.create_schedule(B)
+        i, j = B.op.axis
+        s[B].parallel(i)
+        if when:
+            s[B].pragma(i, "parallel_when", n * 64 >= 4096)
+        s[B].vectorize(s[B].split(j, 16)[1])
+        return s, [A, B]
+
+    def body_copies(s, args):
+        text, _, _ = L.codegen(build_passes(tdsl.lower(s, args, "rows"), False), "llvm")
+        body = re.search(r'define internal i32 @"(tdsl_rows_par\d+_body)"[^\n]*', text)
+        mod = llvm_binding().parse_assembly(text)
+        mod.triple = L.parse_target("llvm").triple
+        jit.optimize(llvm_binding(), mod, L.parse_target("llvm"))
+        opt = str(mod)
+        # a body inlined into both callers is gone from the optimised module
+        return "noinline" in body.group(0), re.search(rf'define internal [^@]*@"?{body.group(1)}\b', opt) is not None
+
+    n = tdsl.var("n")
+    assert body_copies(*kernel(n, True)) == (True, True)
+    assert body_copies(*kernel(n, False))[0] is False
+    f = tdsl.build(*kernel(n, True))
+    for rows in (1, 3, 200):
+        a = np.random.default_rng(rows).standard_normal((rows, 64)).astype("float32")
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
