@@ -37,8 +37,9 @@ from .target_kind import TargetKind, register_kind, unregister_kind
 class KindBuilder(NamedTuple):
     """How `build` makes a module for a target kind. `generate(func, target)`: the module of
     a function lowered for the kind (`target` a `tdsl.target.Target`).
-    `build_schedule(s, args, target, name, checked)`: the whole build of a schedule, or None
-    to lower it and `generate` (the llvm kind's path through the compile cache).
+    `build_schedule(s, args, target, name, checked, schedule_key)`: the whole build of a
+    schedule, or None to lower it and `generate` (the llvm kind's path through the compile
+    cache; `schedule_key` as `build` was given it).
     `calls_externs`: its code can call `tdsl.extern` stages."""
     generate: Callable
     build_schedule: Optional[Callable] = None
@@ -72,11 +73,14 @@ def builder_of(kind: str) -> KindBuilder:
     return b
 
 
-def build(s, args=None, target=None, name=None, bounds_check=None):
+def build(s, args=None, target=None, name=None, bounds_check=None, schedule_key=None):
     """Compiles schedule `s` into a callable Module for `target`; `s` may also be the
     PrimFunc of `tdsl.lower(s, args)` (its arguments are fixed then). With no target, the
     one of the enclosing `with tdsl.target.Target(...)` block, else "llvm". `bounds_check`:
-    True, False, or None for the environment's `TDSL_BOUNDS_CHECK`."""
+    True, False, or None for the environment's `TDSL_BOUNDS_CHECK`. `schedule_key`:
+    `tdsl.fingerprint.fingerprint(s, args)` where the caller took it already (the graph
+    layer does, to find size classes that schedule alike), so that the compile cache does
+    not walk the schedule a second time."""
     checked = _bounds_check_flag(bounds_check)
     if isinstance(target, str) and not target.strip():
         raise BuildError(f"build: target must be a string such as 'llvm', got {target!r}")
@@ -88,7 +92,7 @@ def build(s, args=None, target=None, name=None, bounds_check=None):
                              "build(func) takes no other args")
         return builder.generate(build_passes(lower_for_target(s, t.kind, name), checked), t)
     if builder.build_schedule is not None:
-        mod = builder.build_schedule(s, args, t, name or "main", checked)
+        mod = builder.build_schedule(s, args, t, name or "main", checked, schedule_key)
         if mod is not None:
             return mod
     if not builder.calls_externs:
@@ -133,8 +137,9 @@ def _build_key_extras(s):
     return ([extern.lookup(n).symbol for n in _extern_names(s)], intrin_rules.digest())
 
 
-def _build_llvm(s, args, t, name, checked):
-    """A runnable llvm build through the compile cache (None for a compile-only target)."""
+def _build_llvm(s, args, t, name, checked, key=None):
+    """A runnable llvm build through the compile cache (None for a compile-only target);
+    `key`: the fingerprint of (s, args) if the caller has it."""
     if not t.runs_here:
         return None
     from .codegen import llvm
@@ -144,10 +149,13 @@ def _build_llvm(s, args, t, name, checked):
     fp = None
     if diskcache.enabled() and not int(os.environ.get("TDSL_DEBUG", "0") or 0):
         from .fingerprint import fingerprint
+        if key is None:
+            key = fingerprint(s, args)
         # the worker pool's availability changes the generated IR; checked builds never
         # share an entry with unchecked ones
-        fp = fingerprint(s, args, name, threadpool.load_into_jit(), _build_key_extras(s),
-                         *(("bounds_check",) if checked else ()))
+        if key is not None:
+            fp = fingerprint(key, name, threadpool.load_into_jit(), _build_key_extras(s),
+                             *(("bounds_check",) if checked else ()))
         if fp is not None:
             mod = jit.load_build(fp, tgt)
             if mod is not None:

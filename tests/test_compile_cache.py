@@ -241,3 +241,57 @@ def test_build_cache_keys_on_extern_registrations_and_intrinsic_rules(tmp_path, 
         assert "@expf" in f.get_source() and jit.stats["build_hits"] == hits + 1
     finally:
         tdsl.remove_intrin_lowering("exp", "llvm")
+
+
+def test_a_graph_kernel_is_fingerprinted_once_and_its_key_keys_the_cache(tmp_path, monkeypatch):
+    """The graph layer fingerprints each kernel's schedule once (to find size classes
+    that schedule alike) and hands it to `tdsl.build`, whose compile cache keys on it: no
+    schedule is walked twice, and a rebuild in the process is all whole-build hits."""
+    import tdsl.fingerprint as fpmod
+    from tdsl.graph import models
+    from tdsl.graph.executor import clear_kernel_cache
+    from tdsl.graph.strategy import dispatch
+    from tdsl.schedule.schedule import Schedule
+    monkeypatch.setenv("TDSL_CACHE_DIR", str(tmp_path))
+    walked = []
+
+    def counted(*roots):
+        walked.extend(id(r) for r in roots if isinstance(r, Schedule))
+        return fingerprint(*roots)
+    fingerprint = fpmod.fingerprint
+    monkeypatch.setattr(fpmod, "fingerprint", counted)
+    monkeypatch.setattr(dispatch, "fingerprint", counted)
+
+    def build():
+        clear_kernel_cache()
+        jit.clear_cache()
+        return tdsl.graph.build(tdsl.graph.optimize(tdsl.graph.from_onnx(
+            models.mlp(batch="batch", sizes=(64, 32, 8)))))
+    exe = build()
+    # a symbolic batch: kernels and their size classes' variants
+    assert len(walked) > exe.stats["compiled"] and len(set(walked)) == len(walked)
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype("float32")
+    want = exe.run(x)[0]
+    hits, misses, schedules = jit.stats["build_hits"], jit.stats["misses"], len(walked)
+    again = build()
+    assert jit.stats["misses"] == misses
+    assert jit.stats["build_hits"] - hits == len(walked) - schedules
+    np.testing.assert_array_equal(again.run(x)[0], want)
+
+
+def test_a_handed_schedule_key_is_the_key_build_takes(tmp_path, monkeypatch):
+    from tdsl.fingerprint import fingerprint
+    monkeypatch.setenv("TDSL_CACHE_DIR", str(tmp_path))
+
+    def kernel():
+        A = tdsl.placeholder((16,), name="A")
+        B = tdsl.compute(A.shape, lambda i: A[i] * 2.0, name="B")
+        return tdsl.create_schedule(B), [A, B]
+    tdsl.build(*kernel(), name="twice")
+    hits = jit.stats["build_hits"]
+    s, args = kernel()
+    f = tdsl.build(s, args, name="twice", schedule_key=fingerprint(s, args))
+    assert jit.stats["build_hits"] == hits + 1
+    b = np.zeros(16, "float32")
+    f(np.arange(16, dtype="float32"), b)
+    np.testing.assert_array_equal(b, 2 * np.arange(16, dtype="float32"))

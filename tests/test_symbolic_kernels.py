@@ -355,3 +355,101 @@ def test_loops_over_run_time_sizes_are_not_runtime_unrolled_by_llvm():
         b = np.zeros_like(a)
         f(a, b)
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_a_loop_that_forks_only_when_worth_it_keeps_one_copy_of_its_body():
+    """A parallel loop with a run-time test of its work ("parallel_when") calls its body
+    function from the serial path as well as from the pool's task: the body is `noinline`
+    so LLVM compiles its loop nest once; a parallel loop without the test keeps its body
+    inlinable; the results match numpy on both paths (few rows: serial, many: forked)."""
+    from tdsl.codegen import llvm as L
+    from tdsl.codegen.llvm import jit
+    from tdsl.lower import build_passes
+    from tdsl.target import llvm_binding
+
+    def kernel(n, when):
+        A = tdsl.placeholder((n, 64), name="A")
+        B = tdsl.compute((n, 64), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+        s = tdsl.create_schedule(B)
+        i, j = B.op.axis
+        s[B].parallel(i)
+        if when:
+            s[B].pragma(i, "parallel_when", n * 64 >= 4096)
+        s[B].vectorize(s[B].split(j, 16)[1])
+        return s, [A, B]
+
+    def body_copies(s, args):
+        text, _, _ = L.codegen(build_passes(tdsl.lower(s, args, "rows"), False), "llvm")
+        body = re.search(r'define internal i32 @"(tdsl_rows_par\d+_body)"[^\n]*', text)
+        mod = llvm_binding().parse_assembly(text)
+        mod.triple = L.parse_target("llvm").triple
+        jit.optimize(llvm_binding(), mod, L.parse_target("llvm"))
+        opt = str(mod)
+        # a body inlined into both callers is gone from the optimised module
+        return "noinline" in body.group(0), re.search(rf'define internal [^@]*@"?{body.group(1)}\b', opt) is not None
+
+    n = tdsl.var("n")
+    assert body_copies(*kernel(n, True)) == (True, True)
+    assert body_copies(*kernel(n, False))[0] is False
+    f = tdsl.build(*kernel(n, True))
+    for rows in (1, 3, 200):
+        a = np.random.default_rng(rows).standard_normal((rows, 64)).astype("float32")
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_index_terms_repeated_by_an_unrolled_tile_are_emitted_once_the_same_code():
+    """The unrolled steps of a register tile over run-time strides index with the same
+    terms again and again; the emitter reuses a pure term already emitted in its block
+    with the same bindings instead of walking it again: the IR is the one a walk of every
+    term gives (no term reused across a load, a block or other bindings), in fewer walks,
+    and the kernel matches numpy."""
+    from tdsl.codegen import llvm as L
+    from tdsl.codegen.llvm import exprs
+    from tdsl.lower import build_passes
+
+    def kernel():
+        n, m = tdsl.var("n"), tdsl.var("m")
+        A = tdsl.placeholder((n, m), name="A")
+        B = tdsl.placeholder((m, 32), name="B")
+        k = tdsl.reduce_axis((0, m), name="k")
+        C = tdsl.compute((n, 32), lambda i, j: tdsl.sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = tdsl.create_schedule(C)
+        i, j = C.op.axis
+        io, ii = s[C].split(i, 4)
+        jo, ji = s[C].split(j, 16)
+        s[C].reorder(io, jo, k, ii, ji)
+        s[C].unroll(ii)
+        s[C].vectorize(ji)
+        return s, [A, B, C]
+
+    calls = []
+    walk = exprs.ExprEmitter._wide_index
+
+    def counted(self, e):
+        calls.append(e)
+        return walk(self, e)
+
+    def ir_text(memo):
+        calls.clear()
+        s, args = kernel()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(exprs.ExprEmitter, "_wide_index", counted)
+            if not memo:
+                mp.setattr(exprs.ExprEmitter, "_pure_index_vars", lambda self, e: None)
+            text = L.codegen(build_passes(tdsl.lower(s, args, "mm"), False), "llvm")[0]
+        return text, len(calls)
+
+    with_memo, walked = ir_text(True)
+    without, walked_all = ir_text(False)
+    assert with_memo == without
+    assert walked < 0.75 * walked_all, (walked, walked_all)
+    f = tdsl.build(*kernel())
+    rng = np.random.default_rng(0)
+    for rows, depth in ((1, 3), (7, 16), (10, 33)):
+        a = rng.standard_normal((rows, depth)).astype("float32")
+        b = rng.standard_normal((depth, 32)).astype("float32")
+        c = np.zeros((rows, 32), "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)

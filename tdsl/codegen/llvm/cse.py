@@ -57,6 +57,11 @@ class ReusingBuilder(ir.IRBuilder):
         super().__init__(block)
         self._seen = {}
 
+    def at_end(self) -> bool:
+        """Whether it appends at the end of its block (where earlier instructions of the
+        block dominate the insertion point)."""
+        return self._anchor == len(self._block.instructions)
+
 
 for _name in PURE:
     setattr(ReusingBuilder, _name, _reusing(_name))

@@ -26,6 +26,10 @@ from .types import (FAST_MATH, I1, I32, I64, int_const_value, lanes_of, scalar_t
 
 _CMP = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
 _WIDE_OPS = {E.Add: "add", E.Sub: "sub", E.Mul: "mul"}
+# index nodes emitted as integer arithmetic alone, each instruction one the builder reuses
+# (cse.py): no loads, calls or blocks
+_PURE_INDEX = frozenset((E.Var, E.IntImm, E.Add, E.Sub, E.Mul, E.FloorDiv, E.FloorMod, E.Min,
+                         E.Max, E.Cast))
 _PY_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
            ">": operator.gt, ">=": operator.ge}
 
@@ -45,6 +49,8 @@ class ExprEmitter:
         self.vec: Optional[VecCtx] = None
         self.tile_columns: Dict[int, ir.Value] = {}   # transposed tiles' columns (transpose.py)
         self._nsw = False
+        self._index_vars = {}     # id(index node) -> (node, its Vars, or None: not pure)
+        self._index_memo = {}     # see _wide_index
 
     # small helpers --------------------------------------------------------------------
     def const(self, dtype, value, lanes=1):
@@ -126,11 +132,56 @@ class ExprEmitter:
             self._nsw = saved
 
     def _wide_index(self, e):
-        op = _WIDE_OPS.get(type(e))
-        if op is None:
+        """`e` in 64 bits (see `index`). The unrolled steps of a register tile index with
+        the same terms over and over, each walked and emitted again only for the builder to
+        find its instructions already there (cse.py): a pure node emitted in this block
+        with its variables bound to the same values is that value, not walked again."""
+        t = type(e)
+        if t is E.Var or t is E.IntImm:      # a leaf: as cheap to emit as to look up
             return self.to_i64(self.expr(e), e.dtype)
-        a, b = self.unify(self._wide_index(e.a), self._wide_index(e.b))
-        return self.int_arith(op, a, b, "int64")
+        key, bl = None, self.builder
+        vs = self._pure_index_vars(e)
+        if vs is not None and bl.at_end():
+            block = bl.block
+            env = self.env
+            key = (id(e), id(block), self._nsw, self.vec is None, tuple([id(env.get(v)) for v in vs]))
+            hit = self._index_memo.get(key)
+            if hit is not None:
+                return hit[0]
+        op = _WIDE_OPS.get(t)
+        if op is None:
+            r = self.to_i64(self.expr(e), e.dtype)
+        else:
+            a, b = self.unify(self._wide_index(e.a), self._wide_index(e.b))
+            r = self.int_arith(op, a, b, "int64")
+        if key is not None and bl.block is block and bl.at_end():
+            # what the key's ids name is kept alive with the value
+            self._index_memo[key] = (r, e, block, [self.env.get(v) for v in vs])
+        return r
+
+    def _pure_index_vars(self, e):
+        """The Vars of index node `e` when it is pure integer arithmetic (_PURE_INDEX),
+        else None; once per node."""
+        hit = self._index_vars.get(id(e))
+        if hit is not None:
+            return hit[1]
+        vs = set()
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            t = type(x)
+            if t not in _PURE_INDEX or dt.is_float(x.dtype):
+                vs = None
+                break
+            if t is E.Var:
+                vs.add(x)
+            elif t is E.Cast:
+                stack.append(x.value)
+            elif t is not E.IntImm:
+                stack += (x.a, x.b)
+        out = None if vs is None else tuple(sorted(vs, key=lambda v: v.name))
+        self._index_vars[id(e)] = (e, out)
+        return out
 
     def new_block(self, name):
         return self.fn.append_basic_block(name)

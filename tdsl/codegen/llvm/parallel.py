@@ -22,7 +22,8 @@ returns the body's error code, if any. `num_threads` is the module global
 A loop with the pragma `("parallel_when", cond)` (a schedule's run-time test of its work,
 where its sizes are only known per call) forks only when `cond` holds; otherwise the
 caller runs the body function over the whole range itself: a fork-join costs more than a
-small loop nest (a sequence of one token) saves.
+small loop nest (a sequence of one token) saves. That body function is `noinline`, so that
+LLVM compiles its loop nest once, not once more inlined into the caller.
 """
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ def emit_parallel_for(em, loop):
     arg_types = [PTR] * len(cap_bufs) + [v.type for v in cap_vals] + [I64, I64]
     body_fn = ir.Function(mb.module, ir.FunctionType(I32, arg_types), name + "_body")
     mb.add_fn_attrs(body_fn, internal=True)
+    when = dict(loop.pragmas).get("parallel_when")
+    if when is not None:
+        # called from the serial path as well as from the task: inlined there, LLVM
+        # would optimise and compile the loop nest twice to save one call per kernel call
+        body_fn.attributes.add("noinline")
     sub = em.child(body_fn)
     args = list(body_fn.args)
     for b, a in zip(cap_bufs, args):
@@ -106,7 +112,6 @@ def emit_parallel_for(em, loop):
     launch = _emit_launcher(mb, name + "_launch", task_fn, MAX_THREADS)
 
     # 4. call site --------------------------------------------------------------------
-    when = dict(loop.pragmas).get("parallel_when")
     join = None if when is None else \
         _emit_serial_unless(em, when, body_fn, [em.bufs[b] for b in cap_bufs] + cap_vals, lo, hi)
     closure = em.alloca_builder.alloca(closure_t, name=name + "_closure")

@@ -231,7 +231,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     # where no decision reads the size) shares that kernel instead of compiling its copy
     built = {}
     try:
-        kernel = _compile_group(g, fn, target, name, sched, built=built)
+        kernel = _compile_group(g, fn, target, name, sched, built)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
@@ -268,15 +268,16 @@ def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, p
     token = topi.representative.set(sizes)
     token2 = topi.symbolic_sizes.set(True)
     try:
-        return _compile_group(g, fn, target, f"{name}_{cls}", sched, size_args, built)
+        return _compile_group(g, fn, target, f"{name}_{cls}", sched, built, size_args)
     finally:
         topi.symbolic_sizes.reset(token2)
         topi.representative.reset(token)
 
 
-def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
+def _compile_group(g, fn, target, name, sched, built, size_args=None):
     """The Kernel `name` of group definition `g`; where `built` ({schedule fingerprint:
-    Kernel}) holds the schedule it gets, that kernel: the same code under another name."""
+    Kernel}) holds the schedule it gets, that kernel: the same code under another name.
+    The fingerprint is taken once, here: `tdsl.build`'s compile cache is handed it."""
     out = g.build()
     if isinstance(out.op, tdsl.te.PlaceholderOp):
         out = tdsl.compute(out.shape, lambda *i: out[i], name="copy")
@@ -285,10 +286,10 @@ def _compile_group(g, fn, target, name, sched, size_args=None, built=None):
     try:
         s = tdsl.create_schedule(out)
         sched(s, out, g)
-        fp = fingerprint(s, args, target) if built is not None else None
+        fp = fingerprint(s, args)
         if fp is not None and fp in built:
             return built[fp]
-        mod = tdsl.build(s, args, target=target, name=name)
+        mod = tdsl.build(s, args, target=target, name=name, schedule_key=fp)
     except TdslError as e:
         if g.explanation is None:
             raise GraphError(f"build: kernel @{name} failed for target '{target}': "
