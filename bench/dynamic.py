@@ -69,7 +69,7 @@ from tdsl.graph import executor, models, zoo
 from tdsl.runtime import threadpool
 from common import frozen_heap
 from graph import _ort_session
-from latency import _threads, _waited_seconds, blocks
+from latency import _threads, blocks, delays, waited_between
 from threadcpu import ThreadOwners, busiest, spent
 
 CNN_BATCHES = (1, 2, 4, 8)
@@ -190,7 +190,7 @@ class _Cost:
                 start[0] = time.perf_counter()
             else:
                 spans.append((info["generation"], time.perf_counter() - start[0]))
-        s0, w0, f0 = _stolen_seconds(), _waited_seconds(threads), _faults()
+        s0, w0, f0 = _stolen_seconds(), delays(threads), _faults()
         gc.callbacks.append(watch)
         try:
             c0 = owners.read()
@@ -202,7 +202,7 @@ class _Cost:
             gc.callbacks.remove(watch)
         self.cpu = self.by_thread["process"]
         self.faults = _faults() - f0
-        self.waited = _waited_seconds(threads) - w0
+        self.waited = waited_between(w0, delays(threads))
         self.stolen = _stolen_seconds() - s0
         self.collections = spans
 
@@ -222,12 +222,12 @@ class PoolShare:
 
     @contextlib.contextmanager
     def __call__(self, i):
-        s0, w0 = threadpool.stats(), _waited_seconds(self.threads)
+        s0, w0 = threadpool.stats(), delays(self.threads)
         yield
-        s1, w1 = threadpool.stats(), _waited_seconds(self.threads)
+        s1, w1 = threadpool.stats(), delays(self.threads)
         self.tasks[i] += s1.get("tasks", 0) - s0.get("tasks", 0)
         self.worker_tasks[i] += s1.get("worker_tasks", 0) - s0.get("worker_tasks", 0)
-        self.waited[i] += w1 - w0
+        self.waited[i] += waited_between(w0, w1)
         self.blocks[i] += 1
 
     def share(self, i):

@@ -37,7 +37,7 @@ import time
 import tdsl.graph as G
 from dynamic import _input, _reserved, _static_dims, _sweep
 from graph import _ort_session
-from latency import _threads, _waited_seconds, blocks
+from latency import _threads, blocks, delays, waited_between
 
 
 def _faults():
@@ -127,10 +127,10 @@ def measure(exe, x, sess, iname, ph, threads, pause_s=0.3, hold=False):
     blocks([lambda: sess.run(None, {iname: x})], 10, 1)
     time.sleep(pause_s)
     ph.clear()
-    w0, f0, t0 = _waited_seconds(threads), _faults(), time.perf_counter()
+    w0, f0, t0 = delays(threads), _faults(), time.perf_counter()
     per_first, names = _call(exe, ph, x, hold)
     first, faults = time.perf_counter() - t0, _faults() - f0
-    waited, phases, gcs = _waited_seconds(threads) - w0, dict(ph.t), list(ph.gcs)
+    waited, phases, gcs = waited_between(w0, delays(threads)), dict(ph.t), list(ph.gcs)
     warm = []
     for _ in range(3):
         sess.run(None, {iname: x})

@@ -51,9 +51,11 @@ def _threads():
         return []
 
 
-def _waited_seconds(threads):
-    """Seconds the threads in `threads` have spent runnable but waiting for a core."""
-    return float(delays(threads).sum())
+def waited_between(before, after) -> float:
+    """Seconds the threads spent runnable but waiting for a core between two reads of
+    `delays` (arrays over the same threads). A thread that exited in between reads 0 the
+    second time: its wait counts as nothing, not as a negative wait of its whole life."""
+    return float(np.maximum(np.asarray(after) - np.asarray(before), 0.0).sum())
 
 
 def delays(threads):

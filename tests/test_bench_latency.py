@@ -74,3 +74,26 @@ def test_blocks_watches_each_timed_block_of_each_side():
     assert [(k, i) for k, i, _ in seen] == [("in", 0), ("out", 0), ("in", 1), ("out", 1)] * 2
     # each watch spans exactly its block's timed calls
     assert all(b[2] - a[2] == 3 for a, b in zip(seen[::2], seen[1::2]))
+
+
+def test_a_thread_that_exits_between_two_reads_waited_nothing_not_less():
+    """The pool share's and the first call's core waits are differences of two reads of
+    the process's threads; one that exits in between (a build thread) reads 0 the second
+    time, which was a negative wait of its whole life (a failed test's -0.47 s)."""
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("no /proc")
+    import threading
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    paths = latency._threads()
+    mine = f"/proc/self/task/{t.native_id}/schedstat"
+    assert mine in paths
+    before = latency.delays(paths)
+    before[paths.index(mine)] += 1.0        # as if it had waited a second before
+    stop.set()
+    t.join()
+    after = latency.delays(paths)
+    assert after[paths.index(mine)] == 0.0
+    assert 0.0 <= latency.waited_between(before, after) < 1.0
+    assert latency.waited_between([1.0, 2.0], [1.5, 0.0]) == 0.5
