@@ -349,8 +349,12 @@ def test_loops_over_run_time_sizes_are_not_runtime_unrolled_by_llvm():
         text, _, _ = L.codegen(build_passes(tdsl.lower(s, args, "rows"), False), "llvm")
         assert ("llvm.loop.unroll.runtime.disable" in text) == marked, n
     s, args = _rows_kernel(tdsl.var("n"))
-    f = tdsl.build(s, args)
-    for rows in (1, 7, 40):
+    _check_twice_plus_one(tdsl.build(s, args), (1, 7, 40))
+
+
+def _check_twice_plus_one(f, rows_list):
+    """`f(a, b)` computes b = 2a + 1 over (rows, 64) at each row count, as numpy does."""
+    for rows in rows_list:
         a = np.random.default_rng(rows).standard_normal((rows, 64)).astype("float32")
         b = np.zeros_like(a)
         f(a, b)
@@ -391,12 +395,7 @@ def test_a_loop_that_forks_only_when_worth_it_keeps_one_copy_of_its_body():
     n = tdsl.var("n")
     assert body_copies(*kernel(n, True)) == (True, True)
     assert body_copies(*kernel(n, False))[0] is False
-    f = tdsl.build(*kernel(n, True))
-    for rows in (1, 3, 200):
-        a = np.random.default_rng(rows).standard_normal((rows, 64)).astype("float32")
-        b = np.zeros_like(a)
-        f(a, b)
-        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+    _check_twice_plus_one(tdsl.build(*kernel(n, True)), (1, 3, 200))
 
 
 def test_index_terms_repeated_by_an_unrolled_tile_are_emitted_once_the_same_code():
