@@ -26,8 +26,9 @@ time; each step is charged to the thread that ran it):
   memory plan, weights packed).
 
 Per model: the dynamic build's kernels (size-class variants marked), the phases of both
-sides and the ratio dynamic/static per phase, and the share of the dynamic build that its
-size-class variants take. Wall times are not read: the machine may be shared.
+sides and the ratio dynamic/static per phase, the share of the dynamic build that its
+size-class variants take, and per kernel family (bench/builds_ab.family: a kernel with
+its variants, attention with its head reshapes) both sides' CPU, largest extra first. Wall times are not read: the machine may be shared.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from builds_ab import family  # noqa: E402
 from dynamic import CNN_BATCHES, SEQUENCES, _static_dims, cold_build  # noqa: E402
 from tdsl.codegen import llvm as llvm_codegen  # noqa: E402
 from tdsl.codegen.llvm import jit  # noqa: E402
@@ -127,6 +129,14 @@ class Phases:
         rows = self.per_kernel().values()
         return {p: sum(r[p] for r in rows) for p in PHASES}
 
+    def families(self):
+        """{kernel family (builds_ab.family: a kernel with its size-class variants,
+        attention with its head reshapes): thread CPU s}."""
+        out = collections.Counter()
+        for name, row in self.per_kernel().items():
+            out[family(name)] += sum(row.values())
+        return out
+
 
 def profile_build(model, dims, target="llvm"):
     """(process CPU s, Phases) of a cold build of `model` with `dims` (None: symbolic)."""
@@ -176,15 +186,19 @@ def _median(dicts):
 def run_model(name, folder, sizes, rounds, target="llvm"):
     model = _load(name, folder)
     shapes = _shapes(model, sizes)
-    dyn, static, dyn_kernels, variants = [], [], [], set()
+    dyn, static, dyn_kernels, variants, dyn_fams, static_fams = [], [], [], set(), [], []
     cold_build(model, _static_dims(model, shapes[0]), target)      # the process's first build
     for _ in range(rounds):
         cpu_s, ph = profile_build(model, None, target)
         dyn.append(_with_outside(cpu_s, ph))
         dyn_kernels.append(ph.per_kernel())
+        dyn_fams.append(ph.families())
         variants |= ph.variants
-        sides = [_with_outside(*profile_build(model, _static_dims(model, s), target)) for s in shapes]
+        builds = [profile_build(model, _static_dims(model, s), target) for s in shapes]
+        sides = [_with_outside(*b) for b in builds]
         static.append({k: float(np.mean([t[k] for t in sides])) for k in sides[0]})
+        fams = [b[1].families() for b in builds]
+        static_fams.append({f: float(np.mean([c[f] for c in fams])) for f in set().union(*fams)})
     d, s = _median(dyn), _median(static)
     print(f"\n{name}: dynamic build, kernel by kernel (ms, median of {rounds}; * a size-class variant)")
     print(f"  {'kernel':48s}" + "".join(f"{p:>8s}" for p in PHASES) + f"{'total':>8s}")
@@ -200,7 +214,16 @@ def run_model(name, folder, sizes, rounds, target="llvm"):
     for p, dv, sv, extra, ratio in summary(d, s):
         print(f"  {p:16s} {dv * 1e3:11.1f} {sv * 1e3:10.1f} {extra * 1e3:9.1f} {ratio:10.2f}")
     print(f"  size-class variants: {len(variants)} kernels, {var_s * 1e3:.1f} ms, "
-          f"{var_s / d['cpu'] * 100:.0f}% of the dynamic build's CPU", flush=True)
+          f"{var_s / d['cpu'] * 100:.0f}% of the dynamic build's CPU")
+    print(f"{name}: kernel families (a kernel with its variants), dynamic against static")
+    print(f"  {'family':40s} {'dynamic ms':>11s} {'static ms':>10s} {'extra ms':>9s} {'dyn/static':>10s}")
+    fams = set().union(*dyn_fams, *static_fams)
+    df = {f: float(np.median([c.get(f, 0.0) for c in dyn_fams])) for f in fams}
+    sf = {f: float(np.median([c.get(f, 0.0) for c in static_fams])) for f in fams}
+    for f in sorted(fams, key=lambda f: -(df[f] - sf[f])):
+        ratio = f"{df[f] / sf[f]:10.2f}" if sf[f] > 0 else f"{'-':>10s}"
+        print(f"  {f:40s} {df[f] * 1e3:11.1f} {sf[f] * 1e3:10.1f} {(df[f] - sf[f]) * 1e3:9.1f} {ratio}")
+    sys.stdout.flush()
     return d, s
 
 

@@ -47,6 +47,7 @@ def test_every_kernel_is_charged_by_phase_and_nothing_stays_patched():
     kernels = ph.per_kernel()
     # the dense layer's size class for a few rows is a variant of its kernel
     assert kernels and ph.variants and set(ph.variants) <= set(kernels)
+    assert abs(sum(ph.families().values()) - sum(ph.totals().values())) < 1e-9
     for name, row in kernels.items():
         assert set(row) == set(build_phases.PHASES) and all(v >= 0 for v in row.values())
         # a kernel compiled, not found in a cache, went through every step
@@ -71,6 +72,10 @@ def test_static_build_has_no_variants_and_prints_both_sides(capsys, tmp_path):
     dyn, static = float(rows["cpu"][1]), float(rows["cpu"][2])
     assert dyn > 0 and static > 0 and abs(float(rows["cpu"][4]) - dyn / static) < 0.01
     assert "size-class variants:" in out
+    fams = out.split("kernel families")[1].splitlines()[2:]
+    # the dense layer and its "small" variant are one family; static builds have it too
+    dense = [line.split() for line in fams if line.split() and line.split()[0] == "fused_dense_add"]
+    assert len(dense) == 1 and float(dense[0][1]) > 0 and float(dense[0][2]) > 0
 
 
 def test_summary_rows():
