@@ -53,6 +53,15 @@ def dense_exe(K, N, rows, target="llvm"):
     return G.build(G.optimize(G.from_onnx(dense_model(K, N, rows)), target=target), target=target)
 
 
+def row_tile(K, N, target="llvm"):
+    """The rows of the register tile of the dynamic build's kernel (`dense_exe(K, N,
+    "batch")`): the tile that tiling.gemm_tile gives its representative row count."""
+    import tdsl
+    from tdsl.graph.strategy.symbolic import representative
+    (M,) = representative({"batch": None}).values()
+    return tdsl.tiling.gemm_tile(tdsl.target.as_target(target), M, N)[0]
+
+
 def variant(exe, rows):
     """The name of the kernel (or size-class variant) dynamic executor `exe` runs at `rows`."""
     ((kernel, _, _),) = exe.steps

@@ -13,6 +13,12 @@ from .. import tag, topi
 from ..stages import ishape
 from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
+# a single row in the guarded tile (below) pays a guard per row of the tile at each step
+# of K: under a tile of 4 rows it ran within 1.04-1.10x of the static kernel (768x768,
+# 768x3072, Zen 5), under one of 8 rows 1.30x (1024x256), which a variant of a one-row
+# tile avoids at the cost of a kernel more to build
+ONE_ROW_GUARDS = 4
+
 
 def applies(g, n):
     """nn.dense of a float32 group parameter by constant weights (the rows may be a
@@ -54,22 +60,23 @@ def schedule(s, out, g, parallel=True):
     M, N = ishape(out)
     # rows of a symbolic size (M is then a representative number): the column blocks
     # outside, so the threads split the weights, whose number is known; a size class
-    # where that is wrong: fewer rows than a tile at run time (a single token), whose
-    # guarded rows would do the work of a whole tile. More rows than columns, which a
+    # for a single row (a token) where the tile is taller than ONE_ROW_GUARDS rows, a
+    # tile one row wide. More rows than columns, which a
     # static schedule puts outside, take no variant: the column blocks outside ran as
     # fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time), and such a
     # variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
     mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
-    if symbolic and g.size_class is None and mr > 1:
-        g.size_classes["small"] = out.shape[0] < mr
-    # the rows' last tile shifted back onto the one before (their outputs computed twice,
-    # the same both times: the accumulator is the tile's own) instead of a guarded copy
-    # of the tile, where the kernel never runs with fewer rows than a tile: the default
-    # kernel, below which "small" runs; not a kernel generic in its channel count, which
-    # no variant fronts
-    shift = symbolic and g.classes_run and g.size_class is None and mr > 1
-    mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
+    if symbolic and g.size_class is None and mr > ONE_ROW_GUARDS:
+        g.size_classes["small"] = out.shape[0] < 2
+    # the rows a whole tile leaves (all of them below a tile: 2 to mr-1 tokens) run in one
+    # guarded copy of the tile, each row's multiply-adds skipped by a branch when it is
+    # past the end: one more pass over the column block's weights, of only the rows
+    # there are. Shifting the last tile back onto the one before instead (Halide's
+    # ShiftInwards) recomputed up to mr-1 rows and could not serve fewer rows than a
+    # tile, which then ran a one-row tile once per row: 1.2-1.8x the static kernel at
+    # 5-7 rows of a 4-row tile, 1.5-2.4x at 2-7 rows
+    mo, mi = s[out].split(out.op.axis[0], factor=mr)
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
     s[out].vectorize(ni)
