@@ -224,13 +224,19 @@ def test_onnx_attention_dynamic_matches_onnxruntime():
 
 def test_dense_size_classes_run_their_variants():
     """A dense layer's kernel of symbolic rows is tiled for many rows, the column blocks
-    outside; at fewer rows than a tile (one token) the variant tiled for one row runs,
-    and the profile names it; more rows than columns take the kernel itself (no variant
-    with the row blocks outside: it ran no faster)."""
+    outside; at one row (a token) the variant tiled for one row runs where the kernel's
+    tile is taller than ONE_ROW_GUARDS rows, and the profile names it; a few rows (fewer
+    than a tile) and more rows than columns take the kernel itself (its guarded copy of
+    the tile for the rows that whole tiles leave)."""
+    from tdsl.graph.strategy.cpu import dense as dense_strategy
+    from tdsl.graph.strategy.symbolic import representative
     model = _mlp()
     exe = G.build(G.optimize(G.from_onnx(model)))
-    for batch, want in [(1, ["small", "small"]), (3, ["small", "small"]), (64, ["", ""]),
-                        (300, ["", ""]), (600, ["", ""]), (1, ["small", "small"])]:
+    (rep,) = representative({"batch": None}).values()
+    one = ["small" if tdsl.tiling.gemm_tile(tdsl.target.as_target("llvm"), rep, n)[0] > dense_strategy.ONE_ROW_GUARDS
+           else "" for n in (512, 256)]
+    for batch, want in [(1, one), (3, ["", ""]), (64, ["", ""]),
+                        (300, ["", ""]), (600, ["", ""]), (1, one)]:
         x = np.random.default_rng(batch).standard_normal((batch, 256)).astype(np.float32)
         out = exe.run(x)[0]
         ref = models.onnxruntime_run(model, {"input": x})[0]
