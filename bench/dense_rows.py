@@ -55,11 +55,12 @@ def dense_exe(K, N, rows, target="llvm"):
 
 def row_tile(K, N, target="llvm"):
     """The rows of the register tile of the dynamic build's kernel (`dense_exe(K, N,
-    "batch")`): the tile that tiling.gemm_tile gives its representative row count."""
+    "batch")`): the tallest tile that tiling.gemm_tile scores best at its representative
+    row count, as the dense strategy takes for symbolic rows."""
     import tdsl
     from tdsl.graph.strategy.symbolic import representative
     (M,) = representative({"batch": None}).values()
-    return tdsl.tiling.gemm_tile(tdsl.target.as_target(target), M, N)[0]
+    return tdsl.tiling.gemm_tile(tdsl.target.as_target(target), M, N, tall=True)[0]
 
 
 def variant(exe, rows):

@@ -13,12 +13,6 @@ from .. import tag, topi
 from ..stages import ishape
 from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
-# a single row in the guarded tile (below) pays a guard per row of the tile at each step
-# of K: under a tile of 4 rows it ran within 1.04-1.10x of the static kernel (768x768,
-# 768x3072, Zen 5), under one of 8 rows 1.30x (1024x256), which a variant of a one-row
-# tile avoids at the cost of a kernel more to build
-ONE_ROW_GUARDS = 4
-
 
 def applies(g, n):
     """nn.dense of a float32 group parameter by constant weights (the rows may be a
@@ -59,24 +53,27 @@ def schedule(s, out, g, parallel=True):
         D = s.cache_write(out, "local")
     M, N = ishape(out)
     # rows of a symbolic size (M is then a representative number): the column blocks
-    # outside, so the threads split the weights, whose number is known; a size class
-    # for a single row (a token) where the tile is taller than ONE_ROW_GUARDS rows, a
-    # tile one row wide. More rows than columns, which a
-    # static schedule puts outside, take no variant: the column blocks outside ran as
-    # fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time), and such a
-    # variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's build
+    # outside, so the threads split the weights, whose number is known. More rows than
+    # columns, which a static schedule puts outside, take no variant: the column blocks
+    # outside ran as fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time),
+    # and such a variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's
+    # build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
-    mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
-    if symbolic and g.size_class is None and mr > ONE_ROW_GUARDS:
-        g.size_classes["small"] = out.shape[0] < 2
-    # the rows a whole tile leaves (all of them below a tile: 2 to mr-1 tokens) run in one
-    # guarded copy of the tile, each row's multiply-adds skipped by a branch when it is
-    # past the end: one more pass over the column block's weights, of only the rows
-    # there are. Shifting the last tile back onto the one before instead (Halide's
-    # ShiftInwards) recomputed up to mr-1 rows and could not serve fewer rows than a
-    # tile, which then ran a one-row tile once per row: 1.2-1.8x the static kernel at
-    # 5-7 rows of a 4-row tile, 1.5-2.4x at 2-7 rows
+    # the tallest of the best tiles: fewer rows than a tile (a few tokens) run in one
+    # pass over each column block's weights, so a tile of 8 rows serves 1 to 8 in one
+    # pass where one of 4 took two passes at 5 to 7 (1.2-1.5x the static kernel)
+    mr, nr = tiling.gemm_tile(target, M, N, out.dtype, tall=symbolic)
     mo, mi = s[out].split(out.op.axis[0], factor=mr)
+    if symbolic:
+        # one copy of the tile, each row guarded (a branch per row and step of K, the
+        # first false one leaving the tile's rows), for whole tiles and the rows they
+        # leave alike: 1.03-1.11x the static kernel at 2 to 7 rows, 1.0-1.04x at 64
+        # and 128; a guard-free copy for whole tiles besides ran those 3% faster but
+        # made a dynamic BERT's build ~8% slower. This replaces a variant tiled for one
+        # row, which ran fewer rows than a tile one row at a time (1.5-2.4x at 2-7
+        # rows), and the rows' last tile shifted back onto the one before (1.2-1.6x at
+        # 5-7 rows, its overlap computed twice)
+        s[out].pragma(mo, "partition", False)
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
     s[out].vectorize(ni)
