@@ -54,13 +54,14 @@ def dense_exe(K, N, rows, target="llvm"):
 
 
 def row_tile(K, N, target="llvm"):
-    """The rows of the register tile of the dynamic build's kernel (`dense_exe(K, N,
-    "batch")`): the tallest tile that tiling.gemm_tile scores best at its representative
-    row count, as the dense strategy takes for symbolic rows."""
-    import tdsl
+    """(rows, whole) of the register tile of the dynamic build's kernel (`dense_exe(K,
+    N, "batch")`), as the dense strategy takes it (`dense.row_tile`) at the
+    representative row count; `whole`: one guarded copy of the tile for every row count."""
+    from tdsl.graph.strategy.cpu import dense
     from tdsl.graph.strategy.symbolic import representative
     (M,) = representative({"batch": None}).values()
-    return tdsl.tiling.gemm_tile(tdsl.target.as_target(target), M, N, tall=True)[0]
+    mr, _, whole = dense.row_tile(target, M, N)
+    return mr, whole
 
 
 def variant(exe, rows):

@@ -7,7 +7,6 @@ import sys
 import numpy as np
 import pytest
 
-import tdsl
 import tdsl.graph as G
 from tdsl.codegen import llvm
 from tdsl.graph import models
@@ -20,43 +19,59 @@ import dense_rows  # noqa: E402
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
 @pytest.mark.parametrize("K,N", [(256, 256), (1024, 256), (768, 768), (48, 40)])
 def test_dynamic_dense_at_one_to_two_tiles_of_rows_matches_numpy(K, N, target):
-    """Every row count from one to two register tiles and one more, all run by the one
-    kernel (no size class): whole tiles, and the guarded rows of the tile that they
-    leave, all of them below a tile."""
+    """Every row count from one to two register tiles and one more: whole tiles and the
+    rows they leave (all of them below a tile), in the kernel's one guarded copy of
+    its tile where it has the registers to spare (`dense.row_tile`), else in a tile
+    shifted back and, below a tile, a variant of one row."""
     exe = dense_rows.dense_exe(K, N, "batch", target)
     m = dense_rows.dense_model(K, N, "batch")
     w, b = (np.frombuffer(t.raw_data, np.float32).reshape(t.dims) for t in m.graph.initializer)
     ((kernel, _, _),) = exe.steps
-    assert kernel.variants == []
-    mr = dense_rows.row_tile(K, N, target)
-    assert mr == (8 if target == "llvm" and tdsl.target.as_target("llvm").vector_registers >= 32 else 4)
+    mr, whole = dense_rows.row_tile(K, N, target)
+    assert len(kernel.variants) == (0 if whole else 1)
     rng = np.random.default_rng(K + N)
     for rows in range(1, 2 * mr + 2):
         x = rng.standard_normal((rows, K)).astype(np.float32)
         want = x.astype(np.float64) @ w.astype(np.float64) + b
         np.testing.assert_allclose(exe.run(x)[0], want, rtol=1e-4, atol=1e-4 * K ** 0.5)
+        small = not whole and rows < mr
+        assert dense_rows.variant(exe, rows) == kernel.name + ("_small" if small else ""), rows
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_the_tile_is_kept_whole_where_the_registers_allow():
+    """AVX-512 (32 vector registers) keeps an 8-row tile whole for BERT's dense shapes;
+    AVX2's 4 x 3 tile fills its 16 and is not."""
+    for K, N in [(768, 768), (768, 3072), (3072, 768), (1024, 256)]:
+        assert dense_rows.row_tile(K, N, "llvm -mcpu=znver4") == (8, True)
+        assert dense_rows.row_tile(K, N, "llvm -mcpu=haswell") == (4, False)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=haswell"])
 def test_fewer_rows_than_a_tile_stream_the_weights_once(target, monkeypatch):
-    """The kernel's lowered code holds one copy of the register tile: one loop over K,
-    its rows each guarded, so any number of rows below a tile (2 to 7 tokens) passes
-    over each column block's weights once, not once per row."""
+    """Where the tile is kept whole, the kernel's lowered code holds one copy of it: one
+    loop over K, its rows each guarded, so any number of rows below a tile (2 to 7
+    tokens) passes over each column block's weights once, not once per row, and there
+    is no other kernel. Elsewhere the tile is shifted back (no guard) beside a variant
+    of one row."""
     monkeypatch.setenv("TDSL_CACHE", "0")
     clear_kernel_cache()
-    seen, codegen = [], llvm.codegen
+    seen, codegen = {}, llvm.codegen
 
     def spy(func, target="llvm"):
         if "dense" in func.name:
-            seen.append(str(func))
+            seen[func.name] = str(func)
         return codegen(func, target)
     monkeypatch.setattr(llvm, "codegen", spy)
     dense_rows.dense_exe(768, 768, "batch", target)
-    (text,) = seen
-    mr = dense_rows.row_tile(768, 768, target)
+    mr, whole = dense_rows.row_tile(768, 768, target)
+    text = seen.pop("fused_dense_add")
     assert sum(ln.lstrip().startswith("for k in range(768)") for ln in text.splitlines()) == 1, text
-    assert text.count(f"for i in unroll({mr})") == 2, text     # the tile's zeroing and its K loop
-    assert "likely(i0.outer * %d + i < batch)" % mr in text, text
+    if whole:
+        assert not seen
+        assert text.count(f"for i in unroll({mr})") == 2, text     # the tile's zeroing and its K loop
+        assert "likely(i0.outer * %d + i < batch)" % mr in text, text
+    else:
+        assert list(seen) == ["fused_dense_add_small"] and "likely" not in text
 
 
 def test_transformer_at_a_few_tokens_matches_onnxruntime():

@@ -45,6 +45,30 @@ def dense_packed(g, n, tensors):
     return tag.mark(D, tag.DENSE_PACKED, dense=D, lanes=lanes)
 
 
+def row_tile(target, M, N, dtype="float32"):
+    """(mr, nr, whole) of a dense layer's register tile over a symbolic number of rows
+    (`M` a representative one). `whole`: one copy of the tile, its row loop kept whole
+    (the pragma ("partition", False)) and each row guarded, the first false guard
+    leaving the tile's rows, for whole tiles and the rows they leave alike, with the
+    tallest of the best tiles (8 rows x 2 vectors on AVX-512), so that 1 to 8 rows (a
+    few tokens) take one pass over each column block's weights: 1.0-1.15x the static
+    kernel at 1 to 8 rows on Zen 5 (1.5-2.9x with a variant of one row below a tile of
+    4 rows and that tile shifted back at 5 to 7, the scheme before), ~1.15x at 9,
+    1.0-1.04x at 64; a guard-free copy for whole tiles besides ran large row counts
+    ~3% faster but made a dynamic BERT's build ~8% slower.
+    Only where the tile leaves a quarter of the vector registers free: the
+    accumulators' values where the guards leave need registers of their own, and a
+    tile that fills the registers (4 x 3 on AVX2's 16) spilled in its loop over K,
+    2-3x the static kernel; there the tile is the static one's, shifted back, with a
+    variant of one row below it."""
+    t = tdsl.target.as_target(target)
+    mr, nr = tiling.gemm_tile(t, M, N, dtype, tall=True)
+    vecs = nr // t.vector_lanes(dtype)
+    if mr * vecs + vecs + 1 <= 3 * t.vector_registers // 4:
+        return mr, nr, True
+    return (*tiling.gemm_tile(t, M, N, dtype), False)
+
+
 def schedule(s, out, g, parallel=True):
     info, target = g.anchor.tensor.op.attrs, g.target
     D, lanes = info["dense"], info["lanes"]
@@ -59,20 +83,21 @@ def schedule(s, out, g, parallel=True):
     # and such a variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's
     # build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
-    # the tallest of the best tiles: fewer rows than a tile (a few tokens) run in one
-    # pass over each column block's weights, so a tile of 8 rows serves 1 to 8 in one
-    # pass where one of 4 took two passes at 5 to 7 (1.2-1.5x the static kernel)
-    mr, nr = tiling.gemm_tile(target, M, N, out.dtype, tall=symbolic)
-    mo, mi = s[out].split(out.op.axis[0], factor=mr)
     if symbolic:
-        # one copy of the tile, each row guarded (a branch per row and step of K, the
-        # first false one leaving the tile's rows), for whole tiles and the rows they
-        # leave alike: 1.03-1.11x the static kernel at 2 to 7 rows, 1.0-1.04x at 64
-        # and 128; a guard-free copy for whole tiles besides ran those 3% faster but
-        # made a dynamic BERT's build ~8% slower. This replaces a variant tiled for one
-        # row, which ran fewer rows than a tile one row at a time (1.5-2.4x at 2-7
-        # rows), and the rows' last tile shifted back onto the one before (1.2-1.6x at
-        # 5-7 rows, its overlap computed twice)
+        mr, nr, whole = row_tile(target, M, N, out.dtype)
+    else:
+        (mr, nr), whole = tiling.gemm_tile(target, M, N, out.dtype), False
+    if symbolic and not whole and g.size_class is None and mr > 1:
+        # fewer rows than a tile (a single token) run a variant tiled for one row
+        g.size_classes["small"] = out.shape[0] < mr
+    # without it, the rows' last tile shifted back onto the one before (their outputs
+    # computed twice, the same both times: the accumulator is the tile's own) instead of
+    # a guarded copy of the tile, where the kernel never runs with fewer rows than a
+    # tile: the default kernel, below which "small" runs; not a kernel generic in its
+    # channel count, which no variant fronts
+    shift = symbolic and not whole and g.classes_run and g.size_class is None and mr > 1
+    mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
+    if whole:
         s[out].pragma(mo, "partition", False)
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
