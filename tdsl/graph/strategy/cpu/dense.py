@@ -56,15 +56,16 @@ def row_tile(target, M, N, dtype="float32"):
     4 rows and that tile shifted back at 5 to 7, the scheme before), ~1.15x at 9,
     1.0-1.04x at 64; a guard-free copy for whole tiles besides ran large row counts
     ~3% faster but made a dynamic BERT's build ~8% slower.
-    Only where the tile leaves a quarter of the vector registers free: the
-    accumulators' values where the guards leave need registers of their own, and a
-    tile that fills the registers (4 x 3 on AVX2's 16) spilled in its loop over K,
-    2-3x the static kernel; there the tile is the static one's, shifted back, with a
-    variant of one row below it."""
+    Only with 32 vector registers (AVX-512) and a tile that leaves a quarter of them
+    free: the accumulators' values where the guards leave take registers of their
+    own, and on AVX2's 16 the guarded tile spilled in its loop over K (4 x 3: 2-3x the
+    static kernel at every row count; 4 x 2, 256 x 32 weights: 1.9x at 64 rows where
+    the shifted tile ran 1.3x); there the tile is the static one's, shifted back, with
+    a variant of one row below it."""
     t = tdsl.target.as_target(target)
     mr, nr = tiling.gemm_tile(t, M, N, dtype, tall=True)
     vecs = nr // t.vector_lanes(dtype)
-    if mr * vecs + vecs + 1 <= 3 * t.vector_registers // 4:
+    if t.vector_registers >= 32 and mr * vecs + vecs + 1 <= 3 * t.vector_registers // 4:
         return mr, nr, True
     return (*tiling.gemm_tile(t, M, N, dtype), False)
 
