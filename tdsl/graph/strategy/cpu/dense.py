@@ -51,10 +51,10 @@ def row_tile(target, M, N, dtype="float32"):
     (the pragma ("partition", False)) and each row guarded, the first false guard
     leaving the tile's rows, for whole tiles and the rows they leave alike, with the
     tallest of the best tiles (8 rows x 2 vectors on AVX-512), so that 1 to 8 rows (a
-    few tokens) take one pass over each column block's weights: 1.0-1.15x the static
-    kernel at 1 to 8 rows on Zen 5 (1.5-2.9x with a variant of one row below a tile of
-    4 rows and that tile shifted back at 5 to 7, the scheme before), ~1.15x at 9,
-    1.0-1.04x at 64; a guard-free copy for whole tiles besides ran large row counts
+    few tokens) take one pass over each column block's weights: 0.8-1.18x the static
+    kernel at 1 to 8 rows on Zen 5, mostly 1.02-1.14x (1.1-3.0x at 2 to 7 rows with a
+    variant of one row below a tile of 4 or 8 rows and that tile shifted back above
+    it, the scheme before), 1.08-1.17x at 9, 0.99-1.04x at 64; a guard-free copy for whole tiles besides ran large row counts
     ~3% faster but made a dynamic BERT's build ~8% slower.
     Only with 32 vector registers (AVX-512) and a tile that leaves a quarter of them
     free: the accumulators' values where the guards leave take registers of their
