@@ -26,6 +26,9 @@ a machine of one's own would show), are each given every cause that applies:
   call's excess over the median (the worker was slow or not running); `join`: the same
   read from the trace ring's loop records (tdsl.runtime.runtrace), which also give per
   call when the worker started each loop after its launch and in how many it ran nothing;
+- `gc`: Python's garbage collector ran during the call (gc.callbacks);
+- `fault`: the process took over 16 more minor page faults than in its median call
+  (getrusage: every thread's, so onnxruntime's too);
 - `pause`: one of the first two calls after the pause;
 - `kernel`: one kernel took more than half of the excess, or `spread`: the excess is
   spread over the kernels (memory, clock, a neighbour on the host: nothing in the process
@@ -35,7 +38,9 @@ The counts of the first cause of each slow call close each list.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import resource
 import sys
 import threading
 import time
@@ -51,6 +56,17 @@ from latency import core_waits, delays  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
 COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
+_collections = [0]         # Python's garbage collections so far (gc.callbacks)
+
+
+def _count_collection(phase, _info):
+    if phase == "start":
+        _collections[0] += 1
+
+
+def _process_counts():
+    """The process's minor page faults (every thread's) and garbage collections so far."""
+    return {"minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt, "gc": _collections[0]}
 
 
 def _tids():
@@ -99,7 +115,7 @@ class Counters:
         per_group = np.bincount(self.group_of, weights=waits, minlength=len(self.groups))
         return ({g: int(round(d * 1e9)) for g, d in zip(self.groups, per_group)},
                 {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
-                {c: s.get(c, 0) for c in COUNTERS})
+                {**{c: s.get(c, 0) for c in COUNTERS}, **_process_counts()})
 
     def mark(self, _i=None):
         recs, self.since = runtrace.read(self.since)
@@ -161,10 +177,19 @@ def attribute(side, names, walls, kernels, counts, pos):
     print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
           f"no core wait: {len(kept)} calls, p99/p50 "
           f"{np.percentile(kept, 99) / np.median(kept) if len(kept) else float('nan'):.2f}")
+    faults = np.array([c[2]["minflt"] for c in counts])
+    gcs = np.array([c[2]["gc"] for c in counts])
+    at = np.asarray(pos)
+    by_pos = "/".join(f"{np.median(w[sel]) / p50:.2f}" for sel in (at == 1, at == 2, at == 3, at >= 4)
+                      if sel.any())
+    print(f"   page faults a call p50/p99/max {np.median(faults):.0f}/{np.percentile(faults, 99):.0f}/"
+          f"{faults.max()}; calls with a garbage collection {int(np.sum(gcs > 0))}; median call by "
+          f"its place after the pause (1st/2nd/3rd/later) over the median {by_pos}")
     kt = np.asarray(kernels) if kernels else None
     ctx = dict(side=side, names=names, w=w, p50=p50, delay=delay, counts=counts, pos=pos, kt=kt,
                kmed=np.median(kt, axis=0) if kt is not None else None,
                wait_med=np.median([c[2]["wait_ns"] for c in counts]) * 1e-9,
+               faults_med=np.median([c[2]["minflt"] for c in counts]),
                loops_med=_median_loops(counts))
     # the slowest of all calls, then of those with no core wait: the tail a machine of
     # one's own would show (bench/latency.py's Spread.p99_kept)
@@ -256,11 +281,16 @@ def _slowest(c, among):
             why.append("alone")
         if tdsl and pc["wait_ns"] * 1e-9 - c["wait_med"] > excess / 3:
             why.append("worker")
+        if pc["gc"]:
+            why.append("gc")
+        if pc["minflt"] > c["faults_med"] + 16:
+            why.append("fault")
         if c["pos"][j] <= 2:
             why.append("pause")
         line = (f"   {w[j] * 1e3:8.3f} ms ({w[j] / p50:.2f}x) call {c['pos'][j]:2d}; waited for a core "
                 f"(caller/tdsl/ort) {rd['caller'] * 1e-3:.0f}/{rd['tdsl'] * 1e-3:.0f}/{rd['ort'] * 1e-3:.0f} us, "
-                f"preempted {iv['caller']}/{iv['tdsl']}/{iv['ort']}")
+                f"preempted {iv['caller']}/{iv['tdsl']}/{iv['ort']}, page faults {pc['minflt']}"
+                f"{', gc' if pc['gc'] else ''}")
         if kt is not None:
             ex = kt[j] - c["kmed"]
             top = np.argsort(-ex)[:3]
@@ -285,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=12, help="runs of 25 calls per side")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
+    gc.callbacks.append(_count_collection)
     base, workers = _tids(), None
     for name in a.models:
         model, x = _model_and_input(name)
