@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 
 import numpy as np
@@ -71,6 +72,37 @@ def delays(threads):
     return out
 
 
+def states(threads):
+    """Per thread in `threads` (schedstat paths): whether it is runnable now (state R:
+    running or queued for a core) and its CPU seconds (its per-thread CPU clock, up to date
+    for a thread running now); not runnable and 0 for one that has exited, and for the
+    calling thread (runnable while it reads, whether or not it slept in the call)."""
+    runnable, cpu = np.zeros(len(threads), dtype=bool), np.zeros(len(threads))
+    me = threading.get_native_id()
+    for k, path in enumerate(threads):
+        tid = int(path.split("/")[-2])
+        if tid == me:
+            continue
+        try:
+            with open(path[:-len("schedstat")] + "stat") as f:
+                text = f.read()
+            runnable[k] = text[text.rindex(")") + 2] == "R"
+            cpu[k] = time.clock_gettime_ns(((~tid) << 3) | 6) * 1e-9   # CPUCLOCK_PERTHREAD | SCHED
+        except (OSError, ValueError):
+            pass                                  # a thread that has exited
+    return runnable, cpu
+
+
+def queued_throughout(before, after, seconds):
+    """Whether a thread was queued for a core for the whole of a call of `seconds`, from
+    `states` read at its start and end: runnable at both, on a CPU for under a tenth of it.
+    Its wait began before the call and the run delay books it only when it runs, after
+    the run of calls maybe, where no read sees it: a pool worker woken while another
+    process held the other core, whose caller ran the call's loops alone without it."""
+    (r0, c0), (r1, c1) = before, after
+    return bool(np.any(r0 & r1 & (c1 - c0 < 0.1 * seconds)))
+
+
 def core_waits(reads, spans):
     """Seconds the process's threads waited for a core within each call, from reads of
     their run delays: `reads[r]` = (clock before, clock after, per-thread seconds), and
@@ -118,7 +150,8 @@ class Spread:
     `waited`: per call, the seconds this process's threads spent runnable but without a
     core (Linux schedstat run delay, `core_waits`). A call in which they waited more than a tenth of the
     median call lost a core to something else (another process, a kernel thread, the
-    hypervisor); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
+    hypervisor), or in which one was queued for a core throughout (`queued_throughout`: its
+    wait counts as the call's length); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
     the tail a machine of one's own would show, printed beside the tail this one showed."""
 
     def __init__(self, calls, firsts, others=None, waited=None):
@@ -157,13 +190,15 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             f()
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
-            reads = []
+            reads, queued = [], []
             for _ in range(run):
+                s0 = states(threads)
                 reads.append((clock(), delays(threads), clock()))
                 t0 = clock()
                 f()
                 own.append(clock() - t0)
                 reads.append((clock(), delays(threads), clock()))
+                queued.append(queued_throughout(s0, states(threads), own[-1]))
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
@@ -172,8 +207,8 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             # when it runs again: give it a moment (the pause before the next run anyway)
             time.sleep(min(0.02, pause_s))
             reads.append((clock(), delays(threads), clock()))
-            waited[i] += core_waits([(b, a, d) for b, d, a in reads],
-                                    [(2 * k, 2 * k + 1) for k in range(run)])
+            waits = core_waits([(b, a, d) for b, d, a in reads], [(2 * k, 2 * k + 1) for k in range(run)])
+            waited[i] += [w + (t if q else 0.0) for w, t, q in zip(waits, own[-run:], queued)]
     known = _busy_seconds() is not None
     return [Spread(s, fi, o / w if known else None, q)
             for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]

@@ -84,6 +84,19 @@ def _read(tids, path, pick):
     return total
 
 
+def _cpu_ns(tid):
+    """A thread's CPU time (its per-thread CPU clock, up to date for a thread running now,
+    where schedstat's counts only from the last tick or switch); 0 for one that exited."""
+    try:
+        return time.clock_gettime_ns(((~int(tid)) << 3) | 6)    # CPUCLOCK_PERTHREAD | SCHED
+    except OSError:
+        return 0
+
+
+def _runnable(text):
+    return int(text[text.rindex(")") + 2] == "R")
+
+
 def _nivcsw(text):
     for line in text.splitlines():
         if line.startswith("nonvoluntary_ctxt_switches"):
@@ -115,7 +128,12 @@ class Counters:
         per_group = np.bincount(self.group_of, weights=waits, minlength=len(self.groups))
         return ({g: int(round(d * 1e9)) for g, d in zip(self.groups, per_group)},
                 {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
-                {**{c: s.get(c, 0) for c in COUNTERS}, **_process_counts()})
+                {**{c: s.get(c, 0) for c in COUNTERS}, **_process_counts(),
+                 # the pool workers' time on a CPU: a worker that ran no task of a call
+                 # while on a CPU throughout it spun without seeing the launches
+                 "worker_cpu": sum(_cpu_ns(t) for t in self.groups.get("tdsl", ())),
+                 # and how many are runnable now (state R: running, or queued for a core)
+                 "runnable": _read(self.groups.get("tdsl", ()), "stat", _runnable)})
 
     def mark(self, _i=None):
         recs, self.since = runtrace.read(self.since)
@@ -124,6 +142,7 @@ class Counters:
         start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
+        self.calls[-1][2]["runnable"] = now[2]["runnable"]      # at the call's end, not a delta
         self.spans.append((start, len(self.reads) - 1))
         self.last = now
 
@@ -203,6 +222,20 @@ def attribute(side, names, walls, kernels, counts, pos):
         loops = np.array([c[2]["launches"] for c in counts])
         parks = np.array([c[2]["worker_sleeps"] for c in counts])
         alone = (ran == 0) & (tasks > loops)
+        cpu = np.array([c[2]["worker_cpu"] for c in counts]) * 1e-9 / np.maximum(w, 1e-9)
+        # runnable at the call's end yet barely on a CPU in it: queued for a core since
+        # before the call, a wait that the run delay books only once it runs (maybe after
+        # the run of calls: then no read sees it)
+        queued = np.array([c[2]["runnable"] > 0 for c in counts]) & (cpu < 0.1)
+        quiet_alone = np.intersect1d(np.flatnonzero(alone), quiet)
+        print(f"   calls in which the workers ran no task: {int(alone.sum())}, of which with no core "
+              f"wait {len(quiet_alone)}" + (
+                  f", {np.median(w[quiet_alone]) / np.median(w):.2f}x the median call; in those the "
+                  f"workers' time on a CPU over the call's p10/p50/p90 "
+                  + "/".join(f"{v:.2f}" for v in np.percentile(cpu[quiet_alone], [10, 50, 90]))
+                  + f", a worker runnable at the call's end but on a CPU for under a tenth of it "
+                  f"(queued for a core, unseen by the run delay) in {int(queued[quiet_alone].sum())}"
+                  if len(quiet_alone) else ""))
         print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
               f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
               f"in which the workers ran no task {np.mean(alone):.0%} (of those with no core wait "
@@ -295,7 +328,8 @@ def _slowest(c, among):
             ex = kt[j] - c["kmed"]
             top = np.argsort(-ex)[:3]
             why.append("kernel" if excess > 0 and ex.max() > excess / 2 else "spread")
-            line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker tasks "
+            line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker on a CPU "
+                     f"{pc['worker_cpu'] * 1e-3:.0f} us, worker tasks "
                      f"{pc['worker_tasks']}/{pc['tasks']}, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
                      "slowest kernels " + ", ".join(f"{names[t]} +{ex[t] * 1e6:.0f} us" for t in top))
             if loops is not None and len(loops):

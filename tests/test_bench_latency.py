@@ -2,6 +2,7 @@
 which the process lost a core."""
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,51 @@ def test_a_thread_that_exits_between_two_reads_waited_nothing_not_less():
     assert after[paths.index(mine)] == 0.0
     assert 0.0 <= latency.waited_between(before, after) < 1.0
     assert latency.waited_between([1.0, 2.0], [1.5, 0.0]) == 0.5
+
+
+def test_a_thread_queued_for_the_whole_call_is_told_from_one_running_or_asleep():
+    """A worker runnable at a call's start and end but hardly on a CPU in it waited for a
+    core throughout: its run delay is booked only when it runs, maybe after every read."""
+    ms = 1e-3
+    runnable = np.array([True, True, False])
+    start = (runnable, np.array([1.0, 1.0, 1.0]))
+    # thread 0 ran 0.9 ms of a 1 ms call, thread 1 0.05 ms, thread 2 slept
+    end = (runnable, np.array([1.0 + 0.9 * ms, 1.0 + 0.05 * ms, 1.0]))
+    assert latency.queued_throughout(start, end, 1 * ms)
+    end_ran = (runnable, np.array([1.0 + 0.9 * ms, 1.0 + 0.5 * ms, 1.0]))
+    assert not latency.queued_throughout(start, end_ran, 1 * ms)
+    asleep_at_end = (np.array([True, False, False]), end[1])
+    assert not latency.queued_throughout(start, asleep_at_end, 1 * ms)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
+def test_states_reads_a_spinning_thread_as_runnable_on_a_cpu_and_a_sleeping_one_not():
+    import threading
+    stop = threading.Event()
+    spinning = threading.Event()
+
+    def spin():
+        spinning.set()
+        while not stop.is_set():
+            pass
+    s = threading.Thread(target=spin)
+    z = threading.Thread(target=stop.wait)
+    s.start()
+    z.start()
+    try:
+        spinning.wait(5)
+        paths = [f"/proc/self/task/{t.native_id}/schedstat" for t in (s, z)]
+        paths.append(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+        r0, c0 = latency.states(paths)
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:       # the GIL: the spinner runs in our waits
+            time.sleep(0.001)
+        r1, c1 = latency.states(paths)
+    finally:
+        stop.set()
+        s.join()
+        z.join()
+    assert c1[0] > c0[0]                         # the spinner's CPU clock advanced
+    assert not r0[1] and not r1[1]               # the sleeper is not runnable
+    assert c1[1] == c0[1]
+    assert not r0[2] and c0[2] == 0.0            # the calling thread is left out
