@@ -17,8 +17,9 @@ The slowest 2% (at least 3) of all calls, then of the calls with no core wait (t
 a machine of one's own would show), are each given every cause that applies:
 - `core`: a thread of the process waited for a core for more than a tenth of the median
   call (the rule bench/latency.py uses to set calls apart, with its `core_waits`: a wait
-  still in progress at the call's end, booked when the thread next ran, counts too) or
-  was preempted;
+  still in progress at the call's end, booked when the thread next ran, counts too, and so
+  does a pool worker queued for a core throughout the call: `queued_throughout`) or was
+  preempted;
 - `park`: a pool worker went to sleep during the call;
 - `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
   (a worker woken for the call but queued for a core throughout it, or asleep);
@@ -142,7 +143,8 @@ class Counters:
         start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
-        self.calls[-1][2]["runnable"] = now[2]["runnable"]      # at the call's end, not a delta
+        # at the call's start and end, not deltas
+        self.calls[-1][2].update(runnable=now[2]["runnable"], runnable_before=self.last[2]["runnable"])
         self.spans.append((start, len(self.reads) - 1))
         self.last = now
 
@@ -191,6 +193,14 @@ def attribute(side, names, walls, kernels, counts, pos):
     w = np.asarray(walls)
     p50, p99 = np.median(w), np.percentile(w, 99)
     delay = np.array([c[3] for c in counts])
+    # a worker runnable at a call's start and end yet on a CPU for under a tenth of it was
+    # queued for a core throughout: a wait the run delay books only once it runs, maybe
+    # after the run of calls (bench/latency.py's queued_throughout); onnxruntime's threads
+    # are not read
+    cpu = np.array([c[2]["worker_cpu"] for c in counts]) * 1e-9 / np.maximum(w, 1e-9)
+    queued = (np.array([c[2]["runnable"] > 0 and c[2]["runnable_before"] > 0 for c in counts])
+              & (cpu < 0.1) & (side == "tdsl"))
+    delay = delay + np.where(queued, w, 0.0)
     quiet = np.flatnonzero(delay <= 0.1 * p50)
     kept = w[quiet]
     print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
@@ -222,19 +232,13 @@ def attribute(side, names, walls, kernels, counts, pos):
         loops = np.array([c[2]["launches"] for c in counts])
         parks = np.array([c[2]["worker_sleeps"] for c in counts])
         alone = (ran == 0) & (tasks > loops)
-        cpu = np.array([c[2]["worker_cpu"] for c in counts]) * 1e-9 / np.maximum(w, 1e-9)
-        # runnable at the call's end yet barely on a CPU in it: queued for a core since
-        # before the call, a wait that the run delay books only once it runs (maybe after
-        # the run of calls: then no read sees it)
-        queued = np.array([c[2]["runnable"] > 0 for c in counts]) & (cpu < 0.1)
         quiet_alone = np.intersect1d(np.flatnonzero(alone), quiet)
-        print(f"   calls in which the workers ran no task: {int(alone.sum())}, of which with no core "
-              f"wait {len(quiet_alone)}" + (
-                  f", {np.median(w[quiet_alone]) / np.median(w):.2f}x the median call; in those the "
-                  f"workers' time on a CPU over the call's p10/p50/p90 "
-                  + "/".join(f"{v:.2f}" for v in np.percentile(cpu[quiet_alone], [10, 50, 90]))
-                  + f", a worker runnable at the call's end but on a CPU for under a tenth of it "
-                  f"(queued for a core, unseen by the run delay) in {int(queued[quiet_alone].sum())}"
+        print(f"   calls in which the workers ran no task: {int(alone.sum())}; in {int(queued[alone].sum())} "
+              f"a worker was queued for a core throughout (runnable at both ends, under a tenth on a CPU: "
+              f"counted as a core wait), {len(quiet_alone)} had no core wait" + (
+                  f" ({np.median(w[quiet_alone]) / np.median(w):.2f}x the median call; the workers' "
+                  f"time on a CPU over the call p10/p50/p90 "
+                  + "/".join(f"{v:.2f}" for v in np.percentile(cpu[quiet_alone], [10, 50, 90])) + ")"
                   if len(quiet_alone) else ""))
         print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
               f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
