@@ -120,23 +120,18 @@ def _load():
     return _lib
 
 
-def _median_s(fn, n, calls=15):
+def _iterations(fn, seconds, calls=15):
+    """Iterations of `fn`'s loop that take `seconds` on a CPU: its rate is read from the
+    thread's CPU clock (the fastest of `calls`), which a preemption does not stretch, so
+    that another process taking the core while it is calibrated makes it no shorter."""
+    n = 200_000
     fn(n)
-    ts = []
+    best = float("inf")
     for _ in range(calls):
-        t0 = time.perf_counter()
+        t0 = time.thread_time_ns()
         fn(n)
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
-
-
-def _iterations(fn, seconds):
-    """Iterations of `fn`'s loop whose median call takes `seconds` (two rounds of scaling:
-    the first call's clock may be a slow phase's)."""
-    n = 100_000
-    for _ in range(3):
-        n = max(1, int(n * seconds / _median_s(fn, n)))
-    return n
+        best = min(best, (time.thread_time_ns() - t0) * 1e-9)
+    return max(1, int(n * seconds / max(best, 1e-9)))
 
 
 def callables(seconds):
@@ -149,18 +144,22 @@ def callables(seconds):
     return (lambda: lib.floor_one(n)), (lambda: lib.floor_two(n, idle))
 
 
-def run_median(fn, run=25, pause_s=0.3):
-    """The median seconds of `fn`'s calls in one run as `percentiles` takes them (a pause, a
-    first call kept apart, `run` calls): what the floor is calibrated to. A best block's
-    mean, after a warm-up of its own, can be half of it on a small network."""
-    time.sleep(pause_s)
-    fn()
-    ts = []
-    for _ in range(run):
-        t0 = time.perf_counter()
+def run_median(fn, run=25, pause_s=0.3, runs=3):
+    """The median seconds of `fn`'s calls in a run as `percentiles` takes them (a pause, a
+    first call kept apart, `run` calls), the least of `runs` runs (a run in which another
+    process took a core is slower): what the floor is calibrated to. A best block's mean,
+    after a warm-up of its own, can be half of it on a small network."""
+    medians = []
+    for _ in range(runs):
+        time.sleep(pause_s)
         fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+        ts = []
+        for _ in range(run):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        medians.append(float(np.median(ts)))
+    return min(medians)
 
 
 def main(argv=None):

@@ -211,8 +211,9 @@ def run_one(name, target, a, threads, peak, ov_version):
           f"{t_tdsl * 1e3:8.2f} {t_ort * 1e3:8.2f} {ov_cols[1]:>8s} {_ms(spreads[0]):>13s} "
           f"{_ms(spreads[1]):>13s} {ov_cols[2]:>13s} {idle:>15s} {t_tdsl / t_ort:6.2f}x "
           f"{t_tdsl / t_ov:6.2f}x {t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
-    print(f"{'':20s} p99/p50 (no core wait): tdsl {_tail(spreads[0])}; the machine's floor at "
-          f"{floors[0].p50 * 1e3:.2f} ms, one thread {_tail(floors[0])}, two {_tail(floors[1])}")
+    print(f"{'':20s} p99/p50 (no core wait): tdsl {_tail(spreads[0])}; the machine's floor, p50 "
+          f"ms and p99/p50: one thread {floors[0].p50 * 1e3:.2f} {_tail(floors[0])}, two "
+          f"{floors[1].p50 * 1e3:.2f} {_tail(floors[1])}")
     for n in notes:
         print(f"{'':20s} note: {n}")
     if a.profile:
