@@ -16,6 +16,12 @@ vary it; only the core's clock, a lost core, an interrupt or the hypervisor can)
 If the floor's own p99/p50 is above 1.2 at a network's median, no runtime can keep that
 network's p99 within 1.2x of its p50 on this machine; if the floor is tight and a runtime
 is not, the gap is the runtime's. bench/zoo.py prints it beside every model.
+
+`two` waits for its worker, as a parallel call whose threads each own half the work must:
+where other processes keep a core busy, its worker is often queued and its p50 grows many
+times (0.5 ms of work took 7.8 ms at the median on a shared 2-vCPU VM), while a runtime
+whose caller takes a late worker's tasks (tdsl's pool) runs those calls alone, at about
+`one`'s time. Then `one` is the floor to read, `two` the cost of a strict join.
 """
 from __future__ import annotations
 
