@@ -214,6 +214,15 @@ def attribute(side, names, walls, kernels, counts, pos):
     print(f"   page faults a call p50/p99/max {np.median(faults):.0f}/{np.percentile(faults, 99):.0f}/"
           f"{faults.max()}; calls with a garbage collection {int(np.sum(gcs > 0))}; median call by "
           f"its place after the pause (1st/2nd/3rd/later) over the median {by_pos}")
+    if kernels:
+        # a slow start with the worker there is the caches (the other sides' runs evicted
+        # the weights) or the clock; without it, the worker's wake-up
+        helped = np.array([c[2]["worker_tasks"] > 0 for c in counts])
+        print("   by that place, calls in which a worker ran tasks "
+              + "/".join(f"{helped[sel].mean():.0%}" for sel in (at == 1, at == 2, at == 3, at >= 4) if sel.any())
+              + "; median of those calls over their overall median "
+              + "/".join(f"{np.median(w[sel & helped]) / np.median(w[helped]):.2f}"
+                         for sel in (at == 1, at == 2, at == 3, at >= 4) if (sel & helped).any()))
     kt = np.asarray(kernels) if kernels else None
     ctx = dict(side=side, names=names, w=w, p50=p50, delay=delay, counts=counts, pos=pos, kt=kt,
                kmed=np.median(kt, axis=0) if kt is not None else None,
