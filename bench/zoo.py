@@ -211,7 +211,7 @@ def run_one(name, target, a, threads, peak, ov_version):
           f"{t_tdsl * 1e3:8.2f} {t_ort * 1e3:8.2f} {ov_cols[1]:>8s} {_ms(spreads[0]):>13s} "
           f"{_ms(spreads[1]):>13s} {ov_cols[2]:>13s} {idle:>15s} {t_tdsl / t_ort:6.2f}x "
           f"{t_tdsl / t_ov:6.2f}x {t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
-    print(f"{'':20s} p99/p50 (no core wait): tdsl {_tail(spreads[0])}; the machine's floor, p50 "
+    print(f"{'':20s} p99/p50 (with no core wait, of how many calls): tdsl {_tail(spreads[0])}; the machine's floor, p50 "
           f"ms and p99/p50: one thread {floors[0].p50 * 1e3:.2f} {_tail(floors[0])}, two "
           f"{floors[1].p50 * 1e3:.2f} {_tail(floors[1])}")
     for n in notes:
@@ -225,7 +225,8 @@ def run_one(name, target, a, threads, peak, ov_version):
 
 
 def _tail(spread):
-    return f"{spread.p99 / spread.p50:.2f} ({spread.p99_kept / spread.p50_kept:.2f})"
+    return (f"{spread.p99 / spread.p50:.2f} ({spread.p99_kept / spread.p50_kept:.2f} of "
+            f"{spread.n_kept})")
 
 
 def _geomean(xs):
@@ -330,7 +331,8 @@ def main(argv=None):
                 wide = [n for n, r in mine if r[k] > 1.2]
                 kept = sum(r[2] for _, r in mine), sum(r[3] for _, r in mine)
                 print(f"{side} p99/p50 over {calls}" + (f" ({kept[0]} of {kept[1]})" if k else "") +
-                      f": worst {max(r[k] for _, r in mine):.2f}x; above 1.2x on {len(wide)} of "
+                      f": worst {max((r[k] for _, r in mine if r[k] == r[k]), default=float('nan')):.2f}x"
+                      f"; above 1.2x on {len(wide)} of "
                       f"{len(mine)} models" + (f": {', '.join(wide)}" if i == 0 and wide else ""))
         for k, calls in ((0, "all calls"), (1, "the calls with no core wait")):
             # the floor is tight where two threads of pure spinning kept within 1.2x
