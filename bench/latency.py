@@ -191,14 +191,19 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
             reads, queued = [], []
+            # one read of the threads' states ends a call and starts the next: a second
+            # would lengthen the gap between calls, in which tdsl's pool keeps its workers
+            # awake for a millisecond (HOLD_GRACE_NS)
+            s0 = states(threads)
             for _ in range(run):
-                s0 = states(threads)
                 reads.append((clock(), delays(threads), clock()))
                 t0 = clock()
                 f()
                 own.append(clock() - t0)
                 reads.append((clock(), delays(threads), clock()))
-                queued.append(queued_throughout(s0, states(threads), own[-1]))
+                s1 = states(threads)
+                queued.append(queued_throughout(s0, s1, own[-1]))
+                s0 = s1
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
