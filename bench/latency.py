@@ -74,9 +74,10 @@ def delays(threads):
 
 def states(threads):
     """Per thread in `threads` (schedstat paths): whether it is runnable now (state R:
-    running or queued for a core) and its CPU seconds (its per-thread CPU clock, up to date
+    running or queued for a core), its CPU seconds (its per-thread CPU clock, up to date
     for a thread running now); not runnable and 0 for one that has exited, and for the
-    calling thread (runnable while it reads, whether or not it slept in the call)."""
+    calling thread (runnable while it reads, whether or not it slept in the call); and
+    the clock when they were read."""
     runnable, cpu = np.zeros(len(threads), dtype=bool), np.zeros(len(threads))
     me = threading.get_native_id()
     for k, path in enumerate(threads):
@@ -90,17 +91,24 @@ def states(threads):
             cpu[k] = time.clock_gettime_ns(((~tid) << 3) | 6) * 1e-9   # CPUCLOCK_PERTHREAD | SCHED
         except (OSError, ValueError):
             pass                                  # a thread that has exited
-    return runnable, cpu
+    return runnable, cpu, time.perf_counter()
 
 
-def queued_throughout(before, after, seconds):
-    """Whether a thread was queued for a core for the whole of a call of `seconds`, from
-    `states` read at its start and end: runnable at both, on a CPU for under a tenth of it.
-    Its wait began before the call and the run delay books it only when it runs, after
-    the run of calls maybe, where no read sees it: a pool worker woken while another
-    process held the other core, whose caller ran the call's loops alone without it."""
-    (r0, c0), (r1, c1) = before, after
-    return bool(np.any(r0 & r1 & (c1 - c0 < 0.1 * seconds)))
+def off_cpu(before, after, seconds):
+    """The longest a thread runnable at a call's start and end was off a CPU within the
+    call, from `states` read before and after it (`seconds` long, within the reads): a
+    thread that spins between tasks (a pool worker, kept awake through a run) is on a CPU
+    throughout unless it waited for one. That wait may have begun before the call and the
+    run delay books it only when the thread runs, after the run of calls maybe, where no
+    read sees it: a worker woken while another process held the other core, whose caller
+    ran the call's loops alone. A lower bound: the time off a CPU between the reads less
+    the reads' own time outside the call."""
+    (r0, c0, t0), (r1, c1, t1) = before, after
+    both = r0 & r1
+    if not both.any():
+        return 0.0
+    off = (t1 - t0) - (c1 - c0)[both]
+    return float(np.clip(off - (t1 - t0 - seconds), 0.0, seconds).max())
 
 
 def core_waits(reads, spans):
@@ -150,8 +158,8 @@ class Spread:
     `waited`: per call, the seconds this process's threads spent runnable but without a
     core (Linux schedstat run delay, `core_waits`). A call in which they waited more than a tenth of the
     median call lost a core to something else (another process, a kernel thread, the
-    hypervisor), or in which one was queued for a core throughout (`queued_throughout`: its
-    wait counts as the call's length); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
+    hypervisor), where the wait of a thread runnable throughout is also read from its CPU
+    clock (`off_cpu`); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
     the tail a machine of one's own would show, printed beside the tail this one showed."""
 
     def __init__(self, calls, firsts, others=None, waited=None):
@@ -190,7 +198,7 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             f()
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
-            reads, queued = [], []
+            reads, off = [], []
             # one read of the threads' states ends a call and starts the next: a second
             # would lengthen the gap between calls, in which tdsl's pool keeps its workers
             # awake for a millisecond (HOLD_GRACE_NS)
@@ -202,7 +210,7 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
                 own.append(clock() - t0)
                 reads.append((clock(), delays(threads), clock()))
                 s1 = states(threads)
-                queued.append(queued_throughout(s0, s1, own[-1]))
+                off.append(off_cpu(s0, s1, own[-1]))
                 s0 = s1
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
@@ -213,7 +221,8 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             time.sleep(min(0.02, pause_s))
             reads.append((clock(), delays(threads), clock()))
             waits = core_waits([(b, a, d) for b, d, a in reads], [(2 * k, 2 * k + 1) for k in range(run)])
-            waited[i] += [w + (t if q else 0.0) for w, t, q in zip(waits, own[-run:], queued)]
+            # the larger of the two: a wait the run delay booked in time is off_cpu's too
+            waited[i] += [max(w, q) for w, q in zip(waits, off)]
     known = _busy_seconds() is not None
     return [Spread(s, fi, o / w if known else None, q)
             for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]

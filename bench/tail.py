@@ -18,7 +18,7 @@ a machine of one's own would show), are each given every cause that applies:
 - `core`: a thread of the process waited for a core for more than a tenth of the median
   call (the rule bench/latency.py uses to set calls apart, with its `core_waits`: a wait
   still in progress at the call's end, booked when the thread next ran, counts too, and so
-  does a pool worker queued for a core throughout the call: `queued_throughout`) or was
+  does a pool worker's time off a CPU while runnable: `off_cpu`) or was
   preempted;
 - `park`: a pool worker went to sleep during the call;
 - `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
@@ -193,14 +193,15 @@ def attribute(side, names, walls, kernels, counts, pos):
     w = np.asarray(walls)
     p50, p99 = np.median(w), np.percentile(w, 99)
     delay = np.array([c[3] for c in counts])
-    # a worker runnable at a call's start and end yet on a CPU for under a tenth of it was
-    # queued for a core throughout: a wait the run delay books only once it runs, maybe
-    # after the run of calls (bench/latency.py's queued_throughout); onnxruntime's threads
-    # are not read
+    # a worker runnable at a call's start and end was off a CPU only while it waited for
+    # one: a wait the run delay books once it runs, maybe after the run of calls
+    # (bench/latency.py's off_cpu; here from the call's length, with one worker: the pool's
+    # CPU time is summed); onnxruntime's threads are not read
     cpu = np.array([c[2]["worker_cpu"] for c in counts]) * 1e-9 / np.maximum(w, 1e-9)
-    queued = (np.array([c[2]["runnable"] > 0 and c[2]["runnable_before"] > 0 for c in counts])
-              & (cpu < 0.1) & (side == "tdsl"))
-    delay = delay + np.where(queued, w, 0.0)
+    both = np.array([c[2]["runnable"] > 0 and c[2]["runnable_before"] > 0 for c in counts])
+    off = np.where(both & (side == "tdsl"), np.clip(1.0 - cpu, 0.0, 1.0) * w, 0.0)
+    queued = off > 0.9 * w                    # off a CPU throughout
+    delay = np.maximum(delay, off)
     quiet = np.flatnonzero(delay <= 0.1 * p50)
     kept = w[quiet]
     print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
@@ -243,8 +244,8 @@ def attribute(side, names, walls, kernels, counts, pos):
         alone = (ran == 0) & (tasks > loops)
         quiet_alone = np.intersect1d(np.flatnonzero(alone), quiet)
         print(f"   calls in which the workers ran no task: {int(alone.sum())}; in {int(queued[alone].sum())} "
-              f"a worker was queued for a core throughout (runnable at both ends, under a tenth on a CPU: "
-              f"counted as a core wait), {len(quiet_alone)} had no core wait" + (
+              f"a worker was queued for a core throughout (runnable at both ends, under a tenth on a CPU; "
+              f"its time off a CPU counts as a core wait), {len(quiet_alone)} had no core wait" + (
                   f" ({np.median(w[quiet_alone]) / np.median(w):.2f}x the median call; the workers' "
                   f"time on a CPU over the call p10/p50/p90 "
                   + "/".join(f"{v:.2f}" for v in np.percentile(cpu[quiet_alone], [10, 50, 90])) + ")"

@@ -100,49 +100,60 @@ def test_a_thread_that_exits_between_two_reads_waited_nothing_not_less():
     assert latency.waited_between([1.0, 2.0], [1.5, 0.0]) == 0.5
 
 
-def test_a_thread_queued_for_the_whole_call_is_told_from_one_running_or_asleep():
+def test_a_thread_runnable_throughout_but_off_a_cpu_waited_for_a_core():
     """A worker runnable at a call's start and end but hardly on a CPU in it waited for a
-    core throughout: its run delay is booked only when it runs, maybe after every read."""
+    core: its run delay is booked only when it runs, maybe after every read."""
     ms = 1e-3
     runnable = np.array([True, True, False])
-    start = (runnable, np.array([1.0, 1.0, 1.0]))
-    # thread 0 ran 0.9 ms of a 1 ms call, thread 1 0.05 ms, thread 2 slept
-    end = (runnable, np.array([1.0 + 0.9 * ms, 1.0 + 0.05 * ms, 1.0]))
-    assert latency.queued_throughout(start, end, 1 * ms)
-    end_ran = (runnable, np.array([1.0 + 0.9 * ms, 1.0 + 0.5 * ms, 1.0]))
-    assert not latency.queued_throughout(start, end_ran, 1 * ms)
-    asleep_at_end = (np.array([True, False, False]), end[1])
-    assert not latency.queued_throughout(start, asleep_at_end, 1 * ms)
+    # reads 0.2 ms apart outside a 1 ms call: 1.2 ms between them
+    start = (runnable, np.array([1.0, 1.0, 1.0]), 0.0)
+    # thread 0 ran 1.15 ms of the 1.2, thread 1 0.05 ms, thread 2 slept
+    end = (runnable, np.array([1.0 + 1.15 * ms, 1.0 + 0.05 * ms, 1.0]), 1.2 * ms)
+    assert latency.off_cpu(start, end, 1 * ms) == pytest.approx(0.95 * ms)
+    # off a CPU only as long as the reads took outside the call: no wait within it
+    end_ran = (runnable, np.array([1.0 + 1.15 * ms, 1.0 + 1.0 * ms, 1.0]), 1.2 * ms)
+    assert latency.off_cpu(start, end_ran, 1 * ms) == pytest.approx(0.0, abs=1e-12)
+    # not runnable at the end: it slept (a parked worker), it did not wait
+    asleep_at_end = (np.array([True, False, False]), end[1], end[2])
+    assert latency.off_cpu(start, asleep_at_end, 1 * ms) == 0.0
+    # the call's length at most
+    never = (runnable, np.array([1.0, 1.0, 1.0]), 5 * ms)
+    assert latency.off_cpu(start, never, 4.9 * ms) == pytest.approx(4.9 * ms)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
-def test_states_reads_a_spinning_thread_as_runnable_on_a_cpu_and_a_sleeping_one_not():
+def test_states_reads_a_spinning_thread_on_a_cpu_and_a_sleeping_one_not_runnable():
     import threading
-    stop = threading.Event()
-    spinning = threading.Event()
+    stop_spin, stop_sleep, spinning = threading.Event(), threading.Event(), threading.Event()
 
     def spin():
         spinning.set()
-        while not stop.is_set():
+        while not stop_spin.is_set():
             pass
     s = threading.Thread(target=spin)
-    z = threading.Thread(target=stop.wait)
+    z = threading.Thread(target=stop_sleep.wait)
     s.start()
     z.start()
     try:
         spinning.wait(5)
         paths = [f"/proc/self/task/{t.native_id}/schedstat" for t in (s, z)]
         paths.append(f"/proc/self/task/{threading.get_native_id()}/schedstat")
-        r0, c0 = latency.states(paths)
+        _, c0, t0 = latency.states(paths)
         end = time.monotonic() + 0.05
         while time.monotonic() < end:       # the GIL: the spinner runs in our waits
             time.sleep(0.001)
-        r1, c1 = latency.states(paths)
+        _, c1, t1 = latency.states(paths)
+        assert t1 > t0 and c1[0] > c0[0]         # the spinner's CPU clock advanced
+        stop_spin.set()
+        s.join()
+        time.sleep(0.02)                         # no one holds the GIL: the sleeper waits
+        r2, c2, _ = latency.states(paths[1:])
+        time.sleep(0.02)
+        r3, c3, _ = latency.states(paths[1:])
     finally:
-        stop.set()
+        stop_spin.set()
+        stop_sleep.set()
         s.join()
         z.join()
-    assert c1[0] > c0[0]                         # the spinner's CPU clock advanced
-    assert not r0[1] and not r1[1]               # the sleeper is not runnable
-    assert c1[1] == c0[1]
-    assert not r0[2] and c0[2] == 0.0            # the calling thread is left out
+    assert not r2[0] and not r3[0] and c3[0] == c2[0]     # asleep: not runnable, no CPU
+    assert not r2[1] and c2[1] == 0.0                     # the calling thread is left out
