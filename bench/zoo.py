@@ -50,7 +50,7 @@ own; how many calls that kept is printed beside. Beside tdsl's, under each row, 
 machine's floor (bench/floor.py): a register-only loop on one thread and on two joined
 threads, calibrated to tdsl's median call and taken in turn with the runtimes, so that
 its p99/p50 is the spread no runtime could beat on the machine as it was then; the last
-line names the models whose tail is above 1.2x where the two-thread floor's is not. The ratios are of the best blocks: tdsl over
+line names the models whose tail is above 1.2x where a floor's (one thread or two) is not. The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
@@ -339,10 +339,12 @@ def main(argv=None):
                       f"; above 1.2x on {len(wide)} of "
                       f"{len(mine)} models" + (f": {', '.join(wide)}" if i == 0 and wide else ""))
         for k, calls in ((0, "all calls"), (1, "the calls with no core wait")):
-            # the floor is tight where two threads of pure spinning kept within 1.2x
-            ours = [n for n, r in zip(done, spread) if r[0][k] > 1.2 and r[-1][k] <= 1.2]
-            print(f"over {calls}, tdsl above 1.2x where the two-thread floor is not: {len(ours)} "
-                  f"of {len(done)} models" + (f": {', '.join(ours)}" if ours else ""))
+            # the floor is tight where pure spinning kept within 1.2x on one thread or two
+            # (a runtime may run a call on either; a nan, no calls kept, is not tight)
+            ours = [n for n, r in zip(done, spread)
+                    if r[0][k] > 1.2 and (r[-2][k] <= 1.2 or r[-1][k] <= 1.2)]
+            print(f"over {calls}, tdsl above 1.2x where a floor (one thread or two) is not: "
+                  f"{len(ours)} of {len(done)} models" + (f": {', '.join(ours)}" if ours else ""))
 
 
 if __name__ == "__main__":
