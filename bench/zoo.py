@@ -45,12 +45,14 @@ each side's calls (/proc/stat), and how often tdsl's pool workers, not running d
 their spins, slept between its parallel loops (tdsl.runtime.threadpool.stats); that
 row's latencies are of a shared machine. The p99/p50 lines at the end are given twice: over
 all calls, and over the calls in which no thread of the process waited for a core (Linux
-schedstat run delay under a tenth of the median call), the tail on a machine of one's
-own; how many calls that kept is printed beside. Beside tdsl's, under each row, the
-machine's floor (bench/floor.py): a register-only loop on one thread and on two joined
-threads, calibrated to tdsl's median call and taken in turn with the runtimes, so that
-its p99/p50 is the spread no runtime could beat on the machine as it was then; the last
-line names the models whose tail is above 1.2x where a floor's (one thread or two) is not. The ratios are of the best blocks: tdsl over
+schedstat run delay, or time off a CPU of a thread runnable throughout, under a tenth of
+the median call: bench/latency.py), the tail on a machine of one's own; how many calls
+that kept is printed beside. Beside tdsl's, under each row, the machine's floor
+(bench/floor.py): a register-only loop on one thread and on two joined threads,
+calibrated to tdsl's median call and taken in turn with the runtimes, so that its
+p99/p50 is the spread no runtime could beat on the machine as it was then; the last line
+names the models whose tail is above 1.2x where a floor's (one thread or two) is not.
+The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
