@@ -77,8 +77,8 @@ def states(threads):
     running or queued for a core), its CPU seconds (its per-thread CPU clock, up to date
     for a thread running now); not runnable and 0 for one that has exited, and for the
     calling thread (runnable while it reads, whether or not it slept in the call); and
-    the clock when they were read."""
-    runnable, cpu = np.zeros(len(threads), dtype=bool), np.zeros(len(threads))
+    the clock (perf_counter) when each was read."""
+    runnable, cpu, at = np.zeros(len(threads), dtype=bool), np.zeros(len(threads)), np.zeros(len(threads))
     me = threading.get_native_id()
     for k, path in enumerate(threads):
         tid = int(path.split("/")[-2])
@@ -89,26 +89,28 @@ def states(threads):
                 text = f.read()
             runnable[k] = text[text.rindex(")") + 2] == "R"
             cpu[k] = time.clock_gettime_ns(((~tid) << 3) | 6) * 1e-9   # CPUCLOCK_PERTHREAD | SCHED
+            at[k] = time.perf_counter()
         except (OSError, ValueError):
             pass                                  # a thread that has exited
-    return runnable, cpu, time.perf_counter()
+    return runnable, cpu, at
 
 
-def off_cpu(before, after, seconds):
+def off_cpu(before, after, start, end):
     """The longest a thread runnable at a call's start and end was off a CPU within the
-    call, from `states` read before and after it (`seconds` long, within the reads): a
+    call, from `states` read before and after it (it ran from `start` to `end`): a
     thread that spins between tasks (a pool worker, kept awake through a run) is on a CPU
     throughout unless it waited for one. That wait may have begun before the call and the
     run delay books it only when the thread runs, after the run of calls maybe, where no
     read sees it: a worker woken while another process held the other core, whose caller
-    ran the call's loops alone. A lower bound: the time off a CPU between the reads less
-    the reads' own time outside the call."""
+    ran the call's loops alone. A lower bound: the time off a CPU between the thread's two
+    reads less their time outside the call."""
     (r0, c0, t0), (r1, c1, t1) = before, after
     both = r0 & r1
     if not both.any():
         return 0.0
-    off = (t1 - t0) - (c1 - c0)[both]
-    return float(np.clip(off - (t1 - t0 - seconds), 0.0, seconds).max())
+    off = (t1 - t0)[both] - (c1 - c0)[both]
+    outside = np.maximum(start - t0[both], 0.0) + np.maximum(t1[both] - end, 0.0)
+    return float(np.clip(off - outside, 0.0, end - start).max())
 
 
 def core_waits(reads, spans):
@@ -199,19 +201,20 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
             reads, off = [], []
-            # one read of the threads' states ends a call and starts the next: a second
-            # would lengthen the gap between calls, in which tdsl's pool keeps its workers
-            # awake for a millisecond (HOLD_GRACE_NS)
-            s0 = states(threads)
             for _ in range(run):
+                # the states read next to the call (off_cpu's bound is the tighter), the
+                # run delays around them: the gap between two calls, in which tdsl's pool
+                # keeps its workers awake for a millisecond (HOLD_GRACE_NS), grows by
+                # two reads of /proc (~0.1 ms each for 8 threads on a loaded machine)
                 reads.append((clock(), delays(threads), clock()))
+                s0 = states(threads)
                 t0 = clock()
                 f()
-                own.append(clock() - t0)
-                reads.append((clock(), delays(threads), clock()))
+                t1 = clock()
+                own.append(t1 - t0)
                 s1 = states(threads)
-                off.append(off_cpu(s0, s1, own[-1]))
-                s0 = s1
+                reads.append((clock(), delays(threads), clock()))
+                off.append(off_cpu(s0, s1, t0, t1))
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
