@@ -22,8 +22,9 @@ def _returns(fn, within_s=20.0):
     return done.wait(within_s)
 
 
-def test_two_threads_restart_their_worker_after_it_timed_out():
-    one, two = floor.callables(2e-4)
+@pytest.mark.parametrize("kind", sorted(floor.KINDS))
+def test_two_threads_restart_their_worker_after_it_timed_out(kind):
+    one, two = floor.callables(2e-4, kind)
     assert _returns(one)
     for _ in range(3):
         assert _returns(two)
