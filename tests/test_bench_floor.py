@@ -15,6 +15,14 @@ from tdsl.runtime import ccompiler  # noqa: E402
 pytestmark = pytest.mark.skipif(ccompiler.find() is None, reason="needs a C compiler")
 
 
+@pytest.fixture(autouse=True)
+def _workers_gone():
+    """Lets a test's spinning worker time out and exit, so that it takes no core from the
+    tests after it (bench/latency.py counts a thread of the process queued for a core)."""
+    yield
+    time.sleep(2 * floor.IDLE_MS / 1000)
+
+
 def _returns(fn, within_s=20.0):
     done = threading.Event()
     t = threading.Thread(target=lambda: (fn(), done.set()), daemon=True)
