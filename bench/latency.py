@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 
 import numpy as np
@@ -71,6 +72,47 @@ def delays(threads):
     return out
 
 
+def states(threads):
+    """Per thread in `threads` (schedstat paths): whether it is runnable now (state R:
+    running or queued for a core), its CPU seconds (its per-thread CPU clock, up to date
+    for a thread running now); not runnable and 0 for one that has exited, and for the
+    calling thread (runnable while it reads, whether or not it slept in the call); and
+    the clock (perf_counter) when each was read."""
+    runnable, cpu, at = np.zeros(len(threads), dtype=bool), np.zeros(len(threads)), np.zeros(len(threads))
+    me = threading.get_native_id()
+    for k, path in enumerate(threads):
+        tid = int(path.split("/")[-2])
+        if tid == me:
+            continue
+        try:
+            with open(path[:-len("schedstat")] + "stat") as f:
+                text = f.read()
+            runnable[k] = text[text.rindex(")") + 2] == "R"
+            cpu[k] = time.clock_gettime_ns(((~tid) << 3) | 6) * 1e-9   # CPUCLOCK_PERTHREAD | SCHED
+            at[k] = time.perf_counter()
+        except (OSError, ValueError):
+            pass                                  # a thread that has exited
+    return runnable, cpu, at
+
+
+def off_cpu(before, after, start, end):
+    """The longest a thread runnable at a call's start and end was off a CPU within the
+    call, from `states` read before and after it (it ran from `start` to `end`): a
+    thread that spins between tasks (a pool worker, kept awake through a run) is on a CPU
+    throughout unless it waited for one. That wait may have begun before the call and the
+    run delay books it only when the thread runs, after the run of calls maybe, where no
+    read sees it: a worker woken while another process held the other core, whose caller
+    ran the call's loops alone. A lower bound: the time off a CPU between the thread's two
+    reads less their time outside the call."""
+    (r0, c0, t0), (r1, c1, t1) = before, after
+    both = r0 & r1
+    if not both.any():
+        return 0.0
+    off = (t1 - t0)[both] - (c1 - c0)[both]
+    outside = np.maximum(start - t0[both], 0.0) + np.maximum(t1[both] - end, 0.0)
+    return float(np.clip(off - outside, 0.0, end - start).max())
+
+
 def core_waits(reads, spans):
     """Seconds the process's threads waited for a core within each call, from reads of
     their run delays: `reads[r]` = (clock before, clock after, per-thread seconds), and
@@ -118,7 +160,8 @@ class Spread:
     `waited`: per call, the seconds this process's threads spent runnable but without a
     core (Linux schedstat run delay, `core_waits`). A call in which they waited more than a tenth of the
     median call lost a core to something else (another process, a kernel thread, the
-    hypervisor); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
+    hypervisor), where the wait of a thread runnable throughout is also read from its CPU
+    clock (`off_cpu`); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
     the tail a machine of one's own would show, printed beside the tail this one showed."""
 
     def __init__(self, calls, firsts, others=None, waited=None):
@@ -157,13 +200,21 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             f()
             firsts[i].append(clock() - t0)
             own, threads = samples[i], _threads()
-            reads = []
+            reads, off = [], []
             for _ in range(run):
+                # the states read next to the call (off_cpu's bound is the tighter), the
+                # run delays around them: the gap between two calls, in which tdsl's pool
+                # keeps its workers awake for a millisecond (HOLD_GRACE_NS), grows by
+                # two reads of /proc (~0.1 ms each for 8 threads on a loaded machine)
                 reads.append((clock(), delays(threads), clock()))
+                s0 = states(threads)
                 t0 = clock()
                 f()
-                own.append(clock() - t0)
+                t1 = clock()
+                own.append(t1 - t0)
+                s1 = states(threads)
                 reads.append((clock(), delays(threads), clock()))
+                off.append(off_cpu(s0, s1, t0, t1))
             busy1 = _busy_seconds()
             wall[i] += clock() - w0
             if busy0 is not None and busy1 is not None:
@@ -172,8 +223,9 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             # when it runs again: give it a moment (the pause before the next run anyway)
             time.sleep(min(0.02, pause_s))
             reads.append((clock(), delays(threads), clock()))
-            waited[i] += core_waits([(b, a, d) for b, d, a in reads],
-                                    [(2 * k, 2 * k + 1) for k in range(run)])
+            waits = core_waits([(b, a, d) for b, d, a in reads], [(2 * k, 2 * k + 1) for k in range(run)])
+            # the larger of the two: a wait the run delay booked in time is off_cpu's too
+            waited[i] += [max(w, q) for w, q in zip(waits, off)]
     known = _busy_seconds() is not None
     return [Spread(s, fi, o / w if known else None, q)
             for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]

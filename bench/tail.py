@@ -17,8 +17,9 @@ The slowest 2% (at least 3) of all calls, then of the calls with no core wait (t
 a machine of one's own would show), are each given every cause that applies:
 - `core`: a thread of the process waited for a core for more than a tenth of the median
   call (the rule bench/latency.py uses to set calls apart, with its `core_waits`: a wait
-  still in progress at the call's end, booked when the thread next ran, counts too) or
-  was preempted;
+  still in progress at the call's end, booked when the thread next ran, counts too, and so
+  does a pool worker's time off a CPU while runnable: `off_cpu`) or was
+  preempted;
 - `park`: a pool worker went to sleep during the call;
 - `alone`: the workers ran none of the call's tasks: the caller ran every loop by itself
   (a worker woken for the call but queued for a core throughout it, or asleep);
@@ -26,6 +27,9 @@ a machine of one's own would show), are each given every cause that applies:
   call's excess over the median (the worker was slow or not running); `join`: the same
   read from the trace ring's loop records (tdsl.runtime.runtrace), which also give per
   call when the worker started each loop after its launch and in how many it ran nothing;
+- `gc`: Python's garbage collector ran during the call (gc.callbacks);
+- `fault`: the process took over 16 more minor page faults than in its median call
+  (getrusage: every thread's, so onnxruntime's too);
 - `pause`: one of the first two calls after the pause;
 - `kernel`: one kernel took more than half of the excess, or `spread`: the excess is
   spread over the kernels (memory, clock, a neighbour on the host: nothing in the process
@@ -35,7 +39,9 @@ The counts of the first cause of each slow call close each list.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import resource
 import sys
 import threading
 import time
@@ -51,6 +57,17 @@ from latency import core_waits, delays  # noqa: E402
 from zoo import _model_and_input  # noqa: E402
 
 COUNTERS = ("worker_sleeps", "lost_sleeps", "worker_tasks", "tasks", "wait_ns", "launches")
+_collections = [0]         # Python's garbage collections so far (gc.callbacks)
+
+
+def _count_collection(phase, _info):
+    if phase == "start":
+        _collections[0] += 1
+
+
+def _process_counts():
+    """The process's minor page faults (every thread's) and garbage collections so far."""
+    return {"minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt, "gc": _collections[0]}
 
 
 def _tids():
@@ -66,6 +83,19 @@ def _read(tids, path, pick):
         except (OSError, ValueError, IndexError):
             pass                  # a thread that has exited
     return total
+
+
+def _cpu_ns(tid):
+    """A thread's CPU time (its per-thread CPU clock, up to date for a thread running now,
+    where schedstat's counts only from the last tick or switch); 0 for one that exited."""
+    try:
+        return time.clock_gettime_ns(((~int(tid)) << 3) | 6)    # CPUCLOCK_PERTHREAD | SCHED
+    except OSError:
+        return 0
+
+
+def _runnable(text):
+    return int(text[text.rindex(")") + 2] == "R")
 
 
 def _nivcsw(text):
@@ -99,7 +129,12 @@ class Counters:
         per_group = np.bincount(self.group_of, weights=waits, minlength=len(self.groups))
         return ({g: int(round(d * 1e9)) for g, d in zip(self.groups, per_group)},
                 {g: _read(t, "status", _nivcsw) for g, t in self.groups.items()},
-                {c: s.get(c, 0) for c in COUNTERS})
+                {**{c: s.get(c, 0) for c in COUNTERS}, **_process_counts(),
+                 # the pool workers' time on a CPU: a worker that ran no task of a call
+                 # while on a CPU throughout it spun without seeing the launches
+                 "worker_cpu": sum(_cpu_ns(t) for t in self.groups.get("tdsl", ())),
+                 # and how many are runnable now (state R: running, or queued for a core)
+                 "runnable": _read(self.groups.get("tdsl", ()), "stat", _runnable)})
 
     def mark(self, _i=None):
         recs, self.since = runtrace.read(self.since)
@@ -108,6 +143,8 @@ class Counters:
         start = len(self.reads) - 1
         now = self.read()
         self.calls.append(tuple({k: b[k] - a[k] for k in b} for a, b in zip(self.last, now)))
+        # at the call's start and end, not deltas
+        self.calls[-1][2].update(runnable=now[2]["runnable"], runnable_before=self.last[2]["runnable"])
         self.spans.append((start, len(self.reads) - 1))
         self.last = now
 
@@ -156,15 +193,42 @@ def attribute(side, names, walls, kernels, counts, pos):
     w = np.asarray(walls)
     p50, p99 = np.median(w), np.percentile(w, 99)
     delay = np.array([c[3] for c in counts])
+    # a worker runnable at a call's start and end was off a CPU only while it waited for
+    # one: a wait the run delay books once it runs, maybe after the run of calls
+    # (bench/latency.py's off_cpu; here from the call's length, with one worker: the pool's
+    # CPU time is summed); onnxruntime's threads are not read
+    cpu = np.array([c[2]["worker_cpu"] for c in counts]) * 1e-9 / np.maximum(w, 1e-9)
+    both = np.array([c[2]["runnable"] > 0 and c[2]["runnable_before"] > 0 for c in counts])
+    off = np.where(both & (side == "tdsl"), np.clip(1.0 - cpu, 0.0, 1.0) * w, 0.0)
+    queued = off > 0.9 * w                    # off a CPU throughout
+    delay = np.maximum(delay, off)
     quiet = np.flatnonzero(delay <= 0.1 * p50)
     kept = w[quiet]
     print(f"{side}: {len(w)} calls, p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ({p99 / p50:.2f}x); "
           f"no core wait: {len(kept)} calls, p99/p50 "
           f"{np.percentile(kept, 99) / np.median(kept) if len(kept) else float('nan'):.2f}")
+    faults = np.array([c[2]["minflt"] for c in counts])
+    gcs = np.array([c[2]["gc"] for c in counts])
+    at = np.asarray(pos)
+    by_pos = "/".join(f"{np.median(w[sel]) / p50:.2f}" for sel in (at == 1, at == 2, at == 3, at >= 4)
+                      if sel.any())
+    print(f"   page faults a call p50/p99/max {np.median(faults):.0f}/{np.percentile(faults, 99):.0f}/"
+          f"{faults.max()}; calls with a garbage collection {int(np.sum(gcs > 0))}; median call by "
+          f"its place after the pause (1st/2nd/3rd/later) over the median {by_pos}")
+    if kernels:
+        # a slow start with the worker there is the caches (the other sides' runs evicted
+        # the weights) or the clock; without it, the worker's wake-up
+        helped = np.array([c[2]["worker_tasks"] > 0 for c in counts])
+        print("   by that place, calls in which a worker ran tasks "
+              + "/".join(f"{helped[sel].mean():.0%}" for sel in (at == 1, at == 2, at == 3, at >= 4) if sel.any())
+              + "; median of those calls over their overall median "
+              + "/".join(f"{np.median(w[sel & helped]) / np.median(w[helped]):.2f}"
+                         for sel in (at == 1, at == 2, at == 3, at >= 4) if (sel & helped).any()))
     kt = np.asarray(kernels) if kernels else None
     ctx = dict(side=side, names=names, w=w, p50=p50, delay=delay, counts=counts, pos=pos, kt=kt,
                kmed=np.median(kt, axis=0) if kt is not None else None,
                wait_med=np.median([c[2]["wait_ns"] for c in counts]) * 1e-9,
+               faults_med=np.median([c[2]["minflt"] for c in counts]),
                loops_med=_median_loops(counts))
     # the slowest of all calls, then of those with no core wait: the tail a machine of
     # one's own would show (bench/latency.py's Spread.p99_kept)
@@ -178,6 +242,14 @@ def attribute(side, names, walls, kernels, counts, pos):
         loops = np.array([c[2]["launches"] for c in counts])
         parks = np.array([c[2]["worker_sleeps"] for c in counts])
         alone = (ran == 0) & (tasks > loops)
+        quiet_alone = np.intersect1d(np.flatnonzero(alone), quiet)
+        print(f"   calls in which the workers ran no task: {int(alone.sum())}; in {int(queued[alone].sum())} "
+              f"a worker was queued for a core throughout (runnable at both ends, under a tenth on a CPU; "
+              f"its time off a CPU counts as a core wait), {len(quiet_alone)} had no core wait" + (
+                  f" ({np.median(w[quiet_alone]) / np.median(w):.2f}x the median call; the workers' "
+                  f"time on a CPU over the call p10/p50/p90 "
+                  + "/".join(f"{v:.2f}" for v in np.percentile(cpu[quiet_alone], [10, 50, 90])) + ")"
+                  if len(quiet_alone) else ""))
         print(f"   per call (median): {np.median(loops):.0f} parallel loops of {np.median(tasks):.0f} "
               f"tasks, the workers ran {np.median(ran):.0f}; calls with a worker park {np.mean(parks > 0):.0%}, "
               f"in which the workers ran no task {np.mean(alone):.0%} (of those with no core wait "
@@ -256,16 +328,22 @@ def _slowest(c, among):
             why.append("alone")
         if tdsl and pc["wait_ns"] * 1e-9 - c["wait_med"] > excess / 3:
             why.append("worker")
+        if pc["gc"]:
+            why.append("gc")
+        if pc["minflt"] > c["faults_med"] + 16:
+            why.append("fault")
         if c["pos"][j] <= 2:
             why.append("pause")
         line = (f"   {w[j] * 1e3:8.3f} ms ({w[j] / p50:.2f}x) call {c['pos'][j]:2d}; waited for a core "
                 f"(caller/tdsl/ort) {rd['caller'] * 1e-3:.0f}/{rd['tdsl'] * 1e-3:.0f}/{rd['ort'] * 1e-3:.0f} us, "
-                f"preempted {iv['caller']}/{iv['tdsl']}/{iv['ort']}")
+                f"preempted {iv['caller']}/{iv['tdsl']}/{iv['ort']}, page faults {pc['minflt']}"
+                f"{', gc' if pc['gc'] else ''}")
         if kt is not None:
             ex = kt[j] - c["kmed"]
             top = np.argsort(-ex)[:3]
             why.append("kernel" if excess > 0 and ex.max() > excess / 2 else "spread")
-            line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker tasks "
+            line += (f"; parks {pc['worker_sleeps']} (lost core {pc['lost_sleeps']}), worker on a CPU "
+                     f"{pc['worker_cpu'] * 1e-3:.0f} us, worker tasks "
                      f"{pc['worker_tasks']}/{pc['tasks']}, caller waited {pc['wait_ns'] * 1e-3:.0f} us; "
                      "slowest kernels " + ", ".join(f"{names[t]} +{ex[t] * 1e6:.0f} us" for t in top))
             if loops is not None and len(loops):
@@ -285,6 +363,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=12, help="runs of 25 calls per side")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
+    gc.callbacks.append(_count_collection)
     base, workers = _tids(), None
     for name in a.models:
         model, x = _model_and_input(name)

@@ -45,8 +45,14 @@ each side's calls (/proc/stat), and how often tdsl's pool workers, not running d
 their spins, slept between its parallel loops (tdsl.runtime.threadpool.stats); that
 row's latencies are of a shared machine. The p99/p50 lines at the end are given twice: over
 all calls, and over the calls in which no thread of the process waited for a core (Linux
-schedstat run delay under a tenth of the median call), the tail on a machine of one's
-own; how many calls that kept is printed beside. The ratios are of the best blocks: tdsl over
+schedstat run delay, or time off a CPU of a thread runnable throughout, under a tenth of
+the median call: bench/latency.py), the tail on a machine of one's own; how many calls
+that kept is printed beside. Beside tdsl's, under each row, the machine's floor
+(bench/floor.py): a register-only loop on one thread and on two joined threads,
+calibrated to tdsl's median call and taken in turn with the runtimes, so that its
+p99/p50 is the spread no runtime could beat on the machine as it was then; the last line
+names the models whose tail is above 1.2x where a floor's (one thread or two) is not.
+The ratios are of the best blocks: tdsl over
 onnxruntime, and tdsl over the faster of onnxruntime and OpenVINO. First the CPU and its
 measured FMA peak; per model tdsl's share of that peak (conv/dense/matmul flops over its
 latency; a conv's taps that read padding are not counted: both sides skip them in dilated
@@ -83,6 +89,7 @@ from tdsl.runtime import threadpool  # noqa: E402
 from common import add_target_option, frozen_heap, print_target, target_from  # noqa: E402
 from graph import _ort_session, flops  # noqa: E402
 from latency import blocks, percentiles  # noqa: E402
+import floor  # noqa: E402
 import isa_cap  # noqa: E402
 import ov_session  # noqa: E402
 from ov_session import OVSession  # noqa: E402
@@ -179,8 +186,10 @@ def run_one(name, target, a, threads, peak, ov_version):
             notes.append(f"OpenVINO failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     times = blocks(fns, a.number, a.repeat)
     before = threadpool.stats()
-    spreads = percentiles(fns, calls=a.calls)
+    # the machine's floor at tdsl's median, taken in turn with the runtimes (bench/floor.py)
+    spreads = percentiles(fns + list(floor.callables(floor.run_median(fns[0]))), calls=a.calls)
     after = threadpool.stats()
+    spreads, floors = spreads[:len(fns)], spreads[len(fns):]
     slept = _sleep_share(before, after, spreads[0])
     others = [sp.others for sp in spreads]
     if slept > 0.1 or max(o or 0.0 for o in others) > 0.2:
@@ -208,6 +217,9 @@ def run_one(name, target, a, threads, peak, ov_version):
           f"{t_tdsl * 1e3:8.2f} {t_ort * 1e3:8.2f} {ov_cols[1]:>8s} {_ms(spreads[0]):>13s} "
           f"{_ms(spreads[1]):>13s} {ov_cols[2]:>13s} {idle:>15s} {t_tdsl / t_ort:6.2f}x "
           f"{t_tdsl / t_ov:6.2f}x {t_tdsl / best:6.2f}x {share:6.1%} {err_txt}", flush=True)
+    print(f"{'':20s} p99/p50 (with no core wait, of how many calls): tdsl {_tail(spreads[0])}; the machine's floor, p50 "
+          f"ms and p99/p50: one thread {floors[0].p50 * 1e3:.2f} {_tail(floors[0])}, two "
+          f"{floors[1].p50 * 1e3:.2f} {_tail(floors[1])}")
     for n in notes:
         print(f"{'':20s} note: {n}")
     if a.profile:
@@ -215,7 +227,12 @@ def run_one(name, target, a, threads, peak, ov_version):
         exe.run(x)
         print(exe.profile_text(number=a.number, top=15))
     return t_tdsl / t_ort, t_tdsl / t_ov, t_tdsl / best, [(sp.p99 / sp.p50, sp.p99_kept / sp.p50_kept, sp.n_kept, len(sp.calls))
-                                          for sp in spreads]
+                                          for sp in spreads + floors]
+
+
+def _tail(spread):
+    return (f"{spread.p99 / spread.p50:.2f} ({spread.p99_kept / spread.p50_kept:.2f} of "
+            f"{spread.n_kept})")
 
 
 def _geomean(xs):
@@ -311,14 +328,25 @@ def main(argv=None):
             print(f"geometric mean tdsl/OpenVINO capped at {a.cap}, like for like "
                   f"({len(ov_rows)} models): {_geomean([r for _, r in ov_rows]):.2f}x; "
                   f"above 1.2x: {', '.join(wide) or 'none'}")
-        for i, side in enumerate(("tdsl", "onnxruntime", "OpenVINO")[:len(spread[0])]):
-            mine = [(n, r[i]) for n, r in zip(done, spread) if len(r) > i]
+        # each row's spreads: tdsl, onnxruntime, OpenVINO where it ran, and the two floors last
+        sides = [(k, side) for k, side in enumerate(("tdsl", "onnxruntime", "OpenVINO"))
+                 if any(len(r) - 2 > k for r in spread)]
+        for i, side in sides + [(-2, "the floor, one thread"), (-1, "the floor, two threads")]:
+            mine = [(n, r[i]) for n, r in zip(done, spread) if i < 0 or len(r) - 2 > i]
             for k, calls in ((0, "all calls"), (1, "the calls in which no thread waited for a core")):
                 wide = [n for n, r in mine if r[k] > 1.2]
                 kept = sum(r[2] for _, r in mine), sum(r[3] for _, r in mine)
                 print(f"{side} p99/p50 over {calls}" + (f" ({kept[0]} of {kept[1]})" if k else "") +
-                      f": worst {max(r[k] for _, r in mine):.2f}x; above 1.2x on {len(wide)} of "
+                      f": worst {max((r[k] for _, r in mine if r[k] == r[k]), default=float('nan')):.2f}x"
+                      f"; above 1.2x on {len(wide)} of "
                       f"{len(mine)} models" + (f": {', '.join(wide)}" if i == 0 and wide else ""))
+        for k, calls in ((0, "all calls"), (1, "the calls with no core wait")):
+            # the floor is tight where pure spinning kept within 1.2x on one thread or two
+            # (a runtime may run a call on either; a nan, no calls kept, is not tight)
+            ours = [n for n, r in zip(done, spread)
+                    if r[0][k] > 1.2 and (r[-2][k] <= 1.2 or r[-1][k] <= 1.2)]
+            print(f"over {calls}, tdsl above 1.2x where a floor (one thread or two) is not: "
+                  f"{len(ours)} of {len(done)} models" + (f": {', '.join(ours)}" if ours else ""))
 
 
 if __name__ == "__main__":

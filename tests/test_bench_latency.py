@@ -2,6 +2,7 @@
 which the process lost a core."""
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,67 @@ def test_a_thread_that_exits_between_two_reads_waited_nothing_not_less():
     assert after[paths.index(mine)] == 0.0
     assert 0.0 <= latency.waited_between(before, after) < 1.0
     assert latency.waited_between([1.0, 2.0], [1.5, 0.0]) == 0.5
+
+
+def test_a_thread_runnable_throughout_but_off_a_cpu_waited_for_a_core():
+    """A worker runnable at a call's start and end but hardly on a CPU in it waited for a
+    core: its run delay is booked only when it runs, maybe after every read."""
+    ms = 1e-3
+    runnable = np.array([True, True, False])
+    # the call ran over 0.1-1.1 ms; each thread's states read 0.1 ms outside it
+    at0, at1 = np.zeros(3), np.full(3, 1.2 * ms)
+    start = (runnable, np.array([1.0, 1.0, 1.0]), at0)
+    # between its reads thread 0 ran 1.15 ms of the 1.2, thread 1 0.05 ms, thread 2 slept
+    end = (runnable, np.array([1.0 + 1.15 * ms, 1.0 + 0.05 * ms, 1.0]), at1)
+    assert latency.off_cpu(start, end, 0.1 * ms, 1.1 * ms) == pytest.approx(0.95 * ms)
+    # off a CPU only as long as its reads took outside the call: no wait within it
+    end_ran = (runnable, np.array([1.0 + 1.15 * ms, 1.0 + 1.0 * ms, 1.0]), at1)
+    assert latency.off_cpu(start, end_ran, 0.1 * ms, 1.1 * ms) == pytest.approx(0.0, abs=1e-12)
+    # not runnable at the end: it slept (a parked worker), it did not wait
+    asleep_at_end = (np.array([True, False, False]), end[1], at1)
+    assert latency.off_cpu(start, asleep_at_end, 0.1 * ms, 1.1 * ms) == 0.0
+    # each thread's own read times: thread 1 read at the call's very edges, off 0.9 ms
+    tight = (runnable, end[1] + np.array([0.0, 0.05 * ms, 0.0]), np.array([1.2 * ms, 1.1 * ms, 1.2 * ms]))
+    edge = (runnable, start[1], np.array([0.0, 0.1 * ms, 0.0]))
+    assert latency.off_cpu(edge, tight, 0.1 * ms, 1.1 * ms) == pytest.approx(0.9 * ms)
+    # the call's length at most
+    never = (runnable, np.array([1.0, 1.0, 1.0]), np.full(3, 5 * ms))
+    assert latency.off_cpu(start, never, 0.0, 4.9 * ms) == pytest.approx(4.9 * ms)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc")
+def test_states_reads_a_spinning_thread_on_a_cpu_and_a_sleeping_one_not_runnable():
+    import threading
+    stop_spin, stop_sleep, spinning = threading.Event(), threading.Event(), threading.Event()
+
+    def spin():
+        spinning.set()
+        while not stop_spin.is_set():
+            pass
+    s = threading.Thread(target=spin)
+    z = threading.Thread(target=stop_sleep.wait)
+    s.start()
+    z.start()
+    try:
+        spinning.wait(5)
+        paths = [f"/proc/self/task/{t.native_id}/schedstat" for t in (s, z)]
+        paths.append(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+        _, c0, t0 = latency.states(paths)
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:       # the GIL: the spinner runs in our waits
+            time.sleep(0.001)
+        _, c1, t1 = latency.states(paths)
+        assert t1[0] > t0[0] and c1[0] > c0[0]   # the spinner's CPU clock advanced
+        stop_spin.set()
+        s.join()
+        time.sleep(0.02)                         # no one holds the GIL: the sleeper waits
+        r2, c2, _ = latency.states(paths[1:])
+        time.sleep(0.02)
+        r3, c3, _ = latency.states(paths[1:])
+    finally:
+        stop_spin.set()
+        stop_sleep.set()
+        s.join()
+        z.join()
+    assert not r2[0] and not r3[0] and c3[0] == c2[0]     # asleep: not runnable, no CPU
+    assert not r2[1] and c2[1] == 0.0                     # the calling thread is left out
