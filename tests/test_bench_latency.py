@@ -27,11 +27,20 @@ def test_spread_without_schedstat_keeps_every_call():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux schedstat")
 def test_percentiles_reads_run_delay_per_call():
-    spreads = latency.percentiles([lambda: sum(range(1000)), lambda: np.ones(100).sum()],
-                                  calls=10, run=5, pause_s=0.0)
-    for sp in spreads:
-        assert len(sp.calls) == len(sp.waited) == 10
-        assert (sp.waited >= 0).all() and 0 < sp.n_kept <= 10
+    # a thread of this process still spinning from an earlier test (a pool worker, an
+    # onnxruntime thread) and queued behind the other test worker's process makes every
+    # call of a run read as waited: some attempt of three keeps a call
+    kept = []
+    for _ in range(3):
+        spreads = latency.percentiles([lambda: sum(range(1000)), lambda: np.ones(100).sum()],
+                                      calls=10, run=5, pause_s=0.0)
+        for sp in spreads:
+            assert len(sp.calls) == len(sp.waited) == 10
+            assert (sp.waited >= 0).all() and 0 <= sp.n_kept <= 10
+        kept.append(min(sp.n_kept for sp in spreads))
+        if kept[-1] > 0:
+            break
+    assert max(kept) > 0
 
 
 def test_a_wait_booked_after_a_call_counts_for_the_call_it_overlapped():
