@@ -3,7 +3,8 @@
 - Serial loops are plain LLVM loops (a tail that loop partitioning peeled off a loop of
   run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it,
   a loop whose bounds read a run-time size metadata keeping LLVM from unrolling it by a
-  run-time count);
+  run-time count, and, where what LLVM would hoist out of it passes half the vector
+  registers, its reads of those buffers kept in it: `serial_loop`);
   unrolled loops repeat the body with the loop variable
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
