@@ -206,11 +206,11 @@ class FunctionEmitter(ExprEmitter):
         and, with no registers left, spills them to the stack and reads them back every
         row: at one row, the common case of one token, that costs more than the row
         (static code, one row unrolled, reads each once where it is used). A few hoisted
-        vectors (a dense kernel's bias tile) fit in registers and stay hoisted. Past
-        half the register file, each trip
-        reads those buffers through `llvm.launder.invariant.group` of their pointer: a
-        copy LLVM cannot hoist, whose loads keep the buffer's `noalias` facts (alias
-        analysis sees through it) and which costs no instruction."""
+        vectors (a dense kernel's bias tile) fit in registers and stay hoisted. Past half
+        the register file, each trip reads those buffers through
+        `llvm.launder.invariant.group` of their pointer: a copy LLVM cannot hoist, whose
+        loads keep the buffer's `noalias` facts (alias analysis sees through it) and
+        which costs no instruction."""
         bl = self.builder
         cl, ch = int_const_value(lo), int_const_value(hi)
         if cl is not None and ch is not None:
@@ -233,7 +233,7 @@ class FunctionEmitter(ExprEmitter):
         kept = {}
         hoisted = irscan.invariant_reads(var, body) if reads_inside else {}
         t = self.mb.target.description
-        if sum(hoisted.values()) > t.vector_registers * t.vector_bits // 16:
+        if sum(hoisted.values()) > t.vector_registers * t.vector_bits // 8 // 2:
             launder = self.mb.intrinsic("llvm.launder.invariant.group.p0", PTR, [PTR])
             for b in hoisted:
                 if b in self.bufs:
