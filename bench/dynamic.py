@@ -3,9 +3,13 @@ symbolic (and the sequence of the transformers, the signal length of the 1-D net
 once by tdsl, then run at a sweep of sizes beside onnxruntime on the same symbolic model,
 and beside tdsl's own build of the model made static at that size.
 
-Per (model, size): tdsl's best block (bench/latency.py: blocks taken in turn, after a
-pause; each side holds its last outputs while it runs the next call, as a server's
-`y = exe.run(x)` loop does), the static build's, onnxruntime's; the ratios dynamic/static and
+Per (model, size): tdsl's best block mean, the static build's, onnxruntime's
+(bench/latency.blocks: `repeat` rounds of one turn per side, the first side rotated from
+round to round; a turn is a pause, 0.2 s of warm-up calls, then timed blocks of `number`
+calls, or of as many as last 5 ms where calls are short, as many blocks as fit in 50 ms;
+at one token, ~0.13 ms a call, a block is ~40 calls and a turn ~10 blocks; each side
+holds its last outputs while it runs the next call, as a server's `y = exe.run(x)` loop
+does); the ratios dynamic/static and
 dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
 beyond a warm call at that size (0 where it cost less), and "gc ms", the part of the first
 call that Python's collections took. No compile happens there; what
@@ -218,24 +222,24 @@ class PoolShare:
     def __init__(self, sides, threads=()):
         self.threads = threads
         self.tasks, self.worker_tasks = [0] * sides, [0] * sides
-        self.waited, self.blocks = [0.0] * sides, [0] * sides
+        self.waited, self.calls = [0.0] * sides, [0] * sides
 
     @contextlib.contextmanager
-    def __call__(self, i):
+    def __call__(self, i, calls):
         s0, w0 = threadpool.stats(), delays(self.threads)
         yield
         s1, w1 = threadpool.stats(), delays(self.threads)
         self.tasks[i] += s1.get("tasks", 0) - s0.get("tasks", 0)
         self.worker_tasks[i] += s1.get("worker_tasks", 0) - s0.get("worker_tasks", 0)
         self.waited[i] += waited_between(w0, w1)
-        self.blocks[i] += 1
+        self.calls[i] += calls
 
     def share(self, i):
         """The workers' share of side `i`'s tasks, or None where it launched none."""
         return self.worker_tasks[i] / self.tasks[i] if self.tasks[i] else None
 
 
-def _static_note(ratio, pool, number, workers) -> str:
+def _static_note(ratio, pool, workers) -> str:
     """The line under a row whose dynamic/static `ratio` lies outside STATIC_NOTE's band:
     the pool's share of each side's tasks (sides 0 dynamic, 1 static of `pool`, a
     PoolShare) against an even split over `workers` workers and the caller, and tdsl's
@@ -245,7 +249,7 @@ def _static_note(ratio, pool, number, workers) -> str:
 
     def side(i):
         sh = pool.share(i)
-        calls = max(pool.blocks[i] * number, 1)
+        calls = max(pool.calls[i], 1)
         return (f"{'no parallel tasks' if sh is None else f'workers ran {sh * 100:.0f}% of its tasks'}, "
                 f"tdsl's threads waited for a core {pool.waited[i] / calls * 1e3:.3f} ms a call")
     even = workers / (workers + 1) * 100
@@ -376,7 +380,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         print(f"{name:20s} {'x'.join(map(str, shape)):>16s} {t_dyn * 1e3:9.3f} {t_st * 1e3:9.3f} "
               f"{t_ort * 1e3:9.3f} {t_dyn / t_st:7.2f} {t_dyn / t_ort:7.2f} "
               f"{extra * 1e3:8.1f} {collected * 1e3:6.1f} {err:9.1e}", flush=True)
-        for note in (_static_note(t_dyn / t_st, pool, number, threadpool.stats().get("workers", 0)),
+        for note in (_static_note(t_dyn / t_st, pool, threadpool.stats().get("workers", 0)),
                      _first_note(first_cost, warm)):
             if note:
                 print(note, flush=True)

@@ -3,8 +3,9 @@ same machine load (the CPU may be shared) and none is slowed by another's thread
 run, onnxruntime's workers spin for a while and OpenVINO's (TBB) too; each side begins after
 a pause, in which they stop, rather than competing with them for a core.
 
-`blocks`: the best block mean (a pause, a warm-up, `number` calls), as bench/graph.py has
-always measured. `percentiles`: p50/p99 of single calls, what a user deploying one of them
+`blocks`: the best block mean over turns of each side (a pause, a warm-up, timed blocks
+of `number` calls, or of as many as last 5 ms where calls are short, several to a turn),
+the sides' order rotated from round to round. `percentiles`: p50/p99 of single calls, what a user deploying one of them
 sees from call to call, and the first call after an idle pause, each kept apart, with
 the CPU other processes used meanwhile (a small network's latency doubles when another
 process takes one of two cores, whichever runtime runs it).
@@ -12,6 +13,7 @@ process takes one of two cores, whichever runtime runs it).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -19,29 +21,58 @@ import time
 import numpy as np
 
 
-def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3, watch=None):
-    """Best-of-`repeat` mean seconds per call of each callable in `fns`, timed in blocks
-    taken in turn. A block is: a pause of `pause_s` (another runtime's spinning threads
-    would take a core: tdsl's ResNet-18 latency measured up to 2x right after an
-    onnxruntime run), `warmup_s` of untimed calls, then `number` timed calls. `watch(i)`,
-    if given, is a context manager entered around each timed block of `fns[i]`, its reads
+def blocks(fns, number, repeat, warmup_s=0.2, pause_s=0.3, watch=None, min_block_s=0.005,
+           turn_s=0.05):
+    """Best block mean: the least mean seconds per call of each callable in `fns` over its
+    timed blocks, taken in turns. A turn of one side is: a pause of `pause_s` (another
+    runtime's spinning threads would take a core: tdsl's ResNet-18 latency measured up to
+    2x right after an onnxruntime run), `warmup_s` of untimed calls, then its timed blocks,
+    back to back. There are `repeat` rounds of one turn per side, and round r starts with
+    side r (mod the sides): each side goes first as often as the others.
+
+    A block is `number` calls, or more where calls are short: as many as last at least
+    `min_block_s`, by the mean call of the first warm-up (timeit's autorange does the same),
+    since a block of five 0.13 ms calls is shorter than the jitter of a timer tick or a
+    steal that lands on it whole. A turn takes as many blocks as fit in `turn_s` (at least
+    one): where calls are short, more samples at the cost of milliseconds, not of more
+    pauses. A side whose `number` calls already last `turn_s`/2 or more is timed exactly
+    as before: `number` calls, one block a turn. `watch(i, calls)`, if given, is a context
+    manager entered around each timed block of `fns[i]` (of `calls` calls), its reads
     outside the block's clock: what the machine did meanwhile (bench/dynamic.PoolShare)."""
     for f in fns:
         f()
+    clock = time.perf_counter
     best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, f in enumerate(fns):
+    sizes = [None] * len(fns)                      # (calls a block, blocks a turn) per side
+    for r in range(repeat):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            f = fns[i]
             time.sleep(pause_s)
-            t_end = time.perf_counter() + warmup_s
-            while time.perf_counter() < t_end:
+            t_start = clock()
+            t_end, calls = t_start + warmup_s, 0
+            while clock() < t_end:
                 f()
-            with watch(i) if watch is not None else contextlib.nullcontext():
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    f()
-                t = (time.perf_counter() - t0) / number
-            best[i] = min(best[i], t)
+                calls += 1
+            if sizes[i] is None:
+                per_call = (clock() - t_start) / calls if calls else _timed(f)
+                n = max(number, math.ceil(min_block_s / max(per_call, 1e-9)))
+                sizes[i] = n, max(1, int(turn_s / max(n * per_call, 1e-9)))
+            n, per_turn = sizes[i]
+            for _ in range(per_turn):
+                with watch(i, n) if watch is not None else contextlib.nullcontext():
+                    t0 = clock()
+                    for _ in range(n):
+                        f()
+                    t = (clock() - t0) / n
+                best[i] = min(best[i], t)
     return best
+
+
+def _timed(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
 
 
 def _threads():

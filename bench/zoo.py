@@ -36,8 +36,10 @@ OpenVINO alone. --native-refs leaves both uncapped.
 
 Timing, every side in the same process and in turn (bench/latency.py), so that the
 machine load is the same for all and one side's spinning threads (onnxruntime's and
-OpenVINO's spin after a run) do not slow the next: "best block", the best of 3 blocks of
-(a pause, a warm-up, 5 calls); "p50/p99", of at least 100 single calls per side, in runs of
+OpenVINO's spin after a run) do not slow the next: "best block", the least block mean
+over 3 rounds of one turn per side, the first side rotated (a turn: a pause, 0.2 s of
+warm-up, then blocks of 5 calls, or of as many as last 5 ms where calls are short, as
+many blocks as fit in 50 ms; bench/latency.blocks); "p50/p99", of at least 100 single calls per side, in runs of
 25 taken in turn, each after a pause; "idle", the median first call of those runs, the
 first call after an idle pause of 0.3 s. A note under a row says when another process
 took a core during the p50/p99 calls: how many cores other processes kept busy during

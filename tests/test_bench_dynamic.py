@@ -111,19 +111,19 @@ def test_cost_counts_the_collections_in_the_call():
 
 def test_static_note_is_empty_within_the_band():
     pool = dynamic.PoolShare(3)
-    assert dynamic._static_note(1.04, pool, 5, 1) == ""
-    assert dynamic._static_note(0.96, pool, 5, 1) == ""
+    assert dynamic._static_note(1.04, pool, 1) == ""
+    assert dynamic._static_note(0.96, pool, 1) == ""
 
 
 def test_static_note_tells_each_sides_share_of_the_pools_work():
     pool = dynamic.PoolShare(3)
     pool.tasks, pool.worker_tasks = [1000, 1000, 0], [20, 490, 0]
-    pool.waited, pool.blocks = [0.030, 0.0, 0.0], [3, 3, 3]
-    note = dynamic._static_note(1.84, pool, 5, 1)
+    pool.waited, pool.calls = [0.030, 0.0, 0.0], [15, 15, 15]
+    note = dynamic._static_note(1.84, pool, 1)
     assert "dynamic/static 1.84" in note
     assert "dynamic's blocks: workers ran 2% of its tasks" in note
     assert "static's: workers ran 49% of its tasks" in note
-    assert "waited for a core 2.000 ms a call" in note        # 30 ms over 3 blocks of 5 calls
+    assert "waited for a core 2.000 ms a call" in note        # 30 ms over 15 calls
     assert "an even split: 50%" in note
 
 
@@ -137,8 +137,9 @@ def test_pool_share_counts_the_tasks_of_a_parallel_kernel():
     exe = G.build(G.optimize(G.from_onnx(models.mobilenetv2_blocks(2, 56))))
     x = np.random.default_rng(0).standard_normal((2, 3, 56, 56)).astype(np.float32)
     pool = dynamic.PoolShare(2, _threads())
+    # blocks of `number` calls, one a turn, whatever the calls last
     blocks([lambda: exe.run(x), lambda: None], number=3, repeat=2, warmup_s=0.0, pause_s=0.0,
-           watch=pool)
-    assert pool.blocks == [2, 2]
+           watch=pool, min_block_s=0.0, turn_s=0.0)
+    assert pool.calls == [6, 6]
     assert pool.tasks[0] > 0 and pool.tasks[1] == 0 and pool.share(1) is None
     assert 0.0 <= pool.share(0) <= 1.0 and pool.waited[0] >= 0.0

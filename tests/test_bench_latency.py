@@ -65,25 +65,74 @@ def test_a_wait_booked_within_a_call_counts_as_before():
     assert latency.core_waits(reads, [(0, 1), (2, 3)]) == pytest.approx([0.4 * ms, 0.0])
 
 
-def test_blocks_watches_each_timed_block_of_each_side():
-    seen, calls = [], []
+class _Clock:
+    """A stand-in for the `time` module bench/latency.py reads: sleeps and calls advance
+    it by exactly what they are given, so that how blocks are sized is known."""
 
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += s
+
+    def call(self, seconds, log=None, tag=None):
+        def f():
+            self.now += seconds
+            if log is not None:
+                log.append(tag)
+        return f
+
+
+def _watching(seen, calls, clock):
     class Watch:
-        def __init__(self, i):
-            self.i = i
+        def __init__(self, i, n):
+            self.i, self.n = i, n
 
         def __enter__(self):
-            seen.append(("in", self.i, len(calls)))
+            seen.append(("in", self.i, self.n, len(calls), clock.now))
 
         def __exit__(self, *exc):
-            seen.append(("out", self.i, len(calls)))
+            seen.append(("out", self.i, self.n, len(calls), clock.now))
+    return Watch
 
-    best = latency.blocks([lambda: calls.append(0), lambda: calls.append(1)], number=3, repeat=2,
-                          warmup_s=0.0, pause_s=0.0, watch=Watch)
-    assert len(best) == 2
-    assert [(k, i) for k, i, _ in seen] == [("in", 0), ("out", 0), ("in", 1), ("out", 1)] * 2
-    # each watch spans exactly its block's timed calls
-    assert all(b[2] - a[2] == 3 for a, b in zip(seen[::2], seen[1::2]))
+
+def test_blocks_watches_each_timed_block_of_each_side(monkeypatch):
+    """Calls that last: `number` calls a block, one block a turn, as always; the watch
+    spans exactly a block's calls and is told how many; the first side changes from
+    round to round."""
+    clock, seen, calls = _Clock(), [], []
+    monkeypatch.setattr(latency, "time", clock)
+    best = latency.blocks([clock.call(1.0, calls, 0), clock.call(2.0, calls, 1)], number=3, repeat=2,
+                          warmup_s=0.0, pause_s=0.0, watch=_watching(seen, calls, clock))
+    assert best == [1.0, 2.0]
+    assert [(k, i, n) for k, i, n, _, _ in seen] == \
+        [("in", 0, 3), ("out", 0, 3), ("in", 1, 3), ("out", 1, 3),
+         ("in", 1, 3), ("out", 1, 3), ("in", 0, 3), ("out", 0, 3)]
+    assert all(b[3] - a[3] == 3 for a, b in zip(seen[::2], seen[1::2]))
+
+
+def test_blocks_of_short_calls_last_min_block_s_and_a_turn_takes_several(monkeypatch):
+    """0.13 ms calls (a transformer at one token): five of them are 0.65 ms, less than a
+    timer tick's or a steal's jitter; a block is as many as last `min_block_s`, and a turn
+    as many blocks as fit in `turn_s`. A side of long calls beside it is timed as before."""
+    clock, seen, calls = _Clock(), [], []
+    monkeypatch.setattr(latency, "time", clock)
+    short, long_ = 0.13e-3, 0.02
+    best = latency.blocks([clock.call(short, calls, 0), clock.call(long_, calls, 1)], number=5, repeat=3,
+                          warmup_s=0.2, pause_s=0.3, watch=_watching(seen, calls, clock),
+                          min_block_s=0.005, turn_s=0.05)
+    assert best == pytest.approx([short, long_])
+    blocks = {0: [], 1: []}
+    for a, b in zip(seen[::2], seen[1::2]):
+        blocks[a[1]].append((b[3] - a[3], b[4] - a[4]))
+    n_short = blocks[0][0][0]
+    assert n_short > 5 and all(n == n_short for n, _ in blocks[0])
+    assert all(0.005 <= t < 0.005 + short for _, t in blocks[0])
+    assert len(blocks[0]) == 3 * int(0.05 / (n_short * short))       # several blocks a turn
+    assert blocks[1] == [(5, pytest.approx(5 * long_))] * 3             # one of `number`, per round
 
 
 def test_a_thread_that_exits_between_two_reads_waited_nothing_not_less():

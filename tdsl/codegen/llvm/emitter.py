@@ -3,7 +3,8 @@
 - Serial loops are plain LLVM loops (a tail that loop partitioning peeled off a loop of
   run-time extent gets `!llvm.loop` metadata keeping LLVM from vectorizing or unrolling it,
   a loop whose bounds read a run-time size metadata keeping LLVM from unrolling it by a
-  run-time count);
+  run-time count, and, where what LLVM would hoist out of it passes half the vector
+  registers, its reads of those buffers kept in it: `serial_loop`);
   unrolled loops repeat the body with the loop variable
   as a constant; vectorized loops become one copy of the body in explicit vector IR when
   `lanes.vector_legality` allows it, and run serially otherwise (the reason goes into the
@@ -25,10 +26,10 @@ from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
 from ...ir.visitor import free_vars
-from . import atomics, externs, fold, memory, parallel, transpose
+from . import atomics, externs, fold, irscan, memory, parallel, transpose
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
-from .types import I1, I32, int_const_value, lanes_of, sanitize, scalar_type
+from .types import I1, I32, PTR, int_const_value, lanes_of, sanitize, scalar_type
 
 MAX_UNROLL = 1024
 _MISSING = object()
@@ -188,14 +189,28 @@ class FunctionEmitter(ExprEmitter):
         lo = self.cast(lo, s.min.dtype, s.var.dtype)
         ext = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         hi = self.int_arith("add", lo, ext, s.var.dtype)
+        over_sizes = bool(self.mb.size_vars & (free_vars(s.extent) | free_vars(s.min)))
         self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas,
-                         over_sizes=bool(self.mb.size_vars & (free_vars(s.extent) | free_vars(s.min))))
+                         over_sizes=over_sizes, reads_inside=over_sizes)
 
-    def serial_loop(self, var, lo, hi, body, as_written=False, over_sizes=False):
+    def serial_loop(self, var, lo, hi, body, as_written=False, over_sizes=False, reads_inside=False):
         """for var in [lo, hi): body  (lo, hi: LLVM values of var's type); `as_written`:
         LLVM must neither vectorize nor unroll the loop (a peeled tail); `over_sizes`: its
         bounds read the function's run-time sizes, LLVM must not unroll it by a run-time
-        count."""
+        count; `reads_inside`: the loads LLVM would hoist out of the loop stay in it
+        where they are more than half the vector registers hold.
+
+        Why `reads_inside`: a row loop whose trip count is only known per call (a layer
+        norm over a symbolic sequence) reads gamma and beta at the same place every row;
+        LLVM's LICM hoists all of them before the loop, 32 vectors for a row of 256 floats,
+        and, with no registers left, spills them to the stack and reads them back every
+        row: at one row, the common case of one token, that costs more than the row
+        (static code, one row unrolled, reads each once where it is used). A few hoisted
+        vectors (a dense kernel's bias tile) fit in registers and stay hoisted. Past half
+        the register file, each trip reads those buffers through
+        `llvm.launder.invariant.group` of their pointer: a copy LLVM cannot hoist, whose
+        loads keep the buffer's `noalias` facts (alias analysis sees through it) and
+        which costs no instruction."""
         bl = self.builder
         cl, ch = int_const_value(lo), int_const_value(hi)
         if cl is not None and ch is not None:
@@ -215,7 +230,17 @@ class FunctionEmitter(ExprEmitter):
         bl.position_at_end(header)
         phi = bl.phi(lo.type, name=sanitize(var.name))
         phi.add_incoming(lo, pre)
+        kept = {}
+        hoisted = irscan.invariant_reads(var, body) if reads_inside else {}
+        t = self.mb.target.description
+        if sum(hoisted.values()) > t.vector_registers * t.vector_bits // 8 // 2:
+            launder = self.mb.intrinsic("llvm.launder.invariant.group.p0", PTR, [PTR])
+            for b in hoisted:
+                if b in self.bufs:
+                    kept[b] = self.bufs[b]
+                    self.bufs[b] = bl.call(launder, [kept[b]])
         self._bind_and_emit(var, phi, body)
+        self.bufs.update(kept)
         one = ir.Constant(lo.type, 1)
         nxt = bl.add(phi, one, flags=("nsw",) if signed else ("nuw",))
         latch = bl.block
