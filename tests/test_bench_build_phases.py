@@ -4,29 +4,13 @@ import importlib
 import os
 import sys
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import build_phases  # noqa: E402
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-def _tokens_model():
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
-        ("word", rng.standard_normal((1000, 16))), ("w", rng.standard_normal((16, 16))),
-        ("b", rng.standard_normal(16)), ("g", np.ones(16)), ("beta", np.zeros(16)))]
-    nodes = [helper.make_node("Gather", ["word", "ids"], ["e"]),
-             helper.make_node("MatMul", ["e", "w"], ["h"]),
-             helper.make_node("Add", ["h", "b"], ["hb"]),
-             helper.make_node("LayerNormalization", ["hb", "g", "beta"], ["y"], axis=-1)]
-    g = helper.make_graph(nodes, "tokens",
-                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+from token_models import tokens_model  # noqa: E402
 
 
 def _patched_points():
@@ -41,7 +25,7 @@ def _patched_points():
 
 def test_every_kernel_is_charged_by_phase_and_nothing_stays_patched():
     before = _patched_points()
-    model = _tokens_model()
+    model = tokens_model()
     # for AVX2, whose dense layer keeps a size class for one row (on AVX-512 one kernel
     # serves every row count), so that a variant is there to be told apart
     cpu_s, ph = build_phases.profile_build(model, None, target="llvm -mcpu=haswell")
@@ -61,7 +45,7 @@ def test_every_kernel_is_charged_by_phase_and_nothing_stays_patched():
 
 
 def test_static_build_has_no_variants_and_prints_both_sides(capsys, tmp_path):
-    model = _tokens_model()
+    model = tokens_model()
     _, ph = build_phases.profile_build(model, {"batch": 2, "sequence": 3})
     assert ph.kernels and not ph.variants
     onnx.save(model, str(tmp_path / "tokens.onnx"))
