@@ -89,7 +89,7 @@ def test_symbolic_batch_and_sequence_match_onnxruntime(mask):
     assert not any(isinstance(d, int) for d in fn.params[0].type.shape[::2])      # batch, sequence
     # the blocked kernel from SHORT_KEYS keys, the plain stages below (both swept here)
     assert _schedules(exe) == {"attention_blocked"}
-    assert _variants(exe) == {"sequence == 1": "auto",
+    assert _variants(exe) == {"sequence == 1": "attention_one",
                               f"sequence < {cpu_attention.SHORT_KEYS}": "attention_short_keys"}
     for B, S in SIZES:
         feeds = _feeds(B, S, mask)
@@ -103,19 +103,21 @@ def _ran(exe):
 
 
 @pytest.mark.parametrize("mask", [None, "padding"])
-def test_one_key_runs_the_static_stages(mask):
-    """At one key (a one-token call) the variant with the key count pinned to 1 runs, the
-    plain stages over constant extents as a static build's; two and seven keys take the
-    short_keys variant. Each against onnxruntime, self-attention and cross-attention (a
-    single key against several queries)."""
-    for rows, cases in ((None, [(1, 1, "one"), (3, 1, "one"), (2, 2, "short_keys"), (1, 7, "short_keys")]),
-                        ("target", [(2, 1, "one"), (1, 7, "short_keys")])):
+def test_one_key_runs_the_one_variant(mask):
+    """At one key (a one-token call) the variant with the key count pinned to 1 runs
+    (cpu/attention.schedule_one: a batch row's heads and queries a parallel step); two
+    and seven keys take the short_keys variant. Each against onnxruntime, self-attention
+    (at a batch whose work forks the parallel loop too) and cross-attention (a single key
+    against several queries, a few and more than a vector's worth)."""
+    for rows, cases in ((None, [(1, 1, "one", None), (3, 1, "one", None), (180, 1, "one", None),
+                                (2, 2, "short_keys", None), (1, 7, "short_keys", None)]),
+                        ("target", [(2, 1, "one", 5), (3, 1, "one", 37), (1, 7, "short_keys", 5)])):
         model = _model(mask=mask, rows=rows)
         _, exe = _build(model)
-        for B, S, cls in cases:
-            feeds = _feeds(B, S, mask, rows=5 if rows else None)
+        for B, S, cls, R in cases:
+            feeds = _feeds(B, S, mask, rows=R)
             np.testing.assert_allclose(exe.run(**feeds)[0], _ort(model, feeds), rtol=2e-5, atol=2e-5,
-                                       err_msg=f"batch {B}, sequence {S}, rows {rows}")
+                                       err_msg=f"batch {B}, sequence {S}, rows {R}")
             ran = [k for k in _ran(exe) if "attention" in k]
             assert len(ran) == 1 and ran[0].endswith("_" + cls), (B, S, ran)
 
@@ -271,7 +273,7 @@ def test_short_keys_padded_to_one_tile(mask, rows, monkeypatch):
     or fewer queries than keys (cross-attention), against onnxruntime."""
     model = _model(batch=1 if mask == "causal" else "batch", mask=mask, rows=rows)
     exe, text = _short_keys_seen(model, monkeypatch)
-    assert _variants(exe) == {"sequence == 1": "auto",
+    assert _variants(exe) == {"sequence == 1": "attention_one",
                               f"sequence < {cpu_attention.SHORT_KEYS}": "attention_short_keys"}
     for stage in ("attn_dot", "attn_acc"):
         updates = [ln for ln in text.splitlines() if ln.lstrip().startswith(stage) and f"] = {stage}" in ln]

@@ -78,6 +78,8 @@ for impl in [
                    conv_gemm.conv2d),
     Implementation("attention_short_keys", OTHER, ("nn.attention",), "cpu", attention.in_short_keys,
                    attention.short_keys, {"cpu": attention.schedule}, symbolic=True),
+    Implementation("attention_one", TAGGED, schedules={"cpu": attention.schedule_one}, fits=attention.fits_one,
+                   symbolic=True),
     Implementation("attention_blocked", TAGGED, schedules={"cpu": attention.schedule}, fits=attention.fits,
                    symbolic=True),
     Implementation("resize", TAGGED, schedules={"cpu": resize.schedule}, fits=resize.fits, symbolic=True),

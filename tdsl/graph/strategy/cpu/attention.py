@@ -22,16 +22,18 @@ over the definition padded (`short_keys`: topi_attention's `pad`) to rows of SHO
 keys and blocks of SHORT_ROWS query rows, the keys past the call's scoring -inf and the
 rows past it never stored, so every stage has constant extents: one copy of each
 micro-kernel and no tails (the plain stages' 8-row tiles with guarded tails of rows
-and keys were three times its code). At a single key the class "one" runs: the plain
-stages with the key count pinned to 1, as a static build's."""
+and keys were three times its code). At a single key (a one-token call) the class "one"
+runs: the plain stages with the key count pinned to 1 (`schedule_one`)."""
 from __future__ import annotations
 
 import functools
+import operator
 
 from .... import arith, tiling
 from ....ir.expr import EQ, IntImm, const, logical_and
 from ....ir.visitor import free_vars
 from .. import tag, topi_attention
+from . import loops
 from ..stages import ishape
 
 # query rows per block: the scores block (R x N floats, twice: scores and exp) stays in
@@ -65,6 +67,33 @@ def _register_tile(s, t, lanes):
 
 def fits(out, g):
     return out.op.tag == tag.ATTENTION and g.size_class not in ("short_keys", "one")
+
+
+def fits_one(out, g):
+    return out.op.tag == tag.ATTENTION and g.size_class == "one"
+
+
+def schedule_one(s, out, g, parallel=True):
+    """`nn.attention` in the size class "one" (the key count pinned to 1): a batch row's
+    heads (and queries) a parallel step, each stage a loop over them computed there, P V
+    one value vector at a time in a register, divided as it is stored. The heads' loops
+    are independent chains (a dot product's reduction tree, an exp) that the core
+    overlaps: one loop over rows with every stage at the row ran 1.4x slower, one loop
+    per stage over all rows (the auto-scheduler's, three parallel loops) as fast as this
+    one, but LLVM vectorized and unrolled its loops over the run-time rows, twice this
+    one's LLVM time for a kernel of well under a microsecond."""
+    a = out.op.attrs
+    lanes = g.target.vector_lanes(out.dtype)
+    b, _, _, e = out.op.axis
+    if parallel:
+        loops.parallel_loop(s, out, b, functools.reduce(operator.mul, out.shape), loops.PAR_MIN_ELEMS)
+    eo, ei = s[out].split(e, factor=lanes)
+    s[out].vectorize(ei)
+    for k in ("dot", "scores", "max", "exp", "sum"):
+        s[a[k]].compute_at(s[out], b)
+    acc = a["acc"]
+    s[acc].compute_at(s[out], eo)
+    s[acc].vectorize(acc.op.axis[3])
 
 
 def short_keys(g, n, tensors):
