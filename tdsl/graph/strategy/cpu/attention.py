@@ -207,13 +207,18 @@ def schedule(s, out, g, parallel=True):
     ejo, eji = s[ex].split(ex.op.axis[3], factor=lanes, tail=kshift)
     s[ex].vectorize(eji)
     # the row's max and sum: PARTIALS vectors of partial results along the keys
-    # (independent chains), added as vectors, then one vector's lanes
+    # (independent chains), added as vectors, then one vector's lanes. A padded row (the
+    # short_keys variant's SHORT_KEYS keys, a few vectors) goes one vector of partials
+    # straight to the lanes: a level less of code, and faster (short_keys 4-6% at 2 to
+    # 31 keys, LLVM 6-13 ms less for BERT's)
     for t in (mx, sm):
         (k,) = t.op.reduce_axis
-        _, ki = s[t].split(k, factor=lanes * PARTIALS)
-        rfs = [s.rfactor(t, ki)]
-        (kv,) = s[t].op.reduce_axis      # rfactor gave the stage a new operation
-        _, kvi = s[t].split(kv, factor=lanes)
+        rfs = []
+        if not padded:
+            _, ki = s[t].split(k, factor=lanes * PARTIALS)
+            rfs = [s.rfactor(t, ki)]
+            (k,) = s[t].op.reduce_axis      # rfactor gave the stage a new operation
+        _, kvi = s[t].split(k, factor=lanes)
         rfs.append(s.rfactor(t, kvi))
         for rf in rfs:
             s[rf].compute_at(s[t], s[t].op.axis[2])
