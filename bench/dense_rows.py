@@ -53,17 +53,6 @@ def dense_exe(K, N, rows, target="llvm"):
     return G.build(G.optimize(G.from_onnx(dense_model(K, N, rows)), target=target), target=target)
 
 
-def row_tile(K, N, target="llvm"):
-    """(rows, whole) of the register tile of the dynamic build's kernel (`dense_exe(K,
-    N, "batch")`), as the dense strategy takes it (`dense.row_tile`) at the
-    representative row count; `whole`: one guarded copy of the tile for every row count."""
-    from tdsl.graph.strategy.cpu import dense
-    from tdsl.graph.strategy.symbolic import representative
-    (M,) = representative({"batch": None}).values()
-    mr, _, whole = dense.row_tile(target, M, N)
-    return mr, whole
-
-
 def variant(exe, rows):
     """The name of the kernel (or size-class variant) dynamic executor `exe` runs at `rows`."""
     ((kernel, _, _),) = exe.steps

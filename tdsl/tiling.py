@@ -30,14 +30,11 @@ LONG_ROW = 4             # row_vector: vectors in a row above which it keeps a m
 
 def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
                   max_rows=16, max_vecs=4, whole_rows=False, whole_vecs=False,
-                  ragged_rows=RAGGED_ROWS, tall=False):
+                  ragged_rows=RAGGED_ROWS):
     """(rows, vecs) of the register tile for an output of `rows_extent` broadcast rows and
     `cols_extent` elements along the vectorized axis. `whole_rows` / `whole_vecs`: `rows` must
     divide `rows_extent` / `vecs` must divide the vectors of a row (a layout blocked by whole
-    vectors, such as NCHW[x]c; a convolution row, whose ragged tail cost 2x on 7-wide rows).
-    `tall`: of the tiles that score best, the one of most rows rather than of fewest
-    registers (rows known only at run time: fewer rows than a tile take one pass over
-    the reused operand, so a taller tile serves more row counts in one pass)."""
+    vectors, such as NCHW[x]c; a convolution row, whose ragged tail cost 2x on 7-wide rows)."""
     t = as_target(target)
     lanes = t.vector_lanes(dtype)
     regs = max(t.vector_registers, 4)
@@ -53,7 +50,7 @@ def register_tile(target, rows_extent: int, cols_extent: int, dtype="float32",
             if used > regs or rows * vecs > 3 * regs // 4:
                 break
             score = tile_score(t, rows, vecs, rows_extent, cols_extent, dtype, ragged_rows)
-            key = (round(score, 6), rows if tall else 0, -used, -vecs)
+            key = (round(score, 6), -used, -vecs)
             if best_key is None or key > best_key:
                 best, best_key = (rows, vecs), key
     return best
@@ -108,10 +105,9 @@ def depthwise_tile(target, rows: int, width: int, max_rows: int = 1):
     return best
 
 
-def gemm_tile(target, M: int, N: int, dtype="float32", tall=False):
-    """(mr, nr) of the GEMM micro-kernel: mr rows of A broadcast, nr columns of B;
-    `tall`: as register_tile's."""
-    rows, vecs = register_tile(target, M, N, dtype, tall=tall)
+def gemm_tile(target, M: int, N: int, dtype="float32"):
+    """(mr, nr) of the GEMM micro-kernel: mr rows of A broadcast, nr columns of B."""
+    rows, vecs = register_tile(target, M, N, dtype)
     return rows, vecs * as_target(target).vector_lanes(dtype)
 
 

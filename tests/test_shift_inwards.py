@@ -116,9 +116,9 @@ def test_updates_are_not_shifted():
 
 
 def test_dense_rows_shifted_match_onnxruntime_at_every_size():
-    """A dense layer's register tile over a run-time number of rows: the rows that whole
-    tiles leave (all of them below a tile) run in a guarded copy of the tile; one row
-    may run the "small" kernel. Sizes around every tile boundary."""
+    """A dense layer's register tile over a run-time number of rows: the default kernel
+    and the "rows" one (more rows than columns) shift their last row tile; fewer rows
+    than a tile run the "small" kernel. Sizes around every tile boundary."""
     m = models.mlp(batch="batch", sizes=(64, 24, 10))
     exe = G.build(G.optimize(G.from_onnx(m)))
     rng = np.random.default_rng(3)

@@ -1,9 +1,5 @@
 """loop_partition: peel `likely` guards out of serial and parallel loops.
 
-A loop with the pragma ("partition", False) (Halide's `Partition::Never`) is kept whole:
-one copy of its body, whose guards stay (hoisted out of the loops they do not depend on);
-the loops inside it are partitioned as usual.
-
 For a loop over v containing a guard `likely(lhs < rhs)` with lhs - rhs = c*v + rest (c > 0),
 the guard holds for every inner iteration while v < end = (-max(rest) - 1) // c + 1. The loop
 becomes a main loop [min, end) where the guard is dropped, and a tail [end, min+extent) that
@@ -177,17 +173,11 @@ class _Partition(Mutator):
         outer = dict(self.ranges)
         self.ranges[f.var] = Range(f.min, f.extent)
         try:
-            whole = ("partition", False) in f.pragmas
-            if f.kind in (S.ForKind.SERIAL, S.ForKind.PARALLEL) and not whole:
+            if f.kind in (S.ForKind.SERIAL, S.ForKind.PARALLEL):
                 parts = self._split(f)
                 if parts is not None:
                     return parts
-            body = self.visit(f.body)
-            if whole:
-                # kept whole, with its guards: each tested once where it holds across
-                # the loops inside it (a register tile's row, once per row)
-                body = _HoistGuards().visit(body)
-            return S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
+            return S.For(f.var, f.min, f.extent, f.kind, self.visit(f.body), f.thread_tag, f.pragmas)
         finally:
             self.ranges = outer
 

@@ -268,9 +268,7 @@ class Stage:
         """Attaches a hint to a loop; it is printed with the loop in the IR. ("unroll", n):
         the C-family printers ask the compiler to unroll the serial loop at most n times.
         ("parallel_when", cond): a parallel loop forks only where the boolean expression
-        `cond` of the sizes holds at run time, else runs on the calling thread (LLVM).
-        ("partition", False): loop partitioning keeps the loop whole, one copy of its
-        body with its guards, instead of a guard-free main part and a guarded tail."""
+        `cond` of the sizes holds at run time, else runs on the calling thread (LLVM)."""
         self.check_leaf("pragma", iv)
         if not isinstance(key, str) or not key:
             raise self._error("pragma", f"the key must be a non-empty string, got {key!r}")

@@ -265,8 +265,6 @@ class FunctionEmitter(ExprEmitter):
 
     def unrolled_for(self, s):
         lo = self.cast(self.expr(s.min), s.min.dtype, s.var.dtype)
-        if self._guards_a_prefix(s):
-            return self._unrolled_prefix(s, lo)
         loads = transpose.match(s)
         tiles = transpose.read_tiles(self, s, loads) if loads else {}
         outer = self.tile_columns
@@ -278,44 +276,6 @@ class FunctionEmitter(ExprEmitter):
                 self._bind_and_emit(s.var, v, s.body)
         finally:
             self.tile_columns = outer
-
-    def _guards_a_prefix(self, s):
-        """Whether unrolled loop `s` is one guard, `likely(a < b)` with `a` nondecreasing
-        in the loop's variable and `b` free of it, that reads a run-time size: the rows
-        of a register tile past a run-time end. Once false, it stays false."""
-        body = s.body
-        if not (isinstance(body, S.IfThenElse) and body.else_case is None
-                and isinstance(body.cond, E.Call) and body.cond.name == "likely"):
-            return False
-        c = body.cond.args[0]
-        return isinstance(c, E.LT) and s.var not in free_vars(c.b) and _nondecreasing(c.a, s.var) \
-            and bool(free_vars(c) & self.mb.size_vars)
-
-    def _unrolled_prefix(self, s, lo):
-        """The unrolled iterations of `s` (see _guards_a_prefix), each nested in the one
-        before: the first false guard leaves the loop, so the rows past a run-time end
-        cost one branch in all, not one each (LLVM did not thread the chain of guards
-        itself: a tile of 8 rows at 2 paid 6 taken branches a step of its reduction)."""
-        bl = self.builder
-        end = self.new_block("prefix.end")
-        for i in range(s.extent.value):
-            v = self.int_arith("add", lo, self.const(s.var.dtype, i), s.var.dtype)
-            saved = self.env.get(s.var, _MISSING)
-            self.env[s.var] = v
-            try:
-                c = self._expect(self.expr(s.body.cond), True)
-                then = self.new_block("prefix.then")
-                bl.cbranch(c, then, end)
-                bl.position_at_end(then)
-                self.stmt(s.body.then_case)
-            finally:
-                if saved is _MISSING:
-                    self.env.pop(s.var, None)
-                else:
-                    self.env[s.var] = saved
-        if not bl.block.is_terminated:
-            bl.branch(end)
-        bl.position_at_end(end)
 
     def vector_for(self, s):
         n = s.extent.value
@@ -330,25 +290,6 @@ class FunctionEmitter(ExprEmitter):
             self._bind_and_emit(s.var, lanes_val, s.body)
         finally:
             self.vec = None
-
-
-def _nondecreasing(e, var) -> bool:
-    """Whether integer expression `e` provably does not decrease as `var` grows (sums of
-    `var`, terms free of it and their nonnegative constant multiples)."""
-    if var not in free_vars(e):
-        return True
-    if isinstance(e, E.Var):
-        return e is var or e == var
-    if isinstance(e, E.Add):
-        return _nondecreasing(e.a, var) and _nondecreasing(e.b, var)
-    if isinstance(e, E.Sub):
-        return _nondecreasing(e.a, var) and var not in free_vars(e.b)
-    if isinstance(e, E.Mul):
-        a, b = (e.a, e.b) if isinstance(e.b, E.IntImm) else (e.b, e.a)
-        return isinstance(b, E.IntImm) and b.value >= 0 and _nondecreasing(a, var)
-    if isinstance(e, E.Cast):
-        return _nondecreasing(e.value, var)
-    return False
 
 
 _STMT_DISPATCH = {cls: getattr(FunctionEmitter, "s_" + cls.__name__)

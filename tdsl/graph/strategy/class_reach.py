@@ -1,7 +1,6 @@
 """Which size classes a network's declared bounds leave reachable: a variant whose
-condition cannot hold for any sizes within the bounds (the "small" of an
-auto-scheduled matmul or of a dense layer on AVX2, for fewer rows than its register
-tile, where the sequence is bounded below by the tile's rows;
+condition cannot hold for any sizes within the bounds (a dense layer's "small", for fewer
+rows than its register tile, where the sequence is bounded below by the tile's rows;
 the "one" classes of a transpose where the sequence is at least 2) would never run, so
 it is not compiled. The executor refuses sizes outside the
 bounds before anything runs, so a kernel never meets the sizes such a class covers.

@@ -248,8 +248,8 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
 
 def _variant(fn, target, consts, name, auto_params, bounds, sched, cls, sizes, pins, size_args, built):
     """The kernel of group `fn` scheduled for size class `cls`: "small", for the smallest
-    sizes its bounds allow (the register tile of one row for a single token of an
-    auto-scheduled matmul, or of a dense layer whose tile is not kept whole); "short" and "short_keys" (SHORT_CLASSES), for
+    sizes its bounds allow (a dense layer's or an auto-scheduled matmul's register tile
+    of one row for a single token); "short" and "short_keys" (SHORT_CLASSES), for
     sizes of `SHORT` (the auto-scheduler's rows of a short sequence); one with `pins`
     ({size variable: value}), for those sizes as constants, its schedule the static one
     of that size (a single token's) where the others stay symbolic; another, for the
