@@ -354,3 +354,35 @@ def test_transposed_and_3d_conv_symbolic_last_axis():
     n.outs.append(n.conv("x", 16, 24, 3, nd=3, pads=[1] * 6))
     exe = _check_shapes(_symbolic_length(n.model(1)), [(1, 16, 4, 6, 20), (2, 16, 4, 6, 33)])
     assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_blocked"}
+
+
+def _resize_to(sizes_of):
+    """x (batch, 4, 5, 6) resized (linear) to sizes Concat(Shape(x)[:2], `sizes_of`), as
+    torch exports `F.interpolate(x, size=(h, w))`: the batch in the sizes is symbolic."""
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "s0"),
+             numpy_helper.from_array(np.array([2], np.int64), "s2"),
+             numpy_helper.from_array(np.array(sizes_of, np.int64), "hw")]
+    nodes = [helper.make_node("Shape", ["x"], ["shp"]),
+             helper.make_node("Slice", ["shp", "s0", "s2"], ["bc"]),
+             helper.make_node("Concat", ["bc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")]
+    g = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", f, ["batch", 4, 5, 6])],
+                          [helper.make_tensor_value_info("y", f, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_resize_to_sizes_that_carry_the_symbolic_batch():
+    """DeepLabV3's pooling branch: sizes read from the input's own Shape keep the batch
+    symbolic; the image axes are resized, the batch kept, right at every batch."""
+    _check(_resize_to([9, 13]), batches=(1, 2, 3))
+
+
+def test_resize_of_a_symbolic_axis_to_a_fixed_size_is_an_error():
+    m = _resize_to([9, 13])
+    # the sizes' batch from a constant instead of the input's Shape: a symbolic axis resized
+    nodes = m.graph.node
+    nodes[2].input[0] = "fixed"
+    m.graph.initializer.append(numpy_helper.from_array(np.array([2, 4], np.int64), "fixed"))
+    with pytest.raises(G.GraphError, match=r"Resize.*axis 0"):
+        G.from_onnx(m)

@@ -157,9 +157,12 @@ def _resize_sizes(ctx, x, ins, attrs):
     if len(sizes_in) != len(axes):
         raise GraphError(f"Resize: {len(sizes_in)} sizes for {len(axes)} axes")
     policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-    ratios = [float(np.float32(int(s)) / np.float32(shp[a])) for a, s in zip(axes, sizes_in)]
+    ratios = [_size_ratio(s, shp[a], a) for a, s in zip(axes, sizes_in)]
     if policy in ("not_larger", "not_smaller"):
         r = min(ratios) if policy == "not_larger" else max(ratios)
+        if r != 1.0 and not all(isinstance(shp[a], int) for a in axes):
+            raise GraphError(f"Resize: keep_aspect_ratio_policy '{policy}' scales a symbolic axis of "
+                             f"{list(shp)}; only sizes known at import can be resized")
         for a in axes:
             scales[a] = r
             sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(r) + np.float32(0.5)))
@@ -167,8 +170,22 @@ def _resize_sizes(ctx, x, ins, attrs):
     if policy != "stretch":
         raise GraphError(f"Resize: unknown keep_aspect_ratio_policy '{policy}'")
     for a, s, r in zip(axes, sizes_in, ratios):
-        sizes[a], scales[a] = int(s), r
+        sizes[a], scales[a] = (int(s) if isinstance(shp[a], int) else shp[a]), r
     return sizes, scales
+
+
+def _size_ratio(size, n_in, axis) -> float:
+    """Output over input size of one axis of a Resize given by sizes. A symbolic axis (a
+    batch, which an exporter writes into the sizes from the input's own Shape) must be
+    kept as it is: resizing it would need taps known only at run time."""
+    # a size computed from shapes may be a sympy Integer
+    known = isinstance(size, (int, np.integer)) or getattr(size, "is_Integer", False)
+    if isinstance(n_in, int) and known:
+        return float(np.float32(int(size)) / np.float32(n_in))
+    if not isinstance(n_in, int) and not known and size == n_in:
+        return 1.0
+    raise GraphError(f"Resize: output size {size} for axis {axis} of input size {n_in}: a symbolic "
+                     "axis can only be kept as it is, and a kept one only resized to sizes known at import")
 
 
 @converter("Resize")
