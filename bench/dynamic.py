@@ -18,7 +18,8 @@ sizes (the sizes checked, the memory plan of those sizes evaluated, each kernel'
 class chosen, the run state made and the values of the sizes alone computed: a few ms,
 most of it binding each kernel to the new buffers), any first touch of memory, any
 Python collection its allocations set off (a first call allocates ~600-1000 tracked
-objects, a warm one ~15), and the caches and
+objects, a warm one ~15; the heap the bench held before the call frozen meanwhile, as
+`_Cost` says: the exporters' objects are not a server's), and the caches and
 machine as they are (a preemption on a shared machine lands in it too). As a server
 would, the executor reserves after the build the memory of the largest sizes it expects
 (Executor.reserve: arena, outputs, and one run, which pages in the kernels' scratch):
@@ -183,7 +184,12 @@ class _Cost:
     process's CPU seconds; minor page faults; the seconds the threads in `threads` (/proc
     schedstat paths) spent runnable but waiting for a core; the seconds the hypervisor
     took the machine's vCPUs (`_stolen_seconds`); and the Python collections that ran in
-    it (`collections`: (generation, seconds) each)."""
+    it (`collections`: (generation, seconds) each). Every object that existed before the
+    call is frozen during it (gc.freeze, no collection first), so a collection its own
+    allocations set off is charged for what the call made, not for the bench's heap:
+    torch, transformers and every model swept before (a full collection of that heap,
+    falling into a first call of densenet121 at 8 images, took 1.48 s; a server holding
+    one model, without the exporters, has a small fraction of it)."""
 
     def __init__(self, fn, threads=(), owners=None):
         owners = owners or ThreadOwners()
@@ -195,6 +201,9 @@ class _Cost:
             else:
                 spans.append((info["generation"], time.perf_counter() - start[0]))
         s0, w0, f0 = _stolen_seconds(), delays(threads), _faults()
+        freeze = gc.get_freeze_count() == 0      # not inside a caller's frozen heap
+        if freeze:
+            gc.freeze()
         gc.callbacks.append(watch)
         try:
             c0 = owners.read()
@@ -204,6 +213,8 @@ class _Cost:
             self.by_thread = spent(c0, owners.read())
         finally:
             gc.callbacks.remove(watch)
+            if freeze:
+                gc.unfreeze()
         self.cpu = self.by_thread["process"]
         self.faults = _faults() - f0
         self.waited = waited_between(w0, delays(threads))

@@ -143,3 +143,11 @@ def test_pool_share_counts_the_tasks_of_a_parallel_kernel():
     assert pool.calls == [6, 6]
     assert pool.tasks[0] > 0 and pool.tasks[1] == 0 and pool.share(1) is None
     assert 0.0 <= pool.share(0) <= 1.0 and pool.waited[0] >= 0.0
+
+
+def test_a_timed_call_runs_with_the_heap_before_it_frozen():
+    import gc
+    seen = []
+    keep = [object() for _ in range(10)]
+    dynamic._Cost(lambda: seen.append(gc.get_freeze_count()))
+    assert seen[0] >= len(keep) and gc.get_freeze_count() == 0
