@@ -386,3 +386,15 @@ def test_resize_of_a_symbolic_axis_to_a_fixed_size_is_an_error():
     m.graph.initializer.append(numpy_helper.from_array(np.array([2, 4], np.int64), "fixed"))
     with pytest.raises(G.GraphError, match=r"Resize.*axis 0"):
         G.from_onnx(m)
+
+
+def test_dilated_conv_bands_with_a_symbolic_batch():
+    """DeepLabV3's atrous convs on a 14x14 map (dilation 12: rows 2-11 read only the middle
+    row of taps): split into bands of equal live taps as in a static build (the bands are
+    of the image; a symbolic batch is sliced whole), right at every batch."""
+    n = Net(16, (14, 14))
+    n.outs.append(n.conv("x", 16, 24, 3, pads=[12] * 4, dilations=[12, 12]))
+    m = n.model("batch")
+    ops = G.optimize(G.from_onnx(m)).astext()
+    assert "concatenate" in ops and "strided_slice" in ops
+    _check(m, batches=(1, 2, 3))

@@ -195,9 +195,10 @@ def split_padding_bands(mod: Module) -> Module:
     rows or columns: one conv per band of equal live taps, concatenated (module
     docstring)."""
     def visit(n, args):
-        # groups 1: a depthwise conv's few multiply-adds would not pay for nine kernels
+        # groups 1: a depthwise conv's few multiply-adds would not pay for nine kernels;
+        # the bands are of the image, so a symbolic batch is sliced and concatenated whole
         if n.op != "nn.conv2d" or not isinstance(args[1], Const) or n.attrs["groups"] != 1 \
-                or not all(isinstance(v, int) for v in tuple(args[0].type.shape) + tuple(n.type.shape)):
+                or not all(isinstance(v, int) for v in tuple(args[0].type.shape[2:]) + tuple(n.type.shape[2:])):
             return same(n, args)
         y = _split_bands(Call(n.op, args, n.attrs, n.span), args[0], args[1])
         return y if y.op == "concatenate" else same(n, args)
