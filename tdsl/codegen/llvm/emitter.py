@@ -25,7 +25,6 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from ...ir.visitor import free_vars
 from . import atomics, externs, fold, irscan, memory, parallel, transpose
 from .exprs import ExprEmitter
 from .lanes import Lanes, VecCtx, vector_legality
@@ -189,7 +188,7 @@ class FunctionEmitter(ExprEmitter):
         lo = self.cast(lo, s.min.dtype, s.var.dtype)
         ext = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         hi = self.int_arith("add", lo, ext, s.var.dtype)
-        over_sizes = bool(self.mb.size_vars & (free_vars(s.extent) | free_vars(s.min)))
+        over_sizes = self.mb.over_sizes(s)
         self.serial_loop(s.var, lo, hi, s.body, as_written=("tail", True) in s.pragmas,
                          over_sizes=over_sizes, reads_inside=over_sizes)
 

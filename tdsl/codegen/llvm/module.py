@@ -9,6 +9,7 @@ from llvmlite import ir
 
 from ... import dtype as dt
 from ...ir import stmt as S
+from ...ir.visitor import free_vars
 from .types import I8, I32, PTR, sanitize
 
 
@@ -33,6 +34,10 @@ class ModuleBuilder:
         self._threads = None
         from ...runtime import threadpool
         self.use_pool = threadpool.load_into_jit()
+
+    def over_sizes(self, loop) -> bool:
+        """Whether `loop`'s bounds read the function's run-time sizes."""
+        return bool(self.size_vars & (free_vars(loop.extent) | free_vars(loop.min)))
 
     def fresh(self, stem):
         self._counter += 1

@@ -30,7 +30,6 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ... import dtype as dt
-from ...ir.visitor import free_vars
 from .irscan import collect_refs
 from .types import I8, I32, I64, PTR, int_const_value
 
@@ -78,8 +77,7 @@ def emit_parallel_for(em, loop):
     if vt.width < 64:
         begin = sub.builder.trunc(begin, vt)
         end = sub.builder.trunc(end, vt)
-    sub.serial_loop(loop.var, begin, end, loop.body,
-                    reads_inside=bool(mb.size_vars & (free_vars(loop.extent) | free_vars(loop.min))))
+    sub.serial_loop(loop.var, begin, end, loop.body, reads_inside=mb.over_sizes(loop))
     sub.finish()
 
     # 2. trampoline -------------------------------------------------------------------
