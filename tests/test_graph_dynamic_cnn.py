@@ -356,7 +356,7 @@ def test_transposed_and_3d_conv_symbolic_last_axis():
     assert {k.scheduled_by for k, _, _ in exe.steps} == {"conv_blocked"}
 
 
-def _resize_to(sizes_of):
+def _resize_to(sizes_of, **attrs):
     """x (batch, 4, 5, 6) resized (linear) to sizes Concat(Shape(x)[:2], `sizes_of`), as
     torch exports `F.interpolate(x, size=(h, w))`: the batch in the sizes is symbolic."""
     f = TensorProto.FLOAT
@@ -366,7 +366,7 @@ def _resize_to(sizes_of):
     nodes = [helper.make_node("Shape", ["x"], ["shp"]),
              helper.make_node("Slice", ["shp", "s0", "s2"], ["bc"]),
              helper.make_node("Concat", ["bc", "hw"], ["sizes"], axis=0),
-             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")]
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", **attrs)]
     g = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", f, ["batch", 4, 5, 6])],
                           [helper.make_tensor_value_info("y", f, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -398,3 +398,17 @@ def test_dilated_conv_bands_with_a_symbolic_batch():
     ops = G.optimize(G.from_onnx(m)).astext()
     assert "concatenate" in ops and "strided_slice" in ops
     _check(m, batches=(1, 2, 3))
+
+
+def test_resize_keeping_the_aspect_ratio_over_a_symbolic_batch():
+    """keep_aspect_ratio_policy over all four axes (opset 18): the batch's and channels'
+    ratios are 1, so "not_larger" scales by 1 (the image kept, right at every batch), and
+    "not_smaller" would scale the symbolic batch by 3: a GraphError naming the policy."""
+    for policy in ("not_larger", "not_smaller"):
+        m = _resize_to([10, 18], keep_aspect_ratio_policy=policy)
+        m.opset_import[0].version = 18
+        if policy == "not_larger":
+            _check(m, batches=(1, 2))
+        else:
+            with pytest.raises(G.GraphError, match="not_smaller"):
+                G.from_onnx(m)

@@ -165,7 +165,8 @@ def _resize_sizes(ctx, x, ins, attrs):
                              f"{list(shp)}; only sizes known at import can be resized")
         for a in axes:
             scales[a] = r
-            sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(r) + np.float32(0.5)))
+            if isinstance(shp[a], int):      # else kept: r is 1 (checked above)
+                sizes[a] = int(np.floor(np.float32(shp[a]) * np.float32(r) + np.float32(0.5)))
         return sizes, scales
     if policy != "stretch":
         raise GraphError(f"Resize: unknown keep_aspect_ratio_policy '{policy}'")
