@@ -89,4 +89,7 @@ def test_the_ring_keeps_the_newest_records():
     since = runtrace.count()
     recs, count = runtrace.read(0)
     assert count >= since and len(recs) <= runtrace.SIZE
-    assert runtrace.read(count)[0].shape == (0, runtrace.WORDS)
+    # from `count` on: only what was written since (another thread of the process, a
+    # test's executor still running, may have added a few records meanwhile)
+    newer, total = runtrace.read(count)
+    assert newer.shape == (total - count, runtrace.WORDS) and total >= count
