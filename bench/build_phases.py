@@ -46,7 +46,7 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from builds_ab import family  # noqa: E402
-from dynamic import CNN_BATCHES, SEQUENCES, _static_dims, cold_build  # noqa: E402
+from dynamic import CNN_BATCHES, HELPER, SEQUENCES, _static_dims, _sweep, cold_build  # noqa: E402
 from tdsl.codegen import llvm as llvm_codegen  # noqa: E402
 from tdsl.codegen.llvm import jit  # noqa: E402
 from tdsl.graph import zoo  # noqa: E402
@@ -147,14 +147,19 @@ def profile_build(model, dims, target="llvm"):
 
 
 def _load(name, folder):
+    """(symbolic model, the sweep's input shapes or None: from the model's inputs)."""
+    if name in HELPER:          # bench/dynamic.py's networks outside the zoo (conv1d_net)
+        return _sweep(name)
     path = os.path.join(folder, f"{name}.onnx") if folder else ""
-    return onnx.load(path) if path and os.path.exists(path) else zoo.export(name, dynamic=True)
+    return (onnx.load(path) if path and os.path.exists(path) else zoo.export(name, dynamic=True)), None
 
 
-def _shapes(model, sizes):
+def _shapes(model, sizes, swept=None):
     """The static input shapes to compare with: `sizes` ("1x128,8x128") or the sweep's."""
     if sizes:
         return [tuple(int(x) for x in s.split("x")) for s in sizes.split(",")]
+    if swept:
+        return list(swept)
     t = model.graph.input[0].type.tensor_type
     if t.elem_type == onnx.TensorProto.INT64:
         return list(SEQUENCES)
@@ -184,8 +189,8 @@ def _median(dicts):
 
 
 def run_model(name, folder, sizes, rounds, target="llvm"):
-    model = _load(name, folder)
-    shapes = _shapes(model, sizes)
+    model, swept = _load(name, folder)
+    shapes = _shapes(model, sizes, swept)
     dyn, static, dyn_kernels, variants, dyn_fams, static_fams = [], [], [], set(), [], []
     cold_build(model, _static_dims(model, shapes[0]), target)      # the process's first build
     for _ in range(rounds):
@@ -229,7 +234,7 @@ def run_model(name, folder, sizes, rounds, target="llvm"):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", help="comma-separated zoo names")
+    ap.add_argument("models", help="comma-separated zoo names or bench/dynamic.py's HELPER networks")
     ap.add_argument("--models", dest="folder", default="/tmp/dyn",
                     help="folder of exports NAME.onnx (bench/dynamic.py's); else zoo.export")
     ap.add_argument("--sizes", default="", help="static sizes, e.g. 1x1,1x128,8x128 (default: the sweep's)")

@@ -303,6 +303,42 @@ def test_tail_of_a_register_tile_stays_unrolled():
         np.testing.assert_allclose(out, av @ wv, rtol=1e-4, atol=1e-4)
 
 
+def test_tail_of_a_tile_allocated_in_it_over_unrolled_taps_is_rolled():
+    """A depthwise conv's tile of partial sums allocated per tile of a run-time row and
+    summed over unrolled taps only: its tail, the row's last tile, has its own copy of
+    the tile, each sum touched a constant number of times, so its guarded pixels and
+    taps are rolled loops (a fraction of the unrolled copies' code to compile); the main
+    part keeps its unrolled tile, and results match numpy in and out of the tail."""
+    n = tdsl.size_var("n")
+    x = tdsl.placeholder((n + 4, 16), name="x")
+    w = tdsl.placeholder((5, 16), name="w")
+    kx = tdsl.reduce_axis((0, 5), "kx")
+    conv = tdsl.compute((n, 16), lambda i, c: tdsl.sum(x[i + kx, c] * w[kx, c], axis=kx), name="conv")
+    y = tdsl.compute((n, 16), lambda i, c: tdsl.max(conv[i, c], tdsl.const(0.0, "float32")), name="y")
+    s = tdsl.create_schedule(y)
+    io, ii = s[y].split(y.op.axis[0], factor=8)
+    s[y].vectorize(y.op.axis[1])
+    s[conv].compute_at(s[y], io)
+    i, c = s[conv].op.axis
+    s[conv].reorder(kx, i, c)
+    s[conv].unroll(kx)
+    s[conv].unroll(i)
+    s[conv].vectorize(c)
+    text = str(tdsl.lower(s, [x, w, y]))
+    main, tail = _main_part(text), text[len(_main_part(text)):]
+    assert re.search(r"unroll\(8\)", main) and re.search(r"unroll\(5\)", main) and "likely" not in main, text
+    assert "likely" in tail and "allocate" in tail and "unroll(" not in tail, text
+    f = tdsl.build(s, [x, w, y], target="llvm")
+    rng = np.random.default_rng(5)
+    wv = rng.standard_normal((5, 16)).astype(np.float32)
+    for N in (1, 3, 8, 13, 64, 70):
+        xv = rng.standard_normal((N + 4, 16)).astype(np.float32)
+        out = np.full((N, 16), np.nan, np.float32)
+        f(xv, wv, out)
+        ref = sum(xv[k:k + N] * wv[k] for k in range(5))
+        np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_gather_at_positions_computed_from_its_input_has_no_short_classes():
     """Position ids computed elementwise from the token ids (RoBERTa's, over batch x
     sequence) are inlined into the embedding gather, whose vectors run along the constant

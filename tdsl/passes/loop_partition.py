@@ -9,7 +9,8 @@ codegen keeps it as written. Inside a tail whose extent depends on the sizes of 
 arguments (the run-time sizes a kernel takes), loops are not split again
 (only guards whose tail would do nothing are dropped), and the loops whose extent depends
 on the tail's variable get the pragma too, and its unrolled loops that are guarded and
-touch no allocation are rolled (`_RollGuarded`). Vectorized and unrolled loops are left alone:
+touch no allocation but the tail's own tile (no run-time loop between) are rolled
+(`_RollGuarded`). Vectorized and unrolled loops are left alone:
 their extents must stay constant, and the loops around them are partitioned instead.
 """
 from __future__ import annotations
@@ -124,13 +125,34 @@ class _RollGuarded(Mutator):
     or gathered anyway, so its copies per unrolled step (16 of a transpose's tile)
     cost compile time and code size for little run time. A loop that touches an
     allocation stays unrolled: constant indices are what keep a tile's partial sums
-    in registers, in the tail and in the main loop that shares the allocation."""
+    in registers, in the tail and in the main loop that shares the allocation, across
+    a reduction loop. An allocation made in the tail with no serial loop between it and
+    the unrolled loop (a depthwise conv's tile of partial sums over its unrolled taps)
+    is the tail's own and each of its elements is touched a constant number of times:
+    rolled, a few loads and stores stand for the registers, once per tail, where the
+    unrolled copies (40 guarded taps of a 5-tap tile of 8 pixels) cost LLVM
+    several times the main loop's compile time."""
 
     def __init__(self, allocated):
         self.allocated = allocated
+        self.own = set()
+
+    def visit_Allocate(self, s):
+        saved = self.own
+        self.own = saved | {s.buffer}
+        try:
+            return S.Allocate(s.buffer, self.visit(s.body))
+        finally:
+            self.own = saved
 
     def visit_For(self, f):
-        body = self.visit(f.body)
+        saved = self.own
+        if f.kind is not S.ForKind.UNROLLED:
+            self.own = set()
+        try:
+            body = self.visit(f.body)
+        finally:
+            self.own = saved
         if f.kind is S.ForKind.UNROLLED and self._rollable(body):
             return S.For(f.var, f.min, f.extent, S.ForKind.SERIAL, body, f.thread_tag,
                          f.pragmas + (("tail", True),))
@@ -143,7 +165,7 @@ class _RollGuarded(Mutator):
             if isinstance(n, E.Call) and n.name == "likely":
                 guarded.append(n)
             elif isinstance(n, (S.BufferStore, E.BufferLoad)):
-                if n.buffer in self.allocated:
+                if n.buffer in self.allocated and n.buffer not in self.own:
                     other.append(n)
             elif isinstance(n, (S.Allocate, S.Evaluate, S.ExternCall)) or \
                     (isinstance(n, E.Call) and n.extern):
