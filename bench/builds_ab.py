@@ -43,7 +43,7 @@ _ATTENTION = ("attention", "softmax", "matmul", "isnan", "transpose")
 
 def family(kernel: str) -> str:
     """The family of a kernel named as Executor.trace names it (`fused_dense_add_small#3`)."""
-    base = re.sub(r"_\d+$", "", re.sub(r"_(small|one|short_keys)$", "", kernel.split("#")[0]))
+    base = re.sub(r"_\d+$", "", re.sub(r"_(small|one|short_keys|narrow)$", "", kernel.split("#")[0]))
     if "dense" not in base and any(w in base for w in _ATTENTION):
         return "attention and heads"
     return base
