@@ -35,7 +35,8 @@ _forget_sizes drops that size's memory plan and run state, the kernels' bindings
 its values of the sizes; the reserved memory stays, as it was) and its last call made
 at the sizes run before (reserve's, for the sweep's first size), as the sweep's own
 first call follows them. Each first call has its warm partner, a call at that size
-right after it. Every call, first or warm, is taken in the same conditions: right
+right after it, or in every other round right before it (so that another process's load
+that comes and goes in step with the rounds falls on both alike). Every call, first or warm, is taken in the same conditions: right
 after a call of onnxruntime at that size and a pause in which its spinning workers stop
 (right after its block they would take a core from tdsl's call); the difference is
 taken within each pair, so that a stretch when another process held a core (a call
@@ -421,13 +422,19 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         t_dyn, t_st, t_ort = blocks([_holding(lambda: dyn.run(x)), _holding(lambda: st.run(x)),
                                      _holding(lambda: sess.run(None, {iname: x}))], number, repeat,
                                     watch=pool)
-        for _ in range(FIRST_ROUNDS - 1):
+        for r in range(1, FIRST_ROUNDS):
+            # the warm partner taken before the first call in every other round: another
+            # process's load that comes and goes with the rounds' rhythm then falls on
+            # first and warm calls alike
+            if r % 2:
+                warms.append(after_ort(lambda: dyn.run(x), x))
             # the executor as it was before its first call at these sizes, its last call
             # at the sizes run before
             dyn._forget_sizes(**_static_dims(model, shape))
             dyn.run(before)
             firsts.append(after_ort(lambda: dyn.run(x), x))
-            warms.append(after_ort(lambda: dyn.run(x), x))
+            if not r % 2:
+                warms.append(after_ort(lambda: dyn.run(x), x))
         before = x
         extra = max(_median_extra(firsts, warms), 0.0)
         spread = [(f.wall - w.wall) * 1e3 for f, w in zip(firsts, warms)]
