@@ -1,10 +1,12 @@
 """Where the first call at a size never run before goes (`python bench/firstcall.py gpt2
 --sizes 8x128,4x64 --repeat 3 --static`): the attribution of bench/dynamic.py's "first+ms".
 
-Each repetition builds the symbolic model again (the kernels come from the process's
-cache: no compile) and reserves it as the sweep does (bench/dynamic.py `_reserved`: every
-size is new to it). Then per size, in the sweep's conditions (onnxruntime's block at that
-size and a pause), one first call, taken apart:
+The symbolic model is built once and reserved as the sweep does (bench/dynamic.py
+`_reserved`: every size is new to it); each repetition first returns it to where it was
+before it ran at a size (Executor._forget_sizes: that size's plan and run state dropped,
+the reserved memory kept), so that each is a first call there. Then per size, in the
+sweep's conditions (onnxruntime's block at that size and a pause), one first call, taken
+apart:
 
 - plan: the sizes read and checked, and the memory plan of those sizes evaluated;
 - classes: the size-class choice of every kernel (Kernel.at) and the kernels of the sizes
@@ -154,7 +156,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a zoo model or a bench/dynamic.py helper network")
     p.add_argument("--sizes", default="", help="input shapes, 8x128,4x64 (default: the sweep's)")
-    p.add_argument("--repeat", type=int, default=2, help="fresh executors, each first call new to it")
+    p.add_argument("--repeat", type=int, default=2, help="first calls per size, each new to the executor")
     p.add_argument("--static", action="store_true", help="also the static build at each size")
     p.add_argument("--hold", action="store_true",
                    help="each call runs while the last call's outputs are held (y = exe.run(x))")
@@ -175,21 +177,23 @@ def main():
             st.run(x)
             st.run(x)
             statics[shape] = st
+    t0 = time.perf_counter()
+    exe = G.build(G.optimize(G.from_onnx(model)))
+    built = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    exe.reserve(**reserved)
+    print(f"{a.model}: built in {built:.2f} s (cached kernels), reserved "
+          f"{', '.join(f'{k}={v}' for k, v in reserved.items())} in {time.perf_counter() - t0:.2f} s",
+          flush=True)
+    _instrument(exe, ph)
+    # tdsl's threads: this one and the worker pool's (started by reserve's run), not
+    # onnxruntime's, whose spinning workers wait for a core by design
+    threads = [t for t in _threads() if t not in ort_threads]
     for rep in range(a.repeat):
-        t0 = time.perf_counter()
-        exe = G.build(G.optimize(G.from_onnx(model)))
-        built = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        exe.reserve(**reserved)
-        print(f"{a.model} repetition {rep + 1}: built in {built:.2f} s (cached kernels), reserved "
-              f"{', '.join(f'{k}={v}' for k, v in reserved.items())} in {time.perf_counter() - t0:.2f} s",
-              flush=True)
-        _instrument(exe, ph)
-        # tdsl's threads: this one and the worker pool's (started by reserve's run), not
-        # onnxruntime's, whose spinning workers wait for a core by design
-        threads = [t for t in _threads() if t not in ort_threads]
+        print(f"{a.model} repetition {rep + 1}", flush=True)
         for shape in shapes:
             x = _input(model, shape)
+            exe._forget_sizes(**_static_dims(model, shape))     # each first call new to it
             for label, ex in [("dynamic", exe)] + ([("static", statics[shape])] if a.static else []):
                 _, _, lines = measure(ex, x, sess, iname, ph, threads, hold=a.hold)
                 print(f"  {'x'.join(map(str, shape)):>14s} {label:8s} " + "\n".join(lines), flush=True)

@@ -43,9 +43,9 @@ def test_first_note_splits_work_from_waiting():
     warm = [_cost(0.060, 0.110, waited=0.001, pool=0.05), _cost(0.062, 0.112, waited=0.002, pool=0.05),
             _cost(0.061, 0.111, pool=0.05)]
     # 40 ms more wall, 2 ms more CPU (the caller's), 38 ms more waiting: the machine's
-    note = dynamic._first_note(_cost(0.101, 0.113, faults=7, waited=0.039, stolen=0.02, pool=0.05,
-                                     caller_waited=0.038), warm)
-    assert "+40.0 ms" in note and "on a core +2.0 ms" in note and "7 page faults" in note
+    first = _cost(0.101, 0.113, faults=7, waited=0.039, stolen=0.02, pool=0.05, caller_waited=0.038)
+    note = dynamic._first_note([first] * 3, warm)
+    assert "+40.0 ms" in note and "on a core +2.0 ms" in note and "page faults 7" in note
     assert "waiting for a core +38.0" in note and "blocked +0.0" in note
     assert "tdsl's pool +0.0" in note and "onnxruntime's threads +0.0" in note
     assert "waited for a core +38.0 ms" in note and "stolen by the host 20 ms" in note
@@ -56,15 +56,29 @@ def test_first_note_names_the_threads_that_worked():
     # the caller blocked 30 ms (another thread held the GIL) while that thread worked
     first = _cost(0.090, 0.140, pool=0.05, other=0.030, threads={threading.get_native_id(): 0.030},
                   collections=[(2, 0.004)])
-    note = dynamic._first_note(first, warm)
+    note = dynamic._first_note([first] * 3, warm)
     assert "blocked +30.0" in note and "on a core +0.0 ms" in note
     assert "other threads +30.0" in note and f"MainThread ({threading.get_native_id()}) +30.0" in note
-    assert "collections gen2 4.0 ms" in note and "process +30.0" in note
+    assert "first) gen2 4.0 ms" in note and "process +30.0" in note
 
 
 def test_first_note_is_empty_below_the_threshold():
     warm = [_cost(0.060, 0.110)] * 3
-    assert dynamic._first_note(_cost(0.060 + dynamic.FIRST_NOTE_MS * 1e-3 / 2, 0.2), warm) == ""
+    assert dynamic._first_note([_cost(0.060 + dynamic.FIRST_NOTE_MS * 1e-3 / 2, 0.2)] * 3, warm) == ""
+
+
+def test_first_calls_are_told_from_warm_ones_pair_by_pair():
+    """A stretch when another process held a core doubles both calls of a pair, or one
+    call of one pair: neither moves the median of the pairs' differences, where the
+    medians of the first and of the warm calls taken apart move by a whole call."""
+    warm = [_cost(w, 0.1) for w in (0.060, 0.120, 0.061, 0.121, 0.062)]
+    firsts = [_cost(f, 0.1) for f in (0.062, 0.121, 0.400, 0.123, 0.063)]
+    assert dynamic._median_extra(firsts, warm) == pytest.approx(0.002)
+    assert dynamic._first_note(firsts, warm) == ""
+    # the first calls 25 ms dearer in every pair, whatever the load
+    firsts = [_cost(w.wall + 0.025, 0.1) for w in warm]
+    assert dynamic._median_extra(firsts, warm) == pytest.approx(0.025)
+    assert "first calls +25.0 ms" in dynamic._first_note(firsts, warm)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux /proc/stat")

@@ -215,6 +215,24 @@ class Executor:
             finally:
                 pool.give(state)
 
+    def _forget_sizes(self, **sizes):
+        """Returns the executor to where it would be had it never run at `sizes`
+        ({size variable: int}, all of them): their memory plan, their run state in each
+        slot (its kernels' bindings, its values of the sizes) and the shapes that find it
+        are dropped; the memory (arenas, outputs, the kernels' scratch) is kept, as a
+        server's reserve left it. For a benchmark that takes the first call at a size more
+        than once (bench/dynamic.py): no run may be in flight."""
+        if self.binder is None:
+            return
+        key = self.binder.key(self.binder.check(sizes))
+        self._plans.forget(key)
+        self._by_shapes = {s: p for s, p in self._by_shapes.items() if p.key != key}
+        if self._pool is not None and self._pool.key == key:
+            self._pool, self._sizes = None, None
+        if not isinstance(self._slots, _NoDevice):
+            for slot in self._slots.idle():
+                slot.forget(key)
+
     def _sized_make(self, plan, sizes, steps=None):
         """(make for SizedPool, the arena bytes a state at `sizes` needs: the plan's peak,
         and on the host the values of the sizes alone past it, runstate.once_layout)."""

@@ -449,3 +449,7 @@ class StatePool:
                     self._default_back.notify_all()
             else:
                 self._spare.append(state)
+
+    def idle(self) -> List[RunState]:
+        """Every state made, for a caller who knows that no run holds one."""
+        return [self.default, *self._spare]

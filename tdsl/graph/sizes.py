@@ -224,6 +224,12 @@ class Slot:
             st.place(self._out)
         return st
 
+    def forget(self, key):
+        """Drops the state of sizes `key`, as if they had never run here; `last` is
+        kept, so that a state of other sizes run next still computes its values of the
+        sizes again (the arena holds the forgotten one's)."""
+        self.states.pop(key, None)
+
     def _grow(self, need, out_need):
         # every state is a view of the memory that grows: dropped first (and on the
         # host, dropping every view lets the buffer grow in place)
@@ -278,6 +284,10 @@ class Plans:
         self._keep = keep
         self._lock = threading.Lock()
         self._items: "OrderedDict[tuple, object]" = OrderedDict()
+
+    def forget(self, key: tuple):
+        with self._lock:
+            self._items.pop(key, None)
 
     def get(self, key: tuple, sizes: Dict[str, int]):
         with self._lock:
