@@ -26,7 +26,10 @@ otherwise, so a correct vector loop stays a vector loop. The condition holds
 each distinct lane's term once and none that the loop ranges prove inside a buffer of
 constant extent; a value read from memory that it needs (a gather's row) is read once, in
 a LetStmt before it, where the read itself is proven inside (against a run-time extent,
-where no proof is tried: where every iteration makes that read, unchecked, anyway).
+where no proof is tried: where every iteration makes that read, unchecked, anyway). The
+checked copy indexes by that variable too, and is kept as written (LLVM neither unrolls
+nor vectorizes it): it runs only where a lane is outside, and spelt out or unrolled it
+was most of a gather's IR and LLVM time. The vector copy is left as it was.
 """
 from __future__ import annotations
 
@@ -64,6 +67,12 @@ def _in_bounds(idx, extent):
     i = E.cast(idx, "int64")
     return E.logical_and(i >= E.const(0, "int64"), i < extent)
 
+
+# the checked copy of a vector loop runs only for lanes near an edge or past it: a plain
+# loop, so that C compilers do not unroll and vectorize a second copy, kept as written
+# (the pragma of a peeled tail) so that LLVM does not either: unrolled, a gather's checked
+# copy was most of its kernel's optimised IR
+SLOW_COPY = (("tail", True),)
 
 NARROW_BITS = 16     # a value read from memory of at most this many bits is bounded by its type
 
@@ -163,6 +172,23 @@ class _ReadsOnce(Mutator):
             else:
                 self.seen[key] = e     # each proof tried once: they are the slow part
         return self.seen[key]
+
+
+class _Reuse(Mutator):
+    """Each term structurally equal to one of `lets`' values -> its variable. Sound inside
+    the loop whose condition bound them: _ReadsOnce binds only terms free of the loop's
+    variables whose loads read buffers the loop does not store to."""
+
+    def __init__(self, lets):
+        self.vars = {expr_key(value): var for var, value in lets}
+        self.kinds = {(type(value), value.dtype) for _, value in lets}
+
+    def visit(self, e):
+        if isinstance(e, E.Expr) and (type(e), e.dtype) in self.kinds and _has_load(e):
+            var = self.vars.get(expr_key(e))
+            if var is not None:
+                return var
+        return super().visit(e)
 
 
 class _Checker(Mutator):
@@ -332,9 +358,12 @@ class _Checker(Mutator):
             inside = self._all_lanes_inside(s)
             if inside is not None:
                 fast, reads = inside
-                # the checked copy runs only for lanes near an edge or past it: a plain
-                # loop, so that C compilers do not unroll and vectorize a second copy
-                slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=())
+                slow = dataclasses.replace(checked, kind=S.ForKind.SERIAL, pragmas=SLOW_COPY)
+                if reads:
+                    # the checked copy indexes by the row read once: spelt out again in
+                    # each check, record and load (the emitter merges no loads), a
+                    # gather's row was most of its kernel's IR
+                    slow = _Reuse(reads).visit(slow)
                 out = S.IfThenElse(fast, head, slow)
                 for var, value in reversed(reads):
                     out = S.LetStmt(var, value, out)
