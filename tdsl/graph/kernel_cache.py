@@ -36,8 +36,7 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     params = (tuned or {}).get(key)
     if params:
         return key + (repr(sorted(params.items())),), params, None, None
-    # a kernel with symbolic sizes is generic in them already
-    erasure = None if group_size_vars(fn) else generic.find(fn, const_args, target)
+    erasure = generic.find(fn, const_args, target)
     if erasure is None:
         return key, params, None, None
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
