@@ -5,7 +5,8 @@ DenseNet-121 applies BatchNorm+ReLU and then a 1x1 conv to the concatenation of 
 feature maps so far: 116 groups that differ only in their number of channels C, and so
 116 kernels to build, each through LLVM's pipeline and tdsl's lowering. A group
 whose code does not depend on C is built once with C a size variable, bound at call time
-from the arguments' shapes like any symbolic size of `tdsl.build`:
+from the arguments' shapes like any symbolic size of `tdsl.build` (a group with symbolic
+sizes, a batch, takes C beside them: one kernel generic in both):
 
 * an elementwise chain over an NCHW image, per-channel constants broadcast along it
   (BatchNorm at inference, activations, residual adds);
