@@ -170,3 +170,25 @@ def test_global_pools_with_a_symbolic_batch_share_a_kernel():
     pools = _steps_by_ops(exe)[("nn.global_avg_pool",)]
     assert sorted(n.args[0].type.shape[1] for _, n in pools) == [24, 32]
     assert len({id(k) for k, _ in pools}) == 1
+
+
+def test_groups_with_other_symbolic_sizes_stay_specific():
+    # an image of symbolic height: C axes are numbers, but the kernels keep their own
+    # sizes (and size classes) rather than one generic in C
+    net = Net(("batch", 16, "height", 14))
+    a = net.node("Relu", [_bn(net, net.node("Relu", [net.conv("x", 16, 32)]), 32)])
+    b = net.node("Relu", [_bn(net, net.node("Relu", [net.conv("x", 16, 24)]), 24)])
+    out = net.node("Add", [net.conv(a, 32, 8), net.conv(b, 24, 8)])
+    model = net.model(out)
+    mod = G.optimize(G.from_onnx(model))
+    groups = [(n, {i: a.data for i, a in enumerate(n.args) if isinstance(a, Const)})
+              for n in mod.main.nodes() if isinstance(n.op, Function)]
+    assert groups and all(generic.find(n.op, consts, "llvm") is None for n, consts in groups)
+    exe = G.build(mod)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for shape in [(2, 16, 9, 14), (1, 16, 20, 14)]:
+        x = net.rng.standard_normal(shape).astype(np.float32)
+        got, ref = exe.run(x)[0], sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4 * float(np.abs(ref).max()))

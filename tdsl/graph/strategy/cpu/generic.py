@@ -15,6 +15,8 @@ sizes, a batch, takes C beside them: one kernel generic in both):
   any epilogue on its output;
 * a global average pool (squeeze-excite's squeeze).
 
+With symbolic sizes, only a symbolic batch: every other size is a number.
+
 What a strategy derives from C (the conv definition, whether a loop is worth threads) is
 derived for the group built first; the conv definition is part of the key, so groups that
 share a kernel chose the same one. Packed weights are packed per call from their own shape.
@@ -43,12 +45,23 @@ def find(fn: Function, consts: Dict[int, np.ndarray], target) -> Optional[Erasur
     channel count, or None."""
     if as_target(target).kind != "llvm" or len(fn.outputs) != 1 or isinstance(fn.outputs[0], (Const, Var)):
         return None
+    if not _only_batch_symbolic(fn):
+        return None
     nodes = list(fn.nodes())
     if nodes and nodes[0].op == "nn.conv2d":
         return _conv(fn, nodes, consts, target)
     if [n.op for n in nodes] == ["nn.global_avg_pool"]:
         return _global_pool(fn, nodes[0], consts)
     return _elementwise(fn, nodes)
+
+
+def _only_batch_symbolic(fn):
+    """Whether every size of the group's images but their batch (axis 0) is a number, and
+    every size of its other tensors: C must be one, and a kernel generic in C has none of
+    the size-class variants (dispatch.compile_group) that another symbolic size (a
+    sequence, an image's width) may call for."""
+    types = [p.type for p in fn.params] + [n.type for n in fn.nodes()]
+    return all(isinstance(d, (int, np.integer)) for t in types for d in (t.shape[1:] if t.ndim == 4 else t.shape))
 
 
 def _elementwise(fn, nodes):
