@@ -121,11 +121,11 @@ def test_global_pools_share_a_kernel():
     _per_channel_buffers_only(pools[0][0])
 
 
-def _check_batches(net, out, batches, rtol=2e-4):
-    """Builds the graph once with its symbolic batch and runs it at each of `batches`
-    against onnxruntime; returns the executor."""
+def _check_batches(net, out, batches, rtol=2e-4, dims=None):
+    """Builds the graph once with its symbolic batch (`dims`: its bounds) and runs it at
+    each of `batches` against onnxruntime; returns the executor."""
     model = net.model(out)
-    exe = G.build(G.optimize(G.from_onnx(model)))
+    exe = G.build(G.optimize(G.from_onnx(model, dims=dims)))
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -192,3 +192,18 @@ def test_groups_with_other_symbolic_sizes_stay_specific():
         x = net.rng.standard_normal(shape).astype(np.float32)
         got, ref = exe.run(x)[0], sess.run(None, {"x": x})[0]
         np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4 * float(np.abs(ref).max()))
+
+
+def test_a_generic_kernel_follows_the_batch_bounds():
+    # a symbolic kernel's schedule follows its sizes' declared bounds: a build with other
+    # bounds compiles its own generic kernel rather than reusing one scheduled for them
+    net = Net(("batch", 24, 14, 14), seed=3)
+    block = _dense_block(net, net.node("Relu", ["x"]), 24, layers=3, growth=12, bottleneck=32)
+    out = net.conv(net.node("Relu", [_bn(net, block, 60)]), 60, 16, bias=False)
+    kernels = []
+    for high in (4, 64):
+        exe = _check_batches(net, out, (3, 1), dims={"batch": (1, high)})
+        convs = _steps_by_ops(exe)[("nn.conv2d", "nn.bias_add", "nn.relu")]
+        assert len(convs) == 3 and len({id(k) for k, _ in convs}) == 1
+        kernels.append(convs[0][0])
+    assert kernels[0] is not kernels[1]
