@@ -36,8 +36,7 @@ def _kernel_key(fn: Function, target, const_args, tuned):
     params = (tuned or {}).get(key)
     if params:
         return key + (repr(sorted(params.items())),), params, None, None
-    # a kernel with symbolic sizes is generic in them already
-    erasure = None if group_size_vars(fn) else generic.find(fn, const_args, target)
+    erasure = generic.find(fn, const_args, target)
     if erasure is None:
         return key, params, None, None
     return key, params, (target, generic.key_text(fn, erasure), tuple(sorted(const_args))), erasure
@@ -61,7 +60,10 @@ def compile_all(calls, target, stats, tuned, bounds=None):
         # a symbolic kernel's schedule, and which of its size classes are compiled at
         # all, follow the bounds of its sizes
         names = {s.name for s in group_size_vars(n.op)} if bounds else ()
-        key += tuple(sorted((k, v) for k, v in bounds.items() if k in names)) if names else ()
+        if names:
+            suffix = tuple(sorted((k, v) for k, v in bounds.items() if k in names))
+            key += suffix
+            gkey = gkey + suffix if gkey is not None else None
         entries.append((n, consts, key, params, gkey, erasure))
         if gkey is not None:
             sizes.setdefault(gkey, set()).add(erasure.size)

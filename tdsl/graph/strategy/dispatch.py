@@ -221,7 +221,7 @@ def compile_group(fn: Function, target: str, consts: Dict[int, np.ndarray], name
     if g.symbolic:
         sizes = representative(g.sizes.vars, bounds)
     if erasure is not None:
-        g.erasure, sizes = erasure, {SIZE_NAME: erasure.size}
+        g.erasure, sizes = erasure, {**sizes, SIZE_NAME: erasure.size}
         # the auto-scheduler's rules read sizes as numbers: the plain schedule instead
         g.use_auto = erasure.kind != "elementwise"
     token = topi.representative.set(sizes)

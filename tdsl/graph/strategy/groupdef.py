@@ -83,9 +83,10 @@ class GroupDef:
     def node_type(self, n):
         """The type topi builds node `n` with: sizes as index expressions where they are
         symbolic, the channel size variable in a group generic in it."""
+        t = erasure.node_type(self.erasure, n, self.size_var)
         if self.sizes is not None and not n.type.static:
-            return erasure.SymType(self.sizes.shape(n.type.shape), n.type.dtype)
-        return erasure.node_type(self.erasure, n, self.size_var)
+            return erasure.SymType(self.sizes.shape(t.shape), n.type.dtype)
+        return t
 
     def attrs_of(self, n):
         """`n.attrs` with symbolic sizes as index expressions."""

@@ -81,7 +81,9 @@ class TeSizes:
         self.pinned = {}
 
     def dim(self, d):
-        if isinstance(d, int):
+        # an index expression already: the size variable of a kernel generic in its
+        # channel count (erasure.py), beside the graph's symbolic sizes
+        if isinstance(d, (int, tdsl.ir.expr.Expr)):
             return d
         e = sympy.sympify(d)
         if self.atoms:

@@ -5,7 +5,8 @@ DenseNet-121 applies BatchNorm+ReLU and then a 1x1 conv to the concatenation of 
 feature maps so far: 116 groups that differ only in their number of channels C, and so
 116 kernels to build, each through LLVM's pipeline and tdsl's lowering. A group
 whose code does not depend on C is built once with C a size variable, bound at call time
-from the arguments' shapes like any symbolic size of `tdsl.build`:
+from the arguments' shapes like any symbolic size of `tdsl.build` (a group with symbolic
+sizes, a batch, takes C beside them: one kernel generic in both):
 
 * an elementwise chain over an NCHW image, per-channel constants broadcast along it
   (BatchNorm at inference, activations, residual adds);
@@ -13,6 +14,8 @@ from the arguments' shapes like any symbolic size of `tdsl.build`:
   generic in its input channels (the reduction's length, a stride of the packed weights),
   any epilogue on its output;
 * a global average pool (squeeze-excite's squeeze).
+
+With symbolic sizes, only a symbolic batch: every other size is a number.
 
 What a strategy derives from C (the conv definition, whether a loop is worth threads) is
 derived for the group built first; the conv definition is part of the key, so groups that
@@ -42,12 +45,23 @@ def find(fn: Function, consts: Dict[int, np.ndarray], target) -> Optional[Erasur
     channel count, or None."""
     if as_target(target).kind != "llvm" or len(fn.outputs) != 1 or isinstance(fn.outputs[0], (Const, Var)):
         return None
+    if not _only_batch_symbolic(fn):
+        return None
     nodes = list(fn.nodes())
     if nodes and nodes[0].op == "nn.conv2d":
         return _conv(fn, nodes, consts, target)
     if [n.op for n in nodes] == ["nn.global_avg_pool"]:
         return _global_pool(fn, nodes[0], consts)
     return _elementwise(fn, nodes)
+
+
+def _only_batch_symbolic(fn):
+    """Whether every size of the group's images but their batch (axis 0) is a number, and
+    every size of its other tensors: C must be one, and a kernel generic in C has none of
+    the size-class variants (dispatch.compile_group) that another symbolic size (a
+    sequence, an image's width) may call for."""
+    types = [p.type for p in fn.params] + [n.type for n in fn.nodes()]
+    return all(isinstance(d, (int, np.integer)) for t in types for d in (t.shape[1:] if t.ndim == 4 else t.shape))
 
 
 def _elementwise(fn, nodes):
