@@ -12,7 +12,7 @@ holds its last outputs while it runs the next call, as a server's `y = exe.run(x
 does); the ratios dynamic/static and
 dynamic/onnxruntime; and "first+ms", what the first call at a size never run before cost
 beyond a warm call at that size (0 where it cost less): the median over FIRST_ROUNDS
-(first, warm) pairs of the first's seconds less its warm partner's, the pairs' least and
+(FIRST_ROUNDS_LONG where a call takes LONG_CALL_S or more) (first, warm) pairs of the first's seconds less its warm partner's, the pairs' least and
 largest difference under "pairs ms"; and "gc ms", the part of the executor's own first
 call that Python's collections took. No compile happens there; what
 does is all of what a server's first request at a new size pays: tdsl's work for new
@@ -29,7 +29,7 @@ here each dimension's largest in the sweep, with one more batch where that is it
 size of the sweep, so that every size swept is new to the executor; its seconds are
 printed apart. One first call is one sample, and one 170-600 ms call on a shared VM
 varies by more than the 20 ms issue 41 allows, so a first call at a size is taken
-FIRST_ROUNDS times: the executor's own first call there, then, after the size's blocks,
+FIRST_ROUNDS times (FIRST_ROUNDS_LONG where calls are long): the executor's own first call there, then, after the size's blocks,
 again and again with the executor returned to where it was before it (Executor.
 _forget_sizes drops that size's memory plan and run state, the kernels' bindings and
 its values of the sizes; the reserved memory stays, as it was) and its last call made
@@ -96,8 +96,13 @@ SIGNALS = ((1, 4000), (1, 16000), (1, 48000), (4, 16000))
 FIRST_NOTE_MS = 10.0
 # (first, warm) pairs per size: the first of them the executor's own first call there,
 # the others after Executor._forget_sizes (one sample of a 170-600 ms call varies by more
-# than issue 41's 20 ms on a shared VM; the median of five pairs resolves it)
+# than issue 41's 20 ms on a shared VM; the median of five pairs resolves it); where a
+# warm call takes LONG_CALL_S or more, FIRST_ROUNDS_LONG pairs (vit_b_16 at 8 images, ~0.7 s
+# a call: four pairs of bench/firstcall.py read +43, +20, +6 and -38 ms, with tdsl's own
+# work 7.4 ms in each)
 FIRST_ROUNDS = 5
+FIRST_ROUNDS_LONG = 15
+LONG_CALL_S = 0.1
 # a row whose dynamic/static latency lies outside [1/this, this] (issue 41's bound) says
 # under it how each side's blocks shared the pool's work and waited for a core
 STATIC_NOTE = 1.05
@@ -422,7 +427,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
         t_dyn, t_st, t_ort = blocks([_holding(lambda: dyn.run(x)), _holding(lambda: st.run(x)),
                                      _holding(lambda: sess.run(None, {iname: x}))], number, repeat,
                                     watch=pool)
-        for r in range(1, FIRST_ROUNDS):
+        for r in range(1, FIRST_ROUNDS if t_dyn < LONG_CALL_S else FIRST_ROUNDS_LONG):
             # the warm partner taken before the first call in every other round: another
             # process's load that comes and goes with the rounds' rhythm then falls on
             # first and warm calls alike
