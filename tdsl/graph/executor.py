@@ -302,7 +302,9 @@ class Executor(Timing):
         self._pool, self._sizes = pool, sizes
         return pool
 
-    def _current_pool(self):
+    def current_pool(self):
+        """The pool of run states of the sizes last run (of the network's one plan where
+        its sizes are fixed): what `benchmark`, `profile` and `trace` run on."""
         if self._pool is None:
             raise GraphError("this network has symbolic sizes "
                              f"({', '.join(self.binder.names)}): run it (or set_input) first, "

@@ -13,13 +13,13 @@ from .describe import describe_group
 
 
 class Timing:
-    """Executor's measuring methods; they read the executor's `_current_pool()`, `steps`
+    """Executor's measuring methods; they read the executor's `current_pool()`, `steps`
     and `stats`."""
 
     def benchmark(self, number=10, repeat=3, warmup=1):
         """Latency of one inference (inputs as last set on the default state, by set_input
         or a run that took it): dict of mean/min/median seconds."""
-        pool = self._current_pool()
+        pool = self.current_pool()
         state = pool.take(default=True)
         run = state.launches or state.calls.run
         wait = state.launches.sync if state.launches else (lambda: None)
@@ -44,7 +44,7 @@ class Timing:
         share), slowest first. On a GPU the times are device times (events); where the run
         is a captured CUDA graph, `stats["cuda_graph"]` then says what the graph saved over
         launching kernel by kernel (device seconds per run, both ways)."""
-        pool = self._current_pool()
+        pool = self.current_pool()
         state = pool.take(default=True)
         try:
             if state.launches is not None:
@@ -74,7 +74,7 @@ class Timing:
         kernel as a [number, kernels] array, each call's seconds from its first kernel's start
         to its last one's end). `between(i)`, if
         given, is called after call `i`, outside its time (to read one's own counters)."""
-        pool = self._current_pool()
+        pool = self.current_pool()
         state = pool.take(default=True)
         try:
             if state.launches is not None:
@@ -119,7 +119,7 @@ class Timing:
     def profile_text(self, number=10, top=20):
         """The slowest kernels, each with what it computes (`describe_group`)."""
         rows = self.profile(number)
-        steps = getattr(self._current_pool(), "steps", self.steps)
+        steps = getattr(self.current_pool(), "steps", self.steps)
         what = {f"{k.name}#{i}": describe_group(n.op) for i, (k, _, n) in enumerate(steps)}
         lines = [f"{'kernel':40s} {'ms':>8s} {'share':>6s}  what"]
         for name, t, sh in rows[:top]:
