@@ -31,7 +31,7 @@ printed apart. One first call is one sample, and one 170-600 ms call on a shared
 varies by more than the 20 ms issue 41 allows, so a first call at a size is taken
 FIRST_ROUNDS times (FIRST_ROUNDS_LONG where calls are long): the executor's own first call there, then, after the size's blocks,
 again and again with the executor returned to where it was before it (Executor.
-_forget_sizes drops that size's memory plan and run state, the kernels' bindings and
+forget_sizes drops that size's memory plan and run state, the kernels' bindings and
 its values of the sizes; the reserved memory stays, as it was) and its last call made
 at the sizes run before (reserve's, for the sweep's first size), as the sweep's own
 first call follows them. Each first call has its warm partner, a call at that size
@@ -95,7 +95,7 @@ SIGNALS = ((1, 4000), (1, 16000), (1, 48000), (4, 16000))
 # a first call more than this beyond the warm one is taken apart under its row
 FIRST_NOTE_MS = 10.0
 # (first, warm) pairs per size: the first of them the executor's own first call there,
-# the others after Executor._forget_sizes (one sample of a 170-600 ms call varies by more
+# the others after Executor.forget_sizes (one sample of a 170-600 ms call varies by more
 # than issue 41's 20 ms on a shared VM; the median of five pairs resolves it); where a
 # warm call takes LONG_CALL_S or more, FIRST_ROUNDS_LONG pairs (vit_b_16 at 8 images, ~0.7 s
 # a call: four pairs of bench/firstcall.py read +43, +20, +6 and -38 ms, with tdsl's own
@@ -435,7 +435,7 @@ def run_one(name, target, number, repeat, pause_s=0.3):
                 warms.append(after_ort(lambda: dyn.run(x), x))
             # the executor as it was before its first call at these sizes, its last call
             # at the sizes run before
-            dyn._forget_sizes(**_static_dims(model, shape))
+            dyn.forget_sizes(**_static_dims(model, shape))
             dyn.run(before)
             firsts.append(after_ort(lambda: dyn.run(x), x))
             if not r % 2:

@@ -3,7 +3,7 @@
 
 The symbolic model is built once and reserved as the sweep does (bench/dynamic.py
 `_reserved`: every size is new to it); each repetition first returns it to where it was
-before it ran at a size (Executor._forget_sizes: that size's plan and run state dropped,
+before it ran at a size (Executor.forget_sizes: that size's plan and run state dropped,
 the reserved memory kept), so that each is a first call there. Then per size, in the
 sweep's conditions (onnxruntime's block at that size and a pause), one first call, taken
 apart:
@@ -193,7 +193,7 @@ def main():
         print(f"{a.model} repetition {rep + 1}", flush=True)
         for shape in shapes:
             x = _input(model, shape)
-            exe._forget_sizes(**_static_dims(model, shape))     # each first call new to it
+            exe.forget_sizes(**_static_dims(model, shape))     # each first call new to it
             for label, ex in [("dynamic", exe)] + ([("static", statics[shape])] if a.static else []):
                 _, _, lines = measure(ex, x, sess, iname, ph, threads, hold=a.hold)
                 print(f"  {'x'.join(map(str, shape)):>14s} {label:8s} " + "\n".join(lines), flush=True)

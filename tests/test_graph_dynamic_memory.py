@@ -314,7 +314,7 @@ def test_after_reserve_a_loop_holding_its_last_output_touches_no_fresh_memory():
 
 
 def test_a_forgotten_size_is_planned_and_bound_again_and_computes_right():
-    """Executor._forget_sizes (bench/dynamic.py takes several first calls at one size
+    """Executor.forget_sizes (bench/dynamic.py takes several first calls at one size
     with it) drops that size's plan and run state, nothing else: its next call makes
     them again in the reserved memory, and a state of other sizes run after it still
     computes its values of the sizes again (the forgotten one's mask, written over
@@ -331,15 +331,15 @@ def test_a_forgotten_size_is_planned_and_bound_again_and_computes_right():
     check((1, 33))
     check((1, 31))
     old = slot.states[(1, 31)]
-    exe._forget_sizes(batch=1, sequence=31)
+    exe.forget_sizes(batch=1, sequence=31)
     assert (1, 31) not in slot.states and (1, 31) not in exe._plans._items
     assert (1, 33) in slot.states
     check((1, 33))          # after the forgotten size's run, as its last
     check((1, 31))
     assert slot.states[(1, 31)] is not old and (1, 31) in exe._plans._items
-    exe._forget_sizes(batch=1, sequence=31)      # forgotten while it ran last
+    exe.forget_sizes(batch=1, sequence=31)      # forgotten while it ran last
     check((1, 31))
     for shape in [(1, 33), (1, 31), (1, 1), (2, 40), (1, 33)]:
         check(shape)
     with pytest.raises(G.GraphError, match="sequence"):
-        exe._forget_sizes(batch=2)
+        exe.forget_sizes(batch=2)

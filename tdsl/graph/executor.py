@@ -214,13 +214,14 @@ class Executor(Timing):
             finally:
                 pool.give(state)
 
-    def _forget_sizes(self, **sizes):
+    def forget_sizes(self, **sizes):
         """Returns the executor to where it would be had it never run at `sizes`
         ({size variable: int}, all of them): their memory plan, their run state in each
-        slot (its kernels' bindings, its values of the sizes) and the shapes that find it
-        are dropped; the memory (arenas, outputs, the kernels' scratch) is kept, as a
-        server's reserve left it. For a benchmark that takes the first call at a size more
-        than once (bench/dynamic.py): no run may be in flight."""
+        idle slot (its kernels' bindings, its values of the sizes) and the shapes that find
+        it are dropped; the memory (arenas, outputs, the kernels' scratch) is kept, as a
+        server's reserve left it. A run in flight keeps its state until it returns. What a
+        benchmark of first calls at a size needs (bench/dynamic.py), and a server's way to
+        drop the states of sizes it no longer expects. No-op where the sizes are fixed."""
         if self.binder is None:
             return
         key = self.binder.key(self.binder.check(sizes))

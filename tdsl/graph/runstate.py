@@ -451,5 +451,6 @@ class StatePool:
                 self._spare.append(state)
 
     def idle(self) -> List[RunState]:
-        """Every state made, for a caller who knows that no run holds one."""
-        return [self.default, *self._spare]
+        """The states no caller holds now (a state taken meanwhile is its caller's)."""
+        with self._lock:
+            return [self.default] * self._default_free + list(self._spare)
