@@ -193,9 +193,15 @@ class Spread:
     median call lost a core to something else (another process, a kernel thread, the
     hypervisor), where the wait of a thread runnable throughout is also read from its CPU
     clock (`off_cpu`); `p50_kept` and `p99_kept` are of the other calls, `n_kept` how many there are:
-    the tail a machine of one's own would show, printed beside the tail this one showed."""
+    the tail a machine of one's own would show, printed beside the tail this one showed.
 
-    def __init__(self, calls, firsts, others=None, waited=None):
+    `by_place`: the median call at each place in its run (the 2nd, 3rd and 4th call after the
+    pause, then every later one) over `p50`, where the runs were of `run` calls: a side whose
+    first calls after an idle pause are slow (caches other work evicted, a clock that ramps,
+    a vCPU the hypervisor must wake) shows it here, and so does the register-only floor
+    where it is the machine's. `p99_settled`: the p99 of the calls from the 5th on."""
+
+    def __init__(self, calls, firsts, others=None, waited=None, run=None):
         self.calls = np.asarray(calls)
         self.firsts = np.asarray(firsts)
         self.p50 = float(np.percentile(self.calls, 50))
@@ -207,6 +213,11 @@ class Spread:
         self.n_kept = len(kept)
         self.p50_kept, self.p99_kept = (float(np.percentile(kept, q)) if len(kept) else float("nan")
                                         for q in (50, 99))
+        place = np.arange(len(self.calls)) % (run or len(self.calls))
+        self.by_place = [float(np.median(self.calls[sel])) / self.p50
+                         for sel in (place == 0, place == 1, place == 2, place >= 3) if sel.any()]
+        settled = self.calls[place >= 3]
+        self.p99_settled = float(np.percentile(settled, 99)) if len(settled) else float("nan")
 
 
 def percentiles(fns, calls=100, run=25, pause_s=0.3):
@@ -258,5 +269,5 @@ def percentiles(fns, calls=100, run=25, pause_s=0.3):
             # the larger of the two: a wait the run delay booked in time is off_cpu's too
             waited[i] += [max(w, q) for w, q in zip(waits, off)]
     known = _busy_seconds() is not None
-    return [Spread(s, fi, o / w if known else None, q)
+    return [Spread(s, fi, o / w if known else None, q, run)
             for s, fi, o, w, q in zip(samples, firsts, others, wall, waited)]
