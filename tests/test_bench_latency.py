@@ -25,6 +25,15 @@ def test_spread_without_schedstat_keeps_every_call():
     assert sp.n_kept == 3 and sp.p99_kept == pytest.approx(sp.p99)
 
 
+def test_spread_tells_the_calls_by_their_place_after_the_pause():
+    # four runs of 10 calls: each run's first two slow (2x, then 1.5x), the rest 1 ms
+    run = [2e-3, 1.5e-3] + [1e-3] * 8
+    sp = latency.Spread(run * 4, [3e-3] * 4, run=10)
+    assert sp.by_place == pytest.approx([2.0, 1.5, 1.0, 1.0])
+    assert sp.p99 / sp.p50 == pytest.approx(2.0)
+    assert sp.p99_settled == pytest.approx(1e-3)         # from the 5th call after the pause on
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux schedstat")
 def test_percentiles_reads_run_delay_per_call():
     # a thread of this process still spinning from an earlier test (a pool worker, an
