@@ -224,6 +224,71 @@ def test_worker_ids_are_the_threads_that_run_the_workers_tasks(sin_cos, task_ns)
     assert sum(on_core(t) - b for t, b in zip(ids, before)) > 0
 
 
+@pytest.fixture
+def on_one_cpu(sin_cos):
+    """The caller and every worker on the caller's CPU, as the kernel leaves a worker it
+    woke beside its waker while the other vCPU was halted; afterwards as they were."""
+    f, a, ref = sin_cos
+    _check(f, a, ref)
+    ids, full = threadpool.worker_ids(), os.sched_getaffinity(0)
+    cpu = sorted(full)[0]
+    os.sched_setaffinity(0, {cpu})
+    for t in ids:
+        os.sched_setaffinity(t, {cpu})
+    try:
+        yield ids, cpu, full
+    finally:
+        threadpool.set_nudge("free")
+        os.sched_setaffinity(0, full)
+        for t in ids:
+            os.sched_setaffinity(t, full)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="Linux CPU affinity, two CPUs")
+def test_a_worker_queued_on_the_callers_cpu_is_moved_off_it(sin_cos, task_ns, on_one_cpu):
+    f, a, ref = sin_cos
+    ids, cpu, full = on_one_cpu
+    threadpool.set_task_ns(0)
+    threadpool.set_nudge("always")      # "free" would also read the machine's load
+    before = threadpool.stats()
+    with threadpool.held():
+        # the caller takes each worker's untouched task; after a few launches in a row
+        # without one, each worker is moved to the other CPUs, and once it runs there it
+        # lifts that restriction (back to the CPUs it had)
+        for _ in range(20):
+            _check(f, a, ref)
+        assert threadpool.stats()["nudges"] - before["nudges"] >= len(ids)
+        for t in ids:
+            assert cpu not in os.sched_getaffinity(t) or os.sched_getaffinity(t) == full
+
+        def restored():
+            _check(f, a, ref)
+            return all(os.sched_getaffinity(t) == full for t in ids)
+        _until(restored, "workers back on every CPU")
+        ran = threadpool.stats()["worker_tasks"]
+        for _ in range(50):
+            _check(f, a, ref)
+        assert threadpool.stats()["worker_tasks"] > ran
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="Linux CPU affinity, two CPUs")
+def test_with_the_nudge_off_a_worker_stays_where_it_was_queued(sin_cos, task_ns, on_one_cpu):
+    f, a, ref = sin_cos
+    ids, cpu, full = on_one_cpu
+    threadpool.set_task_ns(0)
+    assert threadpool.set_nudge("off") == "free"          # the default
+    before = threadpool.stats()["nudges"]
+    with threadpool.held():
+        for _ in range(20):
+            _check(f, a, ref)
+    assert threadpool.stats()["nudges"] == before
+    assert all(os.sched_getaffinity(t) == {cpu} for t in ids)
+    with pytest.raises(tdsl.TdslError, match="set_nudge"):
+        threadpool.set_nudge("sometimes")
+
+
 def test_a_long_loop_is_split_finer_and_a_short_one_is_not(sin_cos, task_ns):
     f, a, ref = sin_cos                 # 64 iterations of 1024 sin(cos(x)): ~0.1-1 ms
     _check(f, a, ref)                   # the loop's cost per iteration is known now

@@ -24,16 +24,28 @@
  * parked workers, so that they come up while the caller sets up the run rather than at
  * its first loop.
  *
+ * A worker that ran none of its tasks in NUDGE_AFTER launches in a row is not running:
+ * on Linux it is often queued behind the caller on the caller's own CPU (a wake-up sent
+ * while the other vCPU was halted: the kernel sees it preempted, not idle, and places the
+ * woken worker beside its waker, where it waits until the load balancer moves it, many
+ * milliseconds later; the caller meanwhile runs every task alone). The caller then moves
+ * it off its CPU (nudge), and the worker lifts that restriction once it runs.
+ *
  * Each loop handed to the workers leaves a record in the trace ring (trace.c): when the
  * first worker claimed a task, when the caller's own ran out and when the loop was done;
  * bench/tail.py reads them to say why a slow call was slow.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE   /* sched_setaffinity, sched_getcpu */
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 #ifdef __linux__
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -149,6 +161,20 @@ static struct {
   atomic_llong woken;
 } trace_times;
 
+/* The nudge (see the top): per worker, the last launch (generation) in which it claimed a
+ * task, and whether the caller has moved it off its CPU and the worker has not yet run
+ * since (then its CPU mask is the pool's less that CPU; it restores the pool's). The
+ * launches in a row each worker missed are the launching thread's, under launch_mu. */
+#define NUDGE_AFTER 3
+static atomic_long ran_gen[MAX_WORKERS + 1];
+static atomic_int nudged[MAX_WORKERS + 1];
+static int missed[MAX_WORKERS + 1];
+static atomic_long n_nudges;
+#ifdef __linux__
+static cpu_set_t pool_mask;     /* the CPUs the workers may run on: their creator's */
+static int have_mask;
+#endif
+
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -237,9 +263,12 @@ static int64_t run_tasks(int self, int64_t *ran) {
       }
       return iters;
     }
-    if (self && !*ran && tdsl_trace_enabled()) {
-      long long none = 0;
-      atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
+    if (self && !*ran) {
+      atomic_store_explicit(&ran_gen[self], atomic_load(&generation), memory_order_relaxed);
+      if (tdsl_trace_enabled()) {
+        long long none = 0;
+        atomic_compare_exchange_strong(&trace_times.first_claim, &none, now_ns());
+      }
     }
     iters += run_task(i);
     if (mine && t) {
@@ -292,6 +321,93 @@ static int may_park(int64_t t0, int64_t now, int lost) {
  * time or run delay (bench/threadcpu.py tells the pool's CPU from other runtimes') */
 static atomic_long worker_tids[MAX_WORKERS + 1];
 
+/* Lifts the caller's restriction from worker `self` (it runs now, on another CPU). */
+static void unnudge(int self) {
+  if (!atomic_load_explicit(&nudged[self], memory_order_relaxed)) return;
+#ifdef __linux__
+  sched_setaffinity(0, sizeof pool_mask, &pool_mask);
+#endif
+  atomic_store(&nudged[self], 0);
+}
+
+#ifdef __linux__
+/* The threads runnable on the whole machine now (/proc/loadavg's fourth field, "r/total"),
+ * or -1. */
+static int runnable_now(void) {
+  char buf[128];
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t k = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (k <= 0) return -1;
+  buf[k] = 0;
+  char *p = buf;
+  for (int field = 0; field < 3; field++) {
+    while (*p && *p != ' ') p++;
+    while (*p == ' ') p++;
+  }
+  return *p >= '0' && *p <= '9' ? atoi(p) : -1;
+}
+#endif
+
+/* Moves worker w off the calling thread's CPU: a thread that is queued there and not
+ * running goes to another CPU's queue at once (the kernel migrates it and kicks that
+ * CPU); one that runs elsewhere stays where it is. Only where no more threads are
+ * runnable on the machine than the launch has (the caller, the workers): then a CPU is
+ * free and the worker is waiting for no good reason. Where other processes keep the
+ * CPUs busy, a worker moved to theirs would run in slices, holding up the loops whose
+ * tasks it claimed; it is better left queued, its tasks run by the caller, and the
+ * machine is looked at again NUDGE_BACKOFF_NS later. */
+#define NUDGE_BACKOFF_NS 10000000
+static int64_t nudge_after_ns;
+/* 0: never nudge; 1: where a CPU is free (the default); 2: whatever the machine's load
+ * (tests and benches: tdsl_parallel_set_nudge) */
+static atomic_int nudge_mode = 1;
+static void nudge(int w, int threads) {
+#ifdef __linux__
+  int mode = atomic_load_explicit(&nudge_mode, memory_order_relaxed);
+  long tid = atomic_load(&worker_tids[w]);
+  int cpu = sched_getcpu();
+  if (!mode || !have_mask || !tid || cpu < 0 || !CPU_ISSET(cpu, &pool_mask)) return;
+  int64_t t = now_ns();
+  if (mode == 1 && t < nudge_after_ns) return;
+  int busy = mode == 1 ? runnable_now() : 0;
+  if (busy < 0 || busy > threads || busy > CPU_COUNT(&pool_mask)) {
+    nudge_after_ns = t + NUDGE_BACKOFF_NS;
+    return;
+  }
+  cpu_set_t away = pool_mask;
+  CPU_CLR(cpu, &away);
+  if (!CPU_COUNT(&away)) return;
+  atomic_store(&nudged[w], 1);
+  if (sched_setaffinity((pid_t)tid, sizeof away, &away) != 0) {
+    atomic_store(&nudged[w], 0);
+    return;
+  }
+  atomic_fetch_add_explicit(&n_nudges, 1, memory_order_relaxed);
+#else
+  (void)w;
+  (void)threads;
+#endif
+}
+
+/* After launch `gen` (the caller holds launch_mu): each worker that owned tasks and
+ * claimed none counts a miss; NUDGE_AFTER in a row and it is nudged, once until it runs. */
+static void check_missed(long gen, int64_t n, int threads) {
+  for (int w = 1; w < threads; w++) {
+    /* its run, as run_job dealt it: none where there were fewer tasks than threads */
+    if (((unsigned long long)(w + 1) * n + threads - 1) / threads <=
+        ((unsigned long long)w * n + threads - 1) / threads)
+      continue;
+    if (atomic_load_explicit(&ran_gen[w], memory_order_relaxed) == gen) {
+      missed[w] = 0;
+    } else if (++missed[w] >= NUDGE_AFTER && !atomic_load(&nudged[w])) {
+      missed[w] = 0;
+      nudge(w, threads);
+    }
+  }
+}
+
 static void *worker_main(void *arg) {
   int self = (int)(intptr_t)arg;
 #ifdef __linux__
@@ -300,6 +416,7 @@ static void *worker_main(void *arg) {
   long seen = atomic_load(&generation);
   for (;;) {
     int64_t ran = 0;
+    unnudge(self);
     run_tasks(self, &ran);
     int64_t t0 = now_ns(), t = t0, next_yield = t0 + YIELD_NS;
     int lost = 0;
@@ -338,6 +455,10 @@ static void *worker_main(void *arg) {
 
 static void ensure_workers(int want) {
   if (want > MAX_WORKERS) want = MAX_WORKERS;
+#ifdef __linux__
+  if (!num_workers && want > 0)
+    have_mask = sched_getaffinity(0, sizeof pool_mask, &pool_mask) == 0;
+#endif
   while (num_workers < want) {
     pthread_t t;
     pthread_attr_t attr;
@@ -371,7 +492,7 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
   atomic_store_explicit(&trace_times.first_claim, 0, memory_order_relaxed);
   int64_t start = now_ns();
   pthread_mutex_lock(&mu);
-  atomic_fetch_add(&generation, 1);
+  long gen = atomic_fetch_add(&generation, 1) + 1;
   if (asleep) atomic_store_explicit(&trace_times.woken, start, memory_order_relaxed);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&mu);
@@ -390,6 +511,7 @@ static int64_t run_job(int64_t n, int threads, int64_t *busy) {
     parked_caller = 0;
     pthread_mutex_unlock(&mu);
   }
+  check_missed(gen, n, threads);
   int64_t end = waited || tdsl_trace_enabled() ? now_ns() : t0;
   if (waited) atomic_fetch_add_explicit(&n_wait_ns, end - t0, memory_order_relaxed);
   if (tdsl_trace_enabled()) {
@@ -457,6 +579,10 @@ int64_t tdsl_parallel_set_steal_late(int64_t on) {
   return atomic_exchange(&steal_late_only, on != 0);
 }
 
+int64_t tdsl_parallel_set_nudge(int64_t mode) {
+  return atomic_exchange(&nudge_mode, mode < 0 ? 0 : mode > 2 ? 2 : (int)mode);
+}
+
 int64_t tdsl_parallel_task_ns(void) {
   return atomic_load(&task_ns);
 }
@@ -500,4 +626,5 @@ void tdsl_parallel_stats(int64_t *out) {
   out[9] = atomic_load(&n_wait_ns);
   out[10] = atomic_load(&n_tasks);
   out[11] = atomic_load(&n_taken);
+  out[12] = atomic_load(&n_nudges);
 }

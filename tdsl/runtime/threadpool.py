@@ -34,7 +34,7 @@ from ..errors import ArgumentError, TdslError
 
 SYMBOL = "tdsl_parallel_for"
 STATS = ("launches", "worker_sleeps", "caller_sleeps", "sleeping", "workers", "holds", "held",
-         "lost_sleeps", "worker_tasks", "wait_ns", "tasks", "taken")
+         "lost_sleeps", "worker_tasks", "wait_ns", "tasks", "taken", "nudges")
 SCRATCH_STATS = ("mapped", "mapped_bytes", "reused", "kept")
 _state = {}
 
@@ -79,7 +79,9 @@ def stats() -> dict:
     (those the workers ran; the launching threads ran the rest), `wait_ns` (nanoseconds a launching thread, its
     own claims run out, waited for tasks a worker still held: a worker that lost its core
     mid-task holds up its whole loop), `taken` (tasks a thread took from a run another
-    thread had started: its owner was late), and now: `sleeping` (workers asleep), `workers`,
+    thread had started: its owner was late), `nudges` (a worker that ran none of its tasks
+    in several launches in a row moved off the launching thread's CPU, where it was likely
+    queued behind it: threadpool.c), and now: `sleeping` (workers asleep), `workers`,
     `held` (holds in force). Empty where the pool is not loaded. bench/tail.py reads them
     per call."""
     return _counters("tdsl_parallel_stats", STATS)
@@ -152,6 +154,22 @@ def set_steal_late_only(on: bool) -> bool:
     import ctypes
     fn = library_function("tdsl_parallel_set_steal_late", ctypes.c_int64, restype=ctypes.c_int64)
     return bool(fn(1 if on else 0)) if fn is not None else bool(on)
+
+
+NUDGE_MODES = ("off", "free", "always")
+
+
+def set_nudge(mode: str) -> str:
+    """When the pool moves a worker that ran none of its tasks in several launches in a row
+    off the launching thread's CPU (where it is likely queued behind the caller, see
+    threadpool.c): "free", only where the machine has no more runnable threads than the
+    launch has (the default: a CPU is free for it); "always"; or "off". Returns the mode it
+    had ("free" where the pool is not loaded)."""
+    if mode not in NUDGE_MODES:
+        raise ArgumentError(f"threadpool.set_nudge: mode must be one of {NUDGE_MODES}, not {mode!r}")
+    import ctypes
+    fn = library_function("tdsl_parallel_set_nudge", ctypes.c_int64, restype=ctypes.c_int64)
+    return NUDGE_MODES[fn(NUDGE_MODES.index(mode))] if fn is not None else "free"
 
 
 class held:
