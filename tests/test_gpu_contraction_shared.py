@@ -92,14 +92,18 @@ def test_tiles_follow_the_limit_the_target_gives(case, small_shared_kind):
     assert _staged_bytes(kernel) <= estimate <= 12 * 1024
 
 
-def test_a_kernel_that_cannot_fit_is_named():
-    """One output's slices already too large (a 16384-tap conv: 64 KiB of input and
-    weights for one reduction step): the build names the kernel, before any OpenCL
-    compiler sees it."""
-    X, W, Y = _conv1d(1, 1, 16384, 1, 1)
+@pytest.mark.parametrize("case,params", [
+    ((1, 1, 16384, 1, 1), None),        # one output's slices of one step: 64 KiB each
+    (CONVS["wide_kernel"], AutoParams(block=(16, 16), thread_tile=(8, 4))),   # kept as given
+])
+def test_a_kernel_that_cannot_fit_is_named(case, params):
+    """Slices too large for the target even at one reduction step, where the rule may not
+    shrink the tiles further (one output left, or sizes a tuner gave): the build names the
+    kernel, before any OpenCL compiler sees it."""
+    X, W, Y = _conv1d(*case)
     s = tdsl.create_schedule(Y.op)
     target = tt.Target("opencl")
-    gc.contraction(s, s[Y], StageInfo(Y.op), target, AutoParams.of(None), Explanation(target))
+    gc.contraction(s, s[Y], StageInfo(Y.op), target, AutoParams.of(params), Explanation(target))
     with pytest.raises(tdsl.BuildError, match=r"kernel wide_kernel\w*: shared memory of \d+ bytes"):
         tdsl.build(s, [X, W, Y], target="opencl", name="wide")
 

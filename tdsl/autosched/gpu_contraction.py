@@ -217,18 +217,20 @@ def sizes(info, r, v, target, params):
         return shared_bytes(info, r, v, ty * ti, tx * tj, kt, dbl)
     # the block's tiles are constants (a symbolic extent only guards them), so what fits
     # here fits at every size; the register tile and the threads shrink last, where even
-    # single-buffered slices of one reduction step are too large (a wide kernel's weights)
+    # single-buffered slices of one reduction step are too large (a wide kernel's weights),
+    # and never where params gave them (a tuner's point is built as given, or fails)
+    chosen = not (params.block or params.thread_tile)
     while smem() > limit:
         if dbl and params.double_buffer is None:
             dbl = False
         elif kt > 1:
             kt //= 2
-        elif ti * tj > 1:
+        elif chosen and ti * tj > 1:
             ti, tj = (ti // 2, tj) if ti >= tj else (ti, tj // 2)
-        elif ty * tx > 1:
+        elif chosen and ty * tx > 1:
             ty, tx = (_ceil(ty, 2), tx) if ty >= tx else (ty, _ceil(tx, 2))
         else:
-            break       # not even one output fits: the kernel's shared-memory check says so
+            break       # it does not fit: the kernel's shared-memory check names it
     why.append(f"~{smem() // 1024} KiB shared memory of {limit // 1024}")
     return ty, tx, ti, tj, kt, dbl, "; ".join(why)
 
