@@ -137,6 +137,23 @@ def test_large_image_1x1_conv_stays_direct_and_3x3_takes_the_column_gemm():
     assert conv and not conv_gemm.applies(conv[0])
 
 
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+def test_strided_direct_conv_keeps_its_shared_tiles_within_the_target(target, direct_conv):
+    """A 7x7 stride-2 stem as the direct conv: its input slice is twice its tile wide. Sized
+    as if it were as wide as the tile, OpenCL's build failed and the group fell back to
+    one output per thread (`AUTO_FALLBACKS`), and CUDA's took 57 KB of dynamic shared
+    memory. Built here (no device needed): the tiled conv, within the target's limit."""
+    model, _ = conv_model(3, 112, 64, 1, 7, (2, 2))
+    del dispatch.AUTO_FALLBACKS[:]
+    exe = G.build(G.optimize(G.from_onnx(model)), target=target)
+    assert dispatch.AUTO_FALLBACKS == []
+    (step,) = exe.steps
+    assert step[0].scheduled_by == "gpu_contraction"
+    limit = tdsl.target.Target(target).shared_memory_bytes
+    (k,) = step[0].module.kernels
+    assert 0 < k.shared_bytes <= limit and k.dynamic_shared_bytes == 0
+
+
 def _gemm(m, k, n, relu=True):
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"])] + \

@@ -118,9 +118,11 @@ def _vars(expr):
 
 
 def _stride(index, var):
-    """How far `index` moves per step of `var` (`y * 2 + dy`: 2); 1 where not linear."""
+    """How far `index` moves per step of `var` (`y * 2 + dy`: 2); 1 where not linear.
+    (`linear_coeff` gives the coefficient as a Python int: read as an IntImm's value it
+    was always 1, and a stride-2 conv's input tile was sized at half its width.)"""
     lin = arith.linear_coeff(index, var)
-    c = getattr(lin[0], "value", None) if lin else None
+    c = lin[0] if lin else None
     return abs(c) if isinstance(c, int) and c else 1
 
 
@@ -211,16 +213,33 @@ def sizes(info, r, v, target, params):
         dbl = _double_buffer_fits(ti * tj + ti + tj, ty * tx, target)
     limit = target.shared_memory_bytes
 
-    def smem(kt, dbl):
-        boxes = block_boxes(info, r, v, ty * ti, tx * tj, kt, unknown=16)
-        return sum(4 * _prod(b) for b in boxes.values()) * (2 if dbl else 1)
-    while smem(kt, dbl) > limit and (dbl or kt > 1):
+    def smem():
+        return shared_bytes(info, r, v, ty * ti, tx * tj, kt, dbl)
+    # the block's tiles are constants (a symbolic extent only guards them), so what fits
+    # here fits at every size; the register tile and the threads shrink last, where even
+    # single-buffered slices of one reduction step are too large (a wide kernel's weights),
+    # and never where params gave them (a tuner's point is built as given, or fails)
+    chosen = not (params.block or params.thread_tile)
+    while smem() > limit:
         if dbl and params.double_buffer is None:
             dbl = False
+        elif kt > 1:
+            kt //= 2
+        elif chosen and ti * tj > 1:
+            ti, tj = (ti // 2, tj) if ti >= tj else (ti, tj // 2)
+        elif chosen and ty * tx > 1:
+            ty, tx = (_ceil(ty, 2), tx) if ty >= tx else (ty, _ceil(tx, 2))
         else:
-            kt = max(1, kt // 2)
-    why.append(f"~{smem(kt, dbl) // 1024} KiB shared memory of {limit // 1024}")
+            break       # it does not fit: the kernel's shared-memory check names it
+    why.append(f"~{smem() // 1024} KiB shared memory of {limit // 1024}")
     return ty, tx, ti, tj, kt, dbl, "; ".join(why)
+
+
+def shared_bytes(info, r, v, rows, cols, kt, dbl, unknown=16):
+    """Bytes of shared memory a block of rows x cols outputs stages per `kt` reduction steps
+    (twice that double-buffered): each operand's box, float32."""
+    boxes = block_boxes(info, r, v, rows, cols, kt, unknown)
+    return sum(4 * _prod(b) for b in boxes.values()) * (2 if dbl else 1)
 
 
 def contraction(s, st, info, target, params, rec, out=None):
