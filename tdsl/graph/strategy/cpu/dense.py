@@ -13,6 +13,13 @@ from .. import tag, topi
 from ..stages import ishape
 from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
+# how much better than gemm_tile's tile a shifted one must score (static_tile): where the
+# rows' count has small divisors only, gemm_tile took a tile of few FMAs per load, ViT's
+# 394 rows at 2 images (2 x 197) a 2-row tile, 8 FMAs for 6 loads, which the model scores
+# 1.19x below the 4-row tile shifted and which ran 1.4x slower than the dynamic build's
+# (issue 44); a close call (AVX2's 6 rows against 4 on BERT's 128, 1.04x) keeps its code
+SHIFT_GAIN = 1.1
+
 
 def applies(g, n):
     """nn.dense of a float32 group parameter by constant weights (the rows may be a
@@ -60,15 +67,18 @@ def schedule(s, out, g, parallel=True):
     # fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time), and such a
     # variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
-    mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
-    if symbolic and g.size_class is None and mr > 1:
-        g.size_classes["small"] = out.shape[0] < mr
-    # the rows' last tile shifted back onto the one before (their outputs computed twice,
-    # the same both times: the accumulator is the tile's own) instead of a guarded copy
-    # of the tile, where the kernel never runs with fewer rows than a tile: the default
-    # kernel, below which "small" runs; not a kernel generic in its channel count, which
-    # no variant fronts
-    shift = symbolic and g.classes_run and g.size_class is None and mr > 1
+    if symbolic:
+        mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
+        # the rows' last tile shifted back onto the one before (their outputs computed
+        # twice, the same both times: the accumulator is the tile's own) instead of a
+        # guarded copy of the tile, where the kernel never runs with fewer rows than a
+        # tile: the default kernel, below which "small" runs; not a kernel generic in its
+        # channel count, which no variant fronts
+        shift = g.classes_run and g.size_class is None and mr > 1
+        if g.size_class is None and mr > 1:
+            g.size_classes["small"] = out.shape[0] < mr
+    else:
+        mr, nr, shift = static_tile(target, M, N, out.dtype)
     mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
@@ -103,3 +113,20 @@ def schedule(s, out, g, parallel=True):
     else:
         s[out].reorder(inner, outer, mi, ni)
         parallel_loop(s, out, inner, macs, PAR_MIN_MACS)
+
+
+def static_tile(target, M: int, N: int, dtype="float32"):
+    """(rows, columns, shift) of the register tile of a dense of `M` static rows:
+    `tiling.gemm_tile`'s, or, where it scores SHIFT_GAIN times better, the best tile that
+    does not divide `M` with the rows' last tile shifted back onto the one before
+    (`shift`), its overlap counted as waste (as width.shifted_row_tile does for a conv's
+    row). gemm_tile scores a ragged tail as a second, guarded copy of the micro-kernel
+    (tiling.RAGGED_ROWS), which the shifted tail does not have. The shift needs a tile of
+    rows at least: register_tile takes no more rows than `M`."""
+    rows, vecs = tiling.register_tile(target, M, N, dtype)
+    srows, svecs = tiling.register_tile(target, M, N, dtype, ragged_rows=1.0)
+    covered = -(-M // srows) * srows
+    shifted = tiling.tile_score(target, srows, svecs, M, N, dtype, ragged_rows=1.0) * M / covered
+    if M % srows and shifted > SHIFT_GAIN * tiling.tile_score(target, rows, vecs, M, N, dtype):
+        return srows, svecs * target.vector_lanes(dtype), True
+    return rows, vecs * target.vector_lanes(dtype), False
