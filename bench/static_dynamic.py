@@ -84,7 +84,7 @@ def main(argv=None):
             t = blocks([lambda: dyn.run(x), lambda: st.run(x)], a.number, a.repeat)
             ratios.append(t[1] / t[0])
             best = [min(b, v) for b, v in zip(best, t)]
-        print(f"{a.model:12s} {'x'.join(map(str, shape)):>14s} {best[0] * 1e3:8.2f} {best[1] * 1e3:8.2f} "
+        print(f"{a.model:12s} {'x'.join(map(str, shape)):>14s} {best[0] * 1e3:8.3f} {best[1] * 1e3:8.3f} "
               f"{best[1] / best[0]:7.2f}  {' '.join(f'{r:.2f}' for r in ratios)}", flush=True)
         for k, dt, stt in kernel_excess(dyn, st, a.kernels):
             print(f"    {k:40s} dynamic {dt * 1e3:8.3f} ms  static {stt * 1e3:8.3f} ms", flush=True)
