@@ -92,7 +92,7 @@ def schedule(s, out, g, parallel=True):
     # slower so than with the columns outside, the dynamic build's order (issue 44)
     K = topi.dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
     weights_in_l2 = K * N * np.dtype(out.dtype).itemsize <= target.cache_bytes(2) // 2
-    cols_outer = N > M or symbolic and g.size_class is None or not weights_in_l2
+    cols_outer = N > M or (g.size_class is None if symbolic else not weights_in_l2)
     if cols_outer:
         s[out].reorder(no, mo, mi, ni)
     s[D].compute_at(s[out], mo if cols_outer else no)
