@@ -11,6 +11,9 @@ cold caches (bench/dynamic.cold_build). A size is the input's leading dims joine
 the other dims are the model's example's. Per size, `--rounds` times: both executors in
 turns (bench/latency.blocks, best block mean, the first side rotated), and the ratio
 static/dynamic; the line gives each round's ratio, so the spread is on the page.
+`--cpu`: one thread, each side timed by the calling thread's CPU clock instead
+(bench/dense_rows.thread_blocks, best block): what another process's load on a shared
+machine does not move as much (a vit_b_16 round read 0.53 on the wall clock so).
 `--kernels N`: the N kernels whose static time exceeds the dynamic one's most
 (Executor.profile, kernels paired by name in order of execution).
 """
@@ -28,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tdsl  # noqa: E402
 import dynamic  # noqa: E402
+from dense_rows import thread_blocks  # noqa: E402
 from latency import blocks  # noqa: E402
 
 
@@ -66,7 +70,10 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kernels", type=int, default=0)
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args(argv)
+    if a.cpu:
+        os.environ["TDSL_NUM_THREADS"] = "1"
     target = tdsl.target.Target(a.target)
     model, inputs = shapes(a.model, a.sizes)
     dyn = dynamic.cold_build(model, None, target)[0]
@@ -81,7 +88,8 @@ def main(argv=None):
             raise AssertionError(f"{a.model} at {shape}: static and dynamic differ by {err:.1e}")
         ratios, best = [], [float("inf")] * 2
         for _ in range(a.rounds):
-            t = blocks([lambda: dyn.run(x), lambda: st.run(x)], a.number, a.repeat)
+            sides = [lambda: dyn.run(x), lambda: st.run(x)]
+            t = thread_blocks(sides, a.number, a.repeat) if a.cpu else blocks(sides, a.number, a.repeat)
             ratios.append(t[1] / t[0])
             best = [min(b, v) for b, v in zip(best, t)]
         print(f"{a.model:12s} {'x'.join(map(str, shape)):>14s} {best[0] * 1e3:8.3f} {best[1] * 1e3:8.3f} "

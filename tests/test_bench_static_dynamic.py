@@ -10,9 +10,12 @@ pytest.importorskip("onnxruntime")      # bench/dynamic imports bench/graph's se
 import static_dynamic  # noqa: E402
 
 
-def test_prints_a_row_per_size(capsys):
+@pytest.mark.parametrize("cpu", [[], ["--cpu"]])
+def test_prints_a_row_per_size(capsys, monkeypatch, cpu):
+    # --cpu runs on one thread: the tests after this one keep their count
+    monkeypatch.setenv("TDSL_NUM_THREADS", os.environ.get("TDSL_NUM_THREADS", "2"))
     static_dynamic.main(["conv1d_net", "--sizes", "1,2", "--rounds", "2", "--number", "1",
-                         "--repeat", "1", "--kernels", "1"])
+                         "--repeat", "1", "--kernels", "1"] + cpu)
     lines = capsys.readouterr().out.splitlines()[1:]
     rows = [line.split() for line in lines if not line.startswith(" ")]
     assert [r[:2] for r in rows] == [["conv1d_net", "1x1x4000"], ["conv1d_net", "2x1x4000"]]
