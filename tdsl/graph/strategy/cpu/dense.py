@@ -13,6 +13,13 @@ from .. import tag, topi
 from ..stages import ishape
 from .loops import PAR_MIN_MACS, inline_except, parallel_loop
 
+# how much better than gemm_tile's tile a shifted one must score (static_tile): where the
+# rows' count has small divisors only, gemm_tile took a tile of few FMAs per load, ViT's
+# 394 rows at 2 images (2 x 197) a 2-row tile, 8 FMAs for 6 loads, which the model scores
+# 1.19x below the 4-row tile shifted and which ran 1.4x slower than the dynamic build's
+# (issue 44); a close call (AVX2's 6 rows against 4 on BERT's 128, 1.04x) keeps its code
+SHIFT_GAIN = 1.1
+
 
 def applies(g, n):
     """nn.dense of a float32 group parameter by constant weights (the rows may be a
@@ -60,15 +67,18 @@ def schedule(s, out, g, parallel=True):
     # fast there (BERT and GPT-2 at 8x128: 0.99x, one thread's CPU time), and such a
     # variant of each dense layer was a tenth of a dynamic BERT's or GPT-2's build
     symbolic = not isinstance(out.shape[0], int) and getattr(out.shape[0], "value", None) is None
-    mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
-    if symbolic and g.size_class is None and mr > 1:
-        g.size_classes["small"] = out.shape[0] < mr
-    # the rows' last tile shifted back onto the one before (their outputs computed twice,
-    # the same both times: the accumulator is the tile's own) instead of a guarded copy
-    # of the tile, where the kernel never runs with fewer rows than a tile: the default
-    # kernel, below which "small" runs; not a kernel generic in its channel count, which
-    # no variant fronts
-    shift = symbolic and g.classes_run and g.size_class is None and mr > 1
+    if symbolic:
+        mr, nr = tiling.gemm_tile(target, M, N, out.dtype)
+        # the rows' last tile shifted back onto the one before (their outputs computed
+        # twice, the same both times: the accumulator is the tile's own) instead of a
+        # guarded copy of the tile, where the kernel never runs with fewer rows than a
+        # tile: the default kernel, below which "small" runs; not a kernel generic in its
+        # channel count, which no variant fronts
+        shift = g.classes_run and g.size_class is None and mr > 1
+        if g.size_class is None and mr > 1:
+            g.size_classes["small"] = out.shape[0] < mr
+    else:
+        mr, nr, shift = static_tile(target, M, N, out.dtype)
     mo, mi = s[out].split(out.op.axis[0], factor=mr, tail="shift" if shift else "guard")
     no, ni = s[out].split(out.op.axis[1], factor=nr)
     s[out].reorder(mo, no, mi, ni)
@@ -76,8 +86,14 @@ def schedule(s, out, g, parallel=True):
     # the operand re-read by the inner tile loop should be the smaller one: with more
     # weight columns than rows (a language model's vocabulary projection: 50k x 256
     # weights, 128 rows) the columns go outside, so each packed weight panel streams from
-    # memory once instead of once per row block
-    cols_outer = N > M or symbolic and g.size_class is None
+    # memory once instead of once per row block. More rows than columns put the rows
+    # outside only where the packed weights, re-read by every row tile, stay in L2:
+    # ViT's 768x768 and 3072x768 weights (2.4 and 9.4 MB) at 788 rows ran 1.2-1.3x
+    # slower so than with the columns outside, the dynamic build's order (issue 44), and
+    # Whisper's 256x1024 and 1024x256 (1 MB, 1500 rows) 1.3x (one thread, Zen 5)
+    K = topi.dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
+    weights_in_l2 = K * N * np.dtype(out.dtype).itemsize <= target.cache_bytes(2) // 2
+    cols_outer = N > M or (g.size_class is None if symbolic else not weights_in_l2)
     if cols_outer:
         s[out].reorder(no, mo, mi, ni)
     s[D].compute_at(s[out], mo if cols_outer else no)
@@ -88,7 +104,6 @@ def schedule(s, out, g, parallel=True):
     s[D].unroll(mc)
     s[D].unroll(nco)
     s[D].vectorize(nci)
-    K = topi.dim(D.op.reduce_axis[0].dom.extent) if hasattr(D.op.reduce_axis[0], "dom") else 1
     if not (parallel and M * N * K >= PAR_MIN_MACS):
         return
     # a fused loop keeps a guard in its body when a tile is ragged: parallelize the
@@ -103,3 +118,22 @@ def schedule(s, out, g, parallel=True):
     else:
         s[out].reorder(inner, outer, mi, ni)
         parallel_loop(s, out, inner, macs, PAR_MIN_MACS)
+
+
+def static_tile(target, M: int, N: int, dtype="float32"):
+    """(rows, columns, shift) of the register tile of a dense of `M` static rows:
+    `tiling.gemm_tile`'s, or, where it scores SHIFT_GAIN times better, the best tile that
+    does not divide `M` with the rows' last tile shifted back onto the one before
+    (`shift`), its overlap counted as waste (as width.shifted_row_tile does for a conv's
+    row). gemm_tile scores a ragged tail as a second, guarded copy of the micro-kernel
+    (tiling.RAGGED_ROWS), which the shifted tail does not have: where gemm_tile's own tile
+    is ragged (a prime count, ViT's 197 rows) it is that tile, shifted instead of guarded
+    (0.99-1.01x on one thread, as the dynamic kernel runs it). The shift needs a tile of
+    rows at least: register_tile takes no more rows than `M`."""
+    rows, vecs = tiling.register_tile(target, M, N, dtype)
+    srows, svecs = tiling.register_tile(target, M, N, dtype, ragged_rows=1.0)
+    covered = -(-M // srows) * srows
+    shifted = tiling.tile_score(target, srows, svecs, M, N, dtype, ragged_rows=1.0) * M / covered
+    if M % srows and shifted > SHIFT_GAIN * tiling.tile_score(target, rows, vecs, M, N, dtype):
+        return srows, svecs * target.vector_lanes(dtype), True
+    return rows, vecs * target.vector_lanes(dtype), False
