@@ -36,19 +36,23 @@ _CUT_KINDS = (S.ForKind.SERIAL, S.ForKind.PARALLEL)
 MAX_COPIES = 64     # bodies an unswitched loop may hold: a concatenation of 64 inputs
 
 
-def _reads(e) -> bool:
-    found = []
-    walk(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
-    return bool(found)
+def _reads(e, memo) -> bool:
+    """Whether `e` loads from memory (`memo`: {id: (node, answer)} of the nodes asked about
+    so far, as a chain of n selects holds the next n - 1 on its false side; holding the node
+    keeps its id from being reused)."""
+    key = id(e)
+    if key not in memo:
+        memo[key] = (e, isinstance(e, E.BufferLoad) or any(_reads(c, memo) for c in _children(e)))
+    return memo[key][1]
 
 
-def _threshold(sel, var):
+def _threshold(sel, var, memo):
     """(K, whether the select takes its true side below K) where `sel` chooses between two
     reads by `var` against the constant K, else None."""
     c = sel.cond
     if not (isinstance(c, (E.LT, E.LE, E.GT, E.GE)) and c.a is var and isinstance(c.b, E.IntImm)):
         return None
-    if not (_reads(sel.t) and _reads(sel.f)):
+    if not (_reads(sel.t, memo) and _reads(sel.f, memo)):
         return None
     k = c.b.value + (1 if isinstance(c, (E.LE, E.GT)) else 0)
     return k, isinstance(c, (E.LT, E.LE))
@@ -57,11 +61,11 @@ def _threshold(sel, var):
 class _Choose(Mutator):
     """Each select of `var` resolved to its side in [lo, hi), where it has one."""
 
-    def __init__(self, var, lo, hi):
-        self.var, self.lo, self.hi = var, lo, hi
+    def __init__(self, var, lo, hi, memo):
+        self.var, self.lo, self.hi, self.memo = var, lo, hi, memo
 
     def visit_Select(self, e):
-        th = _threshold(e, self.var)
+        th = _threshold(e, self.var, self.memo)
         if th is not None:
             k, below = th
             if self.hi <= k:
@@ -77,16 +81,16 @@ def _bound_inside(body):
     return out
 
 
-def _first_choice(node, var, inner):
+def _first_choice(node, var, inner, memo):
     """The condition of the outermost select between two reads that depends on `var` and on
     none of the variables in `inner`, or None (outermost: a chain's first link, so that
     assuming it false leaves the rest of the chain, and assuming it true none of it)."""
-    if isinstance(node, E.Select) and _reads(node.t) and _reads(node.f):
+    if isinstance(node, E.Select) and _reads(node.t, memo) and _reads(node.f, memo):
         used = free_vars(node.cond)
         if var in used and not used & inner:
             return node.cond
     for child in _children(node):
-        c = _first_choice(child, var, inner)
+        c = _first_choice(child, var, inner, memo)
         if c is not None:
             return c
     return None
@@ -112,16 +116,19 @@ class _Assume(Mutator):
         return self.generic_visit(e)
 
 
-def _unswitch(body, var, inner, copies=1):
-    cond = _first_choice(body, var, inner)
+def _unswitch(body, var, inner, memo, copies=1):
+    cond = _first_choice(body, var, inner, memo)
     if cond is None or copies >= MAX_COPIES:
         return body
     then = _Assume(cond, True).visit(body)
-    other = _unswitch(_Assume(cond, False).visit(body), var, inner, copies + 1)
+    other = _unswitch(_Assume(cond, False).visit(body), var, inner, memo, copies + 1)
     return S.IfThenElse(cond, then, other)
 
 
 class _Cut(Mutator):
+    def __init__(self):
+        self.memo = {}
+
     def visit_For(self, f):
         body = self.visit(f.body)
         if f.kind not in _CUT_KINDS:
@@ -132,18 +139,18 @@ class _Cut(Mutator):
 
         def find(n):
             if isinstance(n, E.Select):
-                th = _threshold(n, f.var)
+                th = _threshold(n, f.var, self.memo)
                 if th is not None and lo < th[0] < hi:
                     cuts.add(th[0])
         if hi is not None:
             walk(body, find)
         if not cuts:
-            body = _unswitch(body, f.var, _bound_inside(body))
+            body = _unswitch(body, f.var, _bound_inside(body), self.memo)
             return f if body is f.body else S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
         points = [lo, *sorted(cuts), hi]
         dt = f.extent.dtype
         return S.seq(*[S.For(f.var, E.const(a, dt), E.const(b - a, dt), f.kind,
-                             _Choose(f.var, a, b).visit(body), f.thread_tag, f.pragmas)
+                             _Choose(f.var, a, b, self.memo).visit(body), f.thread_tag, f.pragmas)
                        for a, b in zip(points, points[1:])])
 
 
