@@ -10,19 +10,20 @@ becomes one loop per input, in each of which every such select has one side, and
 input is copied as a block (TVM's concatenate schedule splits by input; onnxruntime copies
 each input with a memcpy).
 
-What is cut: a serial or parallel loop of constant range over v whose body holds a select
-between two reads of memory chosen by `v` against a constant (`v < K`, `v >= K`, ...).
-Selects with a constant side (padding, masks) stay: the pattern is a choice between two
-tensors. Vectorized and unrolled loops are left alone (their loops keep constant extents),
-and the loops around them are cut instead. A cut parallel loop becomes one parallel loop
-per part.
+What is cut: a serial loop of constant range over v whose body holds a select between two
+reads of memory chosen by `v` against a constant (`v < K`, `v >= K`, ...). Selects with a
+constant side (padding, masks) stay: the pattern is a choice between two tensors.
+Vectorized and unrolled loops are left alone (their loops keep constant extents), and the
+loops around them are handled instead.
 
-Where the choice is not a constant cut of the loop's range (a symbolic batch fused with the
-channels, `fused % C < K`, as the auto-scheduler parallelizes a kernel of a run-time batch),
-the loop keeps its range and its body is unswitched instead: the selects that depend on the
-loop's variable but on no loop inside it become a chain of `if`s around copies of the
-body, one per input, so that the choice is made once per iteration (a channel's plane)
-rather than per vector. One fork stays, where cutting a fused loop would make one per input.
+Where the loop is parallel (a cut would fork once per input), or the choice is not a
+constant cut of its variable (the batch fused with the channels, `fused % C < K`, as the
+auto-scheduler parallelizes a run-time or small batch), the loop keeps its range and its
+body is unswitched: the selects that depend on the loop's variable but on no loop inside
+it become a chain of `if`s around copies of the body, one per input, so that the choice
+is made once per iteration (a channel's plane) rather than per vector.
+
+Either way each input's body is compiled once: n inputs cost LLVM about n loop nests.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from ..ir.visitor import Mutator, expr_key, free_vars, walk
 
-_CUT_KINDS = (S.ForKind.SERIAL, S.ForKind.PARALLEL)
+_KINDS = (S.ForKind.SERIAL, S.ForKind.PARALLEL)
 MAX_COPIES = 64     # bodies an unswitched loop may hold: a concatenation of 64 inputs
 
 
@@ -131,7 +132,7 @@ class _Cut(Mutator):
 
     def visit_For(self, f):
         body = self.visit(f.body)
-        if f.kind not in _CUT_KINDS:
+        if f.kind not in _KINDS:
             return f if body is f.body else S.For(f.var, f.min, f.extent, f.kind, body, f.thread_tag, f.pragmas)
         lo = f.min.value if isinstance(f.min, E.IntImm) else None
         hi = lo + f.extent.value if lo is not None and isinstance(f.extent, E.IntImm) else None
@@ -142,7 +143,7 @@ class _Cut(Mutator):
                 th = _threshold(n, f.var, self.memo)
                 if th is not None and lo < th[0] < hi:
                     cuts.add(th[0])
-        if hi is not None:
+        if hi is not None and f.kind is S.ForKind.SERIAL:
             walk(body, find)
         if not cuts:
             body = _unswitch(body, f.var, _bound_inside(body), self.memo)

@@ -132,3 +132,20 @@ def test_padding_select_is_left_alone():
     loops = []
     walk(func.body, lambda n: loops.append(n) if isinstance(n, S.For) and n.var.name == "i" else None)
     assert len(loops) == 1
+
+
+def test_parallel_channel_loop_keeps_one_fork():
+    """Cutting a parallel loop would fork once per input: its body is unswitched instead."""
+    ins, extra, out = _concat(1, 1, consumer=False)
+    s = tdsl.create_schedule(out)
+    b, c, h, w = s[out].op.axis
+    s[out].parallel(c)
+    s[out].vectorize(w)
+    func = tdsl.lower(s, ins + [out])
+    assert not _selects(func)
+    forks = []
+    walk(func.body, lambda n: forks.append(n) if isinstance(n, S.For) and n.kind is S.ForKind.PARALLEL else None)
+    assert len(forks) == 1
+    assert all(len(r) == 1 for r in _inputs_per_store(func, ins))
+    xs, got = _run(ins, [], out, 1, s)
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis=1))
