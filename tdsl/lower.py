@@ -27,7 +27,6 @@ from .passes.intrin_rules import lower_intrinsics
 from .passes.legalize_bf16 import legalize_bf16
 from .passes.loop_partition import loop_partition
 from .passes.mma_fragments import lower_mma_fragments
-from .passes.select_partition import select_partition
 from .passes.simplify import simplify_func
 from .passes.storage_flatten import storage_flatten
 from .passes.thread_sync import thread_sync
@@ -71,7 +70,6 @@ PASSES = [
     Pass("lower_mma_fragments", lower_mma_fragments),
     Pass("storage_flatten", storage_flatten),
     Pass("simplify", simplify_func),
-    Pass("select_partition", select_partition),
     Pass("legalize_bf16", legalize_bf16),
     Pass("lower_intrinsics", lower_intrinsics, TARGET, ("kind",)),
     # virtual threads on the CPU run interleaved; a GPU schedule keeps them for the GPU

@@ -1,4 +1,4 @@
-"""The graph's concatenation (one loop per input: tdsl/passes/select_partition.py) in a
+"""The graph's concatenation (one load from a chosen input: tdsl/codegen/llvm/select_load.py) in a
 small network against onnxruntime, static and with a symbolic batch: ragged channel counts
 (4, 1, 3, 17, 32), fused into a batch norm and ReLU and read by another kernel."""
 import numpy as np
