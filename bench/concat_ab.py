@@ -1,17 +1,17 @@
-"""DenseNet-121's concatenations, one loop per input (passes/select_partition.py) against the
-per-vector select chain it replaces, in one process.
+"""DenseNet-121's concatenations, one load from a chosen input (codegen/llvm/select_load.py)
+against the per-vector select chain it replaces, in one process.
 
     python bench/concat_ab.py                        # static batch 1 and 8, dynamic 1, 4, 8
     python bench/concat_ab.py --onnx dense.onnx      # a saved export (symbolic batch)
     python bench/concat_ab.py --static 8 --dynamic   # only static batch 8
     python bench/concat_ab.py --threads 1            # one thread, timed in its CPU time
 
-Both sides are built in this process with the compile cache off: "new" with the pass list
-as shipped, "old" with `select_partition` taken out of it. Per configuration: the kernels
+Both sides are built in this process with the compile cache off: "new" as shipped, "old"
+with `select_load.try_emit` declining every chain (the branches per vector it replaces). Per configuration: the kernels
 whose group holds a concatenation (their summed time from `Executor.profile`, and their
 GB/s: bytes of their arguments and output over that time), and the whole network (block
 means of `--number` calls); and each side's build seconds (the compile cache off, so
-every kernel compiles: a concatenation of n inputs compiles its body n times). The sides alternate, the first side rotated each round; the
+every kernel compiles). The sides alternate, the first side rotated each round; the
 ratio new/old is taken per round and its median, least and greatest are printed (the
 machine is shared: only such ratios mean anything). `--threads 1` runs every kernel on the
 calling thread and times blocks in that thread's CPU time, which another process taking
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import statistics
 import sys
@@ -43,18 +42,18 @@ import numpy as np  # noqa: E402
 import tdsl  # noqa: E402
 import tdsl.graph as G  # noqa: E402
 
-LOWER = importlib.import_module("tdsl.lower")    # the module: `tdsl.lower` is the function
+from tdsl.codegen.llvm import select_load  # noqa: E402
 
 
 @contextlib.contextmanager
 def old_lowering():
-    """The pass list without select_partition."""
-    saved = list(LOWER.PASSES)
-    LOWER.PASSES[:] = [p for p in saved if p.name != "select_partition"]
+    """The LLVM backend emitting the select chain as written."""
+    saved = select_load.try_emit
+    select_load.try_emit = lambda em, e: None
     try:
         yield
     finally:
-        LOWER.PASSES[:] = saved
+        select_load.try_emit = saved
 
 
 def build(model, dims, old):
@@ -205,7 +204,7 @@ def main():
     else:
         from tdsl.graph import zoo
         model = zoo.export("densenet121", dynamic=True)
-    print("densenet121, new = one loop per concat input, old = the select chain; best of "
+    print("densenet121, new = one load from a chosen concat input, old = the select chain; best of "
           f"{a.rounds} alternating rounds (ms), ratios new/old per round: median [least..greatest]")
     print(f"{'config':10s} {'cats':>4s} {'cat new':>8s} {'cat old':>8s} {'GB/s n':>6s} {'GB/s o':>6s} "
           f"{'concat kernels':>22s}   {'net new':>8s} {'net old':>8s} {'network':>22s}")
