@@ -69,6 +69,27 @@ def build(model, dims, old):
     return exe, took
 
 
+def builds(model, dims, rounds):
+    """Both sides' executors, built `rounds` times each, alternating, the old side first
+    (the process's first build also pays for what is loaded once: the first round's old
+    build is printed but left out of the ratio); prints each build's wall/CPU seconds and
+    the median ratio of CPU seconds new/old over the rounds."""
+    took = [[], []]
+    for _ in range(rounds):
+        old, to = build(model, dims, True)
+        new, tn = build(model, dims, False)
+        took[0].append(tn)
+        took[1].append(to)
+    # each new build against the old build after it: the first old build stands alone
+    rs = [n[1] / o[1] for n, o in zip(took[0], took[1][1:])] or [took[0][0][1] / took[1][0][1]]
+
+    def fmt(v):
+        return " ".join(f"{w:.1f}/{c:.1f}" for w, c in v)
+    print(f"{'':10s} build s (compile cache off), wall/CPU: new {fmt(took[0])}; old {fmt(took[1])}; "
+          f"CPU new/old {spread(rs)}", flush=True)
+    return new, old
+
+
 def _bytes(t):
     return int(np.prod([int(d) for d in t.shape])) * np.dtype(t.dtype).itemsize
 
@@ -194,6 +215,7 @@ def main():
     p.add_argument("--number", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="TDSL_NUM_THREADS (1: timed in CPU time)")
     p.add_argument("--kernel-rounds", type=int, default=30)
+    p.add_argument("--build-rounds", type=int, default=1, help="builds of each side, alternating")
     a = p.parse_args()
     print(f"clock: {'CPU time of the calling thread' if CLOCK is time.thread_time else 'wall'}, "
           f"threads {os.environ.get('TDSL_NUM_THREADS', 'all')}")
@@ -210,15 +232,12 @@ def main():
           f"{'concat kernels':>22s}   {'net new':>8s} {'net old':>8s} {'network':>22s}")
     rng = np.random.default_rng(0)
     for b in a.static:
-        # the old side first: the first build of the process also pays for what is loaded once
-        (old, to), (new, tn) = build(model, {"batch": b}, True), build(model, {"batch": b}, False)
+        new, old = builds(model, {"batch": b}, a.build_rounds)
         x = rng.standard_normal((b, 3, 224, 224)).astype(np.float32)
-        print(f"{'':10s} build s (compile cache off), wall/CPU: new {tn[0]:.1f}/{tn[1]:.1f}, old {to[0]:.1f}/{to[1]:.1f}")
         compare(f"static {b}", [new, old], x, a.rounds, a.number)
         del new, old
     if a.dynamic:
-        (old, to), (new, tn) = build(model, None, True), build(model, None, False)
-        print(f"{'':10s} build s (compile cache off), wall/CPU: new {tn[0]:.1f}/{tn[1]:.1f}, old {to[0]:.1f}/{to[1]:.1f}")
+        new, old = builds(model, None, a.build_rounds)
         for b in a.dynamic:
             x = rng.standard_normal((b, 3, 224, 224)).astype(np.float32)
             compare(f"dynamic {b}", [new, old], x, a.rounds, a.number)
