@@ -5,9 +5,9 @@ A concatenation is defined elementwise: `select(c < 64, x0[i0], select(c < 96, x
 (c - off_k)*H*W + h*W + w`). Emitted as written, every vector of the output runs a branch
 per link of the chain (25 in a DenseNet block) before its load. But the indices differ only
 in terms that are the same for every lane (the batch's stride, the channel offset) and the
-conditions are uniform too, so the chain is one load from `p + common`, where `p` is a
-chain of scalar `select`s over `x_k + rest_k` (pointer arithmetic only, no read, so the
-sides not chosen are never touched). Nothing in `p` depends on the inner loops: LLVM's
+conditions are uniform too, so the chain is one load from `p + h*W + w`, where `p` is a
+chain of scalar `select`s over `x_k + b*C_k*H*W + (c - off_k)*H*W` (pointer arithmetic
+only, no read, so the sides not chosen are never touched). Nothing in `p` depends on the inner loops: LLVM's
 LICM computes it once per channel, and the body is compiled once whatever the number of
 inputs.
 
@@ -22,7 +22,7 @@ from llvmlite import ir
 from ...ir import expr as E
 from ...ir import stmt as S
 from . import memory
-from .irscan import has_load, structural_key
+from .irscan import expr_vars, has_load, structural_key
 from .types import scalar_type
 
 MIN_LEAVES = 2
@@ -68,12 +68,16 @@ def _sum(terms, dtype):
     return acc if acc is not None else E.IntImm(0, dtype)
 
 
-def _split(loads):
+def _split(loads, chooser):
     """(common index, {id(load): the rest of its index}): the terms every load's index
-    has with the same coefficient, and each load's other terms."""
+    has with the same coefficient, but for those of the variables in `chooser` (the
+    conditions'), and each load's other terms. The chosen load's own rest is then the
+    start of its row or plane (`b*C_k*H*W + (c - off_k)*H*W`), inside its buffer, so
+    that the `inbounds` address of the load is one from an address inside the buffer."""
     forms = [_terms(ld.indices[0], 1, {}) for ld in loads]
     first = forms[0]
     shared = [k for k in first if k is not None and first[k][0] != 0
+              and not expr_vars(first[k][1], set()) <= chooser
               and all(k in f and f[k][0] == first[k][0] for f in forms[1:])]
     dtype = loads[0].indices[0].dtype
     common = _sum([first[k] for k in shared], dtype)
@@ -93,7 +97,7 @@ def try_emit(em, e):
         return None
     if any(b not in em.bufs or isinstance(em.bufs[b], ir.AllocaInstr) for b in bufs):
         return None
-    common, rest = _split(loads)
+    common, rest = _split(loads, _cond_vars(e, set()))
     info = em.vec.info if em.vec is not None else None
     if info is not None and (any(info.is_varying(r) for r in rest.values())
                              or _cond_varies(e, info)):
@@ -105,6 +109,14 @@ def try_emit(em, e):
         return memory.load(em, E.BufferLoad(chosen, (common,)))
     finally:
         del em.bufs[chosen]
+
+
+def _cond_vars(e, out):
+    if isinstance(e, E.Select):
+        expr_vars(e.cond, out)
+        _cond_vars(e.t, out)
+        _cond_vars(e.f, out)
+    return out
 
 
 def _cond_varies(e, info):
