@@ -95,3 +95,17 @@ def test_one_body_whatever_the_number_of_inputs(batch):
     assert loads_few == loads_many == 1
     assert (sel_few, sel_many) == (len(few) - 1, len(many) - 1)
     assert br_few == br_many == 0
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["scalar", "vector"])
+def test_plain_schedule_equals_numpy(vectorize):
+    """Serial loops as written (each element's input chosen in the innermost loop, a scalar
+    load) and a vectorized row: one pointer chain, values as numpy's."""
+    ins, _, out = _concat(2)
+    s = tdsl.create_schedule(out.op)
+    if vectorize:
+        s[out].vectorize(s[out].op.axis[3])
+    ll, _, _ = llvm.codegen(tdsl.lower(s, ins + [out]))
+    assert len(re.findall(r"select\s+i1 [^,]+, ptr ", ll)) == len(CHANNELS) - 1
+    xs, got = _run(tdsl.build(s, ins + [out], target="llvm"), ins, [], out, 2)
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis=1))
