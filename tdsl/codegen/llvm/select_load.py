@@ -7,13 +7,15 @@ per link of the chain (25 in a DenseNet block) before its load. But the indices 
 in terms that are the same for every lane (the batch's stride, the channel offset) and the
 conditions are uniform too, so the chain is one load from `p + h*W + w`, where `p` is a
 chain of scalar `select`s over `x_k + b*C_k*H*W + (c - off_k)*H*W` (pointer arithmetic
-only, no read, so the sides not chosen are never touched). Nothing in `p` depends on the inner loops: LLVM's
-LICM computes it once per channel, and the body is compiled once whatever the number of
-inputs.
+only, no read, so the sides not chosen are never touched). Nothing in `p` depends on the
+inner loops: LLVM's LICM computes it once per channel, and the body is compiled once
+whatever the number of inputs.
 
-The leaves must be loads of distinct parameter buffers (a stack buffer stays a plain
-access, which LLVM promotes to registers), and neither the conditions nor the differing
-terms may vary across the lanes of a vectorized loop.
+The leaves must be loads of distinct buffers other than the function's stack buffers
+(those stay plain accesses, which LLVM promotes to registers), and neither the conditions
+nor the differing terms may vary across the lanes of a vectorized loop. (In a loop that is
+not vectorized nothing is checked: a differing term of the innermost loop's variable would
+cost n addresses per element, which no concatenation's index has.)
 """
 from __future__ import annotations
 
