@@ -17,7 +17,7 @@ from ... import dtype as dt
 from ...errors import BuildError, InternalError
 from ...ir import expr as E
 from ...ir import stmt as S
-from . import bf16, intdiv, intrinsics, memory
+from . import bf16, intdiv, intrinsics, memory, select_load
 from .irscan import has_load
 from .lanes import VecCtx
 from .cse import ReusingBuilder
@@ -404,6 +404,9 @@ class ExprEmitter:
 
     def e_Select(self, e):
         if has_load(e.t) or has_load(e.f):
+            v = select_load.try_emit(self, e)
+            if v is not None:
+                return v
             return self.lazy_select(e.cond, e.t, e.f)
         c = self.expr(e.cond)
         t, f = self.unify(self.expr(e.t), self.expr(e.f))
