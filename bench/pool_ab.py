@@ -3,9 +3,7 @@ taken in turn (bench/latency.py): one task per thread against loops split into t
 `--task-us` (threadpool.set_task_ns), taking from a started run only when its owner is late
 (set_steal_late_only) or at once; and a worker that ran none of its tasks in several
 launches moved off the caller's CPU where a CPU is free (`one`, the default), always
-(`always`), or left where the kernel queued it (`stay`: threadpool.set_nudge); and a
-spinning worker parking after any clock jump (`jump`) rather than only after one across
-which another thread ran on its CPU (threadpool.set_lost_rule).
+(`always`), or left where the kernel queued it (`stay`: threadpool.set_nudge).
 
     python bench/pool_ab.py roberta resnet18 mobilenet_v2        # zoo names (bench/zoo.py)
     python bench/pool_ab.py --sides one,fine --calls 400 roberta
@@ -32,15 +30,14 @@ import tdsl.graph as G  # noqa: E402
 from tdsl.runtime import threadpool  # noqa: E402
 from latency import blocks, percentiles  # noqa: E402
 
-COUNTED = ("wait_ns", "tasks", "worker_tasks", "taken", "nudges", "lost_sleeps")
+COUNTED = ("wait_ns", "tasks", "worker_tasks", "taken", "nudges")
 
 
 def sides_of(names, task_us):
-    """{side: (task_ns, steal_late_only, nudge, lost rule)} for the side names asked for."""
+    """{side: (task_ns, steal_late_only, nudge)} for the side names asked for."""
     fine = int(task_us * 1000)
-    known = {"one": (0, True, "free", "switch"), "stay": (0, True, "off", "switch"),
-             "always": (0, True, "always", "switch"), "jump": (0, True, "free", "jump"),
-             "fine": (fine, True, "free", "switch"), "fine_any": (fine, False, "free", "switch")}
+    known = {"one": (0, True, "free"), "stay": (0, True, "off"), "always": (0, True, "always"),
+             "fine": (fine, True, "free"), "fine_any": (fine, False, "free")}
     bad = [n for n in names if n not in known]
     if bad:
         raise SystemExit(f"pool_ab: unknown sides {bad}; known: {', '.join(known)}")
@@ -50,15 +47,14 @@ def sides_of(names, task_us):
 class Side:
     """A callable running `run()` under one pool setting, counting the pool's work."""
 
-    def __init__(self, run, task_ns, late, nudge, lost):
-        self.run, self.task_ns, self.late, self.nudge, self.lost = run, task_ns, late, nudge, lost
+    def __init__(self, run, task_ns, late, nudge):
+        self.run, self.task_ns, self.late, self.nudge = run, task_ns, late, nudge
         self.counts = {k: [] for k in COUNTED}
 
     def __call__(self):
         threadpool.set_task_ns(self.task_ns)
         threadpool.set_steal_late_only(self.late)
         threadpool.set_nudge(self.nudge)
-        threadpool.set_lost_rule(self.lost)
         before = threadpool.stats()
         self.run()
         after = threadpool.stats()
@@ -68,10 +64,10 @@ class Side:
 
 def compare(run, sides, calls=200, number=5, repeat=5, check=None):
     """Rows (side, block s, Spread, per-call counts) for `run` under each setting in
-    `sides` ({name: (task_ns, late, nudge, lost rule)}); `check()`, if given, is called after a few runs of
+    `sides` ({name: (task_ns, late, nudge)}); `check()`, if given, is called after a few runs of
     each side, before any is timed. The pool's settings are restored afterwards."""
     old_ns, old_late = threadpool.task_ns(), threadpool.steal_late_only()
-    old_nudge, old_lost = threadpool.set_nudge("free"), threadpool.set_lost_rule("switch")
+    old_nudge = threadpool.set_nudge("free")
     try:
         fns = [Side(run, *setting) for setting in sides.values()]
         for f in fns:
@@ -88,19 +84,17 @@ def compare(run, sides, calls=200, number=5, repeat=5, check=None):
         threadpool.set_task_ns(old_ns)
         threadpool.set_steal_late_only(old_late)
         threadpool.set_nudge(old_nudge)
-        threadpool.set_lost_rule(old_lost)
 
 
 def row_text(model, name, block, s, counts):
     n = max(len(counts["tasks"]), 1)
     wait = np.asarray(counts["wait_ns"] or [0]) * 1e-3
-    per = {k: sum(counts[k]) / n for k in ("tasks", "worker_tasks", "taken", "nudges", "lost_sleeps")}
+    per = {k: sum(counts[k]) / n for k in ("tasks", "worker_tasks", "taken", "nudges")}
     return (f"{model:20s} {name:9s} block {block * 1e3:8.3f}  p50 {s.p50 * 1e3:8.3f}  p99 "
             f"{s.p99 * 1e3:8.3f} ({s.p99 / s.p50:4.2f}x)  kept {s.n_kept:4d}: "
             f"{s.p99_kept / s.p50_kept:4.2f}x  join wait {np.percentile(wait, 50):6.1f}/"
             f"{np.percentile(wait, 99):7.1f}/{wait.max():7.1f} us  tasks {per['tasks']:.0f} "
-            f"worker {per['worker_tasks']:.1f} taken {per['taken']:.2f} nudges {per['nudges']:.2f} "
-            f"lost sleeps {per['lost_sleeps']:.2f}")
+            f"worker {per['worker_tasks']:.1f} taken {per['taken']:.2f} nudges {per['nudges']:.2f}")
 
 
 def main(argv=None):
@@ -112,7 +106,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from zoo import _model_and_input
     sides = sides_of(a.sides.split(","), a.task_us)
-    print(f"sides: {sides} (task_ns, late only, nudge, lost rule); the latencies are of this machine as it is "
+    print(f"sides: {sides} (task_ns, late only, nudge); the latencies are of this machine as it is "
           "now: compare sides, not runs", flush=True)
     for model in a.models:
         onnx_model, x = _model_and_input(model)

@@ -289,43 +289,6 @@ def test_with_the_nudge_off_a_worker_stays_where_it_was_queued(sin_cos, task_ns,
         threadpool.set_nudge("sometimes")
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="Linux CPU affinity, two CPUs")
-def test_a_held_worker_whose_cpu_another_thread_takes_still_sleeps(sin_cos, on_one_cpu):
-    # its spin's clock jumps because another thread ran on its CPU (its involuntary
-    # context switches say so): a lost core under either rule, so it sleeps while held
-    f, a, ref = sin_cos
-    ids, cpu, full = on_one_cpu
-    os.sched_setaffinity(0, full - {cpu})       # the caller elsewhere, the workers with a hog
-    stop = threading.Event()
-
-    def hog():
-        os.sched_setaffinity(0, {cpu})
-        x = np.ones(1 << 16, np.float32)
-        while not stop.is_set():
-            np.sin(x, out=x)                    # numpy's loop releases the GIL
-    t = threading.Thread(target=hog, daemon=True)
-    t.start()
-    try:
-        for rule in threadpool.LOST_RULES:
-            old = threadpool.set_lost_rule(rule)
-            try:
-                before = threadpool.stats()["lost_sleeps"]
-                with threadpool.held():
-                    def slept():
-                        _check(f, a, ref)
-                        time.sleep(0.002)
-                        return threadpool.stats()["lost_sleeps"] > before
-                    _until(slept, f"a worker beside a busy thread sleeps ({rule})")
-            finally:
-                threadpool.set_lost_rule(old)
-    finally:
-        stop.set()
-        t.join()
-    with pytest.raises(tdsl.TdslError, match="set_lost_rule"):
-        threadpool.set_lost_rule("never")
-
-
 def test_a_long_loop_is_split_finer_and_a_short_one_is_not(sin_cos, task_ns):
     f, a, ref = sin_cos                 # 64 iterations of 1024 sin(cos(x)): ~0.1-1 ms
     _check(f, a, ref)                   # the loop's cost per iteration is known now

@@ -46,7 +46,6 @@
 #ifdef __linux__
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -58,14 +57,8 @@ typedef void *(*task_fn)(void *);
 #define HOLD_GRACE_NS 1000000 /* and after the last hold: a caller's own work between runs */
 /* A spinning worker whose clock jumps by more than this between two looks lost its core
  * (another thread ran there: a yield took that long, or it was preempted); alone on its
- * core, a look and a yield take about a microsecond. On a VM the jump is as often the
- * hypervisor's (its vCPU did not run; no other thread of the guest did either): parking
- * then only lets the vCPU halt, and the next loop waits for it to be woken. So where the
- * OS counts them (Linux: involuntary context switches, which a yield that let another
- * thread run counts too), a jump is a lost core only if another thread ran since the
- * worker last looked (lost_rule 1, the default; 0: every jump). */
+ * core, a look and a yield take about a microsecond. */
 #define LOST_NS 20000
-static atomic_int lost_rule = 1;
 
 /* the trace ring (trace.c): a loop's launch, a worker parking and waking */
 int64_t tdsl_trace_now(void);
@@ -318,28 +311,6 @@ static int64_t spin_step(int64_t *next_yield) {
  * its core (`lost`: another thread ran there, LOST_NS) parks even while held: spinning on
  * a contended core would spend the CPU time that the scheduler gives a woken thread at
  * once, when the next loop needs it. */
-/* Whether the thread was switched out for another since *seen (its involuntary context
- * switches; updates *seen); 1 where they cannot be read. */
-static int switched_out(long *seen) {
-#ifdef RUSAGE_THREAD
-  struct rusage ru;
-  if (getrusage(RUSAGE_THREAD, &ru) != 0) return 1;
-  int more = ru.ru_nivcsw != *seen;
-  *seen = ru.ru_nivcsw;
-  return more;
-#else
-  (void)seen;
-  return 1;
-#endif
-}
-
-/* Whether a clock jump of `gap` ns in a worker's spin means another thread took its core
- * (`switches`: the worker's context switches when it last looked). */
-static int lost_core(int64_t gap, long *switches) {
-  if (gap <= LOST_NS) return 0;
-  return !atomic_load_explicit(&lost_rule, memory_order_relaxed) || switched_out(switches);
-}
-
 static int may_park(int64_t t0, int64_t now, int lost) {
   if (now < t0 + SPIN_NS) return 0;
   if (lost) return 1;
@@ -442,8 +413,7 @@ static void *worker_main(void *arg) {
 #ifdef __linux__
   atomic_store(&worker_tids[self], (long)syscall(SYS_gettid));
 #endif
-  long seen = atomic_load(&generation), switches = -1;
-  switched_out(&switches);
+  long seen = atomic_load(&generation);
   for (;;) {
     int64_t ran = 0;
     unnudge(self);
@@ -453,7 +423,7 @@ static void *worker_main(void *arg) {
     while (atomic_load(&generation) == seen && !may_park(t0, t, lost)) {
       int64_t prev = t;
       t = spin_step(&next_yield);
-      lost |= lost_core(t - prev, &switches);
+      lost |= t - prev > LOST_NS;
     }
     if (atomic_load(&generation) == seen) {
       pthread_mutex_lock(&mu);
@@ -607,10 +577,6 @@ int64_t tdsl_parallel_steal_late(void) {
 
 int64_t tdsl_parallel_set_steal_late(int64_t on) {
   return atomic_exchange(&steal_late_only, on != 0);
-}
-
-int64_t tdsl_parallel_set_lost_rule(int64_t rule) {
-  return atomic_exchange(&lost_rule, rule != 0);
 }
 
 int64_t tdsl_parallel_set_nudge(int64_t mode) {

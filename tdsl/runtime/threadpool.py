@@ -172,22 +172,6 @@ def set_nudge(mode: str) -> str:
     return NUDGE_MODES[fn(NUDGE_MODES.index(mode))] if fn is not None else "free"
 
 
-LOST_RULES = ("jump", "switch")
-
-
-def set_lost_rule(rule: str) -> str:
-    """What a spinning worker takes for a lost core (after which it parks, even while
-    held): "switch", a clock jump across which another thread ran on its CPU (the default
-    where the OS counts context switches: on a VM most jumps are the hypervisor's, and
-    parking only lets the vCPU halt), or "jump", every clock jump. Returns the rule it had
-    ("switch" where the pool is not loaded)."""
-    if rule not in LOST_RULES:
-        raise ArgumentError(f"threadpool.set_lost_rule: rule must be one of {LOST_RULES}, not {rule!r}")
-    import ctypes
-    fn = library_function("tdsl_parallel_set_lost_rule", ctypes.c_int64, restype=ctypes.c_int64)
-    return LOST_RULES[fn(LOST_RULES.index(rule))] if fn is not None else "switch"
-
-
 class held:
     """`with held():` holds the pool (`hold`/`release`) for the block."""
 
