@@ -109,16 +109,16 @@ STATIC_NOTE = 1.05
 
 # name -> (model maker with symbolic dims, sizes to sweep: full input shapes)
 HELPER = {
-    "conv1d_net": (lambda: _symbolic(models.conv1d_net(), {0: "batch", 2: "signal"}),
+    "conv1d_net": (lambda: symbolic_axes(models.conv1d_net(), {0: "batch", 2: "signal"}),
                    [(b, 1, n) for b, n in SIGNALS]),
-    "conv3d_net": (lambda: _symbolic(models.conv3d_net(), {0: "batch"}),
+    "conv3d_net": (lambda: symbolic_axes(models.conv3d_net(), {0: "batch"}),
                    [(b, 3, 8, 56, 56) for b in (1, 2, 4)]),
-    "mobilenetv2_blocks": (lambda: _symbolic(models.mobilenetv2_blocks(1, 112), {0: "batch"}),
+    "mobilenetv2_blocks": (lambda: symbolic_axes(models.mobilenetv2_blocks(1, 112), {0: "batch"}),
                            [(b, 3, 112, 112) for b in CNN_BATCHES]),
 }
 
 
-def _symbolic(model, axes):
+def symbolic_axes(model, axes):
     """`model` with input axes `axes` ({axis: dim_param}) symbolic, as exporters write them."""
     dims = model.graph.input[0].type.tensor_type.shape.dim
     for ax, name in axes.items():

@@ -6,6 +6,9 @@ output tile wide; read as stride 1, conv1d_net with a symbolic batch and signal 
 asked OpenCL for 57 KB of 48), and what the rule keeps must be within
 `Target.shared_memory_bytes`, whatever that is. The convs run on OpenCL (PoCL on the CPU)
 against numpy at ragged lengths, and the network against onnxruntime."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -146,23 +149,14 @@ def test_cuda_conv_compiles_within_static_shared_memory():
     assert ".entry" in mod.get_source("ptx")
 
 
-def _symbolic(model, axes):
-    """`model` with input axes `axes` ({axis: dim_param}) symbolic, as exporters write them."""
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    for ax, name in axes.items():
-        dims[ax].ClearField("dim_value")
-        dims[ax].dim_param = name
-    for out in model.graph.output:
-        out.type.tensor_type.ClearField("shape")
-    return model
-
-
 @needs_opencl
 def test_conv1d_net_with_a_symbolic_batch_and_length_on_opencl():
     """bench/dynamic.py's conv1d_net, built once for OpenCL, right at lengths that leave
     every layer ragged (64 samples: one output in the last stage) and at batch 2."""
     pytest.importorskip("onnxruntime")
-    m = _symbolic(models.conv1d_net(), {0: "batch", 2: "signal"})
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from dynamic import symbolic_axes
+    m = symbolic_axes(models.conv1d_net(), {0: "batch", 2: "signal"})
     exe = G.build(G.optimize(G.from_onnx(m), target="opencl"), target="opencl")
     limit = tt.Target("opencl").shared_memory_bytes
     assert all(k.shared_bytes <= limit for step, _, _ in exe.steps for k in step.module.kernels)
