@@ -258,13 +258,16 @@ def test_a_worker_queued_on_the_callers_cpu_is_moved_off_it(sin_cos, task_ns, on
         # lifts that restriction (back to the CPUs it had)
         for _ in range(20):
             _check(f, a, ref)
-        assert threadpool.stats()["nudges"] - before["nudges"] >= len(ids)
-        for t in ids:
+        # the loop's workers: 4 threads (other tests' loops may have started more, which
+        # own no tasks here and stay where they are)
+        ours = ids[:3]
+        assert threadpool.stats()["nudges"] - before["nudges"] >= len(ours)
+        for t in ours:
             assert cpu not in os.sched_getaffinity(t) or os.sched_getaffinity(t) == full
 
         def restored():
             _check(f, a, ref)
-            return all(os.sched_getaffinity(t) == full for t in ids)
+            return all(os.sched_getaffinity(t) == full for t in ours)
         _until(restored, "workers back on every CPU")
         ran = threadpool.stats()["worker_tasks"]
         for _ in range(50):
