@@ -162,9 +162,10 @@ static struct {
 } trace_times;
 
 /* The nudge (see the top): per worker, the last launch (generation) in which it claimed a
- * task, and whether the caller has moved it off its CPU and the worker has not yet run
- * since (then its CPU mask is the pool's less that CPU; it restores the pool's). The
- * launches in a row each worker missed are the launching thread's, under launch_mu. */
+ * task, and the CPU the caller has moved it off, plus one, where the worker has not run
+ * since (0: none; its CPU mask is then the pool's less that CPU, and it restores the
+ * pool's). The launches in a row each worker missed are the launching thread's, under
+ * launch_mu. */
 #define NUDGE_AFTER 3
 static atomic_long ran_gen[MAX_WORKERS + 1];
 static atomic_int nudged[MAX_WORKERS + 1];
@@ -321,11 +322,17 @@ static int may_park(int64_t t0, int64_t now, int lost) {
  * time or run delay (bench/threadcpu.py tells the pool's CPU from other runtimes') */
 static atomic_long worker_tids[MAX_WORKERS + 1];
 
-/* Lifts the caller's restriction from worker `self` (it runs now, on another CPU). */
+/* Lifts the caller's restriction from worker `self` (it runs now, on another CPU): its
+ * mask back to the pool's, unless someone else set another since the nudge (a user who
+ * pinned the pool's threads keeps their pins). */
 static void unnudge(int self) {
-  if (!atomic_load_explicit(&nudged[self], memory_order_relaxed)) return;
+  int off = atomic_load_explicit(&nudged[self], memory_order_relaxed);
+  if (!off) return;
 #ifdef __linux__
-  sched_setaffinity(0, sizeof pool_mask, &pool_mask);
+  cpu_set_t now, away = pool_mask;
+  CPU_CLR(off - 1, &away);
+  if (sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(&now, &away))
+    sched_setaffinity(0, sizeof pool_mask, &pool_mask);
 #endif
   atomic_store(&nudged[self], 0);
 }
@@ -379,7 +386,7 @@ static void nudge(int w, int threads) {
   cpu_set_t away = pool_mask;
   CPU_CLR(cpu, &away);
   if (!CPU_COUNT(&away)) return;
-  atomic_store(&nudged[w], 1);
+  atomic_store(&nudged[w], cpu + 1);
   if (sched_setaffinity((pid_t)tid, sizeof away, &away) != 0) {
     atomic_store(&nudged[w], 0);
     return;
