@@ -224,14 +224,20 @@ def test_worker_ids_are_the_threads_that_run_the_workers_tasks(sin_cos, task_ns)
     assert sum(on_core(t) - b for t, b in zip(ids, before)) > 0
 
 
+needs_affinity = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="Linux CPU affinity, two CPUs")
+
+
 @pytest.fixture
-def on_one_cpu(sin_cos):
+def on_one_cpu(sin_cos, task_ns):
     """The caller and every worker on the caller's CPU, as the kernel leaves a worker it
     woke beside its waker while the other vCPU was halted; afterwards as they were."""
     f, a, ref = sin_cos
     _check(f, a, ref)
     ids, full = threadpool.worker_ids(), os.sched_getaffinity(0)
     cpu = sorted(full)[0]
+    threadpool.set_task_ns(0)           # one task per thread: a worker's run is untouched or its own
     os.sched_setaffinity(0, {cpu})
     for t in ids:
         os.sched_setaffinity(t, {cpu})
@@ -244,12 +250,10 @@ def on_one_cpu(sin_cos):
             os.sched_setaffinity(t, full)
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="Linux CPU affinity, two CPUs")
-def test_a_worker_queued_on_the_callers_cpu_is_moved_off_it(sin_cos, task_ns, on_one_cpu):
+@needs_affinity
+def test_a_worker_queued_on_the_callers_cpu_is_moved_off_it(sin_cos, on_one_cpu):
     f, a, ref = sin_cos
     ids, cpu, full = on_one_cpu
-    threadpool.set_task_ns(0)
     threadpool.set_nudge("always")      # "free" would also read the machine's load
     before = threadpool.stats()
     with threadpool.held():
@@ -275,12 +279,10 @@ def test_a_worker_queued_on_the_callers_cpu_is_moved_off_it(sin_cos, task_ns, on
         assert threadpool.stats()["worker_tasks"] > ran
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="Linux CPU affinity, two CPUs")
-def test_with_the_nudge_off_a_worker_stays_where_it_was_queued(sin_cos, task_ns, on_one_cpu):
+@needs_affinity
+def test_with_the_nudge_off_a_worker_stays_where_it_was_queued(sin_cos, on_one_cpu):
     f, a, ref = sin_cos
     ids, cpu, full = on_one_cpu
-    threadpool.set_task_ns(0)
     assert threadpool.set_nudge("off") == "free"          # the default
     before = threadpool.stats()["nudges"]
     with threadpool.held():
